@@ -1,0 +1,271 @@
+/* admin.c — a small HTTP/1.1 server for operators, one request per connection.
+ *
+ * It runs on the main thread, never on a worker, so a scrape or a status call
+ * never delays traffic. Requests are tiny: the head is read into a fixed
+ * buffer, the answer is written, and the connection is closed.
+ */
+#include "admin.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+#define ADMIN_HEAD_MAX 8192
+
+typedef struct {
+    uv_tcp_t tcp;
+    uv_write_t wreq;
+    sl_server_t *srv;
+    char buf[ADMIN_HEAD_MAX];
+    size_t len;
+    char *out;
+    uv_buf_t iov[2];
+} admin_conn_t;
+
+static uv_tcp_t admin_listener;
+static bool admin_open;
+
+static void admin_on_close(uv_handle_t *h) {
+    admin_conn_t *a = h->data;
+    free(a->out);
+    free(a);
+}
+
+static void admin_on_write(uv_write_t *wr, int status) {
+    admin_conn_t *a = wr->data;
+    uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+}
+
+static void admin_send(admin_conn_t *a, int status, const char *ctype, char *body, size_t len) {
+    char head[256];
+    const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 503 ? "Service Unavailable" :
+                         status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented" : "Bad Request";
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status, reason, ctype, len);
+    a->out = malloc((size_t)n + len);
+    if (!a->out) {
+        free(body);
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        return;
+    }
+    memcpy(a->out, head, (size_t)n);
+    memcpy(a->out + n, body, len);
+    free(body);
+    a->iov[0] = uv_buf_init(a->out, (unsigned)((size_t)n + len));
+    a->wreq.data = a;
+    if (uv_write(&a->wreq, (uv_stream_t *)&a->tcp, a->iov, 1, admin_on_write) != 0)
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+}
+
+/* A growing text buffer (the admin path is not hot). */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} text_t;
+
+__attribute__((format(printf, 2, 3))) static void tput(text_t *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (t->p && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
+        char *p = realloc(t->p, cap);
+        if (!p) return;
+        t->p = p, t->cap = cap;
+    }
+}
+
+/* Writes a JSON string literal (names from the config are plain, but escape anyway). */
+static void tjson(text_t *t, const char *s) {
+    char tmp[512];
+    sl_wbuf_t b = {tmp, 0, sizeof(tmp)};
+    sl_wbuf_json_str(&b, (sl_str_t){s, strlen(s)});
+    tput(t, "\"%.*s\"", (int)b.len, tmp);
+}
+
+static char *render_status(sl_server_t *srv, size_t *len) {
+    const sl_config_t *cfg = srv->cfg;
+    text_t t = {0};
+    tput(&t, "{\"generation\":%llu,\"draining\":%s,\"listeners\":[", (unsigned long long)srv->generation,
+         sl_server_draining(srv) ? "true" : "false");
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        tput(&t, "%s{\"name\":", i ? "," : "");
+        tjson(&t, cfg->listeners[i].name);
+        tput(&t, ",\"listen\":");
+        tjson(&t, srv->listen_text[i]);
+        tput(&t, ",\"protocol\":\"http\"}");
+    }
+    tput(&t, "],\"routes\":[");
+    for (size_t i = 0; i < cfg->nroutes; i++) {
+        const sl_route_conf_t *r = &cfg->routes[i];
+        tput(&t, "%s{\"name\":", i ? "," : "");
+        tjson(&t, r->name);
+        tput(&t, ",\"upstream\":");
+        if (r->upstream >= 0)
+            tjson(&t, cfg->upstreams[r->upstream].name);
+        else
+            tput(&t, "null");
+        tput(&t, ",\"plugins\":[");
+        for (size_t k = 0; k < r->nplugins; k++) {
+            if (k) tput(&t, ",");
+            tjson(&t, r->plugins[k].name);
+        }
+        tput(&t, "]}");
+    }
+    tput(&t, "],\"upstreams\":[");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        tput(&t, "%s{\"name\":", u ? "," : "");
+        tjson(&t, uc->name);
+        tput(&t, ",\"balancer\":\"round-robin\",\"targets\":[");
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            tput(&t, "%s{\"address\":", k ? "," : "");
+            tjson(&t, uc->targets[k].addr.text);
+            tput(&t, ",\"weight\":%u}", uc->targets[k].weight);
+        }
+        tput(&t, "]}");
+    }
+    tput(&t, "],\"workers\":[");
+    for (int i = 0; i < srv->nworkers; i++) {
+        sl_wmetrics_t *m = &srv->workers[i].metrics;
+        int64_t active = 0;
+        for (size_t l = 0; l < cfg->nlisteners; l++) active += SL_COUNTER_GET(m->conns_active[l]);
+        tput(&t, "%s{\"id\":%d,\"connections\":%llu,\"connections_active\":%lld,\"requests\":%llu}", i ? "," : "",
+             i, (unsigned long long)SL_COUNTER_GET(m->accepted), (long long)active,
+             (unsigned long long)SL_COUNTER_GET(m->requests));
+    }
+    tput(&t, "]}\n");
+    *len = t.len;
+    return t.p;
+}
+
+static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const char *path, size_t plen) {
+    sl_server_t *srv = a->srv;
+    sl_str_t m = {method, mlen}, p = {path, plen};
+    const char *q = memchr(path, '?', plen);
+    if (q) p.len = (size_t)(q - path);
+    bool get = SL_IEQ(m, "get") || SL_IEQ(m, "head");
+    char *body = NULL;
+    size_t len = 0;
+#define SEND_LIT(st, s)                                                 \
+    do {                                                                \
+        body = strdup(s);                                               \
+        admin_send(a, st, "application/json", body, body ? strlen(s) : 0); \
+    } while (0)
+
+    if (sl_str_ieq(p, "/health", 7) && get) {
+        SEND_LIT(200, "{\"status\":\"ok\"}\n");
+    } else if (sl_str_ieq(p, "/ready", 6) && get) {
+        if (sl_server_draining(srv))
+            SEND_LIT(503, "{\"ready\":false,\"reason\":\"draining\"}\n");
+        else
+            SEND_LIT(200, "{\"ready\":true}\n");
+    } else if (sl_str_ieq(p, "/metrics", 8) && get) {
+        sl_wmetrics_t *ms[256];
+        int n = SL_MIN(srv->nworkers, 256);
+        for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
+        char extra[512];
+        snprintf(extra, sizeof(extra),
+                 "# HELP sluice_config_generation The config generation being served.\n"
+                 "# TYPE sluice_config_generation gauge\nsluice_config_generation %llu\n",
+                 (unsigned long long)srv->generation);
+        if (sl_metrics_render(srv->cfg, ms, (size_t)n, extra, &body, &len) != SL_OK)
+            SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
+        else
+            admin_send(a, 200, "text/plain; version=0.0.4", body, len);
+    } else if (sl_str_ieq(p, "/status", 7) && get) {
+        body = render_status(srv, &len);
+        admin_send(a, 200, "application/json", body, len);
+    } else if (sl_str_ieq(p, "/reload", 7)) {
+        SEND_LIT(501, "{\"ok\":false,\"error\":\"reload is not supported by this build yet\"}\n");
+    } else {
+        SEND_LIT(404, "{\"error\":\"not found\"}\n");
+    }
+#undef SEND_LIT
+}
+
+static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    admin_conn_t *a = h->data;
+    *buf = uv_buf_init(a->buf + a->len, (unsigned)(sizeof(a->buf) - a->len));
+}
+
+static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    admin_conn_t *a = s->data;
+    if (nread == 0) return;
+    if (nread < 0) {
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        return;
+    }
+    a->len += (size_t)nread;
+    if (!memmem(a->buf, a->len, "\r\n\r\n", 4)) {
+        if (a->len == sizeof(a->buf)) uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        return;
+    }
+    uv_read_stop(s);
+    const char *sp1 = memchr(a->buf, ' ', a->len);
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', a->len - (size_t)(sp1 + 1 - a->buf)) : NULL;
+    if (!sp1 || !sp2) {
+        char *b = strdup("{\"error\":\"bad request\"}\n");
+        admin_send(a, 400, "application/json", b, b ? strlen(b) : 0);
+        return;
+    }
+    admin_handle(a, a->buf, (size_t)(sp1 - a->buf), sp1 + 1, (size_t)(sp2 - sp1 - 1));
+}
+
+static void admin_on_conn(uv_stream_t *server, int status) {
+    if (status < 0) return;
+    admin_conn_t *a = calloc(1, sizeof(*a));
+    if (!a) return;
+    a->srv = server->data;
+    uv_tcp_init(server->loop, &a->tcp);
+    a->tcp.data = a;
+    if (uv_accept(server, (uv_stream_t *)&a->tcp) != 0 ||
+        uv_read_start((uv_stream_t *)&a->tcp, admin_alloc, admin_on_read) != 0) {
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+    }
+}
+
+int sl_admin_start(sl_server_t *srv, const char **err) {
+    const sl_config_t *cfg = srv->cfg;
+    if (!cfg->admin_enabled) return SL_OK;
+    uv_tcp_init(srv->loop, &admin_listener);
+    admin_listener.data = srv;
+    int rc = uv_tcp_bind(&admin_listener, (const struct sockaddr *)&cfg->admin_listen.ss, 0);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&admin_listener, 128, admin_on_conn);
+    if (rc != 0) {
+        static __thread char msg[256];
+        snprintf(msg, sizeof(msg), "admin: cannot listen on %s: %s", cfg->admin_listen.text, uv_strerror(rc));
+        *err = msg;
+        uv_close((uv_handle_t *)&admin_listener, NULL);
+        return SL_ERROR;
+    }
+    admin_open = true;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&admin_listener, (struct sockaddr *)&ss, &len);
+    char ip[64];
+    if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        snprintf(srv->admin_text, sizeof(srv->admin_text), "[%s]:%u", ip,
+                 ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+    } else {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        snprintf(srv->admin_text, sizeof(srv->admin_text), "%s:%u", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    }
+    return SL_OK;
+}
+
+void sl_admin_stop(sl_server_t *srv) {
+    if (!admin_open) return;
+    admin_open = false;
+    uv_close((uv_handle_t *)&admin_listener, NULL);
+}

@@ -1,0 +1,76 @@
+/* common.h — the few types and conventions every core file shares.
+ *
+ * Returns: 0 (SL_OK) for success, negative SL_E* for failure, SL_EAGAIN when an
+ * operation would block. Bytes travel as sl_str_t (pointer + length), never as
+ * NUL-terminated strings on the hot path.
+ */
+#ifndef SL_COMMON_H
+#define SL_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SL_OK 0
+#define SL_ERROR (-1)
+#define SL_EAGAIN (-2)
+#define SL_DONE (-3)
+#define SL_DECLINED (-5)
+
+/** A borrowed byte range; whoever hands one out says how long it stays valid. */
+typedef struct {
+    const char *p;
+    size_t len;
+} sl_str_t;
+
+#define SL_LIT(s) ((sl_str_t){(s), sizeof(s) - 1})
+#define SL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+static inline char sl_lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c | 0x20) : c; }
+
+/** Case-insensitive equality of a byte range with a lower-case literal. */
+static inline bool sl_str_ieq(sl_str_t a, const char *lower, size_t n) {
+    if (a.len != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (sl_lower(a.p[i]) != lower[i]) return false;
+    return true;
+}
+#define SL_IEQ(s, lit) sl_str_ieq((s), (lit), sizeof(lit) - 1)
+
+static inline bool sl_str_ieq2(sl_str_t a, sl_str_t b) {
+    if (a.len != b.len) return false;
+    for (size_t i = 0; i < a.len; i++)
+        if (sl_lower(a.p[i]) != sl_lower(b.p[i])) return false;
+    return true;
+}
+
+/** Appends bytes to a bounded output; returns false (and writes nothing) when it would overflow. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} sl_wbuf_t;
+
+static inline bool sl_wbuf_put(sl_wbuf_t *b, const void *p, size_t n) {
+    if (SL_UNLIKELY(b->cap - b->len < n)) return false;
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return true;
+}
+#define SL_WBUF_LIT(b, lit) sl_wbuf_put((b), (lit), sizeof(lit) - 1)
+static inline bool sl_wbuf_str(sl_wbuf_t *b, sl_str_t s) { return sl_wbuf_put(b, s.p, s.len); }
+bool sl_wbuf_u64(sl_wbuf_t *b, uint64_t v);
+bool sl_wbuf_hex(sl_wbuf_t *b, uint64_t v);
+/** Writes s as the inside of a JSON string (quotes not included). */
+bool sl_wbuf_json_str(sl_wbuf_t *b, sl_str_t s);
+
+/** Monotonic milliseconds and nanoseconds; wall-clock for logs. */
+uint64_t sl_now_ms(void);
+uint64_t sl_now_ns(void);
+
+#endif

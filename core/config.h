@@ -1,0 +1,129 @@
+/* config.h — the YAML configuration, parsed and validated into one immutable tree.
+ *
+ * A config build reads one YAML file (or an embedded text), checks every key
+ * against the contract in DESIGN.md and produces an sl_config_t. Every error is
+ * reported as "FILE:LINE:COL: message" (1-based line and column) and a build
+ * with any error produces no config at all. Unknown keys are errors, so a
+ * misspelled optional key can never silently disable a feature.
+ *
+ * Ownership: the config and everything it points to belong to the config; one
+ * sl_config_free() releases it all. A config is never mutated after the build,
+ * so worker threads may read it without locks.
+ */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
+enum { SL_BALANCER_ROUND_ROBIN = 1 };
+
+/** A parsed "host:port" or "[v6]:port"; port 0 asks the kernel for a free one. */
+typedef struct {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char *text; /**< as written in the config, owned */
+} sl_addr_t;
+
+typedef struct {
+    char *name;
+    sl_addr_t listen;
+    int protocol;                /**< SL_PROTO_HTTP (tcp arrives with the L4 issue) */
+    uint64_t max_body;           /**< bytes; 0 = unlimited */
+    uint32_t max_header_size;    /**< whole request head, default 32 KiB -> 431 */
+    uint32_t max_request_line;   /**< default 8 KiB -> 414 */
+    uint64_t header_timeout_ms;  /**< total deadline for a request head, default 10s */
+    uint64_t idle_timeout_ms;    /**< keep-alive idle, default 60s */
+    int line, col;
+} sl_listener_conf_t;
+
+typedef struct {
+    sl_addr_t addr;
+    uint32_t weight; /**< default 1 */
+} sl_target_conf_t;
+
+typedef struct {
+    char *name;
+    int balancer;                /**< SL_BALANCER_* */
+    sl_target_conf_t *targets;
+    size_t ntargets;             /**< at least 1 */
+    uint32_t keepalive_max_idle; /**< per worker, per target; default 64; 0 disables reuse */
+    uint64_t keepalive_idle_timeout_ms; /**< default 60s */
+    uint64_t connect_timeout_ms; /**< default 2s */
+    uint64_t read_timeout_ms;    /**< default 30s */
+    uint64_t write_timeout_ms;   /**< default 30s */
+    int line, col;
+} sl_upstream_conf_t;
+
+typedef struct {
+    char *name;   /**< header name as written */
+    char *value;  /**< exact value to match */
+} sl_kv_t;
+
+typedef struct {
+    char *name;
+    char *config_json; /**< the plugin's `config:` mapping as JSON text ("{}" when absent) */
+    int line, col;
+} sl_plugin_conf_t;
+
+typedef struct {
+    char *name;
+    char **hosts;   size_t nhosts;   /**< exact "a.com" or wildcard "*.a.com", lower-cased */
+    char **paths;   size_t npaths;   /**< prefixes, each starting with '/' */
+    char **methods; size_t nmethods; /**< upper-case */
+    sl_kv_t *headers; size_t nheaders;
+    int upstream;                    /**< index into upstreams, or -1 */
+    bool strip_prefix;
+    sl_plugin_conf_t *plugins; size_t nplugins;
+    int line, col;
+} sl_route_conf_t;
+
+typedef struct {
+    char *path;                  /**< file name used in errors */
+    int workers;                 /**< resolved: "auto" becomes the CPU count */
+    bool watch;
+    uint64_t shutdown_timeout_ms;/**< default 30s */
+    bool admin_enabled;          /**< true unless `admin: { listen: off }` */
+    sl_addr_t admin_listen;      /**< default 127.0.0.1:9090 */
+    char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */
+    sl_plugin_conf_t *plugins; size_t nplugins;  /**< the global chain */
+    sl_listener_conf_t *listeners; size_t nlisteners;
+    sl_upstream_conf_t *upstreams; size_t nupstreams;
+    sl_route_conf_t *routes; size_t nroutes;
+} sl_config_t;
+
+/** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */
+typedef struct {
+    char **lines;
+    size_t n, cap;
+} sl_errors_t;
+
+/**
+ * Builds a config from YAML text. `path` names the source in error lines.
+ * Returns 0 and sets *out, or -1 with at least one line appended to errs.
+ */
+int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                    sl_errors_t *errs);
+
+/** Reads `path` and calls sl_config_parse. An unreadable file is one error line. */
+int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs);
+
+void sl_config_free(sl_config_t *cfg);
+
+void sl_errors_add(sl_errors_t *errs, const char *path, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void sl_errors_free(sl_errors_t *errs);
+
+/** "250ms", "10s", "5m", "1h" -> milliseconds. Returns 0, or -1 on a malformed value. */
+int sl_parse_duration_ms(const char *s, uint64_t *out);
+
+/** "512", "64KiB", "10MiB", "1GiB" -> bytes. Returns 0, or -1 on a malformed value. */
+int sl_parse_size(const char *s, uint64_t *out);
+
+/** "127.0.0.1:8080", "[::1]:0", "localhost:80" (resolved numerically only). 0 or -1. */
+int sl_parse_addr(const char *s, sl_addr_t *out);
+
+#endif

@@ -1,0 +1,279 @@
+/* conn.c — client connections: accept, read, find request heads, keep-alive and timeouts.
+ *
+ * A connection is IDLE (no bytes of a request yet, idle timer armed, no buffer),
+ * HEAD (some bytes of a head arrived: the total header deadline runs) or ACTIVE
+ * (a request is being served by proxy_http.c). Requests on one connection are
+ * served strictly one after another, so pipelined requests are answered in
+ * order: bytes after the current message wait in the buffer, and reading stops
+ * while a request has all it needs from the client.
+ */
+#include <arpa/inet.h>
+#include <assert.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+
+#include "http_conn.h"
+#include "log.h"
+#include "server.h"
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void conn_process(sl_conn_t *c);
+
+static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    sl_conn_t *c = (sl_conn_t *)h;
+    if (!c->rbuf) {
+        c->rbuf = sl_block_get(&c->w->blocks);
+        c->rlen = c->rpos = 0;
+        if (!c->rbuf) {
+            *buf = uv_buf_init(NULL, 0);
+            return;
+        }
+    }
+    *buf = uv_buf_init(c->rbuf + c->rlen, SL_BLOCK_SIZE - c->rlen);
+}
+
+void sl__conn_start_reading(sl_conn_t *c) {
+    if (c->reading || c->state == SL_CONN_CLOSED || c->peer_eof) return;
+    /* No room: the request being served must first consume what is buffered. */
+    if (c->rbuf && c->rlen == SL_BLOCK_SIZE) return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read) == 0) c->reading = 1;
+}
+
+void sl__conn_stop_reading(sl_conn_t *c) {
+    if (!c->reading) return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+}
+
+static void conn_release_buffer(sl_conn_t *c) {
+    if (c->rbuf && c->rpos == c->rlen) {
+        sl_block_put(&c->w->blocks, c->rbuf);
+        c->rbuf = NULL;
+        c->rlen = c->rpos = 0;
+    }
+}
+
+static void conn_on_close(uv_handle_t *h) {
+    sl_conn_t *c = h->data;
+    if (--c->nclose) return;
+    sl_worker_t *w = c->w;
+    if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
+    free(c);
+    w->nconns--;
+    sl__worker_maybe_stop(w);
+}
+
+static void conn_close(sl_conn_t *c) {
+    if (c->state == SL_CONN_CLOSED) return;
+    c->state = SL_CONN_CLOSED;
+    sl_worker_t *w = c->w;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], -1);
+    c->nclose = 2;
+    uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+    uv_close((uv_handle_t *)&c->timer, conn_on_close);
+}
+
+void sl__conn_abort(sl_conn_t *c) {
+    if (c->state == SL_CONN_CLOSED) return;
+    sl_req_t *r = c->req;
+    c->req = NULL;
+    if (r) sl__req_abort(r);
+    conn_close(c);
+}
+
+static void conn_on_timer(uv_timer_t *t) {
+    sl_conn_t *c = t->data;
+    if (c->state == SL_CONN_HEAD) {
+        /* The whole head must arrive within header_timeout of its first byte, so a
+         * trickle of one byte a second cannot hold the connection open. */
+        static const char resp[] = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: 28\r\nConnection: close\r\n\r\n"
+                                   "{\"error\":\"request timeout\"}\n";
+        uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        sl_metrics_request(&c->w->metrics, -1, 408, 0);
+        conn_close(c);
+        return;
+    }
+    /* Idle keep-alive expired, or a stalled client in the middle of a request. */
+    sl__conn_abort(c);
+}
+
+static void conn_arm(sl_conn_t *c, uint64_t ms) { uv_timer_start(&c->timer, conn_on_timer, ms, 0); }
+
+void sl__conn_arm(sl_conn_t *c, uint64_t ms) { conn_arm(c, ms); }
+
+void sl__conn_on_accept(uv_stream_t *server, int status) {
+    sl_worker_t *w = server->loop->data;
+    if (status < 0) return;
+    sl_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return;
+    c->w = w;
+    c->lidx = (uint32_t)(uintptr_t)server->data;
+    c->lc = &w->cfg->listeners[c->lidx];
+    uv_tcp_init(&w->loop, &c->tcp);
+    uv_timer_init(&w->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->state = SL_CONN_IDLE;
+    c->next = w->conns;
+    if (w->conns) w->conns->prev = c;
+    w->conns = c;
+    w->nconns++;
+    SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], 1);
+    SL_COUNTER_ADD(w->metrics.accepted, 1);
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET)
+            uv_ip4_name((struct sockaddr_in *)&ss, c->peer, sizeof(c->peer));
+        else
+            uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer, sizeof(c->peer));
+    }
+    sl_h1_init(&c->h1, HTTP_REQUEST, &w->limits[c->lidx]);
+    conn_arm(c, c->lc->idle_timeout_ms);
+    sl__conn_start_reading(c);
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    sl_conn_t *c = (sl_conn_t *)s;
+    if (nread == 0) {
+        /* EAGAIN: nothing read; an idle connection gives its buffer back. */
+        if (!c->req) conn_release_buffer(c);
+        return;
+    }
+    if (nread < 0) {
+        sl__conn_stop_reading(c);
+        if (nread == UV_EOF && c->req && c->req->body_done) {
+            /* Half-close after a complete request: answer it, then close. */
+            c->peer_eof = 1;
+            c->closing = 1;
+            return;
+        }
+        sl__conn_abort(c);
+        return;
+    }
+    c->rlen += (uint32_t)nread;
+    if (c->req) {
+        sl__req_on_client_data(c->req);
+        return;
+    }
+    conn_process(c);
+}
+
+static sl_req_t *req_new(sl_conn_t *c) {
+    sl_worker_t *w = c->w;
+    sl_req_t *r = w->free_reqs;
+    if (r) {
+        w->free_reqs = r->free_next;
+        w->nfree_reqs--;
+    } else {
+        r = malloc(sizeof(*r));
+        if (!r) return NULL;
+    }
+    /* Only the scalar part is cleared: the two heads are filled by the parser. */
+    memset(r, 0, offsetof(sl_req_t, head));
+    memset(&r->head_off, 0, sizeof(*r) - offsetof(sl_req_t, head_off));
+    r->c = c;
+    r->w = w;
+    r->route = -1;
+    r->upstream = -1;
+    r->target = -1;
+    sl_arena_init(&r->arena, &w->blocks);
+    return r;
+}
+
+/* Reads the next request head from the buffer, if a whole one is there. */
+static void conn_process(sl_conn_t *c) {
+    assert(!c->req);
+    if (c->state == SL_CONN_CLOSED) return;
+    if (c->rpos == c->rlen) {
+        conn_release_buffer(c);
+        if (c->closing || c->w->draining) {
+            conn_close(c);
+            return;
+        }
+        if (c->state != SL_CONN_IDLE) {
+            c->state = SL_CONN_IDLE;
+            conn_arm(c, c->lc->idle_timeout_ms);
+        }
+        sl__conn_start_reading(c);
+        return;
+    }
+    if (c->rpos > 0) {
+        /* Move a pipelined remainder to the front: a head must be contiguous. */
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+    }
+    if (c->state == SL_CONN_IDLE) {
+        c->state = SL_CONN_HEAD;
+        conn_arm(c, c->lc->header_timeout_ms);
+    }
+    sl_req_t *r = req_new(c);
+    if (!r) {
+        sl__conn_abort(c);
+        return;
+    }
+    size_t used = 0;
+    int status = 0;
+    int rc = sl_h1_head(&c->h1, c->rbuf, c->rlen, &r->head, &used, &status);
+    if (rc == SL_EAGAIN) {
+        sl__req_free(r);
+        sl__conn_start_reading(c);
+        return;
+    }
+    uv_timer_stop(&c->timer);
+    c->state = SL_CONN_ACTIVE;
+    c->req = r;
+    r->start_ns = sl_now_ns();
+    if (rc == SL_ERROR) {
+        /* Nothing after a bad head can be trusted to be a request: answer and close. */
+        sl__conn_stop_reading(c);
+        c->rpos = c->rlen;
+        static const char *const bodies[] = {"{\"error\":\"bad request\"}\n"};
+        sl__req_respond(r, status, SL_LIT("application/json"),
+                        (sl_str_t){bodies[0], strlen(bodies[0])}, true);
+        return;
+    }
+    r->head_off = 0;
+    r->head_end = (uint32_t)used;
+    c->rpos = (uint32_t)used;
+    sl__req_begin(r);
+}
+
+void sl__conn_request_done(sl_conn_t *c) {
+    sl_req_t *r = c->req;
+    bool keep = r && r->keep_alive && !c->closing && !c->w->draining;
+    c->req = NULL;
+    if (r) sl__req_free(r);
+    if (!keep || c->state == SL_CONN_CLOSED) {
+        conn_close(c);
+        return;
+    }
+    c->state = SL_CONN_IDLE;
+    conn_arm(c, c->lc->idle_timeout_ms);
+    conn_process(c);
+}
+
+void sl__worker_close_idle_conns(sl_worker_t *w) {
+    sl_conn_t *c = w->conns;
+    while (c) {
+        sl_conn_t *next = c->next;
+        if (!c->req)
+            conn_close(c);
+        else
+            c->closing = 1;
+        c = next;
+    }
+}

@@ -1,0 +1,160 @@
+/* http_conn.h — the objects of the HTTP/1.1 path, shared by conn.c, proxy_http.c,
+ * pool.c, echo.c and the FFI accessors (internal: sl__ names, not part of the ABI).
+ *
+ * Ownership: a client connection (sl_conn_t) is owned by its worker and lives
+ * from accept to close. A request (sl_req_t) is owned by its connection from
+ * its first head byte to the end of its response; request objects are recycled
+ * through a per-worker freelist. An upstream connection (sl_upconn_t) is owned
+ * by the request using it, or by the worker's idle pool between requests.
+ *
+ * Buffers: a connection's read buffer (`rbuf`, a block) holds the current
+ * request head at [head_off, head_end) for the whole request, body bytes after
+ * it, and pipelined bytes after the message end. It is released whenever the
+ * connection is idle with nothing buffered, so an idle keep-alive connection
+ * holds no buffer.
+ */
+#ifndef SL_HTTP_CONN_H
+#define SL_HTTP_CONN_H
+
+#include <uv.h>
+
+#include "http1.h"
+#include "worker.h"
+
+#define SL_SPANS 16                     /* body slices queued per write */
+#define SL_IOV (SL_SPANS * 3 + 4)       /* head + 100-continue + spans (size, data, CRLF) + end */
+
+enum { SL_CONN_IDLE = 0, SL_CONN_HEAD, SL_CONN_ACTIVE, SL_CONN_CLOSED };
+enum { SL_MODE_PROXY = 1, SL_MODE_ECHO, SL_MODE_LOCAL };
+enum { SL_UP_CONNECTING = 1, SL_UP_ACTIVE, SL_UP_IDLE, SL_UP_CLOSED };
+
+/** Bytes queued for one direction, written with one writev at a time. */
+typedef struct {
+    uv_buf_t iov[SL_IOV];
+    char sizes[SL_SPANS + 1][20]; /**< chunk-size lines when re-chunking */
+    uint16_t niov, nsizes;
+    uint8_t writing;              /**< a uv_write is in flight */
+    uint8_t chunked;              /**< spans are framed as chunks */
+} sl_outq_t;
+
+struct sl_conn_s {
+    uv_tcp_t tcp; /* first: the handle's address is the connection's */
+    uv_timer_t timer;
+    uv_write_t wreq; /* here, not in the request: a cancelled write calls back after the request is gone */
+    sl_worker_t *w;
+    const sl_listener_conf_t *lc;
+    uint32_t lidx;
+    char *rbuf;          /**< block or NULL */
+    uint32_t rlen, rpos; /**< filled bytes; bytes consumed by the parser */
+    uint8_t state;       /**< SL_CONN_* */
+    uint8_t reading;
+    uint8_t closing;     /**< no further request on this connection */
+    uint8_t peer_eof;
+    uint8_t nclose;      /**< handles still closing */
+    sl_h1_t h1;
+    sl_req_t *req;       /**< the request being served, or NULL */
+    sl_conn_t *prev, *next;
+    char peer[48];       /**< client address as text, for X-Forwarded-For and logs */
+};
+
+struct sl_upconn_s {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    sl_worker_t *w;
+    sl_req_t *req; /**< the request using it; NULL while pooled */
+    uint32_t upstream, target;
+    char *rbuf;
+    uint32_t rlen, rpos;
+    uint8_t state; /**< SL_UP_* */
+    uint8_t reading;
+    uint8_t eof;
+    uint8_t nclose;
+    uint32_t nreqs; /**< exchanges completed on it: >0 means a reused connection */
+    sl_h1_t h1;
+    sl_upconn_t *pool_next, *pool_prev;
+};
+
+struct sl_req_s {
+    sl_conn_t *c;
+    sl_worker_t *w;
+    sl_req_t *free_next;
+    sl_h1_head_t head;  /**< the client's request; slices of c->rbuf */
+    sl_h1_head_t rhead; /**< the upstream's response; slices of up->rbuf until rebuilt */
+    uint32_t head_off, head_end;
+    int route;          /**< index into cfg->routes, -1 when none */
+    uint32_t strip;     /**< bytes of path removed by strip_prefix */
+    uint8_t mode;       /**< SL_MODE_* */
+    uint8_t body_done;  /**< client request fully read */
+    uint8_t req_sent;   /**< request fully written upstream */
+    uint8_t resp_head;  /**< response head queued to the client */
+    uint8_t resp_written; /**< some of the response went to the client socket */
+    uint8_t resp_done;  /**< response fully queued */
+    uint8_t resp_eof_body; /**< response body is delimited by the upstream's close */
+    uint8_t keep_alive; /**< the client connection may serve another request */
+    uint8_t retried;
+    int status;         /**< status sent to the client */
+    int upstream;       /**< cfg upstream index or -1 */
+    int target;
+    sl_upconn_t *up;
+    uint64_t start_ns, up_start_ns;
+    uint64_t body_in;   /**< request body bytes read */
+    sl_outq_t upq;      /**< toward the upstream */
+    uv_buf_t uphead;    /**< the rebuilt request head, kept for a retry */
+    uint16_t body_err;  /**< status for a body the client got wrong (400, 413) */
+    sl_outq_t clq;      /**< toward the client */
+    sl_arena_t arena;   /**< rebuilt heads and canned answers */
+    char *heap;         /**< a malloc'ed buffer freed with the request (echo) */
+    size_t heap_len, heap_cap;
+    char rid[33];       /**< X-Request-ID */
+    uint8_t rid_len;
+    char host[256];     /**< Host, lower-cased, port removed: what the router matches */
+    uint16_t host_len;
+};
+
+/* conn.c */
+void sl__conn_on_accept(uv_stream_t *server, int status);
+/** Continues the connection after its request finished (next pipelined request, idle, close). */
+void sl__conn_request_done(sl_conn_t *c);
+/** Closes a client connection now, abandoning any request. */
+void sl__conn_abort(sl_conn_t *c);
+void sl__conn_start_reading(sl_conn_t *c);
+void sl__conn_stop_reading(sl_conn_t *c);
+/** (Re)arms the connection's inactivity timer: on expiry an active request is abandoned. */
+void sl__conn_arm(sl_conn_t *c, uint64_t ms);
+void sl__worker_close_idle_conns(sl_worker_t *w);
+
+/* proxy_http.c */
+/** Routes a parsed request and starts answering it. */
+void sl__req_begin(sl_req_t *r);
+/** The client sent more bytes for the active request. */
+void sl__req_on_client_data(sl_req_t *r);
+/** Answers with a gateway-made response (status, JSON body). */
+void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close);
+/** Releases a request that is over: upstream connection, arena, object. */
+void sl__req_free(sl_req_t *r);
+/** Client connection went away: abandon the request and its upstream. */
+void sl__req_abort(sl_req_t *r);
+
+/* pool.c */
+sl_upconn_t *sl__pool_get(sl_worker_t *w, uint32_t upstream, uint32_t target);
+/** Parks a clean connection; closes it when the pool is full or draining. */
+void sl__pool_put(sl_worker_t *w, sl_upconn_t *u);
+void sl__upconn_close(sl_upconn_t *u);
+void sl__pool_close_all(sl_worker_t *w);
+
+/* outq (proxy_http.c) */
+void sl__outq_reset(sl_outq_t *q);
+bool sl__outq_add(sl_outq_t *q, const char *p, size_t n);
+bool sl__outq_span(sl_outq_t *q, const char *p, size_t n);
+bool sl__outq_end_chunks(sl_outq_t *q);
+uint32_t sl__outq_room(const sl_outq_t *q);
+/** Writes the queue: 1 when written at once, 0 when a write is in flight, <0 on error. */
+int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb);
+
+/* echo.c */
+/** Builds the echo answer for r into r->heap (method, path, query, headers, body). */
+int sl__echo_build(sl_req_t *r, sl_str_t *out);
+
+#endif

@@ -1,0 +1,198 @@
+/* metrics.c — counters and histograms per worker, rendered in Prometheus text format. */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const double bucket_le[SL_METRIC_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+
+int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
+    memset(m, 0, sizeof(*m));
+    m->nroutes = cfg->nroutes + 1;
+    m->target_base = calloc(cfg->nupstreams + 1, sizeof(size_t));
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        m->target_base[u] = m->ntargets;
+        m->ntargets += cfg->upstreams[u].ntargets;
+    }
+    m->req_codes = calloc(m->nroutes * SL_METRIC_CODES, sizeof(uint64_t));
+    m->req_dur = calloc(m->nroutes, sizeof(sl_hist_t));
+    m->up_codes = calloc((m->ntargets + 1) * SL_METRIC_CODES, sizeof(uint64_t));
+    m->up_dur = calloc(m->ntargets + 1, sizeof(sl_hist_t));
+    m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
+    m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
+    if (!m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp ||
+        !m->conns_active) {
+        sl_metrics_free(m);
+        return SL_ERROR;
+    }
+    return SL_OK;
+}
+
+void sl_metrics_free(sl_wmetrics_t *m) {
+    free(m->target_base);
+    free(m->req_codes);
+    free(m->req_dur);
+    free(m->up_codes);
+    free(m->up_dur);
+    free(m->up_noresp);
+    free(m->conns_active);
+    memset(m, 0, sizeof(*m));
+}
+
+static void hist_add(sl_hist_t *h, uint64_t dur_ns) {
+    double s = (double)dur_ns / 1e9;
+    int i = 0;
+    while (i < SL_METRIC_BUCKETS && s > bucket_le[i]) i++;
+    if (i < SL_METRIC_BUCKETS) SL_COUNTER_ADD(h->buckets[i], 1);
+    SL_COUNTER_ADD(h->sum_us, dur_ns / 1000);
+    SL_COUNTER_ADD(h->count, 1);
+}
+
+static int code_index(int status) {
+    return (status >= 100 && status <= 599) ? status - 100 : -1;
+}
+
+void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    int ci = code_index(status);
+    if (ci >= 0) SL_COUNTER_ADD(m->req_codes[r * SL_METRIC_CODES + (size_t)ci], 1);
+    hist_add(&m->req_dur[r], dur_ns);
+    SL_COUNTER_ADD(m->requests, 1);
+}
+
+void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns) {
+    size_t t = m->target_base[upstream] + (size_t)target;
+    int ci = code_index(status);
+    if (ci >= 0)
+        SL_COUNTER_ADD(m->up_codes[t * SL_METRIC_CODES + (size_t)ci], 1);
+    else /* no response: refused, reset, timed out; shown as code="0" */
+        SL_COUNTER_ADD(m->up_noresp[t], 1);
+    hist_add(&m->up_dur[t], dur_ns);
+}
+
+/* A growing text buffer for the admin thread (not a hot path). */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} text_t;
+
+__attribute__((format(printf, 2, 3))) static void tprintf(text_t *t, const char *fmt, ...) {
+    if (t->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->oom = true;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 + (size_t)n + 1;
+        char *p = realloc(t->p, cap);
+        if (!p) {
+            t->oom = true;
+            return;
+        }
+        t->p = p, t->cap = cap;
+    }
+}
+
+static void render_hist(text_t *t, const char *name, const char *labels, const sl_hist_t *sum) {
+    uint64_t cum = 0;
+    for (int i = 0; i < SL_METRIC_BUCKETS; i++) {
+        cum += sum->buckets[i];
+        tprintf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bucket_le[i], (unsigned long long)cum);
+    }
+    tprintf(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)sum->count);
+    tprintf(t, "%s_sum{%s} %.6f\n", name, labels, (double)sum->sum_us / 1e6);
+    tprintf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)sum->count);
+}
+
+static void sum_hist(sl_hist_t *out, sl_wmetrics_t *const *ms, size_t n, bool upstream, size_t idx) {
+    memset(out, 0, sizeof(*out));
+    for (size_t w = 0; w < n; w++) {
+        sl_hist_t *h = upstream ? &ms[w]->up_dur[idx] : &ms[w]->req_dur[idx];
+        for (int i = 0; i < SL_METRIC_BUCKETS; i++) out->buckets[i] += SL_COUNTER_GET(h->buckets[i]);
+        out->sum_us += SL_COUNTER_GET(h->sum_us);
+        out->count += SL_COUNTER_GET(h->count);
+    }
+}
+
+int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
+                      char **out, size_t *len) {
+    text_t t = {malloc(16384), 0, 16384, false};
+    if (!t.p) return SL_ERROR;
+    size_t nroutes = cfg->nroutes + 1;
+    char labels[512];
+
+    tprintf(&t, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
+                "# TYPE sluice_requests_total counter\n");
+    for (size_t r = 0; r < nroutes; r++) {
+        const char *rn = r < cfg->nroutes ? cfg->routes[r].name : "none";
+        for (int c = 0; c < SL_METRIC_CODES; c++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->req_codes[r * SL_METRIC_CODES + (size_t)c]);
+            if (v) tprintf(&t, "sluice_requests_total{route=\"%s\",code=\"%d\"} %llu\n", rn, c + 100, (unsigned long long)v);
+        }
+    }
+    tprintf(&t, "# HELP sluice_request_duration_seconds Time from request head to the end of the response.\n"
+                "# TYPE sluice_request_duration_seconds histogram\n");
+    for (size_t r = 0; r < nroutes; r++) {
+        sl_hist_t h;
+        sum_hist(&h, ms, n, false, r);
+        if (!h.count && r == nroutes - 1) continue;
+        snprintf(labels, sizeof(labels), "route=\"%s\"", r < cfg->nroutes ? cfg->routes[r].name : "none");
+        render_hist(&t, "sluice_request_duration_seconds", labels, &h);
+    }
+    tprintf(&t, "# HELP sluice_upstream_requests_total Upstream exchanges by target and status (0: no response).\n"
+                "# TYPE sluice_upstream_requests_total counter\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            size_t ti = ms[0]->target_base[u] + k;
+            uint64_t none = 0;
+            for (size_t w = 0; w < n; w++) none += SL_COUNTER_GET(ms[w]->up_noresp[ti]);
+            if (none) tprintf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"0\"} %llu\n",
+                              uc->name, uc->targets[k].addr.text, (unsigned long long)none);
+            for (int c = 0; c < SL_METRIC_CODES; c++) {
+                uint64_t v = 0;
+                for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->up_codes[ti * SL_METRIC_CODES + (size_t)c]);
+                if (v) tprintf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"%d\"} %llu\n",
+                               uc->name, uc->targets[k].addr.text, c + 100, (unsigned long long)v);
+            }
+        }
+    }
+    tprintf(&t, "# HELP sluice_upstream_duration_seconds Time from upstream request to the end of its response.\n"
+                "# TYPE sluice_upstream_duration_seconds histogram\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            sl_hist_t h;
+            sum_hist(&h, ms, n, true, ms[0]->target_base[u] + k);
+            snprintf(labels, sizeof(labels), "upstream=\"%s\",target=\"%s\"", uc->name, uc->targets[k].addr.text);
+            render_hist(&t, "sluice_upstream_duration_seconds", labels, &h);
+        }
+    }
+    tprintf(&t, "# HELP sluice_connections_active Open client connections by listener.\n"
+                "# TYPE sluice_connections_active gauge\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        int64_t v = 0;
+        for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->conns_active[l]);
+        tprintf(&t, "sluice_connections_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+    }
+    if (extra) tprintf(&t, "%s", extra);
+    if (t.oom) {
+        free(t.p);
+        return SL_ERROR;
+    }
+    *out = t.p;
+    *len = t.len;
+    return SL_OK;
+}

@@ -1,0 +1,53 @@
+/* metrics.h — per-worker counters, summed by the main thread at scrape time.
+ *
+ * Each worker writes only its own counters (single writer, relaxed atomic
+ * stores, no lock prefix); the admin thread reads them with relaxed loads.
+ * Labels come only from config names, never from request data.
+ */
+#ifndef SL_METRICS_H
+#define SL_METRICS_H
+
+#include "common.h"
+#include "config.h"
+
+#define SL_METRIC_CODES 500 /* status 100..599 */
+#define SL_METRIC_BUCKETS 14
+
+#define SL_COUNTER_ADD(x, v) \
+    __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+#define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+typedef struct {
+    uint64_t buckets[SL_METRIC_BUCKETS]; /**< cumulative counts are computed at render */
+    uint64_t sum_us, count;
+} sl_hist_t;
+
+typedef struct {
+    size_t nroutes;        /**< config routes + 1 ("none": no route matched or rejected) */
+    size_t ntargets;       /**< all targets of all upstreams */
+    size_t *target_base;   /**< [nupstreams]: first global target index of each upstream */
+    uint64_t *req_codes;   /**< [nroutes][SL_METRIC_CODES] */
+    sl_hist_t *req_dur;    /**< [nroutes] */
+    uint64_t *up_codes;    /**< [ntargets][SL_METRIC_CODES] */
+    sl_hist_t *up_dur;     /**< [ntargets] */
+    uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
+    int64_t *conns_active; /**< [nlisteners] */
+    uint64_t accepted, requests;
+} sl_wmetrics_t;
+
+int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg);
+void sl_metrics_free(sl_wmetrics_t *m);
+
+/** Records one finished request; route -1 means "none". Worker thread only. */
+void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns);
+/** Records one upstream exchange; code 0 when no response arrived. Worker thread only. */
+void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns);
+
+/**
+ * Renders the Prometheus text of all workers into a malloc'ed buffer (*out, *len).
+ * Main thread. `extra` is appended verbatim (process-level gauges).
+ */
+int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
+                      char **out, size_t *len);
+
+#endif

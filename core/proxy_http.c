@@ -1,0 +1,853 @@
+/* proxy_http.c — one request from routing to the end of its response.
+ *
+ * The proxy is two pumps. req_pump_up moves the client's body to the upstream
+ * (client buffer -> framed slices -> one writev), and resp_pump moves the
+ * upstream's response to the client the same way. Each pump has at most one
+ * write in flight and stops reading its source until that write completes, so
+ * a slow side pauses the fast one (backpressure) and memory per request stays
+ * at one read buffer per side. Heads are always rebuilt from parsed fields.
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "http_conn.h"
+#include "log.h"
+#include "lua_host.h"
+#include "server.h"
+
+static void resp_pump(sl_req_t *r);
+static void req_pump_up(sl_req_t *r);
+static void req_finish(sl_req_t *r);
+static void up_failed(sl_req_t *r, int status, const char *why);
+static void req_connect(sl_req_t *r);
+
+/* ---- output queues ---- */
+
+void sl__outq_reset(sl_outq_t *q) {
+    q->niov = 0;
+    q->nsizes = 0;
+}
+
+uint32_t sl__outq_room(const sl_outq_t *q) {
+    uint32_t by_iov = (uint32_t)(SL_IOV - 2 - q->niov) / 3;
+    uint32_t by_size = SL_SPANS - q->nsizes;
+    return SL_MIN(by_iov, by_size);
+}
+
+bool sl__outq_add(sl_outq_t *q, const char *p, size_t n) {
+    if (q->niov == SL_IOV) return false;
+    q->iov[q->niov++] = uv_buf_init((char *)p, (unsigned)n);
+    return true;
+}
+
+bool sl__outq_span(sl_outq_t *q, const char *p, size_t n) {
+    if (n == 0) return true;
+    if (!q->chunked) return sl__outq_add(q, p, n);
+    if (q->nsizes == SL_SPANS || q->niov + 3 > SL_IOV) return false;
+    char *sz = q->sizes[q->nsizes++];
+    sl_wbuf_t b = {sz, 0, 18};
+    sl_wbuf_hex(&b, n);
+    SL_WBUF_LIT(&b, "\r\n");
+    sl__outq_add(q, sz, b.len);
+    sl__outq_add(q, p, n);
+    return sl__outq_add(q, "\r\n", 2);
+}
+
+bool sl__outq_end_chunks(sl_outq_t *q) {
+    return !q->chunked || sl__outq_add(q, "0\r\n\r\n", 5);
+}
+
+int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb) {
+    /* Try the write now: in the common case it completes and needs no write request,
+     * so the steady state allocates nothing (uv_write copies arrays of more than 4 bufs). */
+    int n = uv_try_write(s, q->iov, q->niov);
+    if (n == UV_EAGAIN) n = 0;
+    if (n < 0) return n;
+    size_t left = (size_t)n;
+    uint16_t i = 0;
+    while (i < q->niov && left >= q->iov[i].len) left -= q->iov[i++].len;
+    if (i == q->niov) {
+        sl__outq_reset(q);
+        return 1;
+    }
+    q->iov[i].base += left;
+    q->iov[i].len -= left;
+    int rc = uv_write(wr, s, q->iov + i, q->niov - i, cb);
+    if (rc < 0) return rc;
+    q->writing = 1;
+    return 0;
+}
+
+/* ---- heads ---- */
+
+static bool put_header(sl_wbuf_t *b, sl_str_t name, sl_str_t value) {
+    return sl_wbuf_str(b, name) && SL_WBUF_LIT(b, ": ") && sl_wbuf_str(b, value) &&
+           SL_WBUF_LIT(b, "\r\n");
+}
+
+/* The head sent upstream: method, path (prefix stripped), the client's end-to-end
+ * headers, X-Forwarded-*, X-Request-ID and our own framing. */
+static int build_upstream_head(sl_req_t *r) {
+    const sl_h1_head_t *h = &r->head;
+    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
+    if (!b.p) return SL_ERROR;
+    sl_str_t path = h->path;
+    if (r->strip) {
+        path.p += r->strip;
+        path.len -= r->strip;
+    }
+    bool ok = sl_wbuf_str(&b, h->method) && SL_WBUF_LIT(&b, " ");
+    if (path.len == 0 || path.p[0] != '/') ok = ok && SL_WBUF_LIT(&b, "/");
+    ok = ok && sl_wbuf_str(&b, path);
+    if (h->query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, h->query);
+    ok = ok && SL_WBUF_LIT(&b, " HTTP/1.1\r\n");
+
+    const sl_h1_header_t *xff = NULL;
+    bool has_rid = false;
+    for (uint16_t i = 0; i < h->nheaders && ok; i++) {
+        const sl_h1_header_t *x = &h->headers[i];
+        if (x->hop) continue;
+        if (SL_IEQ(x->name, "x-forwarded-for")) {
+            xff = x;
+            continue;
+        }
+        if (SL_IEQ(x->name, "x-forwarded-proto") || SL_IEQ(x->name, "x-forwarded-host")) continue;
+        if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
+        ok = put_header(&b, x->name, x->value);
+    }
+    if (!h->host.len) ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
+    ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
+    if (xff) ok = ok && sl_wbuf_str(&b, xff->value) && SL_WBUF_LIT(&b, ", ");
+    ok = ok && sl_wbuf_put(&b, r->c->peer, strlen(r->c->peer)) && SL_WBUF_LIT(&b, "\r\n");
+    ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n");
+    if (h->host.len) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
+    if (!has_rid) ok = ok && put_header(&b, SL_LIT("X-Request-ID"), (sl_str_t){r->rid, r->rid_len});
+    if (h->body_kind == SL_BODY_CHUNKED) {
+        ok = ok && SL_WBUF_LIT(&b, "Transfer-Encoding: chunked\r\n");
+    } else if (h->flags & SL_H1_HAS_CL) {
+        ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
+             SL_WBUF_LIT(&b, "\r\n");
+    }
+    if (r->w->cfg->upstreams[r->upstream].keepalive_max_idle == 0)
+        ok = ok && SL_WBUF_LIT(&b, "Connection: close\r\n");
+    ok = ok && SL_WBUF_LIT(&b, "\r\n");
+    if (!ok) return SL_ERROR;
+    sl_arena_commit(&r->arena, b.len);
+    r->uphead = uv_buf_init(b.p, (unsigned)b.len);
+    return SL_OK;
+}
+
+static bool client_keeps_alive(const sl_req_t *r) {
+    const sl_h1_head_t *h = &r->head;
+    if (h->flags & SL_H1_CONN_CLOSE) return false;
+    return h->minor >= 1 || (h->flags & SL_H1_CONN_KEEPALIVE);
+}
+
+/* Connection header for the client, from the decision made for this response. */
+static bool put_conn_header(sl_wbuf_t *b, sl_req_t *r) {
+    if (r->c->closing || r->w->draining) r->keep_alive = 0;
+    if (!r->keep_alive) return SL_WBUF_LIT(b, "Connection: close\r\n");
+    if (r->head.minor == 0) return SL_WBUF_LIT(b, "Connection: keep-alive\r\n");
+    return true;
+}
+
+/* The head sent to the client, rebuilt from the upstream's parsed response. */
+static int build_client_head(sl_req_t *r) {
+    const sl_h1_head_t *h = &r->rhead;
+    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
+    if (!b.p) return SL_ERROR;
+    bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)h->status) &&
+              SL_WBUF_LIT(&b, " ") && sl_wbuf_str(&b, h->reason.len ? h->reason : sl_h1_reason(h->status)) &&
+              SL_WBUF_LIT(&b, "\r\n");
+    for (uint16_t i = 0; i < h->nheaders && ok; i++)
+        if (!h->headers[i].hop) ok = put_header(&b, h->headers[i].name, h->headers[i].value);
+
+    r->clq.chunked = 0;
+    if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED) {
+        /* Kept on HEAD and 304 too: there it describes the representation, not a body. */
+        if (h->status >= 200 && h->status != 204)
+            ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
+                 SL_WBUF_LIT(&b, "\r\n");
+    } else if (h->body_kind == SL_BODY_CHUNKED || h->body_kind == SL_BODY_EOF) {
+        if (r->head.minor >= 1) {
+            ok = ok && SL_WBUF_LIT(&b, "Transfer-Encoding: chunked\r\n");
+            r->clq.chunked = 1;
+        } else {
+            r->keep_alive = 0; /* an HTTP/1.0 client learns the end from the close */
+        }
+    } else if (h->body_kind == SL_BODY_NONE && h->status >= 200 && h->status != 204 &&
+               h->status != 304 && r->head.method_id != HTTP_HEAD) {
+        ok = ok && SL_WBUF_LIT(&b, "Content-Length: 0\r\n");
+    }
+    ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
+    if (!ok) return SL_ERROR;
+    sl_arena_commit(&r->arena, b.len);
+    sl__outq_add(&r->clq, b.p, b.len);
+    return SL_OK;
+}
+
+/* ---- gateway-made answers ---- */
+
+void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
+    if (r->up) {
+        r->up->req = NULL;
+        sl__upconn_close(r->up);
+        r->up = NULL;
+    }
+    r->mode = SL_MODE_LOCAL;
+    r->status = status;
+    /* A body we did not read to its end cannot be skipped safely: close after answering. */
+    if (close || !r->body_done) r->keep_alive = 0;
+    sl__conn_stop_reading(r->c);
+    sl__outq_reset(&r->clq);
+    r->clq.chunked = 0;
+    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 512);
+    if (!b.p) {
+        sl__conn_abort(r->c);
+        return;
+    }
+    bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)status) && SL_WBUF_LIT(&b, " ") &&
+              sl_wbuf_str(&b, sl_h1_reason(status)) && SL_WBUF_LIT(&b, "\r\n");
+    if (ctype.len) ok = ok && put_header(&b, SL_LIT("Content-Type"), ctype);
+    ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, body.len) &&
+         SL_WBUF_LIT(&b, "\r\n");
+    if (status == 503) ok = ok && SL_WBUF_LIT(&b, "Retry-After: 1\r\n");
+    ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
+    if (!ok) {
+        sl__conn_abort(r->c);
+        return;
+    }
+    sl_arena_commit(&r->arena, b.len);
+    sl__outq_add(&r->clq, b.p, b.len);
+    if (body.len && r->head.method_id != HTTP_HEAD) sl__outq_add(&r->clq, body.p, body.len);
+    r->resp_head = 1;
+    r->resp_done = 1;
+    resp_pump(r);
+}
+
+static void respond_error(sl_req_t *r, int status, const char *msg, bool close) {
+    char *body = sl_arena_alloc(&r->arena, 128);
+    if (!body) {
+        sl__conn_abort(r->c);
+        return;
+    }
+    int n = snprintf(body, 128, "{\"error\":\"%s\"}\n", msg);
+    sl__req_respond(r, status, SL_LIT("application/json"), (sl_str_t){body, (size_t)n}, close);
+}
+
+/* ---- request start ---- */
+
+static void make_request_id(sl_req_t *r) {
+    const sl_h1_header_t *x = sl_h1_find(&r->head, "x-request-id", 12);
+    if (x && x->value.len > 0 && x->value.len < sizeof(r->rid)) {
+        memcpy(r->rid, x->value.p, x->value.len);
+        r->rid_len = (uint8_t)x->value.len;
+        return;
+    }
+    /* xorshift64* per worker: unique within a process, unpredictable enough for tracing. */
+    sl_worker_t *w = r->w;
+    uint64_t v[2];
+    for (int i = 0; i < 2; i++) {
+        uint64_t s = w->rid_seed;
+        s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+        w->rid_seed = s;
+        v[i] = s * 0x2545F4914F6CDD1DULL;
+    }
+    v[1] ^= ++w->rid_seq;
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) r->rid[i] = hex[(v[i / 16] >> ((i % 16) * 4)) & 15];
+    r->rid_len = 32;
+}
+
+static void normalize_host(sl_req_t *r) {
+    sl_str_t h = r->head.host.len ? r->head.host : r->head.authority;
+    size_t n = h.len;
+    if (n && h.p[0] == '[') {
+        const char *e = memchr(h.p, ']', n);
+        n = e ? (size_t)(e - h.p + 1) : n;
+    } else {
+        const char *colon = memchr(h.p, ':', n);
+        if (colon) n = (size_t)(colon - h.p);
+    }
+    if (n >= sizeof(r->host)) n = sizeof(r->host) - 1;
+    for (size_t i = 0; i < n; i++) r->host[i] = sl_lower(h.p[i]);
+    r->host_len = (uint16_t)n;
+}
+
+static int on_body_to_upstream(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    r->body_in += n;
+    uint64_t max = r->c->lc->max_body;
+    if (max && r->body_in > max) {
+        r->body_err = 413;
+        return 1;
+    }
+    return sl__outq_span(&r->upq, p, n) ? 0 : 1;
+}
+
+#define SL_ECHO_MAX_BODY (1u << 20)
+
+static int on_body_to_echo(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    r->body_in += n;
+    if (r->heap_len + n > SL_ECHO_MAX_BODY) {
+        r->body_err = 413;
+        return 1;
+    }
+    if (r->heap_len + n > r->heap_cap) {
+        size_t cap = SL_MAX(r->heap_cap * 2, SL_MAX(r->heap_len + n, (size_t)4096));
+        char *np = realloc(r->heap, cap);
+        if (!np) return 1;
+        r->heap = np;
+        r->heap_cap = cap;
+    }
+    memcpy(r->heap + r->heap_len, p, n);
+    r->heap_len += n;
+    return 0;
+}
+
+static void echo_pump(sl_req_t *r) {
+    sl_conn_t *c = r->c;
+    while (!r->body_done && c->rpos < c->rlen) {
+        size_t used;
+        c->h1.spans_left = 1u << 30;
+        int rc = sl_h1_body(&c->h1, c->rbuf + c->rpos, c->rlen - c->rpos, &used);
+        c->rpos += (uint32_t)used;
+        if (rc == SL_ERROR) {
+            respond_error(r, r->body_err ? r->body_err : 400, r->body_err == 413 ? "body too large" : "bad body", true);
+            return;
+        }
+        if (rc == SL_DONE) r->body_done = 1;
+    }
+    if (!r->body_done) {
+        if (c->rpos == c->rlen) c->rpos = c->rlen = r->head_end;
+        sl__conn_arm(c, c->lc->idle_timeout_ms);
+        sl__conn_start_reading(c);
+        return;
+    }
+    sl__conn_stop_reading(c);
+    sl_str_t out;
+    if (sl__echo_build(r, &out) != SL_OK) {
+        respond_error(r, 500, "echo failed", true);
+        return;
+    }
+    sl__req_respond(r, 200, SL_LIT("application/json"), out, false);
+}
+
+static const sl_route_conf_t *route_conf(const sl_req_t *r) {
+    return r->route >= 0 ? &r->w->cfg->routes[r->route] : NULL;
+}
+
+static bool route_has_plugin(const sl_route_conf_t *rc, const char *name) {
+    for (size_t i = 0; i < rc->nplugins; i++)
+        if (strcmp(rc->plugins[i].name, name) == 0) return true;
+    return false;
+}
+
+void sl__req_begin(sl_req_t *r) {
+    sl_conn_t *c = r->c;
+    sl_worker_t *w = r->w;
+    r->keep_alive = client_keeps_alive(r);
+    r->body_done = r->head.body_kind == SL_BODY_NONE;
+    normalize_host(r);
+    make_request_id(r);
+
+    uint32_t strip = 0;
+    r->route = sl_lua_route(w, r, &strip);
+    r->strip = strip;
+    const sl_route_conf_t *rc = route_conf(r);
+    if (!rc) {
+        static const char body[] = "{\"error\":\"no route\"}";
+        sl__req_respond(r, 404, SL_LIT("application/json"), SL_LIT(body), false);
+        return;
+    }
+    if (r->head.body_kind == SL_BODY_LENGTH && c->lc->max_body && r->head.content_length > c->lc->max_body) {
+        respond_error(r, 413, "body too large", true);
+        return;
+    }
+    if ((r->head.flags & SL_H1_EXPECT_CONTINUE) && !r->body_done && c->rpos == c->rlen) {
+        /* The gateway takes the body itself, so it says 100 Continue itself (as nginx does). */
+        sl__outq_add(&r->clq, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        int wr = sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, NULL);
+        if (wr < 0) {
+            sl__conn_abort(c);
+            return;
+        }
+        if (wr == 0) {
+            /* The kernel buffer of a fresh connection always takes 25 bytes; if not, give up. */
+            sl__conn_abort(c);
+            return;
+        }
+    }
+    if (route_has_plugin(rc, "echo")) {
+        r->mode = SL_MODE_ECHO;
+        c->h1.on_data = on_body_to_echo;
+        c->h1.ud = r;
+        echo_pump(r);
+        return;
+    }
+    if (rc->upstream < 0) {
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"route", rc->name, "request_id", r->rid}, 2,
+                  "the route's chain gave no answer and it has no upstream");
+        respond_error(r, 503, "no answer", false);
+        return;
+    }
+    r->mode = SL_MODE_PROXY;
+    r->upstream = rc->upstream;
+    c->h1.on_data = on_body_to_upstream;
+    c->h1.ud = r;
+    r->upq.chunked = r->head.body_kind == SL_BODY_CHUNKED;
+    if (build_upstream_head(r) != SL_OK) {
+        respond_error(r, 431, "request head too large", true);
+        return;
+    }
+    sl__outq_add(&r->upq, r->uphead.base, r->uphead.len);
+    /* Frame what the client already sent before connecting: a malformed body found
+     * now is answered without the upstream ever seeing a byte. */
+    req_pump_up(r);
+    if (r->c->req != r || r->mode != SL_MODE_PROXY) return;
+    req_connect(r);
+}
+
+void sl__req_on_client_data(sl_req_t *r) {
+    switch (r->mode) {
+    case SL_MODE_PROXY:
+        if (!r->body_done) {
+            req_pump_up(r);
+            return;
+        }
+        break;
+    case SL_MODE_ECHO:
+        if (!r->body_done) {
+            echo_pump(r);
+            return;
+        }
+        break;
+    }
+    /* Bytes of a pipelined request: they wait until this one is answered. */
+    sl__conn_stop_reading(r->c);
+}
+
+/* ---- upstream connection ---- */
+
+static void up_arm(sl_upconn_t *u, uint64_t ms);
+
+static void up_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    sl_upconn_t *u = (sl_upconn_t *)h;
+    if (!u->rbuf) {
+        u->rbuf = sl_block_get(&u->w->blocks);
+        u->rlen = u->rpos = 0;
+        if (!u->rbuf) {
+            *buf = uv_buf_init(NULL, 0);
+            return;
+        }
+    }
+    *buf = uv_buf_init(u->rbuf + u->rlen, SL_BLOCK_SIZE - u->rlen);
+}
+
+static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void up_start_reading(sl_upconn_t *u) {
+    if (u->reading || u->eof || u->state == SL_UP_CLOSED) return;
+    if (u->rbuf && u->rlen == SL_BLOCK_SIZE) return;
+    if (uv_read_start((uv_stream_t *)&u->tcp, up_alloc, up_on_read) == 0) u->reading = 1;
+}
+
+static void up_stop_reading(sl_upconn_t *u) {
+    if (!u->reading) return;
+    uv_read_stop((uv_stream_t *)&u->tcp);
+    u->reading = 0;
+}
+
+static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    sl_upconn_t *u = (sl_upconn_t *)s;
+    sl_req_t *r = u->req;
+    if (nread == 0) {
+        if (u->rbuf && u->rpos == u->rlen && (!r || r->resp_head)) {
+            sl_block_put(&u->w->blocks, u->rbuf);
+            u->rbuf = NULL;
+        }
+        return;
+    }
+    if (!r) {
+        /* Bytes or EOF on a pooled connection: it is no longer at a clean boundary. */
+        sl__upconn_close(u);
+        return;
+    }
+    if (nread < 0) {
+        u->eof = 1;
+        up_stop_reading(u);
+        resp_pump(r);
+        return;
+    }
+    u->rlen += (uint32_t)nread;
+    up_arm(u, r->w->cfg->upstreams[r->upstream].read_timeout_ms);
+    resp_pump(r);
+}
+
+static void up_on_timer(uv_timer_t *t) {
+    sl_upconn_t *u = t->data;
+    sl_req_t *r = u->req;
+    if (!r) {
+        sl__upconn_close(u); /* idle keep-alive expired */
+        return;
+    }
+    up_failed(r, 504, u->state == SL_UP_CONNECTING ? "upstream connect timed out" : "upstream timed out");
+}
+
+static void up_arm(sl_upconn_t *u, uint64_t ms) {
+    if (ms) uv_timer_start(&u->timer, up_on_timer, ms, 0);
+}
+
+static void up_on_write(uv_write_t *wr, int status) {
+    sl_upconn_t *u = (sl_upconn_t *)wr->handle;
+    sl_req_t *r = u->req;
+    if (!r) return; /* cancelled by a close */
+    r->upq.writing = 0;
+    if (status < 0) {
+        up_failed(r, 502, "upstream write failed");
+        return;
+    }
+    sl__outq_reset(&r->upq);
+    req_pump_up(r);
+}
+
+static void up_on_connect(uv_connect_t *creq, int status) {
+    sl_upconn_t *u = SL_CONTAINER_OF(creq, sl_upconn_t, creq);
+    sl_req_t *r = u->req;
+    if (!r || u->state == SL_UP_CLOSED) return;
+    if (status < 0) {
+        up_failed(r, status == UV_ETIMEDOUT ? 504 : 502, uv_strerror(status));
+        return;
+    }
+    u->state = SL_UP_ACTIVE;
+    uv_tcp_nodelay(&u->tcp, 1);
+    up_start_reading(u);
+    req_pump_up(r);
+}
+
+static void req_connect(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = &w->cfg->upstreams[r->upstream];
+    sl_upstream_state_t *us = &w->ups[r->upstream];
+    uint32_t t = us->rr_next++ % (uint32_t)uc->ntargets;
+    r->target = (int)t;
+    r->up_start_ns = sl_now_ns();
+
+    sl_upconn_t *u = sl__pool_get(w, (uint32_t)r->upstream, t);
+    if (u) {
+        u->req = r;
+        u->state = SL_UP_ACTIVE;
+        r->up = u;
+        up_start_reading(u);
+        req_pump_up(r);
+        return;
+    }
+    u = calloc(1, sizeof(*u));
+    if (!u) {
+        respond_error(r, 502, "out of memory", true);
+        return;
+    }
+    u->w = w;
+    u->upstream = (uint32_t)r->upstream;
+    u->target = t;
+    u->req = r;
+    u->state = SL_UP_CONNECTING;
+    uv_tcp_init(&w->loop, &u->tcp);
+    uv_timer_init(&w->loop, &u->timer);
+    u->tcp.data = u;
+    u->timer.data = u;
+    w->nupconns++;
+    sl_h1_init(&u->h1, HTTP_RESPONSE, w->resp_limits);
+    r->up = u;
+    const sl_addr_t *a = &uc->targets[t].addr;
+    int rc = uv_tcp_connect(&u->creq, &u->tcp, (const struct sockaddr *)&a->ss, up_on_connect);
+    if (rc < 0) {
+        up_failed(r, 502, uv_strerror(rc));
+        return;
+    }
+    up_arm(u, uc->connect_timeout_ms);
+}
+
+/* An upstream exchange failed before the response was complete. */
+static void up_failed(sl_req_t *r, int status, const char *why) {
+    sl_upconn_t *u = r->up;
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = &w->cfg->upstreams[r->upstream];
+    bool reused = u && u->nreqs > 0;
+    bool got_bytes = u && (r->resp_head || u->rlen > 0);
+    if (u) {
+        u->req = NULL;
+        sl__upconn_close(u);
+        r->up = NULL;
+    }
+    if (r->resp_head && !r->resp_written) {
+        /* The rebuilt head never left: the client can still get a clean 502. */
+        r->resp_head = 0;
+        r->resp_done = 0;
+        sl__outq_reset(&r->clq);
+    }
+    if (r->resp_head) {
+        /* The client already has a status line: it must never get a second one. */
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+                  "upstream failed mid-response: %s", why);
+        sl_metrics_upstream(&w->metrics, r->upstream, r->target, 0, sl_now_ns() - r->up_start_ns);
+        sl__conn_abort(r->c);
+        return;
+    }
+    /* A pooled connection the upstream closed just as we reused it: the request never
+     * reached an application, so one retry on a fresh connection is safe for a request
+     * without a body. */
+    if (reused && !got_bytes && !r->retried && r->head.body_kind == SL_BODY_NONE && status == 502) {
+        r->retried = 1;
+        r->req_sent = 0;
+        r->upq.writing = 0;
+        sl__outq_reset(&r->upq);
+        sl__outq_add(&r->upq, r->uphead.base, r->uphead.len);
+        req_connect(r);
+        return;
+    }
+    sl_metrics_upstream(&w->metrics, r->upstream, r->target, 0, sl_now_ns() - r->up_start_ns);
+    sl_log_kv(SL_LOG_WARN,
+              (const char *[]){"request_id", r->rid, "route", route_conf(r) ? route_conf(r)->name : NULL,
+                               "upstream", uc->name},
+              3, "%s -> %d", why, status);
+    respond_error(r, status, status == 504 ? "upstream timed out" : "bad gateway", false);
+}
+
+/* ---- client -> upstream ---- */
+
+static void req_pump_up(sl_req_t *r) {
+    sl_conn_t *c = r->c;
+    for (;;) {
+        if (r->upq.writing) return;
+        uint32_t room = sl__outq_room(&r->upq);
+        if (!r->body_done && c->rpos < c->rlen && room > 0) {
+            size_t used;
+            c->h1.spans_left = room;
+            int rc = sl_h1_body(&c->h1, c->rbuf + c->rpos, c->rlen - c->rpos, &used);
+            c->rpos += (uint32_t)used;
+            if (rc == SL_ERROR) {
+                int st = r->body_err ? r->body_err : 400;
+                if (r->resp_head) {
+                    sl__conn_abort(c);
+                    return;
+                }
+                /* Whatever reached the upstream is abandoned with its connection. */
+                respond_error(r, st, st == 413 ? "body too large" : "bad request body", true);
+                return;
+            }
+            if (rc == SL_DONE) {
+                r->body_done = 1;
+                sl__outq_end_chunks(&r->upq);
+            }
+            continue;
+        }
+        sl_upconn_t *u = r->up;
+        if (!u || u->state != SL_UP_ACTIVE) {
+            sl__conn_stop_reading(c);
+            return;
+        }
+        if (r->upq.niov == 0) {
+            if (r->body_done) {
+                if (!r->req_sent) {
+                    r->req_sent = 1;
+                    if (!r->clq.writing) uv_timer_stop(&c->timer);
+                    if (!r->resp_head) up_arm(u, r->w->cfg->upstreams[r->upstream].read_timeout_ms);
+                }
+                sl__conn_stop_reading(c);
+                return;
+            }
+            if (c->rpos == c->rlen) c->rpos = c->rlen = r->head_end;
+            sl__conn_arm(c, c->lc->idle_timeout_ms);
+            sl__conn_start_reading(c);
+            return;
+        }
+        int rc = sl__outq_write(&r->upq, (uv_stream_t *)&u->tcp, &u->wreq, up_on_write);
+        if (rc < 0) {
+            up_failed(r, 502, "upstream write failed");
+            return;
+        }
+        if (rc == 0) {
+            sl__conn_stop_reading(c);
+            up_arm(u, r->w->cfg->upstreams[r->upstream].write_timeout_ms);
+            return;
+        }
+    }
+}
+
+/* ---- upstream -> client ---- */
+
+static int on_body_to_client(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    return sl__outq_span(&r->clq, p, n) ? 0 : 1;
+}
+
+static void cl_on_write(uv_write_t *wr, int status) {
+    sl_conn_t *c = (sl_conn_t *)wr->handle;
+    sl_req_t *r = c->req;
+    if (!r) return;
+    r->clq.writing = 0;
+    uv_timer_stop(&c->timer);
+    if (status < 0) {
+        sl__conn_abort(c);
+        return;
+    }
+    sl__outq_reset(&r->clq);
+    resp_pump(r);
+}
+
+static bool upstream_keeps_alive(const sl_h1_head_t *h) {
+    if (h->flags & SL_H1_CONN_CLOSE) return false;
+    return h->minor >= 1 || (h->flags & SL_H1_CONN_KEEPALIVE);
+}
+
+static void resp_pump(sl_req_t *r) {
+    sl_conn_t *c = r->c;
+    for (;;) {
+        if (r->clq.writing) return;
+        sl_upconn_t *u = r->up;
+        if (u && !r->resp_head) {
+            if (u->rpos < u->rlen) {
+                size_t used = 0;
+                int st = 0;
+                u->h1.req_was_head = r->head.method_id == HTTP_HEAD;
+                int rc = sl_h1_head(&u->h1, u->rbuf + u->rpos, u->rlen - u->rpos, &r->rhead, &used, &st);
+                if (rc == SL_ERROR) {
+                    up_failed(r, 502, "malformed upstream response");
+                    return;
+                }
+                if (rc == SL_OK) {
+                    u->rpos += (uint32_t)used;
+                    if (r->rhead.status < 200) {
+                        if (r->rhead.status == 101) {
+                            up_failed(r, 502, "upstream switched protocols unasked");
+                            return;
+                        }
+                        continue; /* interim responses end here: the gateway sent its own 100 */
+                    }
+                    r->status = r->rhead.status;
+                    /* An answer that came before the whole body was sent ends the exchange. */
+                    if (!r->body_done) r->keep_alive = 0;
+                    if (build_client_head(r) != SL_OK) {
+                        up_failed(r, 502, "upstream response head too large");
+                        return;
+                    }
+                    r->resp_head = 1;
+                    r->resp_eof_body = r->rhead.body_kind == SL_BODY_EOF;
+                    u->h1.on_data = on_body_to_client;
+                    u->h1.ud = r;
+                    if (r->rhead.body_kind == SL_BODY_NONE) r->resp_done = 1;
+                    continue;
+                }
+            }
+            if (u->eof) {
+                up_failed(r, 502, "upstream closed before answering");
+                return;
+            }
+            if (u->rlen == SL_BLOCK_SIZE) {
+                up_failed(r, 502, "upstream response head too large");
+                return;
+            }
+            up_start_reading(u);
+            return;
+        }
+        if (u && r->resp_head && !r->resp_done && u->rpos < u->rlen && sl__outq_room(&r->clq)) {
+            size_t used;
+            u->h1.spans_left = sl__outq_room(&r->clq);
+            int rc = sl_h1_body(&u->h1, u->rbuf + u->rpos, u->rlen - u->rpos, &used);
+            u->rpos += (uint32_t)used;
+            if (rc == SL_ERROR) {
+                up_failed(r, 502, "malformed upstream body");
+                return;
+            }
+            if (rc == SL_DONE) {
+                r->resp_done = 1;
+                sl__outq_end_chunks(&r->clq);
+            }
+            continue;
+        }
+        if (r->clq.niov) {
+            r->resp_written = r->resp_written || r->resp_head;
+            int rc = sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, cl_on_write);
+            if (rc < 0) {
+                sl__conn_abort(c);
+                return;
+            }
+            if (rc == 0) {
+                if (u) up_stop_reading(u);
+                sl__conn_arm(c, c->lc->idle_timeout_ms); /* a client that stops reading */
+                return;
+            }
+            continue;
+        }
+        if (r->resp_done) {
+            req_finish(r);
+            return;
+        }
+        if (!u) return;
+        if (u->eof) {
+            if (r->resp_eof_body) {
+                r->resp_done = 1;
+                sl__outq_end_chunks(&r->clq);
+                continue;
+            }
+            up_failed(r, 502, "upstream closed mid-body");
+            return;
+        }
+        if (u->rpos == u->rlen) u->rpos = u->rlen = 0;
+        up_start_reading(u);
+        return;
+    }
+}
+
+static void req_finish(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    uint64_t now = sl_now_ns();
+    sl_upconn_t *u = r->up;
+    if (u) {
+        const sl_upstream_conf_t *uc = &w->cfg->upstreams[r->upstream];
+        bool clean = r->req_sent && !u->eof && u->rpos == u->rlen && !r->resp_eof_body &&
+                     upstream_keeps_alive(&r->rhead) && uc->keepalive_max_idle > 0 && !w->draining;
+        sl_metrics_upstream(&w->metrics, r->upstream, r->target, r->status, now - r->up_start_ns);
+        u->req = NULL;
+        r->up = NULL;
+        if (clean) {
+            u->nreqs++;
+            uv_timer_stop(&u->timer);
+            sl__pool_put(w, u);
+            if (u->state == SL_UP_IDLE) up_start_reading(u); /* to see the upstream close it */
+        } else {
+            sl__upconn_close(u);
+        }
+    }
+    sl_metrics_request(&w->metrics, r->route, r->status, now - r->start_ns);
+    if (!r->body_done) r->keep_alive = 0;
+    sl__conn_request_done(r->c);
+}
+
+void sl__req_abort(sl_req_t *r) {
+    if (r->up) {
+        r->up->req = NULL;
+        sl__upconn_close(r->up);
+        r->up = NULL;
+    }
+    if (r->status == 0) r->status = 499; /* the client left before an answer (nginx's 499) */
+    sl_metrics_request(&r->w->metrics, r->route, r->status, sl_now_ns() - r->start_ns);
+    sl__req_free(r);
+}
+
+void sl__req_free(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    assert(!r->up);
+    sl_arena_reset(&r->arena);
+    free(r->heap);
+    r->heap = NULL;
+    if (w->nfree_reqs < 1024) {
+        r->free_next = w->free_reqs;
+        w->free_reqs = r;
+        w->nfree_reqs++;
+    } else {
+        free(r);
+    }
+}

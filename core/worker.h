@@ -1,0 +1,70 @@
+/* worker.h — one event-loop thread: its loop, listeners, pools, Lua VM and counters.
+ *
+ * Everything here is owned by one worker thread and touched only by it, except
+ * `metrics` (read by the admin thread with relaxed loads) and `async` (the main
+ * thread's doorbell for drain). Nothing on a worker's path takes a lock.
+ */
+#ifndef SL_WORKER_H
+#define SL_WORKER_H
+
+#include <lua.h>
+#include <uv.h>
+
+#include "block.h"
+#include "config.h"
+#include "metrics.h"
+
+typedef struct sl_server_s sl_server_t;
+typedef struct sl_conn_s sl_conn_t;
+typedef struct sl_upconn_s sl_upconn_t;
+typedef struct sl_req_s sl_req_t;
+
+/** Idle keep-alive connections to one target, most recently used first. */
+typedef struct {
+    sl_upconn_t *head;
+    uint32_t n;
+} sl_idle_list_t;
+
+typedef struct {
+    uint32_t rr_next;       /**< round-robin cursor */
+    sl_idle_list_t *idle;   /**< [ntargets] */
+} sl_upstream_state_t;
+
+typedef struct sl_worker_s {
+    int id;
+    sl_server_t *srv;
+    const sl_config_t *cfg;
+    uv_loop_t loop;
+    uv_thread_t thread;
+    uv_async_t async;
+    uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
+    sl_blockpool_t blocks;
+    struct sl_h1_limits_s *limits; /**< [cfg->nlisteners] request-head limits */
+    struct sl_h1_limits_s *resp_limits; /**< upstream response heads */
+    sl_req_t *free_reqs;    /**< recycled request objects */
+    uint32_t nfree_reqs;
+    sl_upstream_state_t *ups; /**< [cfg->nupstreams] */
+    sl_conn_t *conns;       /**< every open client connection, for drain */
+    uint32_t nconns;
+    uint32_t nupconns;      /**< open upstream connections, idle or busy */
+    bool draining;
+    bool stopped;
+    lua_State *L;
+    int lua_dispatch;       /**< registry ref of the router dispatcher */
+    uint64_t rid_seed, rid_seq; /**< request-id generator */
+    sl_wmetrics_t metrics;
+} sl_worker_t;
+
+/** Prepares worker `id` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */
+int sl_worker_init(sl_worker_t *w, sl_server_t *srv, int id, const char **err);
+/** Starts the worker's thread: it opens its listeners on fds the server bound. */
+int sl_worker_start(sl_worker_t *w);
+/** Main thread: asks the worker to stop accepting and finish in-flight work. */
+void sl_worker_drain(sl_worker_t *w);
+void sl_worker_join(sl_worker_t *w);
+void sl_worker_destroy(sl_worker_t *w);
+
+/* Between the worker's files (conn.c, proxy_http.c). */
+void sl__worker_maybe_stop(sl_worker_t *w);
+
+#endif

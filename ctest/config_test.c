@@ -1,0 +1,821 @@
+/* config_test.c — unit tests for core/config.c: values, defaults, every error with its
+ * line:column, the scalar parsers, and that the shipped configs parse. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <glob.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef SL_SOURCE_DIR
+#error "SL_SOURCE_DIR must name the source root"
+#endif
+
+static int passed, failed;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            passed++;                                                                              \
+        else {                                                                                     \
+            failed++;                                                                              \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_INT(a, b)                                                                            \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ == b_)                                                                              \
+            passed++;                                                                              \
+        else {                                                                                     \
+            failed++;                                                                              \
+            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,  \
+                    a_, b_);                                                                       \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (a_ && b_ && strcmp(a_, b_) == 0)                                                       \
+            passed++;                                                                              \
+        else {                                                                                     \
+            failed++;                                                                              \
+            fprintf(stderr, "%s:%d: %s == %s failed:\n    \"%s\"\n != \"%s\"\n", __FILE__,         \
+                    __LINE__, #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                     \
+        }                                                                                          \
+    } while (0)
+
+/* A listener every error case can lean on, so it fails for its own reason only. */
+#define LISTENER "listeners: [ { name: web, listen: 127.0.0.1:8080 } ]\n"
+
+static sl_config_t *parse(const char *yaml, sl_errors_t *errs) {
+    sl_config_t *cfg = NULL;
+    int rc = sl_config_parse("t.yaml", yaml, strlen(yaml), &cfg, errs);
+    CHECK((rc == 0) == (cfg != NULL));
+    return cfg;
+}
+
+/* Parses yaml that must be valid; prints its errors when it is not. */
+static sl_config_t *parse_ok(const char *yaml, int line) {
+    sl_errors_t errs = {0};
+    sl_config_t *cfg = parse(yaml, &errs);
+    if (cfg && errs.n == 0)
+        passed++;
+    else {
+        failed++;
+        fprintf(stderr, "%s:%d: expected a valid config, got:\n", __FILE__, line);
+        for (size_t i = 0; i < errs.n; i++) fprintf(stderr, "    %s\n", errs.lines[i]);
+    }
+    sl_errors_free(&errs);
+    return cfg;
+}
+#define PARSE_OK(yaml) parse_ok((yaml), __LINE__)
+
+/* yaml must fail with exactly the given error lines (each without the "t.yaml:" prefix). */
+static void expect_errors(int line, const char *yaml, size_t n, const char *const *want) {
+    sl_errors_t errs = {0};
+    sl_config_t *cfg = parse(yaml, &errs);
+    bool ok = cfg == NULL && errs.n == n;
+    for (size_t i = 0; ok && i < n; i++) {
+        char full[1200];
+        snprintf(full, sizeof full, "t.yaml:%s", want[i]);
+        ok = strcmp(errs.lines[i], full) == 0;
+    }
+    if (ok)
+        passed++;
+    else {
+        failed++;
+        fprintf(stderr, "%s:%d: expected %zu error(s):\n", __FILE__, line, n);
+        for (size_t i = 0; i < n; i++) fprintf(stderr, "    t.yaml:%s\n", want[i]);
+        fprintf(stderr, "  got %zu:\n", errs.n);
+        for (size_t i = 0; i < errs.n; i++) fprintf(stderr, "    %s\n", errs.lines[i]);
+    }
+    sl_config_free(cfg);
+    sl_errors_free(&errs);
+}
+#define EXPECT_ERROR(yaml, want)                                                                   \
+    do {                                                                                           \
+        const char *w_[] = {want};                                                                 \
+        expect_errors(__LINE__, (yaml), 1, w_);                                                    \
+    } while (0)
+
+static uint16_t port_of(const sl_addr_t *a) {
+    if (a->ss.ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
+    return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
+}
+
+static const char *ip_of(const sl_addr_t *a, char *buf, size_t size) {
+    const void *p = a->ss.ss_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)&a->ss)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)&a->ss)->sin_addr;
+    return inet_ntop(a->ss.ss_family, p, buf, (socklen_t)size);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void test_full_config(void) {
+    const char *yaml = "workers: 3\n"
+                       "watch: false\n"
+                       "shutdown_timeout: 5s\n"
+                       "plugin_paths: [my-plugins, plugins]\n"
+                       "admin: { listen: \"[::1]:9191\" }\n"
+                       "plugins: [ { name: echo } ]\n"
+                       "listeners:\n"
+                       "  - name: web\n"
+                       "    listen: \"*:8080\"\n"
+                       "    protocol: http\n"
+                       "    max_body: 10MiB\n"
+                       "    max_header_size: 16KiB\n"
+                       "    max_request_line: 4096\n"
+                       "    header_timeout: 250ms\n"
+                       "    idle_timeout: 2m\n"
+                       "  - { name: local, listen: localhost:0 }\n"
+                       "routes:\n"
+                       "  - name: api\n"
+                       "    match:\n"
+                       "      hosts: [API.Example.com, \"*.Example.COM\"]\n"
+                       "      paths: [/v1/, /v2]\n"
+                       "      methods: [get, Post]\n"
+                       "      headers: { X-Env: canary, X-Version: 2 }\n"
+                       "    upstream: api\n"
+                       "    strip_prefix: true\n"
+                       "    plugins:\n"
+                       "      - name: echo\n"
+                       "        config: { rate: 100, per: 1s, burst: 0, key: \"a\\\"b\", store: "
+                       "local, on: [1.5, -2, null, true, \"7\", 007], nested: { x: {} } }\n"
+                       "      - { name: echo }\n"
+                       "upstreams:\n"
+                       "  - name: api\n"
+                       "    balancer: round-robin\n"
+                       "    targets: [ { address: 10.0.0.1:9001, weight: 1 }, { address: "
+                       "\"[2001:db8::1]:443\" } ]\n"
+                       "    keepalive: { max_idle: 0, idle_timeout: 1h }\n"
+                       "    timeouts: { connect: 100ms, read: 1m, write: 45s }\n"
+                       "  - name: other\n"
+                       "    targets: [ { address: 127.0.0.1:1 } ]\n";
+    sl_config_t *cfg = PARSE_OK(yaml);
+    if (!cfg) return;
+    char ip[64];
+    CHECK_STR(cfg->path, "t.yaml");
+    CHECK_INT(cfg->workers, 3);
+    CHECK_INT(cfg->watch, false);
+    CHECK_INT(cfg->shutdown_timeout_ms, 5000);
+    CHECK_INT(cfg->nplugin_paths, 2);
+    CHECK_STR(cfg->plugin_paths[0], "my-plugins");
+    CHECK_STR(cfg->plugin_paths[1], "plugins");
+    CHECK_INT(cfg->admin_enabled, true);
+    CHECK_STR(cfg->admin_listen.text, "[::1]:9191");
+    CHECK_INT(cfg->admin_listen.ss.ss_family, AF_INET6);
+    CHECK_INT(cfg->admin_listen.len, sizeof(struct sockaddr_in6));
+    CHECK_INT(port_of(&cfg->admin_listen), 9191);
+    CHECK_STR(ip_of(&cfg->admin_listen, ip, sizeof ip), "::1");
+    CHECK_INT(cfg->nplugins, 1);
+    CHECK_STR(cfg->plugins[0].name, "echo");
+    CHECK_STR(cfg->plugins[0].config_json, "{}");
+    CHECK_INT(cfg->plugins[0].line, 6);
+    CHECK_INT(cfg->plugins[0].col, 12);
+
+    CHECK_INT(cfg->nlisteners, 2);
+    const sl_listener_conf_t *l = &cfg->listeners[0];
+    CHECK_STR(l->name, "web");
+    CHECK_STR(l->listen.text, "*:8080");
+    CHECK_STR(ip_of(&l->listen, ip, sizeof ip), "0.0.0.0");
+    CHECK_INT(port_of(&l->listen), 8080);
+    CHECK_INT(l->listen.len, sizeof(struct sockaddr_in));
+    CHECK_INT(l->protocol, SL_PROTO_HTTP);
+    CHECK_INT(l->max_body, 10 << 20);
+    CHECK_INT(l->max_header_size, 16 << 10);
+    CHECK_INT(l->max_request_line, 4096);
+    CHECK_INT(l->header_timeout_ms, 250);
+    CHECK_INT(l->idle_timeout_ms, 120000);
+    CHECK_INT(l->line, 8);
+    CHECK_INT(l->col, 5);
+    l = &cfg->listeners[1];
+    CHECK_STR(l->name, "local");
+    CHECK_STR(ip_of(&l->listen, ip, sizeof ip), "127.0.0.1");
+    CHECK_INT(port_of(&l->listen), 0);
+    CHECK_INT(l->line, 16);
+    CHECK_INT(l->col, 5);
+    CHECK_INT(l->max_body, 0);
+    CHECK_INT(l->max_header_size, 32768);
+    CHECK_INT(l->max_request_line, 8192);
+    CHECK_INT(l->header_timeout_ms, 10000);
+    CHECK_INT(l->idle_timeout_ms, 60000);
+
+    CHECK_INT(cfg->nupstreams, 2);
+    const sl_upstream_conf_t *u = &cfg->upstreams[0];
+    CHECK_STR(u->name, "api");
+    CHECK_INT(u->balancer, SL_BALANCER_ROUND_ROBIN);
+    CHECK_INT(u->ntargets, 2);
+    CHECK_STR(u->targets[0].addr.text, "10.0.0.1:9001");
+    CHECK_INT(u->targets[0].weight, 1);
+    CHECK_STR(ip_of(&u->targets[1].addr, ip, sizeof ip), "2001:db8::1");
+    CHECK_INT(port_of(&u->targets[1].addr), 443);
+    CHECK_INT(u->targets[1].weight, 1);
+    CHECK_INT(u->keepalive_max_idle, 0);
+    CHECK_INT(u->keepalive_idle_timeout_ms, 3600000);
+    CHECK_INT(u->connect_timeout_ms, 100);
+    CHECK_INT(u->read_timeout_ms, 60000);
+    CHECK_INT(u->write_timeout_ms, 45000);
+    CHECK_INT(u->line, 31);
+    u = &cfg->upstreams[1];
+    CHECK_STR(u->name, "other");
+    CHECK_INT(u->balancer, SL_BALANCER_ROUND_ROBIN);
+    CHECK_INT(u->keepalive_max_idle, 64);
+    CHECK_INT(u->keepalive_idle_timeout_ms, 60000);
+    CHECK_INT(u->connect_timeout_ms, 2000);
+    CHECK_INT(u->read_timeout_ms, 30000);
+    CHECK_INT(u->write_timeout_ms, 30000);
+
+    CHECK_INT(cfg->nroutes, 1);
+    const sl_route_conf_t *r = &cfg->routes[0];
+    CHECK_STR(r->name, "api");
+    CHECK_INT(r->line, 18);
+    CHECK_INT(r->col, 5);
+    CHECK_INT(r->nhosts, 2);
+    CHECK_STR(r->hosts[0], "api.example.com");
+    CHECK_STR(r->hosts[1], "*.example.com");
+    CHECK_INT(r->npaths, 2);
+    CHECK_STR(r->paths[0], "/v1/");
+    CHECK_STR(r->paths[1], "/v2");
+    CHECK_INT(r->nmethods, 2);
+    CHECK_STR(r->methods[0], "GET");
+    CHECK_STR(r->methods[1], "POST");
+    CHECK_INT(r->nheaders, 2);
+    CHECK_STR(r->headers[0].name, "X-Env");
+    CHECK_STR(r->headers[0].value, "canary");
+    CHECK_STR(r->headers[1].name, "X-Version");
+    CHECK_STR(r->headers[1].value, "2");
+    CHECK_INT(r->upstream, 0); /* upstreams listed after routes still resolve */
+    CHECK_INT(r->strip_prefix, true);
+    CHECK_INT(r->nplugins, 2);
+    CHECK_STR(r->plugins[0].name, "echo");
+    CHECK_STR(r->plugins[0].config_json,
+              "{\"rate\":100,\"per\":\"1s\",\"burst\":0,\"key\":\"a\\\"b\",\"store\":\"local\","
+              "\"on\":[1.5,-2,null,true,\"7\",\"007\"],\"nested\":{\"x\":{}}}");
+    CHECK_INT(r->plugins[0].line, 27);
+    CHECK_INT(r->plugins[0].col, 9);
+    CHECK_STR(r->plugins[1].name, "echo");
+    CHECK_STR(r->plugins[1].config_json, "{}");
+    sl_config_free(cfg);
+}
+
+static void test_defaults(void) {
+    sl_config_t *cfg = PARSE_OK("listeners: [ { name: web, listen: 127.0.0.1:8080 } ]\n"
+                                "routes: [ { name: echo, plugins: [ { name: echo } ] } ]\n");
+    if (!cfg) return;
+    CHECK(cfg->workers >= 1 && cfg->workers <= 64);
+    CHECK_INT(cfg->watch, true);
+    CHECK_INT(cfg->shutdown_timeout_ms, 30000);
+    CHECK_INT(cfg->nplugin_paths, 1);
+    CHECK_STR(cfg->plugin_paths[0], "plugins");
+    CHECK_INT(cfg->admin_enabled, true);
+    CHECK_STR(cfg->admin_listen.text, "127.0.0.1:9090");
+    CHECK_INT(port_of(&cfg->admin_listen), 9090);
+    CHECK_INT(cfg->nplugins, 0);
+    CHECK_INT(cfg->nupstreams, 0);
+    CHECK_INT(cfg->nroutes, 1);
+    CHECK_INT(cfg->routes[0].upstream, -1);
+    CHECK_INT(cfg->routes[0].strip_prefix, false);
+    CHECK_INT(cfg->routes[0].nhosts + cfg->routes[0].npaths + cfg->routes[0].nmethods, 0);
+    sl_config_free(cfg);
+
+    /* admin off, workers auto, null values mean "default" */
+    cfg = PARSE_OK("workers: auto\nadmin: { listen: off }\nwatch:\nplugins: ~\n" LISTENER);
+    if (!cfg) return;
+    CHECK_INT(cfg->admin_enabled, false);
+    CHECK(cfg->admin_listen.text == NULL);
+    CHECK(cfg->workers >= 1 && cfg->workers <= 64);
+    CHECK_INT(cfg->watch, true);
+    sl_config_free(cfg);
+
+    /* a listener may take the admin port once the admin API moves away */
+    cfg = PARSE_OK("admin: { listen: off }\nlisteners: [ { name: a, listen: 127.0.0.1:9090 } ]\n");
+    sl_config_free(cfg);
+    cfg = PARSE_OK("plugin_paths: []\n" LISTENER);
+    if (cfg) CHECK_INT(cfg->nplugin_paths, 0);
+    sl_config_free(cfg);
+}
+
+static void test_unknown_and_unsupported_keys(void) {
+    EXPECT_ERROR(LISTENER "wokers: 2\n", "2:1: unknown key 'wokers' in the top level (did you "
+                                         "mean 'workers'?)");
+    EXPECT_ERROR(LISTENER "frobnicate: 2\n", "2:1: unknown key 'frobnicate' in the top level");
+    EXPECT_ERROR("listeners:\n  - name: web\n    lisen: 127.0.0.1:1\n    listen: 127.0.0.1:2\n",
+                 "3:5: unknown key 'lisen' in listener 'web' (did you mean 'listen'?)");
+    EXPECT_ERROR(LISTENER "admin: { listen: off, port: 1 }\n",
+                 "2:23: unknown key 'port' in 'admin'");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5, wieght: 2 } "
+                          "] } ]\n",
+                 "2:58: unknown key 'wieght' in targets[0] of upstream 'u' (did you mean "
+                 "'weight'?)");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ], "
+                          "keepalive: { max: 1 } } ]\n",
+                 "2:75: unknown key 'max' in 'keepalive' of upstream 'u'");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, upstream: u, match: { path: [/] } } ]\n"
+                          "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n",
+                 "2:44: unknown key 'path' in 'match' of route 'r' (did you mean 'paths'?)");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { name: echo, conf: {} } ] } ]\n",
+                 "2:47: unknown key 'conf' in plugin 'echo' of route 'r'");
+
+    EXPECT_ERROR(LISTENER "redis: { address: 127.0.0.1:6379 }\n",
+                 "2:1: 'redis' is not supported by this build yet");
+    EXPECT_ERROR(LISTENER "consumers: []\n", "2:1: 'consumers' is not supported by this build yet");
+    EXPECT_ERROR(LISTENER "lua_routes: [a.lua]\n",
+                 "2:1: 'lua_routes' is not supported by this build yet");
+    static const char *const lkeys[] = {"tls", "proxy_protocol", "accept_proxy_protocol", "splice",
+                                        "upstream"};
+    for (size_t i = 0; i < sizeof lkeys / sizeof lkeys[0]; i++) {
+        char yaml[256], want[256];
+        snprintf(yaml, sizeof yaml,
+                 "listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    %s: x\n", lkeys[i]);
+        snprintf(want, sizeof want, "4:5: '%s' is not supported by this build yet", lkeys[i]);
+        EXPECT_ERROR(yaml, want);
+    }
+    static const char *const ukeys[] = {"hash_on", "health", "circuit_breaker", "retry"};
+    for (size_t i = 0; i < sizeof ukeys / sizeof ukeys[0]; i++) {
+        char yaml[256], want[256];
+        snprintf(yaml, sizeof yaml,
+                 LISTENER "upstreams:\n  - name: u\n    targets: [ { address: 1.2.3.4:5 } ]\n"
+                          "    %s: x\n",
+                 ukeys[i]);
+        snprintf(want, sizeof want, "5:5: '%s' is not supported by this build yet", ukeys[i]);
+        EXPECT_ERROR(yaml, want);
+    }
+    EXPECT_ERROR(LISTENER "routes:\n  - name: r\n    plugins: [ { name: echo } ]\n    split: []\n",
+                 "5:5: 'split' is not supported by this build yet");
+    EXPECT_ERROR(LISTENER "listeners: []\n", "2:1: duplicate key 'listeners' (first at line 1)");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { name: echo, config: { a: 1, a: 2 } } ] "
+                          "} ]\n",
+                 "2:63: duplicate key 'a' (first at line 2)");
+    EXPECT_ERROR(LISTENER "[a]: 1\n", "2:1: expected a string key in the top level");
+}
+
+static void test_types(void) {
+    EXPECT_ERROR(LISTENER "workers: many\n", "2:10: expected an integer for 'workers' (or auto)");
+    EXPECT_ERROR(LISTENER "workers: \"4\"\n", "2:10: expected an integer for 'workers' (or auto)");
+    EXPECT_ERROR(LISTENER "workers: 0\n", "2:10: 'workers' must be between 1 and 1024");
+    EXPECT_ERROR(LISTENER "workers: -3\n", "2:10: 'workers' must be between 1 and 1024");
+    EXPECT_ERROR(LISTENER "workers: 99999999999999999999999\n",
+                 "2:10: 'workers' must be between 1 and 1024");
+    EXPECT_ERROR(LISTENER "workers: 2.5\n", "2:10: expected an integer for 'workers'");
+    EXPECT_ERROR(LISTENER "watch: yes\n", "2:8: expected a boolean for 'watch' (true or false)");
+    EXPECT_ERROR(LISTENER "watch: \"true\"\n",
+                 "2:8: expected a boolean for 'watch' (true or false)");
+    EXPECT_ERROR(LISTENER "watch: [true]\n", "2:8: expected a boolean for 'watch' (true or false)");
+    EXPECT_ERROR(LISTENER "admin: [127.0.0.1:1]\n", "2:8: expected a mapping for 'admin'");
+    EXPECT_ERROR(LISTENER "plugin_paths: plugins\n", "2:15: expected a list for 'plugin_paths'");
+    EXPECT_ERROR(LISTENER "plugin_paths: [ [a] ]\n",
+                 "2:17: expected a string for 'plugin_paths[0]'");
+    EXPECT_ERROR(LISTENER "plugins: { name: echo }\n", "2:10: expected a list for 'plugins'");
+    EXPECT_ERROR(LISTENER "plugins: [ echo ]\n", "2:12: expected a mapping for 'plugins[0]'");
+    EXPECT_ERROR("listeners: { name: web }\n", "1:12: expected a list for 'listeners'");
+    EXPECT_ERROR("listeners: [ web ]\n", "1:14: expected a mapping for 'listeners[0]'");
+    EXPECT_ERROR("listeners: [ { name: [web], listen: 127.0.0.1:1 } ]\n",
+                 "1:22: expected a string for 'name'");
+    EXPECT_ERROR("- a\n- b\n", "1:1: expected a mapping at the top level of the configuration");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, upstream: [u], plugins: [ { name: echo } ] } ]\n",
+                 "2:32: expected a string for 'upstream'");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { name: echo, config: [1] } ] } ]\n",
+                 "2:55: expected a mapping for 'config'");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: [], plugins: [ { name: echo } ] } ]\n",
+                 "2:29: expected a mapping for 'match'");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, strip_prefix: 1, match: { paths: [/] }, plugins: "
+                          "[ { name: echo } ] } ]\n",
+                 "2:36: expected a boolean for 'strip_prefix' (true or false)");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5, weight: "
+                          "heavy } ] } ]\n",
+                 "2:66: expected an integer for 'weight'");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5, weight: 0 } ] "
+                          "} ]\n",
+                 "2:66: 'weight' must be between 1 and 1000000");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ], "
+                          "keepalive: { max_idle: -1 } } ]\n",
+                 "2:85: 'max_idle' must be between 0 and 100000");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: { address: 1.2.3.4:5 } } ]\n",
+                 "2:34: expected a list for 'targets'");
+    EXPECT_ERROR("listeners: [ { name: web, listen: \"a\\0b\" } ]\n",
+                 "1:35: 'listen' contains a NUL byte");
+}
+
+static void test_required_and_names(void) {
+    EXPECT_ERROR("workers: 1\n", "1:1: missing required key 'listeners' in the top level");
+    EXPECT_ERROR("", "1:1: the configuration is empty: 'listeners' is required");
+    EXPECT_ERROR("# only a comment\n", "1:1: the configuration is empty: 'listeners' is required");
+    EXPECT_ERROR("listeners: []\n", "1:12: at least one listener is required");
+    EXPECT_ERROR("listeners:\n", "1:1: 'listeners' needs a value");
+    EXPECT_ERROR("listeners:\n  - listen: 127.0.0.1:1\n",
+                 "2:5: missing required key 'name' in listeners[0]");
+    EXPECT_ERROR("listeners:\n  - name: web\n",
+                 "2:5: missing required key 'listen' in listener 'web'");
+    EXPECT_ERROR("listeners:\n  - name: web\n    listen:\n", "3:5: 'listen' needs a value");
+    EXPECT_ERROR(
+        "listeners: [ { name: \"my web\", listen: 127.0.0.1:1 } ]\n",
+        "1:22: invalid listener name 'my web': use 1 to 64 letters, digits, '.', '-' or '_'");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u } ]\n",
+                 "2:14: missing required key 'targets' in upstream 'u'");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [] } ]\n",
+                 "2:34: upstream 'u' needs at least one target");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { weight: 1 } ] } ]\n",
+                 "2:36: missing required key 'address' in targets[0] of upstream 'u'");
+    EXPECT_ERROR(LISTENER "routes: [ { match: { paths: [/] }, plugins: [ { name: echo } ] } ]\n",
+                 "2:11: missing required key 'name' in routes[0]");
+    EXPECT_ERROR(LISTENER "routes:\n  - name: r\n    match: { paths: [/] }\n",
+                 "3:5: route 'r' needs an upstream or at least one plugin");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { config: {} } ] } ]\n",
+                 "2:33: missing required key 'name' in plugins[0] of route 'r'");
+    EXPECT_ERROR(LISTENER "plugins: [ { name: ../evil } ]\n",
+                 "2:20: invalid plugin name '../evil': use 1 to 64 letters, digits, '-' or '_'");
+
+    EXPECT_ERROR("listeners:\n"
+                 "  - { name: web, listen: 127.0.0.1:1 }\n"
+                 "  - { name: web, listen: 127.0.0.1:2 }\n",
+                 "3:13: duplicate listener name 'web' (first defined at line 2)");
+    EXPECT_ERROR(LISTENER "upstreams:\n"
+                          "  - { name: u, targets: [ { address: 1.2.3.4:5 } ] }\n"
+                          "  - { name: u, targets: [ { address: 1.2.3.4:6 } ] }\n",
+                 "4:13: duplicate upstream name 'u' (first defined at line 3)");
+    EXPECT_ERROR(LISTENER "routes:\n"
+                          "  - { name: r, plugins: [ { name: echo } ] }\n"
+                          "  - { name: r, plugins: [ { name: echo } ] }\n",
+                 "4:13: duplicate route name 'r' (first defined at line 3)");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, upstream: nope } ]\n",
+                 "2:32: route 'r' names unknown upstream 'nope'");
+    EXPECT_ERROR("listeners:\n"
+                 "  - { name: a, listen: 127.0.0.1:8080 }\n"
+                 "  - { name: b, listen: 127.0.0.1:8080 }\n",
+                 "3:24: address 127.0.0.1:8080 is already used by the listener at line 2");
+    EXPECT_ERROR("admin: { listen: 127.0.0.1:8080 }\n" LISTENER,
+                 "1:18: address 127.0.0.1:8080 is already used by the listener at line 2");
+    EXPECT_ERROR("listeners: [ { name: a, listen: 127.0.0.1:9090 } ]\n",
+                 "1:14: address 127.0.0.1:9090 is the default admin address (move the admin "
+                 "listener with admin: { listen: ... })");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 }, { address: "
+                          "1.2.3.4:5 } ] } ]\n",
+                 "2:71: target 1.2.3.4:5 is listed twice in upstream 'u'");
+}
+
+static void test_values(void) {
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, protocol: tcp } ]\n",
+                 "1:58: protocol tcp is not supported by this build yet");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, protocol: udp } ]\n",
+                 "1:58: unknown protocol 'udp' (expected http or tcp)");
+    static const char *const later[] = {"weighted-round-robin", "least-conn", "p2c-ewma",
+                                        "consistent-hash"};
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
+        char yaml[256], want[256];
+        snprintf(yaml, sizeof yaml,
+                 LISTENER "upstreams: [ { name: u, balancer: %s, targets: [ { address: 1.2.3.4:5 "
+                          "} ] } ]\n",
+                 later[i]);
+        snprintf(want, sizeof want, "2:35: balancer %s is not supported by this build yet",
+                 later[i]);
+        EXPECT_ERROR(yaml, want);
+    }
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, balancer: random, targets: [ { address: "
+                          "1.2.3.4:5 } ] } ]\n",
+                 "2:35: unknown balancer 'random' (expected round-robin, weighted-round-robin, "
+                 "least-conn, p2c-ewma or consistent-hash)");
+
+    EXPECT_ERROR(LISTENER "shutdown_timeout: 30\n",
+                 "2:19: duration '30' for 'shutdown_timeout' needs a unit: ms, s, m or h");
+    EXPECT_ERROR(LISTENER "shutdown_timeout: 1.5s\n",
+                 "2:19: invalid duration '1.5s' for 'shutdown_timeout' (expected e.g. 250ms, 10s, "
+                 "5m, 1h)");
+    EXPECT_ERROR(LISTENER "shutdown_timeout: 99999999999999999h\n",
+                 "2:19: duration '99999999999999999h' for 'shutdown_timeout' is too large");
+    EXPECT_ERROR(LISTENER "shutdown_timeout: { a: 1 }\n",
+                 "2:19: expected a duration for 'shutdown_timeout'");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, idle_timeout: 0s } ]\n",
+                 "1:62: 'idle_timeout' must be greater than 0");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, max_body: 10MB } ]\n",
+                 "1:58: size '10MB' for 'max_body': use KiB, MiB or GiB (powers of 1024)");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, max_body: 10 MiB } ]\n",
+                 "1:58: invalid size '10 MiB' for 'max_body' (expected bytes or e.g. 64KiB, "
+                 "10MiB, 1GiB)");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, max_body: 99999999999999GiB } ]\n",
+                 "1:58: size '99999999999999GiB' for 'max_body' is too large");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, max_header_size: 4GiB } ]\n",
+                 "1:65: size '4GiB' for 'max_header_size' is too large (at most 4294967295 bytes)");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, max_request_line: 0 } ]\n",
+                 "1:66: 'max_request_line' must be at least 1");
+
+    EXPECT_ERROR("listeners: [ { name: web, listen: web.example.com:80 } ]\n",
+                 "1:35: invalid address 'web.example.com:80' for 'listen': not a numeric IP "
+                 "address (names are not resolved; use an IP or localhost)");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:65536 } ]\n",
+                 "1:35: invalid address '127.0.0.1:65536' for 'listen': the port must be a number "
+                 "from 0 to 65535");
+    EXPECT_ERROR("listeners: [ { name: web, listen: 8080 } ]\n",
+                 "1:35: invalid address '8080' for 'listen': expected HOST:PORT");
+    EXPECT_ERROR("listeners: [ { name: web, listen: \"::1:80\" } ]\n",
+                 "1:35: invalid address '::1:80' for 'listen': an IPv6 address needs brackets, as "
+                 "in [::1]:8080");
+    EXPECT_ERROR(LISTENER "admin: { listen: \":9090\" }\n",
+                 "2:18: invalid address ':9090' for 'listen': the host is missing (use *:PORT to "
+                 "listen on every address)");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: \"*:80\" } ] } ]\n",
+                 "2:47: target address '*:80' must name a host, not every address");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 10.0.0.1:0 } ] } ]\n",
+                 "2:47: target address '10.0.0.1:0' needs a port other than 0");
+
+    EXPECT_ERROR(LISTENER
+                 "routes: [ { name: r, match: { hosts: [\"a.*.com\"] }, plugins: [ { name: "
+                 "echo } ] } ]\n",
+                 "2:39: host 'a.*.com': '*' is only allowed as a whole first label, as in "
+                 "*.example.com");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { hosts: [\"*\"] }, plugins: [ { name: echo "
+                          "} ] } ]\n",
+                 "2:39: host '*': '*' is only allowed as a whole first label, as in *.example.com");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { hosts: [\"*foo.com\"] }, plugins: [ { "
+                          "name: echo } ] } ]\n",
+                 "2:39: host '*foo.com': '*' is only allowed as a whole first label, as in "
+                 "*.example.com");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { hosts: [a.com:80] }, plugins: [ { name: "
+                          "echo } ] } ]\n",
+                 "2:39: host 'a.com:80': hosts match without the port");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { paths: [v1/] }, plugins: [ { name: echo } "
+                          "] } ]\n",
+                 "2:39: path 'v1/' must start with '/'");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { methods: [\"GE T\"] }, plugins: [ { name: "
+                          "echo } ] } ]\n",
+                 "2:41: method 'GE T' is not a valid HTTP method token");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { headers: { \"X Y\": a } }, plugins: [ { "
+                          "name: echo } ] } ]\n",
+                 "2:42: header name 'X Y' is not a valid token");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, match: { headers: { a: 1, A: 2 } }, plugins: [ { "
+                          "name: echo } ] } ]\n",
+                 "2:48: header 'A' is matched twice (header names ignore case)");
+    EXPECT_ERROR(LISTENER "routes: [ { name: r, strip_prefix: true, plugins: [ { name: echo } ] } "
+                          "]\n",
+                 "2:36: strip_prefix needs match.paths to know what to strip");
+
+    /* hosts accept IP literals and bracketed IPv6 */
+    sl_config_t *cfg = PARSE_OK(LISTENER "routes: [ { name: r, match: { hosts: [10.1.2.3, "
+                                         "\"[::1]\"] }, plugins: [ { name: echo } ] } ]\n");
+    if (cfg) CHECK_STR(cfg->routes[0].hosts[1], "[::1]");
+    sl_config_free(cfg);
+}
+
+static void test_yaml_errors_and_collection(void) {
+    EXPECT_ERROR("listeners: [ { name: web\n",
+                 "2:1: YAML syntax error: did not find expected ',' or '}' (while parsing a flow "
+                 "mapping at line 1, column 14)");
+    EXPECT_ERROR("listeners:\n  - name: web\n\tlisten: x\n",
+                 "3:1: YAML syntax error: found a tab character that violates indentation (while "
+                 "scanning a plain scalar at line 2, column 11)");
+    EXPECT_ERROR("listeners: [ { name: web, listen: *:8080 } ]\n",
+                 "1:36: YAML syntax error: did not find expected alphabetic or numeric character "
+                 "(while scanning an alias at line 1, column 35)");
+    EXPECT_ERROR(LISTENER "---\nworkers: 1\n",
+                 "3:1: only one YAML document is allowed in a configuration");
+    EXPECT_ERROR(LISTENER "watch: \xff\n", "2:8: invalid input: invalid leading UTF-8 octet");
+
+    /* every error is reported, in file order, whatever order the sections are checked in */
+    const char *two[] = {
+        "3:3: unknown key 'bogus' in 'admin'",
+        "4:10: expected an integer for 'workers' (or auto)",
+    };
+    expect_errors(__LINE__, LISTENER "admin:\n  bogus: 1\nworkers: many\n", 2, two);
+    const char *many[] = {
+        "1:1: missing required key 'listeners' in the top level",
+        "2:26: route 'r' names unknown upstream 'x'",
+        "3:80: duration '5' for 'read' needs a unit: ms, s, m or h",
+        "3:83: unknown key 'conect' in 'timeouts' of upstream 'u' (did you mean 'connect'?)",
+    };
+    expect_errors(__LINE__,
+                  "routes:\n"
+                  "  - { name: r, upstream: x }\n"
+                  "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:1 } ], "
+                  "timeouts: { read: 5, conect: 1s } } ]\n",
+                  4, many);
+    /* "timeouts" sits on line 3 col 62; its keys in flow style are on the same line */
+
+    /* recursive aliases and alias bombs in plugin configs stop with an error, not a crash */
+    EXPECT_ERROR(LISTENER
+                 "routes: [ { name: r, plugins: [ { name: echo, config: &a { k: [ *a ] } } ] } "
+                 "]\n",
+                 "2:63: plugin config is nested more than 32 levels deep");
+    char bomb[4096];
+    int off = snprintf(bomb, sizeof bomb,
+                       LISTENER
+                       "a0: &a0 [xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx]\n");
+    (void)off;
+    /* build the bomb inside a plugin config: 20 levels of 4x fan-out */
+    char yaml[8192];
+    size_t n = (size_t)snprintf(yaml, sizeof yaml,
+                                LISTENER "routes:\n  - name: r\n    plugins:\n      - name: echo\n"
+                                         "        config:\n          l0: &l0 [aaaaaaaaaaaaaaaa]\n");
+    for (int i = 1; i <= 20; i++)
+        n += (size_t)snprintf(yaml + n, sizeof yaml - n,
+                              "          l%d: &l%d [*l%d, *l%d, *l%d, *l%d]\n", i, i, i - 1, i - 1,
+                              i - 1, i - 1);
+    EXPECT_ERROR(yaml, "7:11: plugin config is larger than 1048576 bytes as JSON");
+}
+
+static void test_scalar_parsers(void) {
+    uint64_t v = 0;
+    CHECK_INT(sl_parse_duration_ms("250ms", &v), 0);
+    CHECK_INT(v, 250);
+    CHECK_INT(sl_parse_duration_ms("10s", &v), 0);
+    CHECK_INT(v, 10000);
+    CHECK_INT(sl_parse_duration_ms("5m", &v), 0);
+    CHECK_INT(v, 300000);
+    CHECK_INT(sl_parse_duration_ms("1h", &v), 0);
+    CHECK_INT(v, 3600000);
+    CHECK_INT(sl_parse_duration_ms("0s", &v), 0);
+    CHECK_INT(v, 0);
+    CHECK_INT(sl_parse_duration_ms("18446744073709551615ms", &v), 0);
+    CHECK(v == UINT64_MAX);
+    CHECK_INT(sl_parse_duration_ms("18446744073709551616ms", &v), -1);
+    CHECK_INT(sl_parse_duration_ms("5124095576030432h", &v), -1);
+    static const char *const bad_durations[] = {"",    "10", "s",    "-1s", "+1s", "1.5s",  "1 s",
+                                                " 1s", "1S", "1sec", "1d",  "1us", "1m30s", "ms"};
+    for (size_t i = 0; i < sizeof bad_durations / sizeof bad_durations[0]; i++) {
+        int rc = sl_parse_duration_ms(bad_durations[i], &v);
+        if (rc != -1) fprintf(stderr, "duration '%s' was accepted\n", bad_durations[i]);
+        CHECK_INT(rc, -1);
+    }
+
+    CHECK_INT(sl_parse_size("0", &v), 0);
+    CHECK_INT(v, 0);
+    CHECK_INT(sl_parse_size("512", &v), 0);
+    CHECK_INT(v, 512);
+    CHECK_INT(sl_parse_size("64KiB", &v), 0);
+    CHECK_INT(v, 65536);
+    CHECK_INT(sl_parse_size("10MiB", &v), 0);
+    CHECK_INT(v, 10485760);
+    CHECK_INT(sl_parse_size("1GiB", &v), 0);
+    CHECK_INT(v, 1073741824);
+    CHECK_INT(sl_parse_size("17179869183GiB", &v), 0);
+    CHECK(v == 17179869183ull << 30);
+    CHECK_INT(sl_parse_size("17179869184GiB", &v), -1);
+    CHECK_INT(sl_parse_size("18446744073709551616", &v), -1);
+    static const char *const bad_sizes[] = {"",       "KiB",   "1KB",  "1kb",  "1K",
+                                            "1MB",    "1GB",   "1kib", "1TiB", "-1",
+                                            "1.5MiB", "1 KiB", "1B",   "0x10"};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+        int rc = sl_parse_size(bad_sizes[i], &v);
+        if (rc != -1) fprintf(stderr, "size '%s' was accepted\n", bad_sizes[i]);
+        CHECK_INT(rc, -1);
+    }
+
+    struct {
+        const char *in, *ip;
+        int family, port;
+    } good[] = {
+        {"127.0.0.1:8080", "127.0.0.1", AF_INET, 8080},
+        {"0.0.0.0:0", "0.0.0.0", AF_INET, 0},
+        {"*:65535", "0.0.0.0", AF_INET, 65535},
+        {"localhost:80", "127.0.0.1", AF_INET, 80},
+        {"LocalHost:80", "127.0.0.1", AF_INET, 80},
+        {"[::1]:443", "::1", AF_INET6, 443},
+        {"[::]:1", "::", AF_INET6, 1},
+        {"[2001:db8::7]:00080", "2001:db8::7", AF_INET6, 80},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        sl_addr_t a;
+        char ip[64];
+        CHECK_INT(sl_parse_addr(good[i].in, &a), 0);
+        CHECK_STR(a.text, good[i].in);
+        CHECK_INT(a.ss.ss_family, good[i].family);
+        CHECK_INT(a.len, good[i].family == AF_INET ? sizeof(struct sockaddr_in)
+                                                   : sizeof(struct sockaddr_in6));
+        CHECK_INT(port_of(&a), good[i].port);
+        CHECK_STR(ip_of(&a, ip, sizeof ip), good[i].ip);
+        free(a.text);
+    }
+    static const char *const bad_addrs[] = {"",
+                                            "127.0.0.1",
+                                            "127.0.0.1:",
+                                            ":80",
+                                            "127.0.0.1:65536",
+                                            "127.0.0.1:-1",
+                                            "127.0.0.1:8o",
+                                            "127.0.0.1:123456",
+                                            "256.0.0.1:80",
+                                            "1.2.3:80",
+                                            "example.com:80",
+                                            "::1:80",
+                                            "[::1]",
+                                            "[::1]80",
+                                            "[nope]:80",
+                                            "[127.0.0.1]:80",
+                                            "[::1:80",
+                                            "127.0.0.1:80 ",
+                                            "*:",
+                                            "**:80"};
+    for (size_t i = 0; i < sizeof bad_addrs / sizeof bad_addrs[0]; i++) {
+        sl_addr_t a;
+        int rc = sl_parse_addr(bad_addrs[i], &a);
+        if (rc != -1) fprintf(stderr, "address '%s' was accepted\n", bad_addrs[i]);
+        CHECK_INT(rc, -1);
+        CHECK(a.text == NULL);
+    }
+}
+
+static void test_errors_list(void) {
+    sl_errors_t errs = {0};
+    for (int i = 0; i < 20; i++) sl_errors_add(&errs, "f.yaml", i + 1, 2, "problem %d", i);
+    CHECK_INT(errs.n, 20);
+    CHECK(errs.cap >= 20);
+    CHECK_STR(errs.lines[0], "f.yaml:1:2: problem 0");
+    CHECK_STR(errs.lines[19], "f.yaml:20:2: problem 19");
+    sl_errors_free(&errs);
+    CHECK_INT(errs.n, 0);
+    CHECK(errs.lines == NULL);
+    sl_errors_free(&errs); /* twice is harmless */
+
+    /* errors are appended after what the list already holds */
+    sl_errors_add(&errs, "x", 1, 1, "earlier");
+    sl_config_t *cfg = NULL;
+    CHECK_INT(sl_config_parse("t.yaml", "workers: 1\n", 11, &cfg, &errs), -1);
+    CHECK(cfg == NULL);
+    CHECK_INT(errs.n, 2);
+    CHECK_STR(errs.lines[0], "x:1:1: earlier");
+    sl_errors_free(&errs);
+
+    /* text need not be NUL-terminated: only len bytes are read */
+    const char text[] = LISTENER "workers: many";
+    CHECK_INT(sl_config_parse("t.yaml", text, strlen(LISTENER), &cfg, &errs), 0);
+    CHECK_INT(errs.n, 0);
+    sl_config_free(cfg);
+    sl_config_free(NULL);
+
+    CHECK_INT(sl_config_load("/nonexistent/sluice.yaml", &cfg, &errs), -1);
+    CHECK(cfg == NULL);
+    CHECK_INT(errs.n, 1);
+    if (errs.n)
+        CHECK_STR(errs.lines[0],
+                  "/nonexistent/sluice.yaml:1:1: cannot open: No such file or directory");
+    sl_errors_free(&errs);
+    CHECK_INT(sl_config_load("/", &cfg, &errs), -1);
+    CHECK_INT(errs.n, 1);
+    if (errs.n) CHECK_STR(errs.lines[0], "/:1:1: cannot read: Is a directory");
+    sl_errors_free(&errs);
+}
+
+static void test_shipped_configs(void) {
+    static const char *const patterns[] = {
+        SL_SOURCE_DIR "/conf/*.yaml",           SL_SOURCE_DIR "/examples/*.yaml",
+        SL_SOURCE_DIR "/examples/*/*.yaml",     SL_SOURCE_DIR "/examples/*/*/*.yaml",
+        SL_SOURCE_DIR "/examples/*/*/*/*.yaml",
+    };
+    size_t total = 0;
+    for (size_t p = 0; p < sizeof patterns / sizeof patterns[0]; p++) {
+        glob_t g;
+        if (glob(patterns[p], 0, NULL, &g) != 0) continue;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            sl_errors_t errs = {0};
+            sl_config_t *cfg = NULL;
+            int rc = sl_config_load(g.gl_pathv[i], &cfg, &errs);
+            if (rc != 0) fprintf(stderr, "%s does not parse:\n", g.gl_pathv[i]);
+            for (size_t j = 0; j < errs.n; j++) fprintf(stderr, "    %s\n", errs.lines[j]);
+            CHECK_INT(rc, 0);
+            sl_config_free(cfg);
+            sl_errors_free(&errs);
+            total++;
+        }
+        globfree(&g);
+    }
+    CHECK(total >= 1);
+
+    /* the default config: what a bare `sluice` runs */
+    sl_errors_t errs = {0};
+    sl_config_t *cfg = NULL;
+    CHECK_INT(sl_config_load(SL_SOURCE_DIR "/conf/sluice.yaml", &cfg, &errs), 0);
+    sl_errors_free(&errs);
+    if (!cfg) return;
+    CHECK_INT(cfg->nlisteners, 1);
+    CHECK_STR(cfg->listeners[0].name, "web");
+    CHECK_STR(cfg->listeners[0].listen.text, "127.0.0.1:8080");
+    CHECK_INT(cfg->admin_enabled, true);
+    CHECK_STR(cfg->admin_listen.text, "127.0.0.1:9090");
+    CHECK_INT(cfg->nroutes, 1);
+    CHECK_STR(cfg->routes[0].name, "echo");
+    CHECK_INT(cfg->routes[0].upstream, -1);
+    CHECK_INT(cfg->routes[0].npaths, 1);
+    if (cfg->routes[0].npaths) CHECK_STR(cfg->routes[0].paths[0], "/");
+    CHECK_INT(cfg->routes[0].nplugins, 1);
+    if (cfg->routes[0].nplugins) CHECK_STR(cfg->routes[0].plugins[0].name, "echo");
+    sl_config_free(cfg);
+}
+
+int main(void) {
+    test_full_config();
+    test_defaults();
+    test_unknown_and_unsupported_keys();
+    test_types();
+    test_required_and_names();
+    test_values();
+    test_yaml_errors_and_collection();
+    test_scalar_parsers();
+    test_errors_list();
+    test_shipped_configs();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

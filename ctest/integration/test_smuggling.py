@@ -1,0 +1,207 @@
+"""Acceptance 4: ambiguous or malformed request heads never reach an upstream.
+
+Each case sends one bad request followed, in the same send, by a valid GET.
+The gateway must answer the bad one (400; 501 for an unknown coding; 431/414
+for the limits), close the connection without answering the pipelined GET,
+and the upstream must receive zero bytes and no connection for the case.
+Then a byte-a-half-second trickle hits header_timeout (2 s) -> 408 and close,
+and a good request on a fresh connection still works.
+"""
+
+import os
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("smuggling", budget=58)
+
+GOOD = b"GET /pipelined-after HTTP/1.1\r\nHost: a\r\n\r\n"
+
+# (name, bytes of the bad request, expected status)
+CASES = [
+    ("CL + TE",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"0\r\n\r\n", 400),
+    ("TE + CL (TE first)",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+     b"0\r\n\r\n", 400),
+    ("two different Content-Lengths",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+    ("Content-Length: +5",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\nhello", 400),
+    ("Content-Length: 5,5",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,5\r\n\r\nhello", 400),
+    ("duplicate identical Content-Length headers",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 400),
+    ("Content-Length: -1",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+    ("Content-Length beyond 2^64",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\nhello", 400),
+    ("empty Content-Length",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n", 400),
+    ("Transfer-Encoding: xchunked (unknown coding)",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 501),
+    ("Transfer-Encoding: identity, chunked",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n", 400),
+    ("Transfer-Encoding: chunked, chunked",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", 400),
+    ("two Transfer-Encoding: chunked headers",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked"
+     b"\r\n\r\n0\r\n\r\n", 400),
+    ("Transfer-Encoding on HTTP/1.0",
+     b"POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    ("whitespace before the colon (Transfer-Encoding : chunked)",
+     b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding : chunked\r\n\r\n"
+     b"0\r\n\r\n", 400),
+    ("obs-fold hiding a Content-Length",
+     b"POST / HTTP/1.1\r\nHost: a\r\nX-Foo: a\r\n Content-Length: 5\r\n\r\nhello", 400),
+    ("obs-fold continuing Transfer-Encoding",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n", 400),
+    ("bare LF everywhere",
+     b"GET / HTTP/1.1\nHost: a\n\n", 400),
+    ("bare LF after the request line",
+     b"GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
+    ("bare LF between headers",
+     b"GET / HTTP/1.1\r\nHost: a\nX-A: b\r\n\r\n", 400),
+    ("bare CR inside a header value",
+     b"GET / HTTP/1.1\r\nHost: a\r\nX-A: a\rb\r\n\r\n", 400),
+    ("NUL in a header value",
+     b"GET / HTTP/1.1\r\nHost: a\r\nX-A: a\x00b\r\n\r\n", 400),
+    ("CTL (0x01) in a header value",
+     b"GET / HTTP/1.1\r\nHost: a\r\nX-A: a\x01b\r\n\r\n", 400),
+    ("empty header name",
+     b"GET / HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n", 400),
+    ("duplicate Host",
+     b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    ("no Host on HTTP/1.1",
+     b"GET / HTTP/1.1\r\nX-A: b\r\n\r\n", 400),
+    ("absolute-form target whose host differs from Host",
+     b"GET http://evil.test/ HTTP/1.1\r\nHost: good.test\r\n\r\n", 400),
+    ("HTTP/2.0 in the request line",
+     b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 400),
+    ("HTTP/1.2 in the request line",
+     b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 400),
+    ("chunk size of 17 hex digits",
+     b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"10000000000000000\r\nxxxxxxxxxxxxxxxx\r\n0\r\n\r\n", 400),
+    ("header block > 32 KiB (one header)",
+     b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * 33000 + b"\r\n\r\n", 431),
+    ("header block > 32 KiB (many headers)",
+     b"GET / HTTP/1.1\r\nHost: a\r\n"
+     + b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 1000) for i in range(40)) + b"\r\n", 431),
+    ("request line > 8 KiB",
+     b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", 414),
+]
+
+S = {}
+
+
+def setup(t):
+    up = h.MockUpstream(name="up")
+    cfg = """\
+workers: 1
+shutdown_timeout: 5s
+admin: { listen: 127.0.0.1:0 }
+listeners:
+  - { name: web, listen: 127.0.0.1:0, protocol: http, header_timeout: 2s, idle_timeout: 60s }
+upstreams:
+  - name: up
+    targets: [ { address: %s } ]
+    keepalive: { max_idle: 64, idle_timeout: 60s }
+    timeouts: { connect: 2s, read: 5s, write: 30s }
+routes:
+  - { name: all, match: { paths: [/] }, upstream: up }
+""" % up.address
+    s = h.start_sluice(cfg, suite=t)
+    S.update(up=up, s=s, port=s.port("web"))
+
+
+def test_cases(t):
+    up = S["up"]
+    for name, bad, want in CASES:
+        before = up.snapshot()
+        c = h.Client(S["port"], timeout=4)
+        try:
+            c.send(bad + GOOD)
+        except OSError as e:
+            t.info("%s: send failed early (%r)" % (name, e))
+        data, how = c.read_until_close(1.0)
+        c.close()
+        time.sleep(0.05)
+        after = up.snapshot()
+        rs, rest, err = h.parse_responses(data)
+        status = rs[0].status if rs else None
+        t.check("%s -> %d" % (name, want), status == want, want,
+                status if rs else (data[:200], how))
+        t.check("%s: exactly one response (pipelined GET never answered)" % name,
+                len(rs) == 1 and rest == b"", "1 response",
+                "%d responses, %d stray bytes: %r" % (len(rs), len(rest), data[:400]))
+        t.check("%s: connection closed after the response" % name, how in ("eof", "reset"),
+                "eof", how)
+        t.check("%s: upstream received 0 bytes" % name, after[1] == before[1], 0,
+                "%d bytes: %r" % (after[1] - before[1],
+                                  bytes(up.conns[-1].data[-300:]) if up.conns else b""))
+        t.check("%s: upstream saw no connection" % name, after[0] == before[0], 0,
+                after[0] - before[0])
+
+
+def test_trickle_408(t):
+    c = h.Client(S["port"], timeout=6)
+    head = b"GET /trickle HTTP/1.1\r\nHost: a\r\nX-Slow: " + b"z" * 200
+    t0 = time.monotonic()
+    got = b""
+    how = None
+    sent = 0
+    for b in head:
+        try:
+            c.send(bytes([b]))
+            sent += 1
+        except OSError:
+            break
+        data, how = c.read_until_close(0.5)
+        got += data
+        if data or how != "timeout":
+            break
+        if time.monotonic() - t0 > 6:
+            break
+    t_resp = time.monotonic() - t0
+    if got and how == "timeout":
+        more, how = c.read_until_close(2)
+        got += more
+    t_close = time.monotonic() - t0
+    c.close()
+    rs, rest, err = h.parse_responses(got)
+    t.info("trickle: %d bytes sent, first answer after %.2f s, closed (%s) after %.2f s"
+           % (sent, t_resp, how, t_close))
+    t.check("trickled head (1 byte / 0.5 s) -> 408", rs and rs[0].status == 408, 408,
+            got[:200])
+    t.check("408 arrives within 1.8..4 s of the first byte (header_timeout 2s, total deadline)",
+            1.8 <= t_resp <= 4.0, "1.8..4 s", "%.2f s" % t_resp)
+    t.check("connection closed after the 408", how in ("eof", "reset"), "eof", how)
+    t.check("trickle never reached the upstream",
+            not any(r.path == "/trickle" for r in S["up"].requests), "no /trickle",
+            [r.path for r in S["up"].requests])
+
+
+def test_good_after(t):
+    up = S["up"]
+    before = up.snapshot()
+    r = h.request(S["port"], "GET", "/after-all", timeout=5)
+    t.check("a good request on a fresh connection afterwards -> 200", r.status == 200, 200,
+            r.status)
+    t.check("the good request reached the upstream", up.wait_requests(1, 2)
+            and up.requests[-1].path == "/after-all", "/after-all",
+            [x.path for x in up.requests])
+    t.check("the upstream never saw any request but /after-all",
+            [x.path for x in up.requests] == ["/after-all"], ["/after-all"],
+            [x.path for x in up.requests])
+    # the gateway is still alive and well
+    t.check("gateway still running", S["s"].alive(), True, S["s"].alive())
+    code = S["s"].stop()
+    t.check("gateway exits 0 on SIGTERM", code == 0, 0, code)
+
+
+t.run(setup, test_cases, test_trickle_408, test_good_after)

@@ -1,0 +1,152 @@
+-- sluice.router: compiles the config's routes once per generation and matches requests.
+--
+-- Precedence (DESIGN.md): exact host over wildcard host over no host; then the
+-- longest path prefix; then the route with more conditions; then file order.
+-- Requests are read through FFI accessors; matching a path prefix or a header
+-- value compares bytes in place, so a match creates no Lua strings beyond the
+-- (interned) host and method.
+local ffi = require("ffi")
+local base = require("sluice.base")
+
+local C = base.C
+local str_p, len_p = base.str_p, base.len_p
+local ffi_string = ffi.string
+local tonumber = tonumber
+local sort = table.sort
+local sub = string.sub
+
+local _M = {}
+
+local function conditions(r)
+    local n = 0
+    if #r.hosts > 0 then n = n + 1 end
+    if #r.paths > 0 then n = n + 1 end
+    if #r.methods > 0 then n = n + 1 end
+    return n + #r.headers
+end
+
+-- One entry per (route, path prefix); host lists hold entries in precedence order.
+local function entries_for(r)
+    local methods
+    if #r.methods > 0 then
+        methods = {}
+        for _, m in ipairs(r.methods) do methods[m] = true end
+    end
+    local paths = #r.paths > 0 and r.paths or { "" }
+    local out = {}
+    for _, p in ipairs(paths) do
+        out[#out + 1] = {
+            index = r.index,
+            prefix = p,
+            plen = #p,
+            strip = r.strip_prefix and #p or 0,
+            methods = methods,
+            headers = r.headers,
+            nconds = conditions(r),
+        }
+    end
+    return out
+end
+
+local function by_precedence(a, b)
+    if a.plen ~= b.plen then return a.plen > b.plen end
+    if a.nconds ~= b.nconds then return a.nconds > b.nconds end
+    return a.index < b.index
+end
+
+local function append(list, items)
+    for _, e in ipairs(items) do list[#list + 1] = e end
+end
+
+function _M.compile(routes)
+    local exact, wild, none = {}, {}, {}
+    local wild_by_suffix = {}
+    for _, r in ipairs(routes) do
+        local items = entries_for(r)
+        if #r.hosts == 0 then
+            append(none, items)
+        else
+            for _, h in ipairs(r.hosts) do
+                if sub(h, 1, 2) == "*." then
+                    local suffix = sub(h, 2) -- ".example.com"
+                    local w = wild_by_suffix[suffix]
+                    if not w then
+                        w = { suffix = suffix, slen = #suffix, list = {} }
+                        wild_by_suffix[suffix] = w
+                        wild[#wild + 1] = w
+                    end
+                    append(w.list, items)
+                else
+                    exact[h] = exact[h] or {}
+                    append(exact[h], items)
+                end
+            end
+        end
+    end
+    for _, l in pairs(exact) do sort(l, by_precedence) end
+    for _, w in ipairs(wild) do sort(w.list, by_precedence) end
+    sort(wild, function(a, b) return a.slen > b.slen end)
+    sort(none, by_precedence)
+    return { exact = exact, wild = wild, none = none }
+end
+
+local function headers_match(req, headers)
+    for i = 1, #headers do
+        local h = headers[i]
+        local name, want = h[1], h[2]
+        if C.sl_ffi_req_get_header(req, name, #name, str_p, len_p) ~= 0 then return false end
+        local n = tonumber(len_p[0])
+        if n ~= #want or C.memcmp(str_p[0], want, n) ~= 0 then return false end
+    end
+    return true
+end
+
+-- First entry of `list` whose conditions hold; path is (pointer, length).
+local function scan(list, req, path, plen, method)
+    for i = 1, #list do
+        local e = list[i]
+        if e.plen <= plen and (e.plen == 0 or C.memcmp(path, e.prefix, e.plen) == 0)
+            and (not e.methods or e.methods[method])
+            and (#e.headers == 0 or headers_match(req, e.headers)) then
+            return e
+        end
+    end
+    return nil
+end
+
+-- Returns the matching route's 0-based index and the bytes strip_prefix removes, or -1, 0.
+function _M.match(t, req)
+    C.sl_ffi_req_get_host(req, str_p, len_p)
+    local host = ffi_string(str_p[0], len_p[0])
+    C.sl_ffi_req_get_method(req, str_p, len_p)
+    local method = ffi_string(str_p[0], len_p[0])
+    C.sl_ffi_req_get_path(req, str_p, len_p)
+    local path, plen = str_p[0], tonumber(len_p[0])
+
+    local list = t.exact[host]
+    local e = list and scan(list, req, path, plen, method)
+    if e then return e.index, e.strip end
+    local wild = t.wild
+    local hlen = #host
+    for i = 1, #wild do
+        local w = wild[i]
+        if hlen > w.slen and sub(host, hlen - w.slen + 1) == w.suffix then
+            e = scan(w.list, req, path, plen, method)
+            if e then return e.index, e.strip end
+        end
+    end
+    e = scan(t.none, req, path, plen, method)
+    if e then return e.index, e.strip end
+    return -1, 0
+end
+
+-- The dispatcher C calls once per request (see lua_host.c).
+function _M.new(routes)
+    local t = _M.compile(routes)
+    local match = _M.match
+    return function(req)
+        return match(t, req)
+    end
+end
+
+return _M
