@@ -252,7 +252,7 @@ int sl_admin_start(sl_server_t *srv, const char **err) {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     uv_tcp_getsockname(&admin_listener, (struct sockaddr *)&ss, &len);
-    char ip[64];
+    char ip[INET6_ADDRSTRLEN];
     if (ss.ss_family == AF_INET6) {
         uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
         snprintf(srv->admin_text, sizeof(srv->admin_text), "[%s]:%u", ip,

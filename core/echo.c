@@ -27,7 +27,7 @@ int sl__echo_build(sl_req_t *r, sl_str_t *out) {
     if (!p) return SL_ERROR;
     /* The body collected so far sits in r->heap; keep it at the end of the new buffer. */
     char *body = p + need;
-    memcpy(body, r->heap, r->heap_len);
+    if (r->heap_len) memcpy(body, r->heap, r->heap_len);
     sl_wbuf_t b = {p, 0, need};
     bool ok = SL_WBUF_LIT(&b, "{\"method\":\"") && sl_wbuf_json_str(&b, h->method) &&
               SL_WBUF_LIT(&b, "\",\"path\":\"") && sl_wbuf_json_str(&b, h->path) &&

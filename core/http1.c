@@ -40,7 +40,7 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len) {
     if (!hd) return 0; /* trailers of a chunked body: parsed by llhttp, dropped by us */
     if (h->last_was_value || hd->nheaders == 0) {
         if (hd->nheaders == SL_H1_MAX_HEADERS) {
-            h->status_err = 431;
+            h->status_err = h->type == HTTP_REQUEST ? 431 : 502; /* an upstream's fault is 502 */
             return -1;
         }
         sl_h1_header_t *x = &hd->headers[hd->nheaders++];
@@ -123,6 +123,7 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
         if (i < n && (p[i] == '\r' || p[i] == '\n') && i + 1 >= n) return SL_EAGAIN;
     }
     size_t s = i, line_start = i, first_line_end = 0;
+    int spaces = 0;
     uint32_t max_head = h->limits->max_header_size;
     uint32_t max_line = h->limits->max_request_line;
     int too_big = h->type == HTTP_REQUEST ? 431 : 502;
@@ -147,6 +148,7 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
                     return SL_ERROR;
                 }
                 if (line_len == 0) goto bad;
+                if (h->type == HTTP_REQUEST && (spaces != 2 || p[i - 2] == ' ')) goto bad;
                 first_line_end = i + 1;
             } else if (line_len == 0) {
                 *start = s;
@@ -157,6 +159,12 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
             continue;
         }
         if (i == line_start && (c == ' ' || c == '\t')) goto bad; /* obs-fold, or a line led by space */
+        if (first_line_end == 0 && h->type == HTTP_REQUEST) {
+            /* request-line = method SP request-target SP HTTP-version: one space each, no
+             * tabs. llhttp skips repeated spaces even in strict mode. */
+            if (c == '\t' || (c == ' ' && p[i - 1] == ' ')) goto bad;
+            if (c == ' ' && ++spaces > 2) goto bad;
+        }
         if ((c < 0x20 && c != '\t') || c == 0x7f) goto bad;        /* NUL and other controls */
         if (first_line_end == 0 && h->type == HTTP_REQUEST && i - line_start >= max_line) {
             *status = 414;
@@ -175,6 +183,19 @@ static bool is_digits(sl_str_t v) {
     if (v.len == 0 || v.len > 18) return false; /* 18 digits cannot overflow uint64 */
     for (size_t i = 0; i < v.len; i++)
         if (v.p[i] < '0' || v.p[i] > '9') return false;
+    return true;
+}
+
+/* RFC 9110 5.1: field-name = token. llhttp checks this only when built with LLHTTP_STRICT_MODE;
+ * without it "X Y: v" passes, and "Host : v" beside a real Host, which a peer may read as Host. */
+static bool is_token(sl_str_t v) {
+    if (v.len == 0) return false;
+    for (size_t i = 0; i < v.len; i++) {
+        unsigned char c = (unsigned char)v.p[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              (c && strchr("!#$%&'*+-.^_`|~", c))))
+            return false;
+    }
     return true;
 }
 
@@ -289,7 +310,7 @@ static int check_request(sl_h1_head_t *hd) {
     const sl_h1_header_t *host = NULL;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
-        if (x->name.len == 0) return 400;
+        if (!is_token(x->name)) return 400;
         if (SL_IEQ(x->name, "host")) {
             if (host) return 400;
             host = x;
@@ -350,7 +371,7 @@ static int check_response(sl_h1_t *h, sl_h1_head_t *hd) {
     if (hd->major != 1 || hd->minor > 1) return 502;
     if (hd->status < 100 || hd->status > 599) return 502;
     for (uint16_t i = 0; i < hd->nheaders; i++)
-        if (hd->headers[i].name.len == 0) return 502;
+        if (!is_token(hd->headers[i].name)) return 502;
     bool chunked, has_cl;
     if (check_framing(hd, false, &chunked, &has_cl)) return 502;
     if (h->req_was_head || hd->status < 200 || hd->status == 204 || hd->status == 304)
@@ -412,8 +433,9 @@ int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd, size_t *us
     }
     mark_hop(hd);
     if (hd->body_kind == SL_BODY_CHUNKED) {
-        /* llhttp must be in its chunk-size state now; anything else is a disagreement. */
-        if (h->done) {
+        /* llhttp must be in its chunk-size state now; anything else is a disagreement (for a
+         * response llhttp reads "Transfer-Encoding: chunked," as a body until close). */
+        if (h->done || !(h->ll.flags & F_CHUNKED)) {
             *status = bad;
             return SL_ERROR;
         }

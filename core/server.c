@@ -18,7 +18,7 @@ static uv_signal_t sig_term, sig_int, sig_hup;
 static uv_timer_t drain_poll, drain_deadline;
 
 static void addr_text(const struct sockaddr_storage *ss, char *out, size_t n) {
-    char ip[64];
+    char ip[INET6_ADDRSTRLEN];
     if (ss->ss_family == AF_INET6) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
         snprintf(out, n, "[%s]:%u", ip, ntohs(((const struct sockaddr_in6 *)ss)->sin6_port));

@@ -18,8 +18,8 @@ struct sl_server_s {
     sl_worker_t *workers;
     int nworkers;
     int *listen_fds;           /**< [nlisteners][nworkers] */
-    char (*listen_text)[64];   /**< [nlisteners]: the bound address, real port included */
-    char admin_text[64];
+    char (*listen_text)[80];   /**< [nlisteners]: the bound address, real port included */
+    char admin_text[80];
     const char *ready_file;
     int draining;              /**< atomic: set once on SIGTERM/SIGINT */
     uint64_t generation;

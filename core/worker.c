@@ -1,6 +1,8 @@
 /* worker.c — a worker thread: its loop, listeners, pools and the drain sequence. */
 #include "worker.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -66,6 +68,9 @@ void sl__worker_maybe_stop(sl_worker_t *w) {
 
 static void worker_main(void *arg) {
     sl_worker_t *w = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "sl-worker-%d", w->id);
+    pthread_setname_np(pthread_self(), name);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     w->stopped = true;
 }

@@ -121,6 +121,15 @@ class Suite:
         self._watchdog = threading.Timer(budget, self._overrun)
         self._watchdog.daemon = True
         self._watchdog.start()
+        # a test killed by SIGTERM/SIGINT (ctest timeout, ^C) still stops what it started
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        print("FAIL  interrupted by signal %d; stopping what this file started" % signum,
+              flush=True)
+        cleanup_all()
+        os._exit(128 + signum)
 
     def check(self, name, cond, expected=None, actual=None):
         """Records one check; prints PASS/FAIL with expected vs actual on failure."""
@@ -308,6 +317,18 @@ def set_workers(config_text, workers):
     return "workers: %s\n" % workers + config_text
 
 
+def _die_with_parent():
+    """preexec_fn: the child gets SIGKILL if this test process dies (even by SIGKILL).
+
+    PR_SET_PDEATHSIG follows the forking thread, so start processes from the main thread.
+    """
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def start_sluice(config_text, workers=None, name="sluice", suite=None, args=None, cwd=None,
                  ready_timeout=15.0, env=None):
     """Writes the config into a fresh temp dir and runs the binary on it.
@@ -325,7 +346,7 @@ def start_sluice(config_text, workers=None, name="sluice", suite=None, args=None
     logf = open(logp, "wb")
     outf = open(os.path.join(d, "stdout.log"), "wb")
     proc = subprocess.Popen(argv, cwd=cwd or d, stdout=outf, stderr=logf,
-                            stdin=subprocess.DEVNULL, env=env)
+                            stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
     logf.close()
     outf.close()
     s = Sluice(proc, d, cfg, ready, logp, name)
@@ -942,6 +963,16 @@ class MockUpstream:
         with self.lock:
             return len(self.conns), sum(c.nbytes for c in self.conns), len(self.requests)
 
+    def mark(self):
+        """A position in the recorded traffic, for since()."""
+        with self.lock:
+            return {c.id: len(c.data) for c in self.conns}
+
+    def since(self, mark):
+        """Bytes recorded after mark, over all connections (new connections included)."""
+        with self.lock:
+            return b"".join(bytes(c.data[mark.get(c.id, 0):]) for c in self.conns)
+
     def wait_requests(self, n, timeout=5.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -960,6 +991,9 @@ class MockUpstream:
                 continue
             except OSError:
                 return
+            # as real servers do: a head and its body written separately must not wait
+            # for a delayed ACK (Nagle), or every exchange costs 40 ms and more
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self.lock:
                 c = ConnRecord(len(self.conns), s, self.record_limit)
                 self.conns.append(c)
@@ -993,6 +1027,8 @@ class MockUpstream:
         return fill
 
     def _serve(self, c):
+        # like real servers: no Nagle delay between a head and its body
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         c.sock.settimeout(0.1)
         rd = Reader(self._fill_for(c))
         try:
@@ -1003,7 +1039,9 @@ class MockUpstream:
                     break
                 except ParseError as e:
                     c.error = "parse: %s" % e
-                    self._send(c, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
+                    # a distinctive status, so a gateway relaying it is never taken for
+                    # a gateway that rejected the request itself
+                    self._send(c, b"HTTP/1.1 418 Mock Could Not Parse\r\nContent-Length: 0\r\n"
                                   b"Connection: close\r\n\r\n")
                     break
                 if req is None:
@@ -1090,6 +1128,10 @@ class MockUpstream:
         finally:
             c.sock.settimeout(0.1)
 
+    def _reset(self, c):
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return False
+
     def _hang(self, c, rd):
         """Keeps reading (recording) until the peer closes; never answers."""
         while rd.more():
@@ -1135,6 +1177,14 @@ class MockUpstream:
         if no_body:
             return self._send(c, head.encode("latin-1")) and resp.after is None
         pieces = resp.stream if resp.stream is not None else ([resp.body] if resp.body else [])
+        if (resp.stream is None and not resp.chunked and resp.truncate is None
+                and len(resp.body) <= 65536):
+            # a small fixed body goes out with its head in one write
+            if not self._send(c, head.encode("latin-1") + resp.body):
+                return False
+            if resp.after == "reset":
+                return self._reset(c)
+            return resp.after is None
         if not self._send(c, head.encode("latin-1")):
             return False
         sent = 0

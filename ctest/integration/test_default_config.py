@@ -26,7 +26,7 @@ def start_bare(args, cwd):
     logf = open(logp, "wb")
     outf = open(logp.replace("-stderr.log", "-stdout.log"), "wb")
     proc = subprocess.Popen([h.BIN] + args, cwd=cwd, stdout=outf, stderr=logf,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=h._die_with_parent)
     logf.close()
     outf.close()
     s = h.Sluice(proc, cwd, None, None, logp, "bare")

@@ -11,7 +11,6 @@ second response; 100-continue; strip_prefix; the no-route 404; /metrics.
 import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,6 +29,9 @@ def main_handler(req):
         return h.Response(200, stream=h.pattern_blocks(BIG, block=100000, seed=3), chunked=True)
     if p.startswith("/pipe/"):
         return h.Response(200, ("path=" + req.target).encode(), [("Content-Type", "text/plain")])
+    if p == "/u/drip":
+        return h.Response(200, stream=[b"first-piece;", b"second-piece"], length=24,
+                          chunk_delay=1.0)
     if p == "/u/trunc":
         return h.Response(200, b"A" * 1000, truncate=300)
     if p == "/u/trunc-chunked":
@@ -65,6 +67,7 @@ shutdown_timeout: 5s
 admin: { listen: 127.0.0.1:0 }
 listeners:
   - { name: web, listen: 127.0.0.1:0, protocol: http, header_timeout: 5s, idle_timeout: 60s, max_body: 0 }
+  - { name: small, listen: 127.0.0.1:0, protocol: http, max_body: 1KiB }
 upstreams:
   - name: main
     targets: [ { address: %s } ]
@@ -176,6 +179,7 @@ def test_download_chunked(t):
 def test_memory_after_streams(t):
     s = S["s"]
     hwm = s.hwm_kb()
+    t.info("VmHWM after 400 MiB: %d kB (growth %d kB)" % (hwm, hwm - S["hwm0"]))
     t.check("VmHWM grew < 16 MiB over 400 MiB of streaming (baseline %d kB)" % S["hwm0"],
             hwm - S["hwm0"] < 16384, "< 16384 kB growth", "%d kB growth (VmHWM %d kB)"
             % (hwm - S["hwm0"], hwm))
@@ -321,6 +325,68 @@ def test_hop_by_hop(t):
     c.close()
 
 
+def test_response_streams(t):
+    """The first body piece reaches the client while the upstream is still sending."""
+    c = h.Client(S["port"])
+    t0 = time.monotonic()
+    c.send(h.build_request("GET", "/u/drip"))
+    first = b""
+    while b"first-piece;" not in first and time.monotonic() - t0 < 3:
+        d, how = c.read_until_close(0.1)
+        first += d
+        if how != "timeout":
+            break
+    dt = time.monotonic() - t0
+    t.check("first body piece arrives before the upstream finishes (< 0.8 s; rest after 1 s)",
+            b"first-piece;" in first and dt < 0.8, "< 0.8 s", "%.2f s, %r" % (dt, first[-40:]))
+    rest, _ = c.read_until_close(2)
+    t.check("the rest follows", (first + rest).endswith(b"first-piece;second-piece"),
+            b"...first-piece;second-piece", (first + rest)[-40:])
+    c.close()
+
+
+def test_client_close_semantics(t):
+    c = h.Client(S["port"])
+    c.send(h.build_request("GET", "/u/cc", [("Connection", "close")]))
+    r = c.read_response()
+    data, how = c.read_until_close(2)
+    c.close()
+    t.check("Connection: close request -> 200 then the gateway closes", r.status == 200
+            and data == b"" and how in ("eof", "reset"), (200, b"", "eof"),
+            (r.status, data[:80], how))
+    t.check("Connection: close request -> response says Connection: close",
+            "close" in (r.header("Connection") or "").lower(), "close", r.header("Connection"))
+    c = h.Client(S["port"])
+    c.send(b"GET /u/ten HTTP/1.0\r\nHost: a\r\n\r\n")
+    data, how = c.read_until_close(2)
+    c.close()
+    rs, rest, err = h.parse_responses(data)
+    t.check("HTTP/1.0 request without keep-alive -> one response then close",
+            len(rs) == 1 and rs[0].status == 200 and how in ("eof", "reset"), (1, 200, "eof"),
+            (len(rs), rs[0].status if rs else None, how))
+    if rs:
+        t.check("HTTP/1.0 response body is the upstream's answer",
+                rs[0].json().get("path") == "/u/ten", "/u/ten", rs[0].body[:100])
+
+
+def test_max_body(t):
+    main = S["main"]
+    port = S["s"].port("small")
+    r = h.request(port, "POST", "/u/max-ok", body=b"m" * 1024)
+    t.check("max_body 1KiB: a 1024-byte body passes", r.status == 200, 200, r.status)
+    c = h.Client(port)
+    c.send(h.build_request("POST", "/u/max-big", body=b"m" * 2000))
+    try:
+        st = c.read_response(timeout=4).status
+    except Exception as e:
+        st = repr(e)
+    c.close()
+    t.check("max_body 1KiB: a 2000-byte Content-Length body -> 413", st == 413, 413, st)
+    t.check("max_body: the oversized request never reaches the upstream",
+            not any(x.path == "/u/max-big" for x in main.requests), "absent",
+            [x.path for x in main.requests][-3:])
+
+
 def test_refused(t):
     t0 = time.monotonic()
     r = h.request(S["port"], "GET", "/dead/x", timeout=5)
@@ -413,7 +479,6 @@ def test_continue(t):
 
 
 def test_strip_prefix(t):
-    main = S["main"]
     cases = [("/strip/a/b?q=1", "/a/b?q=1"), ("/strip", "/"), ("/strip/", "/")]
     for sent, want in cases:
         r = h.request(S["port"], "GET", sent)
@@ -503,5 +568,6 @@ def test_memory_end(t):
 
 t.run(setup, test_upload_cl, test_upload_chunked, test_download_cl, test_download_chunked,
       test_memory_after_streams, test_keepalive_reuse, test_pipelining, test_hop_by_hop,
+      test_response_streams, test_client_close_semantics, test_max_body,
       test_refused, test_silent, test_truncated, test_continue, test_strip_prefix, test_no_route,
       test_metrics, test_memory_end)

@@ -9,7 +9,6 @@ and a good request on a fresh connection still works.
 """
 
 import os
-import socket
 import sys
 import time
 
@@ -87,6 +86,14 @@ CASES = [
     ("chunk size of 17 hex digits",
      b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
      b"10000000000000000\r\nxxxxxxxxxxxxxxxx\r\n0\r\n\r\n", 400),
+    ("space inside a header name",
+     b"GET / HTTP/1.1\r\nHost: a\r\nX A: b\r\n\r\n", 400),
+    ("two spaces in the request line",
+     b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("TAB inside the request target",
+     b"GET /a\tb HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("target without a leading slash",
+     b"GET foo HTTP/1.1\r\nHost: a\r\n\r\n", 400),
     ("header block > 32 KiB (one header)",
      b"GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * 33000 + b"\r\n\r\n", 431),
     ("header block > 32 KiB (many headers)",
@@ -123,6 +130,7 @@ def test_cases(t):
     up = S["up"]
     for name, bad, want in CASES:
         before = up.snapshot()
+        mark = up.mark()
         c = h.Client(S["port"], timeout=4)
         try:
             c.send(bad + GOOD)
@@ -142,10 +150,52 @@ def test_cases(t):
         t.check("%s: connection closed after the response" % name, how in ("eof", "reset"),
                 "eof", how)
         t.check("%s: upstream received 0 bytes" % name, after[1] == before[1], 0,
-                "%d bytes: %r" % (after[1] - before[1],
-                                  bytes(up.conns[-1].data[-300:]) if up.conns else b""))
+                "%d bytes: %r" % (after[1] - before[1], up.since(mark)[:400]))
         t.check("%s: upstream saw no connection" % name, after[0] == before[0], 0,
                 after[0] - before[0])
+
+
+def test_bad_after_good(t):
+    """A valid GET, then CL+TE, then another GET, in one send: the first is answered, the
+    second gets 400 and the connection closes; the upstream sees only the first request."""
+    up = S["up"]
+    mark = up.mark()
+    n0 = len(up.requests)
+    c = h.Client(S["port"], timeout=4)
+    c.send(b"GET /first-good HTTP/1.1\r\nHost: a\r\n\r\n"
+           b"POST /second-bad HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + GOOD)
+    data, how = c.read_until_close(3)
+    c.close()
+    rs, rest, err = h.parse_responses(data)
+    t.check("good, bad, good pipelined -> [200, 400] then close",
+            [r.status for r in rs] == [200, 400] and rest == b"" and how in ("eof", "reset"),
+            ([200, 400], "eof"), ([r.status for r in rs], rest[:100], how))
+    paths = [r.path for r in up.requests[n0:]]
+    t.check("the upstream saw only /first-good", paths == ["/first-good"], ["/first-good"],
+            paths)
+    new = up.since(mark)
+    t.check("no byte of the bad request reached the upstream", b"second-bad" not in new
+            and b"pipelined-after" not in new and new.count(b"HTTP/1.1\r\n") == 1,
+            "only GET /first-good", new)
+
+
+def test_close_then_pipelined(t):
+    """Connection: close ends the connection: a request pipelined after it is never served."""
+    up = S["up"]
+    n0 = len(up.requests)
+    c = h.Client(S["port"], timeout=4)
+    c.send(b"GET /closing HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n" + GOOD)
+    data, how = c.read_until_close(3)
+    c.close()
+    rs, rest, err = h.parse_responses(data)
+    t.check("Connection: close + pipelined GET -> one 200 then close",
+            [r.status for r in rs] == [200] and rest == b"" and how in ("eof", "reset"),
+            ([200], "eof"), ([r.status for r in rs], rest[:100], how))
+    time.sleep(0.1)
+    paths = [r.path for r in up.requests[n0:]]
+    t.check("the request after Connection: close never reached the upstream",
+            paths == ["/closing"], ["/closing"], paths)
 
 
 def test_trickle_408(t):
@@ -186,22 +236,37 @@ def test_trickle_408(t):
             [r.path for r in S["up"].requests])
 
 
+def test_limits_not_too_tight(t):
+    up = S["up"]
+    n0 = len(up.requests)
+    r = h.request(S["port"], "GET", "/under-limit", headers=[("X-Big", "a" * 30000)])
+    t.check("a 30 KiB header block (under 32 KiB) is accepted", r.status == 200, 200, r.status)
+    r = h.request(S["port"], "GET", "/" + "l" * 8000)
+    t.check("an 8000-byte request line (under 8 KiB) is accepted", r.status == 200, 200,
+            r.status)
+    t.check("both reached the upstream", [x.path[:12] for x in up.requests[n0:]]
+            == ["/under-limit", "/" + "l" * 11], ["/under-limit", "/lll..."],
+            [x.path[:12] for x in up.requests[n0:]])
+
+
 def test_good_after(t):
     up = S["up"]
-    before = up.snapshot()
+    n0 = len(up.requests)
     r = h.request(S["port"], "GET", "/after-all", timeout=5)
     t.check("a good request on a fresh connection afterwards -> 200", r.status == 200, 200,
             r.status)
-    t.check("the good request reached the upstream", up.wait_requests(1, 2)
+    t.check("the good request reached the upstream", up.wait_requests(n0 + 1, 2)
             and up.requests[-1].path == "/after-all", "/after-all",
-            [x.path for x in up.requests])
-    t.check("the upstream never saw any request but /after-all",
-            [x.path for x in up.requests] == ["/after-all"], ["/after-all"],
-            [x.path for x in up.requests])
+            [x.path for x in up.requests[n0:]])
+    allowed = {"/after-all", "/first-good", "/closing", "/under-limit"}
+    others = [x.path[:40] for x in up.requests if x.path not in allowed
+              and not x.path.startswith("/llll")]
+    t.check("over the whole file the upstream saw only the good requests", others == [], [],
+            others)
     # the gateway is still alive and well
     t.check("gateway still running", S["s"].alive(), True, S["s"].alive())
     code = S["s"].stop()
     t.check("gateway exits 0 on SIGTERM", code == 0, 0, code)
 
 
-t.run(setup, test_cases, test_trickle_408, test_good_after)
+t.run(setup, test_cases, test_bad_after_good, test_close_then_pipelined, test_trickle_408, test_limits_not_too_tight, test_good_after)
