@@ -70,20 +70,6 @@ static int on_headers_complete(llhttp_t *ll) {
     return 0;
 }
 
-static int on_body(llhttp_t *ll, const char *at, size_t len) {
-    sl_h1_t *h = parser_of(ll);
-    if (h->head) return 0; /* bodies are framed by sl_h1_body, never during the head */
-    if (h->spans_left) h->spans_left--;
-    return h->on_data(h->ud, at, len) ? -1 : 0;
-}
-
-static int on_chunk_header(llhttp_t *ll) {
-    sl_h1_t *h = parser_of(ll);
-    /* Stop before a chunk the caller has no room to queue; sl_h1_body resumes here. */
-    if (!h->head && h->spans_left == 0 && ll->content_length > 0) return HPE_PAUSED;
-    return 0;
-}
-
 static int on_message_complete(llhttp_t *ll) {
     sl_h1_t *h = parser_of(ll);
     h->done = 1;
@@ -97,8 +83,6 @@ static const llhttp_settings_t settings = {
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_chunk_header = on_chunk_header,
     .on_message_complete = on_message_complete,
 };
 
@@ -256,6 +240,9 @@ static void mark_hop(sl_h1_head_t *hd) {
                 hd->flags |= SL_H1_CONN_KEEPALIVE;
             else if (SL_IEQ(tok, "upgrade"))
                 hd->flags |= SL_H1_CONN_UPGRADE;
+            /* Connection can name extension fields, never Host: a request without Host
+             * would reach the upstream (RFC 9110 7.6.1 lists what may be named). */
+            if (SL_IEQ(tok, "host")) continue;
             for (uint16_t j = 0; j < hd->nheaders; j++)
                 if (sl_str_ieq2(hd->headers[j].name, tok)) hd->headers[j].hop = 1;
         }
@@ -443,8 +430,128 @@ int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd, size_t *us
     if (err == HPE_PAUSED) llhttp_resume(&h->ll);
     h->done = 0;
     h->body_kind = hd->body_kind;
+    h->cstate = 0;
+    h->cdigits = 0;
+    h->cline = 0;
     h->remaining = hd->body_kind == SL_BODY_LENGTH ? hd->content_length : 0;
     *used = end;
+    return SL_OK;
+}
+
+/* ---- chunked transfer coding ----
+ * sluice's own decoder, not llhttp's: llhttp 8.1.0 accepts a bare LF ending the
+ * trailer section, obs-fold and empty names in trailers, and 17-digit sizes with
+ * leading zeros. Here every line ends in CRLF, a size has 1..16 hex digits, an
+ * extension holds no controls, and trailer fields are checked like header fields
+ * (then dropped: the message leaves with fresh chunks and no trailers). */
+
+enum {
+    CS_SIZE = 0, CS_EXT, CS_SIZE_LF, CS_DATA, CS_DATA_CR, CS_DATA_LF,
+    CS_TRAILER, CS_TRAILER_NAME, CS_TRAILER_VALUE, CS_TRAILER_LF, CS_END_LF
+};
+
+#define SL_CHUNK_LINE_MAX 4096     /* a size line with its extensions */
+#define SL_TRAILERS_MAX (8 * 1024) /* the whole trailer section */
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+static bool tchar(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && memchr("!#$%&'*+-.^_`|~", c, 15));
+}
+
+static int chunked(sl_h1_t *h, const char *p, size_t n, size_t *used) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        switch (h->cstate) {
+        case CS_SIZE: {
+            int v = hexval(c);
+            if (v >= 0) {
+                if (++h->cdigits > 16) return SL_ERROR; /* "oversized chunk size", zeros or not */
+                h->remaining = (h->remaining << 4) | (uint64_t)v;
+                h->cline++;
+                i++;
+                continue;
+            }
+            if (h->cdigits == 0) return SL_ERROR;
+            if (c == ';') h->cstate = CS_EXT;
+            else if (c == '\r') h->cstate = CS_SIZE_LF;
+            else return SL_ERROR;
+            i++;
+            continue;
+        }
+        case CS_EXT:
+            if (c == '\r') h->cstate = CS_SIZE_LF;
+            else if ((c < 0x20 && c != '\t') || c == 0x7f) return SL_ERROR;
+            if (++h->cline > SL_CHUNK_LINE_MAX) return SL_ERROR;
+            i++;
+            continue;
+        case CS_SIZE_LF:
+            if (c != '\n') return SL_ERROR;
+            i++;
+            h->cline = 0;
+            h->cstate = h->remaining ? CS_DATA : CS_TRAILER;
+            continue;
+        case CS_DATA: {
+            if (h->spans_left == 0) {
+                *used = i;
+                return SL_OK; /* the caller's queue is full: resume here */
+            }
+            size_t take = (size_t)SL_MIN((uint64_t)(n - i), h->remaining);
+            if (h->on_data(h->ud, p + i, take)) return SL_ERROR;
+            h->spans_left--;
+            h->remaining -= take;
+            i += take;
+            if (!h->remaining) h->cstate = CS_DATA_CR;
+            continue;
+        }
+        case CS_DATA_CR:
+            if (c != '\r') return SL_ERROR;
+            h->cstate = CS_DATA_LF;
+            i++;
+            continue;
+        case CS_DATA_LF:
+            if (c != '\n') return SL_ERROR;
+            h->cstate = CS_SIZE;
+            h->cdigits = 0;
+            h->remaining = 0;
+            i++;
+            continue;
+        case CS_TRAILER:
+            /* At the start of a line: the blank line ends the message, else a field. */
+            if (c == '\r') h->cstate = CS_END_LF;
+            else if (tchar(c)) h->cstate = CS_TRAILER_NAME;
+            else return SL_ERROR; /* obs-fold, empty name, bare LF */
+            break;
+        case CS_TRAILER_NAME:
+            if (c == ':') h->cstate = CS_TRAILER_VALUE;
+            else if (!tchar(c)) return SL_ERROR;
+            break;
+        case CS_TRAILER_VALUE:
+            if (c == '\r') h->cstate = CS_TRAILER_LF;
+            else if ((c < 0x20 && c != '\t') || c == 0x7f) return SL_ERROR;
+            break;
+        case CS_TRAILER_LF:
+            if (c != '\n') return SL_ERROR;
+            h->cstate = CS_TRAILER;
+            break;
+        case CS_END_LF:
+            if (c != '\n') return SL_ERROR;
+            *used = i + 1;
+            h->done = 1;
+            return SL_DONE;
+        }
+        /* trailer bytes */
+        if (++h->cline > SL_TRAILERS_MAX) return SL_ERROR;
+        i++;
+    }
+    *used = n;
     return SL_OK;
 }
 
@@ -464,18 +571,8 @@ int sl_h1_body(sl_h1_t *h, const char *p, size_t n, size_t *used) {
         if (n && h->on_data(h->ud, p, n)) return SL_ERROR;
         *used = n;
         return SL_OK;
-    case SL_BODY_CHUNKED: {
-        if (n == 0) return SL_OK;
-        llhttp_errno_t err = llhttp_execute(&h->ll, p, n);
-        if (err == HPE_OK) {
-            *used = n;
-            return SL_OK;
-        }
-        if (err != HPE_PAUSED) return SL_ERROR;
-        *used = (size_t)(llhttp_get_error_pos(&h->ll) - p);
-        llhttp_resume(&h->ll);
-        return h->done ? SL_DONE : SL_OK;
-    }
+    case SL_BODY_CHUNKED:
+        return chunked(h, p, n, used);
     }
     return SL_ERROR;
 }

@@ -80,6 +80,9 @@ typedef struct {
     uint8_t req_was_head; /**< response to a HEAD request: no body */
     uint8_t done;         /**< message complete (set by the chunked decoder) */
     uint16_t status_err;  /**< status a callback chose for its error */
+    uint8_t cstate;       /**< chunked decoder state */
+    uint8_t cdigits;      /**< hex digits of the current chunk size */
+    uint16_t cline;       /**< bytes of the current size line, or of the trailer section */
 } sl_h1_t;
 
 /** Prepares a parser. `type` is HTTP_REQUEST or HTTP_RESPONSE. Limits are borrowed. */
