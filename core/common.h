@@ -32,6 +32,16 @@ typedef struct {
 #define SL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define SL_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
+/** RFC 9110 tchar: the bytes of a token (field names, methods, transfer codings). */
+extern const uint8_t sl_tchar_table[256];
+static inline bool sl_tchar(unsigned char c) { return sl_tchar_table[c] != 0; }
+static inline bool sl_is_token(sl_str_t v) {
+    if (v.len == 0) return false;
+    for (size_t i = 0; i < v.len; i++)
+        if (!sl_tchar((unsigned char)v.p[i])) return false;
+    return true;
+}
+
 static inline char sl_lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c | 0x20) : c; }
 
 /** Case-insensitive equality of a byte range with a lower-case literal. */

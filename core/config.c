@@ -10,6 +10,7 @@
  * without one.
  */
 #include "config.h"
+#include "common.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -701,6 +702,8 @@ typedef struct {
     bool too_big;
 } jbuf_t;
 
+#define PATH_MAX_LEN 512
+
 static bool jb_put(cx_t *cx, jbuf_t *b, const void *s, size_t n) {
     if (b->too_big) return false;
     if (b->n + n + 1 > MAX_PLUGIN_JSON) {
@@ -785,7 +788,20 @@ static bool is_json_number(const char *s) {
     return *s == '\0';
 }
 
-static bool json_node(cx_t *cx, jbuf_t *b, const yaml_node_t *n, int depth) {
+/* Records where each key and value of a plugin config stands, as JSON
+ * {"a.b":[key_line,key_col,value_line,value_col], "a.2":[...]} (list items 1-based, as in
+ * Lua), so schema errors found later in Lua can name FILE:LINE:COL. */
+static bool pos_put(cx_t *cx, jbuf_t *pos, const char *path, const yaml_node_t *k,
+                    const yaml_node_t *v) {
+    char tmp[64];
+    if (pos->n > 1 && !jb_put(cx, pos, ",", 1)) return false;
+    if (!jb_str(cx, pos, (const unsigned char *)path, strlen(path))) return false;
+    int n = snprintf(tmp, sizeof tmp, ":[%d,%d,%d,%d]", line_of(k), col_of(k), line_of(v), col_of(v));
+    return jb_put(cx, pos, tmp, (size_t)n);
+}
+
+static bool json_node(cx_t *cx, jbuf_t *b, jbuf_t *pos, char *path, size_t plen,
+                      const yaml_node_t *n, int depth) {
     if (depth > MAX_JSON_DEPTH) {
         cx_err(cx, n, "plugin config is nested more than %d levels deep", MAX_JSON_DEPTH);
         return false;
@@ -802,8 +818,12 @@ static bool json_node(cx_t *cx, jbuf_t *b, const yaml_node_t *n, int depth) {
         if (!jb_put(cx, b, "[", 1)) return false;
         for (size_t i = 0; i < seq_len(n); i++) {
             const yaml_node_t *item = seq_at(cx, n, i);
-            if ((i && !jb_put(cx, b, ",", 1)) || !item || !json_node(cx, b, item, depth + 1))
+            if ((i && !jb_put(cx, b, ",", 1)) || !item) return false;
+            int w = snprintf(path + plen, PATH_MAX_LEN - plen, "%s%zu", plen ? "." : "", i + 1);
+            size_t np = SL_MIN(plen + (size_t)w, PATH_MAX_LEN - 1);
+            if (!pos_put(cx, pos, path, item, item) || !json_node(cx, b, pos, path, np, item, depth + 1))
                 return false;
+            path[plen] = '\0';
         }
         return jb_put(cx, b, "]", 1);
     }
@@ -819,10 +839,14 @@ static bool json_node(cx_t *cx, jbuf_t *b, const yaml_node_t *n, int depth) {
                 return false;
             }
             if (dup_key(cx, n, p, k)) return false;
+            int w = snprintf(path + plen, PATH_MAX_LEN - plen, "%s%s", plen ? "." : "", sval(k));
+            size_t np = SL_MIN(plen + (size_t)w, PATH_MAX_LEN - 1);
             if ((!first && !jb_put(cx, b, ",", 1)) ||
                 !jb_str(cx, b, k->data.scalar.value, k->data.scalar.length) ||
-                !jb_put(cx, b, ":", 1) || !json_node(cx, b, v, depth + 1))
+                !jb_put(cx, b, ":", 1) || !pos_put(cx, pos, path, k, v) ||
+                !json_node(cx, b, pos, path, np, v, depth + 1))
                 return false;
+            path[plen] = '\0';
             first = false;
         }
         return jb_put(cx, b, "}", 1);
@@ -838,10 +862,6 @@ static bool json_node(cx_t *cx, jbuf_t *b, const yaml_node_t *n, int depth) {
 enum { P_NAME, P_CONFIG, P_N };
 static const char *const plugin_keys[P_N] = {"name", "config"};
 
-/* The plugins this build can run. The Lua plugin runtime replaces this list with
- * a search of plugin_paths; until then a name outside it is an error, never a no-op. */
-static bool builtin_plugin(const char *name) { return strcmp(name, "echo") == 0; }
-
 static void parse_plugin(cx_t *cx, const yaml_node_t *m, const char *owner, size_t idx,
                          sl_plugin_conf_t *pc) {
     char what[128], where[288];
@@ -853,20 +873,30 @@ static void parse_plugin(cx_t *cx, const yaml_node_t *m, const char *owner, size
     pc->col = col_of(m);
 
     const yaml_node_t *v = required(cx, m, &f[P_NAME], where);
-    if (v && get_name(cx, v, "plugin", false, &pc->name) && !builtin_plugin(pc->name))
-        cx_err(cx, v, "unknown plugin '%s' in %s (this build has: echo)", pc->name, owner);
+    if (v) get_name(cx, v, "plugin", false, &pc->name);
+    pc->name_line = line_of(v);
+    pc->name_col = col_of(v);
 
     if (!f[P_CONFIG].val) {
         pc->config_json = cx_strdup(cx, "{}");
+        pc->positions_json = cx_strdup(cx, "{}");
+        pc->config_line = pc->line;
+        pc->config_col = pc->col;
         return;
     }
     if (!want_type(cx, f[P_CONFIG].val, YAML_MAPPING_NODE, "config")) return;
-    jbuf_t b = {0};
-    if (json_node(cx, &b, f[P_CONFIG].val, 0)) {
+    pc->config_line = line_of(f[P_CONFIG].val);
+    pc->config_col = col_of(f[P_CONFIG].val);
+    jbuf_t b = {0}, pos = {0};
+    char path[PATH_MAX_LEN] = "";
+    if (jb_put(cx, &pos, "{", 1) && json_node(cx, &b, &pos, path, 0, f[P_CONFIG].val, 0) &&
+        jb_put(cx, &pos, "}", 1)) {
         pc->config_json = b.p;
+        pc->positions_json = pos.p;
         return;
     }
-    if (b.too_big && !cx->oom)
+    free(pos.p);
+    if ((b.too_big || pos.too_big) && !cx->oom)
         cx_err(cx, f[P_CONFIG].val, "plugin config is larger than %u bytes as JSON",
                MAX_PLUGIN_JSON);
     free(b.p);
@@ -1493,6 +1523,7 @@ static void plugins_free(sl_plugin_conf_t *p, size_t n) {
     for (size_t i = 0; p && i < n; i++) {
         free(p[i].name);
         free(p[i].config_json);
+        free(p[i].positions_json);
     }
     free(p);
 }
@@ -1502,6 +1533,7 @@ void sl_config_free(sl_config_t *cfg) {
     free(cfg->path);
     addr_free(&cfg->admin_listen);
     strs_free(cfg->plugin_paths, cfg->nplugin_paths);
+    strs_free(cfg->plugin_search, cfg->nplugin_search);
     plugins_free(cfg->plugins, cfg->nplugins);
     for (size_t i = 0; cfg->listeners && i < cfg->nlisteners; i++) {
         free(cfg->listeners[i].name);

@@ -66,7 +66,10 @@ typedef struct {
 typedef struct {
     char *name;
     char *config_json; /**< the plugin's `config:` mapping as JSON text ("{}" when absent) */
-    int line, col;
+    char *positions_json; /**< {"a.b":[kline,kcol,vline,vcol],...}: where each key and value stands */
+    int line, col;        /**< the plugin entry */
+    int config_line, config_col; /**< the `config:` mapping (the entry when absent) */
+    int name_line, name_col;     /**< the `name:` value */
 } sl_plugin_conf_t;
 
 typedef struct {
@@ -89,6 +92,8 @@ typedef struct {
     bool admin_enabled;          /**< true unless `admin: { listen: off }` */
     sl_addr_t admin_listen;      /**< default 127.0.0.1:9090 */
     char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */
+    char **plugin_search; size_t nplugin_search; /**< resolved: plugin_paths (relative to the
+                                                      config file) then the built-in folder */
     sl_plugin_conf_t *plugins; size_t nplugins;  /**< the global chain */
     sl_listener_conf_t *listeners; size_t nlisteners;
     sl_upstream_conf_t *upstreams; size_t nupstreams;

@@ -1,7 +1,17 @@
-/* ffi_req.c — the request accessors of the FFI ABI (core/sluice.h). */
-#include "sluice.h"
+/* ffi_req.c — the request/response/upstream/log/sleep functions of the FFI ABI (core/sluice.h).
+ *
+ * All run on a worker thread during a phase call of the request they are given.
+ * Returned pointers stay valid until the phase call returns.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "http_conn.h"
+#include "log.h"
+#include "lua_host.h"
+#include "sluice.h"
 
 int sl_ffi_abi_version(void) { return SL_ABI_VERSION; }
 
@@ -12,25 +22,296 @@ static int out(sl_str_t s, const char **p, size_t *len) {
 }
 
 int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len) { return out(r->head.method, p, len); }
-int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) { return out(r->head.path, p, len); }
+int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) {
+    return out(r->path_override.p ? r->path_override : r->head.path, p, len);
+}
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) { return out(r->head.query, p, len); }
-
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
 }
+int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) {
+    return out((sl_str_t){r->c->peer, strlen(r->c->peer)}, p, len);
+}
+int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len) { return out((sl_str_t){r->rid, r->rid_len}, p, len); }
+int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err) {
+    if (len == 0 || len >= sizeof(r->rid)) {
+        *err = "id must be 1 to 32 characters";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] <= 0x20 || (unsigned char)id[i] >= 0x7f) {
+            *err = "id must be visible ASCII";
+            return SL_ERROR;
+        }
+    memcpy(r->rid, id, len);
+    r->rid[len] = 0;
+    r->rid_len = (uint8_t)len;
+    return SL_OK;
+}
 
+int sl_ffi_req_route(sl_req_t *r, const char **p, size_t *len) {
+    const char *n = r->route >= 0 ? r->w->cfg->routes[r->route].name : "";
+    return out((sl_str_t){n, strlen(n)}, p, len);
+}
+
+/* The request as plugins see it: original fields not cleared, then added ones. */
 int sl_ffi_req_get_header(sl_req_t *r, const char *name, size_t name_len, const char **p, size_t *len) {
+    sl_str_t n = {name, name_len};
+    const sl_field_t *f = sl_edits_find(&r->req_edits, n);
+    if (f) return out(f->value, p, len);
+    if (sl_edits_removed(&r->req_edits, n)) return SL_DECLINED;
     for (uint16_t i = 0; i < r->head.nheaders; i++)
-        if (sl_str_ieq2(r->head.headers[i].name, (sl_str_t){name, name_len}))
-            return out(r->head.headers[i].value, p, len);
+        if (sl_str_ieq2(r->head.headers[i].name, n)) return out(r->head.headers[i].value, p, len);
     return SL_DECLINED;
 }
 
-int sl_ffi_req_header_count(sl_req_t *r) { return r->head.nheaders; }
+int sl_ffi_req_header_count(sl_req_t *r) { return r->head.nheaders + r->req_edits.nadded; }
 
 int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                          size_t *value_len) {
-    if (i < 0 || i >= r->head.nheaders) return SL_DECLINED;
-    out(r->head.headers[i].name, name, name_len);
-    return out(r->head.headers[i].value, value, value_len);
+    if (i < 0) return SL_DECLINED;
+    if (i < r->head.nheaders) {
+        const sl_h1_header_t *h = &r->head.headers[i];
+        if (sl_edits_removed(&r->req_edits, h->name)) return SL_DECLINED;
+        out(h->name, name, name_len);
+        return out(h->value, value, value_len);
+    }
+    i -= r->head.nheaders;
+    if (i >= r->req_edits.nadded) return SL_DECLINED;
+    out(r->req_edits.added[i].name, name, name_len);
+    return out(r->req_edits.added[i].value, value, value_len);
+}
+
+static bool head_editable(sl_req_t *r, const char **err) {
+    if (r->upq.niov || r->req_sent || r->up) {
+        *err = "the request head was already sent upstream";
+        return false;
+    }
+    return true;
+}
+
+int sl_ffi_req_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    return sl_edits_set(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    return sl_edits_add(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    return sl_edits_clear(&r->req_edits, &r->arena, (sl_str_t){n, nl}, err);
+}
+
+int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    if (len == 0 || p[0] != '/') {
+        *err = "path must start with '/'";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7f || c == '?' || c == '#') {
+            *err = "path must not contain spaces, controls, '?' or '#'";
+            return SL_ERROR;
+        }
+    }
+    char *copy = sl_arena_alloc(&r->arena, len);
+    if (!copy) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    memcpy(copy, p, len);
+    r->path_override = (sl_str_t){copy, len};
+    r->strip = 0;
+    return SL_OK;
+}
+
+int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err) {
+    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+        *err = "the body can be read in rewrite and access only";
+        return SL_ERROR;
+    }
+    int rc = sl__req_buffer_body(r);
+    if (rc == SL_EAGAIN) return SL_EAGAIN;
+    if (rc != SL_OK) {
+        *err = r->body_err == 413 ? "request body too large" : "bad request body";
+        return SL_ERROR;
+    }
+    *p = r->heap_len ? r->heap : NULL;
+    *len = r->heap_len;
+    return SL_OK;
+}
+
+int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err) {
+    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS &&
+        r->lua_phase != SL_PHASE_PREREAD) {
+        *err = "response.exit works in rewrite and access only";
+        return SL_ERROR;
+    }
+    if (status < 200 || status > 599) {
+        *err = "status must be 200..599 (an interim 1xx is never a final answer)";
+        return SL_ERROR;
+    }
+    char *copy = NULL;
+    if (len) {
+        /* Small bodies live in the arena; large ones (an echo of a big body) on the heap. */
+        copy = len <= 4096 ? sl_arena_alloc(&r->arena, len) : NULL;
+        if (!copy) {
+            free(r->exit_alloc);
+            copy = r->exit_alloc = malloc(len);
+        }
+        if (!copy) {
+            *err = "out of memory";
+            return SL_ERROR;
+        }
+        memcpy(copy, body, len);
+    }
+    r->exit_status = status;
+    r->exit_body = (sl_str_t){copy, len};
+    return SL_OK;
+}
+
+int sl_ffi_resp_get_status(sl_req_t *r) {
+    if (r->exit_status) return r->exit_status;
+    return r->status;
+}
+
+int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len) {
+    sl_str_t name = {n, nl};
+    const sl_field_t *f = sl_edits_find(&r->resp_edits, name);
+    if (f) return out(f->value, p, len);
+    if (sl_edits_removed(&r->resp_edits, name) || r->mode != SL_MODE_PROXY || !r->status) return SL_DECLINED;
+    for (uint16_t i = 0; i < r->rhead.nheaders; i++)
+        if (!r->rhead.headers[i].hop && sl_str_ieq2(r->rhead.headers[i].name, name))
+            return out(r->rhead.headers[i].value, p, len);
+    return SL_DECLINED;
+}
+
+static bool resp_editable(sl_req_t *r, const char **err) {
+    if (r->resp_head) {
+        *err = "the response head was already sent";
+        return false;
+    }
+    return true;
+}
+
+int sl_ffi_resp_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!resp_editable(r, err)) return SL_ERROR;
+    return sl_edits_set(&r->resp_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!resp_editable(r, err)) return SL_ERROR;
+    return sl_edits_add(&r->resp_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err) {
+    if (!resp_editable(r, err)) return SL_ERROR;
+    return sl_edits_clear(&r->resp_edits, &r->arena, (sl_str_t){n, nl}, err);
+}
+
+int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err) {
+    const sl_config_t *cfg = r->w->cfg;
+    if (r->up || r->stage > SL_STAGE_ACCESS) {
+        *err = "the upstream was already chosen";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < cfg->nupstreams; i++)
+        if (strlen(cfg->upstreams[i].name) == len && memcmp(cfg->upstreams[i].name, name, len) == 0) {
+            r->upstream = (int)i;
+            return SL_OK;
+        }
+    *err = "no upstream of that name";
+    return SL_ERROR;
+}
+
+static void wait_on_close(uv_handle_t *h) { free(h->data); }
+
+static void wait_on_timer(uv_timer_t *t) {
+    sl_wait_t *wt = t->data;
+    sl_req_t *r = wt->r;
+    uv_close((uv_handle_t *)t, wait_on_close);
+    if (!r) return;
+    r->wait = NULL;
+    sl__req_wakeup(r);
+}
+
+int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
+    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+        *err = "sleep works in rewrite and access only";
+        return SL_ERROR;
+    }
+    if (r->wait) {
+        *err = "already waiting";
+        return SL_ERROR;
+    }
+    sl_wait_t *wt = malloc(sizeof(*wt));
+    if (!wt) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    uv_timer_init(&r->w->loop, &wt->timer);
+    wt->timer.data = wt;
+    wt->r = r;
+    r->wait = wt;
+    /* The loop's clock is cached from the start of this iteration: refresh it, or a
+     * sleep could end early by the time spent in this iteration so far. */
+    uv_update_time(&r->w->loop);
+    uv_timer_start(&wt->timer, wait_on_timer, ms, 0);
+    return SL_OK;
+}
+
+/** Called when a request ends while its coroutine sleeps: the timer outlives it. */
+void sl__req_cancel_wait(sl_req_t *r);
+void sl__req_cancel_wait(sl_req_t *r) {
+    if (!r->wait) return;
+    r->wait->r = NULL;
+    uv_timer_stop(&r->wait->timer);
+    uv_close((uv_handle_t *)&r->wait->timer, wait_on_close);
+    r->wait = NULL;
+}
+
+void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len) {
+    if (level < SL_LOG_DEBUG || level > SL_LOG_ERR) level = SL_LOG_INFO;
+    const char *route = r && r->route >= 0 ? r->w->cfg->routes[r->route].name : NULL;
+    sl_log_kv(level, (const char *[]){"route", route, "plugin", plugin, "request_id", r ? r->rid : NULL}, 3,
+              "%.*s", (int)SL_MIN(len, 1800), msg);
+}
+
+int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st) {
+    const sl_config_t *cfg = r->w->cfg;
+    st->status = r->status;
+    st->bytes_in = r->body_in + r->head_end - r->head_off;
+    st->bytes_out = r->bytes_out;
+    st->duration_ms = (double)(sl_now_ns() - r->start_ns) / 1e6;
+    st->upstream = r->upstream >= 0 ? cfg->upstreams[r->upstream].name : "";
+    st->target = r->upstream >= 0 && r->target >= 0 ? cfg->upstreams[r->upstream].targets[r->target].addr.text : "";
+    st->route = r->route >= 0 ? cfg->routes[r->route].name : "";
+    return SL_OK;
+}
+
+static __thread uint64_t rnd_state;
+
+void sl_ffi_random_hex(char *out, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    if (!rnd_state) {
+        if (getrandom(&rnd_state, sizeof(rnd_state), 0) != sizeof(rnd_state) || !rnd_state)
+            rnd_state = sl_now_ns() | 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (i % 16 == 0) {
+            rnd_state ^= rnd_state >> 12, rnd_state ^= rnd_state << 25, rnd_state ^= rnd_state >> 27;
+        }
+        uint64_t v = rnd_state * 0x2545F4914F6CDD1DULL;
+        out[i] = hex[(v >> ((i % 16) * 4)) & 15];
+    }
+}
+
+double sl_ffi_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }

@@ -170,19 +170,6 @@ static bool is_digits(sl_str_t v) {
     return true;
 }
 
-/* RFC 9110 5.1: field-name = token. llhttp checks this only when built with LLHTTP_STRICT_MODE;
- * without it "X Y: v" passes, and "Host : v" beside a real Host, which a peer may read as Host. */
-static bool is_token(sl_str_t v) {
-    if (v.len == 0) return false;
-    for (size_t i = 0; i < v.len; i++) {
-        unsigned char c = (unsigned char)v.p[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              (c && strchr("!#$%&'*+-.^_`|~", c))))
-            return false;
-    }
-    return true;
-}
-
 static uint64_t to_u64(sl_str_t v) {
     uint64_t x = 0;
     for (size_t i = 0; i < v.len; i++) x = x * 10 + (uint64_t)(v.p[i] - '0');
@@ -297,7 +284,9 @@ static int check_request(sl_h1_head_t *hd) {
     const sl_h1_header_t *host = NULL;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
-        if (!is_token(x->name)) return 400;
+        /* RFC 9110 5.1: field-name = token. Without llhttp's strict build "X Y: v" passes,
+         * and "Host : v" beside a real Host, which a peer may read as Host. */
+        if (!sl_is_token(x->name)) return 400;
         if (SL_IEQ(x->name, "host")) {
             if (host) return 400;
             host = x;
@@ -358,7 +347,7 @@ static int check_response(sl_h1_t *h, sl_h1_head_t *hd) {
     if (hd->major != 1 || hd->minor > 1) return 502;
     if (hd->status < 100 || hd->status > 599) return 502;
     for (uint16_t i = 0; i < hd->nheaders; i++)
-        if (!is_token(hd->headers[i].name)) return 502;
+        if (!sl_is_token(hd->headers[i].name)) return 502;
     bool chunked, has_cl;
     if (check_framing(hd, false, &chunked, &has_cl)) return 502;
     if (h->req_was_head || hd->status < 200 || hd->status == 204 || hd->status == 304)
@@ -460,11 +449,6 @@ static int hexval(unsigned char c) {
     return -1;
 }
 
-static bool tchar(unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c && memchr("!#$%&'*+-.^_`|~", c, 15));
-}
-
 static int chunked(sl_h1_t *h, const char *p, size_t n, size_t *used) {
     size_t i = 0;
     while (i < n) {
@@ -526,12 +510,12 @@ static int chunked(sl_h1_t *h, const char *p, size_t n, size_t *used) {
         case CS_TRAILER:
             /* At the start of a line: the blank line ends the message, else a field. */
             if (c == '\r') h->cstate = CS_END_LF;
-            else if (tchar(c)) h->cstate = CS_TRAILER_NAME;
+            else if (sl_tchar(c)) h->cstate = CS_TRAILER_NAME;
             else return SL_ERROR; /* obs-fold, empty name, bare LF */
             break;
         case CS_TRAILER_NAME:
             if (c == ':') h->cstate = CS_TRAILER_VALUE;
-            else if (!tchar(c)) return SL_ERROR;
+            else if (!sl_tchar(c)) return SL_ERROR;
             break;
         case CS_TRAILER_VALUE:
             if (c == '\r') h->cstate = CS_TRAILER_LF;
@@ -588,6 +572,18 @@ sl_str_t sl_h1_reason(int status) {
     case 100: return SL_LIT("Continue");
     case 101: return SL_LIT("Switching Protocols");
     case 200: return SL_LIT("OK");
+    case 201: return SL_LIT("Created");
+    case 202: return SL_LIT("Accepted");
+    case 206: return SL_LIT("Partial Content");
+    case 303: return SL_LIT("See Other");
+    case 307: return SL_LIT("Temporary Redirect");
+    case 308: return SL_LIT("Permanent Redirect");
+    case 409: return SL_LIT("Conflict");
+    case 410: return SL_LIT("Gone");
+    case 412: return SL_LIT("Precondition Failed");
+    case 415: return SL_LIT("Unsupported Media Type");
+    case 418: return SL_LIT("I'm a teapot");
+    case 422: return SL_LIT("Unprocessable Content");
     case 204: return SL_LIT("No Content");
     case 301: return SL_LIT("Moved Permanently");
     case 302: return SL_LIT("Found");

@@ -18,6 +18,7 @@
 
 #include <uv.h>
 
+#include "hdr_edit.h"
 #include "http1.h"
 #include "worker.h"
 
@@ -25,7 +26,9 @@
 #define SL_IOV (SL_SPANS * 3 + 4)       /* head + 100-continue + spans (size, data, CRLF) + end */
 
 enum { SL_CONN_IDLE = 0, SL_CONN_HEAD, SL_CONN_ACTIVE, SL_CONN_CLOSED };
-enum { SL_MODE_PROXY = 1, SL_MODE_ECHO, SL_MODE_LOCAL };
+enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL };
+/* Where a request is in its life: the Lua phases run between routing and content. */
+enum { SL_STAGE_REWRITE = 0, SL_STAGE_ACCESS, SL_STAGE_CONTENT, SL_STAGE_RESPONSE };
 enum { SL_UP_CONNECTING = 1, SL_UP_ACTIVE, SL_UP_IDLE, SL_UP_CLOSED };
 
 /** Bytes queued for one direction, written with one writev at a time. */
@@ -100,6 +103,7 @@ struct sl_req_s {
     sl_upconn_t *up;
     uint64_t start_ns, up_start_ns;
     uint64_t body_in;   /**< request body bytes read */
+    uint64_t bytes_out; /**< response bytes handed to the client socket */
     sl_outq_t upq;      /**< toward the upstream */
     uv_buf_t uphead;    /**< the rebuilt request head, kept for a retry */
     uint16_t body_err;  /**< status for a body the client got wrong (400, 413) */
@@ -111,7 +115,29 @@ struct sl_req_s {
     uint8_t rid_len;
     char host[256];     /**< Host, lower-cased, port removed: what the router matches */
     uint16_t host_len;
+    /* plugin runtime */
+    uint8_t stage;      /**< SL_STAGE_* */
+    uint8_t lua_phase;  /**< the phase running (or waiting) in Lua, SL_PHASE_* */
+    uint8_t lua_waiting;/**< the request's coroutine yielded: an event resumes it */
+    uint8_t body_buffered; /**< the whole body is in heap (a plugin read it) */
+    uint8_t in_header_filter;
+    uint8_t logged;
+    uint8_t phases;     /**< SL_PHASE_* bits the route's chain defines */
+    int co_ref, ctx_ref;/**< registry refs of the coroutine and ctx table (0: none) */
+    lua_State *co;
+    struct sl_wait_s *wait; /**< a pending sleep timer */
+    sl_hdr_edits_t req_edits, resp_edits;
+    sl_str_t path_override; /**< set_path: replaces path (and strip_prefix) upstream */
+    int exit_status;    /**< response.exit: status (0: none) */
+    sl_str_t exit_body;
+    char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */
 };
+
+/** A timer a plugin sleeps on; malloc'ed because closing a handle outlives the request. */
+typedef struct sl_wait_s {
+    uv_timer_t timer;
+    sl_req_t *r; /**< NULL once the request is gone */
+} sl_wait_t;
 
 /* conn.c */
 void sl__conn_on_accept(uv_stream_t *server, int status);
@@ -153,8 +179,9 @@ uint32_t sl__outq_room(const sl_outq_t *q);
 /** Writes the queue: 1 when written at once, 0 when a write is in flight, <0 on error. */
 int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb);
 
-/* echo.c */
-/** Builds the echo answer for r into r->heap (method, path, query, headers, body). */
-int sl__echo_build(sl_req_t *r, sl_str_t *out);
+/** The request's coroutine may continue (a sleep ended, its body arrived). */
+void sl__req_wakeup(sl_req_t *r);
+/** Starts buffering the request body for a plugin; SL_OK when already whole. */
+int sl__req_buffer_body(sl_req_t *r);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "plugin.h"
 #include "server.h"
 
 extern const char sl_default_conf[];
@@ -27,6 +28,11 @@ static sl_config_t *load(const char *path, bool quiet) {
         rc = sl_config_load(path, &cfg, &errs);
     else
         rc = sl_config_parse("<embedded default>", sl_default_conf, sl_default_conf_len, &cfg, &errs);
+    if (rc == 0 && sl_plugins_check(cfg, &errs) != 0) {
+        sl_config_free(cfg);
+        cfg = NULL;
+        rc = -1;
+    }
     if (rc != 0) {
         for (size_t i = 0; i < errs.n; i++) fprintf(stderr, "%s\n", errs.lines[i]);
         sl_errors_free(&errs);

@@ -22,7 +22,8 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->up_dur = calloc(m->ntargets + 1, sizeof(sl_hist_t));
     m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
-    if (!m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp ||
+    m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
+    if (!m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
         !m->conns_active) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -38,6 +39,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->up_dur);
     free(m->up_noresp);
     free(m->conns_active);
+    free(m->plugin_errors);
     memset(m, 0, sizeof(*m));
 }
 
@@ -70,6 +72,12 @@ void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status,
     else /* no response: refused, reset, timed out; shown as code="0" */
         SL_COUNTER_ADD(m->up_noresp[t], 1);
     hist_add(&m->up_dur[t], dur_ns);
+}
+
+void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    if (pos < 0 || pos >= SL_METRIC_MAX_CHAIN) return;
+    SL_COUNTER_ADD(m->plugin_errors[r * SL_METRIC_MAX_CHAIN + (size_t)pos], 1);
 }
 
 /* A growing text buffer for the admin thread (not a hot path). */
@@ -186,6 +194,28 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
         int64_t v = 0;
         for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->conns_active[l]);
         tprintf(&t, "sluice_connections_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+    }
+    tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
+                "# TYPE sluice_plugin_errors_total counter\n");
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        const sl_route_conf_t *rc = &cfg->routes[r];
+        size_t chain = SL_MIN(cfg->nplugins + rc->nplugins, (size_t)SL_METRIC_MAX_CHAIN);
+#define PLUGIN_AT(pos) ((pos) < cfg->nplugins ? cfg->plugins[pos].name : rc->plugins[(pos)-cfg->nplugins].name)
+        for (size_t pos = 0; pos < chain; pos++) {
+            /* One series per (route, plugin name): a plugin used twice in a chain sums. */
+            const char *pn = PLUGIN_AT(pos);
+            bool seen = false;
+            for (size_t q = 0; q < pos && !seen; q++) seen = strcmp(PLUGIN_AT(q), pn) == 0;
+            if (seen) continue;
+            uint64_t v = 0;
+            for (size_t q = pos; q < chain; q++) {
+                if (strcmp(PLUGIN_AT(q), pn) != 0) continue;
+                for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->plugin_errors[r * SL_METRIC_MAX_CHAIN + q]);
+            }
+            tprintf(&t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", rc->name, pn,
+                    (unsigned long long)v);
+        }
+#undef PLUGIN_AT
     }
     if (extra) tprintf(&t, "%s", extra);
     if (t.oom) {

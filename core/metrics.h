@@ -12,6 +12,7 @@
 
 #define SL_METRIC_CODES 500 /* status 100..599 */
 #define SL_METRIC_BUCKETS 14
+#define SL_METRIC_MAX_CHAIN 32
 
 #define SL_COUNTER_ADD(x, v) \
     __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
@@ -32,6 +33,7 @@ typedef struct {
     sl_hist_t *up_dur;     /**< [ntargets] */
     uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
     int64_t *conns_active; /**< [nlisteners] */
+    uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
     uint64_t accepted, requests;
 } sl_wmetrics_t;
 
@@ -42,6 +44,9 @@ void sl_metrics_free(sl_wmetrics_t *m);
 void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns);
 /** Records one upstream exchange; code 0 when no response arrived. Worker thread only. */
 void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns);
+
+/** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
+void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);
 
 /**
  * Renders the Prometheus text of all workers into a malloc'ed buffer (*out, *len).

@@ -16,6 +16,8 @@
 #include "server.h"
 
 static void resp_pump(sl_req_t *r);
+static void answer_plugin_error(sl_req_t *r);
+void sl__req_cancel_wait(sl_req_t *r);
 static void req_pump_up(sl_req_t *r);
 static void req_finish(sl_req_t *r);
 static void up_failed(sl_req_t *r, int status, const char *why);
@@ -91,7 +93,7 @@ static int build_upstream_head(sl_req_t *r) {
     const sl_h1_head_t *h = &r->head;
     sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
     if (!b.p) return SL_ERROR;
-    sl_str_t path = h->path;
+    sl_str_t path = r->path_override.p ? r->path_override : h->path;
     if (r->strip) {
         path.p += r->strip;
         path.len -= r->strip;
@@ -104,9 +106,11 @@ static int build_upstream_head(sl_req_t *r) {
 
     const sl_h1_header_t *xff = NULL;
     bool has_rid = false;
+    const sl_hdr_edits_t *ed = &r->req_edits;
     for (uint16_t i = 0; i < h->nheaders && ok; i++) {
         const sl_h1_header_t *x = &h->headers[i];
         if (x->hop) continue;
+        if (ed->nremoved && sl_edits_removed(ed, x->name)) continue;
         if (SL_IEQ(x->name, "x-forwarded-for")) {
             xff = x;
             continue;
@@ -115,14 +119,23 @@ static int build_upstream_head(sl_req_t *r) {
         if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
         ok = put_header(&b, x->name, x->value);
     }
-    if (!h->host.len) ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) {
+        if (SL_IEQ(ed->added[i].name, "x-request-id")) has_rid = true;
+        ok = put_header(&b, ed->added[i].name, ed->added[i].value);
+    }
+    if (!h->host.len && !sl_edits_find(ed, SL_LIT("host")))
+        ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
     if (xff) ok = ok && sl_wbuf_str(&b, xff->value) && SL_WBUF_LIT(&b, ", ");
     ok = ok && sl_wbuf_put(&b, r->c->peer, strlen(r->c->peer)) && SL_WBUF_LIT(&b, "\r\n");
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n");
     if (h->host.len) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
     if (!has_rid) ok = ok && put_header(&b, SL_LIT("X-Request-ID"), (sl_str_t){r->rid, r->rid_len});
-    if (h->body_kind == SL_BODY_CHUNKED) {
+    if (r->body_buffered) {
+        if (r->heap_len || (h->flags & SL_H1_HAS_CL) || h->body_kind == SL_BODY_CHUNKED)
+            ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, r->heap_len) &&
+                 SL_WBUF_LIT(&b, "\r\n");
+    } else if (h->body_kind == SL_BODY_CHUNKED) {
         ok = ok && SL_WBUF_LIT(&b, "Transfer-Encoding: chunked\r\n");
     } else if (h->flags & SL_H1_HAS_CL) {
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
@@ -159,8 +172,11 @@ static int build_client_head(sl_req_t *r) {
     bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)h->status) &&
               SL_WBUF_LIT(&b, " ") && sl_wbuf_str(&b, h->reason.len ? h->reason : sl_h1_reason(h->status)) &&
               SL_WBUF_LIT(&b, "\r\n");
+    const sl_hdr_edits_t *ed = &r->resp_edits;
     for (uint16_t i = 0; i < h->nheaders && ok; i++)
-        if (!h->headers[i].hop) ok = put_header(&b, h->headers[i].name, h->headers[i].value);
+        if (!h->headers[i].hop && !(ed->nremoved && sl_edits_removed(ed, h->headers[i].name)))
+            ok = put_header(&b, h->headers[i].name, h->headers[i].value);
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
 
     r->clq.chunked = 0;
     if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED) {
@@ -196,6 +212,16 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     }
     r->mode = SL_MODE_LOCAL;
     r->status = status;
+    if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && r->c->req == r) {
+        r->in_header_filter = 1;
+        if (sl_lua_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR && status != 500) {
+            /* The plugin's answer is replaced by a plain 500, without its header edits. */
+            memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+            static const char body500[] = "{\"error\":\"plugin error\"}\n";
+            sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body500), close);
+            return;
+        }
+    }
     /* A body we did not read to its end cannot be skipped safely: close after answering. */
     if (close || !r->body_done) r->keep_alive = 0;
     sl__conn_stop_reading(r->c);
@@ -208,9 +234,16 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     }
     bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)status) && SL_WBUF_LIT(&b, " ") &&
               sl_wbuf_str(&b, sl_h1_reason(status)) && SL_WBUF_LIT(&b, "\r\n");
-    if (ctype.len) ok = ok && put_header(&b, SL_LIT("Content-Type"), ctype);
-    ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, body.len) &&
-         SL_WBUF_LIT(&b, "\r\n");
+    const sl_hdr_edits_t *ed = &r->resp_edits;
+    if (ctype.len && !sl_edits_find(ed, SL_LIT("content-type")) && !sl_edits_removed(ed, SL_LIT("content-type")))
+        ok = ok && put_header(&b, SL_LIT("Content-Type"), ctype);
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
+    /* 204 and 304 carry no body and (204) no Content-Length, whatever a plugin asked for. */
+    bool bodiless = status == 204 || status == 304;
+    if (bodiless) body.len = 0;
+    if (status != 204)
+        ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, body.len) &&
+             SL_WBUF_LIT(&b, "\r\n");
     if (status == 503) ok = ok && SL_WBUF_LIT(&b, "Retry-After: 1\r\n");
     ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
     if (!ok) {
@@ -285,12 +318,14 @@ static int on_body_to_upstream(void *ud, const char *p, size_t n) {
     return sl__outq_span(&r->upq, p, n) ? 0 : 1;
 }
 
-#define SL_ECHO_MAX_BODY (1u << 20)
+/* A body a plugin asked for is buffered whole, up to this (or the listener's max_body). */
+#define SL_BUFFER_MAX_BODY (8u << 20)
 
-static int on_body_to_echo(void *ud, const char *p, size_t n) {
+static int on_body_to_buffer(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
     r->body_in += n;
-    if (r->heap_len + n > SL_ECHO_MAX_BODY) {
+    uint64_t max = r->c->lc->max_body ? SL_MIN(r->c->lc->max_body, SL_BUFFER_MAX_BODY) : SL_BUFFER_MAX_BODY;
+    if (r->heap_len + n > max) {
         r->body_err = 413;
         return 1;
     }
@@ -306,7 +341,11 @@ static int on_body_to_echo(void *ud, const char *p, size_t n) {
     return 0;
 }
 
-static void echo_pump(sl_req_t *r) {
+static void send_continue(sl_req_t *r);
+
+/* Reads what the client sent of the body into r->heap. SL_OK when whole, SL_EAGAIN while
+ * waiting for more (the client read resumes), SL_ERROR with r->body_err. */
+static int buffer_pump(sl_req_t *r) {
     sl_conn_t *c = r->c;
     while (!r->body_done && c->rpos < c->rlen) {
         size_t used;
@@ -314,34 +353,140 @@ static void echo_pump(sl_req_t *r) {
         int rc = sl_h1_body(&c->h1, c->rbuf + c->rpos, c->rlen - c->rpos, &used);
         c->rpos += (uint32_t)used;
         if (rc == SL_ERROR) {
-            respond_error(r, r->body_err ? r->body_err : 400, r->body_err == 413 ? "body too large" : "bad body", true);
-            return;
+            if (!r->body_err) r->body_err = 400;
+            return SL_ERROR;
         }
         if (rc == SL_DONE) r->body_done = 1;
     }
-    if (!r->body_done) {
-        if (c->rpos == c->rlen) c->rpos = c->rlen = r->head_end;
-        sl__conn_arm(c, c->lc->idle_timeout_ms);
-        sl__conn_start_reading(c);
-        return;
+    if (r->body_done) {
+        r->body_buffered = 1;
+        sl__conn_stop_reading(c);
+        return SL_OK;
     }
-    sl__conn_stop_reading(c);
-    sl_str_t out;
-    if (sl__echo_build(r, &out) != SL_OK) {
-        respond_error(r, 500, "echo failed", true);
-        return;
+    if (c->rpos == c->rlen) c->rpos = c->rlen = r->head_end;
+    sl__conn_arm(c, c->lc->idle_timeout_ms);
+    sl__conn_start_reading(c);
+    return SL_EAGAIN;
+}
+
+int sl__req_buffer_body(sl_req_t *r) {
+    if (r->body_buffered) return SL_OK;
+    if (r->body_err) return SL_ERROR;
+    if (r->mode != SL_MODE_BUFFER) {
+        r->mode = SL_MODE_BUFFER;
+        r->c->h1.on_data = on_body_to_buffer;
+        r->c->h1.ud = r;
+        send_continue(r);
+        if (r->c->req != r) return SL_ERROR;
     }
-    sl__req_respond(r, 200, SL_LIT("application/json"), out, false);
+    return buffer_pump(r);
 }
 
 static const sl_route_conf_t *route_conf(const sl_req_t *r) {
     return r->route >= 0 ? &r->w->cfg->routes[r->route] : NULL;
 }
 
-static bool route_has_plugin(const sl_route_conf_t *rc, const char *name) {
-    for (size_t i = 0; i < rc->nplugins; i++)
-        if (strcmp(rc->plugins[i].name, name) == 0) return true;
-    return false;
+/* The gateway reads the body itself, so it says 100 Continue itself (as nginx does). */
+static void send_continue(sl_req_t *r) {
+    sl_conn_t *c = r->c;
+    if (!(r->head.flags & SL_H1_EXPECT_CONTINUE) || r->body_done || c->rpos != c->rlen) return;
+    r->head.flags &= ~(uint32_t)SL_H1_EXPECT_CONTINUE;
+    sl__outq_add(&r->clq, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    /* A fresh connection's socket buffer always takes 25 bytes: no write request needed. */
+    if (sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, NULL) != 1) sl__conn_abort(c);
+}
+
+static void start_proxy(sl_req_t *r) {
+    sl_conn_t *c = r->c;
+    r->mode = SL_MODE_PROXY;
+    r->stage = SL_STAGE_RESPONSE;
+    r->upq.chunked = !r->body_buffered && r->head.body_kind == SL_BODY_CHUNKED;
+    if (build_upstream_head(r) != SL_OK) {
+        respond_error(r, 431, "request head too large", true);
+        return;
+    }
+    sl__outq_add(&r->upq, r->uphead.base, r->uphead.len);
+    if (r->body_buffered) {
+        if (r->heap_len) sl__outq_add(&r->upq, r->heap, r->heap_len);
+    } else {
+        send_continue(r);
+        if (c->req != r) return;
+        c->h1.on_data = on_body_to_upstream;
+        c->h1.ud = r;
+        /* Frame what the client already sent before connecting: a malformed body found
+         * now is answered without the upstream ever seeing a byte. */
+        req_pump_up(r);
+        if (c->req != r || r->mode != SL_MODE_PROXY) return;
+    }
+    req_connect(r);
+}
+
+static void answer_exit(sl_req_t *r) {
+    r->stage = SL_STAGE_RESPONSE;
+    sl__req_respond(r, r->exit_status, (sl_str_t){NULL, 0}, r->exit_body, false);
+}
+
+static void answer_plugin_error(sl_req_t *r) {
+    static const char body[] = "{\"error\":\"plugin error\"}\n";
+    r->stage = SL_STAGE_RESPONSE;
+    memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+    sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), false);
+}
+
+static bool phase_finished(sl_req_t *r, int rc);
+
+/* Runs the request from its current stage: rewrite, access (each may wait), content. */
+static void req_run(sl_req_t *r) {
+    for (;;) {
+        int phase;
+        switch (r->stage) {
+        case SL_STAGE_REWRITE:
+            phase = SL_PHASE_REWRITE;
+            break;
+        case SL_STAGE_ACCESS:
+            phase = SL_PHASE_ACCESS;
+            break;
+        case SL_STAGE_CONTENT: {
+            const sl_route_conf_t *rc = route_conf(r);
+            if (r->upstream < 0) r->upstream = rc->upstream;
+            if (r->upstream < 0) {
+                sl_log_kv(SL_LOG_WARN, (const char *[]){"route", rc->name, "request_id", r->rid}, 2,
+                          "the route's chain gave no answer and it has no upstream");
+                r->stage = SL_STAGE_RESPONSE;
+                respond_error(r, 503, "no answer", false);
+                return;
+            }
+            start_proxy(r);
+            return;
+        }
+        default:
+            return;
+        }
+        if ((r->phases & (1u << phase)) && !phase_finished(r, sl_lua_phase(r, phase))) return;
+        r->stage++;
+    }
+}
+
+/* Acts on a phase's outcome: true when the request moves on to its next stage. */
+static bool phase_finished(sl_req_t *r, int rc) {
+    switch (rc) {
+    case SL_EAGAIN: /* the coroutine waits: sl__req_wakeup continues */
+        return false;
+    case SL_ERROR:
+        answer_plugin_error(r);
+        return false;
+    case SL_DONE:
+        answer_exit(r);
+        return false;
+    default:
+        return true;
+    }
+}
+
+void sl__req_wakeup(sl_req_t *r) {
+    if (!phase_finished(r, sl_lua_resume(r))) return;
+    r->stage++;
+    req_run(r);
 }
 
 void sl__req_begin(sl_req_t *r) {
@@ -355,74 +500,36 @@ void sl__req_begin(sl_req_t *r) {
     uint32_t strip = 0;
     r->route = sl_lua_route(w, r, &strip);
     r->strip = strip;
-    const sl_route_conf_t *rc = route_conf(r);
-    if (!rc) {
+    if (r->route < 0) {
         static const char body[] = "{\"error\":\"no route\"}";
         sl__req_respond(r, 404, SL_LIT("application/json"), SL_LIT(body), false);
         return;
     }
+    r->phases = sl_lua_route_phases(w, r->route);
     if (r->head.body_kind == SL_BODY_LENGTH && c->lc->max_body && r->head.content_length > c->lc->max_body) {
         respond_error(r, 413, "body too large", true);
         return;
     }
-    if ((r->head.flags & SL_H1_EXPECT_CONTINUE) && !r->body_done && c->rpos == c->rlen) {
-        /* The gateway takes the body itself, so it says 100 Continue itself (as nginx does). */
-        sl__outq_add(&r->clq, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-        int wr = sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, NULL);
-        if (wr < 0) {
-            sl__conn_abort(c);
-            return;
-        }
-        if (wr == 0) {
-            /* The kernel buffer of a fresh connection always takes 25 bytes; if not, give up. */
-            sl__conn_abort(c);
-            return;
-        }
-    }
-    if (route_has_plugin(rc, "echo")) {
-        r->mode = SL_MODE_ECHO;
-        c->h1.on_data = on_body_to_echo;
-        c->h1.ud = r;
-        echo_pump(r);
-        return;
-    }
-    if (rc->upstream < 0) {
-        sl_log_kv(SL_LOG_WARN, (const char *[]){"route", rc->name, "request_id", r->rid}, 2,
-                  "the route's chain gave no answer and it has no upstream");
-        respond_error(r, 503, "no answer", false);
-        return;
-    }
-    r->mode = SL_MODE_PROXY;
-    r->upstream = rc->upstream;
-    c->h1.on_data = on_body_to_upstream;
-    c->h1.ud = r;
-    r->upq.chunked = r->head.body_kind == SL_BODY_CHUNKED;
-    if (build_upstream_head(r) != SL_OK) {
-        respond_error(r, 431, "request head too large", true);
-        return;
-    }
-    sl__outq_add(&r->upq, r->uphead.base, r->uphead.len);
-    /* Frame what the client already sent before connecting: a malformed body found
-     * now is answered without the upstream ever seeing a byte. */
-    req_pump_up(r);
-    if (r->c->req != r || r->mode != SL_MODE_PROXY) return;
-    req_connect(r);
+    r->stage = SL_STAGE_REWRITE;
+    req_run(r);
 }
 
 void sl__req_on_client_data(sl_req_t *r) {
-    switch (r->mode) {
-    case SL_MODE_PROXY:
-        if (!r->body_done) {
+    if (!r->body_done) {
+        if (r->mode == SL_MODE_PROXY && !r->body_buffered) {
             req_pump_up(r);
             return;
         }
-        break;
-    case SL_MODE_ECHO:
-        if (!r->body_done) {
-            echo_pump(r);
+        if (r->mode == SL_MODE_BUFFER) {
+            int rc = buffer_pump(r);
+            if (rc == SL_EAGAIN) return;
+            if (r->lua_waiting) {
+                /* the plugin waiting in get_body learns the outcome when it runs again */
+                if (rc == SL_ERROR) sl__conn_stop_reading(r->c);
+                sl__req_wakeup(r);
+            }
             return;
         }
-        break;
     }
     /* Bytes of a pipelined request: they wait until this one is answered. */
     sl__conn_stop_reading(r->c);
@@ -729,6 +836,13 @@ static void resp_pump(sl_req_t *r) {
                     r->status = r->rhead.status;
                     /* An answer that came before the whole body was sent ends the exchange. */
                     if (!r->body_done) r->keep_alive = 0;
+                    if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
+                        r->in_header_filter = 1;
+                        if (sl_lua_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR) {
+                            answer_plugin_error(r);
+                            return;
+                        }
+                    }
                     if (build_client_head(r) != SL_OK) {
                         up_failed(r, 502, "upstream response head too large");
                         return;
@@ -769,6 +883,7 @@ static void resp_pump(sl_req_t *r) {
         }
         if (r->clq.niov) {
             r->resp_written = r->resp_written || r->resp_head;
+            for (uint16_t i = 0; i < r->clq.niov; i++) r->bytes_out += r->clq.iov[i].len;
             int rc = sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, cl_on_write);
             if (rc < 0) {
                 sl__conn_abort(c);
@@ -801,6 +916,13 @@ static void resp_pump(sl_req_t *r) {
     }
 }
 
+/* The log phase runs after the response went out, on every path; it cannot wait. */
+static void run_log_phase(sl_req_t *r) {
+    if (r->logged || !(r->phases & (1u << SL_PHASE_LOG))) return;
+    r->logged = 1;
+    sl_lua_phase(r, SL_PHASE_LOG);
+}
+
 static void req_finish(sl_req_t *r) {
     sl_worker_t *w = r->w;
     uint64_t now = sl_now_ns();
@@ -822,6 +944,7 @@ static void req_finish(sl_req_t *r) {
         }
     }
     sl_metrics_request(&w->metrics, r->route, r->status, now - r->start_ns);
+    run_log_phase(r);
     if (!r->body_done) r->keep_alive = 0;
     sl__conn_request_done(r->c);
 }
@@ -834,15 +957,21 @@ void sl__req_abort(sl_req_t *r) {
     }
     if (r->status == 0) r->status = 499; /* the client left before an answer (nginx's 499) */
     sl_metrics_request(&r->w->metrics, r->route, r->status, sl_now_ns() - r->start_ns);
+    sl__req_cancel_wait(r);
+    if (!r->lua_waiting) run_log_phase(r); /* a coroutine suspended mid-phase is abandoned */
     sl__req_free(r);
 }
 
 void sl__req_free(sl_req_t *r) {
     sl_worker_t *w = r->w;
     assert(!r->up);
+    sl__req_cancel_wait(r);
+    sl_lua_req_end(r);
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;
+    free(r->exit_alloc);
+    r->exit_alloc = NULL;
     if (w->nfree_reqs < 1024) {
         r->free_next = w->free_reqs;
         w->free_reqs = r;

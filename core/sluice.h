@@ -42,6 +42,67 @@ int sl_ffi_req_header_count(sl_req_t *r);
 int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len,
                          const char **value, size_t *value_len);
 
+/** Client address as text, request id, name of the matched route. */
+int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_route(sl_req_t *r, const char **p, size_t *len);
+/** Replaces the request id (log lines' request_id): 1..32 visible ASCII characters. */
+int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err);
+
+/** Header edits for the request sent upstream (rewrite/access). Names must be tokens;
+ *  framing and hop-by-hop names are refused; values must not hold CR/LF/NUL.
+ *  0, or SL_ERROR with *err. Bytes are copied. */
+int sl_ffi_req_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                          const char **err);
+int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                          const char **err);
+int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err);
+/** Replaces the path sent upstream (strip_prefix no longer applies). */
+int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err);
+/** The whole body: 0 (*p NULL when empty), SL_EAGAIN (yield, then call again), SL_ERROR. */
+int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
+
+/** Answers the request (rewrite/access); the chain stops after the current plugin. */
+int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
+int sl_ffi_resp_get_status(sl_req_t *r);
+int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len);
+int sl_ffi_resp_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                           const char **err);
+int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                           const char **err);
+int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err);
+
+/** Picks the configured upstream `name` for this request (rewrite/access). */
+int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err);
+
+/** Arms a timer that resumes the request's coroutine; the caller then yields. */
+int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err);
+/** Logs a JSON line with route, plugin and request id. level 0 debug .. 3 error. */
+void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len);
+/** What a finished (or finishing) request did, for access logs. Strings are config-owned. */
+typedef struct {
+    int status;
+    uint64_t bytes_in, bytes_out;
+    double duration_ms;
+    const char *route, *upstream, *target;
+} sl_req_stats_t;
+int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
+/** n random hex digits (per-thread generator seeded from getrandom). */
+void sl_ffi_random_hex(char *out, size_t n);
+/** Wall-clock seconds. */
+double sl_ffi_now(void);
+
+/** The shared dictionary: one key space for all workers (any thread).
+ *  get: 1 number (*num), 2 string (*str, *sl; copied into buf), SL_DECLINED when absent.
+ *  ttl in seconds, 0 = none. */
+int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, size_t *sl, char *buf,
+                      size_t bufsz);
+int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const char *s, size_t sl,
+                      double ttl, const char **err);
+int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl,
+                       double *out, const char **err);
+int sl_ffi_shdict_delete(const char *k, size_t kl);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,6 +51,8 @@ typedef struct sl_worker_s {
     bool stopped;
     lua_State *L;
     int lua_dispatch;       /**< registry ref of the router dispatcher */
+    int lua_phase;          /**< registry ref of the phase dispatcher */
+    uint8_t *route_phases;  /**< [cfg->nroutes] SL_PHASE_* bits of each route's chain */
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;
 } sl_worker_t;

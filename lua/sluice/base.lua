@@ -15,6 +15,37 @@ int sl_ffi_req_get_header(void *r, const char *name, size_t name_len, const char
 int sl_ffi_req_header_count(void *r);
 int sl_ffi_req_header_at(void *r, int i, const char **name, size_t *name_len,
                          const char **value, size_t *value_len);
+int sl_ffi_req_set_header(void *r, const char *n, size_t nl, const char *v, size_t vl, const char **err);
+int sl_ffi_req_add_header(void *r, const char *n, size_t nl, const char *v, size_t vl, const char **err);
+int sl_ffi_req_clear_header(void *r, const char *n, size_t nl, const char **err);
+int sl_ffi_req_set_path(void *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_get_body(void *r, const char **p, size_t *len, const char **err);
+int sl_ffi_req_client_ip(void *r, const char **p, size_t *len);
+int sl_ffi_req_id(void *r, const char **p, size_t *len);
+int sl_ffi_req_set_id(void *r, const char *id, size_t len, const char **err);
+int sl_ffi_req_route(void *r, const char **p, size_t *len);
+int sl_ffi_resp_exit(void *r, int status, const char *body, size_t len, const char **err);
+int sl_ffi_resp_get_status(void *r);
+int sl_ffi_resp_get_header(void *r, const char *n, size_t nl, const char **p, size_t *len);
+int sl_ffi_resp_set_header(void *r, const char *n, size_t nl, const char *v, size_t vl, const char **err);
+int sl_ffi_resp_add_header(void *r, const char *n, size_t nl, const char *v, size_t vl, const char **err);
+int sl_ffi_resp_clear_header(void *r, const char *n, size_t nl, const char **err);
+int sl_ffi_upstream_set(void *r, const char *name, size_t len, const char **err);
+int sl_ffi_sleep(void *r, uint64_t ms, const char **err);
+void sl_ffi_log(void *r, int level, const char *plugin, const char *msg, size_t len);
+double sl_ffi_now(void);
+typedef struct {
+    int status;
+    uint64_t bytes_in, bytes_out;
+    double duration_ms;
+    const char *route, *upstream, *target;
+} sl_req_stats_t;
+int sl_ffi_req_stats(void *r, sl_req_stats_t *st);
+void sl_ffi_random_hex(char *out, size_t n);
+int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, size_t *sl, char *buf, size_t bufsz);
+int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const char *s, size_t sl, double ttl, const char **err);
+int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl, double *out, const char **err);
+int sl_ffi_shdict_delete(const char *k, size_t kl);
 int memcmp(const void *a, const void *b, size_t n);
 ]]
 
@@ -28,6 +59,20 @@ _M.str_p = ffi.new("const char *[1]")
 _M.len_p = ffi.new("size_t[1]")
 _M.str2_p = ffi.new("const char *[1]")
 _M.len2_p = ffi.new("size_t[1]")
+_M.err_p = ffi.new("const char *[1]")
+_M.num_p = ffi.new("double[1]")
+
+-- The request whose phase is running, its ctx and route: set by the phase dispatcher
+-- (and restored after every yield), read by the API. One VM serves one request at a time.
+_M.req = nil
+_M.ctx = nil
+_M.route = nil
+_M.plugin = nil
+_M.exited = false
+
+function _M.begin(req, ctx, route)
+    _M.req, _M.ctx, _M.route, _M.exited = req, ctx, route, false
+end
 
 local got = C.sl_ffi_abi_version()
 if got ~= _M.ABI_VERSION then

@@ -1,0 +1,124 @@
+/* plugin.c — validates the plugins a config uses, with positions from the YAML. */
+#include "plugin.h"
+
+#include <lauxlib.h>
+#include <libgen.h>
+#include <lua.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "lua_host.h"
+
+static char *join_path(const char *dir, const char *rel) {
+    if (rel[0] == '/' || !dir || !*dir) return strdup(rel);
+    size_t a = strlen(dir), b = strlen(rel);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, rel, b + 1);
+    return p;
+}
+
+static int resolve_search(sl_config_t *cfg) {
+    /* Relative plugin paths are relative to the config file, so a config runs the same
+     * plugins whatever the working directory; the embedded default resolves against ".". */
+    char *dir = NULL;
+    if (cfg->path && cfg->path[0] != '<') {
+        char *copy = strdup(cfg->path);
+        if (!copy) return SL_ERROR;
+        dir = strdup(dirname(copy));
+        free(copy);
+        if (!dir) return SL_ERROR;
+    }
+    cfg->plugin_search = calloc(cfg->nplugin_paths + 2, sizeof(char *));
+    if (!cfg->plugin_search) {
+        free(dir);
+        return SL_ERROR;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->nplugin_paths; i++)
+        if ((cfg->plugin_search[n] = join_path(dir, cfg->plugin_paths[i]))) n++;
+    if ((cfg->plugin_search[n] = strdup(sl_builtin_plugin_dir()))) n++;
+    cfg->nplugin_search = n;
+    free(dir);
+    return SL_OK;
+}
+
+static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, int idx) {
+    lua_createtable(L, 0, 10);
+    lua_pushstring(L, p->name ? p->name : "");
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, p->config_json ? p->config_json : "{}");
+    lua_setfield(L, -2, "config_json");
+    lua_pushstring(L, p->positions_json ? p->positions_json : "{}");
+    lua_setfield(L, -2, "positions_json");
+    lua_pushinteger(L, p->config_line);
+    lua_setfield(L, -2, "cline");
+    lua_pushinteger(L, p->config_col);
+    lua_setfield(L, -2, "ccol");
+    lua_pushinteger(L, p->name_line);
+    lua_setfield(L, -2, "nline");
+    lua_pushinteger(L, p->name_col);
+    lua_setfield(L, -2, "ncol");
+    lua_pushstring(L, where);
+    lua_setfield(L, -2, "where");
+    lua_rawseti(L, -2, idx);
+}
+
+int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
+    const char *path = cfg->path ? cfg->path : "<config>";
+    if (!cfg->plugin_search && resolve_search(cfg) != SL_OK) {
+        sl_errors_add(errs, path, 1, 1, "out of memory");
+        return SL_ERROR;
+    }
+    size_t before = errs->n;
+    for (size_t i = 0; i < cfg->nroutes; i++)
+        if (cfg->nplugins + cfg->routes[i].nplugins > SL_MAX_CHAIN)
+            sl_errors_add(errs, path, cfg->routes[i].line, cfg->routes[i].col,
+                          "route '%s' runs %zu plugins with the global chain (at most %d)",
+                          cfg->routes[i].name, cfg->nplugins + cfg->routes[i].nplugins, SL_MAX_CHAIN);
+
+    const char *err = NULL;
+    lua_State *L = sl_lua_new_state(&err);
+    if (!L) {
+        sl_errors_add(errs, path, 1, 1, "%s", err);
+        return SL_ERROR;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.loader");
+    if (lua_pcall(L, 1, 1, 0) != 0) goto lua_fail;
+    lua_getfield(L, -1, "validate_all");
+    lua_createtable(L, (int)cfg->nplugin_search, 0);
+    for (size_t i = 0; i < cfg->nplugin_search; i++) {
+        lua_pushstring(L, cfg->plugin_search[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_newtable(L);
+    int k = 1;
+    for (size_t i = 0; i < cfg->nplugins; i++) push_use(L, &cfg->plugins[i], "the global chain", k++);
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        char where[160];
+        snprintf(where, sizeof(where), "route '%s'", cfg->routes[r].name);
+        for (size_t i = 0; i < cfg->routes[r].nplugins; i++) push_use(L, &cfg->routes[r].plugins[i], where, k++);
+    }
+    if (lua_pcall(L, 2, 1, 0) != 0) goto lua_fail;
+    size_t n = lua_objlen(L, -1);
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, (int)i);
+        lua_getfield(L, -1, "line");
+        lua_getfield(L, -2, "col");
+        lua_getfield(L, -3, "msg");
+        sl_errors_add(errs, path, (int)lua_tointeger(L, -3), (int)lua_tointeger(L, -2), "%s",
+                      lua_tostring(L, -1));
+        lua_pop(L, 4);
+    }
+    lua_close(L);
+    return errs->n > before ? SL_ERROR : SL_OK;
+lua_fail:
+    sl_errors_add(errs, path, 1, 1, "plugin validation failed: %s", lua_tostring(L, -1));
+    lua_close(L);
+    return SL_ERROR;
+}

@@ -1,0 +1,295 @@
+-- sluice: the plugin API (docs/plugins.md). Request data is read through FFI
+-- accessors on the running request; nothing is copied into Lua until asked for.
+-- Programmer mistakes raise errors; runtime failures return nil, err.
+local ffi = require("ffi")
+local base = require("sluice.base")
+local cjson = require("cjson.safe")
+
+local C = base.C
+local str_p, len_p, str2_p, len2_p, err_p, num_p =
+    base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p, base.num_p
+local ffi_string, tonumber, tostring, type, pairs, error = ffi.string, tonumber, tostring, type, pairs, error
+local lower, concat = string.lower, table.concat
+local co_yield = coroutine.yield
+
+local _M = { version = "0.1.0" }
+
+local function cur()
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 3) end
+    return r
+end
+
+local function check_str(v, what)
+    if type(v) ~= "string" then error(what .. " must be a string", 3) end
+end
+
+local function ffi_err(rc)
+    if rc ~= 0 then error(ffi_string(err_p[0]), 3) end
+end
+
+-- ---------------------------------------------------------------- request
+
+local request = {}
+_M.request = request
+
+local function getter(fn)
+    return function()
+        fn(cur(), str_p, len_p)
+        return ffi_string(str_p[0], len_p[0])
+    end
+end
+
+request.get_method = getter(C.sl_ffi_req_get_method)
+request.get_path = getter(C.sl_ffi_req_get_path)
+request.get_query = getter(C.sl_ffi_req_get_query)
+request.get_host = getter(C.sl_ffi_req_get_host)
+request.get_client_ip = getter(C.sl_ffi_req_client_ip)
+request.get_id = getter(C.sl_ffi_req_id)
+
+-- Replaces the request's id (what log lines carry as request_id); 1..32 characters.
+function request.set_id(id)
+    check_str(id, "id")
+    ffi_err(C.sl_ffi_req_set_id(cur(), id, #id, err_p))
+end
+
+function request.get_header(name)
+    check_str(name, "header name")
+    if C.sl_ffi_req_get_header(cur(), name, #name, str_p, len_p) ~= 0 then return nil end
+    return ffi_string(str_p[0], len_p[0])
+end
+
+-- All headers as { lower-case name = value }, repeated fields joined with ", ".
+function request.get_headers()
+    local r = cur()
+    local out = {}
+    local n = C.sl_ffi_req_header_count(r)
+    for i = 0, n - 1 do
+        if C.sl_ffi_req_header_at(r, i, str_p, len_p, str2_p, len2_p) == 0 then
+            local k = lower(ffi_string(str_p[0], len_p[0]))
+            local v = ffi_string(str2_p[0], len2_p[0])
+            local old = out[k]
+            out[k] = old and (old .. ", " .. v) or v
+        end
+    end
+    return out
+end
+
+-- set_header / add_header / clear_header for one side (request or response).
+local function header_editors(api, set, add, clear)
+    function api.set_header(name, value)
+        check_str(name, "header name")
+        value = tostring(value)
+        ffi_err(set(cur(), name, #name, value, #value, err_p))
+    end
+    function api.add_header(name, value)
+        check_str(name, "header name")
+        value = tostring(value)
+        ffi_err(add(cur(), name, #name, value, #value, err_p))
+    end
+    function api.clear_header(name)
+        check_str(name, "header name")
+        ffi_err(clear(cur(), name, #name, err_p))
+    end
+end
+
+header_editors(request, C.sl_ffi_req_set_header, C.sl_ffi_req_add_header, C.sl_ffi_req_clear_header)
+
+function request.set_path(path)
+    check_str(path, "path")
+    ffi_err(C.sl_ffi_req_set_path(cur(), path, #path, err_p))
+end
+
+-- The whole request body (nil when there is none). Waits for it without blocking the
+-- worker: only in rewrite and access. Returns nil, err when it is over the limit.
+function request.get_body()
+    local r = cur()
+    local ctx, route, plugin = base.ctx, base.route, base.plugin
+    while true do
+        local rc = C.sl_ffi_req_get_body(r, str_p, len_p, err_p)
+        if rc == 0 then
+            if str_p[0] == nil then return nil end
+            return ffi_string(str_p[0], len_p[0])
+        elseif rc == -2 then
+            co_yield()
+            base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+        else
+            return nil, ffi_string(err_p[0])
+        end
+    end
+end
+
+local stats = ffi.new("sl_req_stats_t")
+
+-- What the request did so far: status, bytes_in, bytes_out, duration_ms, route,
+-- upstream, target (for access logs; most useful in the log phase).
+function request.get_stats()
+    C.sl_ffi_req_stats(cur(), stats)
+    return {
+        status = stats.status,
+        bytes_in = tonumber(stats.bytes_in),
+        bytes_out = tonumber(stats.bytes_out),
+        duration_ms = stats.duration_ms,
+        route = ffi_string(stats.route),
+        upstream = ffi_string(stats.upstream),
+        target = ffi_string(stats.target),
+    }
+end
+
+local hexbuf = ffi.new("char[64]")
+
+-- n (1..64, default 32) random hex digits.
+function _M.random_hex(n)
+    n = n or 32
+    if type(n) ~= "number" or n < 1 or n > 64 or n % 1 ~= 0 then
+        error("random_hex takes an integer from 1 to 64", 2)
+    end
+    C.sl_ffi_random_hex(hexbuf, n)
+    return ffi_string(hexbuf, n)
+end
+
+-- ---------------------------------------------------------------- response
+
+local response = {}
+_M.response = response
+
+-- Ends the chain with this answer once the current phase function returns
+-- (`return sluice.response.exit(403, "no")`). A table body is sent as JSON.
+function response.exit(status, body, headers)
+    local r = cur()
+    if type(status) ~= "number" then error("status must be a number", 2) end
+    if type(body) == "table" then
+        body = cjson.encode(body)
+        headers = headers or {}
+        local has_ct = false
+        for k in pairs(headers) do if lower(k) == "content-type" then has_ct = true end end
+        if not has_ct then C.sl_ffi_resp_set_header(r, "Content-Type", 12, "application/json", 16, err_p) end
+    elseif body ~= nil then
+        body = tostring(body)
+    end
+    if headers then
+        for k, v in pairs(headers) do
+            k, v = tostring(k), tostring(v)
+            ffi_err(C.sl_ffi_resp_set_header(r, k, #k, v, #v, err_p))
+        end
+    end
+    ffi_err(C.sl_ffi_resp_exit(r, status, body, body and #body or 0, err_p))
+    base.exited = true
+end
+
+function response.get_status()
+    return C.sl_ffi_resp_get_status(cur())
+end
+
+function response.get_header(name)
+    check_str(name, "header name")
+    if C.sl_ffi_resp_get_header(cur(), name, #name, str_p, len_p) ~= 0 then return nil end
+    return ffi_string(str_p[0], len_p[0])
+end
+
+header_editors(response, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.sl_ffi_resp_clear_header)
+
+-- ---------------------------------------------------------------- upstream
+
+_M.upstream = {}
+
+-- Sends this request to another configured upstream (by name). Returns true or nil, err.
+function _M.upstream.set(name)
+    check_str(name, "upstream")
+    if C.sl_ffi_upstream_set(cur(), name, #name, err_p) ~= 0 then return nil, ffi_string(err_p[0]) end
+    return true
+end
+
+-- ---------------------------------------------------------------- ctx
+
+-- sluice.ctx reads and writes the running request's ctx (the table phases receive).
+_M.ctx = setmetatable({}, {
+    __index = function(_, k)
+        local c = base.ctx
+        return c and c[k]
+    end,
+    __newindex = function(_, k, v)
+        local c = base.ctx
+        if not c then error("no request is being served here", 2) end
+        c[k] = v
+    end,
+})
+
+-- ---------------------------------------------------------------- log
+
+local log = {}
+_M.log = log
+
+local function logger(level)
+    return function(...)
+        local n = select("#", ...)
+        local parts = {}
+        for i = 1, n do parts[i] = tostring((select(i, ...))) end
+        local msg = concat(parts, " ")
+        C.sl_ffi_log(base.req, level, base.plugin, msg, #msg)
+    end
+end
+log.debug, log.info, log.warn, log.err = logger(0), logger(1), logger(2), logger(3)
+
+-- ---------------------------------------------------------------- sleep, time, json
+
+-- Suspends the request's coroutine for s seconds; the worker serves others meanwhile.
+function _M.sleep(s)
+    local r = cur()
+    if type(s) ~= "number" or s < 0 then error("sleep needs a number of seconds >= 0", 2) end
+    local ctx, route, plugin = base.ctx, base.route, base.plugin
+    ffi_err(C.sl_ffi_sleep(r, s * 1000, err_p))
+    co_yield()
+    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+end
+
+_M.time = {}
+function _M.time.now() return tonumber(C.sl_ffi_now()) end
+
+_M.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
+
+-- ---------------------------------------------------------------- shared
+
+-- One key space shared by all workers, kept in C. Values are strings or numbers.
+local shared = {}
+_M.shared = shared
+local shbuf = ffi.new("char[?]", 65536)
+
+function shared.get(key)
+    check_str(key, "key")
+    local rc = C.sl_ffi_shdict_get(key, #key, num_p, str_p, len_p, shbuf, 65536)
+    if rc == 1 then return tonumber(num_p[0]) end
+    if rc == 2 then return ffi_string(str_p[0], len_p[0]) end
+    return nil
+end
+
+function shared.set(key, value, ttl)
+    check_str(key, "key")
+    local rc
+    if type(value) == "number" then
+        rc = C.sl_ffi_shdict_set(key, #key, 1, value, nil, 0, ttl or 0, err_p)
+    elseif type(value) == "string" then
+        rc = C.sl_ffi_shdict_set(key, #key, 0, 0, value, #value, ttl or 0, err_p)
+    else
+        error("shared values are strings or numbers", 2)
+    end
+    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    return true
+end
+
+-- Atomically adds delta; a missing key starts at init (or fails without one).
+function shared.incr(key, delta, init, ttl)
+    check_str(key, "key")
+    if type(delta) ~= "number" then error("delta must be a number", 2) end
+    local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl or 0, num_p, err_p)
+    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    return tonumber(num_p[0])
+end
+
+function shared.delete(key)
+    check_str(key, "key")
+    C.sl_ffi_shdict_delete(key, #key)
+    return true
+end
+
+return _M

@@ -1,0 +1,75 @@
+-- sluice.runtime: one config generation inside a worker VM. Builds the router and
+-- every route's chain per phase (global plugins first, then the route's, exactly
+-- as written), and returns the phase dispatcher C calls inside each request's
+-- coroutine. A phase no plugin of a chain defines is absent from the route's
+-- phase bits, so C never crosses into Lua for it.
+local loader = require("sluice.loader")
+local router = require("sluice.router")
+local base = require("sluice.base")
+
+local bit = require("bit")
+local bor, lshift = bit.bor, bit.lshift
+local pcall, tostring, ipairs, error = pcall, tostring, ipairs, error
+
+local _M = {}
+
+local PHASES = loader.PHASES -- ids 0.. in this order (lua_host.h SL_PHASE_*)
+
+local function build(paths, src, first_pos, cache)
+    local out = {}
+    for i, use in ipairs(src) do
+        local conf, errs, mod = loader.prepare(paths, use.name, use.config_json, cache)
+        if not conf then
+            error(("plugin '%s': %s"):format(use.name, errs[1] and errs[1].msg or "invalid"))
+        end
+        out[#out + 1] = { mod = mod, conf = conf, name = use.name, pos = first_pos + i - 1 }
+    end
+    return out
+end
+
+function _M.new(gen)
+    math.randomseed(tonumber(require("sluice").random_hex(7), 16))
+    local cache = {}
+    local global = build(gen.plugin_paths, gen.global, 0, cache)
+    local chains, masks = {}, {}
+    for _, r in ipairs(gen.routes) do
+        local list = {}
+        for _, p in ipairs(global) do list[#list + 1] = p end
+        for _, p in ipairs(build(gen.plugin_paths, r.plugins, #global, cache)) do list[#list + 1] = p end
+        local byphase, mask = {}, 0
+        for id, ph in ipairs(PHASES) do
+            local l = {}
+            for _, p in ipairs(list) do
+                if p.mod[ph] then l[#l + 1] = { p.mod[ph], p.conf, p.name, p.pos } end
+            end
+            if #l > 0 then
+                byphase[id - 1] = l
+                mask = bor(mask, lshift(1, id - 1))
+            end
+        end
+        chains[r.index] = byphase
+        masks[r.index] = mask
+    end
+
+    local route_dispatch = router.new(gen.routes)
+    local begin = base.begin
+
+    -- Runs one phase of a route's chain. Returns 0 (carry on), 1 (a plugin answered),
+    -- or 2, chain position, plugin name, error text.
+    local function phase_dispatch(phase, req, route, ctx)
+        local chain = chains[route][phase]
+        begin(req, ctx, route)
+        for i = 1, #chain do
+            local p = chain[i]
+            base.plugin = p[3]
+            local ok, err = pcall(p[1], p[2], ctx)
+            if not ok then return 2, p[4], p[3], tostring(err) end
+            if base.exited then return 1 end
+        end
+        return 0
+    end
+
+    return route_dispatch, phase_dispatch, masks
+end
+
+return _M

@@ -1,0 +1,147 @@
+-- sluice.schema: validates a plugin's config against the plugin's schema and fills defaults.
+--
+-- A schema is a map of field name -> field spec:
+--   { type = "string" | "number" | "integer" | "boolean" | "array" | "map" | "enum" | "record",
+--     required = true, default = <value>,
+--     one_of = { ... }            -- enum: the allowed values
+--     items = <field spec>        -- array: each element
+--     values = <field spec>       -- map: each value (keys are strings)
+--     fields = <schema>           -- record: a nested schema
+--     min = n, max = n }          -- number/integer bounds, string/array length bounds
+-- Unknown keys are errors. Errors are { path = "a.b.2", at = "key" | "value", msg = "..." }:
+-- the caller turns a path into FILE:LINE:COL.
+local type, pairs, ipairs, tostring, floor = type, pairs, ipairs, tostring, math.floor
+local sort, concat = table.sort, table.concat
+
+local _M = {}
+
+local function join(path, k)
+    if path == "" then return tostring(k) end
+    return path .. "." .. tostring(k)
+end
+
+local function is_array(t)
+    if type(t) ~= "table" then return false end
+    local n = 0
+    for _ in pairs(t) do n = n + 1 end
+    for i = 1, n do if t[i] == nil then return false end end
+    return true
+end
+
+local function copy(v)
+    if type(v) ~= "table" then return v end
+    local t = {}
+    for k, x in pairs(v) do t[k] = copy(x) end
+    return t
+end
+
+local check_fields
+
+local function check_value(spec, v, path, errs)
+    local t = spec.type
+    local function bad(msg) errs[#errs + 1] = { path = path, at = "value", msg = msg } end
+    if t == "string" then
+        if type(v) ~= "string" then return bad("expected a string") end
+        if spec.min and #v < spec.min then return bad(("must be at least %d characters"):format(spec.min)) end
+        if spec.max and #v > spec.max then return bad(("must be at most %d characters"):format(spec.max)) end
+        return v
+    elseif t == "number" or t == "integer" then
+        if type(v) ~= "number" then return bad(t == "integer" and "expected an integer" or "expected a number") end
+        if t == "integer" and floor(v) ~= v then return bad("expected an integer") end
+        if spec.min and v < spec.min then return bad(("must be >= %s"):format(spec.min)) end
+        if spec.max and v > spec.max then return bad(("must be <= %s"):format(spec.max)) end
+        return v
+    elseif t == "boolean" then
+        if type(v) ~= "boolean" then return bad("expected a boolean (true or false)") end
+        return v
+    elseif t == "enum" then
+        for _, ok in ipairs(spec.one_of or {}) do
+            if v == ok then return v end
+        end
+        local names = {}
+        for i, ok in ipairs(spec.one_of or {}) do names[i] = tostring(ok) end
+        return bad(("expected one of: %s"):format(concat(names, ", ")))
+    elseif t == "array" then
+        if type(v) ~= "table" or not is_array(v) then return bad("expected a list") end
+        if spec.min and #v < spec.min then return bad(("needs at least %d item(s)"):format(spec.min)) end
+        if spec.max and #v > spec.max then return bad(("takes at most %d item(s)"):format(spec.max)) end
+        local out = {}
+        for i, x in ipairs(v) do
+            out[i] = spec.items and check_value(spec.items, x, join(path, i), errs) or x
+        end
+        return out
+    elseif t == "map" then
+        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return bad("expected a mapping") end
+        local out = {}
+        for k, x in pairs(v) do
+            out[k] = spec.values and check_value(spec.values, x, join(path, k), errs) or x
+        end
+        return out
+    elseif t == "record" then
+        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return bad("expected a mapping") end
+        return check_fields(spec.fields or {}, v, path, errs)
+    end
+    return bad("schema error: unknown type '" .. tostring(t) .. "'")
+end
+
+check_fields = function(schema, conf, path, errs)
+    local out = {}
+    local keys = {}
+    for k in pairs(conf) do keys[#keys + 1] = tostring(k) end
+    sort(keys)
+    for _, k in ipairs(keys) do
+        if schema[k] == nil then
+            errs[#errs + 1] = { path = join(path, k), at = "key", msg = ("unknown key '%s'"):format(k) }
+        end
+    end
+    local names = {}
+    for k in pairs(schema) do names[#names + 1] = k end
+    sort(names)
+    for _, k in ipairs(names) do
+        local spec = schema[k]
+        local v = conf[k]
+        if v == nil then
+            if spec.default ~= nil then
+                -- a default goes through its spec too, so a record's fields get theirs
+                out[k] = check_value(spec, copy(spec.default), join(path, k), errs)
+            elseif spec.required then
+                errs[#errs + 1] = { path = path, at = "value", msg = ("missing required key '%s'"):format(k) }
+            end
+        else
+            out[k] = check_value(spec, v, join(path, k), errs)
+        end
+    end
+    return out
+end
+
+-- Returns the config with defaults filled, and the list of errors (empty when valid).
+function _M.validate(schema, conf)
+    local errs = {}
+    if type(conf) ~= "table" then
+        return nil, { { path = "", at = "value", msg = "expected a mapping" } }
+    end
+    local out = check_fields(schema or {}, conf, "", errs)
+    return out, errs
+end
+
+-- Checks a schema itself (a plugin author's mistake is reported at load, not at the first request).
+function _M.check_schema(schema)
+    if schema == nil then return true end
+    if type(schema) ~= "table" then return nil, "schema must be a table" end
+    local valid = { string = 1, number = 1, integer = 1, boolean = 1, array = 1, map = 1, enum = 1, record = 1 }
+    local function walk(s, where)
+        for k, spec in pairs(s) do
+            if type(spec) ~= "table" or not valid[spec.type] then
+                return nil, ("field '%s%s' has no valid type"):format(where, tostring(k))
+            end
+            if spec.type == "record" then
+                local ok, err = walk(spec.fields or {}, where .. k .. ".")
+                if not ok then return nil, err end
+            end
+        end
+        return true
+    end
+    return walk(schema, "")
+end
+
+return _M

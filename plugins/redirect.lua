@@ -1,0 +1,37 @@
+-- redirect: answers with a Location to `to`, optionally keeping the request's path and query.
+local sluice = require("sluice")
+
+local request, response = sluice.request, sluice.response
+
+local M = {
+    name = "redirect",
+    version = "1.0",
+    schema = {
+        to = { type = "string", required = true, min = 1 },
+        status = { type = "enum", one_of = { 301, 302, 303, 307, 308 }, default = 302 },
+        keep_path = { type = "boolean", default = false },
+        keep_query = { type = "boolean", default = true },
+    },
+}
+
+function M.check(conf)
+    if conf.to:find("[\r\n]") then return nil, "'to' must not contain CR or LF" end
+    return true
+end
+
+function M.access(conf)
+    -- `to` may carry its own query: the request's path goes before it, its query after.
+    local base, query = conf.to:match("^([^?]*)%?(.*)$")
+    base = base or conf.to
+    if conf.keep_path then
+        base = base:gsub("/$", "") .. request.get_path()
+    end
+    if conf.keep_query then
+        local q = request.get_query()
+        if q ~= "" then query = query and query ~= "" and (query .. "&" .. q) or q end
+    end
+    local loc = (query and query ~= "") and (base .. "?" .. query) or base
+    return response.exit(conf.status, "", { Location = loc })
+end
+
+return M

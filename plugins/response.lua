@@ -1,0 +1,18 @@
+-- response: a fixed answer with no upstream (mocks, maintenance pages).
+local sluice = require("sluice")
+
+local M = {
+    name = "response",
+    version = "1.0",
+    schema = {
+        status = { type = "integer", default = 200, min = 100, max = 599 },
+        body = { type = "string", default = "" },
+        headers = { type = "map", values = { type = "string" }, default = {} },
+    },
+}
+
+function M.access(conf)
+    return sluice.response.exit(conf.status, conf.body, conf.headers)
+end
+
+return M
