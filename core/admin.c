@@ -24,9 +24,6 @@ typedef struct {
     uv_buf_t iov[2];
 } admin_conn_t;
 
-static uv_tcp_t admin_listener;
-static bool admin_open;
-
 static void admin_on_close(uv_handle_t *h) {
     admin_conn_t *a = h->data;
     free(a->out);
@@ -237,21 +234,21 @@ static void admin_on_conn(uv_stream_t *server, int status) {
 int sl_admin_start(sl_server_t *srv, const char **err) {
     const sl_config_t *cfg = srv->cfg;
     if (!cfg->admin_enabled) return SL_OK;
-    uv_tcp_init(srv->loop, &admin_listener);
-    admin_listener.data = srv;
-    int rc = uv_tcp_bind(&admin_listener, (const struct sockaddr *)&cfg->admin_listen.ss, 0);
-    if (rc == 0) rc = uv_listen((uv_stream_t *)&admin_listener, 128, admin_on_conn);
+    uv_tcp_init(srv->loop, &srv->admin_listener);
+    srv->admin_listener.data = srv;
+    int rc = uv_tcp_bind(&srv->admin_listener, (const struct sockaddr *)&cfg->admin_listen.ss, 0);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->admin_listener, 128, admin_on_conn);
     if (rc != 0) {
         static __thread char msg[256];
         snprintf(msg, sizeof(msg), "admin: cannot listen on %s: %s", cfg->admin_listen.text, uv_strerror(rc));
         *err = msg;
-        uv_close((uv_handle_t *)&admin_listener, NULL);
+        uv_close((uv_handle_t *)&srv->admin_listener, NULL);
         return SL_ERROR;
     }
-    admin_open = true;
+    srv->admin_open = true;
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    uv_tcp_getsockname(&admin_listener, (struct sockaddr *)&ss, &len);
+    uv_tcp_getsockname(&srv->admin_listener, (struct sockaddr *)&ss, &len);
     char ip[INET6_ADDRSTRLEN];
     if (ss.ss_family == AF_INET6) {
         uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
@@ -265,7 +262,7 @@ int sl_admin_start(sl_server_t *srv, const char **err) {
 }
 
 void sl_admin_stop(sl_server_t *srv) {
-    if (!admin_open) return;
-    admin_open = false;
-    uv_close((uv_handle_t *)&admin_listener, NULL);
+    if (!srv->admin_open) return;
+    srv->admin_open = false;
+    uv_close((uv_handle_t *)&srv->admin_listener, NULL);
 }

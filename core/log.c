@@ -8,7 +8,47 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 int sl_log_level = SL_LOG_INFO;
+
+#define CAPTURE_MAX (1u << 20)
+static pthread_mutex_t capture_mu = PTHREAD_MUTEX_INITIALIZER;
+static int capture_on;
+static char *capture_buf;
+static size_t capture_len;
+
+void sl_log_capture(int on) {
+    pthread_mutex_lock(&capture_mu);
+    capture_on = on;
+    capture_len = 0;
+    if (on && !capture_buf) capture_buf = malloc(CAPTURE_MAX);
+    if (!capture_buf) capture_on = 0;
+    pthread_mutex_unlock(&capture_mu);
+}
+
+size_t sl_log_captured(char *out, size_t cap) {
+    pthread_mutex_lock(&capture_mu);
+    size_t n = SL_MIN(cap, capture_len);
+    if (n) memcpy(out, capture_buf + (capture_len - n), n);
+    pthread_mutex_unlock(&capture_mu);
+    return n;
+}
+
+static void capture(const char *line, size_t n) {
+    pthread_mutex_lock(&capture_mu);
+    if (capture_on && n < CAPTURE_MAX) {
+        if (capture_len + n > CAPTURE_MAX) {
+            /* keep the newer half */
+            size_t keep = CAPTURE_MAX / 2;
+            memmove(capture_buf, capture_buf + capture_len - keep, keep);
+            capture_len = keep;
+        }
+        memcpy(capture_buf + capture_len, line, n);
+        capture_len += n;
+    }
+    pthread_mutex_unlock(&capture_mu);
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -56,6 +96,8 @@ void sl_log_kv(int level, const char *const *fields, size_t nfields, const char 
     }
     line[b.len++] = '}';
     line[b.len++] = '\n';
+    if (__atomic_load_n(&capture_on, __ATOMIC_RELAXED)) capture(line, b.len);
+    if (__atomic_load_n(&capture_on, __ATOMIC_RELAXED) && getenv("SLUICE_TEST_QUIET")) return;
     ssize_t w = write(STDERR_FILENO, line, b.len);
     (void)w;
 }

@@ -28,4 +28,9 @@ void sl_log_kv(int level, const char *const *fields, size_t nfields, const char 
 
 void sl_log_init_from_env(void);
 
+/** Test support: while on, every line is also kept in memory (bounded, oldest dropped). */
+void sl_log_capture(int on);
+/** Copies the captured lines (newline-separated) into out; returns the bytes copied. */
+size_t sl_log_captured(char *out, size_t cap);
+
 #endif

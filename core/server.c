@@ -14,9 +14,6 @@
 #include "admin.h"
 #include "log.h"
 
-static uv_signal_t sig_term, sig_int, sig_hup;
-static uv_timer_t drain_poll, drain_deadline;
-
 static void addr_text(const struct sockaddr_storage *ss, char *out, size_t n) {
     char ip[INET6_ADDRSTRLEN];
     if (ss->ss_family == AF_INET6) {
@@ -116,13 +113,16 @@ static void on_drain_poll(uv_timer_t *t) {
     for (int i = 0; i < srv->nworkers; i++)
         if (!__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE)) return;
     sl_log_info("drained: every worker finished");
-    uv_timer_stop(&drain_poll);
-    uv_timer_stop(&drain_deadline);
-    uv_close((uv_handle_t *)&drain_poll, NULL);
-    uv_close((uv_handle_t *)&drain_deadline, NULL);
-    uv_close((uv_handle_t *)&sig_term, NULL);
-    uv_close((uv_handle_t *)&sig_int, NULL);
-    uv_close((uv_handle_t *)&sig_hup, NULL);
+    uv_timer_stop(&srv->drain_poll);
+    uv_timer_stop(&srv->drain_deadline);
+    uv_close((uv_handle_t *)&srv->drain_poll, NULL);
+    uv_close((uv_handle_t *)&srv->drain_deadline, NULL);
+    if (!srv->embedded) {
+        uv_close((uv_handle_t *)&srv->sig_term, NULL);
+        uv_close((uv_handle_t *)&srv->sig_int, NULL);
+        uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+    }
+    uv_close((uv_handle_t *)&srv->stop_async, NULL);
     sl_admin_stop(srv);
 }
 
@@ -131,6 +131,12 @@ static void on_drain_deadline(uv_timer_t *t) {
     int busy = 0;
     for (int i = 0; i < srv->nworkers; i++) busy += !__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE);
     sl_log_warn("shutdown_timeout reached with %d worker(s) still busy: closing the rest", busy);
+    if (srv->embedded) {
+        /* In-process: stop the workers' loops where they are (their sockets stay open until
+         * the test process ends); the main loop ends with the drain. */
+        for (int i = 0; i < srv->nworkers; i++) uv_stop(&srv->workers[i].loop);
+        return;
+    }
     /* Connections still open are closed by the kernel when the process exits. */
     _exit(0);
 }
@@ -139,11 +145,11 @@ static void start_drain(sl_server_t *srv, const char *why) {
     if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) return;
     sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
     for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
-    uv_timer_init(srv->loop, &drain_poll);
-    uv_timer_init(srv->loop, &drain_deadline);
-    drain_poll.data = drain_deadline.data = srv;
-    uv_timer_start(&drain_poll, on_drain_poll, 10, 10);
-    uv_timer_start(&drain_deadline, on_drain_deadline, srv->cfg->shutdown_timeout_ms, 0);
+    uv_timer_init(srv->loop, &srv->drain_poll);
+    uv_timer_init(srv->loop, &srv->drain_deadline);
+    srv->drain_poll.data = srv->drain_deadline.data = srv;
+    uv_timer_start(&srv->drain_poll, on_drain_poll, 10, 10);
+    uv_timer_start(&srv->drain_deadline, on_drain_deadline, srv->cfg->shutdown_timeout_ms, 0);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -156,64 +162,98 @@ static void on_signal(uv_signal_t *s, int signum) {
     start_drain(srv, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-int sl_server_run(sl_config_t *cfg, const char *ready_file) {
-    sl_server_t srv_storage, *srv = &srv_storage;
+static void on_stop_async(uv_async_t *a) { start_drain(a->data, "stop requested"); }
+
+int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err) {
     memset(srv, 0, sizeof(*srv));
     srv->cfg = cfg;
-    srv->loop = uv_default_loop();
-    srv->ready_file = ready_file;
+    srv->embedded = embedded;
+    if (embedded) {
+        if (uv_loop_init(&srv->own_loop) != 0) {
+            *err = "cannot create an event loop";
+            return SL_ERROR;
+        }
+        srv->loop = &srv->own_loop;
+    } else {
+        srv->loop = uv_default_loop();
+        signal(SIGPIPE, SIG_IGN);
+    }
     srv->generation = 1;
     srv->started_ms = sl_now_ms();
     srv->nworkers = cfg->workers > 0 ? cfg->workers : 1;
-    signal(SIGPIPE, SIG_IGN);
 
-    const char *err = NULL;
-    int started = 0;
     srv->workers = calloc((size_t)srv->nworkers, sizeof(sl_worker_t));
     if (!srv->workers) {
-        err = "out of memory";
-        goto fail;
+        *err = "out of memory";
+        return SL_ERROR;
     }
-    if (bind_listeners(srv, &err) != SL_OK) goto fail;
+    if (bind_listeners(srv, err) != SL_OK) return SL_ERROR;
     for (int i = 0; i < srv->nworkers; i++)
-        if (sl_worker_init(&srv->workers[i], srv, i, &err) != SL_OK) goto fail;
-    if (sl_admin_start(srv, &err) != SL_OK) goto fail;
+        if (sl_worker_init(&srv->workers[i], srv, i, err) != SL_OK) return SL_ERROR;
+    if (sl_admin_start(srv, err) != SL_OK) return SL_ERROR;
+    uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
+    srv->stop_async.data = srv;
     for (int i = 0; i < srv->nworkers; i++) {
         if (sl_worker_start(&srv->workers[i]) != SL_OK) {
-            err = "cannot start a worker";
-            goto fail;
+            *err = "cannot start a worker";
+            return SL_ERROR;
         }
-        started++;
+        srv->started++;
     }
-    uv_signal_init(srv->loop, &sig_term);
-    uv_signal_init(srv->loop, &sig_int);
-    uv_signal_init(srv->loop, &sig_hup);
-    sig_term.data = sig_int.data = sig_hup.data = srv;
-    uv_signal_start(&sig_term, on_signal, SIGTERM);
-    uv_signal_start(&sig_int, on_signal, SIGINT);
-    uv_signal_start(&sig_hup, on_signal, SIGHUP);
-
+    if (!embedded) {
+        uv_signal_init(srv->loop, &srv->sig_term);
+        uv_signal_init(srv->loop, &srv->sig_int);
+        uv_signal_init(srv->loop, &srv->sig_hup);
+        srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv;
+        uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
+        uv_signal_start(&srv->sig_int, on_signal, SIGINT);
+        uv_signal_start(&srv->sig_hup, on_signal, SIGHUP);
+    }
     for (size_t i = 0; i < cfg->nlisteners; i++)
         sl_log_info("listener %s on %s (%d workers)", cfg->listeners[i].name, srv->listen_text[i], srv->nworkers);
     if (cfg->admin_enabled) sl_log_info("admin on %s", srv->admin_text);
-    if (ready_file && write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
+    return SL_OK;
+}
 
-    uv_run(srv->loop, UV_RUN_DEFAULT);
+void sl_server_loop(sl_server_t *srv) { uv_run(srv->loop, UV_RUN_DEFAULT); }
 
-    for (int i = 0; i < srv->nworkers; i++) sl_worker_join(&srv->workers[i]);
-    for (int i = 0; i < srv->nworkers; i++) sl_worker_destroy(&srv->workers[i]);
-    uv_loop_close(srv->loop);
+void sl_server_stop(sl_server_t *srv) { uv_async_send(&srv->stop_async); }
+
+void sl_server_cleanup(sl_server_t *srv) {
+    for (int i = 0; i < srv->started; i++) sl_worker_join(&srv->workers[i]);
+    if (srv->workers)
+        for (int i = 0; i < srv->nworkers; i++)
+            if (srv->workers[i].cfg) sl_worker_destroy(&srv->workers[i]);
+    if (srv->listen_fds) {
+        /* A worker that never started did not take ownership of its sockets. */
+        for (size_t i = 0; i < srv->cfg->nlisteners * (size_t)srv->nworkers; i++)
+            if (srv->listen_fds[i] >= 0 && (int)(i % (size_t)srv->nworkers) >= srv->started)
+                close(srv->listen_fds[i]);
+    }
+    if (srv->embedded) uv_loop_close(srv->loop);
     free(srv->workers);
     free(srv->listen_fds);
     free(srv->listen_text);
+    srv->workers = NULL;
+    srv->listen_fds = NULL;
+    srv->listen_text = NULL;
+}
+
+int sl_server_run(sl_config_t *cfg, const char *ready_file) {
+    static sl_server_t srv_storage;
+    sl_server_t *srv = &srv_storage;
+    const char *err = NULL;
+    if (sl_server_start(srv, cfg, false, &err) != SL_OK) {
+        sl_log_err("%s", err ? err : "startup failed");
+        for (int i = 0; i < srv->started; i++) sl_worker_drain(&srv->workers[i]);
+        sl_server_cleanup(srv);
+        return 1;
+    }
+    srv->ready_file = ready_file;
+    if (ready_file && write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
+    sl_server_loop(srv);
+    sl_server_cleanup(srv);
+    uv_loop_close(srv->loop);
     sl_log_info("stopped");
     return 0;
-
-fail:
-    sl_log_err("%s", err ? err : "startup failed");
-    if (started) {
-        for (int i = 0; i < started; i++) sl_worker_drain(&srv->workers[i]);
-        for (int i = 0; i < started; i++) sl_worker_join(&srv->workers[i]);
-    }
-    return 1;
 }

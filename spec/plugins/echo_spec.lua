@@ -1,0 +1,41 @@
+-- echo: the request as JSON, against the real core through sluice.test.
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+local test = require("sluice.test")
+
+describe("echo", function()
+    local gw
+    setup(function()
+        gw = assert(test.start({
+            routes = { { name = "e", match = { paths = { "/" } }, plugins = { { name = "echo" } } } },
+        }))
+    end)
+    teardown(function() gw:stop() end)
+
+    it("answers GET with method, path, query and lower-case headers", function()
+        local res = assert(gw:request({ path = "/a/b?x=1&y=2", headers = { ["X-Thing"] = "v" } }))
+        assert.equal(200, res.status)
+        assert.equal("application/json", res.headers["content-type"])
+        local j = res.json()
+        assert.same({ "GET", "/a/b", "x=1&y=2", "v", "" }, { j.method, j.path, j.query, j.headers["x-thing"], j.body })
+    end)
+
+    it("returns a POST body whole, chunked or sized", function()
+        local body = ("0123456789"):rep(10000)
+        local res = assert(gw:request({ method = "POST", path = "/p", body = body }))
+        assert.equal(200, res.status)
+        assert.equal(body, res.json().body)
+        local chunked = assert(gw:request({ method = "POST", path = "/c",
+            headers = { ["Transfer-Encoding"] = "chunked" }, body = "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n" }))
+        assert.equal("hello world", chunked.json().body)
+    end)
+
+    it("starts in-process in well under 200 ms", function()
+        local g2, ms = assert(test.start({
+            routes = { { name = "e", match = { paths = { "/" } }, plugins = { { name = "echo" } } } },
+        }))
+        print(("\n    in-process gateway ready in %.2f ms"):format(ms))
+        assert.is_true(ms < 200)
+        assert.equal(200, g2:request({ path = "/" }).status)
+        g2:stop()
+    end)
+end)
