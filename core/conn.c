@@ -164,6 +164,9 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     c->rlen += (uint32_t)nread;
+    /* Reads go on while a request is served (pipelined bytes wait in the buffer); only a
+     * full buffer stops them, until the request consumes what it holds. */
+    if (c->rlen == SL_BLOCK_SIZE) sl__conn_stop_reading(c);
     if (c->req) {
         sl__req_on_client_data(c->req);
         return;

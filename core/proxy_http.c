@@ -224,7 +224,7 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     }
     /* A body we did not read to its end cannot be skipped safely: close after answering. */
     if (close || !r->body_done) r->keep_alive = 0;
-    sl__conn_stop_reading(r->c);
+    if (!r->keep_alive) sl__conn_stop_reading(r->c);
     sl__outq_reset(&r->clq);
     r->clq.chunked = 0;
     sl_wbuf_t b = sl_arena_wbuf(&r->arena, 512);
@@ -360,7 +360,6 @@ static int buffer_pump(sl_req_t *r) {
     }
     if (r->body_done) {
         r->body_buffered = 1;
-        sl__conn_stop_reading(c);
         return SL_OK;
     }
     if (c->rpos == c->rlen) c->rpos = c->rlen = r->head_end;
@@ -531,8 +530,9 @@ void sl__req_on_client_data(sl_req_t *r) {
             return;
         }
     }
-    /* Bytes of a pipelined request: they wait until this one is answered. */
-    sl__conn_stop_reading(r->c);
+    /* Bytes of a pipelined request: they wait in the buffer until this one is answered
+     * (conn.c stops reading only when the buffer is full: stopping and restarting reads
+     * on every request costs two epoll_ctl calls). */
 }
 
 /* ---- upstream connection ---- */
@@ -751,10 +751,7 @@ static void req_pump_up(sl_req_t *r) {
             continue;
         }
         sl_upconn_t *u = r->up;
-        if (!u || u->state != SL_UP_ACTIVE) {
-            sl__conn_stop_reading(c);
-            return;
-        }
+        if (!u || u->state != SL_UP_ACTIVE) return; /* what arrives meanwhile is buffered */
         if (r->upq.niov == 0) {
             if (r->body_done) {
                 if (!r->req_sent) {
@@ -762,7 +759,6 @@ static void req_pump_up(sl_req_t *r) {
                     if (!r->clq.writing) uv_timer_stop(&c->timer);
                     if (!r->resp_head) up_arm(u, r->w->cfg->upstreams[r->upstream].read_timeout_ms);
                 }
-                sl__conn_stop_reading(c);
                 return;
             }
             if (c->rpos == c->rlen) c->rpos = c->rlen = r->head_end;
@@ -776,7 +772,8 @@ static void req_pump_up(sl_req_t *r) {
             return;
         }
         if (rc == 0) {
-            sl__conn_stop_reading(c);
+            /* Backpressure: the client's bytes wait in its buffer, which stops the reads
+             * when full. */
             up_arm(u, r->w->cfg->upstreams[r->upstream].write_timeout_ms);
             return;
         }
