@@ -38,7 +38,8 @@ static void admin_on_write(uv_write_t *wr, int status) {
 static void admin_send(admin_conn_t *a, int status, const char *ctype, char *body, size_t len) {
     char head[256];
     const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 503 ? "Service Unavailable" :
-                         status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented" : "Bad Request";
+                         status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented" :
+                         status == 422 ? "Unprocessable Content" : "Bad Request";
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                      status, reason, ctype, len);
@@ -92,8 +93,11 @@ static void tjson(text_t *t, const char *s) {
 static char *render_status(sl_server_t *srv, size_t *len) {
     const sl_config_t *cfg = srv->cfg;
     text_t t = {0};
-    tput(&t, "{\"generation\":%llu,\"draining\":%s,\"listeners\":[", (unsigned long long)srv->generation,
-         sl_server_draining(srv) ? "true" : "false");
+    int retiring = 0;
+    for (sl_retired_t *r = srv->retired; r; r = r->next) retiring++;
+    tput(&t, "{\"generation\":%llu,\"hash\":\"%016llx\",\"draining\":%s,\"retiring_generations\":%d,\"listeners\":[",
+         (unsigned long long)srv->generation, (unsigned long long)srv->config_hash,
+         sl_server_draining(srv) ? "true" : "false", retiring);
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         tput(&t, "%s{\"name\":", i ? "," : "");
         tjson(&t, cfg->listeners[i].name);
@@ -173,8 +177,12 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         char extra[512];
         snprintf(extra, sizeof(extra),
                  "# HELP sluice_config_generation The config generation being served.\n"
-                 "# TYPE sluice_config_generation gauge\nsluice_config_generation %llu\n",
-                 (unsigned long long)srv->generation);
+                 "# TYPE sluice_config_generation gauge\nsluice_config_generation %llu\n"
+                 "# HELP sluice_reloads_total Config reloads, applied or rejected.\n"
+                 "# TYPE sluice_reloads_total counter\n"
+                 "sluice_reloads_total{result=\"applied\"} %llu\nsluice_reloads_total{result=\"rejected\"} %llu\n",
+                 (unsigned long long)srv->generation, (unsigned long long)srv->reloads_ok,
+                 (unsigned long long)srv->reloads_rejected);
         if (sl_metrics_render(srv->cfg, ms, (size_t)n, extra, &body, &len) != SL_OK)
             SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
         else
@@ -183,7 +191,13 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         body = render_status(srv, &len);
         admin_send(a, 200, "application/json", body, len);
     } else if (sl_str_ieq(p, "/reload", 7)) {
-        SEND_LIT(501, "{\"ok\":false,\"error\":\"reload is not supported by this build yet\"}\n");
+        if (!SL_IEQ(m, "post")) {
+            SEND_LIT(405, "{\"error\":\"POST /reload\"}\n");
+        } else {
+            int rc = sl_server_reload(srv, "POST /reload", &body);
+            if (!body) body = strdup("{\"ok\":false}\n");
+            admin_send(a, rc == SL_OK ? 200 : 422, "application/json", body, body ? strlen(body) : 0);
+        }
     } else {
         SEND_LIT(404, "{\"error\":\"not found\"}\n");
     }

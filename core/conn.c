@@ -269,14 +269,25 @@ void sl__conn_request_done(sl_conn_t *c) {
     conn_process(c);
 }
 
+/* How long an idle keep-alive connection of a replaced generation may wait for its next
+ * request (answered with Connection: close) before it is closed. */
+#define SL_RETIRE_IDLE_MS 2000
+
 void sl__worker_close_idle_conns(sl_worker_t *w) {
     sl_conn_t *c = w->conns;
     while (c) {
         sl_conn_t *next = c->next;
-        if (!c->req)
-            conn_close(c);
-        else
-            c->closing = 1;
+        c->closing = 1;
+        if (!c->req) {
+            if (w->retiring && c->state == SL_CONN_IDLE) {
+                /* A reload: closing an idle keep-alive connection races with a request the
+                 * client may be sending on it right now (the client sees a reset). Give it a
+                 * moment: its next request is served, with Connection: close. */
+                conn_arm(c, SL_MIN(c->lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
+            } else {
+                conn_close(c);
+            }
+        }
         c = next;
     }
 }

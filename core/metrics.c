@@ -80,6 +80,59 @@ void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos) {
     SL_COUNTER_ADD(m->plugin_errors[r * SL_METRIC_MAX_CHAIN + (size_t)pos], 1);
 }
 
+static int route_named(const sl_config_t *c, const char *name) {
+    for (size_t i = 0; i < c->nroutes; i++)
+        if (strcmp(c->routes[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+static void fold_hist(sl_hist_t *to, const sl_hist_t *from) {
+    for (int i = 0; i < SL_METRIC_BUCKETS; i++) SL_COUNTER_ADD(to->buckets[i], from->buckets[i]);
+    SL_COUNTER_ADD(to->sum_us, from->sum_us);
+    SL_COUNTER_ADD(to->count, from->count);
+}
+
+void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
+                     const sl_config_t *fcfg) {
+    for (size_t r = 0; r < from->nroutes; r++) {
+        /* the last slot is "none" in both */
+        int tr = r + 1 == from->nroutes ? (int)to->nroutes - 1 : route_named(tcfg, fcfg->routes[r].name);
+        if (tr < 0) continue; /* a route that is gone takes its series with it */
+        for (size_t c = 0; c < SL_METRIC_CODES; c++)
+            SL_COUNTER_ADD(to->req_codes[(size_t)tr * SL_METRIC_CODES + c], from->req_codes[r * SL_METRIC_CODES + c]);
+        fold_hist(&to->req_dur[tr], &from->req_dur[r]);
+        if (r + 1 == from->nroutes) continue;
+        const sl_route_conf_t *fr = &fcfg->routes[r], *trc = &tcfg->routes[tr];
+        for (size_t pos = 0; pos < SL_METRIC_MAX_CHAIN; pos++) {
+            size_t fn = fcfg->nplugins + fr->nplugins, tn = tcfg->nplugins + trc->nplugins;
+            if (pos >= fn || pos >= tn) break;
+            const char *a = pos < fcfg->nplugins ? fcfg->plugins[pos].name : fr->plugins[pos - fcfg->nplugins].name;
+            const char *b = pos < tcfg->nplugins ? tcfg->plugins[pos].name : trc->plugins[pos - tcfg->nplugins].name;
+            if (strcmp(a, b) == 0)
+                SL_COUNTER_ADD(to->plugin_errors[(size_t)tr * SL_METRIC_MAX_CHAIN + pos],
+                               from->plugin_errors[r * SL_METRIC_MAX_CHAIN + pos]);
+        }
+    }
+    for (size_t u = 0; u < fcfg->nupstreams; u++) {
+        const sl_upstream_conf_t *fu = &fcfg->upstreams[u];
+        for (size_t v = 0; v < tcfg->nupstreams; v++) {
+            const sl_upstream_conf_t *tu = &tcfg->upstreams[v];
+            if (strcmp(fu->name, tu->name) != 0) continue;
+            for (size_t a = 0; a < fu->ntargets; a++)
+                for (size_t b = 0; b < tu->ntargets; b++) {
+                    if (strcmp(fu->targets[a].addr.text, tu->targets[b].addr.text) != 0) continue;
+                    size_t ft = from->target_base[u] + a, tt = to->target_base[v] + b;
+                    for (size_t c = 0; c < SL_METRIC_CODES; c++)
+                        SL_COUNTER_ADD(to->up_codes[tt * SL_METRIC_CODES + c], from->up_codes[ft * SL_METRIC_CODES + c]);
+                    SL_COUNTER_ADD(to->up_noresp[tt], from->up_noresp[ft]);
+                    fold_hist(&to->up_dur[tt], &from->up_dur[ft]);
+                }
+        }
+    }
+    SL_COUNTER_ADD(to->accepted, from->accepted);
+    SL_COUNTER_ADD(to->requests, from->requests);
+}
+
 /* A growing text buffer for the admin thread (not a hot path). */
 typedef struct {
     char *p;

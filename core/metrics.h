@@ -14,8 +14,7 @@
 #define SL_METRIC_BUCKETS 14
 #define SL_METRIC_MAX_CHAIN 32
 
-#define SL_COUNTER_ADD(x, v) \
-    __atomic_store_n(&(x), __atomic_load_n(&(x), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+#define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 typedef struct {
@@ -47,6 +46,11 @@ void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status,
 
 /** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
 void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);
+
+/** Adds the totals of `from` (built for config `fcfg`) into `to` (config `tcfg`), matching
+ *  routes, upstream targets and listeners by name. Main thread, after `from`'s worker ended. */
+void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
+                     const sl_config_t *fcfg);
 
 /**
  * Renders the Prometheus text of all workers into a malloc'ed buffer (*out, *len).

@@ -14,7 +14,7 @@
 #include "admin.h"
 #include "log.h"
 
-static void addr_text(const struct sockaddr_storage *ss, char *out, size_t n) {
+void sl__addr_text(const struct sockaddr_storage *ss, char *out, size_t n) {
     char ip[INET6_ADDRSTRLEN];
     if (ss->ss_family == AF_INET6) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
@@ -56,7 +56,7 @@ static int bind_listeners(sl_server_t *srv, const char **err) {
                 socklen_t len = sizeof(ss);
                 getsockname(fd, (struct sockaddr *)&ss, &len);
                 sl = len;
-                addr_text(&ss, srv->listen_text[i], sizeof(srv->listen_text[i]));
+                sl__addr_text(&ss, srv->listen_text[i], sizeof(srv->listen_text[i]));
             }
             continue;
         fail:
@@ -112,6 +112,10 @@ static void on_drain_poll(uv_timer_t *t) {
     sl_server_t *srv = t->data;
     for (int i = 0; i < srv->nworkers; i++)
         if (!__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE)) return;
+    for (sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++)
+            if (!__atomic_load_n(&r->workers[i].stopped, __ATOMIC_ACQUIRE)) return;
+    sl__reload_close(srv);
     sl_log_info("drained: every worker finished");
     uv_timer_stop(&srv->drain_poll);
     uv_timer_stop(&srv->drain_deadline);
@@ -145,6 +149,8 @@ static void start_drain(sl_server_t *srv, const char *why) {
     if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) return;
     sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
     for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
+    for (sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++) sl_worker_drain(&r->workers[i]); /* no-op when draining */
     uv_timer_init(srv->loop, &srv->drain_poll);
     uv_timer_init(srv->loop, &srv->drain_deadline);
     srv->drain_poll.data = srv->drain_deadline.data = srv;
@@ -155,8 +161,7 @@ static void start_drain(sl_server_t *srv, const char *why) {
 static void on_signal(uv_signal_t *s, int signum) {
     sl_server_t *srv = s->data;
     if (signum == SIGHUP) {
-        sl_log_warn("SIGHUP: config reload is not supported by this build yet; still serving generation %llu",
-                    (unsigned long long)srv->generation);
+        sl_server_reload(srv, "SIGHUP", NULL);
         return;
     }
     start_drain(srv, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -167,6 +172,7 @@ static void on_stop_async(uv_async_t *a) { start_drain(a->data, "stop requested"
 int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err) {
     memset(srv, 0, sizeof(*srv));
     srv->cfg = cfg;
+    srv->boot_cfg = cfg;
     srv->embedded = embedded;
     if (embedded) {
         if (uv_loop_init(&srv->own_loop) != 0) {
@@ -188,8 +194,11 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
         return SL_ERROR;
     }
     if (bind_listeners(srv, err) != SL_OK) return SL_ERROR;
-    for (int i = 0; i < srv->nworkers; i++)
-        if (sl_worker_init(&srv->workers[i], srv, i, err) != SL_OK) return SL_ERROR;
+    for (int i = 0; i < srv->nworkers; i++) {
+        if (sl_worker_init(&srv->workers[i], srv, cfg, i, err) != SL_OK) return SL_ERROR;
+        srv->workers[i].nworkers = srv->nworkers;
+        srv->workers[i].listen_fds = srv->listen_fds;
+    }
     if (sl_admin_start(srv, err) != SL_OK) return SL_ERROR;
     uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
     srv->stop_async.data = srv;
@@ -220,6 +229,7 @@ void sl_server_loop(sl_server_t *srv) { uv_run(srv->loop, UV_RUN_DEFAULT); }
 void sl_server_stop(sl_server_t *srv) { uv_async_send(&srv->stop_async); }
 
 void sl_server_cleanup(sl_server_t *srv) {
+    sl__reload_free_retired(srv);
     for (int i = 0; i < srv->started; i++) sl_worker_join(&srv->workers[i]);
     if (srv->workers)
         for (int i = 0; i < srv->nworkers; i++)
@@ -234,16 +244,24 @@ void sl_server_cleanup(sl_server_t *srv) {
     free(srv->workers);
     free(srv->listen_fds);
     free(srv->listen_text);
+    if (srv->cfg != srv->boot_cfg) sl_config_free(srv->cfg); /* made by a reload */
+    srv->cfg = srv->boot_cfg;
     srv->workers = NULL;
     srv->listen_fds = NULL;
     srv->listen_text = NULL;
 }
 
-int sl_server_run(sl_config_t *cfg, const char *ready_file) {
+int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_file) {
     static sl_server_t srv_storage;
     sl_server_t *srv = &srv_storage;
     const char *err = NULL;
-    if (sl_server_start(srv, cfg, false, &err) != SL_OK) {
+    int rc = sl_server_start(srv, cfg, false, &err);
+    srv->config_path = config_path;
+    if (rc == SL_OK) {
+        sl__reload_init(srv);
+        sl_server_watch(srv);
+    }
+    if (rc != SL_OK) {
         sl_log_err("%s", err ? err : "startup failed");
         for (int i = 0; i < srv->started; i++) sl_worker_drain(&srv->workers[i]);
         sl_server_cleanup(srv);

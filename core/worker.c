@@ -2,6 +2,7 @@
 #include "worker.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -11,12 +12,11 @@
 #include "lua_host.h"
 #include "server.h"
 
-int sl_worker_init(sl_worker_t *w, sl_server_t *srv, int id, const char **err) {
+int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int id, const char **err) {
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->srv = srv;
-    w->cfg = srv->cfg;
-    const sl_config_t *cfg = w->cfg;
+    w->cfg = cfg;
     if (uv_loop_init(&w->loop) != 0) {
         *err = "cannot create an event loop";
         return SL_ERROR;
@@ -66,13 +66,15 @@ void sl__worker_maybe_stop(sl_worker_t *w) {
     (void)w;
 }
 
-static void worker_main(void *arg) {
+static void *worker_main(void *arg) {
     sl_worker_t *w = arg;
     char name[16];
     snprintf(name, sizeof(name), "sl-worker-%d", w->id);
     pthread_setname_np(pthread_self(), name);
+    __atomic_store_n(&w->running, true, __ATOMIC_RELEASE);
     uv_run(&w->loop, UV_RUN_DEFAULT);
-    w->stopped = true;
+    __atomic_store_n(&w->stopped, true, __ATOMIC_RELEASE);
+    return NULL;
 }
 
 int sl_worker_start(sl_worker_t *w) {
@@ -83,7 +85,7 @@ int sl_worker_start(sl_worker_t *w) {
         uv_tcp_t *t = &w->listeners[i];
         uv_tcp_init(&w->loop, t);
         t->data = (void *)(uintptr_t)i;
-        int fd = w->srv->listen_fds[i * (size_t)w->srv->nworkers + (size_t)w->id];
+        int fd = w->listen_fds[i * (size_t)w->nworkers + (size_t)w->id];
         int rc = uv_tcp_open(t, fd);
         if (rc == 0) rc = uv_listen((uv_stream_t *)t, 4096, sl__conn_on_accept);
         if (rc != 0) {
@@ -91,17 +93,41 @@ int sl_worker_start(sl_worker_t *w) {
             return SL_ERROR;
         }
     }
-    if (uv_thread_create(&w->thread, worker_main, w) != 0) return SL_ERROR;
+    /* The stack is mapped here and unmapped after the join: glibc caches the stacks of
+     * joined threads (up to 40 MiB), and their touched pages stayed in RSS across reloads,
+     * which start and end worker threads. 1 MiB is plenty (Lua runs on its own stacks). */
+    w->stack_size = 1u << 20;
+    w->stack = mmap(NULL, w->stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (w->stack == MAP_FAILED) {
+        w->stack = NULL;
+        return SL_ERROR;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, w->stack, w->stack_size);
+    int rc = pthread_create(&w->thread, &attr, worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        munmap(w->stack, w->stack_size);
+        w->stack = NULL;
+        return SL_ERROR;
+    }
     return SL_OK;
 }
 
 void sl_worker_drain(sl_worker_t *w) { uv_async_send(&w->async); }
 
-void sl_worker_join(sl_worker_t *w) { uv_thread_join(&w->thread); }
+void sl_worker_join(sl_worker_t *w) {
+    if (!w->stack) return;
+    pthread_join(w->thread, NULL);
+    munmap(w->stack, w->stack_size);
+    w->stack = NULL;
+}
 
 void sl_worker_destroy(sl_worker_t *w) {
     sl_lua_close(w);
-    uv_loop_close(&w->loop);
+    int rc = uv_loop_close(&w->loop);
+    if (rc != 0) sl_log_warn("worker %d: its loop still had handles at exit (%s)", w->id, uv_strerror(rc));
     while (w->free_reqs) {
         sl_req_t *r = w->free_reqs;
         w->free_reqs = r->free_next;

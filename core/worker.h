@@ -8,6 +8,7 @@
 #define SL_WORKER_H
 
 #include <lua.h>
+#include <pthread.h>
 #include <uv.h>
 
 #include "block.h"
@@ -35,7 +36,9 @@ typedef struct sl_worker_s {
     sl_server_t *srv;
     const sl_config_t *cfg;
     uv_loop_t loop;
-    uv_thread_t thread;
+    pthread_t thread;
+    void *stack;            /**< the thread's stack, mapped here and unmapped after the join */
+    size_t stack_size;
     uv_async_t async;
     uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
     sl_blockpool_t blocks;
@@ -48,7 +51,11 @@ typedef struct sl_worker_s {
     uint32_t nconns;
     uint32_t nupconns;      /**< open upstream connections, idle or busy */
     bool draining;
-    bool stopped;
+    bool retiring;          /**< drained because a reload replaced it, not for shutdown */
+    bool stopped;           /**< the thread's loop ended (atomic) */
+    bool running;           /**< the thread's loop started (atomic): a reload's acknowledgement */
+    int nworkers;           /**< of its generation: listen_fds is [listener][nworkers] */
+    int *listen_fds;        /**< borrowed from the server or the reload that made it */
     lua_State *L;
     int lua_dispatch;       /**< registry ref of the router dispatcher */
     int lua_phase;          /**< registry ref of the phase dispatcher */
@@ -57,8 +64,8 @@ typedef struct sl_worker_s {
     sl_wmetrics_t metrics;
 } sl_worker_t;
 
-/** Prepares worker `id` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */
-int sl_worker_init(sl_worker_t *w, sl_server_t *srv, int id, const char **err);
+/** Prepares worker `id` of config `cfg` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */
+int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int id, const char **err);
 /** Starts the worker's thread: it opens its listeners on fds the server bound. */
 int sl_worker_start(sl_worker_t *w);
 /** Main thread: asks the worker to stop accepting and finish in-flight work. */

@@ -5,7 +5,7 @@ local M = {
     name = "response",
     version = "1.0",
     schema = {
-        status = { type = "integer", default = 200, min = 100, max = 599 },
+        status = { type = "integer", default = 200, min = 200, max = 599 }, -- a final answer: no 1xx
         body = { type = "string", default = "" },
         headers = { type = "map", values = { type = "string" }, default = {} },
     },

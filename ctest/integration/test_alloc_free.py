@@ -55,8 +55,10 @@ def test_steady_state_allocates_nothing(t):
     up = h.MockUpstream(handler=lambda req: h.Response(200, b"hello"))
     count_file = os.path.join(h.new_tmpdir("alloc"), "count")
     env = dict(os.environ, LD_PRELOAD=SHIM, SL_ALLOC_COUNT_FILE=count_file)
+    # watch: false keeps the main thread's file watcher (which hashes files when the ready
+    # file appears beside the config) out of the count; it never runs per request.
     s = h.start_sluice(
-        "workers: 1\nadmin: { listen: 127.0.0.1:0 }\n"
+        "workers: 1\nwatch: false\nadmin: { listen: 127.0.0.1:0 }\n"
         "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
         "upstreams:\n  - name: up\n    targets: [ { address: %s } ]\n"
         "    keepalive: { max_idle: 64, idle_timeout: 60s }\n"

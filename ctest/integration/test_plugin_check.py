@@ -76,7 +76,7 @@ CASES = [
      "route 'R'", "redirect", ["301", "308"]),
     ("below the minimum (response status 42)",
      route("      - { name: response, config: { status: «42 } }\n"),
-     "route 'R'", "response", ["100"]),
+     "route 'R'", "response", ["200"]),
     ("unknown key inside config",
      route("      - { name: response, config: { «stauts: 200 } }\n"),
      "route 'R'", "response", ["unknown key", "stauts"]),
