@@ -160,8 +160,13 @@ def test_rss_after_many_reloads(t):
     reload_n(190)
     rss200 = s.rss_kb()
     t.info("RSS after 10 reloads %d KiB, after 200 %d KiB" % (rss10, rss200))
-    t.check("RSS after 200 reloads within 10% of RSS after 10", rss200 <= rss10 * 1.10, "<= %d" % (rss10 * 1.1),
-            rss200)
+    if os.environ.get("SLUICE_SANITIZE") == "1":
+        # ASan keeps freed memory in quarantine on purpose: RSS says nothing about leaks
+        # there (LeakSanitizer checks those at exit); the plain build asserts the bound.
+        t.info("sanitizer build: RSS bound not asserted")
+    else:
+        t.check("RSS after 200 reloads within 10% of RSS after 10", rss200 <= rss10 * 1.10,
+                "<= %d" % (rss10 * 1.1), rss200)
     t.check("generation is 201", s.status()["generation"] == 201, 201, s.status()["generation"])
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
