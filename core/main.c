@@ -19,6 +19,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: sluice [run] [-c FILE] [--ready-file PATH]\n"
                "       sluice check -c FILE\n"
                "       sluice reload [-c FILE]\n"
+               "       sluice explain [-c FILE] [ROUTE]\n"
                "       sluice version\n");
 }
 
@@ -79,10 +80,14 @@ static sl_config_t *load(const char *path, bool quiet, const char **used) {
 }
 
 int main(int argc, char **argv) {
-    const char *cmd = "run", *conf = NULL, *ready = NULL;
+    const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
     int i = 1;
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
     for (; i < argc; i++) {
+        if (strcmp(cmd, "explain") == 0 && argv[i][0] != '-' && !explain_route) {
+            explain_route = argv[i];
+            continue;
+        }
         if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc) {
             conf = argv[++i];
         } else if (strcmp(argv[i], "--ready-file") == 0 && i + 1 < argc) {
@@ -110,6 +115,13 @@ int main(int argc, char **argv) {
         printf("%s: ok\n", conf ? conf : "<embedded default>");
         sl_config_free(cfg);
         return 0;
+    }
+    if (strcmp(cmd, "explain") == 0) {
+        sl_config_t *cfg = load(conf, true, NULL);
+        if (!cfg) return 1;
+        int rc = sl_plugins_explain(cfg, explain_route);
+        sl_config_free(cfg);
+        return rc == 0 ? 0 : 1;
     }
     if (strcmp(cmd, "reload") == 0) {
         const char *used = NULL;

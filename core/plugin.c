@@ -122,3 +122,61 @@ lua_fail:
     lua_close(L);
     return SL_ERROR;
 }
+
+static void push_chain_names(lua_State *L, const sl_plugin_conf_t *p, size_t n) {
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_createtable(L, 0, 1);
+        lua_pushstring(L, p[i].name);
+        lua_setfield(L, -2, "name");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+int sl_plugins_explain(const sl_config_t *cfg, const char *route) {
+    const char *err = NULL;
+    lua_State *L = sl_lua_new_state(&err);
+    if (!L) {
+        fprintf(stderr, "%s\n", err);
+        return SL_ERROR;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.loader");
+    int rc = SL_ERROR;
+    if (lua_pcall(L, 1, 1, 0) != 0) goto out;
+    lua_getfield(L, -1, "explain");
+    lua_createtable(L, (int)cfg->nplugin_search, 0);
+    for (size_t i = 0; i < cfg->nplugin_search; i++) {
+        lua_pushstring(L, cfg->plugin_search[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    push_chain_names(L, cfg->plugins, cfg->nplugins);
+    lua_createtable(L, (int)cfg->nroutes, 0);
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        const sl_route_conf_t *rc_ = &cfg->routes[r];
+        lua_createtable(L, 0, 3);
+        lua_pushstring(L, rc_->name);
+        lua_setfield(L, -2, "name");
+        if (rc_->upstream >= 0) {
+            lua_pushstring(L, cfg->upstreams[rc_->upstream].name);
+            lua_setfield(L, -2, "upstream");
+        }
+        push_chain_names(L, rc_->plugins, rc_->nplugins);
+        lua_setfield(L, -2, "plugins");
+        lua_rawseti(L, -2, (int)r + 1);
+    }
+    if (route) lua_pushstring(L, route); else lua_pushnil(L);
+    if (lua_pcall(L, 4, 2, 0) != 0) goto out;
+    if (lua_isnil(L, -2)) {
+        fprintf(stderr, "sluice explain: %s\n", lua_tostring(L, -1));
+        goto done;
+    }
+    fputs(lua_tostring(L, -2), stdout);
+    rc = SL_OK;
+    goto done;
+out:
+    fprintf(stderr, "sluice explain: %s\n", lua_tostring(L, -1));
+done:
+    lua_close(L);
+    return rc;
+}

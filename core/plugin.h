@@ -14,4 +14,8 @@
  */
 int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs);
 
+/** Prints each route's chain per phase (all routes, or `route`) to stdout: 0, or -1 with a
+ *  message on stderr (an unknown route). Main thread, after a successful sl_plugins_check. */
+int sl_plugins_explain(const sl_config_t *cfg, const char *route);
+
 #endif

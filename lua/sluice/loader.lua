@@ -112,4 +112,29 @@ function _M.validate_all(paths, uses)
     return out
 end
 
+-- For `sluice explain`: each route's effective chain per phase, as text.
+-- global and routes: { {name=, plugins={ {name=...}, ... }, upstream=...}, ... }.
+function _M.explain(paths, global, routes, only)
+    local cache, out = {}, {}
+    for _, r in ipairs(routes) do
+        if not only or only == r.name then
+            out[#out + 1] = ("route %s -> %s"):format(r.name, r.upstream or "(no upstream: the chain answers)")
+            local chain = {}
+            for _, p in ipairs(global) do chain[#chain + 1] = { name = p.name, global = true } end
+            for _, p in ipairs(r.plugins) do chain[#chain + 1] = { name = p.name } end
+            for _, ph in ipairs(_M.PHASES) do
+                local names = {}
+                for _, p in ipairs(chain) do
+                    local mod = _M.load(paths, p.name, cache)
+                    if mod and mod[ph] then names[#names + 1] = p.name .. (p.global and " (global)" or "") end
+                end
+                if #names > 0 then out[#out + 1] = ("  %-13s %s"):format(ph, table.concat(names, " -> ")) end
+            end
+            if #chain == 0 then out[#out + 1] = "  (no plugins)" end
+        end
+    end
+    if only and #out == 0 then return nil, ("no route named '%s'"):format(only) end
+    return table.concat(out, "\n") .. "\n"
+end
+
 return _M
