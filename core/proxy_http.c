@@ -244,7 +244,8 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     if (status != 204)
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, body.len) &&
              SL_WBUF_LIT(&b, "\r\n");
-    if (status == 503) ok = ok && SL_WBUF_LIT(&b, "Retry-After: 1\r\n");
+    if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
+        ok = ok && SL_WBUF_LIT(&b, "Retry-After: 1\r\n");
     ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
     if (!ok) {
         sl__conn_abort(r->c);
@@ -272,7 +273,10 @@ static void respond_error(sl_req_t *r, int status, const char *msg, bool close) 
 
 static void make_request_id(sl_req_t *r) {
     const sl_h1_header_t *x = sl_h1_find(&r->head, "x-request-id", 12);
-    if (x && x->value.len > 0 && x->value.len < sizeof(r->rid)) {
+    bool usable = x && x->value.len > 0 && x->value.len < sizeof(r->rid);
+    for (size_t i = 0; usable && i < x->value.len; i++)
+        usable = (unsigned char)x->value.p[i] > 0x20 && (unsigned char)x->value.p[i] < 0x7f;
+    if (usable) { /* a client's id is kept when it can be one: 1..32 visible ASCII characters */
         memcpy(r->rid, x->value.p, x->value.len);
         r->rid_len = (uint8_t)x->value.len;
         return;

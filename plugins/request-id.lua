@@ -15,7 +15,8 @@ local M = {
 
 function M.rewrite(conf, ctx)
     local id = request.get_header(conf.header)
-    if conf.override or not id or id == "" or #id > 32 then
+    -- a client's id is kept only when it can be an id: 1..32 visible ASCII characters
+    if conf.override or not id or not id:match("^[\33-\126]+$") or #id > 32 then
         -- the gateway's own id (what its log lines carry), unless a client's must be replaced
         id = (conf.override and id) and sluice.random_hex(32) or request.get_id()
         if conf.override and not id then id = sluice.random_hex(32) end

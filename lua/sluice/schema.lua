@@ -37,22 +37,27 @@ end
 
 local check_fields
 
+-- Records a value error; returns nil so a check can `return add_bad(...)`.
+local function add_bad(errs, path, msg)
+    errs[#errs + 1] = { path = path, at = "value", msg = msg }
+    return nil
+end
+
 local function check_value(spec, v, path, errs)
     local t = spec.type
-    local function bad(msg) errs[#errs + 1] = { path = path, at = "value", msg = msg } end
     if t == "string" then
-        if type(v) ~= "string" then return bad("expected a string") end
-        if spec.min and #v < spec.min then return bad(("must be at least %d characters"):format(spec.min)) end
-        if spec.max and #v > spec.max then return bad(("must be at most %d characters"):format(spec.max)) end
+        if type(v) ~= "string" then return add_bad(errs, path, "expected a string") end
+        if spec.min and #v < spec.min then return add_bad(errs, path, ("must be at least %d characters"):format(spec.min)) end
+        if spec.max and #v > spec.max then return add_bad(errs, path, ("must be at most %d characters"):format(spec.max)) end
         return v
     elseif t == "number" or t == "integer" then
-        if type(v) ~= "number" then return bad(t == "integer" and "expected an integer" or "expected a number") end
-        if t == "integer" and floor(v) ~= v then return bad("expected an integer") end
-        if spec.min and v < spec.min then return bad(("must be >= %s"):format(spec.min)) end
-        if spec.max and v > spec.max then return bad(("must be <= %s"):format(spec.max)) end
+        if type(v) ~= "number" then return add_bad(errs, path, t == "integer" and "expected an integer" or "expected a number") end
+        if t == "integer" and floor(v) ~= v then return add_bad(errs, path, "expected an integer") end
+        if spec.min and v < spec.min then return add_bad(errs, path, ("must be >= %s"):format(spec.min)) end
+        if spec.max and v > spec.max then return add_bad(errs, path, ("must be <= %s"):format(spec.max)) end
         return v
     elseif t == "boolean" then
-        if type(v) ~= "boolean" then return bad("expected a boolean (true or false)") end
+        if type(v) ~= "boolean" then return add_bad(errs, path, "expected a boolean (true or false)") end
         return v
     elseif t == "enum" then
         for _, ok in ipairs(spec.one_of or {}) do
@@ -60,28 +65,28 @@ local function check_value(spec, v, path, errs)
         end
         local names = {}
         for i, ok in ipairs(spec.one_of or {}) do names[i] = tostring(ok) end
-        return bad(("expected one of: %s"):format(concat(names, ", ")))
+        return add_bad(errs, path, ("expected one of: %s"):format(concat(names, ", ")))
     elseif t == "array" then
-        if type(v) ~= "table" or not is_array(v) then return bad("expected a list") end
-        if spec.min and #v < spec.min then return bad(("needs at least %d item(s)"):format(spec.min)) end
-        if spec.max and #v > spec.max then return bad(("takes at most %d item(s)"):format(spec.max)) end
+        if type(v) ~= "table" or not is_array(v) then return add_bad(errs, path, "expected a list") end
+        if spec.min and #v < spec.min then return add_bad(errs, path, ("needs at least %d item(s)"):format(spec.min)) end
+        if spec.max and #v > spec.max then return add_bad(errs, path, ("takes at most %d item(s)"):format(spec.max)) end
         local out = {}
         for i, x in ipairs(v) do
             out[i] = spec.items and check_value(spec.items, x, join(path, i), errs) or x
         end
         return out
     elseif t == "map" then
-        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return bad("expected a mapping") end
+        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return add_bad(errs, path, "expected a mapping") end
         local out = {}
         for k, x in pairs(v) do
             out[k] = spec.values and check_value(spec.values, x, join(path, k), errs) or x
         end
         return out
     elseif t == "record" then
-        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return bad("expected a mapping") end
+        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return add_bad(errs, path, "expected a mapping") end
         return check_fields(spec.fields or {}, v, path, errs)
     end
-    return bad("schema error: unknown type '" .. tostring(t) .. "'")
+    return add_bad(errs, path, "schema error: unknown type '" .. tostring(t) .. "'")
 end
 
 check_fields = function(schema, conf, path, errs)
@@ -129,15 +134,24 @@ function _M.check_schema(schema)
     if schema == nil then return true end
     if type(schema) ~= "table" then return nil, "schema must be a table" end
     local valid = { string = 1, number = 1, integer = 1, boolean = 1, array = 1, map = 1, enum = 1, record = 1 }
-    local function walk(s, where)
+    local walk
+    -- one field spec, including what it holds (record fields, array items, map values)
+    local function spec_ok(spec, where)
+        if type(spec) ~= "table" or not valid[spec.type] then
+            return nil, ("field '%s' has no valid type"):format(where)
+        end
+        if spec.type == "record" then return walk(spec.fields or {}, where .. ".") end
+        if spec.type == "array" and spec.items ~= nil then return spec_ok(spec.items, where .. "[]") end
+        if spec.type == "map" and spec.values ~= nil then return spec_ok(spec.values, where .. "{}") end
+        if spec.type == "enum" and type(spec.one_of) ~= "table" then
+            return nil, ("field '%s' is an enum without one_of"):format(where)
+        end
+        return true
+    end
+    walk = function(s, prefix)
         for k, spec in pairs(s) do
-            if type(spec) ~= "table" or not valid[spec.type] then
-                return nil, ("field '%s%s' has no valid type"):format(where, tostring(k))
-            end
-            if spec.type == "record" then
-                local ok, err = walk(spec.fields or {}, where .. k .. ".")
-                if not ok then return nil, err end
-            end
+            local ok, err = spec_ok(spec, prefix .. tostring(k))
+            if not ok then return nil, err end
         end
         return true
     end
