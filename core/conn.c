@@ -75,7 +75,7 @@ static void conn_close(sl_conn_t *c) {
     SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], -1);
     c->nclose = 2;
     uv_close((uv_handle_t *)&c->tcp, conn_on_close);
-    uv_close((uv_handle_t *)&c->timer, conn_on_close);
+    uv_close((uv_handle_t *)&c->timer.timer, conn_on_close);
 }
 
 void sl__conn_abort(sl_conn_t *c) {
@@ -104,7 +104,7 @@ static void conn_on_timer(uv_timer_t *t) {
     sl__conn_abort(c);
 }
 
-static void conn_arm(sl_conn_t *c, uint64_t ms) { uv_timer_start(&c->timer, conn_on_timer, ms, 0); }
+static void conn_arm(sl_conn_t *c, uint64_t ms) { sl_deadline_set(&c->timer, ms); }
 
 void sl__conn_arm(sl_conn_t *c, uint64_t ms) { conn_arm(c, ms); }
 
@@ -117,9 +117,8 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
     c->lidx = (uint32_t)(uintptr_t)server->data;
     c->lc = &w->cfg->listeners[c->lidx];
     uv_tcp_init(&w->loop, &c->tcp);
-    uv_timer_init(&w->loop, &c->timer);
+    sl_deadline_init(&w->loop, &c->timer, c, conn_on_timer);
     c->tcp.data = c;
-    c->timer.data = c;
     c->state = SL_CONN_IDLE;
     c->next = w->conns;
     if (w->conns) w->conns->prev = c;
@@ -236,7 +235,7 @@ static void conn_process(sl_conn_t *c) {
         sl__conn_start_reading(c);
         return;
     }
-    uv_timer_stop(&c->timer);
+    sl_deadline_clear(&c->timer);
     c->state = SL_CONN_ACTIVE;
     c->req = r;
     r->start_ns = sl_now_ns();

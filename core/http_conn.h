@@ -18,6 +18,7 @@
 
 #include <uv.h>
 
+#include "deadline.h"
 #include "hdr_edit.h"
 #include "http1.h"
 #include "worker.h"
@@ -42,7 +43,7 @@ typedef struct {
 
 struct sl_conn_s {
     uv_tcp_t tcp; /* first: the handle's address is the connection's */
-    uv_timer_t timer;
+    sl_deadline_t timer;
     uv_write_t wreq; /* here, not in the request: a cancelled write calls back after the request is gone */
     sl_worker_t *w;
     const sl_listener_conf_t *lc;
@@ -62,7 +63,7 @@ struct sl_conn_s {
 
 struct sl_upconn_s {
     uv_tcp_t tcp;
-    uv_timer_t timer;
+    sl_deadline_t timer;
     uv_connect_t creq;
     uv_write_t wreq;
     sl_worker_t *w;

@@ -36,17 +36,15 @@ void sl__upconn_close(sl_upconn_t *u) {
     u->req = NULL;
     u->nclose = 2;
     uv_close((uv_handle_t *)&u->tcp, upconn_on_close);
-    uv_close((uv_handle_t *)&u->timer, upconn_on_close);
+    uv_close((uv_handle_t *)&u->timer.timer, upconn_on_close);
 }
-
-static void idle_timeout(uv_timer_t *t) { sl__upconn_close(t->data); }
 
 sl_upconn_t *sl__pool_get(sl_worker_t *w, uint32_t upstream, uint32_t target) {
     sl_idle_list_t *l = &w->ups[upstream].idle[target];
     sl_upconn_t *u = l->head;
     if (!u) return NULL;
     pool_unlink(w, u);
-    uv_timer_stop(&u->timer);
+    sl_deadline_clear(&u->timer);
     u->rlen = u->rpos = 0;
     return u;
 }
@@ -70,7 +68,8 @@ void sl__pool_put(sl_worker_t *w, sl_upconn_t *u) {
     if (l->head) l->head->pool_prev = u;
     l->head = u;
     l->n++;
-    uv_timer_start(&u->timer, idle_timeout, uc->keepalive_idle_timeout_ms, 0);
+    /* the connection's timer callback closes it when it fires with no request */
+    sl_deadline_set(&u->timer, uc->keepalive_idle_timeout_ms);
 }
 
 void sl__pool_close_all(sl_worker_t *w) {

@@ -607,7 +607,7 @@ static void up_on_timer(uv_timer_t *t) {
 }
 
 static void up_arm(sl_upconn_t *u, uint64_t ms) {
-    if (ms) uv_timer_start(&u->timer, up_on_timer, ms, 0);
+    if (ms) sl_deadline_set(&u->timer, ms);
 }
 
 static void up_on_write(uv_write_t *wr, int status) {
@@ -665,9 +665,8 @@ static void req_connect(sl_req_t *r) {
     u->req = r;
     u->state = SL_UP_CONNECTING;
     uv_tcp_init(&w->loop, &u->tcp);
-    uv_timer_init(&w->loop, &u->timer);
+    sl_deadline_init(&w->loop, &u->timer, u, up_on_timer);
     u->tcp.data = u;
-    u->timer.data = u;
     w->nupconns++;
     sl_h1_init(&u->h1, HTTP_RESPONSE, w->resp_limits);
     r->up = u;
@@ -760,7 +759,7 @@ static void req_pump_up(sl_req_t *r) {
             if (r->body_done) {
                 if (!r->req_sent) {
                     r->req_sent = 1;
-                    if (!r->clq.writing) uv_timer_stop(&c->timer);
+                    if (!r->clq.writing) sl_deadline_clear(&c->timer);
                     if (!r->resp_head) up_arm(u, r->w->cfg->upstreams[r->upstream].read_timeout_ms);
                 }
                 return;
@@ -796,7 +795,7 @@ static void cl_on_write(uv_write_t *wr, int status) {
     sl_req_t *r = c->req;
     if (!r) return;
     r->clq.writing = 0;
-    uv_timer_stop(&c->timer);
+    sl_deadline_clear(&c->timer);
     if (status < 0) {
         sl__conn_abort(c);
         return;
@@ -937,7 +936,7 @@ static void req_finish(sl_req_t *r) {
         r->up = NULL;
         if (clean) {
             u->nreqs++;
-            uv_timer_stop(&u->timer);
+            sl_deadline_clear(&u->timer);
             sl__pool_put(w, u);
             if (u->state == SL_UP_IDLE) up_start_reading(u); /* to see the upstream close it */
         } else {
