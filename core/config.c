@@ -1213,6 +1213,7 @@ static void parse_route(cx_t *cx, const yaml_node_t *m, size_t idx) {
     r->line = line_of(m);
     r->col = col_of(m);
     r->upstream = -1;
+    r->lua_file = -1;
 
     const yaml_node_t *v = required(cx, m, &f[R_NAME], where);
     if (v && get_name(cx, v, "route", true, &r->name)) {
@@ -1267,6 +1268,7 @@ enum {
     G_LISTENERS,
     G_UPSTREAMS,
     G_ROUTES,
+    G_LUA_ROUTES,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -1279,8 +1281,9 @@ static const char *const top_keys[G_N] = {
     [G_LISTENERS] = "listeners",
     [G_UPSTREAMS] = "upstreams",
     [G_ROUTES] = "routes",
+    [G_LUA_ROUTES] = "lua_routes",
 };
-static const char *const top_later[] = {"redis", "consumers", "lua_routes", NULL};
+static const char *const top_later[] = {"redis", "consumers", NULL};
 static const char *const admin_keys[] = {"listen"};
 
 static void parse_root(cx_t *cx, const yaml_node_t *root) {
@@ -1335,6 +1338,11 @@ static void parse_root(cx_t *cx, const yaml_node_t *root) {
     }
 
     parse_plugins(cx, &f[G_PLUGINS], "the global chain", &cfg->plugins, &cfg->nplugins);
+    if ((v = f[G_LUA_ROUTES].val)) {
+        get_str_list(cx, &f[G_LUA_ROUTES], NULL, &cfg->lua_routes, &cfg->nlua_routes);
+        cfg->lua_routes_line = line_of(v);
+        cfg->lua_routes_col = col_of(v);
+    }
 
     size_t len;
     if ((v = required(cx, root, &f[G_LISTENERS], where)) && list_len(cx, &f[G_LISTENERS], &len)) {
@@ -1534,6 +1542,8 @@ void sl_config_free(sl_config_t *cfg) {
     addr_free(&cfg->admin_listen);
     strs_free(cfg->plugin_paths, cfg->nplugin_paths);
     strs_free(cfg->plugin_search, cfg->nplugin_search);
+    strs_free(cfg->lua_routes, cfg->nlua_routes);
+    strs_free(cfg->lua_route_files, cfg->nlua_route_files);
     plugins_free(cfg->plugins, cfg->nplugins);
     for (size_t i = 0; cfg->listeners && i < cfg->nlisteners; i++) {
         free(cfg->listeners[i].name);

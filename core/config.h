@@ -80,6 +80,9 @@ typedef struct {
     sl_kv_t *headers; size_t nheaders;
     int upstream;                    /**< index into upstreams, or -1 */
     bool strip_prefix;
+    int lua_file;                    /**< index into lua_route_files for a lua_routes route, else -1 */
+    int lua_index;                   /**< its 1-based position in that file's list */
+    bool match_fn;                   /**< its match is a Lua function (called by the router) */
     sl_plugin_conf_t *plugins; size_t nplugins;
     int line, col;
 } sl_route_conf_t;
@@ -94,6 +97,9 @@ typedef struct {
     char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */
     char **plugin_search; size_t nplugin_search; /**< resolved: plugin_paths (relative to the
                                                       config file) then the built-in folder */
+    char **lua_routes; size_t nlua_routes;       /**< as written */
+    char **lua_route_files; size_t nlua_route_files; /**< resolved like plugin_paths */
+    int lua_routes_line, lua_routes_col;
     sl_plugin_conf_t *plugins; size_t nplugins;  /**< the global chain */
     sl_listener_conf_t *listeners; size_t nlisteners;
     sl_upstream_conf_t *upstreams; size_t nupstreams;

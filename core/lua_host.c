@@ -95,6 +95,12 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
         lua_setfield(L, -2, "strip_prefix");
         push_chain(L, rc->plugins, rc->nplugins);
         lua_setfield(L, -2, "plugins");
+        if (rc->match_fn) {
+            lua_pushstring(L, cfg->lua_route_files[rc->lua_file]);
+            lua_setfield(L, -2, "lua_file");
+            lua_pushinteger(L, rc->lua_index);
+            lua_setfield(L, -2, "lua_index");
+        }
         lua_rawseti(L, -2, (int)i + 1);
     }
     lua_setfield(L, -2, "routes");

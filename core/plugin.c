@@ -43,8 +43,139 @@ static int resolve_search(sl_config_t *cfg) {
         if ((cfg->plugin_search[n] = join_path(dir, cfg->plugin_paths[i]))) n++;
     if ((cfg->plugin_search[n] = strdup(sl_builtin_plugin_dir()))) n++;
     cfg->nplugin_search = n;
+    if (cfg->nlua_routes) {
+        cfg->lua_route_files = calloc(cfg->nlua_routes, sizeof(char *));
+        if (!cfg->lua_route_files) {
+            free(dir);
+            return SL_ERROR;
+        }
+        for (size_t i = 0; i < cfg->nlua_routes; i++)
+            if ((cfg->lua_route_files[cfg->nlua_route_files] = join_path(dir, cfg->lua_routes[i])))
+                cfg->nlua_route_files++;
+    }
     free(dir);
     return SL_OK;
+}
+
+static char **take_strings(lua_State *L, int idx, size_t *n) {
+    size_t len = lua_objlen(L, idx);
+    char **v = calloc(len + 1, sizeof(char *));
+    *n = 0;
+    if (!v) return NULL;
+    for (size_t i = 1; i <= len; i++) {
+        lua_rawgeti(L, idx, (int)i);
+        if (lua_isstring(L, -1)) v[(*n)++] = strdup(lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+    return v;
+}
+
+static char *field_str(lua_State *L, int idx, const char *k) {
+    lua_getfield(L, idx, k);
+    char *s = lua_isstring(L, -1) ? strdup(lua_tostring(L, -1)) : NULL;
+    lua_pop(L, 1);
+    return s;
+}
+
+/* Appends the routes of the lua_routes files (described by loader.lua_routes) to cfg. */
+static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, const char *path) {
+    lua_getfield(L, -1, "lua_routes");
+    lua_createtable(L, (int)cfg->nlua_route_files, 0);
+    for (size_t i = 0; i < cfg->nlua_route_files; i++) {
+        lua_pushstring(L, cfg->lua_route_files[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    if (lua_pcall(L, 1, 2, 0) != 0 || lua_isnil(L, -2)) {
+        sl_errors_add(errs, path, cfg->lua_routes_line, cfg->lua_routes_col, "lua_routes: %s", lua_tostring(L, -1));
+        lua_pop(L, 2);
+        return SL_ERROR;
+    }
+    lua_pop(L, 1);
+    int list = lua_gettop(L);
+    size_t n = lua_objlen(L, list);
+    sl_route_conf_t *routes = realloc(cfg->routes, (cfg->nroutes + n + 1) * sizeof(*routes));
+    if (!routes) {
+        lua_pop(L, 1);
+        sl_errors_add(errs, path, 1, 1, "out of memory");
+        return SL_ERROR;
+    }
+    cfg->routes = routes;
+    int rc = SL_OK;
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, (int)i);
+        int d = lua_gettop(L);
+        sl_route_conf_t *r = &cfg->routes[cfg->nroutes];
+        memset(r, 0, sizeof(*r));
+        r->name = field_str(L, d, "name");
+        lua_getfield(L, d, "file");
+        r->lua_file = (int)lua_tointeger(L, -1);
+        lua_getfield(L, d, "index");
+        r->lua_index = (int)lua_tointeger(L, -1);
+        lua_getfield(L, d, "match_fn");
+        r->match_fn = lua_toboolean(L, -1);
+        lua_getfield(L, d, "strip_prefix");
+        r->strip_prefix = lua_toboolean(L, -1);
+        lua_pop(L, 4);
+        r->line = cfg->lua_routes_line;
+        r->col = cfg->lua_routes_col;
+        lua_getfield(L, d, "hosts");
+        r->hosts = take_strings(L, lua_gettop(L), &r->nhosts);
+        lua_getfield(L, d, "paths");
+        r->paths = take_strings(L, lua_gettop(L), &r->npaths);
+        lua_getfield(L, d, "methods");
+        r->methods = take_strings(L, lua_gettop(L), &r->nmethods);
+        lua_pop(L, 3);
+        lua_getfield(L, d, "headers");
+        size_t nh = lua_objlen(L, -1);
+        r->headers = calloc(nh + 1, sizeof(sl_kv_t));
+        for (size_t k = 1; r->headers && k <= nh; k++) {
+            lua_rawgeti(L, -1, (int)k);
+            lua_rawgeti(L, -1, 1);
+            lua_rawgeti(L, -2, 2);
+            r->headers[r->nheaders].name = strdup(lua_tostring(L, -2));
+            r->headers[r->nheaders].value = strdup(lua_tostring(L, -1));
+            r->nheaders++;
+            lua_pop(L, 3);
+        }
+        lua_pop(L, 1);
+        lua_getfield(L, d, "plugins");
+        size_t np = lua_objlen(L, -1);
+        r->plugins = calloc(np + 1, sizeof(sl_plugin_conf_t));
+        for (size_t k = 1; r->plugins && k <= np; k++) {
+            lua_rawgeti(L, -1, (int)k);
+            sl_plugin_conf_t *pc = &r->plugins[r->nplugins++];
+            pc->name = field_str(L, lua_gettop(L), "name");
+            pc->config_json = field_str(L, lua_gettop(L), "config_json");
+            pc->positions_json = strdup("{}");
+            pc->line = pc->config_line = pc->name_line = r->line;
+            pc->col = pc->config_col = pc->name_col = r->col;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        r->upstream = -1;
+        char *up = field_str(L, d, "upstream");
+        cfg->nroutes++;
+        const char *file = cfg->lua_route_files[r->lua_file];
+        if (up) {
+            for (size_t u = 0; u < cfg->nupstreams; u++)
+                if (strcmp(cfg->upstreams[u].name, up) == 0) r->upstream = (int)u;
+            if (r->upstream < 0) {
+                sl_errors_add(errs, path, r->line, r->col, "%s: route '%s' names unknown upstream '%s'", file,
+                              r->name, up);
+                rc = SL_ERROR;
+            }
+            free(up);
+        }
+        for (size_t k = 0; k + 1 < cfg->nroutes; k++)
+            if (r->name && strcmp(cfg->routes[k].name, r->name) == 0) {
+                sl_errors_add(errs, path, r->line, r->col, "%s: duplicate route name '%s'", file, r->name);
+                rc = SL_ERROR;
+                break;
+            }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return rc;
 }
 
 static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, int idx) {
@@ -90,6 +221,10 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     lua_getglobal(L, "require");
     lua_pushliteral(L, "sluice.loader");
     if (lua_pcall(L, 1, 1, 0) != 0) goto lua_fail;
+    if (cfg->nlua_route_files && add_lua_routes(L, cfg, errs, path) != SL_OK) {
+        lua_close(L);
+        return SL_ERROR;
+    }
     lua_getfield(L, -1, "validate_all");
     lua_createtable(L, (int)cfg->nplugin_search, 0);
     for (size_t i = 0; i < cfg->nplugin_search; i++) {

@@ -64,10 +64,12 @@ static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
     return h;
 }
 
-/* The plugin code a config can load: every .lua file of its plugin folders. */
+/* The Lua code a config can load: every .lua file of its plugin folders, and its
+ * lua_routes files. */
 static uint64_t code_hash(const sl_config_t *cfg) {
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < cfg->nplugin_search; i++) h = hash_dir(h, cfg->plugin_search[i], 0);
+    for (size_t i = 0; i < cfg->nlua_route_files; i++) h = hash_file(h, cfg->lua_route_files[i]);
     return h;
 }
 

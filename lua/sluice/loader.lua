@@ -112,6 +112,82 @@ function _M.validate_all(paths, uses)
     return out
 end
 
+-- lua_routes: each file returns a list of routes with the keys of YAML routes; `match`
+-- may be a function(request) -> boolean (request is sluice.request). Returns, for the
+-- config build, a flat list of plain descriptions, or nil and an error message.
+local function str_list(v, what, where)
+    if v == nil then return {} end
+    if type(v) ~= "table" then error(("%s: %s must be a list of strings"):format(where, what), 0) end
+    for _, x in ipairs(v) do
+        if type(x) ~= "string" then error(("%s: %s must be a list of strings"):format(where, what), 0) end
+    end
+    return v
+end
+
+function _M.lua_routes(files)
+    local out = {}
+    for fi, file in ipairs(files) do
+        local chunk, err = loadfile(file)
+        if not chunk then return nil, ("cannot load %s: %s"):format(file, err) end
+        local ok, list = pcall(chunk)
+        if not ok then return nil, ("%s raised: %s"):format(file, tostring(list)) end
+        if type(list) ~= "table" then return nil, ("%s must return a list of routes"):format(file) end
+        local ok2, err2 = pcall(function()
+            for i, r in ipairs(list) do
+                local where = ("%s: route %d"):format(file, i)
+                if type(r) ~= "table" then error(where .. " is not a table", 0) end
+                local known = { name = 1, match = 1, upstream = 1, strip_prefix = 1, plugins = 1 }
+                for k in pairs(r) do
+                    if not known[k] then error(("%s: unknown key '%s'"):format(where, tostring(k)), 0) end
+                end
+                if type(r.name) ~= "string" or r.name == "" then error(where .. ": 'name' must be a string", 0) end
+                where = ("%s: route '%s'"):format(file, r.name)
+                local d = { file = fi - 1, index = i, name = r.name, upstream = r.upstream,
+                            strip_prefix = r.strip_prefix and true or false,
+                            hosts = {}, paths = {}, methods = {}, headers = {}, plugins = {} }
+                if r.upstream ~= nil and type(r.upstream) ~= "string" then
+                    error(where .. ": 'upstream' must be an upstream's name", 0)
+                end
+                local m = r.match
+                if type(m) == "function" then
+                    d.match_fn = true
+                elseif type(m) == "table" then
+                    for k in pairs(m) do
+                        if k ~= "hosts" and k ~= "paths" and k ~= "methods" and k ~= "headers" then
+                            error(("%s: unknown key '%s' in match"):format(where, tostring(k)), 0)
+                        end
+                    end
+                    d.hosts = str_list(m.hosts, "match.hosts", where)
+                    d.paths = str_list(m.paths, "match.paths", where)
+                    d.methods = str_list(m.methods, "match.methods", where)
+                    for k, v in pairs(m.headers or {}) do
+                        if type(k) ~= "string" or type(v) ~= "string" then
+                            error(where .. ": match.headers must map names to strings", 0)
+                        end
+                        d.headers[#d.headers + 1] = { k, v }
+                    end
+                elseif m ~= nil then
+                    error(where .. ": 'match' must be a table or a function", 0)
+                end
+                for j, p in ipairs(r.plugins or {}) do
+                    if type(p) ~= "table" or type(p.name) ~= "string" then
+                        error(("%s: plugins[%d] needs a name"):format(where, j), 0)
+                    end
+                    local js = cjson.encode(p.config or {})
+                    if js == "[]" then js = "{}" end
+                    d.plugins[j] = { name = p.name, config_json = js }
+                end
+                if not d.upstream and #d.plugins == 0 then
+                    error(where .. " needs an upstream or at least one plugin", 0)
+                end
+                out[#out + 1] = d
+            end
+        end)
+        if not ok2 then return nil, err2 end
+    end
+    return out
+end
+
 -- For `sluice explain`: each route's effective chain per phase, as text.
 -- global and routes: { {name=, plugins={ {name=...}, ... }, upstream=...}, ... }.
 function _M.explain(paths, global, routes, only)

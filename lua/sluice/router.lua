@@ -18,7 +18,8 @@ local sub = string.sub
 local _M = {}
 
 local function conditions(r)
-    local n = 0
+    -- a match function is one condition, on top of the "/" it implies without paths
+    local n = r.match_fn and (#r.paths > 0 and 1 or 2) or 0
     if #r.hosts > 0 then n = n + 1 end
     if #r.paths > 0 then n = n + 1 end
     if #r.methods > 0 then n = n + 1 end
@@ -32,10 +33,14 @@ local function entries_for(r)
         methods = {}
         for _, m in ipairs(r.methods) do methods[m] = true end
     end
-    local paths = #r.paths > 0 and r.paths or { "" }
+    -- A route without paths matches every path. One whose match is a Lua function ranks
+    -- like a "/" route with one more condition: above a plain catch-all, below any
+    -- longer prefix.
+    local paths = #r.paths > 0 and r.paths or { r.match_fn and "/" or "" }
     local out = {}
     for _, p in ipairs(paths) do
         out[#out + 1] = {
+            fn = r.match_fn,
             index = r.index,
             prefix = p,
             plen = #p,
@@ -58,10 +63,26 @@ local function append(list, items)
     for _, e in ipairs(items) do list[#list + 1] = e end
 end
 
+-- A lua_routes route whose match is a function: load its file once per generation.
+local function match_function(r, files)
+    local list = files[r.lua_file]
+    if not list then
+        list = assert(dofile(r.lua_file))
+        files[r.lua_file] = list
+    end
+    local fn = list[r.lua_index] and list[r.lua_index].match
+    if type(fn) ~= "function" then
+        error(("%s: route %d has no match function"):format(r.lua_file, r.lua_index))
+    end
+    return fn
+end
+
 function _M.compile(routes)
     local exact, wild, none = {}, {}, {}
     local wild_by_suffix = {}
+    local files = {}
     for _, r in ipairs(routes) do
+        if r.lua_file then r.match_fn = match_function(r, files) end
         local items = entries_for(r)
         if #r.hosts == 0 then
             append(none, items)
@@ -102,12 +123,28 @@ local function headers_match(req, headers)
 end
 
 -- First entry of `list` whose conditions hold; path is (pointer, length).
+local function call_match(e, req)
+    -- a Lua match function sees the request through the plugin API
+    local api = e.api or require("sluice")
+    e.api = api
+    base.begin(req, nil, e.index)
+    local ok, res = pcall(e.fn, api.request)
+    base.req = nil
+    if not ok then
+        local msg = "lua_routes match function failed (no match): " .. tostring(res)
+        C.sl_ffi_log(req, 3, nil, msg, #msg)
+        return false
+    end
+    return res and true or false
+end
+
 local function scan(list, req, path, plen, method)
     for i = 1, #list do
         local e = list[i]
         if e.plen <= plen and (e.plen == 0 or C.memcmp(path, e.prefix, e.plen) == 0)
             and (not e.methods or e.methods[method])
-            and (#e.headers == 0 or headers_match(req, e.headers)) then
+            and (#e.headers == 0 or headers_match(req, e.headers))
+            and (not e.fn or call_match(e, req)) then
             return e
         end
     end

@@ -1,0 +1,109 @@
+"""lua_routes: Lua files returning routes with the keys of YAML routes, where `match` may be
+a function(request) -> boolean. Checked: static Lua routes, a function match (above a "/"
+catch-all, below a longer prefix), an error in a match function (logged, no match),
+config errors at build time, and a reload picking up an edited routes file."""
+
+import json
+import os
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("lua_routes", budget=40)
+
+ROUTES = """return {
+  { name = "beta", match = function(req) return req.get_header("X-Beta") == "1" end,
+    plugins = { { name = "response", config = { body = "beta" } } } },
+  { name = "static", match = { paths = { "/s/" }, methods = { "GET" } },
+    plugins = { { name = "response", config = { body = "static", status = 201 } } } },
+  { name = "boom", match = function(req) error("oops") end,
+    plugins = { { name = "response", config = { body = "never" } } } },
+  { name = "api", match = { paths = { "/api/" } }, upstream = "up", strip_prefix = true },
+}
+"""
+
+CFG = """workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners:
+  - { name: web, listen: 127.0.0.1:0 }
+upstreams:
+  - { name: up, targets: [ { address: %s } ] }
+lua_routes: [%s]
+routes:
+  - { name: all, match: { paths: [/] }, plugins: [ { name: response, config: { body: "yaml" } } ] }
+  - { name: deep, match: { paths: [/deep/] }, plugins: [ { name: response, config: { body: "deep" } } ] }
+"""
+
+
+def get(s, path, headers=None):
+    r = h.request(s.port(), "GET", path, headers=headers or [])
+    return r.status, r.body
+
+
+def test_routes(t):
+    up = h.MockUpstream()
+    d = h.new_tmpdir("luaroutes")
+    with open(os.path.join(d, "routes.lua"), "w") as f:
+        f.write(ROUTES)
+    routes = os.path.join(d, "routes.lua")
+    cfg_path = os.path.join(d, "sluice.yaml")
+    with open(cfg_path, "w") as f:
+        f.write(CFG % (up.address, routes))
+    chk = h.run_cli(["check", "-c", cfg_path])
+    t.check("sluice check accepts the config with lua_routes", chk.returncode == 0, 0, (chk.returncode, chk.stderr))
+    s = h.start_sluice(open(cfg_path).read(), suite=t)
+    t.check("plain request: the YAML catch-all", get(s, "/x") == (200, b"yaml"), (200, b"yaml"), get(s, "/x"))
+    t.check("function match wins over the '/' catch-all", get(s, "/x", [("X-Beta", "1")]) == (200, b"beta"),
+            (200, b"beta"), get(s, "/x", [("X-Beta", "1")]))
+    t.check("a longer YAML prefix wins over the function route",
+            get(s, "/deep/1", [("X-Beta", "1")]) == (200, b"deep"), (200, b"deep"), get(s, "/deep/1", [("X-Beta", "1")]))
+    t.check("static Lua route with paths and methods", get(s, "/s/a") == (201, b"static"), (201, b"static"), get(s, "/s/a"))
+    r = h.request(s.port(), "GET", "/api/v1?q=1")
+    seen = json.loads(r.body) if r.status == 200 else {}
+    t.check("a Lua route to an upstream, with strip_prefix", r.status == 200 and seen.get("target") == "/v1?q=1",
+            "/v1?q=1", (r.status, seen.get("target")))
+    t.check("an error in a match function is logged and does not match",
+            "lua_routes match function failed" in s.log() and "oops" in s.log(), "logged", s.log()[-500:])
+    _, m = s.metrics()
+    t.check("Lua routes are metric labels like YAML routes",
+            bool(h.metric_values(m, "sluice_requests_total", route="beta", code="200")), "route=beta", None)
+    # an edited routes file is picked up by a reload
+    with open(routes, "w") as f:
+        f.write(ROUTES.replace('body = "beta"', 'body = "beta2"'))
+    req = urllib.request.Request("http://%s/reload" % s.admin, data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as rr:
+        res = json.loads(rr.read())
+    t.check("reload applies an edited routes file", res.get("ok") and get(s, "/x", [("X-Beta", "1")]) == (200, b"beta2"),
+            (200, b"beta2"), (res, get(s, "/x", [("X-Beta", "1")])))
+    t.check("exit 0", s.stop() == 0, 0, None)
+
+
+def test_errors(t):
+    d = h.new_tmpdir("luaroutes-bad")
+    cases = [
+        ("unknown upstream", 'return { { name = "x", match = { paths = { "/" } }, upstream = "nope" } }',
+         "route 'x' names unknown upstream 'nope'"),
+        ("syntax error", "return { {", "cannot load"),
+        ("duplicate name", 'return { { name = "all", match = { paths = { "/" } }, plugins = { { name = "echo" } } } }',
+         "duplicate route name 'all'"),
+        ("unknown key", 'return { { name = "y", mtch = {}, plugins = { { name = "echo" } } } }', "unknown key 'mtch'"),
+        ("bad plugin config", 'return { { name = "z", plugins = { { name = "response", config = { status = "x" } } } } }',
+         "plugin 'response': status: expected an integer"),
+    ]
+    for name, lua, want in cases:
+        with open(os.path.join(d, "routes.lua"), "w") as f:
+            f.write(lua)
+        cfg = os.path.join(d, "c.yaml")
+        with open(cfg, "w") as f:
+            f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\nlua_routes: [routes.lua]\n"
+                    "routes:\n  - { name: all, match: { paths: [/] }, plugins: [ { name: echo } ] }\n")
+        r = h.run_cli(["check", "-c", cfg])
+        out = r.stdout + r.stderr
+        t.check("%s: exit 1 with %r" % (name, want), r.returncode == 1 and want in out and "c.yaml:" in out,
+                want, (r.returncode, out[:400]))
+
+
+t.run(test_routes, test_errors)
