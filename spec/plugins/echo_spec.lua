@@ -34,7 +34,9 @@ describe("echo", function()
             routes = { { name = "e", match = { paths = { "/" } }, plugins = { { name = "echo" } } } },
         }))
         print(("\n    in-process gateway ready in %.2f ms"):format(ms))
-        assert.is_true(ms < 200)
+        -- the loose bound of the issue (20 ms is the aim); sanitizers slow everything ~5x
+        local slack = os.getenv("SLUICE_SANITIZE") == "1" and 5 or 1
+        assert.is_true(ms < 200 * slack, ("ready in %.1f ms"):format(ms))
         assert.equal(200, g2:request({ path = "/" }).status)
         g2:stop()
     end)
