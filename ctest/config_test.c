@@ -13,29 +13,7 @@
 #error "SL_SOURCE_DIR must name the source root"
 #endif
 
-static int passed, failed;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            passed++;                                                                              \
-        else {                                                                                     \
-            failed++;                                                                              \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_INT(a, b)                                                                            \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ == b_)                                                                              \
-            passed++;                                                                              \
-        else {                                                                                     \
-            failed++;                                                                              \
-            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,  \
-                    a_, b_);                                                                       \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 #define CHECK_STR(a, b)                                                                            \
     do {                                                                                           \

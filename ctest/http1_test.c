@@ -11,29 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            passed++;                                                                              \
-        else {                                                                                     \
-            failed++;                                                                              \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);               \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_INT(a, b)                                                                            \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ == b_)                                                                              \
-            passed++;                                                                              \
-        else {                                                                                     \
-            failed++;                                                                              \
-            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b,  \
-                    a_, b_);                                                                       \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* A slice against a C string; bytes outside printable ASCII are shown as \xNN. */
 #define CHECK_SLICE(s, lit) check_slice(__FILE__, __LINE__, #s, (s), (lit), strlen(lit))
