@@ -248,6 +248,15 @@ function _M.time.now() return tonumber(C.sl_ffi_now()) end
 
 _M.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
 
+-- sluice.crypto (lua/sluice/crypto.lua) loads libcrypto on first use.
+setmetatable(_M, { __index = function(t, k)
+    if k == "crypto" then
+        local c = require("sluice.crypto")
+        rawset(t, "crypto", c)
+        return c
+    end
+end })
+
 -- ---------------------------------------------------------------- shared
 
 -- One key space shared by all workers, kept in C. Values are strings or numbers.
