@@ -28,6 +28,10 @@ local function is_array(t)
     return true
 end
 
+local function is_mapping(v)
+    return type(v) == "table" and (next(v) == nil or not is_array(v))
+end
+
 local function copy(v)
     if type(v) ~= "table" then return v end
     local t = {}
@@ -76,14 +80,14 @@ local function check_value(spec, v, path, errs)
         end
         return out
     elseif t == "map" then
-        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return add_bad(errs, path, "expected a mapping") end
+        if not is_mapping(v) then return add_bad(errs, path, "expected a mapping") end
         local out = {}
         for k, x in pairs(v) do
             out[k] = spec.values and check_value(spec.values, x, join(path, k), errs) or x
         end
         return out
     elseif t == "record" then
-        if type(v) ~= "table" or (next(v) ~= nil and is_array(v)) then return add_bad(errs, path, "expected a mapping") end
+        if not is_mapping(v) then return add_bad(errs, path, "expected a mapping") end
         return check_fields(spec.fields or {}, v, path, errs)
     end
     return add_bad(errs, path, "schema error: unknown type '" .. tostring(t) .. "'")
