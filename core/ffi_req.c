@@ -228,15 +228,26 @@ int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **
     return SL_ERROR;
 }
 
-static void wait_on_close(uv_handle_t *h) { free(h->data); }
+typedef struct {
+    sl_wait_t base;
+    uv_timer_t timer;
+} sl_sleep_t;
 
-static void wait_on_timer(uv_timer_t *t) {
-    sl_wait_t *wt = t->data;
-    sl_req_t *r = wt->r;
-    uv_close((uv_handle_t *)t, wait_on_close);
+static void sleep_on_close(uv_handle_t *h) { free(h->data); }
+
+static void sleep_on_timer(uv_timer_t *t) {
+    sl_sleep_t *s = t->data;
+    sl_req_t *r = s->base.r;
+    uv_close((uv_handle_t *)t, sleep_on_close);
     if (!r) return;
     r->wait = NULL;
     sl__req_wakeup(r);
+}
+
+static void sleep_cancel(sl_wait_t *wt) {
+    sl_sleep_t *s = SL_CONTAINER_OF(wt, sl_sleep_t, base);
+    uv_timer_stop(&s->timer);
+    uv_close((uv_handle_t *)&s->timer, sleep_on_close);
 }
 
 int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
@@ -248,30 +259,30 @@ int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
         *err = "already waiting";
         return SL_ERROR;
     }
-    sl_wait_t *wt = malloc(sizeof(*wt));
-    if (!wt) {
+    sl_sleep_t *s = malloc(sizeof(*s));
+    if (!s) {
         *err = "out of memory";
         return SL_ERROR;
     }
-    uv_timer_init(&r->w->loop, &wt->timer);
-    wt->timer.data = wt;
-    wt->r = r;
-    r->wait = wt;
+    uv_timer_init(&r->w->loop, &s->timer);
+    s->timer.data = s;
+    s->base = (sl_wait_t){.r = r, .kind = SL_WAIT_SLEEP, .cancel = sleep_cancel};
+    r->wait = &s->base;
     /* The loop's clock is cached from the start of this iteration: refresh it, or a
      * sleep could end early by the time spent in this iteration so far. */
     uv_update_time(&r->w->loop);
-    uv_timer_start(&wt->timer, wait_on_timer, ms, 0);
+    uv_timer_start(&s->timer, sleep_on_timer, ms, 0);
     return SL_OK;
 }
 
-/** Called when a request ends while its coroutine sleeps: the timer outlives it. */
+/** Called when a request ends while its coroutine waits: the wait's handles outlive it. */
 void sl__req_cancel_wait(sl_req_t *r);
 void sl__req_cancel_wait(sl_req_t *r) {
-    if (!r->wait) return;
-    r->wait->r = NULL;
-    uv_timer_stop(&r->wait->timer);
-    uv_close((uv_handle_t *)&r->wait->timer, wait_on_close);
+    sl_wait_t *wt = r->wait;
+    if (!wt) return;
     r->wait = NULL;
+    wt->r = NULL;
+    wt->cancel(wt);
 }
 
 void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len) {

@@ -126,7 +126,7 @@ struct sl_req_s {
     uint8_t phases;     /**< SL_PHASE_* bits the route's chain defines */
     int co_ref, ctx_ref;/**< registry refs of the coroutine and ctx table (0: none) */
     lua_State *co;
-    struct sl_wait_s *wait; /**< a pending sleep timer */
+    struct sl_wait_s *wait; /**< what the coroutine waits for (NULL: nothing) */
     sl_hdr_edits_t req_edits, resp_edits;
     sl_str_t path_override; /**< set_path: replaces path (and strip_prefix) upstream */
     int exit_status;    /**< response.exit: status (0: none) */
@@ -134,10 +134,14 @@ struct sl_req_s {
     char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */
 };
 
-/** A timer a plugin sleeps on; malloc'ed because closing a handle outlives the request. */
+/** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
+ *  owner: closing a handle outlives the request. */
+enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP };
 typedef struct sl_wait_s {
-    uv_timer_t timer;
     sl_req_t *r; /**< NULL once the request is gone */
+    int kind;    /**< SL_WAIT_* */
+    /** The request ends first: stop, and free once the handles are closed. */
+    void (*cancel)(struct sl_wait_s *wt);
 } sl_wait_t;
 
 /* conn.c */

@@ -77,6 +77,21 @@ int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **
 
 /** Arms a timer that resumes the request's coroutine; the caller then yields. */
 int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err);
+
+/** sluice.http.request (rewrite/access): sends `req` (a whole HTTP/1.1 request Lua built
+ *  and validated) to host:port and reads the response within timeout_ms, keeping at
+ *  most max_body bytes of body. SL_OK: the caller yields; when resumed it reads the
+ *  outcome with sl_ffi_http_result and releases it with sl_ffi_http_done. SL_ERROR:
+ *  *err, nothing to yield for. */
+int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port, const char *req,
+                        size_t req_len, int is_head, double timeout_ms, double max_body, const char **err);
+/** SL_OK with the response, or SL_ERROR with *err (timeout, connect: ..., malformed ...).
+ *  Pointers stay valid until sl_ffi_http_done. */
+int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **body, size_t *body_len,
+                       const char **err);
+int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
+                          size_t *value_len);
+void sl_ffi_http_done(sl_req_t *r);
 /** Logs a JSON line with route, plugin and request id. level 0 debug .. 3 error. */
 void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len);
 /** What a finished (or finishing) request did, for access logs. Strings are config-owned. */

@@ -248,12 +248,14 @@ function _M.time.now() return tonumber(C.sl_ffi_now()) end
 
 _M.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
 
--- sluice.crypto (lua/sluice/crypto.lua) loads libcrypto on first use.
+-- sluice.crypto and sluice.http load on first use.
+local lazy = { crypto = "sluice.crypto", http = "sluice.http" }
 setmetatable(_M, { __index = function(t, k)
-    if k == "crypto" then
-        local c = require("sluice.crypto")
-        rawset(t, "crypto", c)
-        return c
+    local mod = lazy[k]
+    if mod then
+        local m = require(mod)
+        rawset(t, k, m)
+        return m
     end
 end })
 

@@ -1,0 +1,150 @@
+-- sluice.http: a plugin's own HTTP/1.1 requests (docs/plugins.md, "sluice.http").
+--
+--   local res, err = sluice.http.request{ url = "http://127.0.0.1:9000/check?u=1",
+--       method = "POST", headers = { ["Content-Type"] = "application/json" },
+--       body = '{"a":1}', timeout = 2 }
+--   -- res.status, res.headers (lower-case names), res.body; or nil, "timeout"
+--
+-- The request's coroutine yields while the core connects, writes and reads on the
+-- worker's loop (core/http_client.c); the worker serves other requests meanwhile.
+-- Misuse (a bad url, header or option) raises an error; a failed exchange returns
+-- nil and the reason.
+local ffi = require("ffi")
+local base = require("sluice.base")
+
+local C = base.C
+local ffi_new, ffi_string = ffi.new, ffi.string
+local type, tostring, tonumber, pairs, error = type, tostring, tonumber, pairs, error
+local lower, upper, concat, find = string.lower, string.upper, table.concat, string.find
+local co_yield = coroutine.yield
+
+local _M = {}
+
+-- Defaults: a whole exchange gets 10 s; a response body may have 4 MiB.
+_M.DEFAULT_TIMEOUT = 10
+_M.DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+local status_p, count_p = ffi_new("int[1]"), ffi_new("int[1]")
+local str_p, len_p, str2_p, len2_p, err_p = base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p
+
+-- Framing and the connection are the core's business.
+local RESERVED = { ["content-length"] = true, ["transfer-encoding"] = true, connection = true,
+                   ["keep-alive"] = true, te = true, upgrade = true, trailer = true }
+
+local function is_token(s) return s ~= "" and not find(s, "[^!#$%%&'*+%-.^_`|~%w]") end
+-- Field values: visible ASCII, obs-text, space and tab; no CR, LF or NUL.
+local function is_value(s) return not find(s, "[%z\1-\8\10-\31\127]") end
+
+-- "http://host[:port]/path?query" -> host, port, target, authority
+local function parse_url(url)
+    local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
+    if not scheme then error("url must be absolute (http://host[:port]/path)", 3) end
+    scheme = lower(scheme)
+    if scheme == "https" then error("https urls are not supported yet (the TLS client is not built)", 3) end
+    if scheme ~= "http" then error("url scheme must be http, got " .. scheme, 3) end
+    local authority, target = rest:match("^([^/?#]*)([^#]*)")
+    if find(authority, "@", 1, true) then error("url must not carry user:password@", 3) end
+    local host, port
+    if authority:sub(1, 1) == "[" then
+        host, port = authority:match("^%[([%x:.]+)%]:?(%d*)$")
+    else
+        host, port = authority:match("^([%w.-]+):?(%d*)$")
+    end
+    if not host then error("url has a bad host: " .. authority, 3) end
+    port = port == "" and 80 or tonumber(port)
+    if port < 1 or port > 65535 then error("url has a bad port: " .. authority, 3) end
+    if target == "" then target = "/" elseif target:sub(1, 1) == "?" then target = "/" .. target end
+    if find(target, "[%z\1-\32\127]") then error("url path must not contain spaces or controls", 3) end
+    return host, port, target, authority
+end
+
+local function build(opts)
+    if type(opts.url) ~= "string" then error("http.request needs url", 3) end
+    local host, port, target, authority = parse_url(opts.url)
+    local body = opts.body
+    if body ~= nil and type(body) ~= "string" then error("body must be a string", 3) end
+    local method = opts.method or (body and "POST" or "GET")
+    if type(method) ~= "string" or not is_token(method) then error("method must be a token", 3) end
+    method = upper(method)
+    local lines = { method .. " " .. target .. " HTTP/1.1" }
+    local has_host, has_ua = false, false
+    if opts.headers ~= nil then
+        if type(opts.headers) ~= "table" then error("headers must be a table", 3) end
+        for k, v in pairs(opts.headers) do
+            if type(k) ~= "string" or not is_token(k) then error("header name must be a token: " .. tostring(k), 3) end
+            local lk = lower(k)
+            if RESERVED[lk] then error("http.request sets " .. k .. " itself", 3) end
+            if type(v) == "number" then v = tostring(v) end
+            if type(v) ~= "string" or not is_value(v) then error("header " .. k .. " has a bad value", 3) end
+            if lk == "host" then has_host = true end
+            if lk == "user-agent" then has_ua = true end
+            lines[#lines + 1] = k .. ": " .. v
+        end
+    end
+    if not has_host then lines[#lines + 1] = "Host: " .. authority end
+    if not has_ua then lines[#lines + 1] = "User-Agent: sluice" end
+    if body or method == "POST" or method == "PUT" or method == "PATCH" then
+        lines[#lines + 1] = "Content-Length: " .. (body and #body or 0)
+    end
+    lines[#lines + 1] = "Connection: close"
+    return host, port, concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""), method == "HEAD"
+end
+
+local function number_opt(v, default, what)
+    if v == nil then return default end
+    if type(v) ~= "number" or v <= 0 then error(what .. " must be a positive number", 3) end
+    return v
+end
+
+-- Sends one request and waits (yielding) for the whole response.
+-- request{ url, method?, headers?, body?, timeout? (s), max_body? (bytes) }, or
+-- request(url, opts). Returns { status, headers, body } or nil, err.
+function _M.request(opts, more)
+    if type(opts) == "string" then
+        local o = {}
+        if more ~= nil then
+            if type(more) ~= "table" then error("http.request(url, opts): opts must be a table", 2) end
+            for k, v in pairs(more) do o[k] = v end
+        end
+        o.url = opts
+        opts = o
+    elseif type(opts) ~= "table" then
+        error("http.request takes a table { url = ..., ... } or (url, opts)", 2)
+    end
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    local host, port, raw, is_head = build(opts)
+    local timeout = number_opt(opts.timeout, _M.DEFAULT_TIMEOUT, "timeout")
+    local max_body = number_opt(opts.max_body, _M.DEFAULT_MAX_BODY, "max_body")
+
+    if C.sl_ffi_http_request(r, host, #host, port, raw, #raw, is_head and 1 or 0, timeout * 1000, max_body,
+                             err_p) ~= 0 then
+        local msg = ffi_string(err_p[0])
+        if msg:find("works in rewrite and access only", 1, true) or msg == "already waiting" then
+            error(msg, 2)
+        end
+        return nil, msg
+    end
+    local ctx, route, plugin = base.ctx, base.route, base.plugin
+    co_yield()
+    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+
+    if C.sl_ffi_http_result(r, status_p, count_p, str_p, len_p, err_p) ~= 0 then
+        local msg = ffi_string(err_p[0])
+        C.sl_ffi_http_done(r)
+        return nil, msg
+    end
+    local res = { status = status_p[0], body = ffi_string(str_p[0], len_p[0]) }
+    local headers = {}
+    for i = 0, count_p[0] - 1 do
+        C.sl_ffi_http_header_at(r, i, str_p, len_p, str2_p, len2_p)
+        local k, v = lower(ffi_string(str_p[0], len_p[0])), ffi_string(str2_p[0], len2_p[0])
+        local prev = headers[k]
+        headers[k] = prev and (prev .. ", " .. v) or v
+    end
+    res.headers = headers
+    C.sl_ffi_http_done(r)
+    return res
+end
+
+return _M
