@@ -228,6 +228,32 @@ int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **
     return SL_ERROR;
 }
 
+int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof) {
+    *eof = r->bf_eof;
+    return out((sl_str_t){r->bf_in, r->bf_in_len}, p, len);
+}
+
+int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err) {
+    if (r->lua_phase != SL_PHASE_BODY_FILTER) {
+        *err = "the body can be replaced in body_filter only";
+        return SL_ERROR;
+    }
+    if (len > r->bf_cap) {
+        size_t cap = SL_MAX(len, 4096);
+        char *nb = realloc(r->bf_buf, cap);
+        if (!nb) {
+            *err = "out of memory";
+            return SL_ERROR;
+        }
+        r->bf_buf = nb;
+        r->bf_cap = cap;
+    }
+    memcpy(r->bf_buf, p, len);
+    r->bf_len = len;
+    r->bf_set = 1;
+    return SL_OK;
+}
+
 typedef struct {
     sl_wait_t base;
     uv_timer_t timer;

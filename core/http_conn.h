@@ -129,6 +129,15 @@ struct sl_req_s {
     struct sl_wait_s *wait; /**< what the coroutine waits for (NULL: nothing) */
     sl_hdr_edits_t req_edits, resp_edits;
     sl_str_t path_override; /**< set_path: replaces path (and strip_prefix) upstream */
+    /* body_filter: the piece being filtered, and a plugin's replacement (bf_buf) */
+    const char *bf_in;
+    size_t bf_in_len;
+    char *bf_buf;
+    size_t bf_len, bf_cap;
+    uint8_t bf_eof;     /**< the piece is the body's last */
+    uint8_t bf_set;     /**< a plugin replaced the piece: bf_buf holds the output */
+    uint8_t bf_failed;  /**< a body_filter raised: the response is cut off */
+    uint8_t bf_end;     /**< the upstream body ended: the last (eof) call is due */
     int exit_status;    /**< response.exit: status (0: none) */
     sl_str_t exit_body;
     char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */

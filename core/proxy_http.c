@@ -164,6 +164,24 @@ static bool put_conn_header(sl_wbuf_t *b, sl_req_t *r) {
     return true;
 }
 
+static bool body_filtered(const sl_req_t *r) { return r->phases & (1u << SL_PHASE_BODY_FILTER); }
+
+/* Runs the route's body_filter chain over one piece of the response body; *out is what
+ * the client gets (the piece itself when no plugin replaced it). The output stays valid
+ * until the next call: callers queue one filtered piece at a time. */
+static int filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_t *out) {
+    r->bf_in = p;
+    r->bf_in_len = n;
+    r->bf_eof = eof;
+    r->bf_set = 0;
+    if (sl_lua_phase(r, SL_PHASE_BODY_FILTER) == SL_ERROR) {
+        r->bf_failed = 1;
+        return SL_ERROR;
+    }
+    *out = r->bf_set ? (sl_str_t){r->bf_buf, r->bf_len} : (sl_str_t){p, n};
+    return SL_OK;
+}
+
 /* The head sent to the client, rebuilt from the upstream's parsed response. */
 static int build_client_head(sl_req_t *r) {
     const sl_h1_head_t *h = &r->rhead;
@@ -179,12 +197,14 @@ static int build_client_head(sl_req_t *r) {
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
 
     r->clq.chunked = 0;
-    if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED) {
+    /* A body_filter may change the body's length: its output is re-framed as chunked. */
+    bool filtered = body_filtered(r) && h->body_kind != SL_BODY_NONE;
+    if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED && !filtered) {
         /* Kept on HEAD and 304 too: there it describes the representation, not a body. */
         if (h->status >= 200 && h->status != 204)
             ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
                  SL_WBUF_LIT(&b, "\r\n");
-    } else if (h->body_kind == SL_BODY_CHUNKED || h->body_kind == SL_BODY_EOF) {
+    } else if (h->body_kind == SL_BODY_CHUNKED || h->body_kind == SL_BODY_EOF || filtered) {
         if (r->head.minor >= 1) {
             ok = ok && SL_WBUF_LIT(&b, "Transfer-Encoding: chunked\r\n");
             r->clq.chunked = 1;
@@ -204,6 +224,14 @@ static int build_client_head(sl_req_t *r) {
 
 /* ---- gateway-made answers ---- */
 
+/* A filter failed on a plugin's or the gateway's answer: a plain 500 replaces it, without
+ * the header edits made for the answer it replaces. */
+static void respond_plain_500(sl_req_t *r, bool close) {
+    static const char body[] = "{\"error\":\"plugin error\"}\n";
+    memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+    sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), close);
+}
+
 void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
     if (r->up) {
         r->up->req = NULL;
@@ -215,10 +243,7 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && r->c->req == r) {
         r->in_header_filter = 1;
         if (sl_lua_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR && status != 500) {
-            /* The plugin's answer is replaced by a plain 500, without its header edits. */
-            memset(&r->resp_edits, 0, sizeof(r->resp_edits));
-            static const char body500[] = "{\"error\":\"plugin error\"}\n";
-            sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body500), close);
+            respond_plain_500(r, close);
             return;
         }
     }
@@ -241,6 +266,14 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     /* 204 and 304 carry no body and (204) no Content-Length, whatever a plugin asked for. */
     bool bodiless = status == 204 || status == 304;
     if (bodiless) body.len = 0;
+    /* A gateway-made body is whole: the body_filter chain sees it as one last piece. A
+     * filter that fails here can still be answered with a plain 500. */
+    if (body_filtered(r) && !bodiless && r->head.method_id != HTTP_HEAD && !r->bf_failed && r->c->req == r) {
+        if (filter_piece(r, body.p, body.len, true, &body) != SL_OK && status != 500) {
+            respond_plain_500(r, close);
+            return;
+        }
+    }
     if (status != 204)
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, body.len) &&
              SL_WBUF_LIT(&b, "\r\n");
@@ -790,6 +823,13 @@ static int on_body_to_client(void *ud, const char *p, size_t n) {
     return sl__outq_span(&r->clq, p, n) ? 0 : 1;
 }
 
+static int on_body_filtered(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    sl_str_t o;
+    if (filter_piece(r, p, n, false, &o) != SL_OK) return 1;
+    return sl__outq_span(&r->clq, o.p, o.len) ? 0 : 1;
+}
+
 static void cl_on_write(uv_write_t *wr, int status) {
     sl_conn_t *c = (sl_conn_t *)wr->handle;
     sl_req_t *r = c->req;
@@ -849,7 +889,7 @@ static void resp_pump(sl_req_t *r) {
                     }
                     r->resp_head = 1;
                     r->resp_eof_body = r->rhead.body_kind == SL_BODY_EOF;
-                    u->h1.on_data = on_body_to_client;
+                    u->h1.on_data = body_filtered(r) ? on_body_filtered : on_body_to_client;
                     u->h1.ud = r;
                     if (r->rhead.body_kind == SL_BODY_NONE) r->resp_done = 1;
                     continue;
@@ -866,18 +906,41 @@ static void resp_pump(sl_req_t *r) {
             up_start_reading(u);
             return;
         }
-        if (u && r->resp_head && !r->resp_done && u->rpos < u->rlen && sl__outq_room(&r->clq)) {
+        /* A filtered body moves one piece at a time: a plugin's output lives in one buffer. */
+        bool filtered = body_filtered(r);
+        if (r->bf_end && !r->clq.niov) {
+            sl_str_t o;
+            if (filter_piece(r, "", 0, true, &o) != SL_OK) {
+                sl__conn_abort(c); /* the head went out: cutting the body off is all that is left */
+                return;
+            }
+            r->bf_end = 0;
+            r->resp_done = 1;
+            sl__outq_span(&r->clq, o.p, o.len);
+            sl__outq_end_chunks(&r->clq);
+            continue;
+        }
+        if (u && r->resp_head && !r->resp_done && !r->bf_end && u->rpos < u->rlen && sl__outq_room(&r->clq) &&
+            (!filtered || !r->clq.niov)) {
             size_t used;
-            u->h1.spans_left = sl__outq_room(&r->clq);
+            u->h1.spans_left = filtered ? 1 : sl__outq_room(&r->clq);
             int rc = sl_h1_body(&u->h1, u->rbuf + u->rpos, u->rlen - u->rpos, &used);
             u->rpos += (uint32_t)used;
+            if (r->bf_failed) {
+                sl__conn_abort(c);
+                return;
+            }
             if (rc == SL_ERROR) {
                 up_failed(r, 502, "malformed upstream body");
                 return;
             }
             if (rc == SL_DONE) {
-                r->resp_done = 1;
-                sl__outq_end_chunks(&r->clq);
+                if (filtered) {
+                    r->bf_end = 1;
+                } else {
+                    r->resp_done = 1;
+                    sl__outq_end_chunks(&r->clq);
+                }
             }
             continue;
         }
@@ -901,10 +964,15 @@ static void resp_pump(sl_req_t *r) {
             return;
         }
         if (!u) return;
+        if (r->bf_end) return; /* the last piece is still being written */
         if (u->eof) {
             if (r->resp_eof_body) {
-                r->resp_done = 1;
-                sl__outq_end_chunks(&r->clq);
+                if (body_filtered(r)) {
+                    r->bf_end = 1;
+                } else {
+                    r->resp_done = 1;
+                    sl__outq_end_chunks(&r->clq);
+                }
                 continue;
             }
             up_failed(r, 502, "upstream closed mid-body");
@@ -972,6 +1040,8 @@ void sl__req_free(sl_req_t *r) {
     r->heap = NULL;
     free(r->exit_alloc);
     r->exit_alloc = NULL;
+    free(r->bf_buf);
+    r->bf_buf = NULL;
     if (w->nfree_reqs < 1024) {
         r->free_next = w->free_reqs;
         w->free_reqs = r;

@@ -92,6 +92,10 @@ int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **bod
 int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                           size_t *value_len);
 void sl_ffi_http_done(sl_req_t *r);
+/** body_filter: the piece of response body being filtered; *eof 1 on the last call. */
+int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
+/** body_filter: what goes to the client instead of the piece (copied). */
+int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
 /** Logs a JSON line with route, plugin and request id. level 0 debug .. 3 error. */
 void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len);
 /** What a finished (or finishing) request did, for access logs. Strings are config-owned. */

@@ -39,6 +39,8 @@ int sl_ffi_http_result(void *r, int *status, int *nheaders, const char **body, s
 int sl_ffi_http_header_at(void *r, int i, const char **name, size_t *name_len, const char **value,
                           size_t *value_len);
 void sl_ffi_http_done(void *r);
+int sl_ffi_body_chunk(void *r, const char **p, size_t *len, int *eof);
+int sl_ffi_body_set(void *r, const char *p, size_t len, const char **err);
 void sl_ffi_log(void *r, int level, const char *plugin, const char *msg, size_t len);
 double sl_ffi_now(void);
 typedef struct {

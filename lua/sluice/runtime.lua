@@ -14,6 +14,12 @@ local pcall, tostring, ipairs, error = pcall, tostring, ipairs, error
 local _M = {}
 
 local PHASES = loader.PHASES -- ids 0.. in this order (lua_host.h SL_PHASE_*)
+local BODY_FILTER = 3
+assert(PHASES[BODY_FILTER + 1] == "body_filter")
+
+local ffi = require("ffi")
+local C, ffi_string, type = base.C, ffi.string, type
+local str_p, len_p, eof_p = base.str_p, base.len_p, ffi.new("int[1]")
 
 local function build(paths, src, first_pos, cache)
     local out = {}
@@ -54,11 +60,36 @@ function _M.new(gen)
     local route_dispatch = router.new(gen.routes)
     local begin = base.begin
 
+    -- body_filter: each plugin gets the piece the previous one returned, and returns a
+    -- string to replace it (nil keeps it). The core sends the last output.
+    local function body_filter(chain, req, ctx)
+        C.sl_ffi_body_chunk(req, str_p, len_p, eof_p)
+        local chunk, eof = ffi_string(str_p[0], len_p[0]), eof_p[0] ~= 0
+        local changed = false
+        for i = 1, #chain do
+            local p = chain[i]
+            base.plugin = p[3]
+            local ok, out = pcall(p[1], p[2], ctx, chunk, eof)
+            if not ok then return 2, p[4], p[3], tostring(out) end
+            if out ~= nil then
+                if type(out) ~= "string" then
+                    return 2, p[4], p[3], "body_filter must return a string or nil, got " .. type(out)
+                end
+                chunk, changed = out, true
+            end
+        end
+        if changed and C.sl_ffi_body_set(req, chunk, #chunk, base.err_p) ~= 0 then
+            return 2, chain[#chain][4], chain[#chain][3], ffi_string(base.err_p[0])
+        end
+        return 0
+    end
+
     -- Runs one phase of a route's chain. Returns 0 (carry on), 1 (a plugin answered),
     -- or 2, chain position, plugin name, error text.
     local function phase_dispatch(phase, req, route, ctx)
         local chain = chains[route][phase]
         begin(req, ctx, route)
+        if phase == BODY_FILTER then return body_filter(chain, req, ctx) end
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
