@@ -122,6 +122,54 @@ int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, dou
                        double *out, const char **err);
 int sl_ffi_shdict_delete(const char *k, size_t kl);
 
+/* ---- sluice.crypto (core/crypto.c): OpenSSL's libcrypto through the core, so Lua never
+ * loads libcrypto itself. Any thread, any number at once; no call keeps state between
+ * calls. Names (digest, alg, curve) are NUL-terminated; bytes are pointer + length. */
+
+/** The largest digest or HMAC written (SHA-512), for sizing `out`. */
+#define SL_CRYPTO_MD_MAX 64
+
+/** The digest `name` ("sha1", "sha256", "sha384" or "sha512") of data into out. *outlen is
+ *  out's capacity on entry, the digest's size on return. 0; SL_DECLINED for an unknown
+ *  name; SL_ERROR with *err. */
+int sl_ffi_crypto_digest(const char *name, const unsigned char *data, size_t len,
+                         unsigned char *out, size_t *outlen, const char **err);
+/** HMAC of data under key with the digest `name`; returns as sl_ffi_crypto_digest. */
+int sl_ffi_crypto_hmac(const char *name, const unsigned char *key, size_t key_len,
+                       const unsigned char *data, size_t len, unsigned char *out, size_t *outlen,
+                       const char **err);
+
+/** A public key for signature verification: RSA, EC P-256/P-384/P-521, Ed25519 or Ed448.
+ *  Owned by the caller until sl_ffi_crypto_key_free; read-only once built, so threads may
+ *  verify with one key at the same time. Constructors return NULL with *err. */
+typedef struct sl_pkey_s sl_pkey_t;
+
+/** From the first PEM block of pem: "PUBLIC KEY" (SPKI), "RSA PUBLIC KEY" (PKCS#1) or
+ *  "CERTIFICATE" (its subject's key; the certificate itself is not checked). */
+sl_pkey_t *sl_ffi_crypto_key_pem(const char *pem, size_t len, const char **err);
+/** From JWK members, already base64url-decoded (RFC 7518 section 6, RFC 8037 section 2):
+ *  RSA from n and e (big-endian); EC on crv "P-256", "P-384" or "P-521" from x and y, each
+ *  exactly the coordinate size; OKP on crv "Ed25519" or "Ed448" from x. */
+sl_pkey_t *sl_ffi_crypto_key_rsa(const unsigned char *n, size_t n_len, const unsigned char *e,
+                                 size_t e_len, const char **err);
+sl_pkey_t *sl_ffi_crypto_key_ec(const char *crv, const unsigned char *x, size_t x_len,
+                                const unsigned char *y, size_t y_len, const char **err);
+sl_pkey_t *sl_ffi_crypto_key_okp(const char *crv, const unsigned char *x, size_t x_len,
+                                 const char **err);
+/** The key in JWK terms: *kty "RSA", "EC" or "OKP"; *crv "P-256", ..., "Ed25519", "Ed448",
+ *  or NULL for RSA; *bits its size (the modulus for RSA). Strings are static. */
+void sl_ffi_crypto_key_info(const sl_pkey_t *k, const char **kty, const char **crv, int *bits);
+void sl_ffi_crypto_key_free(sl_pkey_t *k);
+
+/** Verifies sig over data with a JWS alg (RFC 7518 section 3): RS256/384/512
+ *  (RSASSA-PKCS1-v1_5), PS256/384/512 (RSASSA-PSS, MGF1 with the same digest, salt as long
+ *  as the digest), ES256/384/512 (sig is r || s, each the curve's coordinate size), EdDSA.
+ *  1 valid; 0 invalid, *err saying why; SL_ERROR with *err for an unknown alg or a key of
+ *  another type or curve than the alg names (an RSA key for ES256, a P-384 key for ES256). */
+int sl_ffi_crypto_verify(const sl_pkey_t *k, const char *alg, const unsigned char *data,
+                         size_t data_len, const unsigned char *sig, size_t sig_len,
+                         const char **err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,56 +1,81 @@
--- sluice.crypto: digests, HMAC, base64url and a constant-time compare, from OpenSSL's
--- libcrypto through FFI (the same library the C core links for TLS).
+-- sluice.crypto: digests, HMAC and JWS signature verification from OpenSSL's libcrypto
+-- through the core's ABI (core/crypto.c), plus base64url and a constant-time compare.
 local ffi = require("ffi")
+local base = require("sluice.base")
 
-local ffi_string, ffi_new = ffi.string, ffi.new
-local type, error = type, error
+local ffi_string, ffi_new, ffi_gc, ffi_istype = ffi.string, ffi.new, ffi.gc, ffi.istype
+local type, error, tostring = type, error, tostring
 local byte, char, concat = string.byte, string.char, table.concat
 local bit = require("bit")
 local band, bor, bxor, lshift, rshift = bit.band, bit.bor, bit.bxor, bit.lshift, bit.rshift
 
 ffi.cdef[[
-typedef struct evp_md_st EVP_MD;
-const EVP_MD *EVP_get_digestbyname(const char *name);
-int EVP_Digest(const void *data, size_t count, unsigned char *md, unsigned int *size,
-               const EVP_MD *type, void *impl);
-unsigned char *HMAC(const EVP_MD *evp_md, const void *key, int key_len, const unsigned char *d,
-                    size_t n, unsigned char *md, unsigned int *md_len);
+typedef struct sl_pkey_s sl_pkey_t;
+int sl_ffi_crypto_digest(const char *name, const unsigned char *data, size_t len,
+                         unsigned char *out, size_t *outlen, const char **err);
+int sl_ffi_crypto_hmac(const char *name, const unsigned char *key, size_t key_len,
+                       const unsigned char *data, size_t len, unsigned char *out, size_t *outlen,
+                       const char **err);
+sl_pkey_t *sl_ffi_crypto_key_pem(const char *pem, size_t len, const char **err);
+sl_pkey_t *sl_ffi_crypto_key_rsa(const unsigned char *n, size_t n_len, const unsigned char *e,
+                                 size_t e_len, const char **err);
+sl_pkey_t *sl_ffi_crypto_key_ec(const char *crv, const unsigned char *x, size_t x_len,
+                                const unsigned char *y, size_t y_len, const char **err);
+sl_pkey_t *sl_ffi_crypto_key_okp(const char *crv, const unsigned char *x, size_t x_len,
+                                 const char **err);
+void sl_ffi_crypto_key_info(const sl_pkey_t *k, const char **kty, const char **crv, int *bits);
+void sl_ffi_crypto_key_free(sl_pkey_t *k);
+int sl_ffi_crypto_verify(const sl_pkey_t *k, const char *alg, const unsigned char *data,
+                         size_t data_len, const unsigned char *sig, size_t sig_len,
+                         const char **err);
 ]]
 
-local ok, lib = pcall(ffi.load, "libcrypto.so.3")
-if not ok then lib = ffi.load("crypto") end
+local C = base.C
+local DECLINED = base.DECLINED
+local crypto_digest, crypto_hmac, crypto_verify = C.sl_ffi_crypto_digest, C.sl_ffi_crypto_hmac,
+    C.sl_ffi_crypto_verify
+local key_free = C.sl_ffi_crypto_key_free
 
 local _M = {}
 
-local md_buf = ffi_new("unsigned char[64]")
-local md_len = ffi_new("unsigned int[1]")
-local mds = {}
+-- Scratch out-parameters, made once (SL_CRYPTO_MD_MAX is 64).
+local MD_MAX = 64
+local md_buf = ffi_new("unsigned char[?]", MD_MAX)
+local md_len = ffi_new("size_t[1]")
+local err_p = ffi_new("const char *[1]")
+local kty_p, crv_p = ffi_new("const char *[1]"), ffi_new("const char *[1]")
+local bits_p = ffi_new("int[1]")
 
-local function md(name)
-    local m = mds[name]
-    if m == nil then
-        local map = { sha256 = "SHA256", sha384 = "SHA384", sha512 = "SHA512", sha1 = "SHA1" }
-        if not map[name] then error("unknown digest '" .. tostring(name) .. "' (sha256, sha384, sha512, sha1)", 3) end
-        m = lib.EVP_get_digestbyname(map[name])
-        mds[name] = m
+-- The result of a digest or HMAC call; call it as a statement, not in a tail call, so the
+-- error level points at the caller of digest/hmac.
+local function md_result(rc, name)
+    if rc == DECLINED then
+        error("unknown digest '" .. tostring(name) .. "' (sha256, sha384, sha512, sha1)", 3)
     end
-    return m
+    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    return ffi_string(md_buf, md_len[0])
 end
 
 -- Raw digest bytes of s: name is "sha256", "sha384", "sha512" or "sha1".
 function _M.digest(name, s)
-    if type(s) ~= "string" then error("digest input must be a string", 2) end
-    if lib.EVP_Digest(s, #s, md_buf, md_len, md(name), nil) ~= 1 then return nil, "digest failed" end
-    return ffi_string(md_buf, md_len[0])
+    if type(name) ~= "string" or type(s) ~= "string" then
+        error("digest name and input must be strings", 2)
+    end
+    md_len[0] = MD_MAX
+    local out, err = md_result(crypto_digest(name, s, #s, md_buf, md_len, err_p), name)
+    return out, err
 end
 
 function _M.sha256(s) return _M.digest("sha256", s) end
 
 -- Raw HMAC bytes of s under key.
 function _M.hmac(name, key, s)
-    if type(key) ~= "string" or type(s) ~= "string" then error("hmac key and input must be strings", 2) end
-    if lib.HMAC(md(name), key, #key, s, #s, md_buf, md_len) == nil then return nil, "hmac failed" end
-    return ffi_string(md_buf, md_len[0])
+    if type(name) ~= "string" or type(key) ~= "string" or type(s) ~= "string" then
+        error("hmac digest name, key and input must be strings", 2)
+    end
+    md_len[0] = MD_MAX
+    local out, err = md_result(crypto_hmac(name, key, #key, s, #s, md_buf, md_len, err_p), name)
+    return out, err
 end
 
 -- base64url (RFC 4648 section 5) without padding, as JWTs use it.
@@ -105,6 +130,93 @@ function _M.equal(a, b)
     local d = 0
     for i = 1, #a do d = bor(d, bxor(byte(a, i), byte(b, i))) end
     return d == 0
+end
+
+-- ---------------------------------------------------------------- public keys
+
+local pkey_t = ffi.typeof("sl_pkey_t *")
+
+-- key:info() -> kty ("RSA", "EC", "OKP"), crv ("P-256" ... "Ed448", nil for RSA), bits.
+ffi.metatype("struct sl_pkey_s", { __index = {
+    info = function(k)
+        C.sl_ffi_crypto_key_info(k, kty_p, crv_p, bits_p)
+        return ffi_string(kty_p[0]), crv_p[0] ~= nil and ffi_string(crv_p[0]) or nil, bits_p[0]
+    end,
+} })
+
+local function owned(k)
+    if k == nil then return nil, ffi_string(err_p[0]) end
+    return ffi_gc(k, key_free)
+end
+
+-- A public key from PEM text: "PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE" (the first
+-- block is read). Returns the key, or nil, err. Build keys once per config, not per request.
+function _M.public_key(pem)
+    if type(pem) ~= "string" then error("public_key: pem must be a string", 2) end
+    return owned(C.sl_ffi_crypto_key_pem(pem, #pem, err_p))
+end
+
+-- A JWK member, base64url-decoded.
+local function member(jwk, name)
+    local v = jwk[name]
+    if type(v) ~= "string" then return nil, "JWK " .. jwk.kty .. " key needs '" .. name .. "'" end
+    local raw, err = _M.base64url_decode(v)
+    if not raw then return nil, "JWK '" .. name .. "': " .. err end
+    return raw
+end
+
+-- A public key from a JWK (a decoded JSON object, as a JWKS "keys" entry): kty "RSA"
+-- (n, e), "EC" (crv P-256/P-384/P-521, x, y) or "OKP" (crv Ed25519/Ed448, x). Other
+-- members (kid, alg, use) are the caller's to check. Returns the key, or nil, err.
+function _M.jwk_key(jwk)
+    if type(jwk) ~= "table" then error("jwk_key: jwk must be a table", 2) end
+    local kty, crv = jwk.kty, jwk.crv
+    if kty == "RSA" then
+        local n, err = member(jwk, "n")
+        if not n then return nil, err end
+        local e, err2 = member(jwk, "e")
+        if not e then return nil, err2 end
+        return owned(C.sl_ffi_crypto_key_rsa(n, #n, e, #e, err_p))
+    end
+    if kty ~= "EC" and kty ~= "OKP" then
+        return nil, "unsupported JWK kty '" .. tostring(kty) .. "' (RSA, EC, OKP)"
+    end
+    if type(crv) ~= "string" then return nil, "JWK " .. kty .. " key needs 'crv'" end
+    local x, err = member(jwk, "x")
+    if not x then return nil, err end
+    if kty == "OKP" then return owned(C.sl_ffi_crypto_key_okp(crv, x, #x, err_p)) end
+    local y, err2 = member(jwk, "y")
+    if not y then return nil, err2 end
+    return owned(C.sl_ffi_crypto_key_ec(crv, x, #x, y, #y, err_p))
+end
+
+-- ---------------------------------------------------------------- verify
+
+local HMAC_ALGS = { HS256 = "sha256", HS384 = "sha384", HS512 = "sha512" }
+
+-- Verifies signature (raw bytes, not base64url) over data with a JWS alg: HS256/384/512
+-- with a secret string as key; RS*, PS*, ES256/384/512 and EdDSA with a key from
+-- public_key or jwk_key. Returns true; false, reason when the signature does not verify;
+-- nil, err for an unknown alg or a key that does not fit the alg. The key decides what
+-- it verifies: a secret never passes for an RS256 key, nor an RSA key for HS256.
+function _M.verify(alg, key, data, signature)
+    if type(alg) ~= "string" or type(data) ~= "string" or type(signature) ~= "string" then
+        error("verify: alg, data and signature must be strings", 2)
+    end
+    local md = HMAC_ALGS[alg]
+    if type(key) == "string" then
+        if not md then return nil, alg .. " needs a public key, not a secret string" end
+        if _M.equal(_M.hmac(md, key, data), signature) then return true end
+        return false, "signature does not match"
+    end
+    if not ffi_istype(pkey_t, key) then
+        error("verify: key must be a secret string or a key from public_key/jwk_key", 2)
+    end
+    if md then return nil, alg .. " needs a secret string, not a public key" end
+    local rc = crypto_verify(key, alg, data, #data, signature, #signature, err_p)
+    if rc == 1 then return true end
+    if rc == 0 then return false, ffi_string(err_p[0]) end
+    return nil, ffi_string(err_p[0])
 end
 
 return _M
