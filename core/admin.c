@@ -90,6 +90,44 @@ static void tjson(text_t *t, const char *s) {
     tput(t, "\"%.*s\"", (int)b.len, tmp);
 }
 
+static const char *const balancer_label[] = {
+    [SL_LB_ROUND_ROBIN] = "round-robin",       [SL_LB_WEIGHTED_ROUND_ROBIN] = "weighted-round-robin",
+    [SL_LB_LEAST_CONN] = "least-conn",         [SL_LB_P2C_EWMA] = "p2c-ewma",
+    [SL_LB_CONSISTENT_HASH] = "consistent-hash",
+};
+static const char *const breaker_label[] = {[SL_BREAKER_CLOSED] = "closed", [SL_BREAKER_OPEN] = "open",
+                                            [SL_BREAKER_HALF_OPEN] = "half_open"};
+
+/* A target as health sees it: probes first, then a passive ejection. */
+static const char *health_label(sl_tstate_t *ts, uint64_t now_ms) {
+    if (atomic_load(&ts->probe_down)) return "unhealthy";
+    return atomic_load(&ts->ejected_until_ms) > now_ms ? "ejected" : "healthy";
+}
+
+static int breaker_now(sl_tstate_t *ts, const sl_upstream_conf_t *uc, uint64_t now_ms) {
+    return uc->breaker.enabled ? sl_breaker_state(&ts->breaker[SL_LAYER_HTTP], &uc->breaker, now_ms)
+                               : SL_BREAKER_CLOSED;
+}
+
+/* Gauges read from the target states (not per-worker counters). */
+static void render_target_gauges(sl_server_t *srv, text_t *t) {
+    const sl_config_t *cfg = srv->cfg;
+    uint64_t now = sl_now_ms();
+    tput(t, "# HELP sluice_circuit_breaker_state Breaker per target and layer: 0 closed, 1 open, 2 half-open.\n"
+            "# TYPE sluice_circuit_breaker_state gauge\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+            tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"http\"} %d\n",
+                 cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text,
+                 breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], now));
+    tput(t, "# HELP sluice_target_healthy 1 when a target takes new requests (health checks, passive ejection).\n"
+            "# TYPE sluice_target_healthy gauge\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+            tput(t, "sluice_target_healthy{upstream=\"%s\",target=\"%s\"} %d\n", cfg->upstreams[u].name,
+                 cfg->upstreams[u].targets[k].addr.text, sl_tstate_healthy(srv->ug->ups[u].ts[k], now) ? 1 : 0);
+}
+
 static char *render_status(sl_server_t *srv, size_t *len) {
     const sl_config_t *cfg = srv->cfg;
     text_t t = {0};
@@ -115,6 +153,24 @@ static char *render_status(sl_server_t *srv, size_t *len) {
             tjson(&t, cfg->upstreams[r->upstream].name);
         else
             tput(&t, "null");
+        if (r->nsplit) {
+            tput(&t, ",\"split\":[");
+            for (size_t k = 0; k < r->nsplit; k++) {
+                const sl_split_conf_t *a = &r->split[k];
+                tput(&t, "%s{\"upstream\":", k ? "," : "");
+                tjson(&t, cfg->upstreams[a->upstream].name);
+                if (a->header || a->cookie) {
+                    tput(&t, ",\"match\":{\"%s\":", a->header ? "header" : "cookie");
+                    tjson(&t, a->header ? a->header : a->cookie);
+                    tput(&t, ",\"value\":");
+                    tjson(&t, a->header ? a->header_value : a->cookie_value);
+                    tput(&t, "}}");
+                } else {
+                    tput(&t, ",\"weight\":%u}", a->weight);
+                }
+            }
+            tput(&t, "]");
+        }
         tput(&t, ",\"plugins\":[");
         for (size_t k = 0; k < r->nplugins; k++) {
             if (k) tput(&t, ",");
@@ -127,11 +183,15 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
         tput(&t, "%s{\"name\":", u ? "," : "");
         tjson(&t, uc->name);
-        tput(&t, ",\"balancer\":\"round-robin\",\"targets\":[");
+        tput(&t, ",\"balancer\":\"%s\",\"targets\":[", balancer_label[uc->balancer]);
+        uint64_t now = sl_now_ms();
         for (size_t k = 0; k < uc->ntargets; k++) {
+            sl_tstate_t *ts = srv->ug->ups[u].ts[k];
             tput(&t, "%s{\"address\":", k ? "," : "");
             tjson(&t, uc->targets[k].addr.text);
-            tput(&t, ",\"weight\":%u}", uc->targets[k].weight);
+            tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f}",
+                 uc->targets[k].weight, health_label(ts, now), breaker_label[breaker_now(ts, uc, now)],
+                 (int)atomic_load(&ts->live.in_flight), (double)atomic_load(&ts->live.ewma_ns) / 1e6);
         }
         tput(&t, "]}");
     }
@@ -175,6 +235,8 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         int n = SL_MIN(srv->nworkers, 256);
         for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
         char extra[512];
+        text_t gauges = {0};
+        render_target_gauges(srv, &gauges);
         snprintf(extra, sizeof(extra),
                  "# HELP sluice_config_generation The config generation being served.\n"
                  "# TYPE sluice_config_generation gauge\nsluice_config_generation %llu\n"
@@ -183,7 +245,10 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
                  "sluice_reloads_total{result=\"applied\"} %llu\nsluice_reloads_total{result=\"rejected\"} %llu\n",
                  (unsigned long long)srv->generation, (unsigned long long)srv->reloads_ok,
                  (unsigned long long)srv->reloads_rejected);
-        if (sl_metrics_render(srv->cfg, ms, (size_t)n, extra, &body, &len) != SL_OK)
+        tput(&gauges, "%s", extra);
+        int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;
+        free(gauges.p);
+        if (rc != SL_OK)
             SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
         else
             admin_send(a, 200, "text/plain; version=0.0.4", body, len);

@@ -1,6 +1,7 @@
 /* common.c — small helpers for output buffers and clocks. */
 #include "common.h"
 
+#include <sys/random.h>
 #include <time.h>
 
 #define T1(c) [c] = 1
@@ -75,4 +76,15 @@ uint64_t sl_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static __thread uint64_t rnd_state;
+
+uint64_t sl_rand64(void) {
+    if (SL_UNLIKELY(!rnd_state)) {
+        if (getrandom(&rnd_state, sizeof(rnd_state), 0) != sizeof(rnd_state) || !rnd_state)
+            rnd_state = sl_now_ns() | 1;
+    }
+    rnd_state ^= rnd_state >> 12, rnd_state ^= rnd_state << 25, rnd_state ^= rnd_state >> 27;
+    return rnd_state * 0x2545F4914F6CDD1DULL; /* xorshift64* */
 }

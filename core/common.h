@@ -79,6 +79,10 @@ bool sl_wbuf_hex(sl_wbuf_t *b, uint64_t v);
 /** Writes s as the inside of a JSON string (quotes not included). */
 bool sl_wbuf_json_str(sl_wbuf_t *b, sl_str_t s);
 
+/** A fast per-thread pseudo-random number (xorshift64*, seeded by getrandom): for
+ *  balancing, jitter and ids, never for secrets. */
+uint64_t sl_rand64(void);
+
 /** Monotonic milliseconds and nanoseconds; wall-clock for logs. */
 uint64_t sl_now_ms(void);
 uint64_t sl_now_ns(void);

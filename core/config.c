@@ -13,7 +13,9 @@
 #include "common.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@
 #define AUTO_WORKERS_CAP 64
 #define MAX_WEIGHT 1000000 /* keeps the sum of an upstream's weights far from overflow */
 #define MAX_KEEPALIVE_IDLE 100000
+#define MAX_RETRY_BODY (64ull * 1024 * 1024) /* a replay buffer per request in flight */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Error lines                                                                                 */
@@ -601,6 +604,24 @@ static bool get_size(cx_t *cx, const yaml_node_t *v, const char *key, uint64_t m
     return true;
 }
 
+/* A plain decimal number in [min, max] ("0.5", "1", "2.25"). */
+static bool get_number(cx_t *cx, const yaml_node_t *v, const char *key, double min, double max,
+                       double *out) {
+    const char *s = is_plain(v) ? sval(v) : "";
+    char *end = NULL;
+    double d = *s && (isdigit((unsigned char)*s) || *s == '.') ? strtod(s, &end) : NAN;
+    if (!end || *end != '\0' || !isfinite(d)) {
+        cx_err(cx, v, "expected a number for '%s'", key);
+        return false;
+    }
+    if (d < min || d > max) {
+        cx_err(cx, v, "'%s' must be between %g and %g", key, min, max);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
 static bool get_addr(cx_t *cx, const yaml_node_t *v, const char *key, bool target, sl_addr_t *out) {
     const char *s = get_text(cx, v, key, "an address");
     if (!s) return false;
@@ -1004,12 +1025,170 @@ static void parse_target(cx_t *cx, const yaml_node_t *m, const char *upstream, s
     int64_t w;
     if ((v = f[T_WEIGHT].val) && get_int(cx, v, "weight", 1, MAX_WEIGHT, &w)) {
         t->weight = (uint32_t)w;
-        /* round-robin (the only balancer of this build) gives every target the same share:
-         * a weight there would silently do nothing. */
-        if (w != 1)
-            cx_err(cx, v, "weight %lld needs balancer weighted-round-robin, which this build "
-                          "does not support yet", (long long)w);
+        /* round-robin, least-conn and p2c-ewma give no share by weight: a weight there
+         * would silently do nothing. */
+        if (w != 1 && u->balancer != SL_LB_WEIGHTED_ROUND_ROBIN && u->balancer != SL_LB_CONSISTENT_HASH)
+            cx_err(cx, v, "weight %lld needs balancer weighted-round-robin or consistent-hash",
+                   (long long)w);
     }
+}
+
+static const char *const balancer_names[] = {
+    [SL_LB_ROUND_ROBIN] = "round-robin",         [SL_LB_WEIGHTED_ROUND_ROBIN] = "weighted-round-robin",
+    [SL_LB_LEAST_CONN] = "least-conn",           [SL_LB_P2C_EWMA] = "p2c-ewma",
+    [SL_LB_CONSISTENT_HASH] = "consistent-hash",
+};
+
+/* "ip", "path", "header:NAME", "cookie:NAME" (consistent-hash keys). */
+static bool get_hash_on(cx_t *cx, const yaml_node_t *v, const char *key, int *kind, char **name) {
+    const char *s = get_text(cx, v, key, "a string");
+    if (!s) return false;
+    const char *arg = NULL;
+    if (strcmp(s, "ip") == 0) {
+        *kind = SL_HASH_IP;
+    } else if (strcmp(s, "path") == 0) {
+        *kind = SL_HASH_PATH;
+    } else if (strncmp(s, "header:", 7) == 0) {
+        *kind = SL_HASH_HEADER;
+        arg = s + 7;
+    } else if (strncmp(s, "cookie:", 7) == 0) {
+        *kind = SL_HASH_COOKIE;
+        arg = s + 7;
+    } else {
+        cx_err(cx, v, "unknown %s '%s' (expected ip, path, header:NAME or cookie:NAME)", key, s);
+        return false;
+    }
+    if (arg && !is_token(arg)) {
+        cx_err(cx, v, "%s '%s' needs a header or cookie name after the colon", key, s);
+        return false;
+    }
+    if (arg && !(*name = cx_strdup(cx, arg))) return false;
+    return true;
+}
+
+enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_N };
+static const char *const active_keys[HA_N] = {"type",    "path",    "expect_status",   "interval",
+                                              "timeout", "healthy_threshold", "unhealthy_threshold"};
+enum { HP_MAX_FAILURES, HP_WINDOW, HP_N };
+static const char *const passive_keys[HP_N] = {"max_failures", "window"};
+enum { H_ACTIVE, H_PASSIVE, H_N };
+static const char *const health_keys[H_N] = {"active", "passive"};
+
+static void parse_health(cx_t *cx, const yaml_node_t *m, const char *where, sl_health_conf_t *h) {
+    char sub[256];
+    field_t f[H_N];
+    snprintf(sub, sizeof sub, "'health' of %s", where);
+    scan_map(cx, m, sub, health_keys, f, H_N, NULL);
+    const yaml_node_t *v;
+    int64_t n;
+    if ((v = f[H_ACTIVE].val) && want_type(cx, v, YAML_MAPPING_NODE, "active")) {
+        field_t a[HA_N];
+        snprintf(sub, sizeof sub, "'health.active' of %s", where);
+        scan_map(cx, v, sub, active_keys, a, HA_N, NULL);
+        h->active_type = SL_PROBE_HTTP;
+        if (a[HA_TYPE].val) {
+            const char *t = get_text(cx, a[HA_TYPE].val, "type", "a string");
+            if (t && strcmp(t, "tcp") == 0)
+                h->active_type = SL_PROBE_TCP;
+            else if (t && strcmp(t, "http") != 0)
+                cx_err(cx, a[HA_TYPE].val, "unknown probe type '%s' (expected http or tcp)", t);
+        }
+        if ((v = a[HA_PATH].val)) {
+            free(h->path);
+            h->path = NULL;
+            if (get_string(cx, v, "path", &h->path) && (h->path[0] != '/' || strpbrk(h->path, " \r\n\t")))
+                cx_err(cx, v, "probe path '%s' must start with '/' and contain no spaces", h->path);
+            if (h->active_type == SL_PROBE_TCP) cx_err(cx, v, "a tcp probe has no path");
+        }
+        if ((v = a[HA_EXPECT].val) && get_int(cx, v, "expect_status", 100, 599, &n)) h->expect_status = (int)n;
+        if ((v = a[HA_INTERVAL].val)) get_duration(cx, v, "interval", false, &h->interval_ms);
+        if ((v = a[HA_TIMEOUT].val)) get_duration(cx, v, "timeout", false, &h->timeout_ms);
+        if ((v = a[HA_HEALTHY].val) && get_int(cx, v, "healthy_threshold", 1, 100, &n))
+            h->healthy_threshold = (uint32_t)n;
+        if ((v = a[HA_UNHEALTHY].val) && get_int(cx, v, "unhealthy_threshold", 1, 100, &n))
+            h->unhealthy_threshold = (uint32_t)n;
+    }
+    if ((v = f[H_PASSIVE].val) && want_type(cx, v, YAML_MAPPING_NODE, "passive")) {
+        field_t p[HP_N];
+        snprintf(sub, sizeof sub, "'health.passive' of %s", where);
+        scan_map(cx, v, sub, passive_keys, p, HP_N, NULL);
+        h->passive = true;
+        if ((v = p[HP_MAX_FAILURES].val) && get_int(cx, v, "max_failures", 1, 1000000, &n))
+            h->max_failures = (uint32_t)n;
+        if ((v = p[HP_WINDOW].val)) get_duration(cx, v, "window", false, &h->window_ms);
+    }
+}
+
+enum { CB_RATIO, CB_MIN, CB_WINDOW, CB_OPEN, CB_MAX_OPEN, CB_HALF, CB_SUCCESS, CB_N };
+static const char *const breaker_keys[CB_N] = {"failure_ratio", "min_requests",       "window",
+                                               "open_timeout",  "max_open_timeout",   "half_open_requests",
+                                               "success_threshold"};
+
+static void parse_breaker(cx_t *cx, const yaml_node_t *m, const char *where, sl_breaker_conf_t *b) {
+    char sub[256];
+    field_t f[CB_N];
+    snprintf(sub, sizeof sub, "'circuit_breaker' of %s", where);
+    scan_map(cx, m, sub, breaker_keys, f, CB_N, NULL);
+    b->enabled = true;
+    const yaml_node_t *v;
+    int64_t n;
+    if ((v = f[CB_RATIO].val)) get_number(cx, v, "failure_ratio", 0.01, 1.0, &b->failure_ratio);
+    if ((v = f[CB_MIN].val) && get_int(cx, v, "min_requests", 1, 1000000, &n)) b->min_requests = (uint32_t)n;
+    if ((v = f[CB_WINDOW].val)) get_duration(cx, v, "window", false, &b->window_ms);
+    if ((v = f[CB_OPEN].val)) get_duration(cx, v, "open_timeout", false, &b->open_timeout_ms);
+    if ((v = f[CB_MAX_OPEN].val)) get_duration(cx, v, "max_open_timeout", false, &b->max_open_timeout_ms);
+    if ((v = f[CB_HALF].val) && get_int(cx, v, "half_open_requests", 1, 10000, &n))
+        b->half_open_requests = (uint32_t)n;
+    if ((v = f[CB_SUCCESS].val) && get_int(cx, v, "success_threshold", 1, 10000, &n))
+        b->success_threshold = (uint32_t)n;
+    if (b->max_open_timeout_ms < b->open_timeout_ms)
+        cx_err(cx, f[CB_MAX_OPEN].val ? f[CB_MAX_OPEN].val : m,
+               "max_open_timeout must be at least open_timeout");
+}
+
+enum { RT_ATTEMPTS, RT_ON, RT_BACKOFF, RT_MAX_BACKOFF, RT_MAX_BODY, RT_HEDGE, RT_N };
+static const char *const retry_keys[RT_N] = {"attempts", "on", "backoff", "max_backoff", "max_body",
+                                             "hedge_after"};
+
+static void parse_retry(cx_t *cx, const yaml_node_t *m, const char *where, sl_retry_conf_t *r) {
+    char sub[256];
+    field_t f[RT_N];
+    snprintf(sub, sizeof sub, "'retry' of %s", where);
+    scan_map(cx, m, sub, retry_keys, f, RT_N, NULL);
+    const yaml_node_t *v;
+    int64_t n;
+    if ((v = f[RT_ATTEMPTS].val) && get_int(cx, v, "attempts", 1, 10, &n)) r->attempts = (uint32_t)n;
+    size_t len;
+    if (f[RT_ON].val && list_len(cx, &f[RT_ON], &len)) {
+        r->on_flags = 0;
+        r->nstatuses = 0;
+        for (size_t i = 0; i < len; i++) {
+            const yaml_node_t *it = seq_at(cx, f[RT_ON].val, i);
+            if (!it) continue;
+            if (is_plain(it) && strcmp(sval(it), "connect_error") == 0) {
+                r->on_flags |= SL_RETRY_ON_CONNECT_ERROR;
+            } else if (is_plain(it) && strcmp(sval(it), "timeout") == 0) {
+                r->on_flags |= SL_RETRY_ON_TIMEOUT;
+            } else if (is_plain(it) && isdigit((unsigned char)sval(it)[0])) {
+                if (get_int(cx, it, "on", 500, 599, &n)) {
+                    if (r->nstatuses == SL_MAX_RETRY_STATUSES)
+                        cx_err(cx, it, "at most %d statuses in 'on'", SL_MAX_RETRY_STATUSES);
+                    else
+                        r->statuses[r->nstatuses++] = (uint16_t)n;
+                }
+            } else {
+                cx_err(cx, it, "unknown retry condition '%s' (expected a 5xx status, connect_error or timeout)",
+                       it->type == YAML_SCALAR_NODE ? sval(it) : "?");
+            }
+        }
+    }
+    if ((v = f[RT_BACKOFF].val)) get_duration(cx, v, "backoff", true, &r->backoff_ms);
+    if ((v = f[RT_MAX_BACKOFF].val)) get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
+    if ((v = f[RT_MAX_BODY].val)) get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
+    if ((v = f[RT_HEDGE].val) && get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms) && r->hedge_after_ms)
+        cx_err(cx, v, "'hedge_after' is not supported by this build yet (0 turns hedging off)");
+    if (r->max_backoff_ms < r->backoff_ms)
+        cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m, "max_backoff must be at least backoff");
 }
 
 enum { K_MAX_IDLE, K_IDLE_TO, K_N };
@@ -1017,20 +1196,31 @@ static const char *const keepalive_keys[K_N] = {"max_idle", "idle_timeout"};
 enum { TO_CONNECT, TO_READ, TO_WRITE, TO_N };
 static const char *const timeout_keys[TO_N] = {"connect", "read", "write"};
 
-enum { U_NAME, U_BALANCER, U_TARGETS, U_KEEPALIVE, U_TIMEOUTS, U_N };
-static const char *const upstream_keys[U_N] = {"name", "balancer", "targets", "keepalive",
-                                               "timeouts"};
-static const char *const upstream_later[] = {"hash_on", "health", "circuit_breaker", "retry", NULL};
+enum { U_NAME, U_BALANCER, U_HASH_ON, U_HASH_EPS, U_TARGETS, U_KEEPALIVE, U_TIMEOUTS, U_HEALTH,
+       U_BREAKER, U_RETRY, U_N };
+static const char *const upstream_keys[U_N] = {"name",     "balancer",  "hash_on", "hash_epsilon",
+                                               "targets",  "keepalive", "timeouts", "health",
+                                               "circuit_breaker", "retry"};
 
 static void parse_upstream(cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_upstream_conf_t *u = &cx->cfg->upstreams[idx];
     char where[128], sub[192];
     describe(cx, m, "upstream", "upstreams", idx, where, sizeof where);
     field_t f[U_N];
-    scan_map(cx, m, where, upstream_keys, f, U_N, upstream_later);
+    scan_map(cx, m, where, upstream_keys, f, U_N, NULL);
     u->line = line_of(m);
     u->col = col_of(m);
-    u->balancer = SL_BALANCER_ROUND_ROBIN;
+    u->balancer = SL_LB_ROUND_ROBIN;
+    u->hash_on = SL_HASH_IP;
+    u->hash_epsilon = 0.25;
+    u->health = (sl_health_conf_t){.interval_ms = 2000, .timeout_ms = 1000, .healthy_threshold = 2,
+                                   .unhealthy_threshold = 3, .max_failures = 5, .window_ms = 10000};
+    u->breaker = (sl_breaker_conf_t){.failure_ratio = 0.5, .min_requests = 20, .window_ms = 30000,
+                                     .open_timeout_ms = 1000, .max_open_timeout_ms = 60000,
+                                     .half_open_requests = 2, .success_threshold = 2};
+    u->retry = (sl_retry_conf_t){.attempts = 1, .on_flags = SL_RETRY_ON_CONNECT_ERROR | SL_RETRY_ON_TIMEOUT,
+                                 .statuses = {502, 503, 504}, .nstatuses = 3, .backoff_ms = 25,
+                                 .max_backoff_ms = 250, .max_body = 1024 * 1024};
     u->keepalive_max_idle = 64;
     u->keepalive_idle_timeout_ms = 60 * 1000;
     u->connect_timeout_ms = 2 * 1000;
@@ -1045,20 +1235,23 @@ static void parse_upstream(cx_t *cx, const yaml_node_t *m, size_t idx) {
                        cx->cfg->upstreams[i].line);
     }
     if ((v = f[U_BALANCER].val)) {
-        static const char *const later[] = {"weighted-round-robin", "least-conn", "p2c-ewma",
-                                            "consistent-hash"};
         const char *s = get_text(cx, v, "balancer", "a string");
-        bool is_later = false;
-        for (size_t i = 0; s && i < sizeof later / sizeof later[0]; i++)
-            is_later |= strcmp(s, later[i]) == 0;
-        if (s && is_later)
-            cx_err(cx, v, "balancer %s is not supported by this build yet", s);
-        else if (s && strcmp(s, "round-robin") != 0)
+        size_t i = 0;
+        while (s && i < SL_ARRAY_LEN(balancer_names) && strcmp(s, balancer_names[i]) != 0) i++;
+        if (s && i < SL_ARRAY_LEN(balancer_names))
+            u->balancer = (int)i;
+        else if (s)
             cx_err(cx, v,
                    "unknown balancer '%s' (expected round-robin, weighted-round-robin, "
                    "least-conn, p2c-ewma or consistent-hash)",
                    s);
     }
+    if ((v = f[U_HASH_ON].val) && get_hash_on(cx, v, "hash_on", &u->hash_on, &u->hash_name) &&
+        u->balancer != SL_LB_CONSISTENT_HASH)
+        cx_err(cx, v, "hash_on needs balancer consistent-hash");
+    if ((v = f[U_HASH_EPS].val) && get_number(cx, v, "hash_epsilon", 0.0, 100.0, &u->hash_epsilon) &&
+        u->balancer != SL_LB_CONSISTENT_HASH)
+        cx_err(cx, v, "hash_epsilon needs balancer consistent-hash");
     size_t len;
     if ((v = required(cx, m, &f[U_TARGETS], where)) && list_len(cx, &f[U_TARGETS], &len)) {
         if (len == 0) cx_err(cx, v, "%s needs at least one target", where);
@@ -1092,6 +1285,11 @@ static void parse_upstream(cx_t *cx, const yaml_node_t *m, size_t idx) {
         if (t[TO_WRITE].val)
             get_duration(cx, t[TO_WRITE].val, "write", false, &u->write_timeout_ms);
     }
+    if ((v = f[U_HEALTH].val) && want_type(cx, v, YAML_MAPPING_NODE, "health")) parse_health(cx, v, where, &u->health);
+    if ((v = f[U_BREAKER].val) && want_type(cx, v, YAML_MAPPING_NODE, "circuit_breaker"))
+        parse_breaker(cx, v, where, &u->breaker);
+    if ((v = f[U_RETRY].val) && want_type(cx, v, YAML_MAPPING_NODE, "retry")) parse_retry(cx, v, where, &u->retry);
+    if (u->health.active_type == SL_PROBE_HTTP && !u->health.path) u->health.path = cx_strdup(cx, "/health");
 }
 
 static bool check_host(cx_t *cx, const yaml_node_t *v, char *s) {
@@ -1199,9 +1397,80 @@ static void parse_match_headers(cx_t *cx, const yaml_node_t *m, sl_route_conf_t 
 enum { M_HOSTS, M_PATHS, M_METHODS, M_HEADERS, M_N };
 static const char *const match_keys[M_N] = {"hosts", "paths", "methods", "headers"};
 
-enum { R_NAME, R_MATCH, R_UPSTREAM, R_STRIP, R_PLUGINS, R_N };
-static const char *const route_keys[R_N] = {"name", "match", "upstream", "strip_prefix", "plugins"};
-static const char *const route_later[] = {"split", NULL};
+enum { R_NAME, R_MATCH, R_UPSTREAM, R_SPLIT, R_STRIP, R_PLUGINS, R_N };
+static const char *const route_keys[R_N] = {"name", "match", "upstream", "split", "strip_prefix", "plugins"};
+
+static int find_upstream(const sl_config_t *cfg, const char *s) {
+    for (size_t i = 0; s && i < cfg->nupstreams; i++)
+        if (cfg->upstreams[i].name && strcmp(cfg->upstreams[i].name, s) == 0) return (int)i;
+    return -1;
+}
+
+enum { SP_UPSTREAM, SP_WEIGHT, SP_MATCH, SP_N };
+static const char *const split_keys[SP_N] = {"upstream", "weight", "match"};
+enum { SM_HEADERS, SM_COOKIES, SM_N };
+static const char *const split_match_keys[SM_N] = {"headers", "cookies"};
+
+/* One `NAME: VALUE` pair of a split arm's match (headers or cookies). */
+static void parse_split_pair(cx_t *cx, const yaml_node_t *m, const char *key, char **name, char **value) {
+    if (!want_type(cx, m, YAML_MAPPING_NODE, key)) return;
+    size_t n = (size_t)(m->data.mapping.pairs.top - m->data.mapping.pairs.start);
+    if (n != 1) {
+        cx_err(cx, m, "'%s' of a split arm takes exactly one NAME: VALUE", key);
+        return;
+    }
+    const yaml_node_pair_t *p = m->data.mapping.pairs.start;
+    const yaml_node_t *k = get_node(cx, p->key), *v = get_node(cx, p->value);
+    if (!k || !v || !get_string(cx, k, key, name)) return;
+    if (!is_token(*name)) cx_err(cx, k, "'%s' is not a valid %s name", *name, key);
+    get_string(cx, v, key, value);
+}
+
+static void parse_split(cx_t *cx, const field_t *fs, const char *where, sl_route_conf_t *r) {
+    size_t len;
+    if (!list_len(cx, fs, &len)) return;
+    if (len == 0) {
+        cx_err(cx, fs->val, "split needs at least one arm");
+        return;
+    }
+    if (!(r->split = cx_calloc(cx, len, sizeof *r->split))) return;
+    r->nsplit = len;
+    uint64_t total = 0;
+    bool incomplete = false;
+    for (size_t i = 0; i < len; i++) {
+        const yaml_node_t *m = list_map(cx, fs, i);
+        if (!m) continue;
+        sl_split_conf_t *a = &r->split[i];
+        char sub[256];
+        snprintf(sub, sizeof sub, "split[%zu] of %s", i, where);
+        field_t f[SP_N];
+        scan_map(cx, m, sub, split_keys, f, SP_N, NULL);
+        a->line = line_of(m);
+        a->col = col_of(m);
+        a->upstream = -1;
+        const yaml_node_t *v = required(cx, m, &f[SP_UPSTREAM], sub);
+        const char *s = v ? get_text(cx, v, "upstream", "a string") : NULL;
+        if (s && (a->upstream = find_upstream(cx->cfg, s)) < 0) cx_err(cx, v, "%s names unknown upstream '%s'", sub, s);
+        int64_t w;
+        if ((v = f[SP_WEIGHT].val) && get_int(cx, v, "weight", 0, 1000000, &w)) a->weight = (uint32_t)w;
+        if ((v = f[SP_MATCH].val) && want_type(cx, v, YAML_MAPPING_NODE, "match")) {
+            field_t mf[SM_N];
+            scan_map(cx, v, sub, split_match_keys, mf, SM_N, NULL);
+            if (mf[SM_HEADERS].val) parse_split_pair(cx, mf[SM_HEADERS].val, "headers", &a->header, &a->header_value);
+            if (mf[SM_COOKIES].val) parse_split_pair(cx, mf[SM_COOKIES].val, "cookies", &a->cookie, &a->cookie_value);
+            if (!mf[SM_HEADERS].val && !mf[SM_COOKIES].val) cx_err(cx, v, "a split match needs headers or cookies");
+        } else if (!f[SP_WEIGHT].val) {
+            cx_err(cx, m, "%s needs a weight or a match", sub);
+            incomplete = true;
+        }
+        if (f[SP_MATCH].val && f[SP_WEIGHT].val) {
+            cx_err(cx, f[SP_WEIGHT].key, "%s takes a weight or a match, not both", sub);
+            incomplete = true;
+        }
+        if (!f[SP_MATCH].val) total += a->weight;
+    }
+    if (total == 0 && !incomplete) cx_err(cx, fs->val, "split needs an arm without match whose weight is above 0");
+}
 
 static void parse_route(cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_config_t *cfg = cx->cfg;
@@ -1209,7 +1478,7 @@ static void parse_route(cx_t *cx, const yaml_node_t *m, size_t idx) {
     char where[128], sub[192];
     describe(cx, m, "route", "routes", idx, where, sizeof where);
     field_t f[R_N];
-    scan_map(cx, m, where, route_keys, f, R_N, route_later);
+    scan_map(cx, m, where, route_keys, f, R_N, NULL);
     r->line = line_of(m);
     r->col = col_of(m);
     r->upstream = -1;
@@ -1237,10 +1506,13 @@ static void parse_route(cx_t *cx, const yaml_node_t *m, size_t idx) {
     if ((v = f[R_UPSTREAM].val)) {
         has_upstream = true;
         const char *s = get_text(cx, v, "upstream", "a string");
-        for (size_t i = 0; s && i < cfg->nupstreams && r->upstream < 0; i++)
-            if (cfg->upstreams[i].name && strcmp(cfg->upstreams[i].name, s) == 0)
-                r->upstream = (int)i;
+        r->upstream = find_upstream(cfg, s);
         if (s && r->upstream < 0) cx_err(cx, v, "%s names unknown upstream '%s'", where, s);
+    }
+    if (f[R_SPLIT].val) {
+        if (has_upstream) cx_err(cx, f[R_SPLIT].key, "%s has both upstream and split: keep one", where);
+        has_upstream = true;
+        parse_split(cx, &f[R_SPLIT], where, r);
     }
     if ((v = f[R_STRIP].val) && get_bool(cx, v, "strip_prefix", &r->strip_prefix) &&
         r->strip_prefix && r->npaths == 0)
@@ -1553,6 +1825,8 @@ void sl_config_free(sl_config_t *cfg) {
     for (size_t i = 0; cfg->upstreams && i < cfg->nupstreams; i++) {
         sl_upstream_conf_t *u = &cfg->upstreams[i];
         free(u->name);
+        free(u->hash_name);
+        free(u->health.path);
         for (size_t j = 0; u->targets && j < u->ntargets; j++) addr_free(&u->targets[j].addr);
         free(u->targets);
     }
@@ -1568,6 +1842,13 @@ void sl_config_free(sl_config_t *cfg) {
             free(r->headers[j].value);
         }
         free(r->headers);
+        for (size_t j = 0; r->split && j < r->nsplit; j++) {
+            free(r->split[j].header);
+            free(r->split[j].header_value);
+            free(r->split[j].cookie);
+            free(r->split[j].cookie_value);
+        }
+        free(r->split);
         plugins_free(r->plugins, r->nplugins);
     }
     free(cfg->routes);

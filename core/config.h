@@ -19,7 +19,40 @@
 #include <sys/socket.h>
 
 enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
-enum { SL_BALANCER_ROUND_ROBIN = 1 };
+/* balancer kinds are balancer.h's SL_LB_* */
+#include "balancer.h"
+#include "breaker.h"
+
+/** What consistent-hash (and a route's sticky split) hashes. */
+enum { SL_HASH_IP = 0, SL_HASH_HEADER, SL_HASH_COOKIE, SL_HASH_PATH };
+
+/** Retry conditions, as bits of sl_retry_conf_t.on_flags (statuses are listed apart). */
+enum { SL_RETRY_ON_CONNECT_ERROR = 1 << 0, SL_RETRY_ON_TIMEOUT = 1 << 1 };
+#define SL_MAX_RETRY_STATUSES 16
+
+typedef struct {
+    uint32_t attempts;          /**< tries in all, the first included; default 1 (no retry) */
+    uint32_t on_flags;          /**< SL_RETRY_ON_* */
+    uint16_t statuses[SL_MAX_RETRY_STATUSES]; /**< upstream statuses that are retried */
+    uint32_t nstatuses;
+    uint64_t backoff_ms;        /**< base of the full-jitter backoff; default 25ms */
+    uint64_t max_backoff_ms;    /**< default 250ms */
+    uint64_t max_body;          /**< request bodies up to this are buffered for replay; 1MiB */
+    uint64_t hedge_after_ms;    /**< 0: no hedging */
+} sl_retry_conf_t;
+
+enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP };
+
+typedef struct {
+    int active_type;            /**< SL_PROBE_*; NONE: no active probes */
+    char *path;                 /**< http probe path; default /health */
+    int expect_status;          /**< 0: any 2xx/3xx */
+    uint64_t interval_ms, timeout_ms;   /**< default 2s, 1s */
+    uint32_t healthy_threshold, unhealthy_threshold; /**< default 2, 3 */
+    bool passive;               /**< passive ejection configured */
+    uint32_t max_failures;      /**< default 5 */
+    uint64_t window_ms;         /**< default 10s */
+} sl_health_conf_t;
 
 /** A parsed "host:port" or "[v6]:port"; port 0 asks the kernel for a free one. */
 typedef struct {
@@ -47,7 +80,13 @@ typedef struct {
 
 typedef struct {
     char *name;
-    int balancer;                /**< SL_BALANCER_* */
+    int balancer;                /**< SL_LB_* */
+    int hash_on;                 /**< SL_HASH_* (consistent-hash) */
+    char *hash_name;             /**< header or cookie name for SL_HASH_HEADER / _COOKIE */
+    double hash_epsilon;         /**< bounded-load slack: cap = ceil((1+e) * mean); default 0.25 */
+    sl_health_conf_t health;
+    sl_breaker_conf_t breaker;   /**< enabled when `circuit_breaker:` is present */
+    sl_retry_conf_t retry;
     sl_target_conf_t *targets;
     size_t ntargets;             /**< at least 1 */
     uint32_t keepalive_max_idle; /**< per worker, per target; default 64; 0 disables reuse */
@@ -57,6 +96,16 @@ typedef struct {
     uint64_t write_timeout_ms;   /**< default 30s */
     int line, col;
 } sl_upstream_conf_t;
+
+/** One arm of a route's split: entries with a match are tried first, in order; the
+ *  rest share the traffic by weight. */
+typedef struct {
+    int upstream;                /**< index into upstreams */
+    uint32_t weight;             /**< 0 for an entry that only matches */
+    char *header, *header_value; /**< match: header NAME equals VALUE */
+    char *cookie, *cookie_value; /**< match: cookie NAME equals VALUE */
+    int line, col;
+} sl_split_conf_t;
 
 typedef struct {
     char *name;   /**< header name as written */
@@ -79,6 +128,7 @@ typedef struct {
     char **methods; size_t nmethods; /**< upper-case */
     sl_kv_t *headers; size_t nheaders;
     int upstream;                    /**< index into upstreams, or -1 */
+    sl_split_conf_t *split; size_t nsplit; /**< instead of upstream: canary/match split */
     bool strip_prefix;
     int lua_file;                    /**< index into lua_route_files for a lua_routes route, else -1 */
     int lua_index;                   /**< its 1-based position in that file's list */

@@ -191,6 +191,7 @@ static sl_req_t *req_new(sl_conn_t *c) {
     r->route = -1;
     r->upstream = -1;
     r->target = -1;
+    r->next_target = -1;
     sl_arena_init(&r->arena, &w->blocks);
     return r;
 }

@@ -5,7 +5,6 @@
  */
 #include <math.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "http_conn.h"
@@ -222,10 +221,35 @@ int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **
     for (size_t i = 0; i < cfg->nupstreams; i++)
         if (strlen(cfg->upstreams[i].name) == len && memcmp(cfg->upstreams[i].name, name, len) == 0) {
             r->upstream = (int)i;
+            r->to_address = 0;
             return SL_OK;
         }
-    *err = "no upstream of that name";
-    return SL_ERROR;
+    /* Not a name: an address ("10.0.0.7:8080", "[::1]:9000"; IP literals only, so the
+     * request never waits for a resolver). */
+    char text[sizeof(r->address_text)];
+    sl_addr_t a;
+    if (len == 0 || len >= sizeof(text) || !memchr(name, ':', len)) {
+        *err = "no upstream of that name (an address is HOST:PORT with an IP literal host)";
+        return SL_ERROR;
+    }
+    memcpy(text, name, len);
+    text[len] = 0;
+    if (sl_parse_addr(text, &a) != 0) {
+        *err = "no upstream of that name, and not an IP:PORT address";
+        return SL_ERROR;
+    }
+    free(a.text);
+    uint16_t port = a.ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a.ss)->sin6_port
+                                               : ((struct sockaddr_in *)&a.ss)->sin_port;
+    if (port == 0) {
+        *err = "the address needs a port";
+        return SL_ERROR;
+    }
+    r->address = a.ss;
+    memcpy(r->address_text, text, len + 1);
+    r->to_address = 1;
+    r->upstream = -1;
+    return SL_OK;
 }
 
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof) {
@@ -254,28 +278,6 @@ int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err) {
     return SL_OK;
 }
 
-typedef struct {
-    sl_wait_t base;
-    uv_timer_t timer;
-} sl_sleep_t;
-
-static void sleep_on_close(uv_handle_t *h) { free(h->data); }
-
-static void sleep_on_timer(uv_timer_t *t) {
-    sl_sleep_t *s = t->data;
-    sl_req_t *r = s->base.r;
-    uv_close((uv_handle_t *)t, sleep_on_close);
-    if (!r) return;
-    r->wait = NULL;
-    sl__req_wakeup(r);
-}
-
-static void sleep_cancel(sl_wait_t *wt) {
-    sl_sleep_t *s = SL_CONTAINER_OF(wt, sl_sleep_t, base);
-    uv_timer_stop(&s->timer);
-    uv_close((uv_handle_t *)&s->timer, sleep_on_close);
-}
-
 int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
     if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
         *err = "sleep works in rewrite and access only";
@@ -285,19 +287,50 @@ int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
         *err = "already waiting";
         return SL_ERROR;
     }
-    sl_sleep_t *s = malloc(sizeof(*s));
-    if (!s) {
+    if (sl__req_wait_ms(r, ms, SL_WAIT_SLEEP, sl__req_wakeup) != SL_OK) {
         *err = "out of memory";
         return SL_ERROR;
     }
-    uv_timer_init(&r->w->loop, &s->timer);
-    s->timer.data = s;
-    s->base = (sl_wait_t){.r = r, .kind = SL_WAIT_SLEEP, .cancel = sleep_cancel};
-    r->wait = &s->base;
-    /* The loop's clock is cached from the start of this iteration: refresh it, or a
-     * sleep could end early by the time spent in this iteration so far. */
+    return SL_OK;
+}
+
+/* ---- timed waits (a plugin's sleep, a retry's backoff) ---- */
+
+typedef struct {
+    sl_wait_t base;
+    uv_timer_t timer;
+    void (*fire)(sl_req_t *r);
+} sl_timed_wait_t;
+
+static void timed_wait_closed(uv_handle_t *h) { free(h->data); }
+
+static void timed_wait_fired(uv_timer_t *t) {
+    sl_timed_wait_t *tw = t->data;
+    sl_req_t *r = tw->base.r;
+    uv_close((uv_handle_t *)t, timed_wait_closed);
+    if (!r) return;
+    r->wait = NULL;
+    tw->fire(r);
+}
+
+static void timed_wait_cancel(sl_wait_t *wt) {
+    sl_timed_wait_t *tw = SL_CONTAINER_OF(wt, sl_timed_wait_t, base);
+    uv_timer_stop(&tw->timer);
+    uv_close((uv_handle_t *)&tw->timer, timed_wait_closed);
+}
+
+int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r)) {
+    sl_timed_wait_t *tw = malloc(sizeof(*tw));
+    if (!tw) return SL_ERROR;
+    uv_timer_init(&r->w->loop, &tw->timer);
+    tw->timer.data = tw;
+    tw->base = (sl_wait_t){.r = r, .kind = kind, .cancel = timed_wait_cancel};
+    tw->fire = fire;
+    r->wait = &tw->base;
+    /* The loop's clock is cached from the start of this iteration: refresh it, or the
+     * wait could end early by the time spent in this iteration so far. */
     uv_update_time(&r->w->loop);
-    uv_timer_start(&s->timer, sleep_on_timer, ms, 0);
+    uv_timer_start(&tw->timer, timed_wait_fired, ms, 0);
     return SL_OK;
 }
 
@@ -325,24 +358,18 @@ int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st) {
     st->bytes_out = r->bytes_out;
     st->duration_ms = (double)(sl_now_ns() - r->start_ns) / 1e6;
     st->upstream = r->upstream >= 0 ? cfg->upstreams[r->upstream].name : "";
-    st->target = r->upstream >= 0 && r->target >= 0 ? cfg->upstreams[r->upstream].targets[r->target].addr.text : "";
+    st->target = r->to_address ? r->address_text
+                 : r->upstream >= 0 && r->target >= 0 ? cfg->upstreams[r->upstream].targets[r->target].addr.text
+                                                      : "";
     st->route = r->route >= 0 ? cfg->routes[r->route].name : "";
     return SL_OK;
 }
 
-static __thread uint64_t rnd_state;
-
 void sl_ffi_random_hex(char *out, size_t n) {
     static const char hex[] = "0123456789abcdef";
-    if (!rnd_state) {
-        if (getrandom(&rnd_state, sizeof(rnd_state), 0) != sizeof(rnd_state) || !rnd_state)
-            rnd_state = sl_now_ns() | 1;
-    }
+    uint64_t v = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i % 16 == 0) {
-            rnd_state ^= rnd_state >> 12, rnd_state ^= rnd_state << 25, rnd_state ^= rnd_state >> 27;
-        }
-        uint64_t v = rnd_state * 0x2545F4914F6CDD1DULL;
+        if (i % 16 == 0) v = sl_rand64();
         out[i] = hex[(v >> ((i % 16) * 4)) & 15];
     }
 }

@@ -97,7 +97,20 @@ struct sl_req_s {
     uint8_t resp_done;  /**< response fully queued */
     uint8_t resp_eof_body; /**< response body is delimited by the upstream's close */
     uint8_t keep_alive; /**< the client connection may serve another request */
-    uint8_t retried;
+    uint8_t retried;    /**< a dead pooled connection was replaced once */
+    /* upstream attempts: target choice, breaker admission, retries (see "attempts" in proxy_http.c) */
+    uint8_t attempts;   /**< attempts started (retries are attempts after the first) */
+    uint8_t admit;      /**< sl_admit_t of the current attempt's breaker admission */
+    uint8_t outcome_due;/**< the current attempt's outcome is not recorded yet */
+    uint8_t in_flight;  /**< the current attempt counts in its target's in-flight */
+    uint8_t up_wrote;   /**< request bytes went to an upstream socket */
+    uint8_t to_address; /**< upstream.set(address): r->address, not a configured upstream */
+    struct sockaddr_storage address;
+    char address_text[64];
+    int next_target;    /**< a retry's target, chosen (and admitted) before the backoff; -1 */
+    uint32_t retry_after_s; /**< a 503 for open breakers: its Retry-After */
+    uint64_t tried;     /**< targets tried, bit (t % 64) */
+    uint64_t skip;      /**< targets whose breaker refused during this pick */
     int status;         /**< status sent to the client */
     int upstream;       /**< cfg upstream index or -1 */
     int target;
@@ -120,7 +133,9 @@ struct sl_req_s {
     uint8_t stage;      /**< SL_STAGE_* */
     uint8_t lua_phase;  /**< the phase running (or waiting) in Lua, SL_PHASE_* */
     uint8_t lua_waiting;/**< the request's coroutine yielded: an event resumes it */
-    uint8_t body_buffered; /**< the whole body is in heap (a plugin read it) */
+    uint8_t body_buffered; /**< the whole body is in heap (a plugin read it, or a retry may replay it) */
+    uint8_t replay_wait;   /**< reading the body whole before the first attempt (retries) */
+    uint64_t buffer_max;   /**< cap of a buffered body; 0: SL_BUFFER_MAX_BODY */
     uint8_t in_header_filter;
     uint8_t logged;
     uint8_t phases;     /**< SL_PHASE_* bits the route's chain defines */
@@ -145,7 +160,7 @@ struct sl_req_s {
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
  *  owner: closing a handle outlives the request. */
-enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP };
+enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP, SL_WAIT_BACKOFF };
 typedef struct sl_wait_s {
     sl_req_t *r; /**< NULL once the request is gone */
     int kind;    /**< SL_WAIT_* */
@@ -193,6 +208,9 @@ uint32_t sl__outq_room(const sl_outq_t *q);
 /** Writes the queue: 1 when written at once, 0 when a write is in flight, <0 on error. */
 int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb);
 
+/** Calls fire(r) after ms on the worker's loop; r->wait holds it (cancelled when the
+ *  request ends first). SL_OK, or SL_ERROR when out of memory. */
+int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r));
 /** The request's coroutine may continue (a sleep ended, its body arrived). */
 void sl__req_wakeup(sl_req_t *r);
 /** Starts buffering the request body for a plugin; SL_OK when already whole. */

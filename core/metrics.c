@@ -23,7 +23,9 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
-    if (!m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
+    m->nupstreams = cfg->nupstreams;
+    m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
+    if (!m->retries || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
         !m->conns_active) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -40,6 +42,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->up_noresp);
     free(m->conns_active);
     free(m->plugin_errors);
+    free(m->retries);
     memset(m, 0, sizeof(*m));
 }
 
@@ -65,6 +68,7 @@ void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns
 }
 
 void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns) {
+    if (upstream < 0 || target < 0) return; /* a plugin-chosen address has no series */
     size_t t = m->target_base[upstream] + (size_t)target;
     int ci = code_index(status);
     if (ci >= 0)
@@ -79,6 +83,13 @@ void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos) {
     if (pos < 0 || pos >= SL_METRIC_MAX_CHAIN) return;
     SL_COUNTER_ADD(m->plugin_errors[r * SL_METRIC_MAX_CHAIN + (size_t)pos], 1);
 }
+
+void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason) {
+    if (upstream < 0 || (size_t)upstream >= m->nupstreams || reason < 0 || reason >= SL_RETRY_REASONS) return;
+    SL_COUNTER_ADD(m->retries[(size_t)upstream * SL_RETRY_REASONS + (size_t)reason], 1);
+}
+
+static const char *const retry_reasons[SL_RETRY_REASONS] = {"connect_error", "timeout", "reset", "status"};
 
 static int route_named(const sl_config_t *c, const char *name) {
     for (size_t i = 0; i < c->nroutes; i++)
@@ -118,6 +129,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
         for (size_t v = 0; v < tcfg->nupstreams; v++) {
             const sl_upstream_conf_t *tu = &tcfg->upstreams[v];
             if (strcmp(fu->name, tu->name) != 0) continue;
+            for (size_t k = 0; k < SL_RETRY_REASONS; k++)
+                SL_COUNTER_ADD(to->retries[v * SL_RETRY_REASONS + k], from->retries[u * SL_RETRY_REASONS + k]);
             for (size_t a = 0; a < fu->ntargets; a++)
                 for (size_t b = 0; b < tu->ntargets; b++) {
                     if (strcmp(fu->targets[a].addr.text, tu->targets[b].addr.text) != 0) continue;
@@ -241,6 +254,15 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             render_hist(&t, "sluice_upstream_duration_seconds", labels, &h);
         }
     }
+    tprintf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
+                "# TYPE sluice_retries_total counter\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t k = 0; k < SL_RETRY_REASONS; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->retries[u * SL_RETRY_REASONS + k]);
+            tprintf(&t, "sluice_retries_total{upstream=\"%s\",reason=\"%s\"} %llu\n", cfg->upstreams[u].name,
+                    retry_reasons[k], (unsigned long long)v);
+        }
     tprintf(&t, "# HELP sluice_connections_active Open client connections by listener.\n"
                 "# TYPE sluice_connections_active gauge\n");
     for (size_t l = 0; l < cfg->nlisteners; l++) {

@@ -14,6 +14,9 @@
 #define SL_METRIC_BUCKETS 14
 #define SL_METRIC_MAX_CHAIN 32
 
+/** Why a request was retried: the `reason` label of sluice_retries_total. */
+enum { SL_RETRY_CONNECT, SL_RETRY_TIMEOUT, SL_RETRY_RESET, SL_RETRY_STATUS, SL_RETRY_REASONS };
+
 #define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
@@ -33,6 +36,8 @@ typedef struct {
     uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
     int64_t *conns_active; /**< [nlisteners] */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
+    uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
+    size_t nupstreams;
     uint64_t accepted, requests;
 } sl_wmetrics_t;
 
@@ -43,6 +48,9 @@ void sl_metrics_free(sl_wmetrics_t *m);
 void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns);
 /** Records one upstream exchange; code 0 when no response arrived. Worker thread only. */
 void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns);
+
+/** Counts a retry of `upstream` for `reason` (SL_RETRY_*). Worker thread only. */
+void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason);
 
 /** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
 void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);

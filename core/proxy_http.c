@@ -14,13 +14,17 @@
 #include "log.h"
 #include "lua_host.h"
 #include "server.h"
+#include "upstreams.h"
 
 static void resp_pump(sl_req_t *r);
 static void answer_plugin_error(sl_req_t *r);
 void sl__req_cancel_wait(sl_req_t *r);
 static void req_pump_up(sl_req_t *r);
 static void req_finish(sl_req_t *r);
-static void up_failed(sl_req_t *r, int status, const char *why);
+/* How an upstream attempt failed: decides whether a retry may follow (retry.on). */
+enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER };
+static void up_failed(sl_req_t *r, int status, int kind, const char *why);
+static void attempt_abandon(sl_req_t *r);
 static void req_connect(sl_req_t *r);
 
 /* ---- output queues ---- */
@@ -82,6 +86,22 @@ int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb)
 
 /* ---- heads ---- */
 
+/* A plugin's upstream.set(address): the request goes to that address on a connection of
+ * its own (no pool, balancer, breaker or retry: none of them know the address), with the
+ * default timeouts. */
+static const sl_upstream_conf_t address_upstream = {
+    .name = "(address)",
+    .connect_timeout_ms = 2000,
+    .read_timeout_ms = 30000,
+    .write_timeout_ms = 30000,
+    .keepalive_max_idle = 0,
+    .retry = {.attempts = 1},
+};
+
+static const sl_upstream_conf_t *upstream_conf(const sl_req_t *r) {
+    return r->upstream >= 0 ? &r->w->cfg->upstreams[r->upstream] : &address_upstream;
+}
+
 static bool put_header(sl_wbuf_t *b, sl_str_t name, sl_str_t value) {
     return sl_wbuf_str(b, name) && SL_WBUF_LIT(b, ": ") && sl_wbuf_str(b, value) &&
            SL_WBUF_LIT(b, "\r\n");
@@ -141,7 +161,7 @@ static int build_upstream_head(sl_req_t *r) {
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
              SL_WBUF_LIT(&b, "\r\n");
     }
-    if (r->w->cfg->upstreams[r->upstream].keepalive_max_idle == 0)
+    if (upstream_conf(r)->keepalive_max_idle == 0)
         ok = ok && SL_WBUF_LIT(&b, "Connection: close\r\n");
     ok = ok && SL_WBUF_LIT(&b, "\r\n");
     if (!ok) return SL_ERROR;
@@ -233,6 +253,7 @@ static void respond_plain_500(sl_req_t *r, bool close) {
 }
 
 void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
+    attempt_abandon(r);
     if (r->up) {
         r->up->req = NULL;
         sl__upconn_close(r->up);
@@ -278,7 +299,8 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, body.len) &&
              SL_WBUF_LIT(&b, "\r\n");
     if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
-        ok = ok && SL_WBUF_LIT(&b, "Retry-After: 1\r\n");
+        ok = ok && SL_WBUF_LIT(&b, "Retry-After: ") && sl_wbuf_u64(&b, r->retry_after_s ? r->retry_after_s : 1) &&
+             SL_WBUF_LIT(&b, "\r\n");
     ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
     if (!ok) {
         sl__conn_abort(r->c);
@@ -361,7 +383,8 @@ static int on_body_to_upstream(void *ud, const char *p, size_t n) {
 static int on_body_to_buffer(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
     r->body_in += n;
-    uint64_t max = r->c->lc->max_body ? SL_MIN(r->c->lc->max_body, SL_BUFFER_MAX_BODY) : SL_BUFFER_MAX_BODY;
+    uint64_t limit = r->buffer_max ? r->buffer_max : SL_BUFFER_MAX_BODY;
+    uint64_t max = r->c->lc->max_body ? SL_MIN(r->c->lc->max_body, limit) : limit;
     if (r->heap_len + n > max) {
         r->body_err = 413;
         return 1;
@@ -422,6 +445,8 @@ static const sl_route_conf_t *route_conf(const sl_req_t *r) {
     return r->route >= 0 ? &r->w->cfg->routes[r->route] : NULL;
 }
 
+static sl_upstream_rt_t *upstream_rt(const sl_req_t *r) { return &r->w->ug->ups[r->upstream]; }
+
 /* The gateway reads the body itself, so it says 100 Continue itself (as nginx does). */
 static void send_continue(sl_req_t *r) {
     sl_conn_t *c = r->c;
@@ -434,6 +459,22 @@ static void send_continue(sl_req_t *r) {
 
 static void start_proxy(sl_req_t *r) {
     sl_conn_t *c = r->c;
+    const sl_retry_conf_t *rc = &upstream_conf(r)->retry;
+    /* A body a retry may have to send again is read whole first, up to retry.max_body;
+     * a bigger (or chunked) one streams once and is never retried. */
+    if (!r->body_buffered && (rc->attempts > 1) && r->head.body_kind == SL_BODY_LENGTH &&
+        r->head.content_length <= rc->max_body) {
+        r->buffer_max = rc->max_body;
+        r->replay_wait = 1;
+        int st = sl__req_buffer_body(r);
+        if (st == SL_EAGAIN || r->c->req != r) return; /* sl__req_on_client_data goes on */
+        r->replay_wait = 0;
+        if (st == SL_ERROR) {
+            int code = r->body_err ? r->body_err : 400;
+            respond_error(r, code, code == 413 ? "body too large" : "bad request body", true);
+            return;
+        }
+    }
     r->mode = SL_MODE_PROXY;
     r->stage = SL_STAGE_RESPONSE;
     r->upq.chunked = !r->body_buffered && r->head.body_kind == SL_BODY_CHUNKED;
@@ -470,6 +511,32 @@ static void answer_plugin_error(sl_req_t *r) {
 }
 
 static bool phase_finished(sl_req_t *r, int rc);
+static sl_str_t cookie_value(const sl_req_t *r, const char *name);
+static sl_str_t header_value(const sl_req_t *r, const char *name);
+
+/* A route's split: the first arm whose match (a header or cookie value) fits, else an arm
+ * drawn by weight among those without a match. */
+static int split_pick(const sl_req_t *r, const sl_route_conf_t *rc) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < rc->nsplit; i++) {
+        const sl_split_conf_t *a = &rc->split[i];
+        if (!a->header && !a->cookie) {
+            total += a->weight;
+            continue;
+        }
+        sl_str_t v = a->header ? header_value(r, a->header) : cookie_value(r, a->cookie);
+        const char *want = a->header ? a->header_value : a->cookie_value;
+        if (v.len == strlen(want) && memcmp(v.p, want, v.len) == 0) return a->upstream;
+    }
+    uint64_t x = total ? sl_rand64() % total : 0;
+    for (size_t i = 0; i < rc->nsplit; i++) {
+        const sl_split_conf_t *a = &rc->split[i];
+        if (a->header || a->cookie) continue;
+        if (x < a->weight) return a->upstream;
+        x -= a->weight;
+    }
+    return rc->upstream;
+}
 
 /* Runs the request from its current stage: rewrite, access (each may wait), content. */
 static void req_run(sl_req_t *r) {
@@ -484,8 +551,8 @@ static void req_run(sl_req_t *r) {
             break;
         case SL_STAGE_CONTENT: {
             const sl_route_conf_t *rc = route_conf(r);
-            if (r->upstream < 0) r->upstream = rc->upstream;
-            if (r->upstream < 0) {
+            if (r->upstream < 0 && !r->to_address) r->upstream = rc->nsplit ? split_pick(r, rc) : rc->upstream;
+            if (r->upstream < 0 && !r->to_address) {
                 sl_log_kv(SL_LOG_WARN, (const char *[]){"route", rc->name, "request_id", r->rid}, 2,
                           "the route's chain gave no answer and it has no upstream");
                 r->stage = SL_STAGE_RESPONSE;
@@ -559,6 +626,11 @@ void sl__req_on_client_data(sl_req_t *r) {
         if (r->mode == SL_MODE_BUFFER) {
             int rc = buffer_pump(r);
             if (rc == SL_EAGAIN) return;
+            if (r->replay_wait) {
+                if (rc == SL_ERROR) sl__conn_stop_reading(r->c);
+                start_proxy(r); /* whole now (or failed: start_proxy answers) */
+                return;
+            }
             if (r->lua_waiting) {
                 /* the plugin waiting in get_body learns the outcome when it runs again */
                 if (rc == SL_ERROR) sl__conn_stop_reading(r->c);
@@ -625,7 +697,7 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     u->rlen += (uint32_t)nread;
-    up_arm(u, r->w->cfg->upstreams[r->upstream].read_timeout_ms);
+    up_arm(u, upstream_conf(r)->read_timeout_ms);
     resp_pump(r);
 }
 
@@ -636,7 +708,10 @@ static void up_on_timer(uv_timer_t *t) {
         sl__upconn_close(u); /* idle keep-alive expired */
         return;
     }
-    up_failed(r, 504, u->state == SL_UP_CONNECTING ? "upstream connect timed out" : "upstream timed out");
+    if (u->state == SL_UP_CONNECTING)
+        up_failed(r, 504, SL_FAIL_CONNECT, "upstream connect timed out");
+    else
+        up_failed(r, 504, SL_FAIL_TIMEOUT, "upstream timed out");
 }
 
 static void up_arm(sl_upconn_t *u, uint64_t ms) {
@@ -649,7 +724,7 @@ static void up_on_write(uv_write_t *wr, int status) {
     if (!r) return; /* cancelled by a close */
     r->upq.writing = 0;
     if (status < 0) {
-        up_failed(r, 502, "upstream write failed");
+        up_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
         return;
     }
     sl__outq_reset(&r->upq);
@@ -661,7 +736,7 @@ static void up_on_connect(uv_connect_t *creq, int status) {
     sl_req_t *r = u->req;
     if (!r || u->state == SL_UP_CLOSED) return;
     if (status < 0) {
-        up_failed(r, status == UV_ETIMEDOUT ? 504 : 502, uv_strerror(status));
+        up_failed(r, status == UV_ETIMEDOUT ? 504 : 502, SL_FAIL_CONNECT, uv_strerror(status));
         return;
     }
     u->state = SL_UP_ACTIVE;
@@ -670,15 +745,267 @@ static void up_on_connect(uv_connect_t *creq, int status) {
     req_pump_up(r);
 }
 
-static void req_connect(sl_req_t *r) {
-    sl_worker_t *w = r->w;
-    const sl_upstream_conf_t *uc = &w->cfg->upstreams[r->upstream];
-    sl_upstream_state_t *us = &w->ups[r->upstream];
-    uint32_t t = us->rr_next++ % (uint32_t)uc->ntargets;
-    r->target = (int)t;
-    r->up_start_ns = sl_now_ns();
+/* ---- attempts: which target, breaker admission, outcomes, retries ----
+ *
+ * An attempt is one try of the request on one target. It starts with a balancer pick
+ * among eligible targets (healthy, breaker not open, not tried by this request) and
+ * the target breaker's admission; it counts in the target's in-flight until its
+ * connection is released; its outcome (success, failure, or a cancellation that
+ * counts as nothing) goes to the breaker and passive health exactly once, on every
+ * path: response head, failure, client abort, a gateway answer that replaces it. */
 
-    sl_upconn_t *u = sl__pool_get(w, (uint32_t)r->upstream, t);
+enum { SL_OUT_SUCCESS, SL_OUT_FAILURE, SL_OUT_CANCEL };
+
+
+typedef struct {
+    sl_req_t *r;
+    sl_upstream_rt_t *rt;
+    const sl_breaker_conf_t *bc;
+    uint64_t now_ms;
+    bool ignore_health;
+} pick_ctx_t;
+
+static bool target_eligible(void *ud, uint32_t t) {
+    pick_ctx_t *pc = ud;
+    if ((pc->r->tried | pc->r->skip) & (1ull << (t & 63))) return false;
+    if (!pc->ignore_health && !sl_tstate_healthy(pc->rt->ts[t], pc->now_ms)) return false;
+    return !pc->bc->enabled ||
+           sl_breaker_state(&pc->rt->ts[t]->breaker[SL_LAYER_HTTP], pc->bc, pc->now_ms) != SL_BREAKER_OPEN;
+}
+
+/* The value of cookie `name` in the request's Cookie header(s), or an empty string. */
+static sl_str_t cookie_value(const sl_req_t *r, const char *name) {
+    size_t nl = strlen(name);
+    for (uint16_t i = 0; i < r->head.nheaders; i++) {
+        const sl_h1_header_t *h = &r->head.headers[i];
+        if (!SL_IEQ(h->name, "cookie")) continue;
+        const char *p = h->value.p, *end = p + h->value.len;
+        while (p < end) {
+            while (p < end && (*p == ' ' || *p == ';')) p++;
+            const char *eq = memchr(p, '=', (size_t)(end - p));
+            const char *semi = memchr(p, ';', (size_t)(end - p));
+            if (!semi) semi = end;
+            if (eq && eq < semi && (size_t)(eq - p) == nl && memcmp(p, name, nl) == 0)
+                return (sl_str_t){eq + 1, (size_t)(semi - eq - 1)};
+            p = semi;
+        }
+    }
+    return (sl_str_t){"", 0};
+}
+
+static sl_str_t header_value(const sl_req_t *r, const char *name) {
+    sl_str_t n = {name, strlen(name)};
+    for (uint16_t i = 0; i < r->head.nheaders; i++)
+        if (sl_str_ieq2(r->head.headers[i].name, n)) return r->head.headers[i].value;
+    return (sl_str_t){"", 0};
+}
+
+/* What consistent-hash hashes for this request (hash_on). */
+static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
+    switch (uc->hash_on) {
+    case SL_HASH_HEADER: return header_value(r, uc->hash_name);
+    case SL_HASH_COOKIE: return cookie_value(r, uc->hash_name);
+    case SL_HASH_PATH: return r->head.path;
+    default: return (sl_str_t){r->c->peer, strlen(r->c->peer)};
+    }
+}
+
+/* Chooses the next attempt's target and takes its breaker admission (r->admit).
+ * Returns the target, or -1; *retry_after_ms > 0 when open breakers were the reason.
+ * When every untried target is unhealthy they are tried anyway: a guess beats a
+ * certain error (Envoy's "panic" routing, at a threshold of 0%). */
+static int pick_target(sl_req_t *r, uint64_t *retry_after_ms) {
+    const sl_upstream_conf_t *uc = upstream_conf(r);
+    pick_ctx_t pc = {r, upstream_rt(r), &uc->breaker, sl_now_ms(), false};
+    sl_str_t key = uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, uc) : (sl_str_t){"", 0};
+    *retry_after_ms = 0;
+    for (int pass = 0; pass < 2; pass++, pc.ignore_health = true) {
+        r->skip = 0;
+        for (size_t n = 0; n <= uc->ntargets; n++) {
+            int t = sl_balancer_pick(pc.rt->bal, target_eligible, &pc, key.p, key.len, sl_rand64());
+            if (t < 0) break;
+            uint64_t ra = 0;
+            sl_admit_t a = uc->breaker.enabled
+                               ? sl_breaker_admit(&pc.rt->ts[t]->breaker[SL_LAYER_HTTP], &uc->breaker, pc.now_ms, &ra)
+                               : SL_ADMIT_CLOSED;
+            if (a != SL_ADMIT_REFUSED) {
+                r->admit = (uint8_t)a;
+                return t;
+            }
+            r->skip |= 1ull << (t & 63); /* half-open with every probe slot taken, or just opened */
+            if (!*retry_after_ms || ra < *retry_after_ms) *retry_after_ms = ra;
+        }
+        /* open breakers are an answer (503), not a reason to ignore health */
+        if (*retry_after_ms) return -1;
+        bool any_open = false;
+        for (size_t t = 0; uc->breaker.enabled && t < uc->ntargets; t++)
+            any_open |= !(r->tried & (1ull << (t & 63))) &&
+                        sl_breaker_state(&pc.rt->ts[t]->breaker[SL_LAYER_HTTP], &uc->breaker, pc.now_ms) ==
+                            SL_BREAKER_OPEN;
+        if (any_open) {
+            *retry_after_ms = uc->breaker.open_timeout_ms;
+            return -1;
+        }
+    }
+    return -1;
+}
+
+static void attempt_begin(sl_req_t *r, int t) {
+    r->up_start_ns = sl_now_ns();
+    if (r->to_address) return;
+    r->target = t;
+    r->tried |= 1ull << (t & 63);
+    r->attempts++;
+    r->outcome_due = 1;
+    r->in_flight = 1;
+    sl_balancer_begin(upstream_rt(r)->bal, (uint32_t)t);
+}
+
+/* The attempt's outcome, once: breaker, passive health. */
+static void attempt_outcome(sl_req_t *r, int outcome) {
+    if (!r->outcome_due || r->to_address) return;
+    r->outcome_due = 0;
+    const sl_upstream_conf_t *uc = upstream_conf(r);
+    sl_tstate_t *ts = upstream_rt(r)->ts[r->target];
+    uint64_t now = sl_now_ms();
+    if (uc->breaker.enabled) {
+        if (outcome == SL_OUT_CANCEL)
+            sl_breaker_cancel(&ts->breaker[SL_LAYER_HTTP], (sl_admit_t)r->admit);
+        else
+            sl_breaker_record(&ts->breaker[SL_LAYER_HTTP], &uc->breaker, (sl_admit_t)r->admit,
+                              outcome == SL_OUT_SUCCESS, now);
+    }
+    if (outcome == SL_OUT_FAILURE) sl_tstate_passive_failure(ts, &uc->health, now);
+}
+
+/* The attempt no longer holds its target (its connection went back or closed). */
+static void attempt_release(sl_req_t *r) {
+    if (!r->in_flight || r->to_address) return;
+    r->in_flight = 0;
+    sl_balancer_end(upstream_rt(r)->bal, (uint32_t)r->target);
+}
+
+/* The request ends or is answered by the gateway while an attempt is open or a retry's
+ * target is admitted: neither is the target's failure. */
+static void attempt_abandon(sl_req_t *r) {
+    if (r->upstream < 0 || !r->w->ug) return;
+    attempt_outcome(r, SL_OUT_CANCEL);
+    attempt_release(r);
+    if (r->next_target >= 0) {
+        const sl_upstream_conf_t *uc = upstream_conf(r);
+        if (uc->breaker.enabled)
+            sl_breaker_cancel(&upstream_rt(r)->ts[r->next_target]->breaker[SL_LAYER_HTTP], (sl_admit_t)r->admit);
+        r->next_target = -1;
+    }
+}
+
+static bool method_idempotent(const sl_req_t *r) {
+    switch (r->head.method_id) {
+    case HTTP_GET: case HTTP_HEAD: case HTTP_OPTIONS: case HTTP_TRACE: case HTTP_PUT: case HTTP_DELETE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool retry_condition(const sl_retry_conf_t *rc, int kind, int status) {
+    if (kind == SL_FAIL_CONNECT) return rc->on_flags & SL_RETRY_ON_CONNECT_ERROR;
+    if (kind == SL_FAIL_TIMEOUT) return rc->on_flags & SL_RETRY_ON_TIMEOUT;
+    for (uint32_t i = 0; i < rc->nstatuses; i++)
+        if (rc->statuses[i] == status) return true;
+    return false;
+}
+
+static void connect_target(sl_req_t *r);
+static void req_connect(sl_req_t *r);
+
+static void backoff_done(sl_req_t *r) { req_connect(r); }
+
+/* Tries the request again on another target when the config and the request allow it.
+ * True when a retry took over: the failed attempt is recorded, its connection and
+ * response are dropped, and the next attempt starts after a full-jitter backoff. False
+ * leaves everything to the caller (the failure goes to the client as it is). */
+static bool try_retry(sl_req_t *r, int kind, int status) {
+    const sl_upstream_conf_t *uc = upstream_conf(r);
+    const sl_retry_conf_t *rc = &uc->retry;
+    if (r->to_address || r->attempts >= rc->attempts || r->resp_written || !retry_condition(rc, kind, status))
+        return false;
+    /* A request whose connection never happened reached no application: any method may go
+     * again, and its queued bytes are still unsent. Otherwise only an idempotent request
+     * whose body (if any) can be replayed from the buffer. */
+    bool never_connected = kind == SL_FAIL_CONNECT;
+    if (!never_connected && (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered)))
+        return false;
+    attempt_outcome(r, SL_OUT_FAILURE);
+    uint64_t ra;
+    int t = pick_target(r, &ra);
+    if (t < 0) return false; /* nothing left to try: the client gets this failure */
+    r->next_target = t;
+    sl_metrics_retry(&r->w->metrics, r->upstream,
+                     kind == SL_FAIL_CONNECT   ? SL_RETRY_CONNECT
+                     : kind == SL_FAIL_TIMEOUT ? SL_RETRY_TIMEOUT
+                     : kind == SL_FAIL_RESET   ? SL_RETRY_RESET
+                                               : SL_RETRY_STATUS);
+    attempt_release(r);
+    if (r->up) {
+        r->up->req = NULL;
+        sl__upconn_close(r->up);
+        r->up = NULL;
+    }
+    r->status = 0;
+    r->req_sent = 0;
+    r->upq.writing = 0;
+    if (!never_connected) {
+        sl__outq_reset(&r->upq);
+        sl__outq_add(&r->upq, r->uphead.base, r->uphead.len);
+        if (r->body_buffered && r->heap_len) sl__outq_add(&r->upq, r->heap, r->heap_len);
+    }
+    uint64_t cap = rc->backoff_ms << SL_MIN(r->attempts - 1, 20);
+    cap = SL_MIN(cap, rc->max_backoff_ms);
+    uint64_t delay = cap ? sl_rand64() % (cap + 1) : 0;
+    if (delay == 0 || sl__req_wait_ms(r, delay, SL_WAIT_BACKOFF, backoff_done) != SL_OK) req_connect(r);
+    return true;
+}
+
+/* No target can take the request: open breakers answer 503 with Retry-After. */
+static void no_target(sl_req_t *r, uint64_t retry_after_ms) {
+    const sl_upstream_conf_t *uc = upstream_conf(r);
+    if (retry_after_ms) {
+        r->retry_after_s = (uint32_t)((retry_after_ms + 999) / 1000);
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+                  "every target's circuit breaker is open -> 503");
+        respond_error(r, 503, "circuit breaker open", false);
+        return;
+    }
+    respond_error(r, 502, "no upstream target available", false);
+}
+
+static void req_connect(sl_req_t *r) {
+    if (r->to_address) {
+        attempt_begin(r, -1);
+        connect_target(r);
+        return;
+    }
+    int t = r->next_target;
+    r->next_target = -1;
+    if (t < 0) {
+        uint64_t ra = 0;
+        t = pick_target(r, &ra);
+        if (t < 0) {
+            no_target(r, ra);
+            return;
+        }
+    }
+    attempt_begin(r, t);
+    connect_target(r);
+}
+
+/* Connects the current attempt to r->target: a pooled connection, or a new one. */
+static void connect_target(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = upstream_conf(r);
+    uint32_t t = (uint32_t)r->target;
+    sl_upconn_t *u = r->to_address ? NULL : sl__pool_get(w, (uint32_t)r->upstream, t);
     if (u) {
         u->req = r;
         u->state = SL_UP_ACTIVE;
@@ -689,11 +1016,12 @@ static void req_connect(sl_req_t *r) {
     }
     u = calloc(1, sizeof(*u));
     if (!u) {
+        attempt_abandon(r);
         respond_error(r, 502, "out of memory", true);
         return;
     }
     u->w = w;
-    u->upstream = (uint32_t)r->upstream;
+    u->upstream = (uint32_t)r->upstream; /* UINT32_MAX for an address: never pooled */
     u->target = t;
     u->req = r;
     u->state = SL_UP_CONNECTING;
@@ -703,20 +1031,33 @@ static void req_connect(sl_req_t *r) {
     w->nupconns++;
     sl_h1_init(&u->h1, HTTP_RESPONSE, w->resp_limits);
     r->up = u;
-    const sl_addr_t *a = &uc->targets[t].addr;
-    int rc = uv_tcp_connect(&u->creq, &u->tcp, (const struct sockaddr *)&a->ss, up_on_connect);
+    const struct sockaddr *sa = r->to_address ? (const struct sockaddr *)&r->address
+                                              : (const struct sockaddr *)&uc->targets[t].addr.ss;
+    int rc = uv_tcp_connect(&u->creq, &u->tcp, sa, up_on_connect);
     if (rc < 0) {
-        up_failed(r, 502, uv_strerror(rc));
+        up_failed(r, 502, SL_FAIL_CONNECT, uv_strerror(rc));
         return;
     }
     up_arm(u, uc->connect_timeout_ms);
 }
 
+/* The response head arrived: the attempt's outcome and latency are known. A 5xx the
+ * retry policy names is retried when it can be; returns true when a retry took over. */
+static bool attempt_answered(sl_req_t *r) {
+    int st = r->rhead.status;
+    uint64_t now = sl_now_ns();
+    if (r->to_address) return false;
+    sl_target_observe(&upstream_rt(r)->ts[r->target]->live, now - r->up_start_ns, now);
+    if (st >= 500 && try_retry(r, SL_FAIL_OTHER, st)) return true;
+    attempt_outcome(r, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS);
+    return false;
+}
+
 /* An upstream exchange failed before the response was complete. */
-static void up_failed(sl_req_t *r, int status, const char *why) {
+static void up_failed(sl_req_t *r, int status, int kind, const char *why) {
     sl_upconn_t *u = r->up;
     sl_worker_t *w = r->w;
-    const sl_upstream_conf_t *uc = &w->cfg->upstreams[r->upstream];
+    const sl_upstream_conf_t *uc = upstream_conf(r);
     bool reused = u && u->nreqs > 0;
     bool got_bytes = u && (r->resp_head || u->rlen > 0);
     if (u) {
@@ -735,22 +1076,31 @@ static void up_failed(sl_req_t *r, int status, const char *why) {
         sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
                   "upstream failed mid-response: %s", why);
         sl_metrics_upstream(&w->metrics, r->upstream, r->target, 0, sl_now_ns() - r->up_start_ns);
+        attempt_outcome(r, SL_OUT_FAILURE);
+        attempt_release(r);
         sl__conn_abort(r->c);
         return;
     }
     /* A pooled connection the upstream closed just as we reused it: the request never
-     * reached an application, so one retry on a fresh connection is safe for a request
-     * without a body. */
+     * reached an application, so one retry on a fresh connection (same attempt, same
+     * target) is safe for a request without a body. */
     if (reused && !got_bytes && !r->retried && r->head.body_kind == SL_BODY_NONE && status == 502) {
         r->retried = 1;
         r->req_sent = 0;
         r->upq.writing = 0;
         sl__outq_reset(&r->upq);
         sl__outq_add(&r->upq, r->uphead.base, r->uphead.len);
-        req_connect(r);
+        connect_target(r);
         return;
     }
     sl_metrics_upstream(&w->metrics, r->upstream, r->target, 0, sl_now_ns() - r->up_start_ns);
+    if (try_retry(r, kind, status)) {
+        sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+                  "%s: retrying on another target", why);
+        return;
+    }
+    attempt_outcome(r, SL_OUT_FAILURE);
+    attempt_release(r);
     sl_log_kv(SL_LOG_WARN,
               (const char *[]){"request_id", r->rid, "route", route_conf(r) ? route_conf(r)->name : NULL,
                                "upstream", uc->name},
@@ -793,7 +1143,7 @@ static void req_pump_up(sl_req_t *r) {
                 if (!r->req_sent) {
                     r->req_sent = 1;
                     if (!r->clq.writing) sl_deadline_clear(&c->timer);
-                    if (!r->resp_head) up_arm(u, r->w->cfg->upstreams[r->upstream].read_timeout_ms);
+                    if (!r->resp_head) up_arm(u, upstream_conf(r)->read_timeout_ms);
                 }
                 return;
             }
@@ -804,13 +1154,13 @@ static void req_pump_up(sl_req_t *r) {
         }
         int rc = sl__outq_write(&r->upq, (uv_stream_t *)&u->tcp, &u->wreq, up_on_write);
         if (rc < 0) {
-            up_failed(r, 502, "upstream write failed");
+            up_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
             return;
         }
         if (rc == 0) {
             /* Backpressure: the client's bytes wait in its buffer, which stops the reads
              * when full. */
-            up_arm(u, r->w->cfg->upstreams[r->upstream].write_timeout_ms);
+            up_arm(u, upstream_conf(r)->write_timeout_ms);
             return;
         }
     }
@@ -861,19 +1211,20 @@ static void resp_pump(sl_req_t *r) {
                 u->h1.req_was_head = r->head.method_id == HTTP_HEAD;
                 int rc = sl_h1_head(&u->h1, u->rbuf + u->rpos, u->rlen - u->rpos, &r->rhead, &used, &st);
                 if (rc == SL_ERROR) {
-                    up_failed(r, 502, "malformed upstream response");
+                    up_failed(r, 502, SL_FAIL_RESET, "malformed upstream response");
                     return;
                 }
                 if (rc == SL_OK) {
                     u->rpos += (uint32_t)used;
                     if (r->rhead.status < 200) {
                         if (r->rhead.status == 101) {
-                            up_failed(r, 502, "upstream switched protocols unasked");
+                            up_failed(r, 502, SL_FAIL_OTHER, "upstream switched protocols unasked");
                             return;
                         }
                         continue; /* interim responses end here: the gateway sent its own 100 */
                     }
                     r->status = r->rhead.status;
+                    if (attempt_answered(r)) return; /* a retry took over */
                     /* An answer that came before the whole body was sent ends the exchange. */
                     if (!r->body_done) r->keep_alive = 0;
                     if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
@@ -884,7 +1235,7 @@ static void resp_pump(sl_req_t *r) {
                         }
                     }
                     if (build_client_head(r) != SL_OK) {
-                        up_failed(r, 502, "upstream response head too large");
+                        up_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
                         return;
                     }
                     r->resp_head = 1;
@@ -896,11 +1247,11 @@ static void resp_pump(sl_req_t *r) {
                 }
             }
             if (u->eof) {
-                up_failed(r, 502, "upstream closed before answering");
+                up_failed(r, 502, SL_FAIL_RESET, "upstream closed before answering");
                 return;
             }
             if (u->rlen == SL_BLOCK_SIZE) {
-                up_failed(r, 502, "upstream response head too large");
+                up_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
                 return;
             }
             up_start_reading(u);
@@ -931,7 +1282,7 @@ static void resp_pump(sl_req_t *r) {
                 return;
             }
             if (rc == SL_ERROR) {
-                up_failed(r, 502, "malformed upstream body");
+                up_failed(r, 502, SL_FAIL_OTHER, "malformed upstream body");
                 return;
             }
             if (rc == SL_DONE) {
@@ -975,7 +1326,7 @@ static void resp_pump(sl_req_t *r) {
                 }
                 continue;
             }
-            up_failed(r, 502, "upstream closed mid-body");
+            up_failed(r, 502, SL_FAIL_OTHER, "upstream closed mid-body");
             return;
         }
         if (u->rpos == u->rlen) u->rpos = u->rlen = 0;
@@ -996,10 +1347,11 @@ static void req_finish(sl_req_t *r) {
     uint64_t now = sl_now_ns();
     sl_upconn_t *u = r->up;
     if (u) {
-        const sl_upstream_conf_t *uc = &w->cfg->upstreams[r->upstream];
+        const sl_upstream_conf_t *uc = upstream_conf(r);
         bool clean = r->req_sent && !u->eof && u->rpos == u->rlen && !r->resp_eof_body &&
                      upstream_keeps_alive(&r->rhead) && uc->keepalive_max_idle > 0 && !w->draining;
         sl_metrics_upstream(&w->metrics, r->upstream, r->target, r->status, now - r->up_start_ns);
+        attempt_release(r);
         u->req = NULL;
         r->up = NULL;
         if (clean) {
@@ -1018,6 +1370,7 @@ static void req_finish(sl_req_t *r) {
 }
 
 void sl__req_abort(sl_req_t *r) {
+    attempt_abandon(r);
     if (r->up) {
         r->up->req = NULL;
         sl__upconn_close(r->up);

@@ -174,12 +174,13 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
 
 /* ---- retiring old worker sets ---- */
 
-static void free_generation(sl_worker_t *ws, int n, int *fds, sl_config_t *cfg, bool owns_cfg) {
-    for (int i = 0; i < n; i++) sl_worker_join(&ws[i]);
-    for (int i = 0; i < n; i++) sl_worker_destroy(&ws[i]);
-    free(ws);
-    free(fds);
-    if (owns_cfg) sl_config_free(cfg);
+static void free_generation(sl_server_t *srv, sl_retired_t *r) {
+    for (int i = 0; i < r->nworkers; i++) sl_worker_join(&r->workers[i]);
+    for (int i = 0; i < r->nworkers; i++) sl_worker_destroy(&r->workers[i]);
+    free(r->workers);
+    free(r->listen_fds);
+    sl_upgen_free(&srv->treg, r->ug);
+    if (r->cfg != srv->boot_cfg) sl_config_free(r->cfg);
 }
 
 static void on_retire_poll(uv_timer_t *t) {
@@ -198,7 +199,7 @@ static void on_retire_poll(uv_timer_t *t) {
             sl_metrics_fold(&srv->workers[i].metrics, srv->cfg, &r->workers[i].metrics, r->cfg);
         *pp = r->next;
         /* The first generation's config belongs to main(); later ones to their reload. */
-        free_generation(r->workers, r->nworkers, r->listen_fds, r->cfg, r->cfg != srv->boot_cfg);
+        free_generation(srv, r);
         free(r);
     }
     if (!srv->retired) {
@@ -376,10 +377,12 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     }
     int nw = srv->nworkers;
     sl_worker_t *ws = calloc((size_t)nw, sizeof(sl_worker_t));
+    sl_upgen_t *ug = sl_upgen_new(&srv->treg, n); /* targets kept by name and address keep their state */
     int inited = 0;
-    const char *werr = ws ? NULL : "out of memory";
+    const char *werr = ws && ug ? NULL : "out of memory";
     for (int i = 0; ws && i < nw && !werr; i++) {
         if (sl_worker_init(&ws[i], srv, n, i, &werr) != SL_OK) break;
+        ws[i].ug = ug;
         ws[i].nworkers = nw;
         ws[i].listen_fds = fds;
         inited++;
@@ -399,6 +402,7 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
         for (int i = 0; i < started; i++) sl_worker_join(&ws[i]);
         for (int i = 0; i < inited; i++) sl_worker_destroy(&ws[i]);
         free(ws);
+        sl_upgen_free(&srv->treg, ug);
         for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
             if (fds[q] >= 0 && (int)(q % (size_t)nw) >= started) close(fds[q]);
         free(fds);
@@ -418,6 +422,7 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     sl_retired_t *old = calloc(1, sizeof(*old));
     if (old) {
         old->cfg = srv->cfg;
+        old->ug = srv->ug;
         old->workers = srv->workers;
         old->nworkers = nw;
         old->listen_fds = srv->listen_fds;
@@ -433,6 +438,9 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     srv->code_hash = code;
     srv->workers = ws;
     srv->cfg = n;
+    srv->ug = ug;
+    sl_health_stop(&srv->health); /* probers of the old generation; states carry over */
+    sl_health_start(&srv->health, srv->loop, &srv->treg, ug);
     srv->listen_fds = fds;
     free(srv->listen_text);
     srv->listen_text = texts;
@@ -524,7 +532,7 @@ void sl__reload_free_retired(sl_server_t *srv) {
     while (srv->retired) {
         sl_retired_t *r = srv->retired;
         srv->retired = r->next;
-        free_generation(r->workers, r->nworkers, r->listen_fds, r->cfg, r->cfg != srv->boot_cfg);
+        free_generation(srv, r);
         free(r);
     }
     free(srv->watches);

@@ -148,6 +148,7 @@ static void on_drain_deadline(uv_timer_t *t) {
 static void start_drain(sl_server_t *srv, const char *why) {
     if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) return;
     sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
+    sl_health_stop(&srv->health);
     for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
     for (sl_retired_t *r = srv->retired; r; r = r->next)
         for (int i = 0; i < r->nworkers; i++) sl_worker_drain(&r->workers[i]); /* no-op when draining */
@@ -194,12 +195,18 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
         return SL_ERROR;
     }
     if (bind_listeners(srv, err) != SL_OK) return SL_ERROR;
+    if (!(srv->ug = sl_upgen_new(&srv->treg, cfg))) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
     for (int i = 0; i < srv->nworkers; i++) {
         if (sl_worker_init(&srv->workers[i], srv, cfg, i, err) != SL_OK) return SL_ERROR;
+        srv->workers[i].ug = srv->ug;
         srv->workers[i].nworkers = srv->nworkers;
         srv->workers[i].listen_fds = srv->listen_fds;
     }
     if (sl_admin_start(srv, err) != SL_OK) return SL_ERROR;
+    sl_health_start(&srv->health, srv->loop, &srv->treg, srv->ug);
     uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
     srv->stop_async.data = srv;
     for (int i = 0; i < srv->nworkers; i++) {
@@ -244,6 +251,8 @@ void sl_server_cleanup(sl_server_t *srv) {
     free(srv->workers);
     free(srv->listen_fds);
     free(srv->listen_text);
+    sl_upgen_free(&srv->treg, srv->ug);
+    srv->ug = NULL;
     if (srv->cfg != srv->boot_cfg) sl_config_free(srv->cfg); /* made by a reload */
     srv->cfg = srv->boot_cfg;
     srv->workers = NULL;

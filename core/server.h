@@ -10,12 +10,15 @@
 #include <uv.h>
 
 #include "config.h"
+#include "health.h"
+#include "upstreams.h"
 #include "worker.h"
 
 /** A worker set a reload replaced: it finishes its in-flight work on its own config. */
 typedef struct sl_retired_s {
     struct sl_retired_s *next;
     sl_config_t *cfg;
+    sl_upgen_t *ug;
     sl_worker_t *workers;
     int nworkers;
     int *listen_fds;
@@ -23,6 +26,9 @@ typedef struct sl_retired_s {
 
 struct sl_server_s {
     sl_config_t *cfg;
+    sl_upgen_t *ug;            /**< the live side of cfg's upstreams (balancers, target states) */
+    sl_tregistry_t treg;       /**< target states by (upstream, address), kept across reloads */
+    sl_health_t health;        /**< active probes of the current generation */
     uv_loop_t *loop;           /**< the main thread's loop */
     sl_worker_t *workers;
     int nworkers;

@@ -40,8 +40,6 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         w->ups[u].idle = calloc(cfg->upstreams[u].ntargets, sizeof(sl_idle_list_t));
         if (!w->ups[u].idle) goto oom;
-        /* Workers start their round-robin at different targets. */
-        w->ups[u].rr_next = (uint32_t)id;
     }
     if (sl_metrics_init(&w->metrics, cfg) != SL_OK) goto oom;
     if (sl_lua_open(w, err) != SL_OK) return SL_ERROR;

@@ -27,7 +27,6 @@ typedef struct {
 } sl_idle_list_t;
 
 typedef struct {
-    uint32_t rr_next;       /**< round-robin cursor */
     sl_idle_list_t *idle;   /**< [ntargets] */
 } sl_upstream_state_t;
 
@@ -35,6 +34,7 @@ typedef struct sl_worker_s {
     int id;
     sl_server_t *srv;
     const sl_config_t *cfg;
+    const struct sl_upgen_s *ug; /**< the generation's balancers and target states */
     uv_loop_t loop;
     pthread_t thread;
     void *stack;            /**< the thread's stack, mapped here and unmapped after the join */

@@ -187,7 +187,7 @@ static void test_full_config(void) {
     CHECK_INT(cfg->nupstreams, 2);
     const sl_upstream_conf_t *u = &cfg->upstreams[0];
     CHECK_STR(u->name, "api");
-    CHECK_INT(u->balancer, SL_BALANCER_ROUND_ROBIN);
+    CHECK_INT(u->balancer, SL_LB_ROUND_ROBIN);
     CHECK_INT(u->ntargets, 2);
     CHECK_STR(u->targets[0].addr.text, "10.0.0.1:9001");
     CHECK_INT(u->targets[0].weight, 1);
@@ -202,7 +202,7 @@ static void test_full_config(void) {
     CHECK_INT(u->line, 31);
     u = &cfg->upstreams[1];
     CHECK_STR(u->name, "other");
-    CHECK_INT(u->balancer, SL_BALANCER_ROUND_ROBIN);
+    CHECK_INT(u->balancer, SL_LB_ROUND_ROBIN);
     CHECK_INT(u->keepalive_max_idle, 64);
     CHECK_INT(u->keepalive_idle_timeout_ms, 60000);
     CHECK_INT(u->connect_timeout_ms, 2000);
@@ -314,18 +314,17 @@ static void test_unknown_and_unsupported_keys(void) {
         snprintf(want, sizeof want, "4:5: '%s' is not supported by this build yet", lkeys[i]);
         EXPECT_ERROR(yaml, want);
     }
-    static const char *const ukeys[] = {"hash_on", "health", "circuit_breaker", "retry"};
+    /* the resilience keys of an upstream, each with a wrong type */
+    static const char *const ukeys[] = {"health", "circuit_breaker", "retry"};
     for (size_t i = 0; i < sizeof ukeys / sizeof ukeys[0]; i++) {
         char yaml[256], want[256];
         snprintf(yaml, sizeof yaml,
                  LISTENER "upstreams:\n  - name: u\n    targets: [ { address: 1.2.3.4:5 } ]\n"
                           "    %s: x\n",
                  ukeys[i]);
-        snprintf(want, sizeof want, "5:5: '%s' is not supported by this build yet", ukeys[i]);
+        snprintf(want, sizeof want, "5:%zu: expected a mapping for '%s'", strlen(ukeys[i]) + 7, ukeys[i]);
         EXPECT_ERROR(yaml, want);
     }
-    EXPECT_ERROR(LISTENER "routes:\n  - name: r\n    plugins: [ { name: echo } ]\n    split: []\n",
-                 "5:5: 'split' is not supported by this build yet");
     EXPECT_ERROR(LISTENER "listeners: []\n", "2:1: duplicate key 'listeners' (first at line 1)");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { name: echo, config: { a: 1, a: 2 } } ] "
                           "} ]\n",
@@ -442,18 +441,6 @@ static void test_values(void) {
                  "1:58: protocol tcp is not supported by this build yet");
     EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, protocol: udp } ]\n",
                  "1:58: unknown protocol 'udp' (expected http or tcp)");
-    static const char *const later[] = {"weighted-round-robin", "least-conn", "p2c-ewma",
-                                        "consistent-hash"};
-    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
-        char yaml[256], want[256];
-        snprintf(yaml, sizeof yaml,
-                 LISTENER "upstreams: [ { name: u, balancer: %s, targets: [ { address: 1.2.3.4:5 "
-                          "} ] } ]\n",
-                 later[i]);
-        snprintf(want, sizeof want, "2:35: balancer %s is not supported by this build yet",
-                 later[i]);
-        EXPECT_ERROR(yaml, want);
-    }
     EXPECT_ERROR(LISTENER "upstreams: [ { name: u, balancer: random, targets: [ { address: "
                           "1.2.3.4:5 } ] } ]\n",
                  "2:35: unknown balancer 'random' (expected round-robin, weighted-round-robin, "
@@ -783,8 +770,139 @@ static void test_shipped_configs(void) {
     sl_config_free(cfg);
 }
 
+
+/* issue 4's keys: balancers, hash_on, health, circuit_breaker, retry, split */
+static void test_resilience(void) {
+    sl_config_t *cfg = PARSE_OK(
+        LISTENER
+        "upstreams:\n"
+        "  - name: api\n"
+        "    balancer: consistent-hash\n"
+        "    hash_on: header:X-User\n"
+        "    hash_epsilon: 0.5\n"
+        "    targets: [ { address: 127.0.0.1:9001, weight: 5 }, { address: 127.0.0.1:9002 } ]\n"
+        "    health:\n"
+        "      active: { type: http, path: /healthz, expect_status: 204, interval: 500ms, timeout: 200ms,\n"
+        "                healthy_threshold: 3, unhealthy_threshold: 4 }\n"
+        "      passive: { max_failures: 7, window: 20s }\n"
+        "    circuit_breaker: { failure_ratio: 0.25, min_requests: 10, window: 5s, open_timeout: 2s,\n"
+        "                       max_open_timeout: 30s, half_open_requests: 3, success_threshold: 4 }\n"
+        "    retry: { attempts: 3, on: [502, 503, connect_error], backoff: 10ms, max_backoff: 100ms,\n"
+        "             max_body: 2MiB, hedge_after: 0ms }\n"
+        "  - { name: canary, balancer: p2c-ewma, targets: [ { address: 127.0.0.1:9003 } ] }\n"
+        "  - { name: w, balancer: weighted-round-robin, targets: [ { address: 127.0.0.1:9004, weight: 3 } ] }\n"
+        "  - { name: lc, balancer: least-conn, health: { active: { type: tcp } },\n"
+        "      targets: [ { address: 127.0.0.1:9005 } ] }\n"
+        "routes:\n"
+        "  - name: r\n"
+        "    split:\n"
+        "      - { upstream: canary, match: { headers: { X-Canary: \"1\" } } }\n"
+        "      - { upstream: canary, match: { cookies: { beta: yes } } }\n"
+        "      - { upstream: api, weight: 90 }\n"
+        "      - { upstream: canary, weight: 10 }\n");
+    if (!cfg) return;
+    const sl_upstream_conf_t *u = &cfg->upstreams[0];
+    CHECK_INT(u->balancer, SL_LB_CONSISTENT_HASH);
+    CHECK_INT(u->hash_on, SL_HASH_HEADER);
+    CHECK_STR(u->hash_name, "X-User");
+    CHECK(u->hash_epsilon == 0.5);
+    CHECK_INT(u->targets[0].weight, 5);
+    CHECK_INT(u->health.active_type, SL_PROBE_HTTP);
+    CHECK_STR(u->health.path, "/healthz");
+    CHECK_INT(u->health.expect_status, 204);
+    CHECK_INT(u->health.interval_ms, 500);
+    CHECK_INT(u->health.timeout_ms, 200);
+    CHECK_INT(u->health.healthy_threshold, 3);
+    CHECK_INT(u->health.unhealthy_threshold, 4);
+    CHECK(u->health.passive);
+    CHECK_INT(u->health.max_failures, 7);
+    CHECK_INT(u->health.window_ms, 20000);
+    CHECK(u->breaker.enabled);
+    CHECK(u->breaker.failure_ratio == 0.25);
+    CHECK_INT(u->breaker.min_requests, 10);
+    CHECK_INT(u->breaker.window_ms, 5000);
+    CHECK_INT(u->breaker.open_timeout_ms, 2000);
+    CHECK_INT(u->breaker.max_open_timeout_ms, 30000);
+    CHECK_INT(u->breaker.half_open_requests, 3);
+    CHECK_INT(u->breaker.success_threshold, 4);
+    CHECK_INT(u->retry.attempts, 3);
+    CHECK_INT(u->retry.nstatuses, 2);
+    CHECK_INT(u->retry.statuses[1], 503);
+    CHECK_INT(u->retry.on_flags, SL_RETRY_ON_CONNECT_ERROR);
+    CHECK_INT(u->retry.backoff_ms, 10);
+    CHECK_INT(u->retry.max_backoff_ms, 100);
+    CHECK_INT(u->retry.max_body, 2 * 1024 * 1024);
+    CHECK_INT(u->retry.hedge_after_ms, 0);
+    /* defaults: no breaker, no probes, one attempt */
+    u = &cfg->upstreams[1];
+    CHECK_INT(u->balancer, SL_LB_P2C_EWMA);
+    CHECK(!u->breaker.enabled);
+    CHECK_INT(u->health.active_type, SL_PROBE_NONE);
+    CHECK(!u->health.passive);
+    CHECK_INT(u->retry.attempts, 1);
+    CHECK_INT(u->retry.max_body, 1024 * 1024);
+    CHECK_INT(cfg->upstreams[2].balancer, SL_LB_WEIGHTED_ROUND_ROBIN);
+    CHECK_INT(cfg->upstreams[2].targets[0].weight, 3);
+    CHECK_INT(cfg->upstreams[3].balancer, SL_LB_LEAST_CONN);
+    CHECK_INT(cfg->upstreams[3].health.active_type, SL_PROBE_TCP);
+    const sl_route_conf_t *r = &cfg->routes[0];
+    CHECK_INT(r->upstream, -1);
+    CHECK_INT(r->nsplit, 4);
+    CHECK_INT(r->split[0].upstream, 1);
+    CHECK_STR(r->split[0].header, "X-Canary");
+    CHECK_STR(r->split[0].header_value, "1");
+    CHECK_STR(r->split[1].cookie, "beta");
+    CHECK_STR(r->split[1].cookie_value, "yes");
+    CHECK_INT(r->split[2].upstream, 0);
+    CHECK_INT(r->split[2].weight, 90);
+    CHECK_INT(r->split[3].weight, 10);
+    sl_config_free(cfg);
+
+#define UP(extra) LISTENER "upstreams:\n  - name: u\n    targets: [ { address: 1.2.3.4:5 } ]\n    " extra "\n"
+    EXPECT_ERROR(UP("balancer: round-robin\n    hash_on: ip"), "6:14: hash_on needs balancer consistent-hash");
+    EXPECT_ERROR(UP("balancer: consistent-hash\n    hash_on: \"header:\""),
+                 "6:14: hash_on 'header:' needs a header or cookie name after the colon");
+    EXPECT_ERROR(UP("balancer: consistent-hash\n    hash_on: query"),
+                 "6:14: unknown hash_on 'query' (expected ip, path, header:NAME or cookie:NAME)");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5, weight: 2 } ] } ]\n",
+                 "2:66: weight 2 needs balancer weighted-round-robin or consistent-hash");
+    EXPECT_ERROR(UP("circuit_breaker: { failure_ratio: 1.5 }"), "5:39: 'failure_ratio' must be between 0.01 and 1");
+    EXPECT_ERROR(UP("circuit_breaker: { failure_ratio: half }"), "5:39: expected a number for 'failure_ratio'");
+    EXPECT_ERROR(UP("circuit_breaker: { open_timeout: 5s, max_open_timeout: 1s }"),
+                 "5:60: max_open_timeout must be at least open_timeout");
+    EXPECT_ERROR(UP("circuit_breaker: { half_open: 2 }"),
+                 "5:24: unknown key 'half_open' in 'circuit_breaker' of upstream 'u'");
+    EXPECT_ERROR(UP("retry: { on: [404] }"), "5:19: 'on' must be between 500 and 599");
+    EXPECT_ERROR(UP("retry: { on: [reset] }"),
+                 "5:19: unknown retry condition 'reset' (expected a 5xx status, connect_error or timeout)");
+    EXPECT_ERROR(UP("retry: { hedge_after: 50ms }"),
+                 "5:27: 'hedge_after' is not supported by this build yet (0 turns hedging off)");
+    EXPECT_ERROR(UP("retry: { attempts: 0 }"), "5:24: 'attempts' must be between 1 and 10");
+    EXPECT_ERROR(UP("health: { active: { type: udp } }"), "5:31: unknown probe type 'udp' (expected http or tcp)");
+    EXPECT_ERROR(UP("health: { active: { type: tcp, path: /h } }"), "5:42: a tcp probe has no path");
+    EXPECT_ERROR(UP("health: { active: { path: health } }"),
+                 "5:31: probe path 'health' must start with '/' and contain no spaces");
+#undef UP
+#define RT(extra) LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n" \
+                  "routes:\n  - name: r\n    " extra "\n"
+    EXPECT_ERROR(RT("upstream: u\n    split: [ { upstream: u, weight: 1 } ]"),
+                 "6:5: route 'r' has both upstream and split: keep one");
+    EXPECT_ERROR(RT("split: [ { upstream: nope, weight: 1 } ]"),
+                 "5:26: split[0] of route 'r' names unknown upstream 'nope'");
+    EXPECT_ERROR(RT("split: [ { upstream: u } ]"), "5:14: split[0] of route 'r' needs a weight or a match");
+    EXPECT_ERROR(RT("split: [ { upstream: u, weight: 0 } ]"),
+                 "5:12: split needs an arm without match whose weight is above 0");
+    EXPECT_ERROR(RT("split: [ { upstream: u, match: { headers: { A: b, C: d } } }, { upstream: u, weight: 1 } ]"),
+                 "5:47: 'headers' of a split arm takes exactly one NAME: VALUE");
+    EXPECT_ERROR(RT("split: [ { upstream: u, weight: 1, match: { cookies: { a: b } } } ]"),
+                 "5:29: split[0] of route 'r' takes a weight or a match, not both");
+    EXPECT_ERROR(RT("split: []"), "5:12: split needs at least one arm");
+#undef RT
+}
+
 int main(void) {
     test_full_config();
+    test_resilience();
     test_defaults();
     test_unknown_and_unsupported_keys();
     test_types();

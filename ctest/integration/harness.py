@@ -183,6 +183,25 @@ class Suite:
 
     def finish(self):
         self._watchdog.cancel()
+        for sl in self.sluices:
+            if sl.alive():
+                try:
+                    sl.stop(timeout=10)
+                except Exception:
+                    pass
+        # A sanitizer report in any gateway's log fails the suite, whatever the checks
+        # said: leaks are reported at exit, after the last check ran.
+        for sl in self.sluices:
+            try:
+                log = sl.log()
+            except OSError:
+                continue
+            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+                if marker in log:
+                    at = log.index(marker)
+                    self.check("%s: no sanitizer report in its log" % sl.name, False, "none",
+                               log[max(0, at - 200):at + 1500])
+                    break
         if self.failed:
             self._dump_logs()
         cleanup_all()

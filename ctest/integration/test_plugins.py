@@ -333,6 +333,10 @@ routes:
   - { name: switch, match: { paths: [/switch] }, upstream: up, plugins: [ { name: switch-upstream, config: { to: other } } ] }
   - { name: switch-noup, match: { paths: [/switchnoup] }, plugins: [ { name: switch-upstream, config: { to: other } } ] }
   - { name: switch-bad, match: { paths: [/switchbad] }, upstream: up, plugins: [ { name: switch-upstream, config: { to: nope } } ] }
+  - { name: switch-addr, match: { paths: [/switchaddr] }, upstream: up, plugins: [ { name: switch-upstream, config: { to: "%(other)s" } } ] }
+  - { name: switch-addr-noup, match: { paths: [/switchaddrnoup] }, plugins: [ { name: switch-upstream, config: { to: "%(other)s" } } ] }
+  - { name: switch-addr-dead, match: { paths: [/switchaddrdead] }, plugins: [ { name: switch-upstream, config: { to: "127.0.0.1:1" } } ] }
+  - { name: switch-addr-bad, match: { paths: [/switchaddrbad] }, plugins: [ { name: switch-upstream, config: { to: "gateway.invalid:80" } } ] }
   - name: ctx
     match: { paths: [/ctx] }
     upstream: up
@@ -1169,6 +1173,20 @@ def test_upstream_set(t):
             "no upstream of that name", (r.status, r.body))
     r = get(p, "/fallthrough")
     t.check("a chain without an answer on a route without an upstream: 503", r.status == 503, 503, r.status)
+    n_up = len(S["up"].requests)
+    r = get(p, "/switchaddr/y")
+    t.check("upstream.set(address): served by the mock at that address", r.status == 200 and seen(r)["mock"] == "other",
+            "other", (r.status, r.body[:200]))
+    t.check("upstream.set(address): the route's upstream not asked", len(S["up"].requests) == n_up, n_up,
+            len(S["up"].requests))
+    r = get(p, "/switchaddrnoup")
+    t.check("upstream.set(address) on a route without an upstream", r.status == 200 and seen(r)["mock"] == "other",
+            "other", (r.status, r.body[:200]))
+    r = get(p, "/switchaddrdead")
+    t.check("upstream.set(address) to a closed port: 502", r.status == 502, 502, r.status)
+    r = get(p, "/switchaddrbad")
+    t.check("upstream.set('gateway.invalid:80') (not an IP literal) returns nil, err",
+            r.status == 500 and "IP:PORT" in r.json().get("error", ""), "not an IP:PORT address", (r.status, r.body))
 
 
 def test_ctx(t):

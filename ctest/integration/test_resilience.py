@@ -1,0 +1,326 @@
+"""Resilience on the HTTP path, against real loopback servers that fail on demand.
+
+  1. retries: a GET that meets a reset goes to the other target and succeeds; a POST
+     that reached an upstream is not retried; a POST whose connect was refused is; a
+     1 MiB POST body is replayed intact (checksum at the upstream); when retries run out
+     the client gets the upstream's own 503 body; sluice_retries_total counts them;
+  2. breaker: failures open a target's breaker (no connect attempt while open); when
+     every breaker is open the answer is 503 with Retry-After and no upstream sees it;
+     after open_timeout a half-open probe closes it again; /status and the
+     sluice_circuit_breaker_state gauge show each state;
+  3. health: active http probes mark a target down and back up (healthy_threshold),
+     traffic avoids it meanwhile; passive ejection after max_failures;
+  4. split: 90/10 by weight over 10,000 requests lands 9-11% on the canary; a header
+     match sends every matching request to the canary.
+"""
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("resilience", budget=100)
+
+
+def named(name, behave=None):
+    """A mock answering JSON with its name and what it got; behave(req) may misbehave."""
+    def handler(req):
+        if behave:
+            out = behave(req)
+            if out is not None:
+                return out
+        d = {"name": name, "method": req.method, "path": req.path, "body_len": req.body_len,
+             "sha256": req.body_sha256}
+        return h.Response(200, json.dumps(d).encode(), [("Content-Type", "application/json")])
+    return handler
+
+
+def who(r):
+    try:
+        return json.loads(r.body).get("name")
+    except ValueError:
+        return None
+
+
+def dead_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def status_targets(s, upstream):
+    for u in s.status()["upstreams"]:
+        if u["name"] == upstream:
+            return {x["address"]: x for x in u["targets"]}
+    return {}
+
+
+def wait_for(pred, timeout=5.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+def test_retries(t):
+    reset_mock = h.MockUpstream(named("a", lambda req: h.RESET), name="resetter")
+    good = h.MockUpstream(named("b"), name="good")
+    gone = dead_port()
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: flaky
+    targets: [ { address: %(reset)s }, { address: %(good)s } ]
+    retry: { attempts: 2, backoff: 1ms, max_backoff: 5ms }
+  - name: refused
+    targets: [ { address: 127.0.0.1:%(gone)d }, { address: %(good)s } ]
+    retry: { attempts: 2, backoff: 0ms, max_backoff: 0ms }
+  - name: all503
+    targets: [ { address: %(s1)s }, { address: %(s2)s } ]
+    retry: { attempts: 2, on: [503], backoff: 0ms, max_backoff: 0ms }
+  - name: noretry
+    targets: [ { address: %(reset)s } ]
+routes:
+  - { name: flaky, match: { paths: [/flaky] }, upstream: flaky }
+  - { name: refused, match: { paths: [/refused] }, upstream: refused }
+  - { name: all503, match: { paths: [/all503] }, upstream: all503 }
+  - { name: noretry, match: { paths: [/noretry] }, upstream: noretry }
+"""
+    s503a = h.MockUpstream(named("s1", lambda req: h.Response(503, b'{"from":"s1","busy":true}')), name="s1")
+    s503b = h.MockUpstream(named("s2", lambda req: h.Response(503, b'{"from":"s2","busy":true}')), name="s2")
+    s = h.start_sluice(conf % {"reset": reset_mock.address, "good": good.address, "gone": gone,
+                               "s1": s503a.address, "s2": s503b.address}, suite=t, name="retries")
+    try:
+        p = s.port()
+        oks = [h.request(p, "GET", "/flaky/x") for _ in range(6)]
+        t.check("GET meeting a reset: retried on the other target, 200 every time",
+                all(r.status == 200 and who(r) == "b" for r in oks), "6 x 200 from b",
+                [(r.status, who(r)) for r in oks])
+        t.check("... and the resetting target did see requests (the retries are real)",
+                len(reset_mock.requests) >= 3, ">= 3", len(reset_mock.requests))
+
+        before = len(reset_mock.requests)
+        posts = [h.request(p, "POST", "/flaky/p", body=b"x" * 100) for _ in range(4)]
+        reached = len(reset_mock.requests) - before
+        failed = [r.status for r in posts if who(r) != "b"]
+        t.check("POST that reached a resetting upstream is not retried: it gets 502",
+                reached >= 1 and all(st == 502 for st in failed) and len(failed) == reached,
+                "502 for each POST the resetter got", (reached, [r.status for r in posts]))
+
+        body = bytes(range(256)) * 4096  # 1 MiB
+        want = hashlib.sha256(body).hexdigest()
+        rs = [h.request(p, "POST", "/refused/up", body=body, timeout=10) for _ in range(4)]
+        t.check("POST whose connect was refused: retried on the other target",
+                all(r.status == 200 and who(r) == "b" for r in rs), "4 x 200 from b",
+                [(r.status, who(r)) for r in rs])
+        got = [json.loads(r.body) for r in rs if r.status == 200]
+        t.check("... its 1 MiB body arrives intact", all(g["body_len"] == len(body) and g["sha256"] == want
+                                                          for g in got) and got,
+                want[:12], [(g["body_len"], (g["sha256"] or "")[:12]) for g in got])
+
+        # a GET that meets a reset and has no attempt left: the reset answers 502
+        r = h.request(p, "GET", "/noretry/x")
+        t.check("without retry: a reset is a 502", r.status == 502, 502, r.status)
+
+        r = h.request(p, "GET", "/all503/x")
+        t.check("retries exhausted: the client gets the upstream's own 503 and body",
+                r.status == 503 and b'"busy":true' in r.body, "503 with the upstream's body", (r.status, r.body[:80]))
+        t.check("... after trying both targets once", len(s503a.requests) + len(s503b.requests) == 2, 2,
+                len(s503a.requests) + len(s503b.requests))
+        _, samples = s.metrics()
+        vals = {lab.get("reason"): float(v) for n, lab, v in samples
+                if n == "sluice_retries_total" and lab.get("upstream") in ("flaky", "refused", "all503")
+                and float(v) > 0}
+        t.check("sluice_retries_total counts reset, connect_error and status retries",
+                {"reset", "connect_error", "status"} <= set(vals), "reset, connect_error, status", vals)
+    finally:
+        s.stop()
+        for m in (reset_mock, good, s503a, s503b):
+            m.stop()
+
+
+def test_breaker(t):
+    fail = {"on": True}
+    flaky = h.MockUpstream(named("f", lambda req: h.Response(500, b"boom") if fail["on"] else None), name="flaky")
+    conf = """\
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: one
+    targets: [ { address: %(f)s } ]
+    circuit_breaker: { min_requests: 5, failure_ratio: 0.5, window: 10s, open_timeout: 1s,
+                       max_open_timeout: 4s, half_open_requests: 1, success_threshold: 2 }
+routes: [ { name: r, upstream: one } ]
+"""
+    s = h.start_sluice(conf % {"f": flaky.address}, suite=t, name="breaker")
+    try:
+        p = s.port()
+        codes = [h.request(p, "GET", "/x").status for _ in range(5)]
+        t.check("5 failures (500) pass through while the breaker counts", codes == [500] * 5, [500] * 5, codes)
+        st = status_targets(s, "one")[flaky.address]
+        t.check("/status: breaker open after min_requests failures", st["breaker"] == "open", "open", st)
+        seen = len(flaky.requests)
+        r = h.request(p, "GET", "/x")
+        t.check("open breaker: 503 with Retry-After, no connect attempt",
+                r.status == 503 and r.header("Retry-After") == "1" and len(flaky.requests) == seen,
+                "503, Retry-After 1, upstream untouched", (r.status, r.header("Retry-After"), len(flaky.requests) - seen))
+        _, samples = s.metrics()
+        g = [v for n, lab, v in samples if n == "sluice_circuit_breaker_state" and lab.get("target") == flaky.address]
+        t.check("sluice_circuit_breaker_state = 1 (open)", g == [1.0], [1.0], g)
+        fail["on"] = False
+        time.sleep(1.1)
+        st = status_targets(s, "one")[flaky.address]
+        t.check("/status: half_open once open_timeout passed", st["breaker"] == "half_open", "half_open", st)
+        codes = [h.request(p, "GET", "/x").status for _ in range(3)]
+        t.check("half-open: probes succeed", codes == [200, 200, 200], [200] * 3, codes)
+        st = status_targets(s, "one")[flaky.address]
+        t.check("/status: closed after success_threshold successes", st["breaker"] == "closed", "closed", st)
+        # trip again (base open_timeout, 1 s), then a failing half-open probe re-opens it
+        # for twice as long (2 s)
+        fail["on"] = True
+        for _ in range(6):
+            h.request(p, "GET", "/x")
+        t.check("failures trip it again", status_targets(s, "one")[flaky.address]["breaker"] == "open", "open",
+                status_targets(s, "one")[flaky.address])
+        time.sleep(1.1)
+        seen = len(flaky.requests)
+        r = h.request(p, "GET", "/x")
+        t.check("half-open probe fails: the upstream's 500 passes, one request reached it",
+                r.status == 500 and len(flaky.requests) == seen + 1, (500, 1), (r.status, len(flaky.requests) - seen))
+        time.sleep(1.2)
+        st = status_targets(s, "one")[flaky.address]
+        t.check("re-opened for a doubled open_timeout: still open 1.2 s later", st["breaker"] == "open", "open", st)
+        time.sleep(1.0)
+        st = status_targets(s, "one")[flaky.address]
+        t.check("... and half-open after 2 s", st["breaker"] == "half_open", "half_open", st)
+    finally:
+        s.stop()
+        flaky.stop()
+
+
+def test_health(t):
+    sick = {"probe": False}
+
+    def a_behave(req):
+        if req.path == "/healthz":
+            return h.Response(503 if sick["probe"] else 200, b"")
+        return None
+    a = h.MockUpstream(named("a", a_behave), name="a")
+    b = h.MockUpstream(named("b"), name="b")
+    pf = h.MockUpstream(named("p", lambda req: h.Response(502, b"bad")), name="passive")
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: probed
+    targets: [ { address: %(a)s }, { address: %(b)s } ]
+    health: { active: { type: http, path: /healthz, interval: 100ms, timeout: 500ms,
+                        healthy_threshold: 2, unhealthy_threshold: 2 } }
+  - name: passive
+    targets: [ { address: %(p)s }, { address: %(b)s } ]
+    health: { passive: { max_failures: 3, window: 30s } }
+routes:
+  - { name: probed, match: { paths: [/probed] }, upstream: probed }
+  - { name: passive, match: { paths: [/passive] }, upstream: passive }
+"""
+    s = h.start_sluice(conf % {"a": a.address, "b": b.address, "p": pf.address}, suite=t, name="health")
+    try:
+        p = s.port()
+        t.check("probes reach the target's health path", wait_for(lambda: any(r.path == "/healthz" for r in a.requests)),
+                "GET /healthz seen", [r.path for r in a.requests][:5])
+        names = [who(h.request(p, "GET", "/probed/x")) for _ in range(10)]
+        t.check("both healthy: traffic on both", set(names) == {"a", "b"}, {"a", "b"}, names)
+        sick["probe"] = True
+        down = wait_for(lambda: status_targets(s, "probed")[a.address]["health"] == "unhealthy", timeout=3)
+        t.check("failing probes: /status shows the target unhealthy", down, "unhealthy",
+                status_targets(s, "probed")[a.address])
+        names = [who(h.request(p, "GET", "/probed/x")) for _ in range(10)]
+        t.check("unhealthy target gets no traffic", names == ["b"] * 10, ["b"] * 10, names)
+        _, samples = s.metrics()
+        g = [v for n, lab, v in samples if n == "sluice_target_healthy" and lab.get("target") == a.address
+             and lab.get("upstream") == "probed"]
+        t.check("sluice_target_healthy = 0", g == [0.0], [0.0], g)
+        sick["probe"] = False
+        up = wait_for(lambda: status_targets(s, "probed")[a.address]["health"] == "healthy", timeout=3)
+        t.check("passing probes bring it back", up, "healthy", status_targets(s, "probed")[a.address])
+
+        for _ in range(8):
+            h.request(p, "GET", "/passive/x")
+        st = status_targets(s, "passive")[pf.address]
+        t.check("passive: 3 failures (502) eject the target", st["health"] == "ejected", "ejected", st)
+        names = [who(h.request(p, "GET", "/passive/x")) for _ in range(6)]
+        t.check("ejected target gets no traffic", names == ["b"] * 6, ["b"] * 6, names)
+    finally:
+        s.stop()
+        for m in (a, b, pf):
+            m.stop()
+
+
+def test_split(t):
+    main = h.MockUpstream(named("main"), name="main")
+    canary = h.MockUpstream(named("canary"), name="canary")
+    conf = """\
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - { name: main, targets: [ { address: %(m)s } ] }
+  - { name: canary, targets: [ { address: %(c)s } ] }
+routes:
+  - name: r
+    split:
+      - { upstream: canary, match: { headers: { X-Canary: "yes" } } }
+      - { upstream: main, weight: 90 }
+      - { upstream: canary, weight: 10 }
+"""
+    s = h.start_sluice(conf % {"m": main.address, "c": canary.address}, suite=t, name="split")
+    try:
+        p = s.port()
+        n = 10000
+        counts = {"main": 0, "canary": 0, "other": 0}
+        lock = threading.Lock()
+
+        def worker(k):
+            c = h.Client(p)
+            local = {"main": 0, "canary": 0, "other": 0}
+            for _ in range(k):
+                c.send(h.build_request("GET", "/s"))
+                r = c.read_response()
+                local[who(r) or "other"] += 1
+            c.close()
+            with lock:
+                for key, v in local.items():
+                    counts[key] += v
+        threads = [threading.Thread(target=worker, args=(n // 8,)) for _ in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        share = counts["canary"] / float(n)
+        t.info("canary share over %d requests: %.2f%%" % (n, share * 100))
+        t.check("90/10 split: 9-11%% on the canary", 0.09 <= share <= 0.11 and counts["other"] == 0,
+                "0.09..0.11", counts)
+        rs = [who(h.request(p, "GET", "/s", headers=[("X-Canary", "yes")])) for _ in range(20)]
+        t.check("X-Canary: yes always lands on the canary", rs == ["canary"] * 20, ["canary"] * 20, rs)
+    finally:
+        s.stop()
+        main.stop()
+        canary.stop()
+
+
+t.run(test_retries, test_breaker, test_health, test_split)
