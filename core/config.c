@@ -1185,8 +1185,7 @@ static void parse_retry(cx_t *cx, const yaml_node_t *m, const char *where, sl_re
     if ((v = f[RT_BACKOFF].val)) get_duration(cx, v, "backoff", true, &r->backoff_ms);
     if ((v = f[RT_MAX_BACKOFF].val)) get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
     if ((v = f[RT_MAX_BODY].val)) get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
-    if ((v = f[RT_HEDGE].val) && get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms) && r->hedge_after_ms)
-        cx_err(cx, v, "'hedge_after' is not supported by this build yet (0 turns hedging off)");
+    if ((v = f[RT_HEDGE].val)) get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms);
     if (r->max_backoff_ms < r->backoff_ms)
         cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m, "max_backoff must be at least backoff");
 }

@@ -109,6 +109,15 @@ struct sl_req_s {
     char address_text[64];
     int next_target;    /**< a retry's target, chosen (and admitted) before the backoff; -1 */
     uint32_t retry_after_s; /**< a 503 for open breakers: its Retry-After */
+    uint8_t hedged;     /**< a hedge attempt was started (at most one per request) */
+    /** The hedge attempt (retry.hedge_after), while it races the current one: the same
+     *  fields as the current attempt's, swapped in by attempt_swap(). */
+    struct {
+        sl_upconn_t *up;
+        int target;
+        uint8_t admit, outcome_due, in_flight, sent;
+        uint64_t start_ns;
+    } hedge;
     uint64_t tried;     /**< targets tried, bit (t % 64) */
     uint64_t skip;      /**< targets whose breaker refused during this pick */
     int status;         /**< status sent to the client */
@@ -160,7 +169,7 @@ struct sl_req_s {
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
  *  owner: closing a handle outlives the request. */
-enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP, SL_WAIT_BACKOFF };
+enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP, SL_WAIT_BACKOFF, SL_WAIT_HEDGE };
 typedef struct sl_wait_s {
     sl_req_t *r; /**< NULL once the request is gone */
     int kind;    /**< SL_WAIT_* */

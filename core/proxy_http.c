@@ -662,6 +662,9 @@ static void up_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 }
 
 static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread);
+static void hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status);
+static void hedge_failed(sl_req_t *r, const char *why);
 
 static void up_start_reading(sl_upconn_t *u) {
     if (u->reading || u->eof || u->state == SL_UP_CLOSED) return;
@@ -690,6 +693,10 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         sl__upconn_close(u);
         return;
     }
+    if (u != r->up) {
+        hedge_on_read(r, u, nread);
+        return;
+    }
     if (nread < 0) {
         u->eof = 1;
         up_stop_reading(u);
@@ -708,7 +715,9 @@ static void up_on_timer(uv_timer_t *t) {
         sl__upconn_close(u); /* idle keep-alive expired */
         return;
     }
-    if (u->state == SL_UP_CONNECTING)
+    if (u != r->up)
+        hedge_failed(r, "hedge timed out");
+    else if (u->state == SL_UP_CONNECTING)
         up_failed(r, 504, SL_FAIL_CONNECT, "upstream connect timed out");
     else
         up_failed(r, 504, SL_FAIL_TIMEOUT, "upstream timed out");
@@ -735,6 +744,10 @@ static void up_on_connect(uv_connect_t *creq, int status) {
     sl_upconn_t *u = SL_CONTAINER_OF(creq, sl_upconn_t, creq);
     sl_req_t *r = u->req;
     if (!r || u->state == SL_UP_CLOSED) return;
+    if (u != r->up) {
+        hedge_on_connect(r, u, status);
+        return;
+    }
     if (status < 0) {
         up_failed(r, status == UV_ETIMEDOUT ? 504 : 502, SL_FAIL_CONNECT, uv_strerror(status));
         return;
@@ -887,8 +900,11 @@ static void attempt_release(sl_req_t *r) {
 
 /* The request ends or is answered by the gateway while an attempt is open or a retry's
  * target is admitted: neither is the target's failure. */
+static void hedge_end(sl_req_t *r, int outcome);
+
 static void attempt_abandon(sl_req_t *r) {
     if (r->upstream < 0 || !r->w->ug) return;
+    hedge_end(r, SL_OUT_CANCEL);
     attempt_outcome(r, SL_OUT_CANCEL);
     attempt_release(r);
     if (r->next_target >= 0) {
@@ -918,6 +934,7 @@ static bool retry_condition(const sl_retry_conf_t *rc, int kind, int status) {
 
 static void connect_target(sl_req_t *r);
 static void req_connect(sl_req_t *r);
+static void hedge_arm(sl_req_t *r);
 
 static void backoff_done(sl_req_t *r) { req_connect(r); }
 
@@ -998,6 +1015,25 @@ static void req_connect(sl_req_t *r) {
     }
     attempt_begin(r, t);
     connect_target(r);
+    if (r->up) hedge_arm(r);
+}
+
+/* A new upstream connection for r on target t, not yet connecting; NULL when out of memory. */
+static sl_upconn_t *upconn_new(sl_req_t *r, uint32_t t) {
+    sl_worker_t *w = r->w;
+    sl_upconn_t *u = calloc(1, sizeof(*u));
+    if (!u) return NULL;
+    u->w = w;
+    u->upstream = (uint32_t)r->upstream; /* UINT32_MAX for an address: never pooled */
+    u->target = t;
+    u->req = r;
+    u->state = SL_UP_CONNECTING;
+    uv_tcp_init(&w->loop, &u->tcp);
+    sl_deadline_init(&w->loop, &u->timer, u, up_on_timer);
+    u->tcp.data = u;
+    w->nupconns++;
+    sl_h1_init(&u->h1, HTTP_RESPONSE, w->resp_limits);
+    return u;
 }
 
 /* Connects the current attempt to r->target: a pooled connection, or a new one. */
@@ -1014,22 +1050,11 @@ static void connect_target(sl_req_t *r) {
         req_pump_up(r);
         return;
     }
-    u = calloc(1, sizeof(*u));
-    if (!u) {
+    if (!(u = upconn_new(r, t))) {
         attempt_abandon(r);
         respond_error(r, 502, "out of memory", true);
         return;
     }
-    u->w = w;
-    u->upstream = (uint32_t)r->upstream; /* UINT32_MAX for an address: never pooled */
-    u->target = t;
-    u->req = r;
-    u->state = SL_UP_CONNECTING;
-    uv_tcp_init(&w->loop, &u->tcp);
-    sl_deadline_init(&w->loop, &u->timer, u, up_on_timer);
-    u->tcp.data = u;
-    w->nupconns++;
-    sl_h1_init(&u->h1, HTTP_RESPONSE, w->resp_limits);
     r->up = u;
     const struct sockaddr *sa = r->to_address ? (const struct sockaddr *)&r->address
                                               : (const struct sockaddr *)&uc->targets[t].addr.ss;
@@ -1041,12 +1066,170 @@ static void connect_target(sl_req_t *r) {
     up_arm(u, uc->connect_timeout_ms);
 }
 
+/* ---- hedging (retry.hedge_after) ----
+ *
+ * When the first attempt of an idempotent request (no body, or a buffered one) has not
+ * begun to answer after hedge_after, a second attempt goes to another eligible target.
+ * The first to send response bytes wins; the other is cancelled (breaker: cancel, not
+ * failure) and its connection closed. The hedge attempt lives in r->hedge; attempt_swap
+ * exchanges it with the current attempt's fields, so the attempt functions serve both. */
+
+static void attempt_swap(sl_req_t *r) {
+#define SWAP(a, b)              \
+    do {                        \
+        __typeof__(a) tmp_ = a; \
+        a = b;                  \
+        b = tmp_;               \
+    } while (0)
+    SWAP(r->up, r->hedge.up);
+    SWAP(r->target, r->hedge.target);
+    SWAP(r->admit, r->hedge.admit);
+    SWAP(r->outcome_due, r->hedge.outcome_due);
+    SWAP(r->in_flight, r->hedge.in_flight);
+    SWAP(r->req_sent, r->hedge.sent);
+    SWAP(r->up_start_ns, r->hedge.start_ns);
+#undef SWAP
+}
+
+static void close_upconn(sl_upconn_t *u) {
+    if (!u) return;
+    u->req = NULL;
+    sl__upconn_close(u);
+}
+
+/* Ends the hedge attempt with `outcome` and closes its connection. */
+static void hedge_end(sl_req_t *r, int outcome) {
+    if (r->wait && r->wait->kind == SL_WAIT_HEDGE) sl__req_cancel_wait(r);
+    if (!r->hedge.up && !r->hedge.outcome_due && !r->hedge.in_flight) return;
+    attempt_swap(r);
+    attempt_outcome(r, outcome);
+    attempt_release(r);
+    close_upconn(r->up);
+    r->up = NULL;
+    attempt_swap(r);
+}
+
+/* The hedge answered first, or the current attempt failed while the hedge runs: the
+ * hedge becomes the current attempt. `lost` is the old current attempt's outcome. */
+static void hedge_promote(sl_req_t *r, int lost) {
+    attempt_outcome(r, lost);
+    attempt_release(r);
+    close_upconn(r->up);
+    r->up = NULL;
+    r->upq.writing = 0; /* the old connection's write, if any, was cancelled with it */
+    sl__outq_reset(&r->upq);
+    attempt_swap(r);
+}
+
+static void hedge_failed(sl_req_t *r, const char *why) {
+    sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", upstream_conf(r)->name}, 2,
+              "hedge attempt failed: %s", why);
+    hedge_end(r, SL_OUT_FAILURE);
+}
+
+static void hedge_written(uv_write_t *wr, int status) {
+    sl_upconn_t *u = (sl_upconn_t *)wr->handle;
+    sl_req_t *r = u->req;
+    if (!r || u != r->hedge.up) {
+        if (r && u == r->up) { /* promoted before its request was fully written */
+            if (status < 0) up_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
+            else r->req_sent = 1;
+        }
+        return;
+    }
+    if (status < 0) {
+        hedge_failed(r, "write failed");
+        return;
+    }
+    r->hedge.sent = 1;
+}
+
+/* Writes the whole request (head, buffered body) on the hedge's connection. */
+static void hedge_send(sl_req_t *r, sl_upconn_t *u) {
+    uv_buf_t b[2] = {uv_buf_init(r->uphead.base, (unsigned)r->uphead.len),
+                     uv_buf_init(r->heap, (unsigned)(r->body_buffered ? r->heap_len : 0))};
+    u->state = SL_UP_ACTIVE;
+    uv_tcp_nodelay(&u->tcp, 1);
+    up_start_reading(u);
+    if (uv_write(&u->wreq, (uv_stream_t *)&u->tcp, b, b[1].len ? 2 : 1, hedge_written) != 0) {
+        hedge_failed(r, "write failed");
+        return;
+    }
+    up_arm(u, upstream_conf(r)->read_timeout_ms);
+}
+
+static void hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status) {
+    if (status < 0) {
+        hedge_failed(r, uv_strerror(status));
+        return;
+    }
+    hedge_send(r, u);
+}
+
+static void hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread) {
+    if (nread < 0) {
+        hedge_failed(r, nread == UV_EOF ? "closed before answering" : uv_strerror((int)nread));
+        return;
+    }
+    u->rlen += (uint32_t)nread;
+    if (r->resp_head) return; /* cannot happen: the hedge ends when the other answers */
+    sl_log_kv(SL_LOG_DEBUG, (const char *[]){"request_id", r->rid}, 1, "the hedge answered first");
+    hedge_promote(r, SL_OUT_CANCEL);
+    up_arm(u, upstream_conf(r)->read_timeout_ms);
+    resp_pump(r);
+}
+
+static void hedge_fire(sl_req_t *r) {
+    if (r->resp_head || !r->up || r->hedge.up) return;
+    uint8_t current_admit = r->admit;
+    uint64_t ra;
+    int t = pick_target(r, &ra); /* takes the hedge's admission into r->admit */
+    uint8_t hedge_admit = r->admit;
+    r->admit = current_admit;
+    if (t < 0) return; /* no other target: the first attempt runs alone */
+    r->hedged = 1;
+    attempt_swap(r);
+    r->admit = hedge_admit;
+    attempt_begin(r, t);
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = upstream_conf(r);
+    sl_upconn_t *u = sl__pool_get(w, (uint32_t)r->upstream, (uint32_t)t);
+    if (!u && (u = upconn_new(r, (uint32_t)t))) {
+        r->up = u;
+        attempt_swap(r);
+        if (uv_tcp_connect(&u->creq, &u->tcp, (const struct sockaddr *)&uc->targets[t].addr.ss, up_on_connect) != 0)
+            hedge_failed(r, "connect failed");
+        else
+            up_arm(u, uc->connect_timeout_ms);
+        return;
+    }
+    if (u) {
+        u->req = r;
+        r->up = u;
+        attempt_swap(r);
+        hedge_send(r, u);
+        return;
+    }
+    attempt_swap(r);
+    hedge_end(r, SL_OUT_CANCEL); /* out of memory */
+}
+
+/* Arms the hedge of a first attempt when the upstream and the request allow one. */
+static void hedge_arm(sl_req_t *r) {
+    const sl_retry_conf_t *rc = &upstream_conf(r)->retry;
+    if (!rc->hedge_after_ms || r->hedged || r->attempts != 1 || r->to_address || r->wait || !method_idempotent(r) ||
+        (r->head.body_kind != SL_BODY_NONE && !r->body_buffered) || upstream_conf(r)->ntargets < 2)
+        return;
+    sl__req_wait_ms(r, rc->hedge_after_ms, SL_WAIT_HEDGE, hedge_fire);
+}
+
 /* The response head arrived: the attempt's outcome and latency are known. A 5xx the
  * retry policy names is retried when it can be; returns true when a retry took over. */
 static bool attempt_answered(sl_req_t *r) {
     int st = r->rhead.status;
     uint64_t now = sl_now_ns();
     if (r->to_address) return false;
+    hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
     sl_target_observe(&upstream_rt(r)->ts[r->target]->live, now - r->up_start_ns, now);
     if (st >= 500 && try_retry(r, SL_FAIL_OTHER, st)) return true;
     attempt_outcome(r, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS);
@@ -1094,6 +1277,12 @@ static void up_failed(sl_req_t *r, int status, int kind, const char *why) {
         return;
     }
     sl_metrics_upstream(&w->metrics, r->upstream, r->target, 0, sl_now_ns() - r->up_start_ns);
+    if (r->hedge.up) { /* the hedge still runs: it becomes the attempt */
+        hedge_promote(r, SL_OUT_FAILURE);
+        if (r->up->rlen) resp_pump(r);
+        return;
+    }
+    hedge_end(r, SL_OUT_CANCEL); /* a hedge timer that has not fired */
     if (try_retry(r, kind, status)) {
         sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
                   "%s: retrying on another target", why);

@@ -11,7 +11,14 @@
   3. health: active http probes mark a target down and back up (healthy_threshold),
      traffic avoids it meanwhile; passive ejection after max_failures;
   4. split: 90/10 by weight over 10,000 requests lands 9-11% on the canary; a header
-     match sends every matching request to the canary.
+     match sends every matching request to the canary;
+  5. kill one of two backends (fault_upstream, "down": its listener and connections
+     close) under steady load: errors stay within the requests in flight at the kill,
+     its breaker opens and its probes fail, traffic moves to the live one; bring it back:
+     probes and the breaker return it to service; /status shows each step;
+  6. hedging: one target answering in 500 ms and one in 5 ms, hedge_after 50ms: p99 of
+     200 requests stays under 200 ms, and the slow target's breaker (which would open
+     after 5 failures) stays closed: a lost race is a cancellation, not a failure.
 """
 
 import hashlib
@@ -323,4 +330,175 @@ routes:
         canary.stop()
 
 
-t.run(test_retries, test_breaker, test_health, test_split)
+def test_kill_one_backend(t):
+    a = h.start_fault_upstream(name="a")
+    b = h.start_fault_upstream(name="b")
+    conf = """\
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: pair
+    targets: [ { address: %(a)s }, { address: %(b)s } ]
+    timeouts: { connect: 500ms, read: 5s }
+    health: { active: { type: http, path: /health, interval: 400ms, timeout: 300ms,
+                        healthy_threshold: 2, unhealthy_threshold: 3 } }
+    circuit_breaker: { min_requests: 5, failure_ratio: 0.5, window: 1s, open_timeout: 500ms,
+                       max_open_timeout: 2s, half_open_requests: 1, success_threshold: 2 }
+    retry: { attempts: 2, backoff: 0ms, max_backoff: 0ms }
+routes: [ { name: r, upstream: pair } ]
+"""
+    s = h.start_sluice(conf % {"a": a.address, "b": b.address}, suite=t, name="kill")
+    p = s.port()
+    stop = threading.Event()
+    phase = {"v": "before"}
+    log = []  # (phase, status or error, backend)
+    lock = threading.Lock()
+    clients = 8
+
+    def load():
+        c = None
+        while not stop.is_set():
+            try:
+                if c is None:
+                    c = h.Client(p, timeout=5)
+                c.send(h.build_request("GET", "/work"))
+                r = c.read_response()
+                try:
+                    name = json.loads(r.body).get("name")
+                except ValueError:
+                    name = None
+                item = (phase["v"], r.status, name)
+                if r.header("Connection") == "close":
+                    c.close()
+                    c = None
+            except Exception as e:
+                item = (phase["v"], type(e).__name__, None)
+                if c is not None:
+                    c.close()
+                c = None
+            with lock:
+                log.append(item)
+        if c is not None:
+            c.close()
+
+    def steps(ph):
+        with lock:
+            return [x for x in log if x[0] == ph]
+
+    threads = [threading.Thread(target=load) for _ in range(clients)]
+    try:
+        for th in threads:
+            th.start()
+        time.sleep(1.0)
+        before = steps("before")
+        t.check("before the kill: both backends serve, no errors",
+                {x[2] for x in before} == {"a", "b"} and all(x[1] == 200 for x in before),
+                "a and b, all 200", (len(before), {x[2] for x in before}, {x[1] for x in before}))
+        phase["v"] = "kill"
+        a.mode("down")
+        time.sleep(0.4)
+        phase["v"] = "after"
+        # /status, polled: the breaker (fed by real traffic) reacts first, then the probes
+        seen_breaker, seen_health = [], []
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            st = status_targets(s, "pair")[a.address]
+            for lst, v in ((seen_breaker, st["breaker"]), (seen_health, st["health"])):
+                if not lst or lst[-1] != v:
+                    lst.append(v)
+            if "open" in seen_breaker and st["health"] == "unhealthy":
+                break
+            time.sleep(0.05)
+        t.info("after the kill, /status showed breaker %s, health %s" % (seen_breaker, seen_health))
+        t.check("/status: the dead backend's breaker opens", "open" in seen_breaker, "open", seen_breaker)
+        t.check("/status: probes mark the dead backend unhealthy", "unhealthy" in seen_health, "unhealthy",
+                seen_health)
+        time.sleep(1.0)
+        phase["v"] = "moved"
+        time.sleep(1.0)
+        kill_errors = [x for x in steps("kill") + steps("after") if x[1] != 200]
+        moved = steps("moved")
+        t.info("kill: %d errors of %d requests in the 0.4 s after the kill (%d clients in flight)"
+               % (len(kill_errors), len(steps("kill")), clients))
+        t.check("errors limited to the requests in flight at the kill",
+                len(kill_errors) <= clients, "<= %d" % clients, kill_errors[:10])
+        t.check("traffic moved: every request served by the live backend",
+                len(moved) > 20 and all(x[1] == 200 and x[2] == "b" for x in moved), "all 200 from b",
+                (len(moved), {(x[1], x[2]) for x in moved}))
+        phase["v"] = "restart"
+        a.mode("up")
+        back = wait_for(lambda: status_targets(s, "pair")[a.address]["health"] == "healthy", timeout=5)
+        t.check("/status: probes bring the restarted backend back (healthy)", back, "healthy",
+                status_targets(s, "pair")[a.address])
+        closed = wait_for(lambda: status_targets(s, "pair")[a.address]["breaker"] == "closed", timeout=5)
+        t.check("/status: its breaker closes again", closed, "closed", status_targets(s, "pair")[a.address])
+        phase["v"] = "back"
+        time.sleep(1.0)
+        back_log = steps("back")
+        t.check("traffic returns to both backends without errors",
+                {x[2] for x in back_log} == {"a", "b"} and all(x[1] == 200 for x in back_log),
+                "a and b, all 200", (len(back_log), {(x[1], x[2]) for x in back_log}))
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(10)
+        s.stop()
+        a.stop()
+        b.stop()
+
+
+def test_hedging(t):
+    slow = h.start_fault_upstream(name="slow", delay_ms=500)
+    fast = h.start_fault_upstream(name="fast", delay_ms=5)
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: mixed
+    targets: [ { address: %(slow)s }, { address: %(fast)s } ]
+    retry: { hedge_after: 50ms }
+    circuit_breaker: { min_requests: 5, failure_ratio: 0.1, window: 30s }
+  - name: nohedge
+    targets: [ { address: %(slow)s }, { address: %(fast)s } ]
+routes:
+  - { name: hedged, match: { paths: [/h] }, upstream: mixed }
+  - { name: plain, match: { paths: [/p] }, upstream: nohedge }
+"""
+    s = h.start_sluice(conf % {"slow": slow.address, "fast": fast.address}, suite=t, name="hedge")
+    try:
+        p = s.port()
+        lat, names = [], []
+        c = h.Client(p, timeout=5)
+        for _ in range(200):
+            t0 = time.monotonic()
+            c.send(h.build_request("GET", "/h/x"))
+            r = c.read_response()
+            lat.append(time.monotonic() - t0)
+            names.append(who(r) if r.status == 200 else r.status)
+        c.close()
+        lat.sort()
+        p99 = lat[int(len(lat) * 0.99) - 1]
+        t.info("hedged: p50 %.1f ms, p99 %.1f ms, answers %s" % (lat[len(lat) // 2] * 1e3, p99 * 1e3,
+                                                               {n: names.count(n) for n in set(names)}))
+        t.check("hedge_after 50ms: p99 of 200 requests under 200 ms", p99 < 0.2, "< 0.2 s", round(p99, 3))
+        t.check("every request answered 200 (by the fast target)", set(names) == {"fast"}, {"fast"},
+                {n: names.count(n) for n in set(names)})
+        st = status_targets(s, "mixed")[slow.address]
+        t.check("the slow target's breaker did not move (cancellations are not failures)",
+                st["breaker"] == "closed", "closed", st)
+        t.check("... and nothing is left in flight on it", st["in_flight"] == 0, 0, st["in_flight"])
+        t0 = time.monotonic()
+        h.request(p, "GET", "/p/a")
+        h.request(p, "GET", "/p/b")
+        took = time.monotonic() - t0
+        t.check("without hedge_after one of two requests waits for the slow target (>= 0.5 s)", took >= 0.5,
+                ">= 0.5 s", round(took, 3))
+    finally:
+        s.stop()
+        slow.stop()
+        fast.stop()
+
+
+t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging)
