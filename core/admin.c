@@ -104,10 +104,6 @@ static const char *health_label(sl_tstate_t *ts, uint64_t now_ms) {
     return atomic_load(&ts->ejected_until_ms) > now_ms ? "ejected" : "healthy";
 }
 
-static int breaker_now(sl_tstate_t *ts, const sl_upstream_conf_t *uc, uint64_t now_ms) {
-    return uc->breaker.enabled ? sl_breaker_state(&ts->breaker[SL_LAYER_HTTP], &uc->breaker, now_ms)
-                               : SL_BREAKER_CLOSED;
-}
 
 /* Gauges read from the target states (not per-worker counters). */
 static void render_target_gauges(sl_server_t *srv, text_t *t) {
@@ -119,7 +115,7 @@ static void render_target_gauges(sl_server_t *srv, text_t *t) {
         for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
             tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"http\"} %d\n",
                  cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text,
-                 breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], now));
+                 sl_tstate_breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], now));
     tput(t, "# HELP sluice_target_healthy 1 when a target takes new requests (health checks, passive ejection).\n"
             "# TYPE sluice_target_healthy gauge\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
@@ -190,7 +186,7 @@ static char *render_status(sl_server_t *srv, size_t *len) {
             tput(&t, "%s{\"address\":", k ? "," : "");
             tjson(&t, uc->targets[k].addr.text);
             tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f}",
-                 uc->targets[k].weight, health_label(ts, now), breaker_label[breaker_now(ts, uc, now)],
+                 uc->targets[k].weight, health_label(ts, now), breaker_label[sl_tstate_breaker_now(ts, uc, now)],
                  (int)atomic_load(&ts->live.in_flight), (double)atomic_load(&ts->live.ewma_ns) / 1e6);
         }
         tput(&t, "]}");

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "lua_host.h"
 #include "sluice.h"
+#include "upstreams.h"
 
 int sl_ffi_abi_version(void) { return SL_ABI_VERSION; }
 
@@ -250,6 +251,64 @@ int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **
     r->to_address = 1;
     r->upstream = -1;
     return SL_OK;
+}
+
+/* ---- balancer phase and breaker state ---- */
+
+int sl_ffi_balancer_count(sl_req_t *r) {
+    return r->upstream >= 0 ? (int)r->w->cfg->upstreams[r->upstream].ntargets : 0;
+}
+
+int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out) {
+    if (r->upstream < 0 || i < 0 || i >= sl_ffi_balancer_count(r)) return SL_ERROR;
+    const sl_upstream_conf_t *uc = &r->w->cfg->upstreams[r->upstream];
+    sl_tstate_t *ts = r->w->ug->ups[r->upstream].ts[i];
+    uint64_t now = sl_now_ms();
+    *out = (sl_target_info_t){
+        .address = uc->targets[i].addr.text,
+        .weight = (int)uc->targets[i].weight,
+        .healthy = sl_tstate_healthy(ts, now),
+        .breaker = sl_tstate_breaker_now(ts, uc, now),
+        .in_flight = (int)atomic_load_explicit(&ts->live.in_flight, memory_order_relaxed),
+        .tried = (r->tried >> (i & 63)) & 1,
+        .ewma_ms = atomic_load_explicit(&ts->live.ewma_ns, memory_order_relaxed) / 1e6,
+    };
+    return SL_OK;
+}
+
+static int target_named(const sl_upstream_conf_t *uc, const char *addr, size_t len) {
+    for (size_t i = 0; i < uc->ntargets; i++)
+        if (strlen(uc->targets[i].addr.text) == len && memcmp(uc->targets[i].addr.text, addr, len) == 0) return (int)i;
+    return -1;
+}
+
+int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err) {
+    if (r->lua_phase != SL_PHASE_BALANCER) {
+        *err = "set_target works in the balancer phase only";
+        return SL_ERROR;
+    }
+    int t = r->upstream >= 0 ? target_named(&r->w->cfg->upstreams[r->upstream], addr, len) : -1;
+    if (t < 0) {
+        *err = "no target with that address in the request's upstream";
+        return SL_ERROR;
+    }
+    r->lua_target = (uint16_t)(t + 1);
+    return SL_OK;
+}
+
+int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err) {
+    const sl_config_t *cfg = r->w->cfg;
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        if (strlen(cfg->upstreams[u].name) != ul || memcmp(cfg->upstreams[u].name, up, ul) != 0) continue;
+        int t = target_named(&cfg->upstreams[u], target, tl);
+        if (t < 0) {
+            *err = "no target with that address in that upstream";
+            return SL_ERROR;
+        }
+        return sl_tstate_breaker_now(r->w->ug->ups[u].ts[t], &cfg->upstreams[u], sl_now_ms());
+    }
+    *err = "no upstream of that name";
+    return SL_ERROR;
 }
 
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof) {

@@ -110,6 +110,7 @@ struct sl_req_s {
     int next_target;    /**< a retry's target, chosen (and admitted) before the backoff; -1 */
     uint32_t retry_after_s; /**< a 503 for open breakers: its Retry-After */
     uint8_t hedged;     /**< a hedge attempt was started (at most one per request) */
+    uint16_t lua_target;/**< the balancer phase's choice: target index + 1 (0: none) */
     /** The hedge attempt (retry.hedge_after), while it races the current one: the same
      *  fields as the current attempt's, swapped in by attempt_swap(). */
     struct {

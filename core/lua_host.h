@@ -18,6 +18,7 @@ enum {
     SL_PHASE_BODY_FILTER,
     SL_PHASE_LOG,
     SL_PHASE_PREREAD,
+    SL_PHASE_BALANCER, /**< picks a target of the request's upstream, before each attempt */
     SL_PHASE_N
 };
 

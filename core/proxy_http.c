@@ -823,6 +823,9 @@ static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
     }
 }
 
+/* pick_target's answer when the balancer phase raised an error (logged and counted). */
+#define SL_PICK_PLUGIN_ERROR (-2)
+
 /* Chooses the next attempt's target and takes its breaker admission (r->admit).
  * Returns the target, or -1; *retry_after_ms > 0 when open breakers were the reason.
  * When every untried target is unhealthy they are tried anyway: a guess beats a
@@ -832,6 +835,24 @@ static int pick_target(sl_req_t *r, uint64_t *retry_after_ms) {
     pick_ctx_t pc = {r, upstream_rt(r), &uc->breaker, sl_now_ms(), false};
     sl_str_t key = uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, uc) : (sl_str_t){"", 0};
     *retry_after_ms = 0;
+    /* A plugin's balancer phase may name the target; an ineligible or refused choice
+     * falls back to the balancer. */
+    if (r->phases & (1u << SL_PHASE_BALANCER)) {
+        r->lua_target = 0;
+        if (sl_lua_phase(r, SL_PHASE_BALANCER) == SL_ERROR) return SL_PICK_PLUGIN_ERROR;
+        int t = (int)r->lua_target - 1;
+        r->skip = 0;
+        if (t >= 0 && target_eligible(&pc, (uint32_t)t)) {
+            uint64_t ra = 0;
+            sl_admit_t a = uc->breaker.enabled
+                               ? sl_breaker_admit(&pc.rt->ts[t]->breaker[SL_LAYER_HTTP], &uc->breaker, pc.now_ms, &ra)
+                               : SL_ADMIT_CLOSED;
+            if (a != SL_ADMIT_REFUSED) {
+                r->admit = (uint8_t)a;
+                return t;
+            }
+        }
+    }
     for (int pass = 0; pass < 2; pass++, pc.ignore_health = true) {
         r->skip = 0;
         for (size_t n = 0; n <= uc->ntargets; n++) {
@@ -1008,6 +1029,10 @@ static void req_connect(sl_req_t *r) {
     if (t < 0) {
         uint64_t ra = 0;
         t = pick_target(r, &ra);
+        if (t == SL_PICK_PLUGIN_ERROR) {
+            answer_plugin_error(r);
+            return;
+        }
         if (t < 0) {
             no_target(r, ra);
             return;

@@ -92,6 +92,27 @@ int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **bod
 int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                           size_t *value_len);
 void sl_ffi_http_done(sl_req_t *r);
+/** A target of the request's upstream, as the balancer phase sees it. */
+typedef struct {
+    const char *address;
+    int weight;
+    int healthy;   /**< health checks and passive ejection let it take requests */
+    int breaker;   /**< 0 closed, 1 open, 2 half-open */
+    int in_flight; /**< attempts in flight, all workers */
+    int tried;     /**< this request already tried it */
+    double ewma_ms;/**< latency EWMA */
+} sl_target_info_t;
+/** The number of targets of the request's upstream (0 when it has none yet). */
+int sl_ffi_balancer_count(sl_req_t *r);
+/** Target i (0-based) of the request's upstream. */
+int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out);
+/** balancer phase: the next attempt goes to the target with this address (when it is
+ *  eligible: healthy, breaker not open, not tried; otherwise the balancer picks). */
+int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err);
+/** State of the breaker of (upstream, target address): 0 closed, 1 open, 2 half-open;
+ *  SL_ERROR with *err when there is no such upstream or target. */
+int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
+
 /** body_filter: the piece of response body being filtered; *eof 1 on the last call. */
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
 /** body_filter: what goes to the client instead of the piece (copied). */

@@ -115,3 +115,7 @@ void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64
         atomic_store_explicit(&t->ejected_until_ms, until, memory_order_relaxed);
     }
 }
+
+int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, uint64_t now_ms) {
+    return uc->breaker.enabled ? sl_breaker_state(&t->breaker[SL_LAYER_HTTP], &uc->breaker, now_ms) : SL_BREAKER_CLOSED;
+}

@@ -18,7 +18,10 @@
      probes and the breaker return it to service; /status shows each step;
   6. hedging: one target answering in 500 ms and one in 5 ms, hedge_after 50ms: p99 of
      200 requests stays under 200 ms, and the slow target's breaker (which would open
-     after 5 failures) stays closed: a lost race is a cancellation, not a failure.
+     after 5 failures) stays closed: a lost race is a cancellation, not a failure;
+  7. the balancer phase: a plugin sees the targets (sluice.balancer.targets, breaker.state)
+     and picks one (set_target); a tried or ineligible choice falls back to the balancer;
+     an error in the hook answers 500.
 """
 
 import hashlib
@@ -501,4 +504,56 @@ routes:
         fast.stop()
 
 
-t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging)
+def test_balancer_hook(t):
+    ms = {n: h.MockUpstream(named(n, lambda req: h.Response(503, b"no") if req.path == "/bad" else None), name=n)
+          for n in ("a", "b", "c")}
+    fx = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins_fixture")
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+plugin_paths: [%(fx)s]
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: picked
+    targets: [ { address: %(a)s }, { address: %(b)s }, { address: %(c)s } ]
+    retry: { attempts: 2, on: [503], backoff: 0ms, max_backoff: 0ms }
+    circuit_breaker: {}
+routes:
+  - { name: hook, match: { paths: [/] }, upstream: picked, plugins: [ { name: pick-target } ] }
+  - { name: hookfail, match: { paths: [/fail] }, upstream: picked,
+      plugins: [ { name: pick-target, config: { fail: true } } ] }
+"""
+    s = h.start_sluice(conf % {"fx": fx, "a": ms["a"].address, "b": ms["b"].address, "c": ms["c"].address},
+                       suite=t, name="hook")
+    try:
+        p = s.port()
+        got = [h.request(p, "GET", "/x", headers=[("X-Target", ms["c"].address)]) for _ in range(6)]
+        t.check("set_target: every request goes to the named target", [who(r) for r in got] == ["c"] * 6,
+                ["c"] * 6, [who(r) for r in got])
+        r = got[0]
+        t.check("the hook saw 3 targets and breaker.state() = closed",
+                (r.header("X-Seen-Targets"), r.header("X-Seen-Breaker")) == ("3", "closed"), ("3", "closed"),
+                (r.header("X-Seen-Targets"), r.header("X-Seen-Breaker")))
+        names = {who(h.request(p, "GET", "/x")) for _ in range(9)}
+        t.check("no choice: the round-robin balancer spreads", names == {"a", "b", "c"}, {"a", "b", "c"}, names)
+        r = h.request(p, "GET", "/bad", headers=[("X-Target", ms["a"].address)])
+        t.check("a 503 from the chosen target is retried elsewhere: the hook runs again, sees it tried, "
+                "and its repeated choice falls back to the balancer",
+                (r.status, r.header("X-Seen-Calls"), r.header("X-Seen-Tried")) == (503, "2", "1")
+                and len(ms["a"].requests) >= 1, (503, "2", "1"),
+                (r.status, r.header("X-Seen-Calls"), r.header("X-Seen-Tried")))
+        r = h.request(p, "GET", "/x", headers=[("X-Target", "127.0.0.1:1")])
+        t.check("set_target with an address the upstream does not have: a plugin error, 500", r.status == 500,
+                500, r.status)
+        r = h.request(p, "GET", "/fail")
+        t.check("an error in the balancer hook answers 500", r.status == 500, 500, r.status)
+        _, samples = s.metrics()
+        n = h.metric_values(samples, "sluice_plugin_errors_total", route="hookfail", plugin="pick-target")
+        t.check("... and is counted", n and float(n[0]) >= 1, ">= 1", n)
+    finally:
+        s.stop()
+        for m in ms.values():
+            m.stop()
+
+
+t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging, test_balancer_hook)

@@ -39,6 +39,15 @@ int sl_ffi_http_result(void *r, int *status, int *nheaders, const char **body, s
 int sl_ffi_http_header_at(void *r, int i, const char **name, size_t *name_len, const char **value,
                           size_t *value_len);
 void sl_ffi_http_done(void *r);
+typedef struct {
+    const char *address;
+    int weight, healthy, breaker, in_flight, tried;
+    double ewma_ms;
+} sl_target_info_t;
+int sl_ffi_balancer_count(void *r);
+int sl_ffi_balancer_target(void *r, int i, sl_target_info_t *out);
+int sl_ffi_balancer_set_target(void *r, const char *addr, size_t len, const char **err);
+int sl_ffi_breaker_state(void *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
 int sl_ffi_body_chunk(void *r, const char **p, size_t *len, int *eof);
 int sl_ffi_body_set(void *r, const char *p, size_t len, const char **err);
 void sl_ffi_log(void *r, int level, const char *plugin, const char *msg, size_t len);

@@ -200,6 +200,47 @@ function _M.upstream.set(name)
     return true
 end
 
+-- ---------------------------------------------------------------- balancer, breaker
+
+local balancer = {}
+_M.balancer = balancer
+local BREAKER = { [0] = "closed", [1] = "open", [2] = "half_open" }
+local info = ffi.new("sl_target_info_t")
+
+-- The targets of the request's upstream: { address, weight, healthy, breaker, in_flight,
+-- ewma_ms, tried } each, in config order (an empty list before an upstream is chosen).
+function balancer.targets()
+    local r = cur()
+    local out = {}
+    for i = 0, C.sl_ffi_balancer_count(r) - 1 do
+        C.sl_ffi_balancer_target(r, i, info)
+        out[i + 1] = {
+            address = ffi_string(info.address), weight = info.weight, healthy = info.healthy ~= 0,
+            breaker = BREAKER[info.breaker], in_flight = info.in_flight, ewma_ms = info.ewma_ms,
+            tried = info.tried ~= 0,
+        }
+    end
+    return out
+end
+
+-- balancer phase: the attempt goes to this target (an address of the upstream's
+-- targets) when it is eligible; otherwise the upstream's balancer picks.
+function balancer.set_target(address)
+    check_str(address, "address")
+    ffi_err(C.sl_ffi_balancer_set_target(cur(), address, #address, err_p))
+end
+
+_M.breaker = {}
+-- "closed", "open" or "half_open" for (upstream name, target address); nil, err when
+-- there is no such target.
+function _M.breaker.state(upstream, target)
+    check_str(upstream, "upstream")
+    check_str(target, "target")
+    local st = C.sl_ffi_breaker_state(cur(), upstream, #upstream, target, #target, err_p)
+    if st < 0 then return nil, ffi_string(err_p[0]) end
+    return BREAKER[st]
+end
+
 -- ---------------------------------------------------------------- ctx
 
 -- sluice.ctx reads and writes the running request's ctx (the table phases receive).

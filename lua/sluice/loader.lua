@@ -9,7 +9,7 @@ local io_open = io.open
 
 local _M = {}
 
-_M.PHASES = { "rewrite", "access", "header_filter", "body_filter", "log", "preread" }
+_M.PHASES = { "rewrite", "access", "header_filter", "body_filter", "log", "preread", "balancer" }
 
 local function exists(path)
     local f = io_open(path, "r")
