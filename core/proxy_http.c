@@ -823,6 +823,17 @@ static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
     }
 }
 
+/* Takes target t's breaker admission into r->admit; false (and *ra, ms until it
+ * half-opens) when the breaker refuses. */
+static bool admit(pick_ctx_t *pc, int t, uint64_t *ra) {
+    sl_admit_t a = pc->bc->enabled
+                       ? sl_breaker_admit(&pc->rt->ts[t]->breaker[SL_LAYER_HTTP], pc->bc, pc->now_ms, ra)
+                       : SL_ADMIT_CLOSED;
+    if (a == SL_ADMIT_REFUSED) return false;
+    pc->r->admit = (uint8_t)a;
+    return true;
+}
+
 /* pick_target's answer when the balancer phase raised an error (logged and counted). */
 #define SL_PICK_PLUGIN_ERROR (-2)
 
@@ -842,16 +853,8 @@ static int pick_target(sl_req_t *r, uint64_t *retry_after_ms) {
         if (sl_lua_phase(r, SL_PHASE_BALANCER) == SL_ERROR) return SL_PICK_PLUGIN_ERROR;
         int t = (int)r->lua_target - 1;
         r->skip = 0;
-        if (t >= 0 && target_eligible(&pc, (uint32_t)t)) {
-            uint64_t ra = 0;
-            sl_admit_t a = uc->breaker.enabled
-                               ? sl_breaker_admit(&pc.rt->ts[t]->breaker[SL_LAYER_HTTP], &uc->breaker, pc.now_ms, &ra)
-                               : SL_ADMIT_CLOSED;
-            if (a != SL_ADMIT_REFUSED) {
-                r->admit = (uint8_t)a;
-                return t;
-            }
-        }
+        uint64_t ra = 0;
+        if (t >= 0 && target_eligible(&pc, (uint32_t)t) && admit(&pc, t, &ra)) return t;
     }
     for (int pass = 0; pass < 2; pass++, pc.ignore_health = true) {
         r->skip = 0;
@@ -859,13 +862,7 @@ static int pick_target(sl_req_t *r, uint64_t *retry_after_ms) {
             int t = sl_balancer_pick(pc.rt->bal, target_eligible, &pc, key.p, key.len, sl_rand64());
             if (t < 0) break;
             uint64_t ra = 0;
-            sl_admit_t a = uc->breaker.enabled
-                               ? sl_breaker_admit(&pc.rt->ts[t]->breaker[SL_LAYER_HTTP], &uc->breaker, pc.now_ms, &ra)
-                               : SL_ADMIT_CLOSED;
-            if (a != SL_ADMIT_REFUSED) {
-                r->admit = (uint8_t)a;
-                return t;
-            }
+            if (admit(&pc, t, &ra)) return t;
             r->skip |= 1ull << (t & 63); /* half-open with every probe slot taken, or just opened */
             if (!*retry_after_ms || ra < *retry_after_ms) *retry_after_ms = ra;
         }
