@@ -109,10 +109,14 @@ void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64
         atomic_compare_exchange_strong(&t->pwindow_start_ms, &start, now_ms))
         atomic_store_explicit(&t->pfails, 0, memory_order_relaxed);
     uint32_t n = atomic_fetch_add_explicit(&t->pfails, 1, memory_order_relaxed) + 1;
-    if (n == h->max_failures) {
-        /* With active probes, only they bring it back; without, the window's end does. */
+    if (n >= h->max_failures && atomic_load_explicit(&t->ejected_until_ms, memory_order_relaxed) <= now_ms) {
+        /* With active probes, only they bring it back; without, the window's end does.
+         * The count starts over, so a target that fails again after it returned is
+         * ejected again after max_failures more. */
         uint64_t until = h->active_type != SL_PROBE_NONE ? UINT64_MAX : now_ms + h->window_ms;
         atomic_store_explicit(&t->ejected_until_ms, until, memory_order_relaxed);
+        atomic_store_explicit(&t->pfails, 0, memory_order_relaxed);
+        atomic_store_explicit(&t->pwindow_start_ms, now_ms, memory_order_relaxed);
     }
 }
 
