@@ -1523,6 +1523,95 @@ static void parse_route(cx_t *cx, const yaml_node_t *m, size_t idx) {
         cx_err(cx, m, "%s needs an upstream or at least one plugin", where);
 }
 
+/* The credentials each built-in auth plugin reads: checked here, where the YAML positions
+ * are known. Other kinds (a user's own auth plugin) pass through as they are. */
+static void check_credential(cx_t *cx, const yaml_node_t *kind, const yaml_node_t *v, const char *where) {
+    static const struct {
+        const char *kind;
+        const char *keys[3];
+    } known[] = {{"key-auth", {"key", NULL}}, {"basic-auth", {"username", "password_hash", NULL}}};
+    for (size_t i = 0; i < SL_ARRAY_LEN(known); i++) {
+        if (!scalar_is(kind, known[i].kind)) continue;
+        if (!want_type(cx, v, YAML_MAPPING_NODE, known[i].kind)) return;
+        size_t n = 0;
+        while (known[i].keys[n]) n++;
+        field_t f[3];
+        char sub[256];
+        snprintf(sub, sizeof sub, "'%s' credentials of %s", known[i].kind, where);
+        scan_map(cx, v, sub, known[i].keys, f, n, NULL);
+        for (size_t k = 0; k < n; k++) {
+            const yaml_node_t *x = required(cx, v, &f[k], sub);
+            const char *s = x ? get_text(cx, x, known[i].keys[k], "a string") : NULL;
+            if (s && !*s) cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
+        }
+        return;
+    }
+}
+
+enum { CO_NAME, CO_CREDENTIALS, CO_N };
+static const char *const consumer_keys[CO_N] = {"name", "credentials"};
+
+static void parse_consumer(cx_t *cx, const yaml_node_t *m, size_t idx) {
+    sl_consumer_conf_t *c = &cx->cfg->consumers[idx];
+    char where[128];
+    describe(cx, m, "consumer", "consumers", idx, where, sizeof where);
+    field_t f[CO_N];
+    scan_map(cx, m, where, consumer_keys, f, CO_N, NULL);
+    c->line = line_of(m);
+    c->col = col_of(m);
+    const yaml_node_t *v = required(cx, m, &f[CO_NAME], where);
+    if (v && get_name(cx, v, "consumer", true, &c->name))
+        for (size_t i = 0; i < idx; i++)
+            if (cx->cfg->consumers[i].name && strcmp(cx->cfg->consumers[i].name, c->name) == 0)
+                cx_err(cx, v, "duplicate consumer name '%s' (first defined at line %d)", c->name,
+                       cx->cfg->consumers[i].line);
+    if (!(v = f[CO_CREDENTIALS].val)) {
+        c->credentials_json = cx_strdup(cx, "{}");
+        return;
+    }
+    if (!want_type(cx, v, YAML_MAPPING_NODE, "credentials")) return;
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = get_node(cx, p->key), *cv = get_node(cx, p->value);
+        if (k && cv && k->type == YAML_SCALAR_NODE) check_credential(cx, k, cv, where);
+    }
+    jbuf_t b = {0}, pos = {0};
+    char path[PATH_MAX_LEN] = "";
+    if (jb_put(cx, &pos, "{", 1) && json_node(cx, &b, &pos, path, 0, v, 0))
+        c->credentials_json = b.p;
+    else
+        free(b.p);
+    free(pos.p);
+}
+
+/* Two consumers may not share a key-auth key or a basic-auth username: the plugin could
+ * not tell them apart. */
+static void check_consumer_credentials(cx_t *cx, const yaml_node_t *list) {
+    static const char *const unique[][2] = {{"key-auth", "key"}, {"basic-auth", "username"}};
+    size_t n = seq_len(list);
+    for (size_t u = 0; u < SL_ARRAY_LEN(unique); u++)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < i; j++) {
+                const yaml_node_t *a = NULL, *b = NULL;
+                for (int side = 0; side < 2; side++) {
+                    const yaml_node_t *m = seq_at(cx, list, side ? j : i), *found = NULL;
+                    for (int depth = 0; m && m->type == YAML_MAPPING_NODE && depth < 3; depth++) {
+                        const char *want = depth == 0 ? "credentials" : depth == 1 ? unique[u][0] : unique[u][1];
+                        const yaml_node_t *next = NULL;
+                        for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+                            yaml_node_t *k = get_node(cx, p->key);
+                            if (k && k->type == YAML_SCALAR_NODE && scalar_is(k, want)) next = get_node(cx, p->value);
+                        }
+                        m = next;
+                        if (depth == 2) found = next;
+                    }
+                    if (side) b = found; else a = found;
+                }
+                if (a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE && scalar_eq(a, b))
+                    cx_err(cx, a, "%s %s '%s' is used by another consumer too (line %d)", unique[u][0],
+                           unique[u][1], sval(a), line_of(b));
+            }
+}
+
 static int auto_workers(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1) n = 1;
@@ -1540,6 +1629,8 @@ enum {
     G_UPSTREAMS,
     G_ROUTES,
     G_LUA_ROUTES,
+    G_CONSUMERS,
+    G_CONSUMER_HEADER,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -1553,8 +1644,10 @@ static const char *const top_keys[G_N] = {
     [G_UPSTREAMS] = "upstreams",
     [G_ROUTES] = "routes",
     [G_LUA_ROUTES] = "lua_routes",
+    [G_CONSUMERS] = "consumers",
+    [G_CONSUMER_HEADER] = "consumer_header",
 };
-static const char *const top_later[] = {"redis", "consumers", NULL};
+static const char *const top_later[] = {"redis", NULL};
 static const char *const admin_keys[] = {"listen"};
 
 static void parse_root(cx_t *cx, const yaml_node_t *root) {
@@ -1580,6 +1673,7 @@ static void parse_root(cx_t *cx, const yaml_node_t *root) {
     cfg->watch = true;
     if ((v = f[G_WATCH].val)) get_bool(cx, v, "watch", &cfg->watch);
     cfg->shutdown_timeout_ms = 30 * 1000;
+    if (!cfg->consumer_header) cfg->consumer_header = cx_strdup(cx, "X-Consumer");
     if ((v = f[G_SHUTDOWN].val))
         get_duration(cx, v, "shutdown_timeout", true, &cfg->shutdown_timeout_ms);
 
@@ -1609,6 +1703,29 @@ static void parse_root(cx_t *cx, const yaml_node_t *root) {
     }
 
     parse_plugins(cx, &f[G_PLUGINS], "the global chain", &cfg->plugins, &cfg->nplugins);
+    if ((v = f[G_CONSUMER_HEADER].val)) {
+        const char *h = get_text(cx, v, "consumer_header", "a header name");
+        if (h && !is_token(h))
+            cx_err(cx, v, "consumer_header '%s' is not a valid header name", h);
+        else if (h && (strcasecmp(h, "host") == 0 || strcasecmp(h, "content-length") == 0 ||
+                       strcasecmp(h, "transfer-encoding") == 0 || strcasecmp(h, "connection") == 0))
+            cx_err(cx, v, "consumer_header '%s' would overwrite a header the proxy owns", h);
+        else if (h) {
+            free(cfg->consumer_header);
+            cfg->consumer_header = cx_strdup(cx, h);
+        }
+    }
+    if (f[G_CONSUMERS].val) {
+        size_t n;
+        if (list_len(cx, &f[G_CONSUMERS], &n) && n && (cfg->consumers = cx_calloc(cx, n, sizeof *cfg->consumers))) {
+            cfg->nconsumers = n;
+            for (size_t i = 0; i < n; i++) {
+                const yaml_node_t *m = list_map(cx, &f[G_CONSUMERS], i);
+                if (m) parse_consumer(cx, m, i);
+            }
+            check_consumer_credentials(cx, f[G_CONSUMERS].val);
+        }
+    }
     if ((v = f[G_LUA_ROUTES].val)) {
         get_str_list(cx, &f[G_LUA_ROUTES], NULL, &cfg->lua_routes, &cfg->nlua_routes);
         cfg->lua_routes_line = line_of(v);
@@ -1810,6 +1927,12 @@ static void plugins_free(sl_plugin_conf_t *p, size_t n) {
 void sl_config_free(sl_config_t *cfg) {
     if (!cfg) return;
     free(cfg->path);
+    free(cfg->consumer_header);
+    for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
+        free(cfg->consumers[i].name);
+        free(cfg->consumers[i].credentials_json);
+    }
+    free(cfg->consumers);
     addr_free(&cfg->admin_listen);
     strs_free(cfg->plugin_paths, cfg->nplugin_paths);
     strs_free(cfg->plugin_search, cfg->nplugin_search);

@@ -137,6 +137,14 @@ typedef struct {
     int line, col;
 } sl_route_conf_t;
 
+/** A consumer (the auth plugins' credentials). credentials_json holds the `credentials:`
+ *  mapping as JSON: {"key-auth":{"key":"..."},"basic-auth":{"username":..,"password_hash":..}}. */
+typedef struct {
+    char *name;
+    char *credentials_json;
+    int line, col;
+} sl_consumer_conf_t;
+
 typedef struct {
     char *path;                  /**< file name used in errors */
     int workers;                 /**< resolved: "auto" becomes the CPU count */
@@ -154,6 +162,8 @@ typedef struct {
     sl_listener_conf_t *listeners; size_t nlisteners;
     sl_upstream_conf_t *upstreams; size_t nupstreams;
     sl_route_conf_t *routes; size_t nroutes;
+    sl_consumer_conf_t *consumers; size_t nconsumers;
+    char *consumer_header;       /**< default "X-Consumer": set upstream from ctx.consumer, never from the client */
 } sl_config_t;
 
 /** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */

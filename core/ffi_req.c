@@ -253,6 +253,22 @@ int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **
     return SL_OK;
 }
 
+int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err) {
+    if (len >= sizeof(r->consumer)) {
+        *err = "a consumer name is 1 to 64 characters";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e) {
+            *err = "a consumer name is visible ASCII";
+            return SL_ERROR;
+        }
+    memcpy(r->consumer, name, len);
+    r->consumer[len] = 0;
+    r->consumer_len = (uint8_t)len;
+    return SL_OK;
+}
+
 /* ---- balancer phase and breaker state ---- */
 
 int sl_ffi_balancer_count(sl_req_t *r) {

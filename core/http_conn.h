@@ -135,6 +135,8 @@ struct sl_req_s {
     sl_arena_t arena;   /**< rebuilt heads and canned answers */
     char *heap;         /**< a malloc'ed buffer freed with the request (echo) */
     size_t heap_len, heap_cap;
+    char consumer[65];  /**< ctx.consumer after the access phase (auth plugins) */
+    uint8_t consumer_len;
     char rid[33];       /**< X-Request-ID */
     uint8_t rid_len;
     char host[256];     /**< Host, lower-cased, port removed: what the router matches */

@@ -67,6 +67,16 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
     lua_setfield(L, -2, "plugin_paths");
     push_chain(L, cfg->plugins, cfg->nplugins);
     lua_setfield(L, -2, "global");
+    lua_createtable(L, (int)cfg->nconsumers, 0);
+    for (size_t i = 0; i < cfg->nconsumers; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, cfg->consumers[i].name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, cfg->consumers[i].credentials_json ? cfg->consumers[i].credentials_json : "{}");
+        lua_setfield(L, -2, "credentials_json");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "consumers");
     lua_createtable(L, (int)cfg->nroutes, 0);
     for (size_t i = 0; i < cfg->nroutes; i++) {
         const sl_route_conf_t *rc = &cfg->routes[i];

@@ -127,10 +127,14 @@ static int build_upstream_head(sl_req_t *r) {
     const sl_h1_header_t *xff = NULL;
     bool has_rid = false;
     const sl_hdr_edits_t *ed = &r->req_edits;
+    /* The consumer header is the gateway's word on who authenticated: never the client's. */
+    const char *ch = r->w->cfg->consumer_header;
+    sl_str_t consumer_hdr = {ch, ch ? strlen(ch) : 0};
     for (uint16_t i = 0; i < h->nheaders && ok; i++) {
         const sl_h1_header_t *x = &h->headers[i];
         if (x->hop) continue;
         if (ed->nremoved && sl_edits_removed(ed, x->name)) continue;
+        if (consumer_hdr.len && sl_str_ieq2(x->name, consumer_hdr)) continue;
         if (SL_IEQ(x->name, "x-forwarded-for")) {
             xff = x;
             continue;
@@ -151,6 +155,8 @@ static int build_upstream_head(sl_req_t *r) {
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n");
     if (h->host.len) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
     if (!has_rid) ok = ok && put_header(&b, SL_LIT("X-Request-ID"), (sl_str_t){r->rid, r->rid_len});
+    if (r->consumer_len && consumer_hdr.len)
+        ok = ok && put_header(&b, consumer_hdr, (sl_str_t){r->consumer, r->consumer_len});
     if (r->body_buffered) {
         if (r->heap_len || (h->flags & SL_H1_HAS_CL) || h->body_kind == SL_BODY_CHUNKED)
             ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, r->heap_len) &&

@@ -113,6 +113,10 @@ int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const 
  *  SL_ERROR with *err when there is no such upstream or target. */
 int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
 
+/** The authenticated consumer (ctx.consumer after access): sent upstream in the config's
+ *  consumer_header (X-Consumer), which clients can never set themselves. */
+int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
+
 /** body_filter: the piece of response body being filtered; *eof 1 on the last call. */
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
 /** body_filter: what goes to the client instead of the piece (copied). */

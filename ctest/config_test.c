@@ -302,7 +302,6 @@ static void test_unknown_and_unsupported_keys(void) {
 
     EXPECT_ERROR(LISTENER "redis: { address: 127.0.0.1:6379 }\n",
                  "2:1: 'redis' is not supported by this build yet");
-    EXPECT_ERROR(LISTENER "consumers: []\n", "2:1: 'consumers' is not supported by this build yet");
     /* lua_routes is a list of file names (their routes are read by the plugin step) */
     EXPECT_ERROR(LISTENER "lua_routes: a.lua\n", "2:13: expected a list for 'lua_routes'");
     static const char *const lkeys[] = {"tls", "proxy_protocol", "accept_proxy_protocol", "splice",
@@ -898,9 +897,53 @@ static void test_resilience(void) {
 #undef RT
 }
 
+/* issue 5's consumers: credentials checked for the built-in auth plugins, unique keys */
+static void test_consumers(void) {
+    sl_config_t *cfg = PARSE_OK(LISTENER
+                                "consumer_header: X-Authenticated-User\n"
+                                "consumers:\n"
+                                "  - name: alice\n"
+                                "    credentials:\n"
+                                "      key-auth: { key: k-123 }\n"
+                                "      basic-auth: { username: alice, password_hash: \"$6$salt$hash\" }\n"
+                                "  - { name: bob, credentials: { my-auth: { token: 7 } } }\n"
+                                "  - { name: carol }\n");
+    if (cfg) {
+        CHECK_INT(cfg->nconsumers, 3);
+        CHECK_STR(cfg->consumer_header, "X-Authenticated-User");
+        CHECK_STR(cfg->consumers[0].name, "alice");
+        CHECK_STR(cfg->consumers[0].credentials_json,
+                  "{\"key-auth\":{\"key\":\"k-123\"},\"basic-auth\":{\"username\":\"alice\",\"password_hash\":\"$6$salt$hash\"}}");
+        CHECK_STR(cfg->consumers[1].credentials_json, "{\"my-auth\":{\"token\":7}}");
+        CHECK_STR(cfg->consumers[2].credentials_json, "{}");
+        sl_config_free(cfg);
+    }
+    cfg = PARSE_OK(LISTENER);
+    if (cfg) {
+        CHECK_STR(cfg->consumer_header, "X-Consumer");
+        CHECK_INT(cfg->nconsumers, 0);
+        sl_config_free(cfg);
+    }
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a }, { name: a } ]\n",
+                 "2:35: duplicate consumer name 'a' (first defined at line 2)");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: x } } },\n"
+                          "             { name: b, credentials: { key-auth: { key: x } } } ]\n",
+                 "3:57: key-auth key 'x' is used by another consumer too (line 2)");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: y, secret: x } } } ]\n",
+                 "2:60: unknown key 'secret' in 'key-auth' credentials of consumer 'a'");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: a } } } ]\n",
+                 "2:52: missing required key 'password_hash' in 'basic-auth' credentials of consumer 'a'");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: \"\" } } } ]\n",
+                 "2:57: 'key' must not be empty");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: [x] } ]\n", "2:38: expected a mapping for 'credentials'");
+    EXPECT_ERROR(LISTENER "consumer_header: \"X Bad\"\n", "2:18: consumer_header 'X Bad' is not a valid header name");
+    EXPECT_ERROR(LISTENER "consumer_header: Host\n", "2:18: consumer_header 'Host' would overwrite a header the proxy owns");
+}
+
 int main(void) {
     test_full_config();
     test_resilience();
+    test_consumers();
     test_defaults();
     test_unknown_and_unsupported_keys();
     test_types();

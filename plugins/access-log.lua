@@ -8,7 +8,7 @@ local FIELDS = { "ts", "request_id", "route", "method", "path", "status", "bytes
                  "duration_ms", "upstream", "target", "client" }
 local KNOWN = {}
 for _, f in ipairs(FIELDS) do KNOWN[f] = true end
-KNOWN.query, KNOWN.host, KNOWN.user_agent = true, true, true
+KNOWN.query, KNOWN.host, KNOWN.user_agent, KNOWN.consumer = true, true, true, true
 
 local M = {
     name = "access-log",
@@ -52,6 +52,7 @@ local function value(f, st, ctx)
     elseif f == "upstream" then return st.upstream ~= "" and st.upstream or nil
     elseif f == "target" then return st.target ~= "" and st.target or nil
     elseif f == "client" then return request.get_client_ip()
+    elseif f == "consumer" then return ctx.consumer
     end
 end
 

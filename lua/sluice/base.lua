@@ -49,6 +49,7 @@ int sl_ffi_balancer_target(void *r, int i, sl_target_info_t *out);
 int sl_ffi_balancer_set_target(void *r, const char *addr, size_t len, const char **err);
 int sl_ffi_breaker_state(void *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
 int sl_ffi_body_chunk(void *r, const char **p, size_t *len, int *eof);
+int sl_ffi_req_set_consumer(void *r, const char *name, size_t len, const char **err);
 int sl_ffi_body_set(void *r, const char *p, size_t len, const char **err);
 void sl_ffi_log(void *r, int level, const char *plugin, const char *msg, size_t len);
 double sl_ffi_now(void);

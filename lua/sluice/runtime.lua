@@ -33,8 +33,12 @@ local function build(paths, src, first_pos, cache)
     return out
 end
 
+local ACCESS = 1
+assert(PHASES[ACCESS + 1] == "access")
+
 function _M.new(gen)
     math.randomseed(tonumber(require("sluice").random_hex(7), 16))
+    require("sluice.consumers").load(gen.consumers)
     local cache = {}
     local global = build(gen.plugin_paths, gen.global, 0, cache)
     local chains, masks = {}, {}
@@ -96,6 +100,15 @@ function _M.new(gen)
             local ok, err = pcall(p[1], p[2], ctx)
             if not ok then return 2, p[4], p[3], tostring(err) end
             if base.exited then return 1 end
+        end
+        -- ctx.consumer, set by an auth plugin, goes upstream in the consumer header
+        local consumer = phase == ACCESS and ctx.consumer
+        if consumer then
+            consumer = tostring(consumer)
+            if C.sl_ffi_req_set_consumer(req, consumer, #consumer, base.err_p) ~= 0 then
+                local last = chain[#chain]
+                return 2, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
+            end
         end
         return 0
     end
