@@ -1631,6 +1631,7 @@ enum {
     G_LUA_ROUTES,
     G_CONSUMERS,
     G_CONSUMER_HEADER,
+    G_REDIS,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -1646,8 +1647,11 @@ static const char *const top_keys[G_N] = {
     [G_LUA_ROUTES] = "lua_routes",
     [G_CONSUMERS] = "consumers",
     [G_CONSUMER_HEADER] = "consumer_header",
+    [G_REDIS] = "redis",
 };
-static const char *const top_later[] = {"redis", NULL};
+static const char *const top_later[] = {NULL};
+enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
+static const char *const redis_keys[RD_N] = {"address", "timeout"};
 static const char *const admin_keys[] = {"listen"};
 
 static void parse_root(cx_t *cx, const yaml_node_t *root) {
@@ -1714,6 +1718,17 @@ static void parse_root(cx_t *cx, const yaml_node_t *root) {
             free(cfg->consumer_header);
             cfg->consumer_header = cx_strdup(cx, h);
         }
+    }
+    cfg->redis_timeout_ms = 50;
+    if ((v = f[G_REDIS].val) && want_type(cx, v, YAML_MAPPING_NODE, "redis")) {
+        field_t rf[RD_N];
+        scan_map(cx, v, "'redis'", redis_keys, rf, RD_N, NULL);
+        cfg->redis_enabled = true;
+        if (rf[RD_ADDRESS].val)
+            get_addr(cx, rf[RD_ADDRESS].val, "address", true, &cfg->redis_address);
+        else if (parse_addr("127.0.0.1:6379", &cfg->redis_address, &(const char *){NULL}) == 0)
+            cfg->redis_address.text = cx_strdup(cx, "127.0.0.1:6379");
+        if (rf[RD_TIMEOUT].val) get_duration(cx, rf[RD_TIMEOUT].val, "timeout", false, &cfg->redis_timeout_ms);
     }
     if (f[G_CONSUMERS].val) {
         size_t n;
@@ -1928,6 +1943,7 @@ void sl_config_free(sl_config_t *cfg) {
     if (!cfg) return;
     free(cfg->path);
     free(cfg->consumer_header);
+    addr_free(&cfg->redis_address);
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
         free(cfg->consumers[i].name);
         free(cfg->consumers[i].credentials_json);

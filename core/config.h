@@ -164,6 +164,9 @@ typedef struct {
     sl_route_conf_t *routes; size_t nroutes;
     sl_consumer_conf_t *consumers; size_t nconsumers;
     char *consumer_header;       /**< default "X-Consumer": set upstream from ctx.consumer, never from the client */
+    bool redis_enabled;          /**< `redis:` present */
+    sl_addr_t redis_address;     /**< default 127.0.0.1:6379 */
+    uint64_t redis_timeout_ms;   /**< default 50ms */
 } sl_config_t;
 
 /** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */

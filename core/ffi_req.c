@@ -269,6 +269,8 @@ int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const cha
     return SL_OK;
 }
 
+void sl_ffi_ratelimit_count(sl_req_t *r, int result) { sl_metrics_ratelimit(&r->w->metrics, r->route, result); }
+
 /* ---- balancer phase and breaker state ---- */
 
 int sl_ffi_balancer_count(sl_req_t *r) {

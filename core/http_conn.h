@@ -172,7 +172,7 @@ struct sl_req_s {
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
  *  owner: closing a handle outlives the request. */
-enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP, SL_WAIT_BACKOFF, SL_WAIT_HEDGE };
+enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP, SL_WAIT_BACKOFF, SL_WAIT_HEDGE, SL_WAIT_REDIS };
 typedef struct sl_wait_s {
     sl_req_t *r; /**< NULL once the request is gone */
     int kind;    /**< SL_WAIT_* */
@@ -203,6 +203,13 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
 void sl__req_free(sl_req_t *r);
 /** Client connection went away: abandon the request and its upstream. */
 void sl__req_abort(sl_req_t *r);
+
+/* redis.c */
+typedef struct sl_redis_s sl_redis_t;
+int sl__redis_init(sl_worker_t *w);
+/** Drain: closes the worker's Redis connection. */
+void sl__redis_close(sl_worker_t *w);
+void sl__redis_free(sl_worker_t *w);
 
 /* pool.c */
 sl_upconn_t *sl__pool_get(sl_worker_t *w, uint32_t upstream, uint32_t target);

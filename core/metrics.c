@@ -25,7 +25,8 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
-    if (!m->retries || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
+    m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
+    if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
         !m->conns_active) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -43,6 +44,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->conns_active);
     free(m->plugin_errors);
     free(m->retries);
+    free(m->ratelimit);
     memset(m, 0, sizeof(*m));
 }
 
@@ -90,6 +92,13 @@ void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason) {
 }
 
 static const char *const retry_reasons[SL_RETRY_REASONS] = {"connect_error", "timeout", "reset", "status"};
+static const char *const rl_results[SL_RL_RESULTS] = {"allowed", "limited", "failopen"};
+
+void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    if (result < 0 || result >= SL_RL_RESULTS) return;
+    SL_COUNTER_ADD(m->ratelimit[r * SL_RL_RESULTS + (size_t)result], 1);
+}
 
 static int route_named(const sl_config_t *c, const char *name) {
     for (size_t i = 0; i < c->nroutes; i++)
@@ -112,6 +121,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
         for (size_t c = 0; c < SL_METRIC_CODES; c++)
             SL_COUNTER_ADD(to->req_codes[(size_t)tr * SL_METRIC_CODES + c], from->req_codes[r * SL_METRIC_CODES + c]);
         fold_hist(&to->req_dur[tr], &from->req_dur[r]);
+        for (size_t k = 0; k < SL_RL_RESULTS; k++)
+            SL_COUNTER_ADD(to->ratelimit[(size_t)tr * SL_RL_RESULTS + k], from->ratelimit[r * SL_RL_RESULTS + k]);
         if (r + 1 == from->nroutes) continue;
         const sl_route_conf_t *fr = &fcfg->routes[r], *trc = &tcfg->routes[tr];
         for (size_t pos = 0; pos < SL_METRIC_MAX_CHAIN; pos++) {
@@ -254,6 +265,15 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             render_hist(&t, "sluice_upstream_duration_seconds", labels, &h);
         }
     }
+    tprintf(&t, "# HELP sluice_ratelimit_total Rate-limit decisions by route: allowed, limited, or failopen (store down).\n"
+                "# TYPE sluice_ratelimit_total counter\n");
+    for (size_t r = 0; r < cfg->nroutes; r++)
+        for (size_t k = 0; k < SL_RL_RESULTS; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->ratelimit[r * SL_RL_RESULTS + k]);
+            if (v) tprintf(&t, "sluice_ratelimit_total{route=\"%s\",result=\"%s\"} %llu\n", cfg->routes[r].name,
+                           rl_results[k], (unsigned long long)v);
+        }
     tprintf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
                 "# TYPE sluice_retries_total counter\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)

@@ -17,6 +17,9 @@
 /** Why a request was retried: the `reason` label of sluice_retries_total. */
 enum { SL_RETRY_CONNECT, SL_RETRY_TIMEOUT, SL_RETRY_RESET, SL_RETRY_STATUS, SL_RETRY_REASONS };
 
+/** A rate-limit decision: the `result` label of sluice_ratelimit_total. */
+enum { SL_RL_ALLOWED, SL_RL_LIMITED, SL_RL_FAILOPEN, SL_RL_RESULTS };
+
 #define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
@@ -37,6 +40,7 @@ typedef struct {
     int64_t *conns_active; /**< [nlisteners] */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
+    uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
     size_t nupstreams;
     uint64_t accepted, requests;
 } sl_wmetrics_t;
@@ -51,6 +55,9 @@ void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status,
 
 /** Counts a retry of `upstream` for `reason` (SL_RETRY_*). Worker thread only. */
 void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason);
+
+/** Counts a rate-limit decision on `route` (SL_RL_*). Worker thread only. */
+void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result);
 
 /** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
 void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);

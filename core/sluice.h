@@ -117,6 +117,22 @@ int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *tar
  *  consumer_header (X-Consumer), which clients can never set themselves. */
 int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
 
+/** Counts a rate-limit decision on the request's route: 0 allowed, 1 limited, 2 failopen. */
+void sl_ffi_ratelimit_count(sl_req_t *r, int result);
+
+/** Reply types of sl_ffi_redis_reply. */
+enum { SL_REDIS_NIL = 1, SL_REDIS_INTEGER, SL_REDIS_STRING, SL_REDIS_ERROR, SL_REDIS_ARRAY };
+/** sluice.redis (rewrite/access): sends a command on the worker's Redis connection.
+ *  SL_OK: the caller yields, then reads the reply with sl_ffi_redis_reply and releases it
+ *  with sl_ffi_redis_done. SL_DECLINED: Redis is down (*err), nothing to wait for.
+ *  SL_ERROR: misuse (*err). */
+int sl_ffi_redis_command(sl_req_t *r, int argc, const char **argv, const size_t *argvlen, const char **err);
+/** The reply (i = -1) or its array element i; *n = array length. SL_ERROR with *err for a
+ *  timeout or a lost connection. */
+int sl_ffi_redis_reply(sl_req_t *r, int i, int *type, long long *integer, const char **str, size_t *len,
+                       int *n, const char **err);
+void sl_ffi_redis_done(sl_req_t *r);
+
 /** body_filter: the piece of response body being filtered; *eof 1 on the last call. */
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
 /** body_filter: what goes to the client instead of the piece (copied). */

@@ -42,6 +42,7 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
         if (!w->ups[u].idle) goto oom;
     }
     if (sl_metrics_init(&w->metrics, cfg) != SL_OK) goto oom;
+    if (sl__redis_init(w) != SL_OK) goto oom;
     if (sl_lua_open(w, err) != SL_OK) return SL_ERROR;
     return SL_OK;
 oom:
@@ -57,6 +58,7 @@ static void on_async(uv_async_t *a) {
     uv_close((uv_handle_t *)&w->async, NULL);
     sl__worker_close_idle_conns(w);
     sl__pool_close_all(w);
+    sl__redis_close(w);
 }
 
 void sl__worker_maybe_stop(sl_worker_t *w) {
@@ -124,6 +126,7 @@ void sl_worker_join(sl_worker_t *w) {
 
 void sl_worker_destroy(sl_worker_t *w) {
     sl_lua_close(w);
+    sl__redis_free(w);
     int rc = uv_loop_close(&w->loop);
     if (rc != 0) sl_log_warn("worker %d: its loop still had handles at exit (%s)", w->id, uv_strerror(rc));
     while (w->free_reqs) {

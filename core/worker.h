@@ -62,6 +62,7 @@ typedef struct sl_worker_s {
     uint8_t *route_phases;  /**< [cfg->nroutes] SL_PHASE_* bits of each route's chain */
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;
+    struct sl_redis_s *redis; /**< the worker's Redis connection (redis.c); NULL without redis: */
 } sl_worker_t;
 
 /** Prepares worker `id` of config `cfg` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */

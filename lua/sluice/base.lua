@@ -50,6 +50,11 @@ int sl_ffi_balancer_set_target(void *r, const char *addr, size_t len, const char
 int sl_ffi_breaker_state(void *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
 int sl_ffi_body_chunk(void *r, const char **p, size_t *len, int *eof);
 int sl_ffi_req_set_consumer(void *r, const char *name, size_t len, const char **err);
+int sl_ffi_redis_command(void *r, int argc, const char **argv, const size_t *argvlen, const char **err);
+int sl_ffi_redis_reply(void *r, int i, int *type, long long *integer, const char **str, size_t *len,
+                       int *n, const char **err);
+void sl_ffi_redis_done(void *r);
+void sl_ffi_ratelimit_count(void *r, int result);
 int sl_ffi_body_set(void *r, const char *p, size_t len, const char **err);
 void sl_ffi_log(void *r, int level, const char *plugin, const char *msg, size_t len);
 double sl_ffi_now(void);

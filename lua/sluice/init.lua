@@ -46,6 +46,7 @@ request.get_query = getter(C.sl_ffi_req_get_query)
 request.get_host = getter(C.sl_ffi_req_get_host)
 request.get_client_ip = getter(C.sl_ffi_req_client_ip)
 request.get_id = getter(C.sl_ffi_req_id)
+request.get_route = getter(C.sl_ffi_req_route)
 
 -- Replaces the request's id (what log lines carry as request_id); 1..32 characters.
 function request.set_id(id)
@@ -290,7 +291,8 @@ function _M.time.now() return tonumber(C.sl_ffi_now()) end
 _M.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
 
 -- sluice.crypto and sluice.http load on first use.
-local lazy = { crypto = "sluice.crypto", http = "sluice.http", consumers = "sluice.consumers", limit = "sluice.limit" }
+local lazy = { crypto = "sluice.crypto", http = "sluice.http", consumers = "sluice.consumers",
+               limit = "sluice.limit", redis = "sluice.redis" }
 setmetatable(_M, { __index = function(t, k)
     local mod = lazy[k]
     if mod then

@@ -1,0 +1,215 @@
+"""rate-limit, against the real binary and a real redis-server started here.
+
+  1. store local, 2 workers: 1,000 requests at rate 100 per 1s, burst 0, spread over
+     ~1 s, admit 100 +- 2; the rest get 429 with Retry-After and the IETF RateLimit /
+     RateLimit-Policy fields; admitted answers carry RateLimit too; the key: a header
+     key counts apart per value, trusted_proxies take the client from X-Forwarded-For;
+  2. store redis: two gateway processes sharing one redis-server admit a combined total
+     within +-5% of the limit; redis-server stopped mid-run: requests pass (fail open)
+     and sluice_ratelimit_total{result="failopen"} counts them; started again: limiting
+     resumes without a restart.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("rate_limit", budget=90)
+
+
+def ok_handler(req):
+    return h.Response(200, b"ok")
+
+
+def fire(port, n, seconds, path="/", headers=None, conns=10):
+    """n requests spread evenly over `seconds` on `conns` keep-alive connections."""
+    statuses, lock = [], threading.Lock()
+    heads = []
+    per = n // conns
+    start = time.monotonic() + 0.05
+
+    def worker(k):
+        c = h.Client(port, timeout=10)
+        local = []
+        for i in range(per):
+            due = start + (i * conns + k) * seconds / n
+            d = due - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+            c.send(h.build_request("GET", path, headers=headers))
+            r = c.read_response()
+            local.append((r.status, r.header("Retry-After"), r.header("RateLimit"), r.header("RateLimit-Policy")))
+            if r.header("Connection") == "close":
+                c.close()
+                c = h.Client(port, timeout=10)
+        c.close()
+        with lock:
+            statuses.extend(local)
+
+    ths = [threading.Thread(target=worker, args=(k,)) for k in range(conns)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(60)
+    return statuses
+
+
+def test_local(t):
+    up = h.MockUpstream(ok_handler, name="up")
+    conf = """\
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+routes:
+  - { name: strict, match: { paths: [/strict] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 100, per: 1s, burst: 0 } } ] }
+  - { name: byheader, match: { paths: [/byheader] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 2, per: 1m, burst: 0, key: "header:X-Api-User" } } ] }
+  - { name: proxied, match: { paths: [/proxied] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, trusted_proxies: [127.0.0.0/8] } } ] }
+""" % {"up": up.address}
+    s = h.start_sluice(conf, suite=t, name="rl-local")
+    try:
+        p = s.port()
+        res = fire(p, 1000, 1.0, "/strict")
+        ok = [x for x in res if x[0] == 200]
+        limited = [x for x in res if x[0] == 429]
+        t.info("local, 2 workers: %d of %d admitted at 100/s over ~1 s" % (len(ok), len(res)))
+        t.check("1,000 requests over ~1 s at 100/s, burst 0: 100 +- 2 admitted (plus the first token)",
+                99 <= len(ok) <= 103 and len(ok) + len(limited) == 1000, "99..103", (len(ok), len(limited)))
+        bad_ra = [x for x in limited if not (x[1] and x[1].isdigit() and int(x[1]) >= 1)]
+        t.check("every 429 has Retry-After (whole seconds >= 1)", not bad_ra and limited, "Retry-After: N",
+                bad_ra[:3])
+        pol = {x[3] for x in limited}
+        t.check("429s carry RateLimit-Policy \"default\";q=100;w=1", pol == {'"default";q=100;w=1'},
+                {'"default";q=100;w=1'}, pol)
+        rl = [x[2] for x in limited]
+        t.check("429s carry RateLimit \"default\";r=0;t=N", all(re.fullmatch(r'"default";r=0;t=\d+', v or "") for v in rl),
+                '"default";r=0;t=N', rl[:3])
+        t.check("admitted answers carry RateLimit too", all(re.fullmatch(r'"default";r=\d+;t=\d+', x[2] or "") for x in ok),
+                '"default";r=N;t=N', [x[2] for x in ok[:3]])
+        _, samples = s.metrics()
+        got = {lab["result"]: float(v) for n, lab, v in samples
+               if n == "sluice_ratelimit_total" and lab.get("route") == "strict"}
+        t.check("sluice_ratelimit_total counts allowed and limited",
+                got.get("allowed") == len(ok) and got.get("limited") == len(limited), (len(ok), len(limited)), got)
+
+        a = [h.request(p, "GET", "/byheader", headers=[("X-Api-User", "alice")]).status for _ in range(3)]
+        b = [h.request(p, "GET", "/byheader", headers=[("X-Api-User", "bob")]).status for _ in range(3)]
+        t.check("key header:X-Api-User: each value has its own bucket (burst 0 -> 1 at once)",
+                (a, b) == ([200, 429, 429], [200, 429, 429]), ([200, 429, 429], [200, 429, 429]), (a, b))
+        x1 = h.request(p, "GET", "/proxied", headers=[("X-Forwarded-For", "203.0.113.7")]).status
+        x2 = h.request(p, "GET", "/proxied", headers=[("X-Forwarded-For", "203.0.113.8")]).status
+        x3 = h.request(p, "GET", "/proxied", headers=[("X-Forwarded-For", "198.51.100.1, 203.0.113.7")]).status
+        t.check("trusted_proxies: the client is the X-Forwarded-For hop before the proxy (per-client buckets)",
+                (x1, x2, x3) == (200, 200, 429), (200, 200, 429), (x1, x2, x3))
+    finally:
+        s.stop()
+        up.stop()
+
+
+def free_port():
+    sk = socket.socket()
+    sk.bind(("127.0.0.1", 0))
+    port = sk.getsockname()[1]
+    sk.close()
+    return port
+
+
+class Redis:
+    def __init__(self, port):
+        self.port = port
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        h.wait_port(self.port, timeout=10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def test_redis(t):
+    if not shutil.which("redis-server"):
+        t.check("redis-server is installed (scripts/install-deps)", False, "redis-server", None)
+        return
+    up = h.MockUpstream(ok_handler, name="up")
+    rport = free_port()
+    redis = Redis(rport)
+    redis.start()
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { address: 127.0.0.1:%(rport)d, timeout: 100ms }
+upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+routes:
+  - { name: shared, match: { paths: [/shared] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 100, per: 1m, store: redis, key: route } } ] }
+""" % {"rport": rport, "up": up.address}
+    g1 = h.start_sluice(conf, suite=t, name="rl-redis-1")
+    g2 = h.start_sluice(conf, suite=t, name="rl-redis-2")
+    try:
+        both = []
+        ths = [threading.Thread(target=lambda g=g: both.extend(fire(g.port(), 200, 1.0, "/shared", conns=5)))
+               for g in (g1, g2)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(60)
+        admitted = sum(1 for x in both if x[0] == 200)
+        t.info("redis, two gateways: %d of %d admitted, limit 100 per minute" % (admitted, len(both)))
+        t.check("two gateways sharing redis admit 100 +- 5% combined", 95 <= admitted <= 105, "95..105", admitted)
+        limited = [x for x in both if x[0] == 429]
+        t.check("redis store: 429s carry Retry-After and RateLimit",
+                limited and all(x[1] and x[2] and x[2].startswith('"default";r=0;t=') for x in limited),
+                "Retry-After + RateLimit", limited[:2])
+
+        redis.stop()
+        res = fire(g1.port(), 50, 0.5, "/shared", conns=5)
+        t.check("redis down: requests pass (fail open)", all(x[0] == 200 for x in res), "all 200",
+                {x[0] for x in res})
+        _, samples = g1.metrics()
+        fo = [float(v) for n, lab, v in samples
+              if n == "sluice_ratelimit_total" and lab.get("result") == "failopen" and lab.get("route") == "shared"]
+        t.check("sluice_ratelimit_total{result=failopen} counts them", fo and fo[0] >= 50, ">= 50", fo)
+        t.check("the gateway logged that redis is unavailable", "redis unavailable" in g1.log(), "a log line",
+                g1.log()[-300:])
+
+        redis.start()
+        deadline = time.monotonic() + 5
+        statuses = []
+        while time.monotonic() < deadline:
+            statuses = [h.request(g1.port(), "GET", "/shared").status for _ in range(120)]
+            if 429 in statuses:
+                break
+            time.sleep(0.3)
+        t.check("redis back: limiting resumes without a restart (429s again)", 429 in statuses,
+                "some 429", {x: statuses.count(x) for x in set(statuses)})
+        t.check("both gateways still running", g1.alive() and g2.alive(), True, (g1.alive(), g2.alive()))
+    finally:
+        g1.stop()
+        g2.stop()
+        redis.stop()
+        up.stop()
+
+
+t.run(test_redis)  # test_local joins when sluice.limit (core/limiter.c) lands

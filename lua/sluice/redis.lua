@@ -1,0 +1,73 @@
+-- sluice.redis: commands on the worker's Redis connection (config `redis:`), yielding the
+-- request's coroutine until the reply (docs/plugins.md, "sluice.redis").
+--
+--   local n, err = sluice.redis.command("INCR", "hits:" .. ip)   -- 7, or nil, "redis timeout"
+--
+-- Replies: integer -> number, string/status -> string, nil -> nil (with no error), error
+-- reply -> nil, "ERR ...", array -> a Lua list of those (one level). When Redis is down the
+-- call returns nil, "redis unavailable" at once, without waiting; callers decide whether to
+-- fail open. Misuse (outside rewrite/access, no redis configured) raises.
+local ffi = require("ffi")
+local base = require("sluice.base")
+
+local C = base.C
+local ffi_new, ffi_string = ffi.new, ffi.string
+local type, tostring, error, select = type, tostring, error, select
+local co_yield = coroutine.yield
+
+local _M = {}
+
+local OK, DECLINED = 0, -5
+local NIL, INTEGER, STRING, ERROR, ARRAY = 1, 2, 3, 4, 5
+local MAX_ARGS = 32
+
+local argv = ffi_new("const char *[?]", MAX_ARGS)
+local argvlen = ffi_new("size_t[?]", MAX_ARGS)
+local type_p, int_p, n_p = ffi_new("int[1]"), ffi_new("long long[1]"), ffi_new("int[1]")
+local str_p, len_p, err_p = base.str_p, base.len_p, base.err_p
+
+local function item(r, i)
+    if C.sl_ffi_redis_reply(r, i, type_p, int_p, str_p, len_p, n_p, err_p) ~= OK then
+        return nil, ffi_string(err_p[0])
+    end
+    local t = type_p[0]
+    if t == INTEGER then return tonumber(int_p[0]) end
+    if t == STRING then return ffi_string(str_p[0], len_p[0]) end
+    if t == ERROR then return nil, ffi_string(str_p[0], len_p[0]) end
+    if t == ARRAY then return "array", n_p[0] end
+    return nil
+end
+
+-- Sends one command (its name and arguments: strings or numbers) and waits for the reply.
+function _M.command(...)
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    local n = select("#", ...)
+    if n < 1 or n > MAX_ARGS then error("redis.command takes 1 to " .. MAX_ARGS .. " arguments", 2) end
+    local keep = {} -- the Lua strings argv points into, alive until the command is sent
+    for i = 1, n do
+        local a = select(i, ...)
+        if type(a) == "number" then a = tostring(a) end
+        if type(a) ~= "string" then error("redis arguments must be strings or numbers", 2) end
+        keep[i] = a
+        argv[i - 1], argvlen[i - 1] = a, #a
+    end
+    local rc = C.sl_ffi_redis_command(r, n, argv, argvlen, err_p)
+    if rc == DECLINED then return nil, ffi_string(err_p[0]) end
+    if rc ~= OK then error(ffi_string(err_p[0]), 2) end
+    keep = nil
+    local ctx, route, plugin = base.ctx, base.route, base.plugin
+    co_yield()
+    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+    local v, e = item(r, -1)
+    if v == "array" then
+        local list = {}
+        for i = 0, e - 1 do list[i + 1] = item(r, i) end
+        C.sl_ffi_redis_done(r)
+        return list
+    end
+    C.sl_ffi_redis_done(r)
+    return v, e
+end
+
+return _M

@@ -1,0 +1,142 @@
+-- rate-limit: at most `rate` requests per `per` for each key (client IP, a header, the
+-- consumer, or the whole route), with `burst` extra; the rest get 429 with Retry-After.
+--
+-- store local: a token bucket in the core, shared by all workers (capacity burst + 1,
+-- refilled at rate/per: burst 0 is a strict rate). store redis: a sliding-window counter
+-- in Redis (limit rate + burst per `per`), shared by every gateway using that Redis; when
+-- Redis is down or slow the request is admitted (fail open) and counted as such.
+-- Answers carry the IETF RateLimit and RateLimit-Policy fields
+-- (draft-ietf-httpapi-ratelimit-headers: `"name";q=QUOTA;w=WINDOW` and `"name";r=REMAINING;t=SECONDS`).
+local sluice = require("sluice")
+local cidr = require("sluice.cidr")
+local base = require("sluice.base")
+
+local request, response, C = sluice.request, sluice.response, base.C
+local ceil, floor, max, tostring = math.ceil, math.floor, math.max, tostring
+
+local ALLOWED, LIMITED, FAILOPEN = 0, 1, 2
+
+local M = {
+    name = "rate-limit",
+    version = "1.0",
+    schema = {
+        rate = { type = "number", required = true, min = 0.001 },
+        per = { type = "string", default = "1s" },
+        burst = { type = "integer", default = 0, min = 0 },
+        key = { type = "string", default = "ip" },
+        store = { type = "enum", one_of = { "local", "redis" }, default = "local" },
+        trusted_proxies = { type = "array", items = { type = "string" }, default = {} },
+        policy = { type = "string", default = "default" },
+        headers = { type = "boolean", default = true },
+    },
+}
+
+local UNIT = { ms = 0.001, s = 1, m = 60, h = 3600 }
+
+local function seconds(s)
+    local n, u = tostring(s):match("^(%d+)(%a+)$")
+    n = tonumber(n)
+    return n and UNIT[u] and n > 0 and n * UNIT[u] or nil
+end
+
+local function key_kind(k)
+    if k == "ip" or k == "consumer" or k == "route" then return k end
+    local h = k:match("^header:([!#$%%&'*+%-.^_`|~%w]+)$")
+    if h then return "header", h end
+    return nil
+end
+
+function M.check(conf)
+    if not seconds(conf.per) then return nil, "per must be a duration like 1s, 500ms, 1m" end
+    if not key_kind(conf.key) then return nil, "key must be ip, consumer, route or header:NAME" end
+    local _, bad = cidr.compile(conf.trusted_proxies)
+    if bad then return nil, ("trusted_proxies: '%s' is not an address or CIDR"):format(bad) end
+    if not conf.policy:match("^[%w_.%-]+$") then return nil, "policy must be letters, digits, '.', '-' or '_'" end
+    return true
+end
+
+-- Per config generation: the parsed parts of a conf.
+local cache = setmetatable({}, { __mode = "k" })
+
+local function prepared(conf)
+    local c = cache[conf]
+    if c then return c end
+    local kind, header = key_kind(conf.key)
+    local per = seconds(conf.per)
+    c = {
+        kind = kind, header = header, per = per,
+        rate_per_s = conf.rate / per,
+        trusted = cidr.compile(conf.trusted_proxies),
+        quota = floor(conf.rate + conf.burst),
+        window = max(1, ceil(per)),
+    }
+    c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
+    cache[conf] = c
+    return c
+end
+
+-- The client address: the socket's peer, or, when the peer is a trusted proxy, the
+-- rightmost X-Forwarded-For entry that is not one.
+local function client_ip(c)
+    local peer = request.get_client_ip()
+    if #c.trusted == 0 then return peer end
+    local ip = cidr.parse_ip(peer)
+    if not ip or not cidr.any(ip, c.trusted) then return peer end
+    local xff = request.get_header("X-Forwarded-For")
+    if not xff then return peer end
+    local hops = {}
+    for part in xff:gmatch("[^,%s]+") do hops[#hops + 1] = part end
+    for i = #hops, 1, -1 do
+        local a = cidr.parse_ip(hops[i])
+        if not a then return peer end -- a malformed hop: trust nothing before it
+        if not cidr.any(a, c.trusted) then return hops[i] end
+    end
+    return peer
+end
+
+local function key_of(c, ctx)
+    if c.kind == "route" then return "route" end
+    if c.kind == "consumer" and ctx.consumer then return "c:" .. tostring(ctx.consumer) end
+    if c.kind == "header" then
+        local v = request.get_header(c.header)
+        if v then return "h:" .. v end
+    end
+    return "ip:" .. client_ip(c)
+end
+
+function M.access(conf, ctx)
+    local c = prepared(conf)
+    local r = base.req
+    -- a limit belongs to its route: two routes with the same config count apart
+    local key = request.get_route() .. "|" .. key_of(c, ctx)
+    local allowed, remaining, reset, retry, failopen
+    if conf.store == "redis" then
+        allowed, remaining, reset, retry, failopen = require("sluice.redis_limit").window(key, c.quota, c.per, 1)
+    else
+        allowed, remaining, reset, retry = sluice.limit.take(key, c.rate_per_s, conf.burst, "local")
+    end
+    if failopen then
+        C.sl_ffi_ratelimit_count(r, FAILOPEN)
+        return
+    end
+    local state = ('"%s";r=%d;t=%d'):format(conf.policy, floor(remaining), ceil(allowed and reset or retry))
+    if not allowed then
+        C.sl_ffi_ratelimit_count(r, LIMITED)
+        return response.exit(429, { error = "rate limited" }, {
+            ["Retry-After"] = tostring(max(1, ceil(retry))),
+            ["RateLimit-Policy"] = c.policy,
+            ["RateLimit"] = state,
+        })
+    end
+    C.sl_ffi_ratelimit_count(r, ALLOWED)
+    if conf.headers then ctx.ratelimit_state, ctx.ratelimit_policy = state, c.policy end
+end
+
+function M.header_filter(conf, ctx)
+    if ctx.ratelimit_state then
+        response.set_header("RateLimit-Policy", ctx.ratelimit_policy)
+        response.set_header("RateLimit", ctx.ratelimit_state)
+    end
+end
+
+return M
