@@ -61,16 +61,35 @@ typedef struct {
     char *text; /**< as written in the config, owned */
 } sl_addr_t;
 
+/** An address block (a trusted PROXY-protocol sender): 16 bytes, IPv4 mapped into
+ *  ::ffff:0:0/96, and the prefix length over those 128 bits. */
+typedef struct {
+    uint8_t ip[16];
+    uint8_t bits;
+} sl_cidr_t;
+
+enum { SL_SPLICE_AUTO = 0, SL_SPLICE_OFF = 1 };
+enum { SL_PROXY_NONE = 0, SL_PROXY_V1 = 1, SL_PROXY_V2 = 2 };
+
 typedef struct {
     char *name;
     sl_addr_t listen;
-    int protocol;                /**< SL_PROTO_HTTP (tcp arrives with the L4 issue) */
+    int protocol;                /**< SL_PROTO_HTTP or SL_PROTO_TCP */
+    int upstream;                /**< tcp: index into upstreams (required); -1 for http */
+    int splice;                  /**< tcp: SL_SPLICE_AUTO (default) or SL_SPLICE_OFF (read/write copy) */
+    int proxy_send;              /**< tcp: SL_PROXY_* header sent to the upstream first */
+    sl_cidr_t *proxy_from;       /**< accept_proxy_protocol.from: peers whose PROXY header is read */
+    size_t nproxy_from;
+    bool accept_proxy;           /**< accept_proxy_protocol present: a PROXY header is expected */
     uint64_t max_body;           /**< bytes; 0 = unlimited */
     uint32_t max_header_size;    /**< whole request head, default 32 KiB -> 431 */
     uint32_t max_request_line;   /**< default 8 KiB -> 414 */
     uint64_t header_timeout_ms;  /**< total deadline for a request head, default 10s */
-    uint64_t idle_timeout_ms;    /**< keep-alive idle, default 60s */
+    uint64_t idle_timeout_ms;    /**< http: keep-alive idle, default 60s; tcp: session idle, default 300s */
+    uint64_t connect_timeout_ms; /**< tcp: the upstream's timeouts.connect */
     int line, col;
+    int upstream_line, upstream_col; /**< where `upstream:` was written (resolved after upstreams) */
+    char *upstream_name;
 } sl_listener_conf_t;
 
 typedef struct {
