@@ -1,5 +1,6 @@
 /* crypto.c — sluice.crypto's C side: digests, HMAC, and JWS signature verification
- * (RFC 7518 algorithm names) on OpenSSL 3's libcrypto, which the core links for TLS.
+ * (RFC 7518 algorithm names) on OpenSSL 3's libcrypto, which the core links for TLS;
+ * a constant-time compare and stored password hashes (libcrypt's crypt(3), PBKDF2).
  *
  * Threads: every function may run on any worker thread at once. Digest and MAC
  * methods are fetched once per process (an implicit fetch by name would search the
@@ -11,11 +12,13 @@
  * verification queues errors, so every entry point sets a mark on entry and pops back
  * to it on return: the queue is left as it was found.
  */
+#include <crypt.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/decoder.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -519,4 +522,230 @@ int sl_ffi_crypto_verify(const sl_pkey_t *k, const char *alg, const unsigned cha
     int rc = verify(k, alg, data, data_len, sig, sig_len, err);
     ERR_pop_to_mark();
     return rc;
+}
+
+/* ---------------------------------------------------------------- passwords */
+
+int sl_ffi_crypto_equal(const unsigned char *a, size_t a_len, const unsigned char *b,
+                        size_t b_len) {
+    return a_len == b_len && CRYPTO_memcmp(a, b, a_len) == 0;
+}
+
+/* crypt(3) methods taken: the stored hash is the setting followed by `sum` characters of
+ * crypt's base64, after a '$' except for bcrypt, whose 60 characters run salt and sum
+ * together. The older methods libcrypt still reads (DES, MD5 "$1$", NT "$3$", ...) are
+ * refused: a GPU tries billions of those a second. */
+static const struct {
+    const char *prefix;
+    size_t sum;
+    size_t total; /* 0: any length */
+} crypt_methods[] = {
+    {"$y$", 43, 0}, {"$6$", 86, 0}, {"$5$", 43, 0}, {"$2b$", 31, 60}, {"$2y$", 31, 60},
+};
+
+static const struct {
+    const char *prefix;
+    int md;
+} pbkdf2_methods[] = {
+    {"$pbkdf2-sha256$", MD_SHA256},
+    {"$pbkdf2-sha512$", MD_SHA512},
+};
+
+#define PBKDF2_MIN_ROUNDS 1000
+#define PBKDF2_MAX_ROUNDS 10000000 /* seconds of a worker per check: more is a typo */
+#define PBKDF2_SALT_MAX 256
+
+enum { PW_CRYPT, PW_PBKDF2 };
+
+typedef struct {
+    int kind;
+    int md; /* PBKDF2 from here on */
+    int rounds;
+    size_t salt_len, sum_len;
+    unsigned char salt[PBKDF2_SALT_MAX];
+    unsigned char sum[SL_CRYPTO_MD_MAX];
+} pwhash_t;
+
+static bool is_crypt64(unsigned char c) {
+    return c == '.' || c == '/' || (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
+           (c >= 'a' && c <= 'z');
+}
+
+/* passlib's "adapted base64": RFC 4648's alphabet with '.' for '+', no padding. */
+static int ab64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '.' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Decodes n characters into out; false for another character, a length no byte count
+ * gives, or more than cap bytes. */
+static bool ab64_decode(const char *s, size_t n, unsigned char *out, size_t cap, size_t *len) {
+    if (n % 4 == 1 || n / 4 * 3 + n % 4 * 3 / 4 > cap) return false;
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = ab64_value((unsigned char)s[i]);
+        if (v < 0) return false;
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (unsigned char)(acc >> bits);
+        }
+    }
+    *len = o;
+    return true;
+}
+
+static bool has_prefix(const char *h, size_t hl, const char *prefix) {
+    size_t n = strlen(prefix);
+    return hl >= n && memcmp(h, prefix, n) == 0;
+}
+
+static int parse_crypt(const char *h, size_t hl, size_t i, const char **err) {
+    size_t sum = crypt_methods[i].sum, total = crypt_methods[i].total;
+    if (hl >= CRYPT_OUTPUT_SIZE || hl <= strlen(crypt_methods[i].prefix) + sum ||
+        (total && hl != total) || (!total && h[hl - sum - 1] != '$')) {
+        *err = "malformed crypt(3) hash: wrong length";
+        return SL_ERROR;
+    }
+    for (size_t k = 0; k < hl; k++) {
+        unsigned char c = (unsigned char)h[k];
+        bool separator = c == '$' || c == '='; /* "$6$rounds=N$salt$sum" */
+        if (!is_crypt64(c) && (k >= hl - sum || !separator)) {
+            *err = "malformed crypt(3) hash: a character outside ./0-9A-Za-z";
+            return SL_ERROR;
+        }
+    }
+    return SL_OK;
+}
+
+/* "$pbkdf2-<md>$ROUNDS$SALT$SUM", h past the prefix. */
+static int parse_pbkdf2(const char *h, size_t hl, pwhash_t *pw, const char **err) {
+    const char *end = h + hl, *salt, *sum;
+    long long rounds = 0;
+    const char *p = h;
+    for (; p < end && *p >= '0' && *p <= '9' && p - h < 9; p++) rounds = rounds * 10 + (*p - '0');
+    if (p == h || p == end || *p != '$' || rounds < PBKDF2_MIN_ROUNDS ||
+        rounds > PBKDF2_MAX_ROUNDS) {
+        *err = "malformed PBKDF2 hash: rounds must be 1000 to 10000000";
+        return SL_ERROR;
+    }
+    salt = p + 1;
+    sum = memchr(salt, '$', (size_t)(end - salt));
+    if (!sum ||
+        !ab64_decode(salt, (size_t)(sum - salt), pw->salt, sizeof pw->salt, &pw->salt_len) ||
+        pw->salt_len == 0) {
+        *err = "malformed PBKDF2 hash: bad salt";
+        return SL_ERROR;
+    }
+    sum++;
+    size_t want = (size_t)EVP_MD_get_size(mds[pw->md]);
+    if (!ab64_decode(sum, (size_t)(end - sum), pw->sum, sizeof pw->sum, &pw->sum_len) ||
+        pw->sum_len != want) {
+        *err = "malformed PBKDF2 hash: the checksum is not one digest long";
+        return SL_ERROR;
+    }
+    pw->rounds = (int)rounds;
+    return SL_OK;
+}
+
+static int pw_parse(const char *h, size_t hl, pwhash_t *pw, const char **err) {
+    for (size_t i = 0; i < SL_ARRAY_LEN(crypt_methods); i++)
+        if (has_prefix(h, hl, crypt_methods[i].prefix)) {
+            pw->kind = PW_CRYPT;
+            return parse_crypt(h, hl, i, err);
+        }
+    for (size_t i = 0; i < SL_ARRAY_LEN(pbkdf2_methods); i++)
+        if (has_prefix(h, hl, pbkdf2_methods[i].prefix)) {
+            pw->kind = PW_PBKDF2;
+            pw->md = pbkdf2_methods[i].md;
+            if (!mds[pw->md]) {
+                *err = "digest not available from the OpenSSL providers";
+                return SL_ERROR;
+            }
+            size_t n = strlen(pbkdf2_methods[i].prefix);
+            return parse_pbkdf2(h + n, hl - n, pw, err);
+        }
+    *err = "unsupported password hash (crypt(3) $y$, $6$, $5$, $2b$, $2y$; $pbkdf2-sha256$, "
+           "$pbkdf2-sha512$)";
+    return SL_ERROR;
+}
+
+static int verify_crypt(const char *pw, size_t pl, const char *h, size_t hl, const char **err) {
+    if (pl >= CRYPT_MAX_PASSPHRASE_SIZE) {
+        *err = "password too long for crypt(3)";
+        return 0;
+    }
+    /* 32 KiB of state: too much for a worker's stack, and nothing next to the hash's own
+     * cost. crypt_rn, unlike crypt(3), keeps all state there: any thread, at once. */
+    struct crypt_data *d = calloc(1, sizeof(*d));
+    if (!d) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    memcpy(d->input, pw, pl);
+    memcpy(d->setting, h, hl);
+    const char *out = crypt_rn(d->input, d->setting, d, (int)sizeof(*d));
+    int rc;
+    if (!out) {
+        *err = "libcrypt refused the hash's settings";
+        rc = SL_ERROR;
+    } else if (strlen(out) == hl && CRYPTO_memcmp(out, h, hl) == 0) {
+        rc = 1;
+    } else {
+        *err = "password does not match";
+        rc = 0;
+    }
+    OPENSSL_cleanse(d->input, sizeof(d->input));
+    free(d);
+    return rc;
+}
+
+static int verify_pbkdf2(const char *pw, size_t pl, const pwhash_t *ph, const char **err) {
+    unsigned char out[SL_CRYPTO_MD_MAX];
+    if (pl > INT_MAX) {
+        *err = "password too long";
+        return 0;
+    }
+    if (PKCS5_PBKDF2_HMAC(pw, (int)pl, ph->salt, (int)ph->salt_len, ph->rounds, mds[ph->md],
+                          (int)ph->sum_len, out) != 1) {
+        *err = "PBKDF2 failed";
+        return SL_ERROR;
+    }
+    int rc = CRYPTO_memcmp(out, ph->sum, ph->sum_len) == 0;
+    if (!rc) *err = "password does not match";
+    OPENSSL_cleanse(out, sizeof(out));
+    return rc;
+}
+
+int sl_ffi_crypto_password_verify(const char *password, size_t password_len, const char *hash,
+                                  size_t hash_len, const char **err) {
+    pthread_once(&fetch_once, fetch_methods);
+    ERR_set_mark();
+    pwhash_t ph;
+    int rc = pw_parse(hash, hash_len, &ph, err);
+    if (rc != SL_OK) {
+        /* the hash's format is the error */
+    } else if (memchr(password, 0, password_len)) {
+        /* crypt(3) reads a C string, so "a\0b" would pass for "a"; HMAC pads its key with
+         * zeros, so PBKDF2 takes "a\0" for "a". No real password holds a NUL. */
+        *err = "password with a NUL byte";
+        rc = 0;
+    } else if (ph.kind == PW_CRYPT) {
+        rc = verify_crypt(password, password_len, hash, hash_len, err);
+    } else {
+        rc = verify_pbkdf2(password, password_len, &ph, err);
+    }
+    ERR_pop_to_mark();
+    return rc;
+}
+
+int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err) {
+    pthread_once(&fetch_once, fetch_methods);
+    pwhash_t ph;
+    return pw_parse(hash, hash_len, &ph, err);
 }

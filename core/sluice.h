@@ -211,6 +211,27 @@ int sl_ffi_crypto_verify(const sl_pkey_t *k, const char *alg, const unsigned cha
                          size_t data_len, const unsigned char *sig, size_t sig_len,
                          const char **err);
 
+/** 1 when a and b hold the same bytes, else 0. Lengths that differ answer 0 at once;
+ *  for equal lengths the time depends on the length only (OpenSSL's CRYPTO_memcmp). */
+int sl_ffi_crypto_equal(const unsigned char *a, size_t a_len, const unsigned char *b,
+                        size_t b_len);
+
+/** Whether `password` is the one a stored password hash was made from. Hash formats:
+ *  crypt(3) yescrypt "$y$", SHA-512 "$6$", SHA-256 "$5$" and bcrypt "$2b$"/"$2y$"
+ *  (libcrypt), and PBKDF2 in passlib's form "$pbkdf2-sha256$ROUNDS$SALT$SUM" (also
+ *  sha512; SALT and SUM in passlib's base64, '.' for '+', no padding; ROUNDS 1000 to
+ *  10,000,000).
+ *  1 match; 0 no match (also a password with a NUL byte, or longer than 511 bytes for
+ *  crypt); SL_ERROR with *err for a hash of another or a malformed format. The hash is
+ *  compared in constant time. Costs what the hash was made to cost (milliseconds):
+ *  the calling thread does the work. Any thread. */
+int sl_ffi_crypto_password_verify(const char *password, size_t password_len, const char *hash,
+                                  size_t hash_len, const char **err);
+/** Checks a stored hash's format, as sl_ffi_crypto_password_verify reads it, without
+ *  hashing anything (for a config loader): 0, or SL_ERROR with *err. libcrypt may still
+ *  refuse a well-formed crypt(3) setting when verifying (SHA-crypt rounds below 1000). */
+int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
+
 #ifdef __cplusplus
 }
 #endif

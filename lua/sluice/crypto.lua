@@ -1,5 +1,6 @@
 -- sluice.crypto: digests, HMAC and JWS signature verification from OpenSSL's libcrypto
--- through the core's ABI (core/crypto.c), plus base64url and a constant-time compare.
+-- through the core's ABI (core/crypto.c), plus base64url and a constant-time compare;
+-- stored password hashes (crypt(3), PBKDF2) for basic-auth.
 local ffi = require("ffi")
 local base = require("sluice.base")
 
@@ -28,6 +29,11 @@ void sl_ffi_crypto_key_free(sl_pkey_t *k);
 int sl_ffi_crypto_verify(const sl_pkey_t *k, const char *alg, const unsigned char *data,
                          size_t data_len, const unsigned char *sig, size_t sig_len,
                          const char **err);
+int sl_ffi_crypto_equal(const unsigned char *a, size_t a_len, const unsigned char *b,
+                        size_t b_len);
+int sl_ffi_crypto_password_verify(const char *password, size_t password_len, const char *hash,
+                                  size_t hash_len, const char **err);
+int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
 ]]
 
 local C = base.C
@@ -35,6 +41,8 @@ local DECLINED = base.DECLINED
 local crypto_digest, crypto_hmac, crypto_verify = C.sl_ffi_crypto_digest, C.sl_ffi_crypto_hmac,
     C.sl_ffi_crypto_verify
 local key_free = C.sl_ffi_crypto_key_free
+local crypto_equal, password_verify, password_check = C.sl_ffi_crypto_equal,
+    C.sl_ffi_crypto_password_verify, C.sl_ffi_crypto_password_check
 
 local _M = {}
 
@@ -130,6 +138,45 @@ function _M.equal(a, b)
     local d = 0
     for i = 1, #a do d = bor(d, bxor(byte(a, i), byte(b, i))) end
     return d == 0
+end
+
+-- Compares two strings with OpenSSL's CRYPTO_memcmp: for equal lengths the time depends
+-- on the length only, never on where the first difference is (unit-tested for timing in
+-- ctest/crypto_test.c). What the auth plugins compare secrets with.
+function _M.timing_safe_equal(a, b)
+    if type(a) ~= "string" or type(b) ~= "string" then return false end
+    return crypto_equal(a, #a, b, #b) == 1
+end
+
+-- Standard base64 (RFC 4648 section 4, as HTTP Basic credentials use it); padding may be
+-- left out. nil, err on any other character or a bad length.
+local TO_URL = { ["+"] = "-", ["/"] = "_" }
+function _M.base64_decode(s)
+    if type(s) ~= "string" then return nil, "not a string" end
+    local body, pad = s:match("^([%w+/]*)(=*)$")
+    if not body or #pad > 2 or (#pad > 0 and #s % 4 ~= 0) then return nil, "bad base64" end
+    return _M.base64url_decode((body:gsub("[+/]", TO_URL)))
+end
+
+-- Whether password is the one a stored hash was made from: crypt(3) "$y$", "$6$", "$5$",
+-- "$2b$"/"$2y$", or passlib's "$pbkdf2-sha256$..."/"$pbkdf2-sha512$..." (core/sluice.h).
+-- true or false; nil, err for a hash in no supported format. It costs what the hash was
+-- made to cost (milliseconds for "$6$"), on this worker: cache what was verified.
+function _M.password_verify(password, hash)
+    if type(password) ~= "string" or type(hash) ~= "string" then
+        error("password_verify: password and hash must be strings", 2)
+    end
+    local rc = password_verify(password, #password, hash, #hash, err_p)
+    if rc == 1 then return true end
+    if rc == 0 then return false end
+    return nil, ffi_string(err_p[0])
+end
+
+-- Whether password_verify can read a stored hash, without hashing: true, or nil, err.
+function _M.password_check(hash)
+    if type(hash) ~= "string" then error("password_check: hash must be a string", 2) end
+    if password_check(hash, #hash, err_p) == 0 then return true end
+    return nil, ffi_string(err_p[0])
 end
 
 -- ---------------------------------------------------------------- public keys

@@ -2,7 +2,7 @@
 -- JWS examples of RFC 7515 and RFC 8037, and keys and signatures made by an independent
 -- implementation: the openssl command line, run in a temporary folder.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-require("sluice.test") -- loads libsluice.so globally: sluice.crypto calls the core's ABI
+local test = require("sluice.test") -- loads libsluice.so globally: sluice.crypto calls the core's ABI
 local crypto = require("sluice.crypto")
 
 local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
@@ -362,6 +362,71 @@ describe("sluice.crypto.jwk_key refuses", function()
     end
 end)
 
+describe("sluice.crypto: timing_safe_equal, base64_decode", function()
+    it("timing_safe_equal compares whole strings (its timing: ctest/crypto_test.c)", function()
+        assert.is_true(crypto.timing_safe_equal("secret", "secret"))
+        assert.is_true(crypto.timing_safe_equal("", ""))
+        assert.is_true(crypto.timing_safe_equal("a\0b", "a\0b"))
+        assert.is_false(crypto.timing_safe_equal("a\0b", "a\0c"))
+        assert.is_false(crypto.timing_safe_equal("secret", "Secret"))
+        assert.is_false(crypto.timing_safe_equal("secret", "secrets"))
+        assert.is_false(crypto.timing_safe_equal("secret", nil))
+        assert.is_false(crypto.timing_safe_equal(1, 1))
+    end)
+
+    it("base64_decode: RFC 4648 section 10 vectors, padding optional, '+' and '/'", function()
+        local vectors = { [""] = "", Zg = "f", ["Zg=="] = "f", ["Zm8="] = "fo", Zm9v = "foo",
+                          ["Zm9vYg=="] = "foob", ["Zm9vYmE="] = "fooba", Zm9vYmFy = "foobar" }
+        for enc, dec in pairs(vectors) do assert.equal(dec, crypto.base64_decode(enc)) end
+        assert.equal("\251\255\191", crypto.base64_decode("+/+/"))
+        for _, bad in ipairs({ "-_-_", "Zg=", "Zg===", "Z", "Zm9v!", "Zm 9v", "=Zg=" }) do
+            assert.is_nil((crypto.base64_decode(bad)))
+        end
+    end)
+end)
+
+describe("sluice.crypto.password_verify: hashes from openssl passwd and Python's hashlib", function()
+    local passwords = dofile((test.SOURCE_DIR:sub(1, 1) == "/" and test.SOURCE_DIR
+        or (os.getenv("PWD") .. "/" .. test.SOURCE_DIR)) .. "/spec/fixtures/passwords.lua")
+
+    it("crypt(3) SHA-512 ($6$), with default and explicit rounds, and SHA-256 ($5$)", function()
+        for _, v in ipairs({ { "-6" }, { "-6", "rounds=1000$" }, { "-5" }, { "-5", "rounds=2000$" } }) do
+            local h = passwords.crypt(v[1], "open sesame", v[2])
+            assert.is_true(crypto.password_check(h))
+            assert.is_true(crypto.password_verify("open sesame", h), h)
+            assert.is_false(crypto.password_verify("open sesamE", h))
+            assert.is_false(crypto.password_verify("open sesame\0", h))
+            assert.is_false(crypto.password_verify("", h))
+        end
+    end)
+
+    it("PBKDF2-SHA256 and PBKDF2-SHA512 in passlib's format", function()
+        for _, md in ipairs({ "sha256", "sha512" }) do
+            local h = passwords.pbkdf2(md, "correct horse", 1000 + math.random(0, 5000))
+            assert.is_true(crypto.password_check(h))
+            assert.is_true(crypto.password_verify("correct horse", h))
+            assert.is_false(crypto.password_verify("correct horse ", h))
+            assert.is_false(crypto.password_verify("correct horse\0", h)) -- HMAC pads keys with zeros
+        end
+    end)
+
+    it("answers nil, err for hashes in no supported format", function()
+        local cases = {
+            { "plaintext", "unsupported password hash" },
+            { "$1$abc$iCQ2D3nhptRYi27fDYv2s1", "unsupported password hash" },
+            { "$6$salt$tooshort", "malformed crypt(3) hash: wrong length" },
+            { "$pbkdf2-sha256$12$c2FsdA$AAAA", "malformed PBKDF2 hash: rounds must be 1000 to 10000000" },
+        }
+        for _, c in ipairs(cases) do
+            for _, f in ipairs({ crypto.password_check, function(h) return crypto.password_verify("x", h) end }) do
+                local ok, err = f(c[1])
+                assert.is_nil(ok)
+                assert.matches(c[2], err, 1, true)
+            end
+        end
+    end)
+end)
+
 describe("sluice.crypto programming errors raise", function()
     it("on arguments of the wrong type", function()
         assert.has_error(function() crypto.public_key(nil) end, "public_key: pem must be a string")
@@ -371,5 +436,13 @@ describe("sluice.crypto programming errors raise", function()
         assert.has_error(function() crypto.verify("RS256", {}, "d", "s") end)
         assert.has_error(function() crypto.verify("HS256", "k", nil, "s") end,
                          "verify: alg, data and signature must be strings")
+    end)
+
+    it("on password_verify and password_check arguments that are not strings", function()
+        assert.has_error(function() crypto.password_verify(nil, "$6$x$y") end,
+                         "password_verify: password and hash must be strings")
+        assert.has_error(function() crypto.password_verify("x", 1) end,
+                         "password_verify: password and hash must be strings")
+        assert.has_error(function() crypto.password_check(nil) end, "password_check: hash must be a string")
     end)
 end)

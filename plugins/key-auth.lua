@@ -1,0 +1,82 @@
+-- key-auth: the client names itself with a consumer's API key, in a header or a query
+-- parameter. The key finds its consumer through sluice.consumers (a hash lookup: its time
+-- depends on the key's hash, not on how many leading bytes it shares with a stored key),
+-- and is then compared with crypto.timing_safe_equal, whose time depends on the length
+-- only: no byte-by-byte compare of a secret runs in Lua.
+local sluice = require("sluice")
+
+local request, response, consumers, crypto = sluice.request, sluice.response,
+    sluice.consumers, sluice.crypto
+local tostring, tonumber, char = tostring, tonumber, string.char
+
+local M = {
+    name = "key-auth",
+    version = "1.0",
+    schema = {
+        header = { type = "string", default = "apikey" },          -- "": not from a header
+        query = { type = "string", default = "apikey" },           -- "": not from the query
+        hide_credentials = { type = "boolean", default = true },
+    },
+}
+
+function M.check(conf)
+    if conf.header == "" and conf.query == "" then
+        return nil, "header and query cannot both be empty: the key would come from nowhere"
+    end
+    if conf.header ~= "" and not conf.header:find("^[%w!#$%%&'*+.^_`|~-]+$") then
+        return nil, ("header: '%s' is not a header name"):format(conf.header)
+    end
+    return true
+end
+
+local CHALLENGE = { ["WWW-Authenticate"] = 'Key realm="sluice"' }
+local MISSING = { error = "missing API key" }
+local INVALID = { error = "invalid API key" }
+
+local function hex_byte(h) return char(tonumber(h, 16)) end
+
+-- Form decoding of a query component: '+' is a space, %XX a byte.
+local function unescape(s)
+    if not s:find("[%%+]") then return s end
+    return (s:gsub("%+", " "):gsub("%%(%x%x)", hex_byte))
+end
+
+-- The first value of query parameter `name`, decoded; nil when absent.
+local function query_arg(query, name)
+    for pair in query:gmatch("[^&]+") do
+        local k, v = pair:match("^([^=]*)=?(.*)$")
+        if unescape(k) == name then return unescape(v) end
+    end
+end
+
+-- The request API cannot edit the query yet: say so once per config use and worker.
+local warned = setmetatable({}, { __mode = "k" })
+
+function M.access(conf, ctx)
+    local key, in_query
+    if conf.header ~= "" then key = request.get_header(conf.header) end
+    if not key and conf.query ~= "" then
+        key = query_arg(request.get_query(), conf.query)
+        in_query = true
+    end
+    if not key or key == "" then return response.exit(401, MISSING, CHALLENGE) end
+
+    local name = consumers.find("key-auth", "key", key)
+    local cred = name and consumers.credential(name, "key-auth")
+    -- A YAML key of digits arrives as a number; the consumers index went through tostring.
+    if not cred or not crypto.timing_safe_equal(tostring(cred.key), key) then
+        return response.exit(401, INVALID, CHALLENGE)
+    end
+    if conf.hide_credentials then
+        if not in_query then
+            request.clear_header(conf.header)
+        elseif not warned[conf] then
+            warned[conf] = true
+            sluice.log.warn(("key-auth: hide_credentials cannot remove query parameter '%s' "
+                .. "in this build: the upstream sees the key"):format(conf.query))
+        end
+    end
+    ctx.consumer = name
+end
+
+return M
