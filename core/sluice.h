@@ -232,6 +232,29 @@ int sl_ffi_crypto_password_verify(const char *password, size_t password_len, con
  *  refuse a well-formed crypt(3) setting when verifying (SHA-crypt rounds below 1000). */
 int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
 
+/* ---- sluice.limit (core/limiter.c, contract in core/limiter.h): rate limits of the local
+ * store, one table shared by all workers. Any thread; nothing kept between calls but the
+ * key's state. The key is borrowed for the call (any bytes, any length). */
+
+/** What a take decided. Times in seconds. */
+typedef struct {
+    int allowed;        /**< 1: admitted, the cost was taken; 0: refused, nothing taken */
+    double remaining;   /**< whole tokens (units) left after this call */
+    double reset;       /**< bucket: until it is full again; window: until the window ends */
+    double retry_after; /**< until a call of the same cost would be admitted; 0 when allowed */
+    double limit;       /**< the most `remaining` can be: burst + 1, or the window's limit */
+} sl_limit_result_t;
+
+/** Token bucket (GCRA): `rate` tokens a second (0 < rate <= 1e9), capacity burst + 1
+ *  (burst >= 0), starting full; takes `cost` tokens (0 <= cost <= burst + 1). 0 with *out;
+ *  SL_ERROR with *err (static) for an invalid argument or no memory for a new key. */
+int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst, double cost,
+                      sl_limit_result_t *out, const char **err);
+/** Sliding window: `limit` units per `window_s` seconds (two fixed windows weighted by
+ *  overlap); takes `cost` units (0 <= cost <= limit). Returns as sl_ffi_limit_take. */
+int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
+                        sl_limit_result_t *out, const char **err);
+
 #ifdef __cplusplus
 }
 #endif

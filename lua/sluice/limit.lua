@@ -1,0 +1,103 @@
+-- sluice.limit: rate limits. take() is a token bucket, window() a sliding window; with
+-- store "local" (the default) their state lives in the core (core/limiter.c), one table
+-- shared by every worker. The semantics, exactly, are at the top of core/limiter.h.
+--
+--   local limit = require("sluice").limit
+--   local ok, remaining, reset, retry_after = limit.take(key, rate, burst, store, cost)
+--   local ok, remaining, reset, retry_after = limit.window(key, limit, window_s, store, cost)
+--
+-- take: `rate` tokens a second, capacity burst + 1 (burst defaults to 0), starting full;
+-- takes `cost` tokens (default 1). window: `limit` units per `window_s` seconds. Both
+-- return whether the call was admitted (a refused one takes nothing), the whole tokens or
+-- units left, the seconds until the bucket is full again (take) or the window ends
+-- (window), and the seconds until a call of the same cost would be admitted (0 when
+-- admitted). Invalid arguments raise; a runtime failure (no memory for a new key) returns
+-- nil, err. Nothing is allocated per call.
+local ffi = require("ffi")
+local base = require("sluice.base")
+
+ffi.cdef[[
+typedef struct {
+    int allowed;
+    double remaining;
+    double reset;
+    double retry_after;
+    double limit;
+} sl_limit_result_t;
+int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst, double cost,
+                      sl_limit_result_t *out, const char **err);
+int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
+                        sl_limit_result_t *out, const char **err);
+]]
+
+-- The namespace, not its functions: LuaJIT calls a C function looked up in ffi.C directly,
+-- and one cached in a local through a function pointer.
+local C = base.C
+local ffi_string, type, error = ffi.string, type, error
+local huge = math.huge
+
+local _M = {}
+
+-- The core's bounds (core/limiter.h): a token's period is at least 1 ns, a window at most
+-- 2^62 ns (146 years). The core checks them too; here they raise at the caller.
+local RATE_MAX, WINDOW_MAX, MAX_FINITE = 1e9, 2 ^ 62 / 1e9, 1.7976931348623157e308
+
+-- Made once: every call writes its result here and returns the fields.
+local res = ffi.new("sl_limit_result_t")
+local err_p = ffi.new("const char *[1]")
+
+-- Argument checks raise at the level of take/window's caller.
+local function check_key(key)
+    if type(key) ~= "string" or #key == 0 then error("key must be a non-empty string", 3) end
+end
+
+local function check_positive(v, max, msg)
+    if type(v) ~= "number" or not (v > 0 and v <= max) then error(msg, 3) end
+end
+
+local function check_cost(cost, max, what)
+    if type(cost) ~= "number" or not (cost >= 0 and cost <= max) then
+        error("cost must be a number >= 0 and <= " .. what, 3)
+    end
+end
+
+-- nil and "local" are the core's table; "redis" is not in this build yet.
+local function check_store(store)
+    if store == nil or store == "local" then return end
+    if store == "redis" then error("store redis: not available in this build yet", 3) end
+    error("store must be \"local\" or \"redis\"", 3)
+end
+
+-- Arguments were checked: a failure here is a runtime one (no memory for a new key).
+local function result(rc)
+    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    return res.allowed ~= 0, res.remaining, res.reset, res.retry_after
+end
+
+-- Token bucket: `rate` tokens a second, capacity burst + 1.
+function _M.take(key, rate, burst, store, cost)
+    check_key(key)
+    check_positive(rate, RATE_MAX, "rate must be a number > 0 and <= 1e9 (tokens per second)")
+    burst = burst or 0
+    if type(burst) ~= "number" or not (burst >= 0 and burst < huge) then
+        error("burst must be a finite number >= 0", 2)
+    end
+    cost = cost or 1
+    check_cost(cost, burst + 1, "burst + 1")
+    check_store(store)
+    return result(C.sl_ffi_limit_take(key, #key, rate, burst, cost, res, err_p))
+end
+
+-- Sliding window: `limit` units per `window_s` seconds.
+function _M.window(key, limit, window_s, store, cost)
+    check_key(key)
+    check_positive(limit, MAX_FINITE, "limit must be a finite number > 0")
+    check_positive(window_s, WINDOW_MAX,
+                   "window must be a number of seconds > 0 (at most 146 years)")
+    cost = cost or 1
+    check_cost(cost, limit, "limit")
+    check_store(store)
+    return result(C.sl_ffi_limit_window(key, #key, limit, window_s, cost, res, err_p))
+end
+
+return _M
