@@ -11,6 +11,7 @@
  */
 #include "config.h"
 #include "common.h"
+#include "sluice.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -1040,9 +1041,8 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     bool tcp = l->protocol == SL_PROTO_TCP;
     if (tcp) l->idle_timeout_ms = 300 * 1000;
-    /* L4_GUARD: the TCP engine (issue 7) lands separately; until then the keys parse but a
-     * config using them is refused, never half-served. */
-    if (tcp) cx_err(cx, f[L_PROTOCOL].val, "protocol tcp is not supported by this build yet");
+    /* L4_GUARD: PROXY headers on http listeners (conn.c) land separately; until then the key
+     * parses but an http listener using it is refused, never half-served. */
     if (f[L_PROXY_ACCEPT].val && !tcp)
         cx_err(cx, f[L_PROXY_ACCEPT].key, "'accept_proxy_protocol' is not supported by this build yet");
     if ((v = f[L_UPSTREAM].val)) {
@@ -1643,7 +1643,12 @@ static void check_credential(cx_t *cx, const yaml_node_t *kind, const yaml_node_
         for (size_t k = 0; k < n; k++) {
             const yaml_node_t *x = required(cx, v, &f[k], sub);
             const char *s = x ? get_text(cx, x, known[i].keys[k], "a string") : NULL;
-            if (s && !*s) cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
+            const char *why;
+            if (s && !*s)
+                cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
+            else if (s && strcmp(known[i].keys[k], "password_hash") == 0 &&
+                     sl_ffi_crypto_password_check(s, strlen(s), &why) != SL_OK)
+                cx_err(cx, x, "password_hash: %s", why);
         }
         return;
     }

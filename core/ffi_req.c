@@ -25,7 +25,9 @@ int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len) { return out
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) {
     return out(r->path_override.p ? r->path_override : r->head.path, p, len);
 }
-int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) { return out(r->head.query, p, len); }
+int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) {
+    return out(r->query_set ? r->query_override : r->head.query, p, len);
+}
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
 }
@@ -126,6 +128,26 @@ int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err
     memcpy(copy, p, len);
     r->path_override = (sl_str_t){copy, len};
     r->strip = 0;
+    return SL_OK;
+}
+
+int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)q[i];
+        if (c <= 0x20 || c == 0x7f || c == '#') {
+            *err = "query must not contain spaces, controls or '#'";
+            return SL_ERROR;
+        }
+    }
+    char *copy = len ? sl_arena_alloc(&r->arena, len) : (char *)"";
+    if (!copy) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    if (len) memcpy(copy, q, len);
+    r->query_override = (sl_str_t){copy, len};
+    r->query_set = 1;
     return SL_OK;
 }
 

@@ -121,7 +121,8 @@ static int build_upstream_head(sl_req_t *r) {
     bool ok = sl_wbuf_str(&b, h->method) && SL_WBUF_LIT(&b, " ");
     if (path.len == 0 || path.p[0] != '/') ok = ok && SL_WBUF_LIT(&b, "/");
     ok = ok && sl_wbuf_str(&b, path);
-    if (h->query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, h->query);
+    sl_str_t query = r->query_set ? r->query_override : h->query;
+    if (query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, query);
     ok = ok && SL_WBUF_LIT(&b, " HTTP/1.1\r\n");
 
     const sl_h1_header_t *xff = NULL;

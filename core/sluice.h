@@ -59,6 +59,8 @@ int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, 
 int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err);
 /** Replaces the path sent upstream (strip_prefix no longer applies). */
 int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err);
+/** Replaces the query sent upstream (without '?'; "" removes it). Rewrite/access only. */
+int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err);
 /** The whole body: 0 (*p NULL when empty), SL_EAGAIN (yield, then call again), SL_ERROR. */
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
 

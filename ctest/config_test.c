@@ -434,9 +434,36 @@ static void test_required_and_names(void) {
 }
 
 static void test_values(void) {
-    EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, protocol: tcp, upstream: u } ]\n"
-                 "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n",
-                 "1:58: protocol tcp is not supported by this build yet");
+    /* a tcp listener: its upstream resolved, its defaults and its L4 keys */
+    sl_config_t *tc = PARSE_OK("listeners:\n"
+                               "  - { name: pg, listen: 127.0.0.1:1, protocol: tcp, upstream: u }\n"
+                               "  - { name: px, listen: 127.0.0.1:2, protocol: tcp, upstream: u, splice: off,\n"
+                               "      idle_timeout: 5s, proxy_protocol: { send: v2 },\n"
+                               "      accept_proxy_protocol: { from: [10.0.0.0/8, \"::1\"] } }\n"
+                               "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ],\n"
+                               "               timeouts: { connect: 250ms } } ]\n");
+    if (tc) {
+        const sl_listener_conf_t *a = &tc->listeners[0], *b = &tc->listeners[1];
+        CHECK_INT(a->protocol, SL_PROTO_TCP);
+        CHECK_INT(a->upstream, 0);
+        CHECK_INT(a->splice, SL_SPLICE_AUTO);
+        CHECK_INT(a->proxy_send, SL_PROXY_NONE);
+        CHECK(!a->accept_proxy);
+        CHECK_INT(a->idle_timeout_ms, 300 * 1000);
+        CHECK_INT(a->connect_timeout_ms, 250);
+        CHECK_INT(b->splice, SL_SPLICE_OFF);
+        CHECK_INT(b->idle_timeout_ms, 5000);
+        CHECK_INT(b->proxy_send, SL_PROXY_V2);
+        CHECK(b->accept_proxy);
+        CHECK_INT(b->nproxy_from, 2);
+        if (b->nproxy_from == 2) {
+            CHECK_INT(b->proxy_from[0].bits, 96 + 8);
+            CHECK_INT(b->proxy_from[0].ip[12], 10);
+            CHECK_INT(b->proxy_from[1].bits, 128);
+            CHECK_INT(b->proxy_from[1].ip[15], 1);
+        }
+    }
+    sl_config_free(tc);
     EXPECT_ERROR("listeners: [ { name: web, listen: 127.0.0.1:1, protocol: udp } ]\n",
                  "1:58: unknown protocol 'udp' (expected http or tcp)");
     EXPECT_ERROR(LISTENER "upstreams: [ { name: u, balancer: random, targets: [ { address: "
@@ -904,7 +931,7 @@ static void test_consumers(void) {
                                 "  - name: alice\n"
                                 "    credentials:\n"
                                 "      key-auth: { key: k-123 }\n"
-                                "      basic-auth: { username: alice, password_hash: \"$6$salt$hash\" }\n"
+                                "      basic-auth: { username: alice, password_hash: \"$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1\" }\n"
                                 "  - { name: bob, credentials: { my-auth: { token: 7 } } }\n"
                                 "  - { name: carol }\n");
     if (cfg) {
@@ -912,7 +939,7 @@ static void test_consumers(void) {
         CHECK_STR(cfg->consumer_header, "X-Authenticated-User");
         CHECK_STR(cfg->consumers[0].name, "alice");
         CHECK_STR(cfg->consumers[0].credentials_json,
-                  "{\"key-auth\":{\"key\":\"k-123\"},\"basic-auth\":{\"username\":\"alice\",\"password_hash\":\"$6$salt$hash\"}}");
+                  "{\"key-auth\":{\"key\":\"k-123\"},\"basic-auth\":{\"username\":\"alice\",\"password_hash\":\"$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1\"}}");
         CHECK_STR(cfg->consumers[1].credentials_json, "{\"my-auth\":{\"token\":7}}");
         CHECK_STR(cfg->consumers[2].credentials_json, "{}");
         sl_config_free(cfg);
@@ -935,6 +962,9 @@ static void test_consumers(void) {
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: \"\" } } } ]\n",
                  "2:57: 'key' must not be empty");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: [x] } ]\n", "2:38: expected a mapping for 'credentials'");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: a, password_hash: \"$1$abc$iCQ2D3nhptRYi27fDYv2s1\" } } } ]\n",
+                 "2:82: password_hash: unsupported password hash (crypt(3) $y$, $6$, $5$, $2b$, $2y$; "
+                 "$pbkdf2-sha256$, $pbkdf2-sha512$)");
     EXPECT_ERROR(LISTENER "consumer_header: \"X Bad\"\n", "2:18: consumer_header 'X Bad' is not a valid header name");
     EXPECT_ERROR(LISTENER "consumer_header: Host\n", "2:18: consumer_header 'Host' would overwrite a header the proxy owns");
 }

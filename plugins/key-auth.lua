@@ -49,8 +49,15 @@ local function query_arg(query, name)
     end
 end
 
--- The request API cannot edit the query yet: say so once per config use and worker.
-local warned = setmetatable({}, { __mode = "k" })
+-- The query without every `name` parameter (the others kept as they were sent).
+local function without_arg(query, name)
+    local kept = {}
+    for pair in query:gmatch("[^&]+") do
+        local k = pair:match("^([^=]*)")
+        if unescape(k) ~= name then kept[#kept + 1] = pair end
+    end
+    return table.concat(kept, "&")
+end
 
 function M.access(conf, ctx)
     local key, in_query
@@ -68,12 +75,10 @@ function M.access(conf, ctx)
         return response.exit(401, INVALID, CHALLENGE)
     end
     if conf.hide_credentials then
-        if not in_query then
+        if in_query then
+            request.set_query(without_arg(request.get_query(), conf.query))
+        else
             request.clear_header(conf.header)
-        elseif not warned[conf] then
-            warned[conf] = true
-            sluice.log.warn(("key-auth: hide_credentials cannot remove query parameter '%s' "
-                .. "in this build: the upstream sees the key"):format(conf.query))
         end
     end
     ctx.consumer = name

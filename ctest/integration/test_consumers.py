@@ -23,7 +23,7 @@ consumers:
   - name: alice
     credentials:
       key-auth: { key: k-alice }
-      basic-auth: { username: alice, password_hash: "$6$x$y" }
+      basic-auth: { username: alice, password_hash: "$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1" }
   - { name: bob, credentials: { key-auth: { key: k-bob } } }
 upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
 routes:

@@ -19,6 +19,7 @@ int sl_ffi_req_set_header(void *r, const char *n, size_t nl, const char *v, size
 int sl_ffi_req_add_header(void *r, const char *n, size_t nl, const char *v, size_t vl, const char **err);
 int sl_ffi_req_clear_header(void *r, const char *n, size_t nl, const char **err);
 int sl_ffi_req_set_path(void *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_set_query(void *r, const char *q, size_t len, const char **err);
 int sl_ffi_req_get_body(void *r, const char **p, size_t *len, const char **err);
 int sl_ffi_req_client_ip(void *r, const char **p, size_t *len);
 int sl_ffi_req_id(void *r, const char **p, size_t *len);

@@ -101,6 +101,12 @@ function request.set_path(path)
     ffi_err(C.sl_ffi_req_set_path(cur(), path, #path, err_p))
 end
 
+-- Replaces the query string sent upstream (without the '?'; "" removes it).
+function request.set_query(query)
+    check_str(query, "query")
+    ffi_err(C.sl_ffi_req_set_query(cur(), query, #query, err_p))
+end
+
 -- The whole request body (nil when there is none). Waits for it without blocking the
 -- worker: only in rewrite and access. Returns nil, err when it is over the limit.
 function request.get_body()
