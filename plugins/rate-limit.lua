@@ -111,9 +111,10 @@ function M.access(conf, ctx)
     local key = request.get_route() .. "|" .. key_of(c, ctx)
     local allowed, remaining, reset, retry, failopen
     if conf.store == "redis" then
-        allowed, remaining, reset, retry, failopen = require("sluice.redis_limit").window(key, c.quota, c.per, 1)
+        allowed, remaining, reset, retry, failopen = sluice.limit.window(key, c.quota, c.per, "redis")
     else
         allowed, remaining, reset, retry = sluice.limit.take(key, c.rate_per_s, conf.burst, "local")
+        if allowed == nil then failopen = remaining end -- the local table is out of memory
     end
     if failopen then
         C.sl_ffi_ratelimit_count(r, FAILOPEN)

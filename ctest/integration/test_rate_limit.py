@@ -212,4 +212,4 @@ routes:
         up.stop()
 
 
-t.run(test_redis)  # test_local joins when sluice.limit (core/limiter.c) lands
+t.run(test_local, test_redis)

@@ -61,10 +61,12 @@ local function check_cost(cost, max, what)
     end
 end
 
--- nil and "local" are the core's table; "redis" is not in this build yet.
+-- nil and "local" are the core's table; "redis" is the config's Redis (sluice.redis_limit:
+-- a sliding window kept by a server-side script; when Redis is down or slow the call
+-- admits, and its fifth result says why: fail open).
 local function check_store(store)
-    if store == nil or store == "local" then return end
-    if store == "redis" then error("store redis: not available in this build yet", 3) end
+    if store == nil or store == "local" then return false end
+    if store == "redis" then return true end
     error("store must be \"local\" or \"redis\"", 3)
 end
 
@@ -84,7 +86,10 @@ function _M.take(key, rate, burst, store, cost)
     end
     cost = cost or 1
     check_cost(cost, burst + 1, "burst + 1")
-    check_store(store)
+    if check_store(store) then
+        -- Redis keeps windows, not buckets: rate + burst per second, sliding
+        return require("sluice.redis_limit").window(key, rate + burst, 1, cost)
+    end
     return result(C.sl_ffi_limit_take(key, #key, rate, burst, cost, res, err_p))
 end
 
@@ -96,7 +101,7 @@ function _M.window(key, limit, window_s, store, cost)
                    "window must be a number of seconds > 0 (at most 146 years)")
     cost = cost or 1
     check_cost(cost, limit, "limit")
-    check_store(store)
+    if check_store(store) then return require("sluice.redis_limit").window(key, limit, window_s, cost) end
     return result(C.sl_ffi_limit_window(key, #key, limit, window_s, cost, res, err_p))
 end
 
