@@ -1,0 +1,95 @@
+"""Shared pieces of scripts/bench-resilience and scripts/bench-edge: ports, processes,
+wrk, medians, the machine-wide bench lock and the release build."""
+
+import fcntl
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def say(msg=""):
+    print(msg, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("process exited before listening on %d" % port)
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError("nothing listens on %d" % port)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (all its threads), in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(port, dur, conns, path="/bench", headers=(), script=None):
+    """req/s, non-2xx count, socket-error text of one wrk run (-t1)."""
+    argv = ["wrk", "-t1", "-c%d" % conns, "-d%ds" % dur, "--latency"]
+    for hd in headers:
+        argv += ["-H", hd]
+    if script:
+        argv += ["-s", script]
+    argv.append("http://127.0.0.1:%d%s" % (port, path))
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=dur + 30)
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
+    errs = re.search(r"Socket errors: (.*)", out.stdout)
+    if not m:
+        raise RuntimeError("wrk said: " + out.stdout[-500:] + out.stderr[-500:])
+    return float(m.group(1)), int(bad.group(1)) if bad else 0, errs.group(1) if errs else ""
+
+
+def med(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
+def build(build_dir, targets):
+    subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", build_dir, "-j2", "--target"] + list(targets), check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def take_lock(name):
+    """The machine-wide lock scripts/bench takes (two benchmarks measure each other)."""
+    lock = open(os.path.join(tempfile.gettempdir(), "sluice-bench.lock"), "a+")
+    if os.environ.get("BENCH_NO_LOCK"):  # development runs only: numbers are not comparable
+        return lock
+    say("%s: waiting for the machine-wide bench lock" % name)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
