@@ -1,0 +1,181 @@
+"""jwt-auth with the real binary.
+
+  * `sluice check` rejects a jwt-auth config whose secret_env names an unset variable, or
+    whose jwks_file cannot be read: exit 1 and one FILE:LINE:COL line at the plugin's
+    `config:` mapping, naming the route and the plugin; a good config exits 0.
+  * `sluice run`: HS256 tokens made here (Python's hmac) and EdDSA tokens made by the
+    openssl CLI pass with X-Consumer upstream; a bad one gets 401 with the Bearer
+    challenge and the upstream sees nothing; a JWKS served by a mock (jwks_uri) rotates
+    to a new kid without a reload.
+
+The busted spec (spec/plugins/jwt-auth_spec.lua) covers every refusal case and the cache.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("jwt_auth", budget=50)
+
+SECRET = "it-secret-0123456789abcdefghijklmnopqrstuvwxyz"
+UNSET = "SLUICE_IT_JWT_NEVER_SET"
+
+HEAD = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners:
+  - { name: web, listen: 127.0.0.1:0, protocol: http }
+upstreams:
+  - name: api
+    targets: [ { address: %s } ]
+routes:
+"""
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def hs256(claims, secret=SECRET):
+    signing = b64u(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + b64u(json.dumps(claims).encode())
+    mac = hmac.new(secret.encode(), signing.encode(), hashlib.sha256).digest()
+    return signing + "." + b64u(mac)
+
+
+def openssl(d, *args):
+    subprocess.run(["openssl"] + list(args), cwd=d, check=True, capture_output=True)
+
+
+def ed25519_key(d, name):
+    """An Ed25519 key made by openssl; returns its public JWK (x from the SPKI DER tail)."""
+    openssl(d, "genpkey", "-algorithm", "ED25519", "-out", name + ".pem")
+    openssl(d, "pkey", "-in", name + ".pem", "-pubout", "-outform", "DER", "-out", name + ".der")
+    with open(os.path.join(d, name + ".der"), "rb") as f:
+        return {"kty": "OKP", "crv": "Ed25519", "kid": name, "x": b64u(f.read()[-32:])}
+
+
+def eddsa(d, name, claims):
+    signing = b64u(json.dumps({"alg": "EdDSA", "kid": name}).encode()) + "." + b64u(json.dumps(claims).encode())
+    with open(os.path.join(d, "in.txt"), "w") as f:
+        f.write(signing)
+    openssl(d, "pkeyutl", "-sign", "-inkey", name + ".pem", "-rawin", "-in", "in.txt", "-out", "sig.bin")
+    with open(os.path.join(d, "sig.bin"), "rb") as f:
+        return signing + "." + b64u(f.read())
+
+
+def check_one_error(t, case, plugin_yaml, words):
+    """plugin_yaml has a « where the error must point; exactly one error line is expected."""
+    text = HEAD % "127.0.0.1:9" + "  - name: R\n    match: { paths: [/] }\n    upstream: api\n    plugins:\n" + plugin_yaml
+    i = text.index("«")
+    line = text[:i].count("\n") + 1
+    col = i - (text.rfind("\n", 0, i) + 1) + 1
+    d = h.new_tmpdir("check")
+    p = os.path.join(d, "bad.yaml")
+    with open(p, "w") as f:
+        f.write(text.replace("«", ""))
+    cp = h.run_cli(["check", "-c", p])
+    out = cp.stdout + cp.stderr
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith(p + ":")]
+    want = "%s:%d:%d: route 'R', plugin 'jwt-auth': " % (p, line, col)
+    t.check("%s: exit 1" % case, cp.returncode == 1, 1, (cp.returncode, out[-400:]))
+    t.check("%s: one line %s..." % (case, want), len(lines) == 1 and lines[0].startswith(want), want, lines)
+    t.check("%s: the message names %s" % (case, words), lines and all(w in lines[0] for w in words), words, lines)
+
+
+def test_check(t):
+    os.environ.pop(UNSET, None)
+    os.environ["SLUICE_IT_JWT_SECRET"] = SECRET
+    check_one_error(t, "secret_env names an unset variable",
+                    "      - { name: jwt-auth, config: «{ algorithms: [HS256], secret_env: %s } }\n" % UNSET,
+                    ["environment variable '%s'" % UNSET, "not set"])
+    check_one_error(t, "jwks_file does not exist",
+                    "      - name: jwt-auth\n        config:\n          «algorithms: [RS256]\n"
+                    "          jwks_file: /nonexistent/sluice-jwks.json\n",
+                    ["cannot read jwks_file", "/nonexistent/sluice-jwks.json"])
+    d = h.new_tmpdir("jwksdir")
+    check_one_error(t, "jwks_file is a folder",
+                    "      - { name: jwt-auth, config: «{ algorithms: [EdDSA], jwks_file: %s } }\n" % d,
+                    ["cannot read jwks_file", d])
+
+    jwks = os.path.join(d, "jwks.json")
+    with open(jwks, "w") as f:
+        json.dump({"keys": [ed25519_key(d, "k1")]}, f)
+    good = HEAD % "127.0.0.1:9" + (
+        "  - name: R\n    match: { paths: [/] }\n    upstream: api\n    plugins:\n"
+        "      - { name: jwt-auth, config: { algorithms: [HS256, EdDSA], secret_env: SLUICE_IT_JWT_SECRET,"
+        " jwks_file: %s, audience: api, leeway: 10 } }\n" % jwks)
+    p = os.path.join(d, "good.yaml")
+    with open(p, "w") as f:
+        f.write(good)
+    cp = h.run_cli(["check", "-c", p])
+    t.check("a set variable and a readable JWKS: exit 0", cp.returncode == 0, 0,
+            (cp.returncode, (cp.stdout + cp.stderr)[-400:]))
+
+
+def test_run(t):
+    d = h.new_tmpdir("keys")
+    keys = {"k1": ed25519_key(d, "k1"), "k2": ed25519_key(d, "k2")}
+    served = {"jwks": json.dumps({"keys": [keys["k1"]]}).encode(), "fetches": 0}
+
+    def upstream(req):
+        if req.path == "/jwks":
+            served["fetches"] += 1
+            return h.Response(200, served["jwks"], [("Content-Type", "application/json")])
+        return h.Response(200, json.dumps(req.summary()).encode(), [("Content-Type", "application/json")])
+
+    up = h.MockUpstream(upstream, name="up")
+    conf = HEAD % up.address + (
+        "  - name: hs\n    match: { paths: [/hs] }\n    upstream: api\n    plugins:\n"
+        "      - { name: jwt-auth, config: { algorithms: [HS256], secret_env: SLUICE_IT_JWT_SECRET } }\n"
+        "  - name: uri\n    match: { paths: [/uri] }\n    upstream: api\n    plugins:\n"
+        "      - { name: jwt-auth, config: { algorithms: [EdDSA], jwks_uri: \"http://%s/jwks\", jwks_refresh: 1 } }\n"
+        % up.address)
+    env = dict(os.environ, SLUICE_IT_JWT_SECRET=SECRET)
+    s = h.start_sluice(conf, suite=t, name="jwt", env=env)
+    try:
+        port = s.port()
+        now = int(time.time())
+
+        def get(path, token):
+            r = h.request(port, "GET", path, headers=[("Authorization", "Bearer " + token),
+                                                      ("X-Consumer", "mallory")])
+            seen = json.loads(r.body)["headers"] if r.status == 200 else []
+            return r, h.hall(seen, "X-Consumer")
+
+        r, consumer = get("/hs", hs256({"sub": "alice", "exp": now + 60}))
+        t.check("HS256 from Python's hmac: 200, the upstream sees X-Consumer: alice only",
+                (r.status, consumer) == (200, ["alice"]), (200, ["alice"]), (r.status, consumer))
+        n = len(up.requests)
+        for case, tok in [("another secret", hs256({"sub": "alice"}, SECRET + "x")),
+                          ("expired", hs256({"sub": "alice", "exp": now - 3600})),
+                          ("alg none", b64u(b'{"alg":"none"}') + "." + b64u(b'{"sub":"alice"}') + ".")]:
+            r = h.request(port, "GET", "/hs", headers=[("Authorization", "Bearer " + tok)])
+            t.check("HS256 %s: 401 with the Bearer challenge" % case,
+                    (r.status, r.header("WWW-Authenticate")) == (401, 'Bearer error="invalid_token"'),
+                    (401, 'Bearer error="invalid_token"'), (r.status, r.header("WWW-Authenticate")))
+        t.check("refused tokens reach no upstream", len(up.requests) == n, n, len(up.requests))
+
+        r, consumer = get("/uri", eddsa(d, "k1", {"sub": "bob", "exp": now + 60}))
+        t.check("EdDSA from openssl, key from jwks_uri: 200, X-Consumer: bob",
+                (r.status, consumer, served["fetches"]) == (200, ["bob"], 1), (200, ["bob"], 1),
+                (r.status, consumer, served["fetches"]))
+        served["jwks"] = json.dumps({"keys": [keys["k1"], keys["k2"]]}).encode()
+        time.sleep(1.1)
+        r, consumer = get("/uri", eddsa(d, "k2", {"sub": "carol", "exp": now + 60}))
+        t.check("after rotation to a new kid: 200 without a reload (one refetch)",
+                (r.status, consumer, served["fetches"]) == (200, ["carol"], 2), (200, ["carol"], 2),
+                (r.status, consumer, served["fetches"]))
+    finally:
+        s.stop()
+        up.stop()
+
+
+t.run(test_check, test_run)
