@@ -22,12 +22,13 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->up_dur = calloc(m->ntargets + 1, sizeof(sl_hist_t));
     m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
+    m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
     if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
-        !m->conns_active) {
+        !m->conns_active || !m->tcp_bytes) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
@@ -42,6 +43,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->up_dur);
     free(m->up_noresp);
     free(m->conns_active);
+    free(m->tcp_bytes);
     free(m->plugin_errors);
     free(m->retries);
     free(m->ratelimit);
@@ -153,6 +155,11 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                 }
         }
     }
+    for (size_t l = 0; l < fcfg->nlisteners; l++)
+        for (size_t k = 0; k < tcfg->nlisteners; k++)
+            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0)
+                for (size_t dir = 0; dir < 2; dir++)
+                    SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
     SL_COUNTER_ADD(to->accepted, from->accepted);
     SL_COUNTER_ADD(to->requests, from->requests);
 }
@@ -289,6 +296,17 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
         int64_t v = 0;
         for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->conns_active[l]);
         tprintf(&t, "sluice_connections_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+    }
+    tprintf(&t, "# HELP sluice_tcp_bytes_total Bytes of TCP sessions by listener: in (from clients), out (from upstreams).\n"
+                "# TYPE sluice_tcp_bytes_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        if (cfg->listeners[l].protocol != SL_PROTO_TCP) continue;
+        for (size_t dir = 0; dir < 2; dir++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_bytes[l * 2 + dir]);
+            tprintf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
+                    dir ? "out" : "in", (unsigned long long)v);
+        }
     }
     tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
                 "# TYPE sluice_plugin_errors_total counter\n");

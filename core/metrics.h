@@ -38,6 +38,8 @@ typedef struct {
     sl_hist_t *up_dur;     /**< [ntargets] */
     uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
     int64_t *conns_active; /**< [nlisteners] */
+    uint64_t *tcp_bytes;   /**< [nlisteners][2]: tcp sessions' bytes read from the client (in)
+                                and from the upstream (out), counted as they are read */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
     uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "lua_host.h"
 #include "server.h"
+#include "tcp_proxy.h"
 
 int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int id, const char **err) {
     memset(w, 0, sizeof(*w));
@@ -54,7 +55,9 @@ static void on_async(uv_async_t *a) {
     sl_worker_t *w = a->data;
     if (w->draining) return;
     w->draining = true;
-    for (size_t i = 0; i < w->cfg->nlisteners; i++) uv_close((uv_handle_t *)&w->listeners[i], NULL);
+    for (size_t i = 0; i < w->cfg->nlisteners; i++)
+        if (w->cfg->listeners[i].protocol != SL_PROTO_TCP) uv_close((uv_handle_t *)&w->listeners[i], NULL);
+    sl__tcp_drain(w);
     uv_close((uv_handle_t *)&w->async, NULL);
     sl__worker_close_idle_conns(w);
     sl__pool_close_all(w);
@@ -83,11 +86,16 @@ int sl_worker_start(sl_worker_t *w) {
     w->async.data = w;
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         uv_tcp_t *t = &w->listeners[i];
-        uv_tcp_init(&w->loop, t);
-        t->data = (void *)(uintptr_t)i;
         int fd = w->listen_fds[i * (size_t)w->nworkers + (size_t)w->id];
-        int rc = uv_tcp_open(t, fd);
-        if (rc == 0) rc = uv_listen((uv_stream_t *)t, 4096, sl__conn_on_accept);
+        int rc;
+        if (cfg->listeners[i].protocol == SL_PROTO_TCP) {
+            rc = sl__tcp_listen(w, i, fd); /* L4: its own accept loop (tcp_proxy.c) */
+        } else {
+            uv_tcp_init(&w->loop, t);
+            t->data = (void *)(uintptr_t)i;
+            rc = uv_tcp_open(t, fd);
+            if (rc == 0) rc = uv_listen((uv_stream_t *)t, 4096, sl__conn_on_accept);
+        }
         if (rc != 0) {
             sl_log_err("worker %d: cannot listen on %s: %s", w->id, cfg->listeners[i].listen.text, uv_strerror(rc));
             return SL_ERROR;
@@ -134,6 +142,7 @@ void sl_worker_destroy(sl_worker_t *w) {
         w->free_reqs = r->free_next;
         free(r);
     }
+    sl__tcp_free(w);
     sl_blockpool_destroy(&w->blocks);
     if (w->ups)
         for (size_t u = 0; u < w->cfg->nupstreams; u++) free(w->ups[u].idle);

@@ -63,6 +63,7 @@ typedef struct sl_worker_s {
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;
     struct sl_redis_s *redis; /**< the worker's Redis connection (redis.c); NULL without redis: */
+    struct sl_tcpw_s *tcp;  /**< tcp listeners, sessions and pipe pool (tcp_proxy.c); NULL without them */
 } sl_worker_t;
 
 /** Prepares worker `id` of config `cfg` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */

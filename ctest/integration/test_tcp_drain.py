@@ -1,0 +1,128 @@
+"""L4 TCP proxy (issue 7), acceptance 5: drain.
+
+  1. SIGTERM with an open session: a new connection 0.3 s later is refused, the open
+     session goes on moving bytes both ways and finishes, and the process exits 0 as
+     soon as it has (well before shutdown_timeout);
+  2. a session that never ends is closed at shutdown_timeout, and the process exits 0;
+  3. a reload (SIGHUP) keeps a session open on the old generation while new connections
+     are served by the new one; the old one closes it at shutdown_timeout.
+"""
+
+import os
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+import test_tcp_proxy as tp  # noqa: E402
+
+S = {}
+
+
+def setup(t):
+    S["peer"] = tp.Peer()
+
+
+def refused(port):
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=1)
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return "connect failed: %r" % e
+    try:
+        c.sendall(b"SINK\n")
+        c.shutdown(socket.SHUT_WR)
+        d = c.recv(100)
+        return "served: %r" % d if d else "accepted, then closed"
+    except OSError as e:
+        return "accepted, then %s" % type(e).__name__
+    finally:
+        c.close()
+
+
+def test_sigterm_finishes_session(t):
+    gw = tp.gateway(t, [S["peer"].address], workers=2, top="", name="term")
+    gw_cfg = open(gw.config_path).read().replace("shutdown_timeout: 5s", "shutdown_timeout: 8s")
+    gw.stop()
+    gw = h.start_sluice(gw_cfg, suite=t, name="term8")
+    port = gw.port("t")
+    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+    c.sendall(b"SINK\n" + b"a" * 100000)
+    time.sleep(0.2)
+    gw.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    how = refused(port)
+    t.check("a new connection after SIGTERM is refused or never served", not how.startswith("served"),
+            "refused", how)
+    c.sendall(b"b" * 200000)  # the open session still moves bytes
+    c.shutdown(socket.SHUT_WR)
+    t0 = time.monotonic()
+    answer = c.recv(100)
+    c.close()
+    t.check("the open session finished after SIGTERM, with all its bytes", answer == b"300000\n",
+            b"300000\n", answer)
+    rc = gw.wait(5)
+    took = time.monotonic() - t0
+    t.check("the process exited 0 right after the last session ended (not at shutdown_timeout)",
+            rc == 0 and took < 3, "0 within 3 s", (rc, round(took, 2)))
+
+
+def test_sigterm_deadline(t):
+    gw = tp.gateway(t, [S["peer"].address], top="", name="deadline")
+    cfg = open(gw.config_path).read().replace("shutdown_timeout: 5s", "shutdown_timeout: 1500ms")
+    gw.stop()
+    gw = h.start_sluice(cfg, suite=t, name="deadline15")
+    c = h.Client(gw.port("t"), timeout=10)
+    c.send(b"SINK\n")
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    gw.signal(signal.SIGTERM)
+    data, how = c.read_until_close(6)
+    took = time.monotonic() - t0
+    t.check("a session that never ends is closed at shutdown_timeout (1.5 s)",
+            how in ("eof", "reset") and 1.2 < took < 3.5, "closed after ~1.5 s", (how, round(took, 2)))
+    rc = gw.wait(5)
+    t.check("and the process exits 0", rc == 0, 0, rc)
+
+
+def test_reload(t):
+    gw = tp.gateway(t, [S["peer"].address], top="", name="reload")
+    cfg = open(gw.config_path).read().replace("shutdown_timeout: 5s", "shutdown_timeout: 1500ms")
+    gw.stop()
+    gw = h.start_sluice(cfg, suite=t, name="reload15")
+    port = gw.port("t")
+    old = h.Client(port, timeout=10)
+    old.send(b"SINK\n" + b"x" * 1000)
+    done = h.Client(port, timeout=10)
+    done.send(b"SINK\n" + b"x" * 1000)
+    time.sleep(0.2)
+    with open(gw.config_path, "a") as f:
+        f.write("\n# reloaded\n")
+    gw.signal(signal.SIGHUP)
+    deadline = time.monotonic() + 5
+    while "generation 2 applied" not in gw.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t.check("the reload was applied", "generation 2 applied" in gw.log(), "applied", gw.log()[-400:])
+    ok, detail = tp.exchange(port, b"new", 100)
+    t.check("after a reload new sessions are served", ok, True, detail)
+    done.send(b"y" * 1000)
+    done.shutdown_write()
+    data, how = done.read_until_close(5)
+    t.check("a session of the old generation goes on after the reload, bytes both ways",
+            data == b"2000\n", b"2000\n", (data, how))
+    old.send(b"y" * 1000)
+    t0 = time.monotonic()
+    data, how = old.read_until_close(6)
+    took = time.monotonic() - t0
+    t.check("the old generation's session stayed open, then was closed at shutdown_timeout",
+            how in ("eof", "reset") and took > 0.5, "closed after ~1.2 s more", (how, round(took, 2), data))
+    ok, detail = tp.exchange(port, b"after", 100)
+    t.check("and new sessions still are served", ok, True, detail)
+
+
+if __name__ == "__main__":
+    t = h.Suite("tcp_drain", budget=58)
+    t.run(setup, test_sigterm_finishes_session, test_sigterm_deadline, test_reload)
