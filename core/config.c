@@ -1041,10 +1041,6 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     bool tcp = l->protocol == SL_PROTO_TCP;
     if (tcp) l->idle_timeout_ms = 300 * 1000;
-    /* L4_GUARD: PROXY headers on http listeners (conn.c) land separately; until then the key
-     * parses but an http listener using it is refused, never half-served. */
-    if (f[L_PROXY_ACCEPT].val && !tcp)
-        cx_err(cx, f[L_PROXY_ACCEPT].key, "'accept_proxy_protocol' is not supported by this build yet");
     if ((v = f[L_UPSTREAM].val)) {
         if (!tcp)
             cx_err(cx, f[L_UPSTREAM].key, "'upstream' belongs to protocol: tcp listeners (http routes name theirs)");

@@ -14,6 +14,7 @@
 
 #include "http_conn.h"
 #include "log.h"
+#include "proxy_protocol.h"
 #include "server.h"
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -138,6 +139,12 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
             uv_ip4_name((struct sockaddr_in *)&ss, c->peer, sizeof(c->peer));
         else
             uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer, sizeof(c->peer));
+        if (c->lc->accept_proxy)
+            c->proxy = sl_pp_trusted(c->lc->proxy_from, c->lc->nproxy_from, (struct sockaddr *)&ss)
+                           ? SL_CONN_PP_EXPECT
+                           : SL_CONN_PP_REFUSE;
+    } else if (c->lc->accept_proxy) {
+        c->proxy = SL_CONN_PP_REFUSE;
     }
     sl_h1_init(&c->h1, HTTP_REQUEST, &w->limits[c->lidx]);
     conn_arm(c, c->lc->idle_timeout_ms);
@@ -196,6 +203,39 @@ static sl_req_t *req_new(sl_conn_t *c) {
     return r;
 }
 
+/* The connection's first bytes, on a listener with accept_proxy_protocol: a trusted peer's
+ * PROXY header is taken off the buffer and its source becomes the client address (for
+ * X-Forwarded-For, ip-restriction, consistent-hash); from an untrusted peer a PROXY header
+ * is refused. SL_OK (c->proxy done), SL_EAGAIN (more bytes needed) or SL_ERROR (close). */
+static int conn_proxy_header(sl_conn_t *c) {
+    const uint8_t *p = (const uint8_t *)c->rbuf + c->rpos;
+    size_t n = c->rlen - c->rpos, used = 0;
+    const char *why = NULL;
+    if (c->proxy == SL_CONN_PP_EXPECT) {
+        sl_pp_info_t pi;
+        int rc = sl_pp_parse(p, n, &pi, &used, &why);
+        if (rc == SL_EAGAIN) return SL_EAGAIN;
+        if (rc == SL_OK) {
+            c->rpos += (uint32_t)used;
+            if (pi.has_addr && pi.src.sa.sa_family == AF_INET)
+                uv_ip4_name(&pi.src.in, c->peer, sizeof(c->peer));
+            else if (pi.has_addr)
+                uv_ip6_name(&pi.src.in6, c->peer, sizeof(c->peer));
+            why = NULL;
+        }
+    } else {
+        int k = sl_pp_detect(p, n);
+        if (k == SL_EAGAIN) return SL_EAGAIN;
+        if (k != SL_PP_NONE) why = "a PROXY protocol header from a peer not in accept_proxy_protocol.from";
+    }
+    if (why) {
+        sl_log_warn("listener %s: closing the connection from %s: %s", c->lc->name, c->peer, why);
+        return SL_ERROR;
+    }
+    c->proxy = SL_CONN_PP_DONE;
+    return SL_OK;
+}
+
 /* Reads the next request head from the buffer, if a whole one is there. */
 static void conn_process(sl_conn_t *c) {
     assert(!c->req);
@@ -221,7 +261,18 @@ static void conn_process(sl_conn_t *c) {
     }
     if (c->state == SL_CONN_IDLE) {
         c->state = SL_CONN_HEAD;
-        conn_arm(c, c->lc->header_timeout_ms);
+        conn_arm(c, c->lc->header_timeout_ms); /* a PROXY header counts as part of the head */
+    }
+    if (c->proxy) {
+        int rc = conn_proxy_header(c);
+        if (rc == SL_EAGAIN) {
+            sl__conn_start_reading(c);
+        } else if (rc == SL_ERROR) {
+            conn_close(c);
+        } else {
+            conn_process(c); /* what follows the header, if anything */
+        }
+        return;
     }
     sl_req_t *r = req_new(c);
     if (!r) {

@@ -27,6 +27,9 @@
 #define SL_IOV (SL_SPANS * 3 + 4)       /* head + 100-continue + spans (size, data, CRLF) + end */
 
 enum { SL_CONN_IDLE = 0, SL_CONN_HEAD, SL_CONN_ACTIVE, SL_CONN_CLOSED };
+/* A connection's first bytes on a listener with accept_proxy_protocol: a trusted peer's
+ * PROXY header is due (it is taken off), or an untrusted peer's must not be one. */
+enum { SL_CONN_PP_DONE = 0, SL_CONN_PP_EXPECT, SL_CONN_PP_REFUSE };
 enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL };
 /* Where a request is in its life: the Lua phases run between routing and content. */
 enum { SL_STAGE_REWRITE = 0, SL_STAGE_ACCESS, SL_STAGE_CONTENT, SL_STAGE_RESPONSE };
@@ -55,6 +58,7 @@ struct sl_conn_s {
     uint8_t closing;     /**< no further request on this connection */
     uint8_t peer_eof;
     uint8_t nclose;      /**< handles still closing */
+    uint8_t proxy;       /**< accept_proxy_protocol, before the first request: SL_CONN_PP_* */
     sl_h1_t h1;
     sl_req_t *req;       /**< the request being served, or NULL */
     sl_conn_t *prev, *next;
