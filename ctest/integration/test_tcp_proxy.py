@@ -12,7 +12,12 @@ splice path and on the copy path, and the basics of a session.
      upstream answers and half-closes first while the client is still sending;
   4. sluice_connections_active and sluice_tcp_bytes_total move while a session runs;
   5. a refused target: the session's connect goes to the other target;
-  6. idle_timeout closes a silent session; an upstream's reset reaches the client.
+  6. idle_timeout closes a silent session; an upstream's reset reaches the client;
+  7. the TCP-layer breaker: after a refused target's breaker opens, sessions stop trying
+     it (the refused connects stop at the trip), and the HTTP-layer breaker of the same
+     target stays closed (/status);
+  8. idle sessions: 2,000 open sessions cost under 2 KiB of RSS each, and sessions that
+     spliced hold no pipe once idle (the gateway's pipes stay at its pool's few).
 
 The upstream peer (this file run with --peer: its own process, so SIGSTOP stops only it) and
 the helpers here are shared by the other test_tcp_*.py files, which import this one.
@@ -452,8 +457,65 @@ def test_failover_idle_reset(t):
     refused.close()
 
 
+def test_tcp_breaker(t):
+    refused, rport = h.refused_port()
+    bad = "127.0.0.1:%d" % rport
+    gw = gateway(t, [bad, S["peer"].address], upstream="balancer: round-robin, circuit_breaker: "
+                 "{ min_requests: 4, failure_ratio: 0.5, open_timeout: 30s }", name="breaker")
+    oks = sum(exchange(gw.port("t"), b"b%d" % i, 10)[0] for i in range(40))
+    tries = gw.log().count("connect to %s" % bad)
+    t.check("40 sessions through a refused and a live target all succeed", oks == 40, 40, oks)
+    t.check("the refused target's TCP breaker opened: it was tried only until the trip (4..8), not "
+            "every other session (20)", 4 <= tries <= 8, "4..8", tries)
+    st = gw.status()
+    ups = {tg["address"]: tg for u in st["upstreams"] for tg in u["targets"]}
+    t.check("the same target's HTTP-layer breaker is its own (still closed)",
+            ups.get(bad, {}).get("breaker") == "closed", "closed", ups.get(bad))
+    refused.close()
+
+
+def test_idle_sessions(t):
+    gw = S["gw_auto"]
+    # sessions that splice, then go idle one after the other: the same pooled pipe serves
+    pipes0 = pipes(gw.pid)
+    held = []
+    for i in range(12):
+        c = socket.create_connection(("127.0.0.1", gw.port("t")), timeout=10)
+        c.sendall(b"SINK\n")
+        for piece in h.pattern_blocks(4 << 20, seed=i):
+            c.sendall(piece)
+        held.append(c)
+        time.sleep(0.05)
+    grew = pipes(gw.pid) - pipes0
+    t.check("12 idle sessions that spliced 4 MiB each hold no pipe (pool only: <= 2 new)", grew <= 2,
+            "<= 2", grew)
+    for c in held:
+        c.close()
+    n = 2000
+    time.sleep(0.2)
+    base = gw.rss_kb()
+    held = []
+    for i in range(n):
+        c = socket.create_connection(("127.0.0.1", gw.port("t")), timeout=10)
+        c.sendall(b"SINK\nx")
+        held.append(c)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        _, m = gw.metrics()
+        if sum(h.metric_values(m, "sluice_connections_active", listener="t")) >= n:
+            break
+        time.sleep(0.1)
+    time.sleep(0.3)
+    per = (gw.rss_kb() - base) * 1024 / n
+    t.info("%d idle sessions: %.0f bytes of RSS each" % (n, per))
+    t.check("an idle session costs under 2 KiB of the gateway's memory", per < 2048, "< 2048", per)
+    for c in held:
+        c.close()
+
+
 if __name__ == "__main__" and sys.argv[1:2] == ["--peer"]:
     peer_main(sys.argv[2])
 elif __name__ == "__main__":
     t = h.Suite("tcp_proxy", budget=58)
-    t.run(setup, test_redis, test_bulk, test_half_close, test_metrics, test_failover_idle_reset)
+    t.run(setup, test_redis, test_bulk, test_half_close, test_metrics, test_failover_idle_reset,
+          test_tcp_breaker, test_idle_sessions)
