@@ -105,6 +105,15 @@ static const char *health_label(sl_tstate_t *ts, uint64_t now_ms) {
 }
 
 
+static const char *const layer_label[SL_LAYERS] = {[SL_LAYER_HTTP] = "http", [SL_LAYER_TCP] = "tcp"};
+
+/* Does a protocol: tcp listener use upstream u (so its TCP-layer breakers are in use)? */
+static bool tcp_upstream(const sl_config_t *cfg, size_t u) {
+    for (size_t i = 0; i < cfg->nlisteners; i++)
+        if (cfg->listeners[i].protocol == SL_PROTO_TCP && cfg->listeners[i].upstream == (int)u) return true;
+    return false;
+}
+
 /* Gauges read from the target states (not per-worker counters). */
 static void render_target_gauges(sl_server_t *srv, text_t *t) {
     const sl_config_t *cfg = srv->cfg;
@@ -112,10 +121,13 @@ static void render_target_gauges(sl_server_t *srv, text_t *t) {
     tput(t, "# HELP sluice_circuit_breaker_state Breaker per target and layer: 0 closed, 1 open, 2 half-open.\n"
             "# TYPE sluice_circuit_breaker_state gauge\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
-        for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
-            tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"http\"} %d\n",
-                 cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text,
-                 sl_tstate_breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], now));
+        for (int layer = 0; layer < SL_LAYERS; layer++) {
+            if (layer == SL_LAYER_TCP && !tcp_upstream(cfg, u)) continue;
+            for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+                tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"%s\"} %d\n",
+                     cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text, layer_label[layer],
+                     sl_tstate_breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], layer, now));
+        }
     tput(t, "# HELP sluice_target_healthy 1 when a target takes new requests (health checks, passive ejection).\n"
             "# TYPE sluice_target_healthy gauge\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
@@ -185,9 +197,13 @@ static char *render_status(sl_server_t *srv, size_t *len) {
             sl_tstate_t *ts = srv->ug->ups[u].ts[k];
             tput(&t, "%s{\"address\":", k ? "," : "");
             tjson(&t, uc->targets[k].addr.text);
-            tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f}",
-                 uc->targets[k].weight, health_label(ts, now), breaker_label[sl_tstate_breaker_now(ts, uc, now)],
+            tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f",
+                 uc->targets[k].weight, health_label(ts, now),
+                 breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now)],
                  (int)atomic_load(&ts->live.in_flight), (double)atomic_load(&ts->live.ewma_ns) / 1e6);
+            if (tcp_upstream(cfg, u))
+                tput(&t, ",\"breaker_tcp\":\"%s\"", breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_TCP, now)]);
+            tput(&t, "}");
         }
         tput(&t, "]}");
     }

@@ -308,7 +308,7 @@ int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out) {
         .address = uc->targets[i].addr.text,
         .weight = (int)uc->targets[i].weight,
         .healthy = sl_tstate_healthy(ts, now),
-        .breaker = sl_tstate_breaker_now(ts, uc, now),
+        .breaker = sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now),
         .in_flight = (int)atomic_load_explicit(&ts->live.in_flight, memory_order_relaxed),
         .tried = (r->tried >> (i & 63)) & 1,
         .ewma_ms = atomic_load_explicit(&ts->live.ewma_ns, memory_order_relaxed) / 1e6,
@@ -345,7 +345,7 @@ int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *tar
             *err = "no target with that address in that upstream";
             return SL_ERROR;
         }
-        return sl_tstate_breaker_now(r->w->ug->ups[u].ts[t], &cfg->upstreams[u], sl_now_ms());
+        return sl_tstate_breaker_now(r->w->ug->ups[u].ts[t], &cfg->upstreams[u], SL_LAYER_HTTP, sl_now_ms());
     }
     *err = "no upstream of that name";
     return SL_ERROR;

@@ -120,6 +120,6 @@ void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64
     }
 }
 
-int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, uint64_t now_ms) {
-    return uc->breaker.enabled ? sl_breaker_state(&t->breaker[SL_LAYER_HTTP], &uc->breaker, now_ms) : SL_BREAKER_CLOSED;
+int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, int layer, uint64_t now_ms) {
+    return uc->breaker.enabled ? sl_breaker_state(&t->breaker[layer], &uc->breaker, now_ms) : SL_BREAKER_CLOSED;
 }

@@ -58,8 +58,8 @@ void sl_tstate_release(sl_tregistry_t *reg, sl_tstate_t *t);
 
 /** May new attempts go to this target (health and passive ejection; not the breaker)? */
 bool sl_tstate_healthy(sl_tstate_t *t, uint64_t now_ms);
-/** The HTTP breaker's state now (SL_BREAKER_*; closed when the upstream has none). */
-int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, uint64_t now_ms);
+/** A layer's (SL_LAYER_*) breaker state now (SL_BREAKER_*; closed when the upstream has none). */
+int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, int layer, uint64_t now_ms);
 /** A failed attempt, for passive ejection (upstream health.passive). Any thread. */
 void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64_t now_ms);
 

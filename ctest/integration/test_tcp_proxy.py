@@ -471,6 +471,13 @@ def test_tcp_breaker(t):
     ups = {tg["address"]: tg for u in st["upstreams"] for tg in u["targets"]}
     t.check("the same target's HTTP-layer breaker is its own (still closed)",
             ups.get(bad, {}).get("breaker") == "closed", "closed", ups.get(bad))
+    t.check("/status shows the TCP-layer breaker open", ups.get(bad, {}).get("breaker_tcp") == "open", "open",
+            ups.get(bad))
+    _, samples = gw.metrics()
+    g = {lab.get("layer"): v for n, lab, v in samples
+         if n == "sluice_circuit_breaker_state" and lab.get("target") == bad}
+    t.check("sluice_circuit_breaker_state: layer tcp 1 (open), layer http 0", g == {"tcp": 1.0, "http": 0.0},
+            {"tcp": 1.0, "http": 0.0}, g)
     refused.close()
 
 
