@@ -93,3 +93,52 @@ def take_lock(name):
     say("%s: waiting for the machine-wide bench lock" % name)
     fcntl.flock(lock, fcntl.LOCK_EX)
     return lock
+
+
+def proc_tree(pid):
+    """pid and all its descendants (nginx: master + worker), from /proc/*/stat."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass  # exited meanwhile
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(c for c, pp in parent.items() if pp == p)
+    return sorted(out)
+
+
+def tree_cpu_seconds(pids):
+    """Sum of cpu_seconds over pids (a process tree from proc_tree)."""
+    return sum(cpu_seconds(p) for p in pids)
+
+
+def tree_rss_kib(pids):
+    """Sum of VmRSS over pids, in KiB."""
+    total = 0
+    for p in pids:
+        with open("/proc/%d/status" % p) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def fd_kinds(pids):
+    """{"socket": n, "pipe": n, "anon_inode": n, "file": n} over the open fds of pids."""
+    kinds = {}
+    for p in pids:
+        d = "/proc/%d/fd" % p
+        for fd in os.listdir(d):
+            try:
+                t = os.readlink(os.path.join(d, fd))
+            except OSError:
+                continue
+            k = t.split(":", 1)[0] if ":" in t and not t.startswith("/") else "file"
+            kinds[k] = kinds.get(k, 0) + 1
+    return kinds
