@@ -181,8 +181,10 @@ end
 function _M.new(routes)
     local t = _M.compile(routes)
     local match = _M.match
+    local ffi_cast, REQ_PTR = require("ffi").cast, require("ffi").typeof("void *")
     return function(req)
-        return match(t, req)
+        -- a cdata pointer, not the lightuserdata C passes: FFI calls with it compile
+        return match(t, ffi_cast(REQ_PTR, req))
     end
 end
 

@@ -18,7 +18,8 @@ local BODY_FILTER = 3
 assert(PHASES[BODY_FILTER + 1] == "body_filter")
 
 local ffi = require("ffi")
-local C, ffi_string, type = base.C, ffi.string, type
+local C, ffi_string, ffi_cast, type = base.C, ffi.string, ffi.cast, type
+local REQ_PTR = ffi.typeof("void *")
 local str_p, len_p, eof_p = base.str_p, base.len_p, ffi.new("int[1]")
 
 local function build(paths, src, first_pos, cache)
@@ -92,6 +93,10 @@ function _M.new(gen)
     -- or 2, chain position, plugin name, error text.
     local function phase_dispatch(phase, req, route, ctx)
         local chain = chains[route][phase]
+        -- C hands the request over as a lightuserdata, which LuaJIT's trace recorder cannot
+        -- pass to an FFI pointer argument (NYI: every accessor call would abort its trace);
+        -- as a cdata pointer the accessors and the plugins calling them compile.
+        req = ffi_cast(REQ_PTR, req)
         begin(req, ctx, route)
         if phase == BODY_FILTER then return body_filter(chain, req, ctx) end
         for i = 1, #chain do
