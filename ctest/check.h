@@ -1,5 +1,5 @@
 /* check.h — the assertion macros of the C unit tests: each failure prints its place and
- * both operands; a test's main() ends with CHECK_SUMMARY() ("N passed, M failed"). */
+ * both operands; a test file with a table of named tests ends with check_main(). */
 #ifndef SL_CHECK_H
 #define SL_CHECK_H
 
@@ -29,5 +29,25 @@ static int passed, failed;
                     a_, b_);                                                                       \
         }                                                                                          \
     } while (0)
+
+/** A named test of a table given to check_main(). */
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} check_test_t;
+
+/** Runs the tests (only those whose name contains argv[1], when given), says which failed
+ *  and prints "N passed, M failed"; the exit code is 1 when a check failed. */
+static inline int check_main(const check_test_t *tests, size_t n, int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (only && !strstr(tests[i].name, only)) continue;
+        int f0 = failed;
+        tests[i].fn();
+        if (failed != f0) fprintf(stderr, "-- %s: %d failed\n", tests[i].name, failed - f0);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
 
 #endif

@@ -600,10 +600,7 @@ static void test_eviction_churn(void) {
     fresh();
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} tests[] = {
+static const check_test_t tests[] = {
 #define T(f) {#f, f}
     T(test_bucket_strict_rate),
     T(test_bucket_acceptance_shape),
@@ -623,14 +620,4 @@ static const struct {
 #undef T
 };
 
-int main(int argc, char **argv) {
-    const char *only = argc > 1 ? argv[1] : NULL;
-    for (size_t i = 0; i < SL_ARRAY_LEN(tests); i++) {
-        if (only && !strstr(tests[i].name, only)) continue;
-        int f0 = failed;
-        tests[i].fn();
-        if (failed != f0) fprintf(stderr, "-- %s: %d failed\n", tests[i].name, failed - f0);
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
-}
+int main(int argc, char **argv) { return check_main(tests, SL_ARRAY_LEN(tests), argc, argv); }

@@ -378,24 +378,11 @@ static void test_trusted(void) {
     CHECK(!sl_pp_trusted(from, 0, &a.sa));
 }
 
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} tests[] = {
+static const check_test_t tests[] = {
     {"v1_tcp4", test_v1_tcp4},       {"v1_tcp6_and_unknown", test_v1_tcp6_and_unknown},
     {"v1_malformed", test_v1_malformed}, {"v2", test_v2},
     {"v2_malformed", test_v2_malformed}, {"detect", test_detect},
     {"encode", test_encode},         {"trusted", test_trusted},
 };
 
-int main(int argc, char **argv) {
-    const char *only = argc > 1 ? argv[1] : NULL;
-    for (size_t i = 0; i < SL_ARRAY_LEN(tests); i++) {
-        if (only && !strstr(tests[i].name, only)) continue;
-        int f0 = failed;
-        tests[i].fn();
-        if (failed != f0) fprintf(stderr, "-- %s: %d failed\n", tests[i].name, failed - f0);
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
-}
+int main(int argc, char **argv) { return check_main(tests, SL_ARRAY_LEN(tests), argc, argv); }
