@@ -9,9 +9,7 @@
  * allocated.
  */
 
-/* The LD_PRELOAD allocation counter, compiled in: its malloc family replaces libc's in
- * this process and its static `count` is readable here. */
-#include "alloc_shim.c"
+#include "bench_alloc.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -86,10 +84,10 @@ static uint64_t measure(bench_case_t kind, int threads) {
     pthread_barrier_init(&bench.start, NULL, (unsigned)threads + 1);
     for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, run, &ns[i]);
     /* every thread is created and waiting: what is counted from here is the loops' */
-    uint64_t before = __atomic_load_n(&count, __ATOMIC_RELAXED);
+    uint64_t before = bench_allocs();
     pthread_barrier_wait(&bench.start);
     for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
-    uint64_t allocs = __atomic_load_n(&count, __ATOMIC_RELAXED) - before;
+    uint64_t allocs = bench_allocs() - before;
     pthread_barrier_destroy(&bench.start);
 
     uint64_t total = 0;
@@ -99,19 +97,8 @@ static uint64_t measure(bench_case_t kind, int threads) {
     return allocs;
 }
 
-/* The counter must see an allocation made here, or its zeros would mean nothing. The
- * volatile pointer keeps the compiler from treating (and eliding) it as the builtin. */
-static bool counter_works(void) {
-    void *(*volatile alloc)(size_t) = malloc;
-    uint64_t before = __atomic_load_n(&count, __ATOMIC_RELAXED);
-    void *p = alloc(16);
-    bool ok = __atomic_load_n(&count, __ATOMIC_RELAXED) > before;
-    free(p);
-    return ok;
-}
-
 int main(int argc, char **argv) {
-    if (!counter_works()) {
+    if (!bench_counter_works()) {
         fprintf(stderr, "breaker_bench: the allocation counter counts nothing\n");
         return 1;
     }
