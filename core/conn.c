@@ -95,14 +95,22 @@ static void conn_on_timer(uv_timer_t *t) {
         static const char resp[] = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
                                    "Content-Length: 28\r\nConnection: close\r\n\r\n"
                                    "{\"error\":\"request timeout\"}\n";
-        uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
-        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        sl__conn_send(c, resp, sizeof(resp) - 1);
         sl_metrics_request(&c->w->metrics, -1, 408, 0);
         conn_close(c);
         return;
     }
     /* Idle keep-alive expired, or a stalled client in the middle of a request. */
     sl__conn_abort(c);
+}
+
+int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb) {
+    return sl__outq_write(q, (uv_stream_t *)&c->tcp, &c->wreq, cb);
+}
+
+bool sl__conn_send(sl_conn_t *c, const char *p, size_t n) {
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    return uv_try_write((uv_stream_t *)&c->tcp, &b, 1) == (int)n;
 }
 
 static void conn_arm(sl_conn_t *c, uint64_t ms) { sl_deadline_set(&c->timer, ms); }

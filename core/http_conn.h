@@ -60,6 +60,7 @@ struct sl_conn_s {
     uint8_t nclose;      /**< handles still closing */
     uint8_t proxy;       /**< accept_proxy_protocol, before the first request: SL_CONN_PP_* */
     sl_h1_t h1;
+    struct sl_tls_s *tls; /**< TLS session on a tls listener (tls.c), else NULL */
     sl_req_t *req;       /**< the request being served, or NULL */
     sl_conn_t *prev, *next;
     char peer[48];       /**< client address as text, for X-Forwarded-For and logs */
@@ -81,6 +82,7 @@ struct sl_upconn_s {
     uint8_t nclose;
     uint32_t nreqs; /**< exchanges completed on it: >0 means a reused connection */
     sl_h1_t h1;
+    struct sl_tls_s *tls; /**< TLS to the target (tls.c), else NULL */
     sl_upconn_t *pool_next, *pool_prev;
 };
 
@@ -193,6 +195,12 @@ void sl__conn_request_done(sl_conn_t *c);
 /** Closes a client connection now, abandoning any request. */
 void sl__conn_abort(sl_conn_t *c);
 void sl__conn_start_reading(sl_conn_t *c);
+/** Writes a queue toward the client (through TLS when the listener has it), with
+ *  sl__outq_write's contract: 1 written at once, 0 in flight (cb follows), <0 error. */
+int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb);
+/** Writes a few gateway bytes (100 Continue, a 408) without waiting: false when they
+ *  could not be queued. */
+bool sl__conn_send(sl_conn_t *c, const char *p, size_t n);
 void sl__conn_stop_reading(sl_conn_t *c);
 /** (Re)arms the connection's inactivity timer: on expiry an active request is abandoned. */
 void sl__conn_arm(sl_conn_t *c, uint64_t ms);

@@ -459,9 +459,8 @@ static void send_continue(sl_req_t *r) {
     sl_conn_t *c = r->c;
     if (!(r->head.flags & SL_H1_EXPECT_CONTINUE) || r->body_done || c->rpos != c->rlen) return;
     r->head.flags &= ~(uint32_t)SL_H1_EXPECT_CONTINUE;
-    sl__outq_add(&r->clq, "HTTP/1.1 100 Continue\r\n\r\n", 25);
     /* A fresh connection's socket buffer always takes 25 bytes: no write request needed. */
-    if (sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, NULL) != 1) sl__conn_abort(c);
+    if (!sl__conn_send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25)) sl__conn_abort(c);
 }
 
 static void start_proxy(sl_req_t *r) {
@@ -1516,7 +1515,7 @@ static void resp_pump(sl_req_t *r) {
         if (r->clq.niov) {
             r->resp_written = r->resp_written || r->resp_head;
             for (uint16_t i = 0; i < r->clq.niov; i++) r->bytes_out += r->clq.iov[i].len;
-            int rc = sl__outq_write(&r->clq, (uv_stream_t *)&c->tcp, &c->wreq, cl_on_write);
+            int rc = sl__conn_write(c, &r->clq, cl_on_write);
             if (rc < 0) {
                 sl__conn_abort(c);
                 return;
