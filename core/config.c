@@ -948,6 +948,7 @@ enum {
     L_SPLICE,
     L_PROXY_SEND,
     L_PROXY_ACCEPT,
+    L_TLS,
     L_N
 };
 static const char *const listener_keys[L_N] = {
@@ -963,8 +964,8 @@ static const char *const listener_keys[L_N] = {
     [L_SPLICE] = "splice",
     [L_PROXY_SEND] = "proxy_protocol",
     [L_PROXY_ACCEPT] = "accept_proxy_protocol",
+    [L_TLS] = "tls",
 };
-static const char *const listener_later[] = {"tls", NULL};
 
 /* "10.0.0.0/8", "::1", "192.168.1.7" -> an sl_cidr_t; false with an error. */
 static bool get_cidr(cx_t *cx, const yaml_node_t *v, sl_cidr_t *out) {
@@ -997,6 +998,117 @@ bad:
     return false;
 }
 
+/* A file named in the config: relative paths are relative to the config file's folder
+ * (the embedded default's: the working directory). */
+static char *resolve_path(cx_t *cx, const char *rel) {
+    const char *cp = cx->cfg->path;
+    if (rel[0] == '/' || !cp || cp[0] == '<' || !strchr(cp, '/')) return cx_strdup(cx, rel);
+    size_t dl = (size_t)(strrchr(cp, '/') - cp);
+    size_t n = dl + 1 + strlen(rel) + 1;
+    char *p = cx_calloc(cx, n, 1);
+    if (p) snprintf(p, n, "%.*s/%s", (int)dl, cp, rel);
+    return p;
+}
+
+enum { TC_CERT, TC_KEY, TC_SNI, TC_DEFAULT, TC_N };
+static const char *const tls_cert_keys[TC_N] = {"cert", "key", "sni", "default"};
+enum { TL_CERTS, TL_MIN_VERSION, TL_CIPHERS, TL_TICKETS, TL_HS_TIMEOUT, TL_N };
+static const char *const tls_keys[TL_N] = {"certificates", "min_version", "ciphers", "session_tickets",
+                                           "handshake_timeout"};
+
+static bool check_sni_name(cx_t *cx, const yaml_node_t *v, char *s) {
+    const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
+    bool ok = *p != 0;
+    for (char *q = s; *q; q++) *q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q);
+    for (; *p && ok; p++) ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+    if (!ok) cx_err(cx, v, "'%s' is not a server name (a DNS name, or *.suffix)", s);
+    return ok;
+}
+
+static void parse_tls_cert(cx_t *cx, const yaml_node_t *m, size_t idx, sl_tls_cert_conf_t *c) {
+    char where[64];
+    snprintf(where, sizeof where, "certificates[%zu]", idx);
+    field_t f[TC_N];
+    scan_map(cx, m, where, tls_cert_keys, f, TC_N, NULL);
+    c->line = line_of(m);
+    c->col = col_of(m);
+    const yaml_node_t *v;
+    if ((v = required(cx, m, &f[TC_CERT], where)) && get_string(cx, v, "cert", &c->cert))
+        c->cert_path = resolve_path(cx, c->cert);
+    if ((v = required(cx, m, &f[TC_KEY], where)) && get_string(cx, v, "key", &c->key))
+        c->key_path = resolve_path(cx, c->key);
+    if (f[TC_SNI].val) get_str_list(cx, &f[TC_SNI], check_sni_name, &c->sni, &c->nsni);
+    if ((v = f[TC_DEFAULT].val)) get_bool(cx, v, "default", &c->is_default);
+}
+
+static void parse_tls(cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l) {
+    sl_tls_listener_conf_t *t = cx_calloc(cx, 1, sizeof *t);
+    if (!t) return;
+    l->tls = t;
+    t->line = line_of(m);
+    t->col = col_of(m);
+    t->session_tickets = true;
+    t->handshake_timeout_ms = 10 * 1000;
+    int errs_before = (int)cx->nerrs;
+    field_t f[TL_N];
+    scan_map(cx, m, "'tls'", tls_keys, f, TL_N, NULL);
+    const yaml_node_t *v;
+    size_t n = 0;
+    if ((v = required(cx, m, &f[TL_CERTS], "'tls'")) && list_len(cx, &f[TL_CERTS], &n)) {
+        if (n == 0) cx_err(cx, v, "'certificates' needs at least one entry");
+        if (n && (t->certs = cx_calloc(cx, n, sizeof *t->certs))) {
+            t->ncerts = n;
+            size_t ndef = 0;
+            for (size_t i = 0; i < n; i++) {
+                const yaml_node_t *cm = list_map(cx, &f[TL_CERTS], i);
+                if (!cm) continue;
+                parse_tls_cert(cx, cm, i, &t->certs[i]);
+                if (t->certs[i].is_default && ++ndef > 1)
+                    cx_err(cx, cm, "only one certificate may be the default");
+            }
+        }
+    }
+    if ((v = f[TL_MIN_VERSION].val)) {
+        const char *s = get_text(cx, v, "min_version", "a string");
+        if (s && (strcmp(s, "1.3") == 0 || strcmp(s, "TLSv1.3") == 0))
+            t->min_version = SL_TLS_V13;
+        else if (s && strcmp(s, "1.2") != 0 && strcmp(s, "TLSv1.2") != 0)
+            cx_err(cx, v, "min_version '%s' is not allowed (1.2 or 1.3; never below 1.2)", s);
+    }
+    if ((v = f[TL_CIPHERS].val)) get_string(cx, v, "ciphers", &t->ciphers);
+    if ((v = f[TL_TICKETS].val)) get_bool(cx, v, "session_tickets", &t->session_tickets);
+    if ((v = f[TL_HS_TIMEOUT].val)) get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);
+    if ((int)cx->nerrs != errs_before || cx->oom) return;
+    char err[512];
+    int bad = -1;
+    t->rt = sl_tls_server_build(t, err, sizeof err, &bad);
+    if (!t->rt) {
+        if (bad >= 0)
+            cx_at(cx, t->certs[bad].line, t->certs[bad].col, "%s", err);
+        else if (bad == -2 && f[TL_CIPHERS].val)
+            cx_err(cx, f[TL_CIPHERS].val, "%s", err);
+        else
+            cx_at(cx, t->line, t->col, "%s", err);
+    }
+}
+
+static void tls_listener_free(sl_tls_listener_conf_t *t) {
+    if (!t) return;
+    sl_tls_server_free(t->rt);
+    for (size_t i = 0; t->certs && i < t->ncerts; i++) {
+        sl_tls_cert_conf_t *c = &t->certs[i];
+        free(c->cert);
+        free(c->key);
+        free(c->cert_path);
+        free(c->key_path);
+        for (size_t j = 0; c->sni && j < c->nsni; j++) free(c->sni[j]);
+        free(c->sni);
+    }
+    free(t->certs);
+    free(t->ciphers);
+    free(t);
+}
+
 enum { PP_SEND, PP_N };
 static const char *const proxy_send_keys[PP_N] = {"send"};
 enum { PA_FROM, PA_N };
@@ -1007,7 +1119,7 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
     char where[128];
     describe(cx, m, "listener", "listeners", idx, where, sizeof where);
     field_t f[L_N];
-    scan_map(cx, m, where, listener_keys, f, L_N, listener_later);
+    scan_map(cx, m, where, listener_keys, f, L_N, NULL);
     l->line = line_of(m);
     l->col = col_of(m);
     l->protocol = SL_PROTO_HTTP;
@@ -1091,6 +1203,13 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
         }
         l->accept_proxy = true;
     }
+    if ((v = f[L_TLS].val) && want_type(cx, v, YAML_MAPPING_NODE, "tls")) {
+        if (tcp)
+            cx_err(cx, f[L_TLS].key, "'tls' (termination) belongs to protocol: http listeners; a tcp listener "
+                                     "passes TLS through untouched");
+        else
+            parse_tls(cx, v, l);
+    }
     uint64_t n;
     if ((v = f[L_MAX_BODY].val)) get_size(cx, v, "max_body", 0, UINT64_MAX, &l->max_body);
     if ((v = f[L_MAX_HEADER].val) && get_size(cx, v, "max_header_size", 1, UINT32_MAX, &n))
@@ -1102,8 +1221,58 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
     if ((v = f[L_IDLE_TO].val)) get_duration(cx, v, "idle_timeout", false, &l->idle_timeout_ms);
 }
 
-enum { T_ADDRESS, T_WEIGHT, T_N };
-static const char *const target_keys[T_N] = {"address", "weight"};
+enum { T_ADDRESS, T_WEIGHT, T_TLS, T_N };
+static const char *const target_keys[T_N] = {"address", "weight", "tls"};
+enum { TT_VERIFY, TT_CA, TT_SNI, TT_N };
+static const char *const target_tls_keys[TT_N] = {"verify", "ca", "sni"};
+
+/* A target's `tls:` (a mapping, or `true` for the defaults). */
+static void parse_target_tls(cx_t *cx, const yaml_node_t *v, sl_target_conf_t *t) {
+    bool on = true;
+    if (v->type == YAML_SCALAR_NODE) {
+        if (!get_bool(cx, v, "tls", &on) || !on) return;
+    } else if (!want_type(cx, v, YAML_MAPPING_NODE, "tls")) {
+        return;
+    }
+    sl_tls_target_conf_t *c = cx_calloc(cx, 1, sizeof *c);
+    if (!c) return;
+    t->tls = c;
+    c->verify = true;
+    c->line = line_of(v);
+    c->col = col_of(v);
+    int errs_before = (int)cx->nerrs;
+    if (v->type == YAML_MAPPING_NODE) {
+        field_t f[TT_N];
+        scan_map(cx, v, "'tls'", target_tls_keys, f, TT_N, NULL);
+        const yaml_node_t *x;
+        if ((x = f[TT_VERIFY].val)) get_bool(cx, x, "verify", &c->verify);
+        if ((x = f[TT_CA].val) && get_string(cx, x, "ca", &c->ca)) c->ca_path = resolve_path(cx, c->ca);
+        if ((x = f[TT_SNI].val) && get_string(cx, x, "sni", &c->sni)) check_sni_name(cx, x, c->sni);
+        if (f[TT_CA].val && !c->verify) cx_err(cx, f[TT_CA].key, "'ca' has no use with verify: false");
+    }
+    if ((int)cx->nerrs != errs_before || cx->oom || !t->addr.text) return;
+    /* the address's host part: what is verified when no sni is given */
+    char ip[64];
+    const char *a = t->addr.text, *colon = strrchr(a, ':');
+    size_t hl = colon ? (size_t)(colon - a) : strlen(a);
+    if (a[0] == '[' && hl >= 2) {
+        a++;
+        hl -= 2;
+    }
+    snprintf(ip, sizeof ip, "%.*s", (int)SL_MIN(hl, sizeof ip - 1), a);
+    if (strcmp(ip, "localhost") == 0) snprintf(ip, sizeof ip, "127.0.0.1");
+    char err[512];
+    if (!(c->rt = sl_tls_client_build(c, ip, err, sizeof err))) cx_at(cx, c->line, c->col, "%s", err);
+}
+
+static void tls_target_free(sl_tls_target_conf_t *c) {
+    if (!c) return;
+    sl_tls_client_free(c->rt);
+    free(c->ca);
+    free(c->ca_path);
+    free(c->sni);
+    free(c);
+}
 
 static void parse_target(cx_t *cx, const yaml_node_t *m, const char *upstream, size_t idx,
                          sl_upstream_conf_t *u) {
@@ -1128,6 +1297,7 @@ static void parse_target(cx_t *cx, const yaml_node_t *m, const char *upstream, s
             cx_err(cx, v, "weight %lld needs balancer weighted-round-robin or consistent-hash",
                    (long long)w);
     }
+    if ((v = f[T_TLS].val)) parse_target_tls(cx, v, t);
 }
 
 static const char *const balancer_names[] = {
@@ -2071,6 +2241,7 @@ void sl_config_free(sl_config_t *cfg) {
         free(cfg->listeners[i].name);
         free(cfg->listeners[i].upstream_name);
         free(cfg->listeners[i].proxy_from);
+        tls_listener_free(cfg->listeners[i].tls);
         addr_free(&cfg->listeners[i].listen);
     }
     free(cfg->listeners);
@@ -2079,7 +2250,10 @@ void sl_config_free(sl_config_t *cfg) {
         free(u->name);
         free(u->hash_name);
         free(u->health.path);
-        for (size_t j = 0; u->targets && j < u->ntargets; j++) addr_free(&u->targets[j].addr);
+        for (size_t j = 0; u->targets && j < u->ntargets; j++) {
+            addr_free(&u->targets[j].addr);
+            tls_target_free(u->targets[j].tls);
+        }
         free(u->targets);
     }
     free(cfg->upstreams);

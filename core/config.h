@@ -22,6 +22,7 @@ enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
 /* balancer kinds are balancer.h's SL_LB_* */
 #include "balancer.h"
 #include "breaker.h"
+#include "tls.h"
 
 /** What consistent-hash (and a route's sticky split) hashes. */
 enum { SL_HASH_IP = 0, SL_HASH_HEADER, SL_HASH_COOKIE, SL_HASH_PATH };
@@ -87,6 +88,7 @@ typedef struct {
     uint64_t header_timeout_ms;  /**< total deadline for a request head, default 10s */
     uint64_t idle_timeout_ms;    /**< http: keep-alive idle, default 60s; tcp: session idle, default 300s */
     uint64_t connect_timeout_ms; /**< tcp: the upstream's timeouts.connect */
+    sl_tls_listener_conf_t *tls; /**< http: TLS termination (`tls:`), else NULL */
     int line, col;
     int upstream_line, upstream_col; /**< where `upstream:` was written (resolved after upstreams) */
     char *upstream_name;
@@ -95,6 +97,7 @@ typedef struct {
 typedef struct {
     sl_addr_t addr;
     uint32_t weight; /**< default 1 */
+    sl_tls_target_conf_t *tls; /**< TLS to this target (`tls:`), else NULL */
 } sl_target_conf_t;
 
 typedef struct {

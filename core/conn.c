@@ -16,6 +16,7 @@
 #include "log.h"
 #include "proxy_protocol.h"
 #include "server.h"
+#include "tls.h"
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void conn_process(sl_conn_t *c);
@@ -37,12 +38,17 @@ void sl__conn_start_reading(sl_conn_t *c) {
     if (c->reading || c->state == SL_CONN_CLOSED || c->peer_eof) return;
     /* No room: the request being served must first consume what is buffered. */
     if (c->rbuf && c->rlen == SL_BLOCK_SIZE) return;
-    if (uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read) == 0) c->reading = 1;
+    int rc = c->tls ? sl_tls_read_start(c->tls, conn_alloc, conn_on_read)
+                    : uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+    if (rc == 0) c->reading = 1;
 }
 
 void sl__conn_stop_reading(sl_conn_t *c) {
     if (!c->reading) return;
-    uv_read_stop((uv_stream_t *)&c->tcp);
+    if (c->tls)
+        sl_tls_read_stop(c->tls);
+    else
+        uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
 }
 
@@ -74,6 +80,11 @@ static void conn_close(sl_conn_t *c) {
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], -1);
+    if (c->tls) {
+        sl_tls_shutdown(c->tls); /* close_notify, when the session is sound */
+        sl_tls_close(c->tls);
+        c->tls = NULL;
+    }
     c->nclose = 2;
     uv_close((uv_handle_t *)&c->tcp, conn_on_close);
     uv_close((uv_handle_t *)&c->timer.timer, conn_on_close);
@@ -87,8 +98,19 @@ void sl__conn_abort(sl_conn_t *c) {
     conn_close(c);
 }
 
+static void tls_count(sl_conn_t *c, int result) {
+    SL_COUNTER_ADD(c->w->metrics.tls_hs[c->lidx * SL_TLS_HS_RESULTS + (uint32_t)result], 1);
+}
+
 static void conn_on_timer(uv_timer_t *t) {
     sl_conn_t *c = t->data;
+    if (c->tls && !sl_tls_established(c->tls)) {
+        /* A client that stalled mid-handshake: nothing to answer in plaintext. */
+        tls_count(c, SL_TLS_HS_TIMEOUT);
+        sl_log_debug("listener %s: TLS handshake from %s timed out", c->lc->name, c->peer);
+        conn_close(c);
+        return;
+    }
     if (c->state == SL_CONN_HEAD) {
         /* The whole head must arrive within header_timeout of its first byte, so a
          * trickle of one byte a second cannot hold the connection open. */
@@ -105,12 +127,38 @@ static void conn_on_timer(uv_timer_t *t) {
 }
 
 int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb) {
-    return sl__outq_write(q, (uv_stream_t *)&c->tcp, &c->wreq, cb);
+    return sl__stream_write(q, (uv_stream_t *)&c->tcp, c->tls, &c->wreq, cb);
 }
 
 bool sl__conn_send(sl_conn_t *c, const char *p, size_t n) {
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    if (c->tls) return sl_tls_write(c->tls, &c->wreq, &b, 1, NULL) >= 0;
     return uv_try_write((uv_stream_t *)&c->tcp, &b, 1) == (int)n;
+}
+
+static void conn_tls_established(sl_tls_t *t) {
+    sl_conn_t *c = sl_tls_owner(t);
+    tls_count(c, SL_TLS_HS_OK);
+    sl_deadline_set(&c->timer, c->lc->idle_timeout_ms);
+}
+
+/* A TLS session that failed before or after its handshake (conn_on_read's error path). */
+static void conn_tls_failed(sl_conn_t *c) {
+    const char *why = sl_tls_error(c->tls);
+    if (sl_tls_established(c->tls)) {
+        sl_log_debug("listener %s: TLS error from %s: %s", c->lc->name, c->peer, why);
+        return;
+    }
+    tls_count(c, SL_TLS_HS_FAILED);
+    sl_log_debug("listener %s: TLS handshake from %s failed: %s", c->lc->name, c->peer, why);
+    if (strstr(why, "http request")) {
+        /* Plain HTTP on the TLS port: say so in plain HTTP, as the client will read it. */
+        static const char resp[] = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                                   "Content-Length: 52\r\nConnection: close\r\n\r\n"
+                                   "{\"error\":\"plain HTTP request sent to a TLS listener\"}\n";
+        uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
 }
 
 static void conn_arm(sl_conn_t *c, uint64_t ms) { sl_deadline_set(&c->timer, ms); }
@@ -155,7 +203,16 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
         c->proxy = SL_CONN_PP_REFUSE;
     }
     sl_h1_init(&c->h1, HTTP_REQUEST, &w->limits[c->lidx]);
-    conn_arm(c, c->lc->idle_timeout_ms);
+    if (c->lc->tls && c->lc->tls->rt) {
+        if (!(c->tls = sl_tls_accept(c->lc->tls->rt, (uv_stream_t *)&c->tcp, &w->tls_pump))) {
+            conn_close(c);
+            return;
+        }
+        sl_tls_on_established(c->tls, conn_tls_established);
+        conn_arm(c, c->lc->tls->handshake_timeout_ms);
+    } else {
+        conn_arm(c, c->lc->idle_timeout_ms);
+    }
     sl__conn_start_reading(c);
 }
 
@@ -168,6 +225,7 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     }
     if (nread < 0) {
         sl__conn_stop_reading(c);
+        if (c->tls && nread != UV_EOF) conn_tls_failed(c);
         if (nread == UV_EOF && c->req && c->req->body_done) {
             /* Half-close after a complete request: answer it, then close. */
             c->peer_eof = 1;

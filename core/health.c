@@ -32,6 +32,8 @@ typedef struct sl_prober_s {
     uv_tcp_t tcp;
     uv_connect_t creq;
     uv_write_t wreq;
+    const sl_tls_target_conf_t *tls; /**< the target's TLS, or NULL */
+    sl_tls_t *t;                /**< the probe connection's TLS session */
     char req[512];
     char resp[256];
     size_t resp_len;
@@ -50,6 +52,10 @@ static void prober_closed(uv_handle_t *h) {
 static void probe_close_conn(sl_prober_t *p) {
     if (!p->tcp_open) return;
     p->tcp_open = 0;
+    if (p->t) {
+        sl_tls_close(p->t);
+        p->t = NULL;
+    }
     uv_close((uv_handle_t *)&p->tcp, prober_closed);
 }
 
@@ -82,13 +88,14 @@ static void on_probe_deadline(uv_timer_t *t) { probe_done(t->data, false, "timeo
 
 static void probe_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     (void)hint;
-    sl_prober_t *p = h->data;
+    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)h, sl_prober_t, tcp);
     *buf = uv_buf_init(p->resp + p->resp_len, (unsigned)(sizeof(p->resp) - 1 - p->resp_len));
 }
 
 static void probe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     (void)buf;
-    sl_prober_t *p = s->data;
+    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)s, sl_prober_t, tcp);
+    if (n == 0) return;
     if (n < 0) {
         probe_done(p, false, n == UV_EOF ? "closed before a status line" : uv_strerror((int)n));
         return;
@@ -114,6 +121,19 @@ static void probe_written(uv_write_t *w, int status) {
     if (status < 0 && p->tcp_open) probe_done(p, false, uv_strerror(status));
 }
 
+static void probe_ready(sl_prober_t *p);
+
+static void probe_tls_done(sl_tls_t *t, int status) {
+    sl_prober_t *p = sl_tls_owner(t);
+    if (status < 0) {
+        char why[256];
+        snprintf(why, sizeof why, "TLS %s", sl_tls_error(t));
+        probe_done(p, false, why);
+        return;
+    }
+    probe_ready(p);
+}
+
 static void probe_connected(uv_connect_t *c, int status) {
     sl_prober_t *p = c->data;
     if (!p->tcp_open || !p->ts->probing) return; /* timed out meanwhile */
@@ -121,6 +141,22 @@ static void probe_connected(uv_connect_t *c, int status) {
         probe_done(p, false, uv_strerror(status));
         return;
     }
+    if (p->tls) { /* a TLS target: the handshake is part of the probe (a tcp probe's whole check) */
+        if (!p->hc->pump_ready) {
+            p->hc->blocks.max_free = 4;
+            sl_tls_pump_init(&p->hc->pump, p->hc->loop, &p->hc->blocks);
+            p->hc->pump_ready = true;
+        }
+        p->t = sl_tls_connect(p->tls->rt, (uv_stream_t *)&p->tcp, &p->hc->pump);
+        if (!p->t || sl_tls_handshake(p->t, probe_tls_done) != 0)
+            probe_done(p, false, p->t ? sl_tls_error(p->t) : "out of memory");
+        return;
+    }
+    probe_ready(p);
+}
+
+/* Connected (and TLS established): a tcp probe passed; an http probe sends its request. */
+static void probe_ready(sl_prober_t *p) {
     if (p->uc->health.active_type == SL_PROBE_TCP) {
         probe_done(p, true, NULL);
         return;
@@ -131,6 +167,11 @@ static void probe_connected(uv_connect_t *c, int status) {
     uv_buf_t b = uv_buf_init(p->req, (unsigned)n);
     p->wreq.data = p;
     p->resp_len = 0;
+    if (p->t) {
+        if (sl_tls_write(p->t, &p->wreq, &b, 1, probe_written) < 0 || sl_tls_read_start(p->t, probe_alloc, probe_read) != 0)
+            probe_done(p, false, "write failed");
+        return;
+    }
     if (uv_write(&p->wreq, (uv_stream_t *)&p->tcp, &b, 1, probe_written) != 0 ||
         uv_read_start((uv_stream_t *)&p->tcp, probe_alloc, probe_read) != 0)
         probe_done(p, false, "write failed");
@@ -166,6 +207,7 @@ void sl_health_start(sl_health_t *hc, uv_loop_t *loop, sl_tregistry_t *reg, cons
             p->ts->refs++;
             p->ts->probing = false;
             p->addr = uc->targets[i].addr.ss;
+            p->tls = uc->targets[i].tls && uc->targets[i].tls->rt ? uc->targets[i].tls : NULL;
             snprintf(p->host, sizeof p->host, "%s", uc->targets[i].addr.text);
             uv_timer_init(loop, &p->timer);
             uv_timer_init(loop, &p->deadline);
@@ -191,4 +233,15 @@ void sl_health_stop(sl_health_t *hc) {
         probe_close_conn(p);
         p = next;
     }
+}
+
+static void pump_closed(uv_handle_t *h) {
+    sl_tls_pump_t *pump = h->data;
+    sl_blockpool_destroy(pump->blocks);
+}
+
+void sl_health_close(sl_health_t *hc) {
+    if (!hc->pump_ready) return;
+    hc->pump_ready = false;
+    uv_close((uv_handle_t *)&hc->pump.idle, pump_closed);
 }

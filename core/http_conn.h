@@ -240,6 +240,8 @@ bool sl__outq_end_chunks(sl_outq_t *q);
 uint32_t sl__outq_room(const sl_outq_t *q);
 /** Writes the queue: 1 when written at once, 0 when a write is in flight, <0 on error. */
 int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb);
+/** sl__outq_write through a TLS session when `tls` is not NULL. */
+int sl__stream_write(sl_outq_t *q, uv_stream_t *s, struct sl_tls_s *tls, uv_write_t *wr, uv_write_cb cb);
 
 /** Calls fire(r) after ms on the worker's loop; r->wait holds it (cancelled when the
  *  request ends first). SL_OK, or SL_ERROR when out of memory. */

@@ -22,6 +22,7 @@ void sl_log_kv(int level, const char *const *fields, size_t nfields, const char 
     __attribute__((format(printf, 4, 5)));
 
 #define sl_log(level, ...) sl_log_kv((level), NULL, 0, __VA_ARGS__)
+#define sl_log_debug(...) sl_log(SL_LOG_DEBUG, __VA_ARGS__)
 #define sl_log_info(...) sl_log(SL_LOG_INFO, __VA_ARGS__)
 #define sl_log_warn(...) sl_log(SL_LOG_WARN, __VA_ARGS__)
 #define sl_log_err(...) sl_log(SL_LOG_ERR, __VA_ARGS__)

@@ -23,12 +23,13 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
     m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
+    m->tls_hs = calloc((cfg->nlisteners + 1) * SL_TLS_HS_RESULTS, sizeof(uint64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
     if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
-        !m->conns_active || !m->tcp_bytes) {
+        !m->conns_active || !m->tcp_bytes || !m->tls_hs) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
@@ -44,6 +45,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->up_noresp);
     free(m->conns_active);
     free(m->tcp_bytes);
+    free(m->tls_hs);
     free(m->plugin_errors);
     free(m->retries);
     free(m->ratelimit);
@@ -160,6 +162,11 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
             if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0)
                 for (size_t dir = 0; dir < 2; dir++)
                     SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
+    for (size_t l = 0; l < fcfg->nlisteners; l++)
+        for (size_t k = 0; k < tcfg->nlisteners; k++)
+            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0)
+                for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++)
+                    SL_COUNTER_ADD(to->tls_hs[k * SL_TLS_HS_RESULTS + res], from->tls_hs[l * SL_TLS_HS_RESULTS + res]);
     SL_COUNTER_ADD(to->accepted, from->accepted);
     SL_COUNTER_ADD(to->requests, from->requests);
 }
@@ -306,6 +313,18 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_bytes[l * 2 + dir]);
             tprintf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
                     dir ? "out" : "in", (unsigned long long)v);
+        }
+    }
+    tprintf(&t, "# HELP sluice_tls_handshakes_total TLS handshakes on listeners with tls, by result.\n"
+                "# TYPE sluice_tls_handshakes_total counter\n");
+    static const char *const hs_results[SL_TLS_HS_RESULTS] = {"ok", "failed", "timeout"};
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        if (!cfg->listeners[l].tls) continue;
+        for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tls_hs[l * SL_TLS_HS_RESULTS + res]);
+            tprintf(&t, "sluice_tls_handshakes_total{listener=\"%s\",result=\"%s\"} %llu\n", cfg->listeners[l].name,
+                    hs_results[res], (unsigned long long)v);
         }
     }
     tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"

@@ -10,6 +10,9 @@
 #include "common.h"
 #include "config.h"
 
+/** Results of a TLS handshake on a listener: ok, failed (bad bytes, no common version or
+ *  cipher, plaintext), timeout (header_timeout/handshake_timeout passed mid-handshake). */
+enum { SL_TLS_HS_OK = 0, SL_TLS_HS_FAILED, SL_TLS_HS_TIMEOUT, SL_TLS_HS_RESULTS };
 #define SL_METRIC_CODES 500 /* status 100..599 */
 #define SL_METRIC_BUCKETS 14
 #define SL_METRIC_MAX_CHAIN 32
@@ -38,6 +41,7 @@ typedef struct {
     sl_hist_t *up_dur;     /**< [ntargets] */
     uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
     int64_t *conns_active; /**< [nlisteners] */
+    uint64_t *tls_hs;      /**< [nlisteners][SL_TLS_HS_RESULTS]: TLS handshakes by result */
     uint64_t *tcp_bytes;   /**< [nlisteners][2]: tcp sessions' bytes read from the client (in)
                                 and from the upstream (out), counted as they are read */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 
 #include "http_conn.h"
+#include "tls.h"
+#include "tls.h"
 
 static void upconn_on_close(uv_handle_t *h) {
     sl_upconn_t *u = h->data;
@@ -35,6 +37,10 @@ void sl__upconn_close(sl_upconn_t *u) {
     u->state = SL_UP_CLOSED;
     u->req = NULL;
     u->nclose = 2;
+    if (u->tls) {
+        sl_tls_close(u->tls);
+        u->tls = NULL;
+    }
     uv_close((uv_handle_t *)&u->tcp, upconn_on_close);
     uv_close((uv_handle_t *)&u->timer.timer, upconn_on_close);
 }

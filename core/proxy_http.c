@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "http_conn.h"
+#include "tls.h"
 #include "log.h"
 #include "lua_host.h"
 #include "server.h"
@@ -82,6 +83,14 @@ int sl__outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb)
     if (rc < 0) return rc;
     q->writing = 1;
     return 0;
+}
+
+int sl__stream_write(sl_outq_t *q, uv_stream_t *s, struct sl_tls_s *tls, uv_write_t *wr, uv_write_cb cb) {
+    if (!tls) return sl__outq_write(q, s, wr, cb);
+    int rc = sl_tls_write(tls, wr, q->iov, q->niov, cb);
+    if (rc == 1) sl__outq_reset(q);
+    if (rc == 0) q->writing = 1;
+    return rc;
 }
 
 /* ---- heads ---- */
@@ -675,12 +684,17 @@ static void hedge_failed(sl_req_t *r, const char *why);
 static void up_start_reading(sl_upconn_t *u) {
     if (u->reading || u->eof || u->state == SL_UP_CLOSED) return;
     if (u->rbuf && u->rlen == SL_BLOCK_SIZE) return;
-    if (uv_read_start((uv_stream_t *)&u->tcp, up_alloc, up_on_read) == 0) u->reading = 1;
+    int rc = u->tls ? sl_tls_read_start(u->tls, up_alloc, up_on_read)
+                    : uv_read_start((uv_stream_t *)&u->tcp, up_alloc, up_on_read);
+    if (rc == 0) u->reading = 1;
 }
 
 static void up_stop_reading(sl_upconn_t *u) {
     if (!u->reading) return;
-    uv_read_stop((uv_stream_t *)&u->tcp);
+    if (u->tls)
+        sl_tls_read_stop(u->tls);
+    else
+        uv_read_stop((uv_stream_t *)&u->tcp);
     u->reading = 0;
 }
 
@@ -746,22 +760,55 @@ static void up_on_write(uv_write_t *wr, int status) {
     req_pump_up(r);
 }
 
-static void up_on_connect(uv_connect_t *creq, int status) {
-    sl_upconn_t *u = SL_CONTAINER_OF(creq, sl_upconn_t, creq);
+/* The connection is ready for the request (TCP connected, TLS established), or failed;
+ * `why` names a TLS failure. */
+static void up_connected(sl_upconn_t *u, int status, const char *why) {
     sl_req_t *r = u->req;
     if (!r || u->state == SL_UP_CLOSED) return;
     if (u != r->up) {
-        hedge_on_connect(r, u, status);
+        if (status < 0 && why) hedge_failed(r, why);
+        else hedge_on_connect(r, u, status);
         return;
     }
     if (status < 0) {
-        up_failed(r, status == UV_ETIMEDOUT ? 504 : 502, SL_FAIL_CONNECT, uv_strerror(status));
+        up_failed(r, status == UV_ETIMEDOUT ? 504 : 502, SL_FAIL_CONNECT, why ? why : uv_strerror(status));
         return;
     }
     u->state = SL_UP_ACTIVE;
     uv_tcp_nodelay(&u->tcp, 1);
     up_start_reading(u);
     req_pump_up(r);
+}
+
+static void up_on_tls(sl_tls_t *t, int status) {
+    sl_upconn_t *u = sl_tls_owner(t);
+    char why[256];
+    if (status < 0) snprintf(why, sizeof why, "upstream TLS %s", sl_tls_error(t));
+    up_connected(u, status, status < 0 ? why : NULL);
+}
+
+/* A target's TLS settings, or NULL for plain TCP (and for upstream.set(address)). */
+static const sl_tls_target_conf_t *up_tls_conf(const sl_upconn_t *u) {
+    const sl_config_t *cfg = u->w->cfg;
+    if (u->upstream >= cfg->nupstreams) return NULL;
+    const sl_tls_target_conf_t *tc = cfg->upstreams[u->upstream].targets[u->target].tls;
+    return tc && tc->rt ? tc : NULL;
+}
+
+static void up_on_connect(uv_connect_t *creq, int status) {
+    sl_upconn_t *u = SL_CONTAINER_OF(creq, sl_upconn_t, creq);
+    if (!u->req || u->state == SL_UP_CLOSED) return;
+    const sl_tls_target_conf_t *tc = status >= 0 ? up_tls_conf(u) : NULL;
+    if (tc) {
+        /* The handshake runs under the connect timeout already armed. */
+        u->tls = sl_tls_connect(tc->rt, (uv_stream_t *)&u->tcp, &u->w->tls_pump);
+        if (u->tls && sl_tls_handshake(u->tls, up_on_tls) == 0) return;
+        char why[256];
+        snprintf(why, sizeof why, "upstream TLS %s", u->tls ? sl_tls_error(u->tls) : "out of memory");
+        up_connected(u, UV_EPROTO, why);
+        return;
+    }
+    up_connected(u, status, NULL);
 }
 
 /* ---- attempts: which target, breaker admission, outcomes, retries ----
@@ -1179,7 +1226,18 @@ static void hedge_send(sl_req_t *r, sl_upconn_t *u) {
     u->state = SL_UP_ACTIVE;
     uv_tcp_nodelay(&u->tcp, 1);
     up_start_reading(u);
-    if (uv_write(&u->wreq, (uv_stream_t *)&u->tcp, b, b[1].len ? 2 : 1, hedge_written) != 0) {
+    if (u->tls) {
+        int rc = sl_tls_write(u->tls, &u->wreq, b, b[1].len ? 2 : 1, hedge_written);
+        if (rc < 0) {
+            hedge_failed(r, "write failed");
+            return;
+        }
+        if (rc == 1) { /* all written at once: no callback follows */
+            u->wreq.handle = (uv_stream_t *)&u->tcp;
+            hedge_written(&u->wreq, 0);
+            if (u->req != r) return;
+        }
+    } else if (uv_write(&u->wreq, (uv_stream_t *)&u->tcp, b, b[1].len ? 2 : 1, hedge_written) != 0) {
         hedge_failed(r, "write failed");
         return;
     }
@@ -1369,7 +1427,7 @@ static void req_pump_up(sl_req_t *r) {
             sl__conn_start_reading(c);
             return;
         }
-        int rc = sl__outq_write(&r->upq, (uv_stream_t *)&u->tcp, &u->wreq, up_on_write);
+        int rc = sl__stream_write(&r->upq, (uv_stream_t *)&u->tcp, u->tls, &u->wreq, up_on_write);
         if (rc < 0) {
             up_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
             return;

@@ -149,6 +149,7 @@ static void start_drain(sl_server_t *srv, const char *why) {
     if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) return;
     sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
     sl_health_stop(&srv->health);
+    sl_health_close(&srv->health);
     for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
     for (sl_retired_t *r = srv->retired; r; r = r->next)
         for (int i = 0; i < r->nworkers; i++) sl_worker_drain(&r->workers[i]); /* no-op when draining */

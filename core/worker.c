@@ -84,6 +84,7 @@ int sl_worker_start(sl_worker_t *w) {
     const sl_config_t *cfg = w->cfg;
     uv_async_init(&w->loop, &w->async, on_async);
     w->async.data = w;
+    sl_tls_pump_init(&w->tls_pump, &w->loop, &w->blocks);
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         uv_tcp_t *t = &w->listeners[i];
         int fd = w->listen_fds[i * (size_t)w->nworkers + (size_t)w->id];
@@ -135,6 +136,10 @@ void sl_worker_join(sl_worker_t *w) {
 void sl_worker_destroy(sl_worker_t *w) {
     sl_lua_close(w);
     sl__redis_free(w);
+    if (w->tls_pump.blocks) {
+        sl_tls_pump_close(&w->tls_pump);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+    }
     int rc = uv_loop_close(&w->loop);
     if (rc != 0) sl_log_warn("worker %d: its loop still had handles at exit (%s)", w->id, uv_strerror(rc));
     while (w->free_reqs) {

@@ -14,6 +14,7 @@
 #include "block.h"
 #include "config.h"
 #include "metrics.h"
+#include "tls.h"
 
 typedef struct sl_server_s sl_server_t;
 typedef struct sl_conn_s sl_conn_t;
@@ -62,6 +63,7 @@ typedef struct sl_worker_s {
     uint8_t *route_phases;  /**< [cfg->nroutes] SL_PHASE_* bits of each route's chain */
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;
+    sl_tls_pump_t tls_pump; /**< TLS sessions with bytes in hand to deliver (tls.c) */
     struct sl_redis_s *redis; /**< the worker's Redis connection (redis.c); NULL without redis: */
     struct sl_tcpw_s *tcp;  /**< tcp listeners, sessions and pipe pool (tcp_proxy.c); NULL without them */
 } sl_worker_t;

@@ -305,7 +305,32 @@ static void test_unknown_and_unsupported_keys(void) {
     /* lua_routes is a list of file names (their routes are read by the plugin step) */
     EXPECT_ERROR(LISTENER "lua_routes: a.lua\n", "2:13: expected a list for 'lua_routes'");
     EXPECT_ERROR("listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    tls: x\n",
-                 "4:5: 'tls' is not supported by this build yet");
+                 "4:10: expected a mapping for 'tls'");
+    /* tls: what is checked before any file is read */
+#define TLS_L "listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    tls:\n"
+    EXPECT_ERROR(TLS_L "      min_version: \"1.2\"\n", "5:7: missing required key 'certificates' in 'tls'");
+    EXPECT_ERROR(TLS_L "      certificates: []\n", "5:21: 'certificates' needs at least one entry");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt } ]\n", "5:23: missing required key 'key' in certificates[0]");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      min_version: \"1.1\"\n",
+                 "6:20: min_version '1.1' is not allowed (1.2 or 1.3; never below 1.2)");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, sni: [\"bad name\"] } ]\n",
+                 "5:56: 'bad name' is not a server name (a DNS name, or *.suffix)");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, default: true }, { cert: b.crt, key: b.key, default: true } ]\n",
+                 "5:67: only one certificate may be the default");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: /nonexistent/a.crt, key: a.key } ]\n",
+                 "5:23: cannot read certificate /nonexistent/a.crt: No such file or directory");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      sesion_tickets: false\n",
+                 "6:7: unknown key 'sesion_tickets' in 'tls' (did you mean 'session_tickets'?)");
+    EXPECT_ERROR("listeners:\n  - { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u, tls: {} }\n"
+                 "upstreams:\n  - { name: u, targets: [ { address: 127.0.0.1:2 } ] }\n",
+                 "2:65: 'tls' (termination) belongs to protocol: http listeners; a tcp listener passes TLS through untouched");
+    /* a target's tls */
+#define TLS_U "listeners: [ { name: w, listen: 127.0.0.1:1 } ]\nupstreams:\n  - name: u\n    targets:\n      - address: 127.0.0.1:2\n"
+    EXPECT_ERROR(TLS_U "        tls: { verify: false, ca: x.pem }\n", "6:31: 'ca' has no use with verify: false");
+    EXPECT_ERROR(TLS_U "        tls: { ca: /nonexistent/ca.pem }\n", "6:14: cannot read CA file /nonexistent/ca.pem: No such file or directory");
+    EXPECT_ERROR(TLS_U "        tls: { sni: \"a b\" }\n", "6:21: 'a b' is not a server name (a DNS name, or *.suffix)");
+    EXPECT_ERROR(TLS_U "        tls: { verfy: true }\n", "6:16: unknown key 'verfy' in 'tls' (did you mean 'verify'?)");
+    EXPECT_ERROR(TLS_U "        tls: maybe\n", "6:14: expected a boolean for 'tls' (true or false)");
     /* keys of tcp listeners, on an http listener */
     EXPECT_ERROR("listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    upstream: u\n",
                  "4:5: 'upstream' belongs to protocol: tcp listeners (http routes name theirs)");
