@@ -165,6 +165,23 @@ static void conn_arm(sl_conn_t *c, uint64_t ms) { sl_deadline_set(&c->timer, ms)
 
 void sl__conn_arm(sl_conn_t *c, uint64_t ms) { conn_arm(c, ms); }
 
+/* Starts the TLS session of a connection on a tls listener, with the bytes already read
+ * after a PROXY header (if any) as the first ciphertext. */
+static int conn_tls_start(sl_conn_t *c) {
+    if (!c->lc->tls->rt || !(c->tls = sl_tls_accept(c->lc->tls->rt, (uv_stream_t *)&c->tcp, &c->w->tls_pump)))
+        return SL_ERROR;
+    sl_tls_on_established(c->tls, conn_tls_established);
+    if (c->rbuf) {
+        if (sl_tls_feed(c->tls, c->rbuf + c->rpos, c->rlen - c->rpos) != 0) return SL_ERROR;
+        c->rpos = c->rlen;
+        conn_release_buffer(c);
+    }
+    c->state = SL_CONN_IDLE;
+    conn_arm(c, c->lc->tls->handshake_timeout_ms);
+    sl__conn_start_reading(c);
+    return SL_OK;
+}
+
 void sl__conn_on_accept(uv_stream_t *server, int status) {
     sl_worker_t *w = server->loop->data;
     if (status < 0) return;
@@ -203,16 +220,12 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
         c->proxy = SL_CONN_PP_REFUSE;
     }
     sl_h1_init(&c->h1, HTTP_REQUEST, &w->limits[c->lidx]);
-    if (c->lc->tls && c->lc->tls->rt) {
-        if (!(c->tls = sl_tls_accept(c->lc->tls->rt, (uv_stream_t *)&c->tcp, &w->tls_pump))) {
-            conn_close(c);
-            return;
-        }
-        sl_tls_on_established(c->tls, conn_tls_established);
-        conn_arm(c, c->lc->tls->handshake_timeout_ms);
-    } else {
-        conn_arm(c, c->lc->idle_timeout_ms);
+    /* A PROXY header comes before the TLS ClientHello: TLS starts once it was read. */
+    if (c->lc->tls && !c->proxy) {
+        if (conn_tls_start(c) != SL_OK) conn_close(c);
+        return;
     }
+    conn_arm(c, c->lc->idle_timeout_ms);
     sl__conn_start_reading(c);
 }
 
@@ -335,6 +348,9 @@ static void conn_process(sl_conn_t *c) {
             sl__conn_start_reading(c);
         } else if (rc == SL_ERROR) {
             conn_close(c);
+        } else if (c->lc->tls) {
+            sl__conn_stop_reading(c); /* plaintext reads end here */
+            if (conn_tls_start(c) != SL_OK) conn_close(c);
         } else {
             conn_process(c); /* what follows the header, if anything */
         }

@@ -147,7 +147,7 @@ static void probe_connected(uv_connect_t *c, int status) {
             sl_tls_pump_init(&p->hc->pump, p->hc->loop, &p->hc->blocks);
             p->hc->pump_ready = true;
         }
-        p->t = sl_tls_connect(p->tls->rt, (uv_stream_t *)&p->tcp, &p->hc->pump);
+        p->t = sl_tls_connect(p->tls->rt, (uv_stream_t *)&p->tcp, &p->hc->pump, NULL);
         if (!p->t || sl_tls_handshake(p->t, probe_tls_done) != 0)
             probe_done(p, false, p->t ? sl_tls_error(p->t) : "out of memory");
         return;

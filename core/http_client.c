@@ -19,6 +19,7 @@
 #include "log.h"
 #include "lua_host.h"
 #include "sluice.h"
+#include "tls.h"
 
 /** Largest response head accepted, as for upstream responses. */
 #define HC_MAX_HEAD (64 * 1024)
@@ -31,6 +32,10 @@ typedef struct sl_http_call_s {
     uv_connect_t connect;
     uv_write_t write;
     uv_getaddrinfo_t gai;
+    sl_tls_client_t *tls_ctx;  /**< https: the context (the worker's, or own_ctx) */
+    sl_tls_client_t *own_ctx;  /**< https with a `ca` file: a context of this call's own */
+    sl_tls_t *tls;
+    char name[256];            /**< the url's host: the TLS server name */
     uint8_t tcp_open, timer_open, gai_pending, held; /* see the lifetime note above */
     uint8_t finished, head_done, req_was_head, too_big;
     uint8_t starting; /**< inside sl_ffi_http_request: a failure is returned, not woken up */
@@ -55,6 +60,7 @@ static void call_maybe_free(sl_http_call_t *c) {
     free(c->out);
     free(c->in);
     free(c->body);
+    sl_tls_client_free(c->own_ctx);
     free(c);
 }
 
@@ -71,6 +77,10 @@ static void on_timer_closed(uv_handle_t *h) {
 }
 
 static void close_handles(sl_http_call_t *c) {
+    if (c->tls) {
+        sl_tls_close(c->tls);
+        c->tls = NULL;
+    }
     if (c->tcp_open && !uv_is_closing((uv_handle_t *)&c->tcp)) uv_close((uv_handle_t *)&c->tcp, on_tcp_closed);
     if (c->timer_open && !uv_is_closing((uv_handle_t *)&c->timer))
         uv_close((uv_handle_t *)&c->timer, on_timer_closed);
@@ -173,7 +183,7 @@ static bool consume(sl_http_call_t *c, const char *p, size_t n) {
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     (void)hint;
-    sl_http_call_t *c = h->data;
+    sl_http_call_t *c = SL_CONTAINER_OF((uv_tcp_t *)h, sl_http_call_t, tcp);
     if (!c->head_done) {
         if (c->in_cap - c->in_len < 4096 && c->in_cap < HC_MAX_HEAD + 4096) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
@@ -187,8 +197,8 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-    sl_http_call_t *c = s->data;
-    if (c->finished) return;
+    sl_http_call_t *c = SL_CONTAINER_OF((uv_tcp_t *)s, sl_http_call_t, tcp);
+    if (c->finished || nread == 0) return;
     if (nread == UV_ENOBUFS) {
         finish(c, "out of memory");
         return;
@@ -223,6 +233,36 @@ static void on_written(uv_write_t *wr, int status) {
     if (status < 0) finish_fmt(c, "write", status);
 }
 
+/* Connected (and, for https, the handshake done): the request goes out. */
+static void send_request(sl_http_call_t *c) {
+    uv_buf_t b = uv_buf_init(c->out, (unsigned)c->out_len);
+    c->write.data = c;
+    int rc;
+    if (c->tls) {
+        rc = sl_tls_write(c->tls, &c->write, &b, 1, on_written);
+        if (rc == 1) {
+            free(c->out);
+            c->out = NULL;
+        }
+        if (rc >= 0) rc = sl_tls_read_start(c->tls, on_alloc, on_read);
+    } else {
+        rc = uv_write(&c->write, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+        if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
+    if (rc < 0) finish_fmt(c, "write", rc);
+}
+
+static void on_tls(sl_tls_t *t, int status) {
+    sl_http_call_t *c = sl_tls_owner(t);
+    if (c->finished) return;
+    if (status < 0) {
+        snprintf(c->errbuf, sizeof(c->errbuf), "tls %s", sl_tls_error(t));
+        finish(c, c->errbuf);
+        return;
+    }
+    send_request(c);
+}
+
 static void on_connected(uv_connect_t *cr, int status) {
     sl_http_call_t *c = cr->data;
     if (c->finished) return;
@@ -231,11 +271,15 @@ static void on_connected(uv_connect_t *cr, int status) {
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    uv_buf_t b = uv_buf_init(c->out, (unsigned)c->out_len);
-    c->write.data = c;
-    int rc = uv_write(&c->write, (uv_stream_t *)&c->tcp, &b, 1, on_written);
-    if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    if (rc < 0) finish_fmt(c, "write", rc);
+    if (c->tls_ctx) {
+        c->tls = sl_tls_connect(c->tls_ctx, (uv_stream_t *)&c->tcp, &c->w->tls_pump, c->name);
+        if (!c->tls || sl_tls_handshake(c->tls, on_tls) != 0) {
+            snprintf(c->errbuf, sizeof(c->errbuf), "tls %s", c->tls ? sl_tls_error(c->tls) : "out of memory");
+            finish(c, c->errbuf);
+        }
+        return;
+    }
+    send_request(c);
 }
 
 static void start_connect(sl_http_call_t *c, const struct sockaddr *sa) {
@@ -288,8 +332,25 @@ static void cancel_call(sl_wait_t *wt) {
 
 static int start(sl_http_call_t *c, const char *name);
 
+/* The https context of a call: the worker's (system trust store, verified or not), or a
+ * context of its own for a `ca` file. NULL with *err. */
+static sl_tls_client_t *https_context(sl_http_call_t *c, int verify, const char *ca, const char **err) {
+    static __thread char msg[600];
+    sl_tls_target_conf_t tc = {.verify = verify != 0, .ca = (char *)ca, .ca_path = (char *)ca};
+    if (ca && *ca && verify) {
+        c->own_ctx = sl_tls_client_build(&tc, NULL, msg, sizeof msg);
+        if (!c->own_ctx) *err = msg;
+        return c->own_ctx;
+    }
+    tc.ca = tc.ca_path = NULL;
+    sl_tls_client_t **slot = &c->w->http_tls[verify ? 1 : 0];
+    if (!*slot && !(*slot = sl_tls_client_build(&tc, NULL, msg, sizeof msg))) *err = msg;
+    return *slot;
+}
+
 int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port, const char *req,
-                        size_t req_len, int is_head, double timeout_ms, double max_body, const char **err) {
+                        size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
+                        const char *ca, const char **err) {
     static __thread char msg[160];
     if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
         *err = "http.request works in rewrite and access only";
@@ -316,6 +377,13 @@ int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port
     }
     memcpy(out, req, req_len);
     c->w = r->w;
+    memcpy(c->name, name, host_len + 1);
+    if (tls && !(c->tls_ctx = https_context(c, verify, ca, err))) {
+        sl_tls_client_free(c->own_ctx);
+        free(c);
+        free(out);
+        return SL_ERROR;
+    }
     c->base.r = r;
     c->base.kind = SL_WAIT_HTTP;
     c->base.cancel = cancel_call;

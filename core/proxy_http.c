@@ -801,7 +801,7 @@ static void up_on_connect(uv_connect_t *creq, int status) {
     const sl_tls_target_conf_t *tc = status >= 0 ? up_tls_conf(u) : NULL;
     if (tc) {
         /* The handshake runs under the connect timeout already armed. */
-        u->tls = sl_tls_connect(tc->rt, (uv_stream_t *)&u->tcp, &u->w->tls_pump);
+        u->tls = sl_tls_connect(tc->rt, (uv_stream_t *)&u->tcp, &u->w->tls_pump, NULL);
         if (u->tls && sl_tls_handshake(u->tls, up_on_tls) == 0) return;
         char why[256];
         snprintf(why, sizeof why, "upstream TLS %s", u->tls ? sl_tls_error(u->tls) : "out of memory");

@@ -86,7 +86,8 @@ int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err);
  *  outcome with sl_ffi_http_result and releases it with sl_ffi_http_done. SL_ERROR:
  *  *err, nothing to yield for. */
 int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port, const char *req,
-                        size_t req_len, int is_head, double timeout_ms, double max_body, const char **err);
+                        size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
+                        const char *ca, const char **err);
 /** SL_OK with the response, or SL_ERROR with *err (timeout, connect: ..., malformed ...).
  *  Pointers stay valid until sl_ffi_http_done. */
 int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **body, size_t *body_len,

@@ -8,6 +8,7 @@
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -586,11 +587,21 @@ sl_tls_t *sl_tls_accept(sl_tls_server_t *srv, uv_stream_t *s, sl_tls_pump_t *pum
     return t;
 }
 
-sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump) {
+sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump, const char *name) {
     sl_tls_t *t = tls_new(cli->ctx, s, pump);
     if (!t) return NULL;
     t->client = 1;
     SSL_set_connect_state(t->ssl);
+    if (name) { /* a call's own host: no session of another host is offered */
+        unsigned char ip[16];
+        if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1) {
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), name);
+        } else {
+            SSL_set_tlsext_host_name(t->ssl, name);
+            SSL_set1_host(t->ssl, name);
+        }
+        return t;
+    }
     if (cli->sni) {
         SSL_set_tlsext_host_name(t->ssl, cli->sni);
         SSL_set1_host(t->ssl, cli->sni);
@@ -762,6 +773,18 @@ static void tls_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         t->in_len += (uint32_t)nread;
     }
     tls_deliver(t);
+}
+
+int sl_tls_feed(sl_tls_t *t, const char *p, size_t n) {
+    if (!n) return 0;
+    if (!t->in) {
+        if (!(t->in = sl_block_get(t->pump->blocks))) return UV_ENOMEM;
+        t->in_len = t->in_pos = 0;
+    }
+    if (n > SL_BLOCK_SIZE - t->in_len) return UV_ENOBUFS;
+    memcpy(t->in + t->in_len, p, n);
+    t->in_len += (uint32_t)n;
+    return 0;
 }
 
 int sl_tls_read_start(sl_tls_t *t, uv_alloc_cb alloc_cb, uv_read_cb read_cb) {

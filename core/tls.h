@@ -88,8 +88,10 @@ void sl_tls_pump_close(sl_tls_pump_t *p);
 
 /** A server session on an accepted stream; NULL when out of memory. */
 sl_tls_t *sl_tls_accept(sl_tls_server_t *srv, uv_stream_t *s, sl_tls_pump_t *pump);
-/** A client session on a connected stream. Call sl_tls_handshake() before anything else. */
-sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump);
+/** A client session on a connected stream. Call sl_tls_handshake() before anything else.
+ *  `name` (NULL: the context's sni or IP) is the server name sent and verified: a DNS
+ *  name, or an IP literal verified against the certificate's IP addresses. */
+sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump, const char *name);
 
 /** Client: runs the handshake; done(t, 0) once established, done(t, <0) on failure
  *  (sl_tls_error() says why). Called at most once, never from inside this call. */
@@ -97,6 +99,8 @@ int sl_tls_handshake(sl_tls_t *t, void (*done)(sl_tls_t *t, int status));
 /** Server: called once when the handshake completes (the owner re-arms its timers). */
 void sl_tls_on_established(sl_tls_t *t, void (*cb)(sl_tls_t *t));
 
+/** Hands the session bytes already read from its socket (what followed a PROXY header). */
+int sl_tls_feed(sl_tls_t *t, const char *p, size_t n);
 int sl_tls_read_start(sl_tls_t *t, uv_alloc_cb alloc_cb, uv_read_cb read_cb);
 void sl_tls_read_stop(sl_tls_t *t);
 /** Encrypts bufs and writes them: 1 when the socket took everything at once, 0 when a

@@ -136,6 +136,8 @@ void sl_worker_join(sl_worker_t *w) {
 void sl_worker_destroy(sl_worker_t *w) {
     sl_lua_close(w);
     sl__redis_free(w);
+    sl_tls_client_free(w->http_tls[0]);
+    sl_tls_client_free(w->http_tls[1]);
     if (w->tls_pump.blocks) {
         sl_tls_pump_close(&w->tls_pump);
         uv_run(&w->loop, UV_RUN_DEFAULT);

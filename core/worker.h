@@ -64,6 +64,7 @@ typedef struct sl_worker_s {
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;
     sl_tls_pump_t tls_pump; /**< TLS sessions with bytes in hand to deliver (tls.c) */
+    struct sl_tls_client_s *http_tls[2]; /**< http.request's https contexts (system CAs): [verify] */
     struct sl_redis_s *redis; /**< the worker's Redis connection (redis.c); NULL without redis: */
     struct sl_tcpw_s *tcp;  /**< tcp listeners, sessions and pipe pool (tcp_proxy.c); NULL without them */
 } sl_worker_t;

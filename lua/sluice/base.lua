@@ -34,7 +34,8 @@ int sl_ffi_resp_clear_header(void *r, const char *n, size_t nl, const char **err
 int sl_ffi_upstream_set(void *r, const char *name, size_t len, const char **err);
 int sl_ffi_sleep(void *r, uint64_t ms, const char **err);
 int sl_ffi_http_request(void *r, const char *host, size_t host_len, int port, const char *req,
-                        size_t req_len, int is_head, double timeout_ms, double max_body, const char **err);
+                        size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
+                        const char *ca, const char **err);
 int sl_ffi_http_result(void *r, int *status, int *nheaders, const char **body, size_t *body_len,
                        const char **err);
 int sl_ffi_http_header_at(void *r, int i, const char **name, size_t *name_len, const char **value,

@@ -40,8 +40,7 @@ local function parse_url(url)
     local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
     if not scheme then error("url must be absolute (http://host[:port]/path)", 3) end
     scheme = lower(scheme)
-    if scheme == "https" then error("https urls are not supported yet (the TLS client is not built)", 3) end
-    if scheme ~= "http" then error("url scheme must be http, got " .. scheme, 3) end
+    if scheme ~= "http" and scheme ~= "https" then error("url scheme must be http or https, got " .. scheme, 3) end
     local authority, target = rest:match("^([^/?#]*)([^#]*)")
     if find(authority, "@", 1, true) then error("url must not carry user:password@", 3) end
     local host, port
@@ -51,16 +50,16 @@ local function parse_url(url)
         host, port = authority:match("^([%w.-]+):?(%d*)$")
     end
     if not host then error("url has a bad host: " .. authority, 3) end
-    port = port == "" and 80 or tonumber(port)
+    port = port == "" and (scheme == "https" and 443 or 80) or tonumber(port)
     if port < 1 or port > 65535 then error("url has a bad port: " .. authority, 3) end
     if target == "" then target = "/" elseif target:sub(1, 1) == "?" then target = "/" .. target end
     if find(target, "[%z\1-\32\127]") then error("url path must not contain spaces or controls", 3) end
-    return host, port, target, authority
+    return host, port, target, authority, scheme == "https"
 end
 
 local function build(opts)
     if type(opts.url) ~= "string" then error("http.request needs url", 3) end
-    local host, port, target, authority = parse_url(opts.url)
+    local host, port, target, authority, tls = parse_url(opts.url)
     local body = opts.body
     if body ~= nil and type(body) ~= "string" then error("body must be a string", 3) end
     local method = opts.method or (body and "POST" or "GET")
@@ -87,7 +86,7 @@ local function build(opts)
         lines[#lines + 1] = "Content-Length: " .. (body and #body or 0)
     end
     lines[#lines + 1] = "Connection: close"
-    return host, port, concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""), method == "HEAD"
+    return host, port, concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""), method == "HEAD", tls
 end
 
 local function number_opt(v, default, what)
@@ -97,7 +96,8 @@ local function number_opt(v, default, what)
 end
 
 -- Sends one request and waits (yielding) for the whole response.
--- request{ url, method?, headers?, body?, timeout? (s), max_body? (bytes) }, or
+-- request{ url, method?, headers?, body?, timeout? (s), max_body? (bytes),
+--          ssl_verify? (https: default true), ca? (https: a CA file instead of the system's) }, or
 -- request(url, opts). Returns { status, headers, body } or nil, err.
 function _M.request(opts, more)
     if type(opts) == "string" then
@@ -113,12 +113,17 @@ function _M.request(opts, more)
     end
     local r = base.req
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
-    local host, port, raw, is_head = build(opts)
+    local host, port, raw, is_head, tls = build(opts)
+    local verify = opts.ssl_verify
+    if verify == nil then verify = true end
+    if type(verify) ~= "boolean" then error("ssl_verify must be a boolean", 2) end
+    local ca = opts.ca
+    if ca ~= nil and type(ca) ~= "string" then error("ca must be a file name", 2) end
     local timeout = number_opt(opts.timeout, _M.DEFAULT_TIMEOUT, "timeout")
     local max_body = number_opt(opts.max_body, _M.DEFAULT_MAX_BODY, "max_body")
 
     if C.sl_ffi_http_request(r, host, #host, port, raw, #raw, is_head and 1 or 0, timeout * 1000, max_body,
-                             err_p) ~= 0 then
+                             tls and 1 or 0, verify and 1 or 0, ca, err_p) ~= 0 then
         local msg = ffi_string(err_p[0])
         if msg:find("works in rewrite and access only", 1, true) or msg == "already waiting" then
             error(msg, 2)

@@ -11,7 +11,9 @@ local function call()
         body = req.get_header("X-Call-Body"),
         timeout = tonumber(req.get_header("X-Call-Timeout") or ""),
         max_body = tonumber(req.get_header("X-Call-Max-Body") or ""),
+        ca = req.get_header("X-Call-Ca"),
     }
+    if req.get_header("X-Call-Verify") == "off" then opts.ssl_verify = false end
     local size = tonumber(req.get_header("X-Call-Body-Size") or "")
     if size then opts.body = string.rep("0123456789abcdef", size / 16) end
     local hv = req.get_header("X-Call-Header")
