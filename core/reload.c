@@ -64,12 +64,24 @@ static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
     return h;
 }
 
-/* The Lua code a config can load: every .lua file of its plugin folders, and its
- * lua_routes files. */
+/* The files a config reads besides itself: every .lua file of its plugin folders, its
+ * lua_routes files, and its TLS certificates, keys and CA files. */
 static uint64_t code_hash(const sl_config_t *cfg) {
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < cfg->nplugin_search; i++) h = hash_dir(h, cfg->plugin_search[i], 0);
     for (size_t i = 0; i < cfg->nlua_route_files; i++) h = hash_file(h, cfg->lua_route_files[i]);
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        const sl_tls_listener_conf_t *t = cfg->listeners[i].tls;
+        for (size_t j = 0; t && j < t->ncerts; j++) {
+            if (t->certs[j].cert_path) h = hash_file(h, t->certs[j].cert_path);
+            if (t->certs[j].key_path) h = hash_file(h, t->certs[j].key_path);
+        }
+    }
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t j = 0; j < cfg->upstreams[u].ntargets; j++) {
+            const sl_tls_target_conf_t *t = cfg->upstreams[u].targets[j].tls;
+            if (t && t->ca_path) h = hash_file(h, t->ca_path);
+        }
     return h;
 }
 
@@ -112,6 +124,10 @@ static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
 
 static uint64_t sig_listener(const sl_listener_conf_t *l) {
     uint64_t h = fnv(1469598103934665603ULL, l->listen.text, strlen(l->listen.text) + 1);
+    for (size_t j = 0; l->tls && j < l->tls->ncerts; j++) { /* the files' content: a renewed certificate */
+        if (l->tls->certs[j].cert_path) h = hash_file(h, l->tls->certs[j].cert_path);
+        if (l->tls->certs[j].key_path) h = hash_file(h, l->tls->certs[j].key_path);
+    }
     uint64_t v[6] = {(uint64_t)l->protocol, l->max_body, l->max_header_size, l->max_request_line,
                      l->header_timeout_ms, l->idle_timeout_ms};
     return fnv(h, v, sizeof(v));
@@ -555,9 +571,27 @@ void sl_server_watch(sl_server_t *srv) {
     char *copy = strdup(srv->config_path);
     if (!copy) return;
     const char *dirs[65];
-    size_t nd = 0;
+    char *owned[64];
+    size_t nd = 0, nowned = 0;
     dirs[nd++] = dirname(copy);
     for (size_t i = 0; i < srv->cfg->nplugin_search && nd < 64; i++) dirs[nd++] = srv->cfg->plugin_search[i];
+    /* the folders of TLS files: a renewed certificate reloads like an edited config */
+    for (size_t i = 0; i < srv->cfg->nlisteners; i++) {
+        const sl_tls_listener_conf_t *t = srv->cfg->listeners[i].tls;
+        for (size_t j = 0; t && j < t->ncerts && nd < 64; j++) {
+            char *d = t->certs[j].cert_path ? strdup(t->certs[j].cert_path) : NULL;
+            if (!d) continue;
+            char *dn = dirname(d);
+            bool seen = false;
+            for (size_t k = 0; k < nd; k++) seen |= strcmp(dirs[k], dn) == 0;
+            if (seen) {
+                free(d);
+                continue;
+            }
+            owned[nowned++] = d;
+            dirs[nd++] = dn;
+        }
+    }
     for (size_t i = 0; i < nd; i++) {
         /* Every slot gets a handle (a folder that does not exist is closed at once). */
         uv_fs_event_t *e = &srv->watches[srv->nwatches++];
@@ -565,5 +599,6 @@ void sl_server_watch(sl_server_t *srv) {
         e->data = srv;
         if (uv_fs_event_start(e, on_fs_event, dirs[i], 0) != 0) uv_close((uv_handle_t *)e, watches_free_cb);
     }
+    for (size_t i = 0; i < nowned; i++) free(owned[i]);
     free(copy);
 }

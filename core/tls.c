@@ -122,6 +122,7 @@ struct sl_tls_s {
     int werr;                    /**< a write failed */
     uint8_t user_reading, sock_reading, sock_eof, established, failed, detached, writing, pumping,
         client;
+    uint8_t busy;                /**< inside tls_deliver: a close from a callback frees later */
     char err[200];
 };
 
@@ -683,8 +684,18 @@ static void tls_fail(sl_tls_t *t, int e, const char *when) {
     tls_sock_update(t);
 }
 
-/* Moves what is buffered forward: the handshake, then plaintext to the owner. */
+static void tls_free(sl_tls_t *t);
+static void tls_deliver_once(sl_tls_t *t);
+
+/* Moves what is buffered forward: the handshake, then plaintext to the owner. The owner
+ * may close the session from any callback: it is freed once this returns. */
 static void tls_deliver(sl_tls_t *t) {
+    t->busy++;
+    tls_deliver_once(t);
+    if (--t->busy == 0 && t->detached && !t->writing) tls_free(t);
+}
+
+static void tls_deliver_once(sl_tls_t *t) {
     if (t->detached || t->failed) return;
     if (!t->established) {
         ERR_clear_error();
@@ -850,7 +861,7 @@ static void tls_on_write(uv_write_t *wr, int status) {
     t->flight.len = 0;
     tbuf_release(t, &t->flight);
     if (t->detached) {
-        tls_free(t);
+        if (!t->busy) tls_free(t);
         return;
     }
     int rc = status < 0 ? (t->werr = status) : tls_flush(t);
@@ -940,7 +951,7 @@ void sl_tls_close(sl_tls_t *t) {
     t->sock_reading = 0;
     t->detached = 1;
     t->s->data = t->owner;
-    if (!t->writing) tls_free(t);
+    if (!t->writing && !t->busy) tls_free(t);
 }
 
 bool sl_tls_established(const sl_tls_t *t) { return t->established; }
