@@ -112,6 +112,8 @@ struct sl_tls_s {
     uv_read_cb uread;
     void (*on_est)(sl_tls_t *t);
     void (*hs_done)(sl_tls_t *t, int status);
+    uv_shutdown_t *sd_req;       /**< a half-close waiting for the flush */
+    uv_shutdown_cb sd_cb;
     uv_write_t *uwr;             /**< the owner's write waiting for the flush */
     uv_write_cb ucb;
     uv_write_t wreq;
@@ -865,6 +867,12 @@ static void tls_on_write(uv_write_t *wr, int status) {
         return;
     }
     int rc = status < 0 ? (t->werr = status) : tls_flush(t);
+    if (rc != 0 && t->sd_req) { /* everything before the close_notify is out: shut the socket */
+        uv_shutdown_t *req = t->sd_req;
+        t->sd_req = NULL;
+        int src = rc < 0 ? rc : uv_shutdown(req, t->s, t->sd_cb);
+        if (src < 0) t->sd_cb(req, src);
+    }
     if (rc == 0 || !t->ucb) return;
     uv_write_cb cb = t->ucb;
     uv_write_t *uwr = t->uwr;
@@ -921,6 +929,21 @@ void sl_tls_shutdown(sl_tls_t *t) {
     SSL_shutdown(t->ssl);
     ERR_clear_error();
     tls_flush(t);
+}
+
+int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb) {
+    if (t->detached) return UV_EINVAL;
+    if (t->established && !t->failed) {
+        ERR_clear_error();
+        SSL_shutdown(t->ssl);
+        ERR_clear_error();
+    }
+    int rc = tls_flush(t);
+    if (rc < 0) return rc;
+    if (rc == 1) return uv_shutdown(req, t->s, cb);
+    t->sd_req = req;
+    t->sd_cb = cb;
+    return 0;
 }
 
 int sl_tls_handshake(sl_tls_t *t, void (*done)(sl_tls_t *t, int status)) {
