@@ -145,6 +145,8 @@ static int build_upstream_head(sl_req_t *r) {
         ok = put_header(&b, x->name, x->value);
     }
     for (uint16_t i = 0; i < ed->nadded && ok; i++) {
+        /* Upgrade is the route's to forward (below) and HTTP2-Settings nobody's, not a plugin's. */
+        if (SL_IEQ(ed->added[i].name, "upgrade") || SL_IEQ(ed->added[i].name, "http2-settings")) continue;
         if (SL_IEQ(ed->added[i].name, "x-request-id")) has_rid = true;
         ok = put_header(&b, ed->added[i].name, ed->added[i].value);
     }
@@ -497,6 +499,7 @@ static bool upgrade_allowed(const sl_req_t *r) {
     const sl_route_conf_t *rc = route_conf(r);
     const sl_h1_head_t *h = &r->head;
     if (!rc || !rc->nupgrade || h->major != 1 || h->minor != 1 || !(h->flags & SL_H1_CONN_UPGRADE)) return false;
+    if (r->req_edits.nremoved && sl_edits_removed(&r->req_edits, SL_LIT("upgrade"))) return false; /* a plugin's word */
     const sl_h1_header_t *up = NULL;
     for (uint16_t i = 0; i < h->nheaders; i++) {
         if (!SL_IEQ(h->headers[i].name, "upgrade")) continue;

@@ -334,7 +334,13 @@ routes:
   - { name: unasked, match: { paths: [/unasked/] }, upstream: unasked }
   - { name: echo, match: { paths: [/echo] }, upstream: node, upgrade: [websocket] }
   - { name: echo-plain, match: { paths: [/nows] }, upstream: node }
-""" % (mock.address, early.address, half.address, idle.address, unasked.address, node_port)
+lua_routes: [%s]
+"""
+    lua = os.path.join(h.new_tmpdir("lua"), "routes.lua")
+    with open(lua, "w") as f:
+        f.write('return { { name = "lua-ws", match = { paths = { "/luaws" } }, upstream = "node",'
+                ' upgrade = { "WebSocket" } } }\n')
+    cfg %= (mock.address, early.address, half.address, idle.address, unasked.address, node_port, lua)
     S["sl"] = h.start_sluice(cfg, suite=t)
 
 
@@ -527,6 +533,28 @@ def test_websocket_echo(t):
             (1000, True), (code, eof))
 
 
+def test_lua_route(t):
+    ws = WSClient(S["sl"].port(), "/luaws")
+    t.check("a lua_routes route with upgrade = { \"WebSocket\" } tunnels too", ws.status == 101 and ws.accept_ok,
+            101, (ws.status, ws.headers))
+    if ws.status == 101:
+        ws.send_frame(0x2, b"x" * 70000)
+        op, back = ws.recv_frame()
+        t.check("... and echoes", back == b"x" * 70000, 70000, len(back))
+    ws.sock.close()
+    d = h.new_tmpdir("luabad")
+    with open(os.path.join(d, "routes.lua"), "w") as f:
+        f.write('return { { name = "bad", upstream = "u", upgrade = { "H2C" } } }\n')
+    cfg = os.path.join(d, "c.yaml")
+    with open(cfg, "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\nlua_routes: [routes.lua]\n"
+                "upstreams: [ { name: u, targets: [ { address: 127.0.0.1:1 } ] } ]\n")
+    r = h.run_cli(["check", "-c", cfg])
+    out = r.stdout + r.stderr
+    t.check("h2c in a Lua route's upgrade is a config error", r.returncode == 1 and "h2c is never forwarded" in out,
+            "exit 1, h2c is never forwarded", (r.returncode, out[:400]))
+
+
 def test_half_close(t):
     sl, half = S["sl"], S["half"]
     c = h.Client(sl.port(), timeout=10)
@@ -585,4 +613,4 @@ def test_idle_timeout_and_metrics(t):
 
 t.run(setup, test_refused_upgrade_stays_http, test_101_tunnels_pipelined_bytes, test_101_unasked_is_502,
       test_h2c_never_forwarded, test_upgrade_stripped_without_route_optin, test_websocket_echo,
-      test_half_close, test_idle_timeout_and_metrics)
+      test_lua_route, test_half_close, test_idle_timeout_and_metrics)
