@@ -600,6 +600,34 @@ def test_idle_timeout_and_metrics(t):
     t.check("the WebSocket route counts its 101 too", e101 == [1.0], [1.0], e101)
 
 
+def test_drain_closes_tunnels(t):
+    up = RawUpstream(switch_then_idle, "drain")
+    sl = h.start_sluice("""\
+workers: 1
+shutdown_timeout: 1500ms
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0, protocol: http, idle_timeout: 60s } ]
+upstreams: [ { name: u, targets: [ { address: %s } ] } ]
+routes: [ { name: r, upstream: u, upgrade: [websocket] } ]
+""" % up.address, name="drain", suite=t)
+    c = h.Client(sl.port(), timeout=10)
+    c.send(upgrade_req("/d"))
+    r = c.read_response(skip_interim=False)
+    t.check("drain: 101", r.status == 101, 101, r.status)
+    sl.signal(15)
+    t0 = time.monotonic()
+    time.sleep(0.5)
+    c.send(b"ping")
+    got = c.sock.recv(16)
+    t.check("a tunnel keeps moving bytes while the gateway drains", got == b"pong", b"pong", got)
+    data, how = c.read_until_close(timeout=5)
+    waited = time.monotonic() - t0
+    t.check("... and is closed at shutdown_timeout (1.5s), the process exiting 0",
+            how in ("eof", "reset") and 1.2 < waited < 3.5 and sl.wait(5) == 0, ("closed at ~1.5s", 0),
+            (how, round(waited, 2), sl.returncode))
+    c.close()
+
+
 t.run(setup, test_refused_upgrade_stays_http, test_101_tunnels_pipelined_bytes, test_101_unasked_is_502,
       test_h2c_never_forwarded, test_upgrade_stripped_without_route_optin, test_websocket_echo,
-      test_lua_route, test_half_close, test_idle_timeout_and_metrics)
+      test_lua_route, test_half_close, test_idle_timeout_and_metrics, test_drain_closes_tunnels)
