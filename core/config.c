@@ -1663,8 +1663,32 @@ static void parse_match_headers(cx_t *cx, const yaml_node_t *m, sl_route_conf_t 
 enum { M_HOSTS, M_PATHS, M_METHODS, M_HEADERS, M_N };
 static const char *const match_keys[M_N] = {"hosts", "paths", "methods", "headers"};
 
-enum { R_NAME, R_MATCH, R_UPSTREAM, R_SPLIT, R_STRIP, R_PLUGINS, R_N };
-static const char *const route_keys[R_N] = {"name", "match", "upstream", "split", "strip_prefix", "plugins"};
+enum { R_NAME, R_MATCH, R_UPSTREAM, R_SPLIT, R_STRIP, R_UPGRADE, R_PLUGINS, R_N };
+static const char *const route_keys[R_N] = {"name",         "match",   "upstream", "split",
+                                            "strip_prefix", "upgrade", "plugins"};
+
+/* An `upgrade:` entry: "*", or a protocol (RFC 9110 7.8: token ["/" token]), lower-cased.
+ * h2c is refused here: an upstream that switched to HTTP/2 on a connection sluice proxies
+ * as HTTP/1.1 would get bytes sluice cannot police, so it is never forwarded at all. */
+static bool check_upgrade(cx_t *cx, const yaml_node_t *v, char *s) {
+    for (char *p = s; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+    if (strcmp(s, "*") == 0) return true;
+    char *slash = strchr(s, '/');
+    if (slash) *slash = '\0';
+    bool ok = is_token(s) && (!slash || is_token(slash + 1));
+    bool h2c = strcmp(s, "h2c") == 0;
+    if (slash) *slash = '/';
+    if (!ok) {
+        cx_err(cx, v, "upgrade protocol '%s' is not a token (NAME or NAME/VERSION)", s);
+        return false;
+    }
+    if (h2c) {
+        cx_err(cx, v, "upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)");
+        return false;
+    }
+    return true;
+}
 
 static int find_upstream(const sl_config_t *cfg, const char *s) {
     for (size_t i = 0; s && i < cfg->nupstreams; i++)
@@ -1783,6 +1807,7 @@ static void parse_route(cx_t *cx, const yaml_node_t *m, size_t idx) {
     if ((v = f[R_STRIP].val) && get_bool(cx, v, "strip_prefix", &r->strip_prefix) &&
         r->strip_prefix && r->npaths == 0)
         cx_err(cx, v, "strip_prefix needs match.paths to know what to strip");
+    if (f[R_UPGRADE].val) get_str_list(cx, &f[R_UPGRADE], check_upgrade, &r->upgrade, &r->nupgrade);
     parse_plugins(cx, &f[R_PLUGINS], where, &r->plugins, &r->nplugins);
     /* a `plugins:` of the wrong type has its own error already */
     bool bad_plugins = f[R_PLUGINS].val && f[R_PLUGINS].val->type != YAML_SEQUENCE_NODE;
@@ -2263,6 +2288,7 @@ void sl_config_free(sl_config_t *cfg) {
         strs_free(r->hosts, r->nhosts);
         strs_free(r->paths, r->npaths);
         strs_free(r->methods, r->nmethods);
+        strs_free(r->upgrade, r->nupgrade);
         for (size_t j = 0; r->headers && j < r->nheaders; j++) {
             free(r->headers[j].name);
             free(r->headers[j].value);

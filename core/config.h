@@ -152,6 +152,8 @@ typedef struct {
     int upstream;                    /**< index into upstreams, or -1 */
     sl_split_conf_t *split; size_t nsplit; /**< instead of upstream: canary/match split */
     bool strip_prefix;
+    char **upgrade; size_t nupgrade; /**< Upgrade protocols forwarded (lower-case; "*": any but h2c);
+                                          none: Upgrade is stripped and the request proxied as plain HTTP */
     int lua_file;                    /**< index into lua_route_files for a lua_routes route, else -1 */
     int lua_index;                   /**< its 1-based position in that file's list */
     bool match_fn;                   /**< its match is a Lua function (called by the router) */

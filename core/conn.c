@@ -130,6 +130,22 @@ int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb) {
     return sl__stream_write(q, (uv_stream_t *)&c->tcp, c->tls, &c->wreq, cb);
 }
 
+static void conn_on_shutdown(uv_shutdown_t *sr, int status) {
+    sl_conn_t *c = SL_CONTAINER_OF(sr, sl_conn_t, sreq);
+    (void)status; /* a client that is gone reads nothing more either way */
+    c->wshut = 2;
+    if (c->tunnel && c->req) sl__tunnel_on_client_shutdown(c->req); /* no req: cancelled by a close */
+}
+
+void sl__conn_shutdown(sl_conn_t *c) {
+    if (c->wshut || c->state == SL_CONN_CLOSED) return;
+    /* libuv sends the FIN after the writes already queued; over TLS, close_notify first,
+     * and the FIN once everything before it was written. */
+    int rc = c->tls ? sl_tls_shutdown_write(c->tls, &c->sreq, conn_on_shutdown)
+                    : uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, conn_on_shutdown);
+    c->wshut = rc == 0 ? 1 : 2;
+}
+
 bool sl__conn_send(sl_conn_t *c, const char *p, size_t n) {
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
     if (c->tls) return sl_tls_write(c->tls, &c->wreq, &b, 1, NULL) >= 0;
@@ -231,6 +247,12 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     sl_conn_t *c = (sl_conn_t *)s;
+    if (c->tunnel) {
+        /* After a 101 the bytes are the tunnel's, whatever they look like. */
+        if (nread > 0) c->rlen += (uint32_t)nread;
+        sl__tunnel_on_client_read(c->req, nread);
+        return;
+    }
     if (nread == 0) {
         /* EAGAIN: nothing read; an idle connection gives its buffer back. */
         if (!c->req) conn_release_buffer(c);
@@ -411,7 +433,9 @@ void sl__worker_close_idle_conns(sl_worker_t *w) {
     while (c) {
         sl_conn_t *next = c->next;
         c->closing = 1;
-        if (!c->req) {
+        if (c->tunnel) {
+            sl__tunnel_drain(c->req); /* closed at shutdown_timeout, like a TCP session */
+        } else if (!c->req) {
             if (w->retiring && c->state == SL_CONN_IDLE) {
                 /* A reload: closing an idle keep-alive connection races with a request the
                  * client may be sending on it right now (the client sees a reset). Give it a

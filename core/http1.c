@@ -561,6 +561,8 @@ int sl_h1_body(sl_h1_t *h, const char *p, size_t n, size_t *used) {
     return SL_ERROR;
 }
 
+bool sl_h1_next_token(sl_str_t *list, sl_str_t *tok) { return next_token(list, tok); }
+
 const sl_h1_header_t *sl_h1_find(const sl_h1_head_t *hd, const char *lower, size_t n) {
     for (uint16_t i = 0; i < hd->nheaders; i++)
         if (sl_str_ieq(hd->headers[i].name, lower, n)) return &hd->headers[i];

@@ -106,6 +106,10 @@ int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *head, size_t *
  */
 int sl_h1_body(sl_h1_t *h, const char *p, size_t n, size_t *used);
 
+/** Takes the next element of a comma-separated list (trimmed; empty ones skipped) off
+ *  *list into *tok; false when none is left. */
+bool sl_h1_next_token(sl_str_t *list, sl_str_t *tok);
+
 /** Finds a header by lower-case name; NULL when absent. */
 const sl_h1_header_t *sl_h1_find(const sl_h1_head_t *head, const char *lower, size_t n);
 

@@ -30,7 +30,9 @@ enum { SL_CONN_IDLE = 0, SL_CONN_HEAD, SL_CONN_ACTIVE, SL_CONN_CLOSED };
 /* A connection's first bytes on a listener with accept_proxy_protocol: a trusted peer's
  * PROXY header is due (it is taken off), or an untrusted peer's must not be one. */
 enum { SL_CONN_PP_DONE = 0, SL_CONN_PP_EXPECT, SL_CONN_PP_REFUSE };
-enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL };
+/* SL_MODE_TUNNEL: the upstream answered 101 to an upgrade; the request object stays as the
+ * owner of the byte tunnel (tunnel.c) until the connection ends. */
+enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL, SL_MODE_TUNNEL };
 /* Where a request is in its life: the Lua phases run between routing and content. */
 enum { SL_STAGE_REWRITE = 0, SL_STAGE_ACCESS, SL_STAGE_CONTENT, SL_STAGE_RESPONSE };
 enum { SL_UP_CONNECTING = 1, SL_UP_ACTIVE, SL_UP_IDLE, SL_UP_CLOSED };
@@ -48,6 +50,7 @@ struct sl_conn_s {
     uv_tcp_t tcp; /* first: the handle's address is the connection's */
     sl_deadline_t timer;
     uv_write_t wreq; /* here, not in the request: a cancelled write calls back after the request is gone */
+    uv_shutdown_t sreq; /* sl__conn_shutdown's; here for the same reason as wreq */
     sl_worker_t *w;
     const sl_listener_conf_t *lc;
     uint32_t lidx;
@@ -59,6 +62,8 @@ struct sl_conn_s {
     uint8_t peer_eof;
     uint8_t nclose;      /**< handles still closing */
     uint8_t proxy;       /**< accept_proxy_protocol, before the first request: SL_CONN_PP_* */
+    uint8_t tunnel;      /**< read bytes go to the request's tunnel (tunnel.c), not the parser */
+    uint8_t wshut;       /**< sl__conn_shutdown: 1 asked, 2 done (or failed); nothing more is written */
     sl_h1_t h1;
     struct sl_tls_s *tls; /**< TLS session on a tls listener (tls.c), else NULL */
     sl_req_t *req;       /**< the request being served, or NULL */
@@ -71,6 +76,7 @@ struct sl_upconn_s {
     sl_deadline_t timer;
     uv_connect_t creq;
     uv_write_t wreq;
+    uv_shutdown_t sreq; /**< a tunnel's half-close toward the upstream */
     sl_worker_t *w;
     sl_req_t *req; /**< the request using it; NULL while pooled */
     uint32_t upstream, target;
@@ -104,6 +110,18 @@ struct sl_req_s {
     uint8_t resp_eof_body; /**< response body is delimited by the upstream's close */
     uint8_t keep_alive; /**< the client connection may serve another request */
     uint8_t retried;    /**< a dead pooled connection was replaced once */
+    uint8_t upgrade;    /**< forwarded as an upgrade (the route allows the client's Upgrade) */
+    /** The byte tunnel after a 101 (tunnel.c): each direction moves one read buffer's bytes
+     *  at a time through upq/clq, and ends on its own (EOF -> shutdown toward the other). */
+    struct {
+        uint32_t cu_end;  /**< client->upstream: c->rbuf bytes in flight end here */
+        uint32_t uc_end;  /**< upstream->client: u->rbuf bytes in flight end here */
+        uint8_t cl_eof;   /**< the client's EOF was read */
+        uint8_t up_eof;   /**< the upstream's EOF was read */
+        uint8_t up_shut;  /**< shutdown toward the upstream: 1 asked, 2 done (client->upstream over) */
+        uint8_t cl_shut;  /**< shutdown toward the client: 1 asked, 2 done (upstream->client over) */
+        uint64_t drain_at;/**< loop ms when a draining worker closes it; 0: not draining */
+    } tun;
     /* upstream attempts: target choice, breaker admission, retries (see "attempts" in proxy_http.c) */
     uint8_t attempts;   /**< attempts started (retries are attempts after the first) */
     uint8_t admit;      /**< sl_admit_t of the current attempt's breaker admission */
@@ -202,6 +220,12 @@ int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb);
  *  could not be queued. */
 bool sl__conn_send(sl_conn_t *c, const char *p, size_t n);
 void sl__conn_stop_reading(sl_conn_t *c);
+/** Half-closes the connection toward the client after what was written (a FIN; through
+ *  TLS a close_notify first). Reads go on. Once per connection; later calls do nothing.
+ *  c->wshut becomes 2 when it completed (or could not be started); a tunnel on the
+ *  connection then hears of it through sl__tunnel_on_client_shutdown, never from
+ *  inside this call. */
+void sl__conn_shutdown(sl_conn_t *c);
 /** (Re)arms the connection's inactivity timer: on expiry an active request is abandoned. */
 void sl__conn_arm(sl_conn_t *c, uint64_t ms);
 void sl__worker_close_idle_conns(sl_worker_t *w);
@@ -217,6 +241,26 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
 void sl__req_free(sl_req_t *r);
 /** Client connection went away: abandon the request and its upstream. */
 void sl__req_abort(sl_req_t *r);
+
+/** Upstream reads (the connection's own buffer and callbacks). */
+void sl__up_start_reading(sl_upconn_t *u);
+void sl__up_stop_reading(sl_upconn_t *u);
+
+/* tunnel.c */
+/** The upstream answered 101 to r's upgrade and the 101 head is in r->clq: switch the
+ *  client connection and r->up into a byte tunnel. Bytes already buffered on either side
+ *  go first. The request object owns the tunnel until sl__req_abort ends it. */
+void sl__tunnel_start(sl_req_t *r);
+/** conn.c: the client connection read nread bytes (appended to c->rbuf), 0, or an error/EOF. */
+void sl__tunnel_on_client_read(sl_req_t *r, ssize_t nread);
+/** proxy_http.c: the upstream connection read nread bytes (appended to u->rbuf), 0 or EOF. */
+void sl__tunnel_on_upstream_read(sl_req_t *r, ssize_t nread);
+/** A write toward the upstream (on u->wreq) completed. */
+void sl__tunnel_on_upstream_written(sl_req_t *r, int status);
+/** conn.c: sl__conn_shutdown completed (c->wshut is 2). */
+void sl__tunnel_on_client_shutdown(sl_req_t *r);
+/** The worker drains: the tunnel ends at the latest shutdown_timeout from now. */
+void sl__tunnel_drain(sl_req_t *r);
 
 /* redis.c */
 typedef struct sl_redis_s sl_redis_t;

@@ -116,6 +116,9 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
         lua_getfield(L, d, "strip_prefix");
         r->strip_prefix = lua_toboolean(L, -1);
         lua_pop(L, 4);
+        lua_getfield(L, d, "upgrade"); /* checked and lower-cased by loader.lua */
+        r->upgrade = take_strings(L, lua_gettop(L), &r->nupgrade);
+        lua_pop(L, 1);
         r->line = cfg->lua_routes_line;
         r->col = cfg->lua_routes_col;
         lua_getfield(L, d, "hosts");

@@ -154,6 +154,8 @@ static int build_upstream_head(sl_req_t *r) {
         ok = put_header(&b, x->name, x->value);
     }
     for (uint16_t i = 0; i < ed->nadded && ok; i++) {
+        /* Upgrade is the route's to forward (below) and HTTP2-Settings nobody's, not a plugin's. */
+        if (SL_IEQ(ed->added[i].name, "upgrade") || SL_IEQ(ed->added[i].name, "http2-settings")) continue;
         if (SL_IEQ(ed->added[i].name, "x-request-id")) has_rid = true;
         ok = put_header(&b, ed->added[i].name, ed->added[i].value);
     }
@@ -177,8 +179,13 @@ static int build_upstream_head(sl_req_t *r) {
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
              SL_WBUF_LIT(&b, "\r\n");
     }
-    if (upstream_conf(r)->keepalive_max_idle == 0)
+    if (r->upgrade) {
+        /* The client's own value: the route allowed every protocol it names. */
+        const sl_h1_header_t *up = sl_h1_find(h, "upgrade", 7);
+        ok = ok && put_header(&b, SL_LIT("Upgrade"), up->value) && SL_WBUF_LIT(&b, "Connection: upgrade\r\n");
+    } else if (upstream_conf(r)->keepalive_max_idle == 0) {
         ok = ok && SL_WBUF_LIT(&b, "Connection: close\r\n");
+    }
     ok = ok && SL_WBUF_LIT(&b, "\r\n");
     if (!ok) return SL_ERROR;
     sl_arena_commit(&r->arena, b.len);
@@ -251,7 +258,13 @@ static int build_client_head(sl_req_t *r) {
                h->status != 304 && r->head.method_id != HTTP_HEAD) {
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: 0\r\n");
     }
-    ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
+    if (h->status == 101) {
+        /* Upgrade and Connection are hop-by-hop: the switch is restated for this hop. */
+        const sl_h1_header_t *up = sl_h1_find(h, "upgrade", 7);
+        ok = ok && put_header(&b, SL_LIT("Upgrade"), up->value) && SL_WBUF_LIT(&b, "Connection: upgrade\r\n\r\n");
+    } else {
+        ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
+    }
     if (!ok) return SL_ERROR;
     sl_arena_commit(&r->arena, b.len);
     sl__outq_add(&r->clq, b.p, b.len);
@@ -472,6 +485,46 @@ static void send_continue(sl_req_t *r) {
     if (!sl__conn_send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25)) sl__conn_abort(c);
 }
 
+/* Whether a route's `upgrade:` entry names protocol p ("websocket", "foo/2"): the entry
+ * "*", the same protocol, or an entry without version naming p's protocol. h2c never. */
+static bool upgrade_listed(const sl_route_conf_t *rc, sl_str_t p) {
+    const char *slash = memchr(p.p, '/', p.len);
+    sl_str_t name = {p.p, slash ? (size_t)(slash - p.p) : p.len};
+    if (SL_IEQ(name, "h2c")) return false;
+    for (size_t i = 0; i < rc->nupgrade; i++) {
+        const char *e = rc->upgrade[i];
+        if (!e) continue;
+        size_t n = strlen(e);
+        if ((n == 1 && e[0] == '*') || sl_str_ieq(p, e, n) || (!strchr(e, '/') && sl_str_ieq(name, e, n)))
+            return true;
+    }
+    return false;
+}
+
+/* A request goes upstream as an upgrade when it is HTTP/1.1 with Connection: upgrade and
+ * one Upgrade header, and the route lists every protocol that header names. Otherwise
+ * Upgrade, Connection and HTTP2-Settings are dropped (hop-by-hop) and it is plain HTTP. */
+static bool upgrade_allowed(const sl_req_t *r) {
+    const sl_route_conf_t *rc = route_conf(r);
+    const sl_h1_head_t *h = &r->head;
+    if (!rc || !rc->nupgrade || h->major != 1 || h->minor != 1 || !(h->flags & SL_H1_CONN_UPGRADE)) return false;
+    if (r->req_edits.nremoved && sl_edits_removed(&r->req_edits, SL_LIT("upgrade"))) return false; /* a plugin's word */
+    const sl_h1_header_t *up = NULL;
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        if (!SL_IEQ(h->headers[i].name, "upgrade")) continue;
+        if (up) return false;
+        up = &h->headers[i];
+    }
+    if (!up) return false;
+    sl_str_t list = up->value, tok;
+    int n = 0;
+    while (sl_h1_next_token(&list, &tok)) {
+        if (!upgrade_listed(rc, tok)) return false;
+        n++;
+    }
+    return n > 0;
+}
+
 static void start_proxy(sl_req_t *r) {
     sl_conn_t *c = r->c;
     const sl_retry_conf_t *rc = &upstream_conf(r)->retry;
@@ -492,6 +545,7 @@ static void start_proxy(sl_req_t *r) {
     }
     r->mode = SL_MODE_PROXY;
     r->stage = SL_STAGE_RESPONSE;
+    r->upgrade = upgrade_allowed(r);
     r->upq.chunked = !r->body_buffered && r->head.body_kind == SL_BODY_CHUNKED;
     if (build_upstream_head(r) != SL_OK) {
         respond_error(r, 431, "request head too large", true);
@@ -698,6 +752,9 @@ static void up_stop_reading(sl_upconn_t *u) {
     u->reading = 0;
 }
 
+void sl__up_start_reading(sl_upconn_t *u) { up_start_reading(u); }
+void sl__up_stop_reading(sl_upconn_t *u) { up_stop_reading(u); }
+
 static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     sl_upconn_t *u = (sl_upconn_t *)s;
     sl_req_t *r = u->req;
@@ -711,6 +768,11 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (!r) {
         /* Bytes or EOF on a pooled connection: it is no longer at a clean boundary. */
         sl__upconn_close(u);
+        return;
+    }
+    if (r->mode == SL_MODE_TUNNEL) {
+        if (nread > 0) u->rlen += (uint32_t)nread;
+        sl__tunnel_on_upstream_read(r, nread);
         return;
     }
     if (u != r->up) {
@@ -751,6 +813,10 @@ static void up_on_write(uv_write_t *wr, int status) {
     sl_upconn_t *u = (sl_upconn_t *)wr->handle;
     sl_req_t *r = u->req;
     if (!r) return; /* cancelled by a close */
+    if (r->mode == SL_MODE_TUNNEL) { /* the upgrade's head was still in flight at the 101 */
+        sl__tunnel_on_upstream_written(r, status);
+        return;
+    }
     r->upq.writing = 0;
     if (status < 0) {
         up_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
@@ -1303,7 +1369,9 @@ static void hedge_fire(sl_req_t *r) {
 /* Arms the hedge of a first attempt when the upstream and the request allow one. */
 static void hedge_arm(sl_req_t *r) {
     const sl_retry_conf_t *rc = &upstream_conf(r)->retry;
-    if (!rc->hedge_after_ms || r->hedged || r->attempts != 1 || r->to_address || r->wait || !method_idempotent(r) ||
+    /* An upgrade is never hedged: two upstreams could both switch protocols. */
+    if (!rc->hedge_after_ms || r->hedged || r->upgrade || r->attempts != 1 || r->to_address || r->wait ||
+        !method_idempotent(r) ||
         (r->head.body_kind != SL_BODY_NONE && !r->body_buffered) || upstream_conf(r)->ntargets < 2)
         return;
     sl__req_wait_ms(r, rc->hedge_after_ms, SL_WAIT_HEDGE, hedge_fire);
@@ -1474,6 +1542,39 @@ static bool upstream_keeps_alive(const sl_h1_head_t *h) {
     return h->minor >= 1 || (h->flags & SL_H1_CONN_KEEPALIVE);
 }
 
+/* Why a 101 cannot be followed (a 502 instead), or NULL. Only a request forwarded as an
+ * upgrade may switch: otherwise the bytes after its head are requests, never tunnel data. */
+static const char *switch_refused(const sl_req_t *r) {
+    if (!r->upgrade) return "upstream switched protocols unasked";
+    if (!r->body_done) return "upstream switched protocols before the request body ended";
+    const sl_h1_header_t *up = sl_h1_find(&r->rhead, "upgrade", 7);
+    sl_str_t list = up ? up->value : (sl_str_t){"", 0}, tok;
+    if (!sl_h1_next_token(&list, &tok)) return "upstream switched protocols without naming one";
+    if (tok.len >= 3 && sl_str_ieq((sl_str_t){tok.p, 3}, "h2c", 3) && (tok.len == 3 || tok.p[3] == '/'))
+        return "upstream switched to h2c";
+    return NULL;
+}
+
+static void run_log_phase(sl_req_t *r);
+
+/* The 101 head is queued: the request is over as a request (counted, logged, its Lua state
+ * released) and its two connections become a tunnel that outlives it. */
+static void tunnel_switch(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    uint64_t now = sl_now_ns();
+    sl_metrics_upstream(&w->metrics, r->upstream, r->target, 101, now - r->up_start_ns);
+    attempt_release(r);
+    sl_deadline_clear(&r->up->timer);
+    sl_metrics_request(&w->metrics, r->route, 101, now - r->start_ns);
+    run_log_phase(r);
+    sl__req_cancel_wait(r);
+    sl_lua_req_end(r);
+    r->keep_alive = 0;
+    r->resp_written = 1;
+    r->mode = SL_MODE_TUNNEL;
+    sl__tunnel_start(r);
+}
+
 static void resp_pump(sl_req_t *r) {
     sl_conn_t *c = r->c;
     for (;;) {
@@ -1491,11 +1592,13 @@ static void resp_pump(sl_req_t *r) {
                 }
                 if (rc == SL_OK) {
                     u->rpos += (uint32_t)used;
-                    if (r->rhead.status < 200) {
-                        if (r->rhead.status == 101) {
-                            up_failed(r, 502, SL_FAIL_OTHER, "upstream switched protocols unasked");
+                    if (r->rhead.status == 101) {
+                        const char *why = switch_refused(r);
+                        if (why) {
+                            up_failed(r, 502, SL_FAIL_OTHER, why);
                             return;
                         }
+                    } else if (r->rhead.status < 200) {
                         continue; /* interim responses end here: the gateway sent its own 100 */
                     }
                     r->status = r->rhead.status;
@@ -1514,6 +1617,10 @@ static void resp_pump(sl_req_t *r) {
                         return;
                     }
                     r->resp_head = 1;
+                    if (r->rhead.status == 101) {
+                        tunnel_switch(r);
+                        return;
+                    }
                     r->resp_eof_body = r->rhead.body_kind == SL_BODY_EOF;
                     u->h1.on_data = body_filtered(r) ? on_body_filtered : on_body_to_client;
                     u->h1.ud = r;
@@ -1652,7 +1759,9 @@ void sl__req_abort(sl_req_t *r) {
         r->up = NULL;
     }
     if (r->status == 0) r->status = 499; /* the client left before an answer (nginx's 499) */
-    sl_metrics_request(&r->w->metrics, r->route, r->status, sl_now_ns() - r->start_ns);
+    /* A tunnel's request was counted (and logged) at its 101. */
+    if (r->mode != SL_MODE_TUNNEL)
+        sl_metrics_request(&r->w->metrics, r->route, r->status, sl_now_ns() - r->start_ns);
     sl__req_cancel_wait(r);
     if (!r->lua_waiting) run_log_phase(r); /* a coroutine suspended mid-phase is abandoned */
     sl__req_free(r);

@@ -100,6 +100,7 @@ static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
     for (size_t i = 0; i < r->nhosts; i++) h = fnv(h, r->hosts[i], strlen(r->hosts[i]) + 1);
     for (size_t i = 0; i < r->npaths; i++) h = fnv(h, r->paths[i], strlen(r->paths[i]) + 1);
     for (size_t i = 0; i < r->nmethods; i++) h = fnv(h, r->methods[i], strlen(r->methods[i]) + 1);
+    for (size_t i = 0; i < r->nupgrade; i++) h = fnv(h, r->upgrade[i], strlen(r->upgrade[i]) + 1);
     for (size_t i = 0; i < r->nheaders; i++) {
         h = fnv(h, r->headers[i].name, strlen(r->headers[i].name) + 1);
         h = fnv(h, r->headers[i].value, strlen(r->headers[i].value) + 1);

@@ -994,11 +994,46 @@ static void test_consumers(void) {
     EXPECT_ERROR(LISTENER "consumer_header: Host\n", "2:18: consumer_header 'Host' would overwrite a header the proxy owns");
 }
 
+/* A route's upgrade: protocols, lower-cased; "*" for any; h2c refused where it is written. */
+static void test_upgrade(void) {
+    sl_config_t *cfg = PARSE_OK(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n"
+                                         "routes:\n"
+                                         "  - { name: ws, upstream: u, upgrade: [WebSocket, foo/2] }\n"
+                                         "  - { name: any, upstream: u, upgrade: [\"*\"] }\n"
+                                         "  - { name: none, upstream: u }\n"
+                                         "  - { name: empty, upstream: u, upgrade: [] }\n");
+    if (!cfg) return;
+    CHECK_INT(cfg->routes[0].nupgrade, 2);
+    CHECK_STR(cfg->routes[0].upgrade[0], "websocket");
+    CHECK_STR(cfg->routes[0].upgrade[1], "foo/2");
+    CHECK_INT(cfg->routes[1].nupgrade, 1);
+    CHECK_STR(cfg->routes[1].upgrade[0], "*");
+    CHECK_INT(cfg->routes[2].nupgrade, 0);
+    CHECK_INT(cfg->routes[3].nupgrade, 0);
+    sl_config_free(cfg);
+
+#define UP_ROUTE(list) LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n" \
+                               "routes: [ { name: r, upstream: u, upgrade: " list " } ]\n"
+    EXPECT_ERROR(UP_ROUTE("[websocket, h2c]"),
+                 "3:56: upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)");
+    EXPECT_ERROR(UP_ROUTE("[H2C]"), "3:45: upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)");
+    EXPECT_ERROR(UP_ROUTE("[h2c/1]"), "3:45: upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)");
+    EXPECT_ERROR(UP_ROUTE("[\"web socket\"]"),
+                 "3:45: upgrade protocol 'web socket' is not a token (NAME or NAME/VERSION)");
+    EXPECT_ERROR(UP_ROUTE("[a/b/c]"), "3:45: upgrade protocol 'a/b/c' is not a token (NAME or NAME/VERSION)");
+    EXPECT_ERROR(UP_ROUTE("websocket"), "3:44: expected a list for 'upgrade'");
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n"
+                          "routes: [ { name: r, upstream: u, upgrades: [websocket] } ]\n",
+                 "3:35: unknown key 'upgrades' in route 'r' (did you mean 'upgrade'?)");
+#undef UP_ROUTE
+}
+
 int main(void) {
     test_full_config();
     test_resilience();
     test_consumers();
     test_defaults();
+    test_upgrade();
     test_unknown_and_unsupported_keys();
     test_types();
     test_required_and_names();

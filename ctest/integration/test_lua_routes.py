@@ -92,6 +92,10 @@ def test_errors(t):
         ("unknown key", 'return { { name = "y", mtch = {}, plugins = { { name = "echo" } } } }', "unknown key 'mtch'"),
         ("bad plugin config", 'return { { name = "z", plugins = { { name = "response", config = { status = "x" } } } } }',
          "plugin 'response': status: expected an integer"),
+        ("h2c upgrade", 'return { { name = "w", upgrade = { "H2C" }, plugins = { { name = "echo" } } } }',
+         "route 'w': upgrade: h2c is never forwarded"),
+        ("bad upgrade token", 'return { { name = "v", upgrade = { "web socket" }, plugins = { { name = "echo" } } } }',
+         "upgrade protocol 'web socket' is not a token"),
     ]
     for name, lua, want in cases:
         with open(os.path.join(d, "routes.lua"), "w") as f:

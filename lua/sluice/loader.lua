@@ -136,7 +136,7 @@ function _M.lua_routes(files)
             for i, r in ipairs(list) do
                 local where = ("%s: route %d"):format(file, i)
                 if type(r) ~= "table" then error(where .. " is not a table", 0) end
-                local known = { name = 1, match = 1, upstream = 1, strip_prefix = 1, plugins = 1 }
+                local known = { name = 1, match = 1, upstream = 1, strip_prefix = 1, upgrade = 1, plugins = 1 }
                 for k in pairs(r) do
                     if not known[k] then error(("%s: unknown key '%s'"):format(where, tostring(k)), 0) end
                 end
@@ -144,7 +144,19 @@ function _M.lua_routes(files)
                 where = ("%s: route '%s'"):format(file, r.name)
                 local d = { file = fi - 1, index = i, name = r.name, upstream = r.upstream,
                             strip_prefix = r.strip_prefix and true or false,
-                            hosts = {}, paths = {}, methods = {}, headers = {}, plugins = {} }
+                            hosts = {}, paths = {}, methods = {}, headers = {}, plugins = {}, upgrade = {} }
+                for j, p in ipairs(str_list(r.upgrade, "upgrade", where)) do
+                    p = p:lower()
+                    local name = p:match("^([^/]+)") or p
+                    if name == "h2c" then
+                        error(where .. ": upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)", 0)
+                    end
+                    if p ~= "*" and not p:match("^[%w!#$%%&'*+%-.^_`|~]+$") and
+                        not p:match("^[%w!#$%%&'*+%-.^_`|~]+/[%w!#$%%&'*+%-.^_`|~]+$") then
+                        error(("%s: upgrade protocol '%s' is not a token (NAME or NAME/VERSION)"):format(where, p), 0)
+                    end
+                    d.upgrade[j] = p
+                end
                 if r.upstream ~= nil and type(r.upstream) ~= "string" then
                     error(where .. ": 'upstream' must be an upstream's name", 0)
                 end
