@@ -999,7 +999,9 @@ bad:
 }
 
 /* A file named in the config: relative paths are relative to the config file's folder
- * (the embedded default's: the working directory). */
+ * (the embedded default's: the working directory); a relative path that names no file
+ * there but does from the working directory is taken from the working directory (so
+ * `cert: conf/test.crt` in conf/sluice.yaml works when sluice runs from the project). */
 static char *resolve_path(cx_t *cx, const char *rel) {
     const char *cp = cx->cfg->path;
     if (rel[0] == '/' || !cp || cp[0] == '<' || !strchr(cp, '/')) return cx_strdup(cx, rel);
@@ -1007,6 +1009,10 @@ static char *resolve_path(cx_t *cx, const char *rel) {
     size_t n = dl + 1 + strlen(rel) + 1;
     char *p = cx_calloc(cx, n, 1);
     if (p) snprintf(p, n, "%.*s/%s", (int)dl, cp, rel);
+    if (p && access(p, F_OK) != 0 && access(rel, F_OK) == 0) {
+        free(p);
+        return cx_strdup(cx, rel);
+    }
     return p;
 }
 
