@@ -175,6 +175,13 @@ def s_client_request(port, args, wait=0.7, timeout=30):
             p.wait()
 
 
+def body_path(raw):
+    try:
+        return json.loads(raw).get("path")
+    except ValueError:
+        return None
+
+
 def metric(s, name, **labels):
     _, samples = s.metrics()
     return sum(h.metric_values(samples, name, **labels))
@@ -278,7 +285,7 @@ class TLSUpstream:
                 sni = outer.sni.get(id(self.connection)) or "-"
                 with outer.lock:
                     outer.log.append((self.path, reused, sni))
-                if self.path.startswith("/big"):
+                if "/big?" in self.path:
                     total = int(self.path.split("n=", 1)[1])
                     self.send_response(200)
                     self.send_header("Content-Length", str(total))
@@ -391,7 +398,7 @@ def test_sni(t):
             err = r.stderr.decode(errors="replace")
             m = re.search(r"subject: (.*)", err)
             t.check("curl https://%s.test/ verifies against the test CA and gets 200" % name,
-                    r.returncode == 0 and b'"path":"/hello"' in r.stdout.replace(b" ", b""),
+                    r.returncode == 0 and body_path(r.stdout) == "/hello",
                     "exit 0, echo body", (r.returncode, r.stdout[:200], err[-400:]))
             t.check("curl sees %s.test's own certificate" % name,
                     m is not None and "CN=%s.test" % name in m.group(1).replace(" ", ""),
@@ -615,7 +622,8 @@ def test_upstream_tls(t):
         ("nosan", nosan.address, "{ ca: %s }" % ca),
         ("wrongname", up.address, "{ ca: %s, sni: nope.test }" % ca),
         ("wrongca", up.address, "{ verify: true, ca: %s, sni: up.test }" % other),
-        ("noverify", up.address, "{ verify: false, ca: %s, sni: up.test }" % other),
+        # `ca` with verify: false is refused at load ('ca' has no use): no CA at all here
+        ("noverify", up.address, "{ verify: false, sni: up.test }"),
     ]
     s = h.start_sluice(proxy_config(targets, "    keepalive: { max_idle: 0 }\n"), suite=t, name="upstream")
     p = s.port()
@@ -649,7 +657,7 @@ def test_upstream_tls(t):
                 "upstream TLS handshake: certificate verify failed: unable to get local issuer certificate",
                 [ln for ln in s.log().splitlines() if "TLS" in ln][-5:])
         r = tls_request(p, path="/noverify/x")
-        t.check("verify: false with the wrong CA: 200", r.status == 200 and r.header("X-SNI") == "up.test",
+        t.check("verify: false (no CA that could verify it): 200", r.status == 200 and r.header("X-SNI") == "up.test",
                 (200, "up.test"), (r.status, r.header("X-SNI")))
     finally:
         s.stop()
@@ -658,6 +666,7 @@ def test_upstream_tls(t):
     conf = proxy_config([("hc", up.address, "{ ca: %s, sni: up.test }" % ca)],
                         "    health: { active: { type: http, path: /health, interval: 200ms, timeout: 1s,\n"
                         "                        healthy_threshold: 1, unhealthy_threshold: 2 } }\n")
+    up.handshake_errors = 0   # the refused handshakes above were counted there
     s = h.start_sluice(conf, suite=t, name="health")
     try:
         n0 = len(up.paths("/health"))
@@ -731,9 +740,15 @@ def test_robustness(t):
                 try:
                     c = socket.create_connection(("127.0.0.1", p), timeout=20)
                     if i % 2:
-                        data = b"\x16\x03\x01\x00\x40" + rnd.randbytes(64)   # a record of junk
+                        # a handshake record of junk; its message type is never ClientHello
+                        # (1), whose random length could make the gateway wait for more
+                        data = b"\x16\x03\x01\x00\x40" + bytes([rnd.choice(range(2, 256))])
+                        data += rnd.randbytes(63)
                     else:
-                        data = bytes([rnd.randrange(0x80, 0x100)]) + rnd.randbytes(199)
+                        # not a record type (0x14-0x18) and no SSLv2 high bit: OpenSSL
+                        # rejects the 5-byte header itself instead of waiting for a body
+                        data = bytes([rnd.choice([b for b in range(0x40) if not 0x14 <= b <= 0x18])])
+                        data += rnd.randbytes(199)
                     c.sendall(data)
                     c.settimeout(20)
                     while c.recv(4096):
