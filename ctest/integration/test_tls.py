@@ -745,10 +745,11 @@ def test_robustness(t):
                         data = b"\x16\x03\x01\x00\x40" + bytes([rnd.choice(range(2, 256))])
                         data += rnd.randbytes(63)
                     else:
-                        # not a record type (0x14-0x18) and no SSLv2 high bit: OpenSSL
-                        # rejects the 5-byte header itself instead of waiting for a body
-                        data = bytes([rnd.choice([b for b in range(0x40) if not 0x14 <= b <= 0x18])])
-                        data += rnd.randbytes(199)
+                        # no SSLv2 high bit and no major version 3: OpenSSL rejects the
+                        # 5-byte header itself instead of waiting for the body it announces
+                        data = bytes([rnd.choice([b for b in range(0x40) if not 0x14 <= b <= 0x18]),
+                                      rnd.choice([b for b in range(256) if b != 3])])
+                        data += rnd.randbytes(198)
                     c.sendall(data)
                     c.settimeout(20)
                     while c.recv(4096):
