@@ -429,14 +429,13 @@ def test_versions_alpn_resumption(t):
         t.check("-tls1_1 is refused: no handshake", rc != 0 and "Cipher is (NONE)" in out
                 and "TLSv1.1, Cipher is" not in out, "handshake failure", out[-600:])
         t.check("-tls1_1: the gateway answers a protocol_version alert",
-                re.search(r"alert protocol version|unsupported protocol|wrong version", out, re.I)
-                is not None, "protocol version alert", out[-600:])
+                "alert protocol version" in out, "alert protocol version", out[-600:])
         rc, out = s_client(p, "-tls1_2", "-servername", "a.test")
         t.check("control: -tls1_2 handshakes with a min_version 1.2 listener",
                 "Protocol  : TLSv1.2" in out or "TLSv1.2, Cipher is" in out, "TLSv1.2", out[-600:])
         rc, out = s_client(p13, "-tls1_2", "-servername", "a.test")
-        t.check("min_version 1.3 refuses -tls1_2", "Cipher is (NONE)" in out and "TLSv1.2, Cipher is ECDHE" not in out,
-                "no handshake", out[-600:])
+        t.check("min_version 1.3 refuses -tls1_2 (a protocol_version alert)",
+                "Cipher is (NONE)" in out and "alert protocol version" in out, "no handshake", out[-600:])
         rc, out = s_client(p13, "-tls1_3", "-servername", "a.test")
         t.check("min_version 1.3 accepts -tls1_3", "TLSv1.3, Cipher is" in out, "TLSv1.3", out[-600:])
 
@@ -759,14 +758,36 @@ def test_robustness(t):
                     if not isinstance(e, ConnectionResetError):
                         errors.append(repr(e))
 
+        # 100 stalled handshakes (50 half ClientHellos, 50 silent), each watched by its own
+        # thread: how long until the gateway closes it (handshake_timeout 1s; the default,
+        # 10s, or a header timeout would be far slower)
         stalled = []
+
+        def stall(k):
+            try:
+                c = socket.create_connection(("127.0.0.1", p), timeout=20)
+            except OSError as e:
+                stalled.append(("connect", repr(e)))
+                return
+            t0 = time.monotonic()
+            try:
+                if k % 2 == 0:
+                    c.sendall(hello[:len(hello) // 2])
+                c.settimeout(30)
+                got = c.recv(1)
+                stalled.append(("closed" if got == b"" else "data", time.monotonic() - t0))
+            except ConnectionResetError:
+                stalled.append(("closed", time.monotonic() - t0))
+            except OSError as e:
+                stalled.append(("error", repr(e)))
+            finally:
+                c.close()
+
         st = threading.Thread(target=steady, daemon=True)
         st.start()
-        for k in range(100):
-            c = socket.create_connection(("127.0.0.1", p), timeout=20)
-            if k % 2 == 0:
-                c.sendall(hello[:len(hello) // 2])
-            stalled.append(c)
+        sts = [threading.Thread(target=stall, args=(k,), daemon=True) for k in range(100)]
+        for th in sts:
+            th.start()
         ths = [threading.Thread(target=garbage, args=(k,), daemon=True) for k in range(20)]
         for th in ths:
             th.start()
@@ -774,18 +795,12 @@ def test_robustness(t):
             th.join(120)
         t.check("1,000 garbage connections were each closed by the gateway", not errors and
                 not any(th.is_alive() for th in ths), "no errors", errors[:5])
-        # the stalled ones are closed by handshake_timeout
-        closed = 0
-        for c in stalled:
-            c.settimeout(20)
-            try:
-                closed += c.recv(1) == b""
-            except ConnectionResetError:
-                closed += 1
-            except OSError:
-                pass
-            c.close()
-        t.check("100 stalled handshakes closed by handshake_timeout: 1s", closed == 100, 100, closed)
+        for th in sts:
+            th.join(60)
+        closed = [x[1] for x in stalled if x[0] == "closed"]
+        t.check("100 stalled handshakes closed by handshake_timeout: 1s (each within 8 s)",
+                len(closed) == 100 and max(closed) < 8.0, "100 closed, max < 8 s",
+                (len(closed), max(closed) if closed else None, [x for x in stalled if x[0] != "closed"][:3]))
         time.sleep(0.5)
         stop.set()
         st.join(60)
@@ -805,6 +820,9 @@ def test_robustness(t):
         ok = wait_for(lambda: abs(fd_count(s.pid) - fd0) <= 2, 10)
         t.check("open FDs back to baseline (+-2)", ok, fd0, fd_count(s.pid))
         growth = (s.rss_kb() - rss0) / 1024.0
+        t.info("handshakes ok=%d failed=%d timeout=%d; stalled closed after %.2f-%.2f s; HTTPS during: %d ok; "
+               "fds %d -> %d; RSS %+.1f MiB" % (okc, failed, timeout, min(closed or [0]), max(closed or [0]),
+                                                served["ok"], fd0, fd_count(s.pid), growth))
         limit = 8 if not SLOW else 64
         t.check("RSS growth < %d MiB" % limit, growth < limit, "< %d MiB" % limit, "%.1f MiB" % growth)
 
