@@ -120,7 +120,7 @@ struct sl_tls_s {
     int sock_err;                /**< the socket's read error (not EOF) */
     int werr;                    /**< a write failed */
     uint8_t user_reading, sock_reading, sock_eof, established, failed, detached, writing, pumping,
-        client;
+        client, delivering;
     char err[200];
 };
 
@@ -672,8 +672,22 @@ static void tls_fail(sl_tls_t *t, int e, const char *when) {
     tls_sock_update(t);
 }
 
-/* Moves what is buffered forward: the handshake, then plaintext to the owner. */
+static void tls_free(sl_tls_t *t);
+static void tls_deliver_now(sl_tls_t *t);
+
+/* Moves what is buffered forward: the handshake, then plaintext to the owner. The owner's
+ * callbacks may close the session (sl_tls_close), and tls_deliver_now reads it after each
+ * callback: a close from inside one only detaches it, and it is freed here, once unused. */
 static void tls_deliver(sl_tls_t *t) {
+    uint8_t outer = !t->delivering;
+    t->delivering = 1;
+    tls_deliver_now(t);
+    if (!outer) return;
+    t->delivering = 0;
+    if (t->detached && !t->writing) tls_free(t);
+}
+
+static void tls_deliver_now(sl_tls_t *t) {
     if (t->detached || t->failed) return;
     if (!t->established) {
         ERR_clear_error();
@@ -827,7 +841,7 @@ static void tls_on_write(uv_write_t *wr, int status) {
     t->flight.len = 0;
     tbuf_release(t, &t->flight);
     if (t->detached) {
-        tls_free(t);
+        if (!t->delivering) tls_free(t);
         return;
     }
     int rc = status < 0 ? (t->werr = status) : tls_flush(t);
@@ -917,7 +931,7 @@ void sl_tls_close(sl_tls_t *t) {
     t->sock_reading = 0;
     t->detached = 1;
     t->s->data = t->owner;
-    if (!t->writing) tls_free(t);
+    if (!t->writing && !t->delivering) tls_free(t); /* else tls_deliver or tls_on_write frees it */
 }
 
 bool sl_tls_established(const sl_tls_t *t) { return t->established; }

@@ -104,8 +104,8 @@ void sl_tls_read_stop(sl_tls_t *t);
 int sl_tls_write(sl_tls_t *t, uv_write_t *wr, const uv_buf_t *bufs, unsigned n, uv_write_cb cb);
 /** Sends close_notify (best effort, without waiting). */
 void sl_tls_shutdown(sl_tls_t *t);
-/** The owner is about to uv_close the stream: restores its `data`; frees the session now
- *  or when its own write ends. */
+/** The owner is about to uv_close the stream: restores its `data`; frees the session now,
+ *  when its own write ends, or (called from inside one of its callbacks) when that returns. */
 void sl_tls_close(sl_tls_t *t);
 
 bool sl_tls_established(const sl_tls_t *t);
