@@ -823,8 +823,12 @@ def test_robustness(t):
         t.info("handshakes ok=%d failed=%d timeout=%d; stalled closed after %.2f-%.2f s; HTTPS during: %d ok; "
                "fds %d -> %d; RSS %+.1f MiB" % (okc, failed, timeout, min(closed or [0]), max(closed or [0]),
                                                 served["ok"], fd0, fd_count(s.pid), growth))
-        limit = 8 if not SLOW else 64
-        t.check("RSS growth < %d MiB" % limit, growth < limit, "< %d MiB" % limit, "%.1f MiB" % growth)
+        if SLOW:
+            # ASan keeps freed memory in quarantine: RSS says nothing there (LeakSanitizer
+            # checks leaks at exit); the plain build asserts the bound
+            t.info("sanitizer build: RSS bound not asserted")
+        else:
+            t.check("RSS growth < 8 MiB", growth < 8, "< 8 MiB", "%.1f MiB" % growth)
 
         c = h.Client(p, timeout=10)
         c.send(h.build_request("GET", "/", host="a.test"))
