@@ -79,6 +79,7 @@ void sl_tls_client_free(sl_tls_client_t *c);
 typedef struct {
     uv_idle_t idle;
     sl_tls_t *head;
+    sl_tls_t *run;  /**< what pump_cb is delivering now (head collects the next turn's) */
     sl_blockpool_t *blocks;
 } sl_tls_pump_t;
 
