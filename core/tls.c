@@ -517,8 +517,10 @@ static void pump_unlink(sl_tls_t *t) {
     if (!t->pumping) return;
     if (t->pprev)
         t->pprev->pnext = t->pnext;
-    else
+    else if (t->pump->head == t)
         t->pump->head = t->pnext;
+    else
+        t->pump->run = t->pnext; /* closed by a session pump_cb delivered before it */
     if (t->pnext) t->pnext->pprev = t->pprev;
     t->pnext = t->pprev = NULL;
     t->pumping = 0;
@@ -526,13 +528,15 @@ static void pump_unlink(sl_tls_t *t) {
 
 static void pump_cb(uv_idle_t *h) {
     sl_tls_pump_t *p = h->data;
-    sl_tls_t *list = p->head;
+    p->run = p->head;
     p->head = NULL;
     uv_idle_stop(h);
-    /* Sessions added while these run wait for the next turn of the loop. */
-    for (sl_tls_t *t = list; t; t = list) {
-        list = t->pnext;
-        if (list) list->pprev = NULL;
+    /* Sessions added while these run wait for the next turn of the loop. The list being
+     * run lives in the pump, so that a delivery closing a session still in it (a client
+     * connection aborting its upstream's) unlinks it from there. */
+    for (sl_tls_t *t; (t = p->run);) {
+        p->run = t->pnext;
+        if (p->run) p->run->pprev = NULL;
         t->pnext = t->pprev = NULL;
         t->pumping = 0;
         tls_deliver(t);
@@ -553,7 +557,7 @@ static void pump_add(sl_tls_t *t) {
 void sl_tls_pump_init(sl_tls_pump_t *p, uv_loop_t *loop, sl_blockpool_t *blocks) {
     uv_idle_init(loop, &p->idle);
     p->idle.data = p;
-    p->head = NULL;
+    p->head = p->run = NULL;
     p->blocks = blocks;
 }
 

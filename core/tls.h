@@ -79,6 +79,7 @@ void sl_tls_client_free(sl_tls_client_t *c);
 typedef struct {
     uv_idle_t idle;
     sl_tls_t *head;
+    sl_tls_t *run;  /**< what pump_cb is delivering now (head collects the next turn's) */
     sl_blockpool_t *blocks;
 } sl_tls_pump_t;
 
@@ -111,8 +112,8 @@ void sl_tls_shutdown(sl_tls_t *t);
 /** Half-close: close_notify, then the socket's write side is shut down once every byte
  *  before it was written; cb(req, status) as uv_shutdown's. Reading goes on. */
 int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb);
-/** The owner is about to uv_close the stream: restores its `data`; frees the session now
- *  or when its own write ends. */
+/** The owner is about to uv_close the stream: restores its `data`; frees the session now,
+ *  when its own write ends, or (called from inside one of its callbacks) when that returns. */
 void sl_tls_close(sl_tls_t *t);
 
 bool sl_tls_established(const sl_tls_t *t);
