@@ -59,7 +59,6 @@ static int tkey_init(const tkey_t *k, unsigned char *iv, EVP_CIPHER_CTX *cctx, E
 
 static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *cctx,
                      EVP_MAC_CTX *hctx, int enc) {
-    (void)ssl;
     tkey_t k;
     int rc = 1;
     pthread_mutex_lock(&tk_mu);
@@ -83,6 +82,11 @@ static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CI
     }
     pthread_mutex_unlock(&tk_mu);
     if (!k.set) return 0; /* unknown key: a full handshake */
+    /* TLS 1.3: answer every resumption with a fresh ticket (2), as OpenSSL's own key
+     * handling does. With 1, OpenSSL sends none after a resumption, and a client that uses
+     * a TLS 1.3 ticket once (OpenSSL's, so wrk's) falls back to a full handshake on every
+     * other connection (scripts/bench-tls, "resumed"); RFC 8446 C.4 asks for single use. */
+    if (!enc && SSL_version(ssl) == TLS1_3_VERSION) rc = 2;
     if (enc) {
         memcpy(name, k.name, 16);
         if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
@@ -391,6 +395,11 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
         SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"sluice", 6);
         if (c->session_tickets) SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
+        /* Without tickets a TLS 1.3 server still sends two NewSessionTicket messages by
+         * default (stateful ones, naming a session in the cache), and with the cache off no
+         * client can ever use them: two records, a session copy and random bytes per full
+         * handshake for nothing (scripts/bench-tls, "full"). */
+        if (!c->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
         if (SSL_CTX_set_cipher_list(ctx, c->ciphers ? c->ciphers : default_ciphers) != 1) {
             ssl_err_text(err, errlen, "no usable cipher in 'ciphers'");
             *bad = -2;

@@ -1,4 +1,4 @@
-"""Shared pieces of scripts/bench-resilience and scripts/bench-edge: ports, processes,
+"""Shared pieces of scripts/bench-resilience, scripts/bench-edge and scripts/bench-tls: ports, processes,
 wrk, medians, the machine-wide bench lock and the release build."""
 
 import fcntl
@@ -71,6 +71,57 @@ def wrk(port, dur, conns, path="/bench", headers=(), script=None):
     if not m:
         raise RuntimeError("wrk said: " + out.stdout[-500:] + out.stderr[-500:])
     return float(m.group(1)), int(bad.group(1)) if bad else 0, errs.group(1) if errs else ""
+
+
+def _latency_ms(text):
+    m = re.match(r"([\d.]+)(us|ms|s)$", text)
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
+
+
+def wrk_url(url, dur, conns, headers=(), env=None, prefix=()):
+    """One wrk run (-t1 --latency) against a full URL (http:// or https://): a dict with rps,
+    requests, p50_ms, p99_ms, non2xx, errors (socket errors, summed) and errs (their text).
+    env: the client's environment (e.g. OPENSSL_CONF); prefix: e.g. ["taskset", "-c", "1"]."""
+    argv = list(prefix) + ["wrk", "-t1", "-c%d" % conns, "-d%ds" % dur, "--latency"]
+    for hd in headers:
+        argv += ["-H", hd]
+    argv.append(url)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=dur + 30, env=env)
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
+    if not m:
+        raise RuntimeError("wrk said: " + out.stdout[-500:] + out.stderr[-500:])
+    n = re.search(r"(\d+) requests in", out.stdout)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
+    errs = re.search(r"Socket errors: (.*)", out.stdout)
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out.stdout, re.M))
+    return {"rps": float(m.group(1)), "requests": int(n.group(1)) if n else 0,
+            "p50_ms": _latency_ms(lat.get("50", "")), "p99_ms": _latency_ms(lat.get("99", "")),
+            "non2xx": int(bad.group(1)) if bad else 0,
+            "errors": sum(int(x) for x in re.findall(r"\d+", errs.group(1))) if errs else 0,
+            "errs": errs.group(1) if errs else "", "raw": out.stdout}
+
+
+def machine_cpu_ticks():
+    """user+nice+system ticks of the whole machine (/proc/stat): what processes' utime+stime
+    add up to. With the benchmark's own CPU subtracted, what other work used meanwhile."""
+    with open("/proc/stat") as f:
+        v = f.readline().split()[1:4]
+    return sum(int(x) for x in v)
+
+
+def wait_quiet(max_wait, threshold=0.10):
+    """Waits (at most max_wait s) for half a second in which the machine used less than
+    threshold of one CPU; returns the seconds waited. Other sessions share this machine: a run
+    that overlaps their builds says more about them than about the gateway."""
+    t0 = time.monotonic()
+    while True:
+        k0 = machine_cpu_ticks()
+        time.sleep(0.5)
+        busy = (machine_cpu_ticks() - k0) / os.sysconf("SC_CLK_TCK") / 0.5
+        if busy < threshold or time.monotonic() - t0 >= max_wait:
+            return time.monotonic() - t0 - 0.5
 
 
 def med(xs):
