@@ -23,12 +23,13 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
     m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
+    m->tcp_sni = calloc((cfg->nlisteners + 1) * SL_SNI_RESULTS, sizeof(uint64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
     if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
-        !m->conns_active || !m->tcp_bytes) {
+        !m->conns_active || !m->tcp_bytes || !m->tcp_sni) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
@@ -44,6 +45,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->up_noresp);
     free(m->conns_active);
     free(m->tcp_bytes);
+    free(m->tcp_sni);
     free(m->plugin_errors);
     free(m->retries);
     free(m->ratelimit);
@@ -157,9 +159,12 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
     }
     for (size_t l = 0; l < fcfg->nlisteners; l++)
         for (size_t k = 0; k < tcfg->nlisteners; k++)
-            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0)
+            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0) {
                 for (size_t dir = 0; dir < 2; dir++)
                     SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
+                for (size_t r = 0; r < SL_SNI_RESULTS; r++)
+                    SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r], from->tcp_sni[l * SL_SNI_RESULTS + r]);
+            }
     SL_COUNTER_ADD(to->accepted, from->accepted);
     SL_COUNTER_ADD(to->requests, from->requests);
 }
@@ -306,6 +311,18 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_bytes[l * 2 + dir]);
             tprintf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
                     dir ? "out" : "in", (unsigned long long)v);
+        }
+    }
+    tprintf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
+                "server name routed them (route, default) or why they were closed (no_route, not_tls, timeout).\n"
+                "# TYPE sluice_tcp_sni_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        if (!cfg->listeners[l].nsni_routes) continue;
+        for (size_t r = 0; r < SL_SNI_RESULTS; r++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_sni[l * SL_SNI_RESULTS + r]);
+            tprintf(&t, "sluice_tcp_sni_total{listener=\"%s\",result=\"%s\"} %llu\n", cfg->listeners[l].name,
+                    sl_sni_result_label[r], (unsigned long long)v);
         }
     }
     tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"

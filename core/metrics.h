@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "sni.h"
 
 #define SL_METRIC_CODES 500 /* status 100..599 */
 #define SL_METRIC_BUCKETS 14
@@ -40,6 +41,8 @@ typedef struct {
     int64_t *conns_active; /**< [nlisteners] */
     uint64_t *tcp_bytes;   /**< [nlisteners][2]: tcp sessions' bytes read from the client (in)
                                 and from the upstream (out), counted as they are read */
+    uint64_t *tcp_sni;     /**< [nlisteners][SL_SNI_RESULTS]: how sessions of listeners with
+                                sni_routes were routed or closed (sni.h) */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
     uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
