@@ -949,6 +949,7 @@ enum {
     L_PROXY_SEND,
     L_PROXY_ACCEPT,
     L_SNI_ROUTES,
+    L_PLUGINS,
     L_N
 };
 static const char *const listener_keys[L_N] = {
@@ -965,6 +966,7 @@ static const char *const listener_keys[L_N] = {
     [L_PROXY_SEND] = "proxy_protocol",
     [L_PROXY_ACCEPT] = "accept_proxy_protocol",
     [L_SNI_ROUTES] = "sni_routes",
+    [L_PLUGINS] = "plugins",
 };
 static const char *const listener_later[] = {"tls", NULL};
 
@@ -1149,8 +1151,18 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
             l->upstream_line = line_of(v);
             l->upstream_col = col_of(v);
         }
-    } else if (tcp && !f[L_SNI_ROUTES].val) {
-        cx_err(cx, m, "missing required key 'upstream' in %s (protocol: tcp, no sni_routes)", where);
+    } else if (tcp && !f[L_SNI_ROUTES].val && !f[L_PLUGINS].val) {
+        cx_err(cx, m, "missing required key 'upstream' in %s (protocol: tcp, no sni_routes or plugins)", where);
+    }
+    /* the connect timeout of a session sent to an address (a preread plugin's choice); the
+     * listener's upstream, when it has one, sets it below */
+    l->connect_timeout_ms = 2 * 1000;
+    if (f[L_PLUGINS].val) {
+        if (!tcp)
+            cx_err(cx, f[L_PLUGINS].key, "'plugins' belongs to protocol: tcp listeners (the preread phase; "
+                                         "http routes list their own plugins)");
+        else
+            parse_plugins(cx, &f[L_PLUGINS], where, &l->plugins, &l->nplugins);
     }
     if (f[L_SNI_ROUTES].val) {
         if (!tcp)
@@ -2191,6 +2203,7 @@ void sl_config_free(sl_config_t *cfg) {
         }
         free(cfg->listeners[i].sni_routes);
         free(cfg->listeners[i].sni_names);
+        plugins_free(cfg->listeners[i].plugins, cfg->listeners[i].nplugins);
         addr_free(&cfg->listeners[i].listen);
     }
     free(cfg->listeners);

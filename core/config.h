@@ -109,6 +109,8 @@ typedef struct {
     sl_sni_name_t *sni_names;    /**< exact names sorted by (length, bytes), then wildcards
                                       longest first */
     size_t nsni_exact, nsni_wild;
+    struct sl_plugin_conf_s *plugins; size_t nplugins; /**< tcp: the preread chain (the global
+                                      chain is HTTP's only) */
     int line, col;
     int upstream_line, upstream_col; /**< where `upstream:` was written (resolved after upstreams) */
     char *upstream_name;
@@ -153,7 +155,7 @@ typedef struct {
     char *value;  /**< exact value to match */
 } sl_kv_t;
 
-typedef struct {
+typedef struct sl_plugin_conf_s {
     char *name;
     char *config_json; /**< the plugin's `config:` mapping as JSON text ("{}" when absent) */
     char *positions_json; /**< {"a.b":[kline,kcol,vline,vcol],...}: where each key and value stands */

@@ -120,6 +120,10 @@ static uint64_t sig_listener(const sl_listener_conf_t *l) {
         for (size_t k = 0; k < r->nnames; k++) h = fnv(h, r->names[k], strlen(r->names[k]) + 1);
         h = fnv(h, r->upstream_name, strlen(r->upstream_name) + 1);
     }
+    for (size_t i = 0; i < l->nplugins; i++) {
+        h = fnv(h, l->plugins[i].name, strlen(l->plugins[i].name) + 1);
+        h = fnv(h, l->plugins[i].config_json, strlen(l->plugins[i].config_json) + 1);
+    }
     return h;
 }
 

@@ -42,6 +42,7 @@
 
 #include "deadline.h"
 #include "log.h"
+#include "lua_host.h"
 #include "proxy_protocol.h"
 #include "server.h"
 #include "sni.h"
@@ -98,7 +99,8 @@ struct sl_tcp_sess_s {
     sl_tcp_sess_t *prev, *next;
     int cfd, ufd;
     uint32_t lidx;
-    int upstream;            /* the listener's, or the one its sni_routes chose */
+    int upstream;            /* the listener's, the one its sni_routes or preread plugins
+                                chose, or SL_TCP_DIRECT (an address: `direct`) */
     int target;
     uint8_t state;           /* ST_* */
     uint8_t cev, uev;        /* poll masks in force */
@@ -107,7 +109,11 @@ struct sl_tcp_sess_s {
     uint8_t up_open;         /* upoll initialised and not closing */
     uint8_t admit, outcome_due, in_flight, attempts;
     uint8_t reset;           /* end with a reset toward both peers */
-    uint64_t tried;          /* targets tried, bit (t % 64) */
+    union {
+        uint64_t tried;          /* targets tried, bit (t % 64) */
+        sl_sockaddr_t *direct;   /* SL_TCP_DIRECT: the address a preread plugin set (owned);
+                                    such a session has no balancer, so no `tried` */
+    };
     uint64_t connect_ns;
     sl_tcp_dir_t d[2];
     sl_sockaddr_t peer;      /* the client: its address, or the source its PROXY header gave */
@@ -335,6 +341,11 @@ static void sess_end(sl_tcp_sess_t *s, bool reset) {
     struct sl_tcpw_s *tw = s->w->tcp;
     attempt_outcome(s, OUT_CANCEL); /* ended while connecting: no verdict on the target */
     attempt_release(s);
+    if (s->upstream == SL_TCP_DIRECT) {
+        free(s->direct);
+        s->direct = NULL;
+        s->upstream = -1;
+    }
     s->state = ST_CLOSED;
     if (s->prev)
         s->prev->next = s->next;
@@ -540,6 +551,16 @@ static void connected(sl_tcp_sess_t *s) {
 
 static void connect_failed(sl_tcp_sess_t *s, int err) {
     const sl_listener_conf_t *lc = lconf(s);
+    if (s->upstream == SL_TCP_DIRECT) {
+        char to[64];
+        sl__addr_text((const struct sockaddr_storage *)(const void *)s->direct, to, sizeof to);
+        sl_log_warn("listener %s: connect to %s (set by a preread plugin) failed: %s", lc->name, to,
+                    err == ETIMEDOUT ? "timed out" : strerror(err));
+        close_upstream(s);
+        sl_deadline_clear(&s->timer);
+        sess_end(s, false);
+        return;
+    }
     const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
     sl_log_warn("listener %s: connect to %s (upstream %s) failed: %s", lc->name, uc->targets[s->target].addr.text,
                 uc->name, err == ETIMEDOUT ? "timed out" : strerror(err));
@@ -556,18 +577,30 @@ static void connect_failed(sl_tcp_sess_t *s, int err) {
 static void sess_connect(sl_tcp_sess_t *s) {
     sl_worker_t *w = s->w;
     const sl_listener_conf_t *lc = lconf(s);
-    const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream_of(s)];
     set_poll(&s->cpoll, &s->cev, 0); /* the client's bytes wait in its socket until then */
-    int t = pick_target(s);
-    if (t < 0) {
-        sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
-                    "every target tried)", lc->name, uc->name);
-        sess_end(s, false);
-        return;
+    const struct sockaddr *sa;
+    socklen_t salen;
+    uint64_t timeout_ms;
+    if (s->upstream == SL_TCP_DIRECT) { /* one address: no balancer, breaker or retry */
+        sa = &s->direct->sa;
+        salen = sa->sa_family == AF_INET6 ? sizeof s->direct->in6 : sizeof s->direct->in;
+        timeout_ms = lc->connect_timeout_ms;
+        s->attempts++;
+    } else {
+        const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream_of(s)];
+        int t = pick_target(s);
+        if (t < 0) {
+            sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
+                        "every target tried)", lc->name, uc->name);
+            sess_end(s, false);
+            return;
+        }
+        attempt_begin(s, t);
+        sa = (const struct sockaddr *)&uc->targets[t].addr.ss;
+        salen = uc->targets[t].addr.len;
+        timeout_ms = uc->connect_timeout_ms;
     }
-    const sl_addr_t *a = &uc->targets[t].addr;
-    attempt_begin(s, t);
-    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd >= 0 && uv_poll_init(&w->loop, &s->upoll, fd) != 0) {
         close(fd);
         fd = -1;
@@ -584,7 +617,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
     s->up_open = 1;
     s->uev = 0;
     s->state = ST_CONNECTING;
-    if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+    if (connect(fd, sa, salen) == 0) {
         connected(s);
         return;
     }
@@ -593,7 +626,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
         return;
     }
     set_poll(&s->upoll, &s->uev, UV_WRITABLE);
-    sl_deadline_set(&s->timer, uc->connect_timeout_ms);
+    sl_deadline_set(&s->timer, timeout_ms);
 }
 
 static int sock_error(int fd) {
@@ -655,14 +688,51 @@ static int preread_sni(sl_tcp_sess_t *s) {
     *sni_len(s) = (uint8_t)nlen;
     int result;
     s->upstream = sl_sni_route(lc, sni_name(s), nlen, &result);
-    sni_count(s, result);
-    if (s->upstream >= 0) return SL_OK;
-    sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
-    sl_log_info("listener %s: closing the connection from %s: %s%.*s%s", lc->name, peer,
-                nlen ? "no sni_routes entry for '" : "no server name and no default upstream", (int)nlen,
-                sni_name(s), nlen ? "' and no default upstream" : "");
-    sess_end(s, false);
-    return SL_ERROR;
+    sni_count(s, result); /* no_route: closed in sess_route unless a preread plugin chooses */
+    return SL_OK;
+}
+
+/* The listener's preread plugins (`plugins:`), at once: SL_OK with s->upstream as they
+ * left it, or SL_ERROR after the session was ended (a plugin closed it, or raised). */
+static int run_plugins(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    struct sl_session_s v = {.w = s->w, .lidx = s->lidx, .cfd = s->cfd, .peer = &s->peer, .upstream = s->upstream};
+    if (lc->nsni_routes && *sni_len(s)) {
+        v.sni = sni_name(s);
+        v.sni_len = *sni_len(s);
+    }
+    int rc = sl_lua_preread(s->w, &v);
+    if (rc != SL_OK) {
+        sess_end(s, rc == SL_ERROR); /* a plugin's close() sent its message: end with a FIN */
+        return SL_ERROR;
+    }
+    if (v.upstream == SL_TCP_DIRECT) {
+        if (!(s->direct = malloc(sizeof *s->direct))) {
+            sess_end(s, true);
+            return SL_ERROR;
+        }
+        *s->direct = v.addr;
+    }
+    s->upstream = v.upstream;
+    return SL_OK;
+}
+
+/* Once the first bytes are settled (or at accept, without a preread): the plugins, then a
+ * connect to where they, sni_routes or the listener say. */
+static void sess_route(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    if (lc->nplugins && run_plugins(s) != SL_OK) return;
+    if (s->upstream == -1) {
+        char peer[64];
+        sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+        size_t nlen = lc->nsni_routes ? *sni_len(s) : 0;
+        sl_log_info("listener %s: closing the connection from %s: no upstream for it (%s%.*s%s)", lc->name, peer,
+                    nlen ? "server name '" : lc->nsni_routes ? "no server name" : "no plugin chose one", (int)nlen,
+                    nlen ? sni_name(s) : "", nlen ? "', no sni_routes entry and no default" : "");
+        sess_end(s, false);
+        return;
+    }
+    sess_connect(s);
 }
 
 /* Reads the connection's first bytes until the PROXY header (accept_proxy_protocol) and
@@ -707,7 +777,7 @@ static void preread(sl_tcp_sess_t *s) {
         d->buf = NULL;
         d->off = 0;
     }
-    sess_connect(s);
+    sess_route(s);
 }
 
 /* ---- events ---- */
@@ -815,7 +885,7 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
         sl_deadline_set(&s->timer, lc->header_timeout_ms);
         return;
     }
-    sess_connect(s);
+    sess_route(s);
 }
 
 /* ---- listeners ---- */

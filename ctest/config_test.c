@@ -988,7 +988,7 @@ static void test_sni_routes(void) {
     EXPECT_ERROR("listeners: [ { name: h, listen: 127.0.0.1:1, sni_routes: [ { sni: [a.test], upstream: u } ] } ]\n" SNI_UP,
                  "1:46: 'sni_routes' belongs to protocol: tcp listeners (http routes match hosts)");
     EXPECT_ERROR("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp } ]\n" SNI_UP,
-                 "1:14: missing required key 'upstream' in listener 't' (protocol: tcp, no sni_routes)");
+                 "1:14: missing required key 'upstream' in listener 't' (protocol: tcp, no sni_routes or plugins)");
     EXPECT_ERROR("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, sni_routes: [] } ]\n" SNI_UP,
                  "1:73: 'sni_routes' of listener 't' needs at least one entry");
 #define SNI_L(routes) "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, sni_routes: [ " routes " ] } ]\n" SNI_UP
@@ -1007,6 +1007,18 @@ static void test_sni_routes(void) {
     EXPECT_ERROR(SNI_L("{ sni: [a.test] }"), "1:75: missing required key 'upstream' in sni_routes[0] of listener 't'");
     EXPECT_ERROR(SNI_L("{ sni: [], upstream: u }"), "1:82: 'sni' of sni_routes[0] of listener 't' needs at least one name");
 #undef SNI_L
+    /* a tcp listener's preread chain: tcp only; plugins and no upstream is valid */
+    EXPECT_ERROR("listeners: [ { name: h, listen: 127.0.0.1:1, plugins: [ { name: x } ] } ]\n" SNI_UP,
+                 "1:46: 'plugins' belongs to protocol: tcp listeners (the preread phase; http routes list "
+                 "their own plugins)");
+    c = PARSE_OK("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, plugins: [ { name: x } ] } ]\n" SNI_UP);
+    if (c) {
+        CHECK_INT(c->listeners[0].nplugins, 1);
+        CHECK_STR(c->listeners[0].plugins[0].name, "x");
+        CHECK_INT(c->listeners[0].upstream, -1);
+        CHECK_INT(c->listeners[0].connect_timeout_ms, 2000);
+    }
+    sl_config_free(c);
 #undef SNI_UP
 }
 

@@ -64,66 +64,43 @@ def der_sha256(pem_path):
         return hashlib.sha256(ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
 
 
-class TLSBackend:
+class TLSBackend(h.TCPServer):
     """A TLS server with one certificate: answers `GET /` with its name and `GET /big` with
     BIG patterned bytes; records every accepted connection and every SNI it was sent."""
 
     def __init__(self, name, cert, key):
         self.name = name
-        self.accepted = 0
         self.snis = []
         self.lock = threading.Lock()
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(cert, key)
         self.ctx.sni_callback = self._on_sni
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.stopping = False
-        threading.Thread(target=self._run, daemon=True).start()
-        h._register(self)
+        super().__init__()
 
     def _on_sni(self, sslobj, server_name, ctx):
         with self.lock:
             self.snis.append(server_name)
 
-    def _run(self):
-        while not self.stopping:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.accepted += 1
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c):
+    def handle(self, c):
         c.settimeout(10)
         try:
             s = self.ctx.wrap_socket(c, server_side=True)
-            req = b""
-            while b"\r\n\r\n" not in req:
-                d = s.recv(4096)
-                if not d:
-                    return
-                req += d
-            path = req.split(b" ", 2)[1]
-            body = BIG_BODY if path == b"/big" else self.name.encode()
-            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
-            s.close()
-        except (OSError, ssl.SSLError):
-            pass
-        finally:
-            c.close()
+        except ssl.SSLError:
+            return
+        req = b""
+        while b"\r\n\r\n" not in req:
+            d = s.recv(4096)
+            if not d:
+                return
+            req += d
+        path = req.split(b" ", 2)[1]
+        body = BIG_BODY if path == b"/big" else self.name.encode()
+        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        s.close()
 
     def counts(self):
         with self.lock:
             return self.accepted, list(self.snis)
-
-    def stop(self):
-        self.stopping = True
-        self.sock.close()
 
 
 def client_ctx(verify=True):
@@ -162,14 +139,7 @@ def refused(port, sni, timeout=5):
 
 def client_hello(sni):
     """The bytes of a real ClientHello for `sni`, and the SSLObject to finish it with."""
-    ctx = client_ctx()
-    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
-    obj = ctx.wrap_bio(inc, out, server_hostname=sni)
-    try:
-        obj.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    return obj, inc, out, out.read()
+    return h.tls_client_hello(sni, client_ctx())
 
 
 def finish_over(sock, obj, inc, out):
@@ -243,7 +213,6 @@ def setup(t):
     S["fp"] = {n: der_sha256(c) for n, (c, _) in certs.items()}
     S["be"] = {n: TLSBackend(n, c, k) for n, (c, k) in certs.items()}
     S["raw"] = RawListener()
-    h._register(S["raw"])
     up = lambda name, port: "  - { name: %s, targets: [ { address: 127.0.0.1:%d } ] }\n" % (name, port)  # noqa: E731
     routes = ("    sni_routes:\n"
               "      - { sni: [a.test, \"*.a.test\"], upstream: up_a }\n"

@@ -72,6 +72,15 @@ int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const ch
 int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl, double *out, const char **err);
 int sl_ffi_shdict_delete(const char *k, size_t kl);
 int memcmp(const void *a, const void *b, size_t n);
+typedef struct sl_session_s sl_session_t;
+int sl_ffi_session_client_ip(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_client_port(sl_session_t *s);
+int sl_ffi_session_sni(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_listener(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_upstream(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_set_upstream(sl_session_t *s, const char *name, size_t len, const char **err);
+void sl_ffi_session_close(sl_session_t *s, const char *msg, size_t len);
+void sl_ffi_session_log(sl_session_t *s, int level, const char *plugin, const char *msg, size_t len);
 ]]
 
 local C = ffi.C
@@ -94,9 +103,17 @@ _M.ctx = nil
 _M.route = nil
 _M.plugin = nil
 _M.exited = false
+-- The tcp session whose preread chain is running (nil otherwise): while it is set there is
+-- no request, so the request API refuses instead of reading a stale one.
+_M.sess = nil
 
 function _M.begin(req, ctx, route)
-    _M.req, _M.ctx, _M.route, _M.exited = req, ctx, route, false
+    _M.req, _M.ctx, _M.route, _M.exited, _M.sess = req, ctx, route, false, nil
+end
+
+function _M.begin_session(sess, ctx, listener)
+    _M.req, _M.sess, _M.ctx, _M.route, _M.exited = nil, sess, ctx, nil, false
+    _M.listener = listener
 end
 
 local got = C.sl_ffi_abi_version()

@@ -16,7 +16,13 @@ local _M = { version = "0.1.0" }
 
 local function cur()
     local r = base.req
-    if r == nil then error("no request is being served here (sluice API used outside a phase)", 3) end
+    if r == nil then
+        if base.sess ~= nil then
+            error("a tcp listener's preread has no request: use sluice.session (and preread cannot wait: "
+                  .. "no sleep, http or redis)", 3)
+        end
+        error("no request is being served here (sluice API used outside a phase)", 3)
+    end
     return r
 end
 
@@ -200,11 +206,61 @@ header_editors(response, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.s
 
 _M.upstream = {}
 
--- Sends this request to another configured upstream (by name). Returns true or nil, err.
+-- Sends this request (or, in preread, this tcp session) to another configured upstream
+-- (by name) or to an IP:PORT address. Returns true or nil, err.
 function _M.upstream.set(name)
     check_str(name, "upstream")
-    if C.sl_ffi_upstream_set(cur(), name, #name, err_p) ~= 0 then return nil, ffi_string(err_p[0]) end
+    local s, rc = base.sess, nil
+    if s ~= nil then
+        rc = C.sl_ffi_session_set_upstream(s, name, #name, err_p)
+    else
+        rc = C.sl_ffi_upstream_set(cur(), name, #name, err_p)
+    end
+    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
     return true
+end
+
+-- ---------------------------------------------------------------- session (tcp preread)
+
+local session = {}
+_M.session = session
+
+local function sess()
+    local s = base.sess
+    if s == nil then error("sluice.session is for a tcp listener's preread phase", 3) end
+    return s
+end
+
+local function sess_getter(fn)
+    return function()
+        if fn(sess(), str_p, len_p) ~= 0 then return nil end
+        return ffi_string(str_p[0], len_p[0])
+    end
+end
+
+-- The client's address (the source its PROXY header gave, when accepted) and port.
+session.get_client_ip = sess_getter(C.sl_ffi_session_client_ip)
+function session.get_client_port() return C.sl_ffi_session_client_port(sess()) end
+-- The TLS server name (lower-case) of the client's ClientHello on a listener with
+-- sni_routes; nil when it sent none or the listener does not read it.
+session.get_sni = sess_getter(C.sl_ffi_session_sni)
+session.get_listener = sess_getter(C.sl_ffi_session_listener)
+-- Where the session goes so far: an upstream's name or an IP:PORT; nil when nothing
+-- matched and the listener has no default.
+session.get_upstream = sess_getter(C.sl_ffi_session_upstream)
+
+-- Closes the session when the current plugin returns; the rest of the chain does not
+-- run and no upstream is connected. `message` (optional) is sent to the client first,
+-- as far as its socket takes it at once.
+function session.close(message)
+    local s = sess()
+    if message ~= nil then
+        check_str(message, "message")
+        C.sl_ffi_session_close(s, message, #message)
+    else
+        C.sl_ffi_session_close(s, nil, 0)
+    end
+    base.exited = true
 end
 
 -- ---------------------------------------------------------------- balancer, breaker
@@ -274,7 +330,12 @@ local function logger(level)
         local parts = {}
         for i = 1, n do parts[i] = tostring((select(i, ...))) end
         local msg = concat(parts, " ")
-        C.sl_ffi_log(base.req, level, base.plugin, msg, #msg)
+        local s = base.sess
+        if s ~= nil then
+            C.sl_ffi_session_log(s, level, base.plugin, msg, #msg)
+        else
+            C.sl_ffi_log(base.req, level, base.plugin, msg, #msg)
+        end
     end
 end
 log.debug, log.info, log.warn, log.err = logger(0), logger(1), logger(2), logger(3)
