@@ -111,6 +111,17 @@ function _M.begin(req, ctx, route)
     _M.req, _M.ctx, _M.route, _M.exited, _M.sess = req, ctx, route, false, nil
 end
 
+-- Suspends the running request's coroutine (the caller armed what resumes it) and, once
+-- resumed, puts back what the API reads: other requests' phases (and tcp sessions'
+-- preread) ran in between and left their own req, ctx, route, plugin and exit flag. Every
+-- API that waits goes through here.
+local co_yield = coroutine.yield
+function _M.wait()
+    local req, ctx, route, plugin, exited = _M.req, _M.ctx, _M.route, _M.plugin, _M.exited
+    co_yield()
+    _M.req, _M.ctx, _M.route, _M.plugin, _M.exited, _M.sess = req, ctx, route, plugin, exited, nil
+end
+
 function _M.begin_session(sess, ctx, listener)
     _M.req, _M.sess, _M.ctx, _M.route, _M.exited = nil, sess, ctx, nil, false
     _M.listener = listener

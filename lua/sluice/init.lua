@@ -10,7 +10,6 @@ local str_p, len_p, str2_p, len2_p, err_p, num_p =
     base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p, base.num_p
 local ffi_string, tonumber, tostring, type, pairs, error = ffi.string, tonumber, tostring, type, pairs, error
 local lower, concat = string.lower, table.concat
-local co_yield = coroutine.yield
 
 local _M = { version = "0.1.0" }
 
@@ -117,15 +116,13 @@ end
 -- worker: only in rewrite and access. Returns nil, err when it is over the limit.
 function request.get_body()
     local r = cur()
-    local ctx, route, plugin = base.ctx, base.route, base.plugin
     while true do
         local rc = C.sl_ffi_req_get_body(r, str_p, len_p, err_p)
         if rc == 0 then
             if str_p[0] == nil then return nil end
             return ffi_string(str_p[0], len_p[0])
         elseif rc == -2 then
-            co_yield()
-            base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+            base.wait()
         else
             return nil, ffi_string(err_p[0])
         end
@@ -346,10 +343,8 @@ log.debug, log.info, log.warn, log.err = logger(0), logger(1), logger(2), logger
 function _M.sleep(s)
     local r = cur()
     if type(s) ~= "number" or s < 0 then error("sleep needs a number of seconds >= 0", 2) end
-    local ctx, route, plugin = base.ctx, base.route, base.plugin
     ffi_err(C.sl_ffi_sleep(r, s * 1000, err_p))
-    co_yield()
-    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+    base.wait()
 end
 
 _M.time = {}
