@@ -877,6 +877,16 @@ class TCPServer:
         self.sock.close()
 
 
+def recv_all(sock, chunk=65536):
+    """Everything `sock` (a socket or an ssl socket) gives until EOF."""
+    data = b""
+    while True:
+        d = sock.recv(chunk)
+        if not d:
+            return data
+        data += d
+
+
 def tls_client_hello(sni, ctx=None):
     """A TLS client's first flight for `sni` (None: no SNI), made in memory with `ctx` (by
     default one that verifies nothing). Returns (the SSLObject, its incoming and outgoing

@@ -54,12 +54,7 @@ def test_exit_does_not_leak_into_a_waiting_request(t):
     r = h.request(gw.port("web"), "GET", "/exit", timeout=5)
     t.check("another request exits meanwhile", r.status == 418, 418, r.status)
     with socket.create_connection(("127.0.0.1", gw.port("tcp")), timeout=5) as s:
-        data = b""
-        while True:
-            d = s.recv(4096)
-            if not d:
-                break
-            data += d
+        data = h.recv_all(s)
     t.check("a tcp session's preread closes itself meanwhile", b'"listener":"tcp"' in data, "tcp-info", data)
     th.join(10)
     got = res.get("slow")

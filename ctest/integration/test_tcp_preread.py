@@ -170,12 +170,7 @@ def test_session_api(t):
     s.settimeout(5)
     s.connect(("127.0.0.1", port))
     s.sendall(client_hello("X.Test"))
-    data = b""
-    while True:
-        d = s.recv(4096)
-        if not d:
-            break
-        data += d
+    data = h.recv_all(s)
     s.close()
     try:
         info = json.loads(data)

@@ -118,12 +118,7 @@ def tls_get(port, sni, path="/", verify=True, timeout=10):
         with ctx.wrap_socket(raw, server_hostname=sni) as s:
             der = s.getpeercert(binary_form=True)
             s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-            data = b""
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                data += d
+            data = h.recv_all(s)
     head, _, body = data.partition(b"\r\n\r\n")
     return der, body
 
