@@ -9,6 +9,12 @@
  * timeout, or on an error. PROXY protocol headers are sent to the upstream and read
  * from trusted peers (proxy_protocol.h).
  *
+ * Before it connects, a session may preread: the PROXY header (accept_proxy_protocol)
+ * and the TLS ClientHello (sni_routes, sni.h) are read into the session's block, which
+ * then goes to the upstream first; the listener's Lua preread chain (`plugins:`,
+ * lua_host.h) runs once over a struct sl_session_s view and may pick the upstream, an
+ * address, or close. Without any of these a session connects at accept.
+ *
  * Ownership: the listener sockets handed to sl__tcp_listen, the sessions and the pipe
  * pool belong to the worker; everything here runs on the worker's thread, except
  * sl__tcp_listen, called by sl_worker_start before the thread runs its loop.
