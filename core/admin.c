@@ -109,8 +109,13 @@ static const char *const layer_label[SL_LAYERS] = {[SL_LAYER_HTTP] = "http", [SL
 
 /* Does a protocol: tcp listener use upstream u (so its TCP-layer breakers are in use)? */
 static bool tcp_upstream(const sl_config_t *cfg, size_t u) {
-    for (size_t i = 0; i < cfg->nlisteners; i++)
-        if (cfg->listeners[i].protocol == SL_PROTO_TCP && cfg->listeners[i].upstream == (int)u) return true;
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (l->protocol != SL_PROTO_TCP) continue;
+        if (l->upstream == (int)u) return true;
+        for (size_t k = 0; k < l->nsni_routes; k++)
+            if (l->sni_routes[k].upstream == (int)u) return true;
+    }
     return false;
 }
 
@@ -149,7 +154,32 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         tjson(&t, cfg->listeners[i].name);
         tput(&t, ",\"listen\":");
         tjson(&t, srv->listen_text[i]);
-        tput(&t, ",\"protocol\":\"http\"}");
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (l->protocol != SL_PROTO_TCP) {
+            tput(&t, ",\"protocol\":\"http\"}");
+            continue;
+        }
+        tput(&t, ",\"protocol\":\"tcp\",\"upstream\":");
+        if (l->upstream >= 0)
+            tjson(&t, cfg->upstreams[l->upstream].name);
+        else
+            tput(&t, "null");
+        if (l->nsni_routes) {
+            tput(&t, ",\"sni_routes\":[");
+            for (size_t k = 0; k < l->nsni_routes; k++) {
+                const sl_sni_route_conf_t *r = &l->sni_routes[k];
+                tput(&t, "%s{\"sni\":[", k ? "," : "");
+                for (size_t j = 0; j < r->nnames; j++) {
+                    if (j) tput(&t, ",");
+                    tjson(&t, r->names[j]);
+                }
+                tput(&t, "],\"upstream\":");
+                tjson(&t, cfg->upstreams[r->upstream].name);
+                tput(&t, "}");
+            }
+            tput(&t, "]");
+        }
+        tput(&t, "}");
     }
     tput(&t, "],\"routes\":[");
     for (size_t i = 0; i < cfg->nroutes; i++) {

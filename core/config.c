@@ -949,6 +949,8 @@ enum {
     L_PROXY_SEND,
     L_PROXY_ACCEPT,
     L_TLS,
+    L_SNI_ROUTES,
+    L_PLUGINS,
     L_N
 };
 static const char *const listener_keys[L_N] = {
@@ -965,6 +967,8 @@ static const char *const listener_keys[L_N] = {
     [L_PROXY_SEND] = "proxy_protocol",
     [L_PROXY_ACCEPT] = "accept_proxy_protocol",
     [L_TLS] = "tls",
+    [L_SNI_ROUTES] = "sni_routes",
+    [L_PLUGINS] = "plugins",
 };
 
 /* "10.0.0.0/8", "::1", "192.168.1.7" -> an sl_cidr_t; false with an error. */
@@ -1120,6 +1124,105 @@ static const char *const proxy_send_keys[PP_N] = {"send"};
 enum { PA_FROM, PA_N };
 static const char *const proxy_accept_keys[PA_N] = {"from"};
 
+static bool check_host(cx_t *cx, const yaml_node_t *v, char *s);
+
+enum { SR_SNI, SR_UPSTREAM, SR_N };
+static const char *const sni_route_keys[SR_N] = {"sni", "upstream"};
+
+/* A TLS server name to route on: a host name or a "*." wildcard, as a route's hosts (and
+ * lower-cased like them), but never an IP literal: RFC 6066 forbids those in SNI. */
+static bool check_sni(cx_t *cx, const yaml_node_t *v, char *s) {
+    if (!check_host(cx, v, s)) return false;
+    struct in_addr a4;
+    if (s[0] == '[' || inet_pton(AF_INET, s, &a4) == 1) {
+        cx_err(cx, v, "sni '%s': an IP address is never a TLS server name (RFC 6066)", s);
+        return false;
+    }
+    return true;
+}
+
+/* `sni_routes:` of a tcp listener: each entry's names and upstream name (resolved with
+ * the listener's own upstream, once the upstreams are parsed). */
+static void parse_sni_routes(cx_t *cx, const field_t *f, const char *where, sl_listener_conf_t *l) {
+    size_t len;
+    if (!list_len(cx, f, &len)) return;
+    if (len == 0) {
+        cx_err(cx, f->val, "'sni_routes' of %s needs at least one entry", where);
+        return;
+    }
+    if (!(l->sni_routes = cx_calloc(cx, len, sizeof *l->sni_routes))) return;
+    l->nsni_routes = len;
+    for (size_t i = 0; i < len; i++) {
+        sl_sni_route_conf_t *r = &l->sni_routes[i];
+        r->upstream = -1;
+        const yaml_node_t *m = list_map(cx, f, i);
+        if (!m) continue;
+        char sub[192];
+        snprintf(sub, sizeof sub, "sni_routes[%zu] of %s", i, where);
+        field_t rf[SR_N];
+        scan_map(cx, m, sub, sni_route_keys, rf, SR_N, NULL);
+        r->line = line_of(m);
+        r->col = col_of(m);
+        const yaml_node_t *v = required(cx, m, &rf[SR_SNI], sub);
+        if (v) {
+            get_str_list(cx, &rf[SR_SNI], check_sni, &r->names, &r->nnames);
+            if (v->type == YAML_SEQUENCE_NODE && r->nnames == 0) cx_err(cx, v, "'sni' of %s needs at least one name", sub);
+        }
+        /* a name listed twice (in this entry or an earlier one) is an error at the second */
+        for (size_t k = 0; k < r->nnames; k++) {
+            if (!r->names[k]) continue;
+            bool dup = false;
+            for (size_t j = 0; j <= i && !dup; j++) {
+                const sl_sni_route_conf_t *o = &l->sni_routes[j];
+                for (size_t q = 0; q < (j == i ? k : o->nnames) && !dup; q++)
+                    dup = o->names[q] && strcmp(o->names[q], r->names[k]) == 0;
+            }
+            if (dup) cx_err(cx, seq_at(cx, v, k), "sni '%s' is listed twice in %s", r->names[k], where);
+        }
+        if ((v = required(cx, m, &rf[SR_UPSTREAM], sub)) && get_string(cx, v, "upstream", &r->upstream_name)) {
+            r->upstream_line = line_of(v);
+            r->upstream_col = col_of(v);
+        }
+    }
+}
+
+static int cmp_sni_exact(const void *a, const void *b) {
+    const sl_sni_name_t *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return memcmp(x->name, y->name, x->len);
+}
+
+static int cmp_sni_wild(const void *a, const void *b) {
+    const sl_sni_name_t *x = a, *y = b;
+    return x->len == y->len ? 0 : x->len > y->len ? -1 : 1;
+}
+
+/* The lookup table of sl_sni_route: exact names sorted for a binary search, then the
+ * wildcards' suffixes longest first. After the upstream names were resolved. */
+static void build_sni_names(cx_t *cx, sl_listener_conf_t *l) {
+    size_t n = 0;
+    for (size_t i = 0; i < l->nsni_routes; i++) n += l->sni_routes[i].nnames;
+    if (!n || !(l->sni_names = cx_calloc(cx, n, sizeof *l->sni_names))) return;
+    size_t ne = 0, nw = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < l->nsni_routes; i++) {
+            const sl_sni_route_conf_t *r = &l->sni_routes[i];
+            for (size_t k = 0; k < r->nnames; k++) {
+                const char *s = r->names[k];
+                if (!s || (s[0] == '*') != (pass == 1)) continue;
+                sl_sni_name_t *e = &l->sni_names[pass ? ne + nw++ : ne++];
+                e->name = pass ? s + 1 : s;
+                e->len = (uint32_t)strlen(e->name);
+                e->upstream = r->upstream;
+            }
+        }
+    }
+    qsort(l->sni_names, ne, sizeof *l->sni_names, cmp_sni_exact);
+    qsort(l->sni_names + ne, nw, sizeof *l->sni_names, cmp_sni_wild);
+    l->nsni_exact = ne;
+    l->nsni_wild = nw;
+}
+
 static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_listener_conf_t *l = &cx->cfg->listeners[idx];
     char where[128];
@@ -1166,8 +1269,24 @@ static void parse_listener(cx_t *cx, const yaml_node_t *m, size_t idx) {
             l->upstream_line = line_of(v);
             l->upstream_col = col_of(v);
         }
-    } else if (tcp) {
-        cx_err(cx, m, "missing required key 'upstream' in %s (protocol: tcp)", where);
+    } else if (tcp && !f[L_SNI_ROUTES].val && !f[L_PLUGINS].val) {
+        cx_err(cx, m, "missing required key 'upstream' in %s (protocol: tcp, no sni_routes or plugins)", where);
+    }
+    /* the connect timeout of a session sent to an address (a preread plugin's choice); the
+     * listener's upstream, when it has one, sets it below */
+    l->connect_timeout_ms = 2 * 1000;
+    if (f[L_PLUGINS].val) {
+        if (!tcp)
+            cx_err(cx, f[L_PLUGINS].key, "'plugins' belongs to protocol: tcp listeners (the preread phase; "
+                                         "http routes list their own plugins)");
+        else
+            parse_plugins(cx, &f[L_PLUGINS], where, &l->plugins, &l->nplugins);
+    }
+    if (f[L_SNI_ROUTES].val) {
+        if (!tcp)
+            cx_err(cx, f[L_SNI_ROUTES].key, "'sni_routes' belongs to protocol: tcp listeners (http routes match hosts)");
+        else
+            parse_sni_routes(cx, &f[L_SNI_ROUTES], where, l);
     }
     if ((v = f[L_SPLICE].val)) {
         const char *s = get_text(cx, v, "splice", "a string");
@@ -2085,6 +2204,13 @@ static void parse_root(cx_t *cx, const yaml_node_t *root) {
     }
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         sl_listener_conf_t *l = &cfg->listeners[i];
+        for (size_t k = 0; k < l->nsni_routes; k++) {
+            sl_sni_route_conf_t *r = &l->sni_routes[k];
+            if (r->upstream_name && (r->upstream = find_upstream(cfg, r->upstream_name)) < 0)
+                cx_at(cx, r->upstream_line, r->upstream_col, "sni_routes[%zu] of listener '%s' names unknown upstream '%s'",
+                      k, l->name ? l->name : "?", r->upstream_name);
+        }
+        build_sni_names(cx, l);
         if (!l->upstream_name) continue;
         l->upstream = find_upstream(cfg, l->upstream_name);
         if (l->upstream < 0)
@@ -2273,6 +2399,13 @@ void sl_config_free(sl_config_t *cfg) {
         free(cfg->listeners[i].upstream_name);
         free(cfg->listeners[i].proxy_from);
         tls_listener_free(cfg->listeners[i].tls);
+        for (size_t k = 0; k < cfg->listeners[i].nsni_routes; k++) {
+            strs_free(cfg->listeners[i].sni_routes[k].names, cfg->listeners[i].sni_routes[k].nnames);
+            free(cfg->listeners[i].sni_routes[k].upstream_name);
+        }
+        free(cfg->listeners[i].sni_routes);
+        free(cfg->listeners[i].sni_names);
+        plugins_free(cfg->listeners[i].plugins, cfg->listeners[i].nplugins);
         addr_free(&cfg->listeners[i].listen);
     }
     free(cfg->listeners);

@@ -72,11 +72,28 @@ typedef struct {
 enum { SL_SPLICE_AUTO = 0, SL_SPLICE_OFF = 1 };
 enum { SL_PROXY_NONE = 0, SL_PROXY_V1 = 1, SL_PROXY_V2 = 2 };
 
+/** One entry of a tcp listener's `sni_routes`. */
+typedef struct {
+    char **names; size_t nnames;  /**< lower-cased, as written ("a.example.com", "*.example.org") */
+    int upstream;                 /**< index into upstreams */
+    char *upstream_name;
+    int line, col, upstream_line, upstream_col;
+} sl_sni_route_conf_t;
+
+/** A name of sni_routes in the lookup table (sni.c's sl_sni_route). */
+typedef struct {
+    const char *name;  /**< borrowed from sni_routes: the exact name, or a wildcard's suffix
+                            (".example.org" for "*.example.org") */
+    uint32_t len;
+    int upstream;
+} sl_sni_name_t;
+
 typedef struct {
     char *name;
     sl_addr_t listen;
     int protocol;                /**< SL_PROTO_HTTP or SL_PROTO_TCP */
-    int upstream;                /**< tcp: index into upstreams (required); -1 for http */
+    int upstream;                /**< tcp: index into upstreams (the default with sni_routes,
+                                      optional there: -1 when absent); -1 for http */
     int splice;                  /**< tcp: SL_SPLICE_AUTO (default) or SL_SPLICE_OFF (read/write copy) */
     int proxy_send;              /**< tcp: SL_PROXY_* header sent to the upstream first */
     sl_cidr_t *proxy_from;       /**< accept_proxy_protocol.from: peers whose PROXY header is read */
@@ -87,7 +104,14 @@ typedef struct {
     uint32_t max_request_line;   /**< default 8 KiB -> 414 */
     uint64_t header_timeout_ms;  /**< total deadline for a request head, default 10s */
     uint64_t idle_timeout_ms;    /**< http: keep-alive idle, default 60s; tcp: session idle, default 300s */
-    uint64_t connect_timeout_ms; /**< tcp: the upstream's timeouts.connect */
+    uint64_t connect_timeout_ms; /**< tcp: the upstream's timeouts.connect (per session with
+                                      sni_routes: the chosen upstream's) */
+    sl_sni_route_conf_t *sni_routes; size_t nsni_routes; /**< tcp: TLS passthrough by SNI */
+    sl_sni_name_t *sni_names;    /**< exact names sorted by (length, bytes), then wildcards
+                                      longest first */
+    size_t nsni_exact, nsni_wild;
+    struct sl_plugin_conf_s *plugins; size_t nplugins; /**< tcp: the preread chain (the global
+                                      chain is HTTP's only) */
     sl_tls_listener_conf_t *tls; /**< http: TLS termination (`tls:`), else NULL */
     int line, col;
     int upstream_line, upstream_col; /**< where `upstream:` was written (resolved after upstreams) */
@@ -134,7 +158,7 @@ typedef struct {
     char *value;  /**< exact value to match */
 } sl_kv_t;
 
-typedef struct {
+typedef struct sl_plugin_conf_s {
     char *name;
     char *config_json; /**< the plugin's `config:` mapping as JSON text ("{}" when absent) */
     char *positions_json; /**< {"a.b":[kline,kcol,vline,vcol],...}: where each key and value stands */

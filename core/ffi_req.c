@@ -236,42 +236,16 @@ int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char *
 }
 
 int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err) {
-    const sl_config_t *cfg = r->w->cfg;
     if (r->up || r->stage > SL_STAGE_ACCESS) {
         *err = "the upstream was already chosen";
         return SL_ERROR;
     }
-    for (size_t i = 0; i < cfg->nupstreams; i++)
-        if (strlen(cfg->upstreams[i].name) == len && memcmp(cfg->upstreams[i].name, name, len) == 0) {
-            r->upstream = (int)i;
-            r->to_address = 0;
-            return SL_OK;
-        }
-    /* Not a name: an address ("10.0.0.7:8080", "[::1]:9000"; IP literals only, so the
-     * request never waits for a resolver). */
-    char text[sizeof(r->address_text)];
-    sl_addr_t a;
-    if (len == 0 || len >= sizeof(text) || !memchr(name, ':', len)) {
-        *err = "no upstream of that name (an address is HOST:PORT with an IP literal host)";
+    _Static_assert(sizeof(r->address_text) == SL_ADDR_TEXT_MAX, "an address text is SL_ADDR_TEXT_MAX");
+    int up;
+    if (sl_upstream_resolve(r->w->cfg, name, len, &up, &r->address, r->address_text, err) != SL_OK)
         return SL_ERROR;
-    }
-    memcpy(text, name, len);
-    text[len] = 0;
-    if (sl_parse_addr(text, &a) != 0) {
-        *err = "no upstream of that name, and not an IP:PORT address";
-        return SL_ERROR;
-    }
-    free(a.text);
-    uint16_t port = a.ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a.ss)->sin6_port
-                                               : ((struct sockaddr_in *)&a.ss)->sin_port;
-    if (port == 0) {
-        *err = "the address needs a port";
-        return SL_ERROR;
-    }
-    r->address = a.ss;
-    memcpy(r->address_text, text, len + 1);
-    r->to_address = 1;
-    r->upstream = -1;
+    r->upstream = up;
+    r->to_address = up < 0;
     return SL_OK;
 }
 

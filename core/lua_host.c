@@ -8,6 +8,7 @@
 
 #include "http_conn.h"
 #include "log.h"
+#include "tcp_proxy.h"
 
 const char *sl_lua_dir(void) {
     const char *d = getenv("SLUICE_LUA_DIR");
@@ -114,6 +115,21 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
         lua_rawseti(L, -2, (int)i + 1);
     }
     lua_setfield(L, -2, "routes");
+    /* listeners = { {index, name, plugins = chain}, ... }: the tcp listeners with plugins */
+    lua_newtable(L);
+    for (size_t i = 0, n = 0; i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (!l->nplugins) continue;
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, (lua_Integer)i);
+        lua_setfield(L, -2, "index");
+        lua_pushstring(L, l->name);
+        lua_setfield(L, -2, "name");
+        push_chain(L, l->plugins, l->nplugins);
+        lua_setfield(L, -2, "plugins");
+        lua_rawseti(L, -2, (int)++n);
+    }
+    lua_setfield(L, -2, "listeners");
 }
 
 int sl_lua_open(sl_worker_t *w, const char **err) {
@@ -125,8 +141,10 @@ int sl_lua_open(sl_worker_t *w, const char **err) {
     if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
     lua_getfield(L, -1, "new");
     push_generation(L, w->cfg);
-    /* returns router dispatcher, phase dispatcher, { [route index] = phase bits } */
-    if (lua_pcall(L, 1, 3, 0) != 0) goto fail;
+    /* returns router dispatcher, phase dispatcher, { [route index] = phase bits }, preread
+     * dispatcher */
+    if (lua_pcall(L, 1, 4, 0) != 0) goto fail;
+    w->lua_preread = luaL_ref(L, LUA_REGISTRYINDEX);
     w->route_phases = calloc(w->cfg->nroutes + 1, 1);
     if (!w->route_phases) {
         *err = "out of memory";
@@ -247,6 +265,30 @@ int sl_lua_phase(sl_req_t *r, int phase) {
         drop_coroutine(r);
         return SL_ERROR;
     }
+    return rc;
+}
+
+int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s) {
+    lua_State *L = w->L;
+    const char *listener = w->cfg->listeners[s->lidx].name;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_preread);
+    lua_pushlightuserdata(L, s);
+    lua_pushinteger(L, (lua_Integer)s->lidx);
+    /* the dispatcher returns (code, chain position, plugin name, message), as the phase
+     * dispatcher does: 0 carry on, 1 closed by a plugin, 2 a plugin raised */
+    if (lua_pcall(L, 2, 4, 0) != 0) {
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener}, 1, "lua: %s", lua_tostring(L, -1));
+        lua_settop(L, 0);
+        return SL_ERROR;
+    }
+    int code = (int)lua_tointeger(L, 1), rc = code == 0 ? SL_OK : code == 1 ? SL_DONE : SL_ERROR;
+    if (code == 2) {
+        const char *plugin = lua_tostring(L, 3);
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener, "plugin", plugin ? plugin : "?"}, 2,
+                  "plugin error in preread: %s", lua_tostring(L, 4) ? lua_tostring(L, 4) : "?");
+        sl_metrics_listener_plugin_error(&w->metrics, s->lidx, (int)lua_tointeger(L, 2));
+    }
+    lua_settop(L, 0);
     return rc;
 }
 

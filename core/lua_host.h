@@ -45,6 +45,15 @@ int sl_lua_resume(sl_req_t *r);
 /** Releases the request's coroutine and ctx. */
 void sl_lua_req_end(sl_req_t *r);
 
+struct sl_session_s;
+/**
+ * Runs tcp listener s->lidx's preread chain (its `plugins:`) for one session, at once:
+ * preread cannot wait (sleep, http, redis raise). SL_OK: carry on to s->upstream (possibly
+ * changed). SL_DONE: a plugin closed the session. SL_ERROR: a plugin raised (logged with
+ * the listener and plugin, counted in sluice_plugin_errors_total{route="listener:NAME"}).
+ */
+int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s);
+
 /** Where lua/ lives: $SLUICE_LUA_DIR, else the source tree this binary was built from. */
 const char *sl_lua_dir(void);
 /** Where the built-in plugins live: $SLUICE_PLUGIN_DIR, else <source>/plugins. */

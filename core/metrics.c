@@ -24,12 +24,14 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
     m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
     m->tls_hs = calloc((cfg->nlisteners + 1) * SL_TLS_HS_RESULTS, sizeof(uint64_t));
+    m->tcp_sni = calloc((cfg->nlisteners + 1) * SL_SNI_RESULTS, sizeof(uint64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
+    m->lplugin_errors = calloc((cfg->nlisteners + 1) * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
-    if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors ||
-        !m->conns_active || !m->tcp_bytes || !m->tls_hs) {
+    if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
+        !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
@@ -46,7 +48,9 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->conns_active);
     free(m->tcp_bytes);
     free(m->tls_hs);
+    free(m->tcp_sni);
     free(m->plugin_errors);
+    free(m->lplugin_errors);
     free(m->retries);
     free(m->ratelimit);
     memset(m, 0, sizeof(*m));
@@ -82,6 +86,11 @@ void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status,
     else /* no response: refused, reset, timed out; shown as code="0" */
         SL_COUNTER_ADD(m->up_noresp[t], 1);
     hist_add(&m->up_dur[t], dur_ns);
+}
+
+void sl_metrics_listener_plugin_error(sl_wmetrics_t *m, uint32_t lidx, int pos) {
+    if (pos < 0 || pos >= SL_METRIC_MAX_CHAIN) return;
+    SL_COUNTER_ADD(m->lplugin_errors[lidx * SL_METRIC_MAX_CHAIN + (size_t)pos], 1);
 }
 
 void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos) {
@@ -159,14 +168,19 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
     }
     for (size_t l = 0; l < fcfg->nlisteners; l++)
         for (size_t k = 0; k < tcfg->nlisteners; k++)
-            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0)
+            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0) {
                 for (size_t dir = 0; dir < 2; dir++)
                     SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
-    for (size_t l = 0; l < fcfg->nlisteners; l++)
-        for (size_t k = 0; k < tcfg->nlisteners; k++)
-            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0)
                 for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++)
                     SL_COUNTER_ADD(to->tls_hs[k * SL_TLS_HS_RESULTS + res], from->tls_hs[l * SL_TLS_HS_RESULTS + res]);
+                for (size_t r = 0; r < SL_SNI_RESULTS; r++)
+                    SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r], from->tcp_sni[l * SL_SNI_RESULTS + r]);
+                const sl_listener_conf_t *fl = &fcfg->listeners[l], *tl = &tcfg->listeners[k];
+                for (size_t pos = 0; pos < fl->nplugins && pos < tl->nplugins && pos < SL_METRIC_MAX_CHAIN; pos++)
+                    if (strcmp(fl->plugins[pos].name, tl->plugins[pos].name) == 0)
+                        SL_COUNTER_ADD(to->lplugin_errors[k * SL_METRIC_MAX_CHAIN + pos],
+                                       from->lplugin_errors[l * SL_METRIC_MAX_CHAIN + pos]);
+            }
     SL_COUNTER_ADD(to->accepted, from->accepted);
     SL_COUNTER_ADD(to->requests, from->requests);
 }
@@ -221,6 +235,42 @@ static void sum_hist(sl_hist_t *out, sl_wmetrics_t *const *ms, size_t n, bool up
         for (int i = 0; i < SL_METRIC_BUCKETS; i++) out->buckets[i] += SL_COUNTER_GET(h->buckets[i]);
         out->sum_us += SL_COUNTER_GET(h->sum_us);
         out->count += SL_COUNTER_GET(h->count);
+    }
+}
+
+/* A chain: the global plugins (for a route) then the owner's own. */
+typedef struct {
+    const sl_plugin_conf_t *first;
+    size_t nfirst;
+    const sl_plugin_conf_t *own;
+    size_t nown;
+} chain_t;
+
+static const char *chain_at(const chain_t *c, size_t pos) {
+    return pos < c->nfirst ? c->first[pos].name : c->own[pos - c->nfirst].name;
+}
+
+/* sluice_plugin_errors_total of one chain (row `row` of the workers' route counters, or of
+ * their tcp listener counters): one series per (owner, plugin name), a plugin used twice in
+ * a chain sums. */
+static void render_chain_errors(text_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
+                                size_t n, bool listener, size_t row) {
+    size_t chain = SL_MIN(c->nfirst + c->nown, (size_t)SL_METRIC_MAX_CHAIN);
+    for (size_t pos = 0; pos < chain; pos++) {
+        const char *pn = chain_at(c, pos);
+        bool seen = false;
+        for (size_t q = 0; q < pos && !seen; q++) seen = strcmp(chain_at(c, q), pn) == 0;
+        if (seen) continue;
+        uint64_t v = 0;
+        for (size_t q = pos; q < chain; q++) {
+            if (strcmp(chain_at(c, q), pn) != 0) continue;
+            for (size_t w = 0; w < n; w++) {
+                const uint64_t *errs = listener ? ms[w]->lplugin_errors : ms[w]->plugin_errors;
+                v += SL_COUNTER_GET(errs[row * SL_METRIC_MAX_CHAIN + q]);
+            }
+        }
+        tprintf(t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", owner, pn,
+                (unsigned long long)v);
     }
 }
 
@@ -327,27 +377,34 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
                     hs_results[res], (unsigned long long)v);
         }
     }
+    tprintf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
+                "server name routed them (route, default) or why they were closed (no_route, not_tls, timeout).\n"
+                "# TYPE sluice_tcp_sni_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        if (!cfg->listeners[l].nsni_routes) continue;
+        for (size_t r = 0; r < SL_SNI_RESULTS; r++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_sni[l * SL_SNI_RESULTS + r]);
+            tprintf(&t, "sluice_tcp_sni_total{listener=\"%s\",result=\"%s\"} %llu\n", cfg->listeners[l].name,
+                    sl_sni_result_label[r], (unsigned long long)v);
+        }
+    }
     tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
                 "# TYPE sluice_plugin_errors_total counter\n");
     for (size_t r = 0; r < cfg->nroutes; r++) {
         const sl_route_conf_t *rc = &cfg->routes[r];
-        size_t chain = SL_MIN(cfg->nplugins + rc->nplugins, (size_t)SL_METRIC_MAX_CHAIN);
-#define PLUGIN_AT(pos) ((pos) < cfg->nplugins ? cfg->plugins[pos].name : rc->plugins[(pos)-cfg->nplugins].name)
-        for (size_t pos = 0; pos < chain; pos++) {
-            /* One series per (route, plugin name): a plugin used twice in a chain sums. */
-            const char *pn = PLUGIN_AT(pos);
-            bool seen = false;
-            for (size_t q = 0; q < pos && !seen; q++) seen = strcmp(PLUGIN_AT(q), pn) == 0;
-            if (seen) continue;
-            uint64_t v = 0;
-            for (size_t q = pos; q < chain; q++) {
-                if (strcmp(PLUGIN_AT(q), pn) != 0) continue;
-                for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->plugin_errors[r * SL_METRIC_MAX_CHAIN + q]);
-            }
-            tprintf(&t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", rc->name, pn,
-                    (unsigned long long)v);
-        }
-#undef PLUGIN_AT
+        chain_t c = {cfg->plugins, cfg->nplugins, rc->plugins, rc->nplugins};
+        render_chain_errors(&t, rc->name, &c, ms, n, false, r);
+    }
+    /* tcp listeners' preread chains: route="listener:NAME" (names cannot hold ':', so it never
+     * meets a route's) */
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        const sl_listener_conf_t *lc = &cfg->listeners[l];
+        if (!lc->nplugins) continue;
+        char label[160];
+        snprintf(label, sizeof label, "listener:%s", lc->name);
+        chain_t c = {NULL, 0, lc->plugins, lc->nplugins};
+        render_chain_errors(&t, label, &c, ms, n, true, l);
     }
     if (extra) tprintf(&t, "%s", extra);
     if (t.oom) {

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "sni.h"
 
 /** Results of a TLS handshake on a listener: ok, failed (bad bytes, no common version or
  *  cipher, plaintext), timeout (header_timeout/handshake_timeout passed mid-handshake). */
@@ -44,7 +45,10 @@ typedef struct {
     uint64_t *tls_hs;      /**< [nlisteners][SL_TLS_HS_RESULTS]: TLS handshakes by result */
     uint64_t *tcp_bytes;   /**< [nlisteners][2]: tcp sessions' bytes read from the client (in)
                                 and from the upstream (out), counted as they are read */
+    uint64_t *tcp_sni;     /**< [nlisteners][SL_SNI_RESULTS]: how sessions of listeners with
+                                sni_routes were routed or closed (sni.h) */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
+    uint64_t *lplugin_errors; /**< [nlisteners][SL_METRIC_MAX_CHAIN]: tcp listeners' preread chains */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
     uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
     size_t nupstreams;
@@ -67,6 +71,8 @@ void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result);
 
 /** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
 void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);
+/** The same for position `pos` of tcp listener `lidx`'s preread chain. Worker thread only. */
+void sl_metrics_listener_plugin_error(sl_wmetrics_t *m, uint32_t lidx, int pos);
 
 /** Adds the totals of `from` (built for config `fcfg`) into `to` (config `tcfg`), matching
  *  routes, upstream targets and listeners by name. Main thread, after `from`'s worker ended. */

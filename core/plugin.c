@@ -181,8 +181,12 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
     return rc;
 }
 
-static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, int idx) {
+/* One plugin use for loader.validate_all; `layer` is "http" (routes, the global chain) or
+ * "tcp" (a tcp listener's preread chain): the phases it defines must run there. */
+static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, const char *layer, int idx) {
     lua_createtable(L, 0, 10);
+    lua_pushstring(L, layer);
+    lua_setfield(L, -2, "layer");
     lua_pushstring(L, p->name ? p->name : "");
     lua_setfield(L, -2, "name");
     lua_pushstring(L, p->config_json ? p->config_json : "{}");
@@ -214,6 +218,11 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
             sl_errors_add(errs, path, cfg->routes[i].line, cfg->routes[i].col,
                           "route '%s' runs %zu plugins with the global chain (at most %d)",
                           cfg->routes[i].name, cfg->nplugins + cfg->routes[i].nplugins, SL_MAX_CHAIN);
+    for (size_t i = 0; i < cfg->nlisteners; i++)
+        if (cfg->listeners[i].nplugins > SL_MAX_CHAIN)
+            sl_errors_add(errs, path, cfg->listeners[i].line, cfg->listeners[i].col,
+                          "listener '%s' runs %zu plugins (at most %d)", cfg->listeners[i].name,
+                          cfg->listeners[i].nplugins, SL_MAX_CHAIN);
 
     const char *err = NULL;
     lua_State *L = sl_lua_new_state(&err);
@@ -236,11 +245,18 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     }
     lua_newtable(L);
     int k = 1;
-    for (size_t i = 0; i < cfg->nplugins; i++) push_use(L, &cfg->plugins[i], "the global chain", k++);
+    for (size_t i = 0; i < cfg->nplugins; i++) push_use(L, &cfg->plugins[i], "the global chain", "http", k++);
     for (size_t r = 0; r < cfg->nroutes; r++) {
         char where[160];
         snprintf(where, sizeof(where), "route '%s'", cfg->routes[r].name);
-        for (size_t i = 0; i < cfg->routes[r].nplugins; i++) push_use(L, &cfg->routes[r].plugins[i], where, k++);
+        for (size_t i = 0; i < cfg->routes[r].nplugins; i++)
+            push_use(L, &cfg->routes[r].plugins[i], where, "http", k++);
+    }
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        char where[160];
+        snprintf(where, sizeof(where), "listener '%s'", cfg->listeners[l].name);
+        for (size_t i = 0; i < cfg->listeners[l].nplugins; i++)
+            push_use(L, &cfg->listeners[l].plugins[i], where, "tcp", k++);
     }
     if (lua_pcall(L, 2, 1, 0) != 0) goto lua_fail;
     size_t n = lua_objlen(L, -1);

@@ -131,7 +131,17 @@ static uint64_t sig_listener(const sl_listener_conf_t *l) {
     }
     uint64_t v[6] = {(uint64_t)l->protocol, l->max_body, l->max_header_size, l->max_request_line,
                      l->header_timeout_ms, l->idle_timeout_ms};
-    return fnv(h, v, sizeof(v));
+    h = fnv(h, v, sizeof(v));
+    for (size_t i = 0; i < l->nsni_routes; i++) {
+        const sl_sni_route_conf_t *r = &l->sni_routes[i];
+        for (size_t k = 0; k < r->nnames; k++) h = fnv(h, r->names[k], strlen(r->names[k]) + 1);
+        h = fnv(h, r->upstream_name, strlen(r->upstream_name) + 1);
+    }
+    for (size_t i = 0; i < l->nplugins; i++) {
+        h = fnv(h, l->plugins[i].name, strlen(l->plugins[i].name) + 1);
+        h = fnv(h, l->plugins[i].config_json, strlen(l->plugins[i].config_json) + 1);
+    }
+    return h;
 }
 
 typedef struct {

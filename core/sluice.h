@@ -258,6 +258,32 @@ int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst
 int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
                         sl_limit_result_t *out, const char **err);
 
+/* ---- tcp sessions: a tcp listener's preread phase ----
+ * The session a preread plugin runs for; valid only during that (synchronous) call. The
+ * request functions above do not take it. */
+typedef struct sl_session_s sl_session_t;
+
+/** The client's address as text (the source its PROXY header gave, when accepted) and port. */
+int sl_ffi_session_client_ip(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_client_port(sl_session_t *s);
+/** The server name of the client's TLS ClientHello (lower-case): 0, or SL_DECLINED when the
+ *  listener has no sni_routes or the hello carried none. */
+int sl_ffi_session_sni(sl_session_t *s, const char **p, size_t *len);
+/** The listener's name. */
+int sl_ffi_session_listener(sl_session_t *s, const char **p, size_t *len);
+/** The destination chosen so far (an upstream's name, or the IP:PORT set): 0, or
+ *  SL_DECLINED when there is none yet (no default upstream, no sni_routes match). */
+int sl_ffi_session_upstream(sl_session_t *s, const char **p, size_t *len);
+/** Sends the session to a configured upstream (`name`) or to an IP:PORT address: 0, or
+ *  SL_ERROR with *err. The last call wins. */
+int sl_ffi_session_set_upstream(sl_session_t *s, const char *name, size_t len, const char **err);
+/** Closes the session once the chain returns (the rest of the chain does not run), after
+ *  sending `msg[0..len)` to the client when len > 0 (best effort: what the socket takes at
+ *  once, at most 64 KiB). No upstream is connected. */
+void sl_ffi_session_close(sl_session_t *s, const char *msg, size_t len);
+/** A log line with the listener's name and the plugin's. */
+void sl_ffi_session_log(sl_session_t *s, int level, const char *plugin, const char *msg, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,8 +42,10 @@
 
 #include "deadline.h"
 #include "log.h"
+#include "lua_host.h"
 #include "proxy_protocol.h"
 #include "server.h"
+#include "sni.h"
 #include "upstreams.h"
 #include "worker.h"
 
@@ -58,6 +60,15 @@
 #define SL_SESS_FREE_MAX 256  /* session structs kept for reuse */
 #define SL_TCP_ATTEMPTS 2     /* connect attempts per session (each on another target) */
 #define SL_ACCEPT_PAUSE_MS 100
+/* A listener with sni_routes reads at most a PROXY header and a ClientHello before it
+ * connects. The server name is kept at the block's very end meanwhile (a length byte,
+ * then the name), out of reach of those reads and of the PROXY header put in front at
+ * connect (SL_PP_ENCODE_MAX), and not in the session struct, which every session of every
+ * listener pays for. */
+#define SL_PREREAD_SNI_MAX (SL_PP_PARSE_MAX + SL_SNI_MAX_HELLO)
+#define SL_SNI_AREA (1 + SL_SNI_NAME_MAX)
+_Static_assert(SL_PREREAD_SNI_MAX + SL_PP_ENCODE_MAX + SL_SNI_AREA <= SL_BLOCK_SIZE,
+               "a block holds the preread, the PROXY header sent and the server name");
 
 enum { DIR_IN = 0, DIR_OUT = 1 };
 enum { ST_PREREAD = 1, ST_CONNECTING, ST_RETRY, ST_FLOWING, ST_CLOSED };
@@ -88,6 +99,8 @@ struct sl_tcp_sess_s {
     sl_tcp_sess_t *prev, *next;
     int cfd, ufd;
     uint32_t lidx;
+    int upstream;            /* the listener's, the one its sni_routes or preread plugins
+                                chose, or SL_TCP_DIRECT (an address: `direct`) */
     int target;
     uint8_t state;           /* ST_* */
     uint8_t cev, uev;        /* poll masks in force */
@@ -96,7 +109,11 @@ struct sl_tcp_sess_s {
     uint8_t up_open;         /* upoll initialised and not closing */
     uint8_t admit, outcome_due, in_flight, attempts;
     uint8_t reset;           /* end with a reset toward both peers */
-    uint64_t tried;          /* targets tried, bit (t % 64) */
+    union {
+        uint64_t tried;          /* targets tried, bit (t % 64) */
+        sl_sockaddr_t *direct;   /* SL_TCP_DIRECT: the address a preread plugin set (owned);
+                                    such a session has no balancer, so no `tried` */
+    };
     uint64_t connect_ns;
     sl_tcp_dir_t d[2];
     sl_sockaddr_t peer;      /* the client: its address, or the source its PROXY header gave */
@@ -127,7 +144,11 @@ static void sess_end(sl_tcp_sess_t *s, bool reset);
 static void on_poll(uv_poll_t *p, int status, int events);
 
 static const sl_listener_conf_t *lconf(const sl_tcp_sess_t *s) { return &s->w->cfg->listeners[s->lidx]; }
-static int upstream_of(const sl_tcp_sess_t *s) { return lconf(s)->upstream; }
+static int upstream_of(const sl_tcp_sess_t *s) { return s->upstream; }
+/* The server name read by preread_sni (valid until the first connect: the block's bytes
+ * are then written out and the block given back). */
+static char *sni_name(const sl_tcp_sess_t *s) { return s->d[DIR_IN].buf + SL_BLOCK_SIZE - SL_SNI_NAME_MAX; }
+static uint8_t *sni_len(const sl_tcp_sess_t *s) { return (uint8_t *)s->d[DIR_IN].buf + SL_BLOCK_SIZE - SL_SNI_AREA; }
 
 /* ---- the pipe pool ---- */
 
@@ -320,6 +341,11 @@ static void sess_end(sl_tcp_sess_t *s, bool reset) {
     struct sl_tcpw_s *tw = s->w->tcp;
     attempt_outcome(s, OUT_CANCEL); /* ended while connecting: no verdict on the target */
     attempt_release(s);
+    if (s->upstream == SL_TCP_DIRECT) {
+        free(s->direct);
+        s->direct = NULL;
+        s->upstream = -1;
+    }
     s->state = ST_CLOSED;
     if (s->prev)
         s->prev->next = s->next;
@@ -525,7 +551,17 @@ static void connected(sl_tcp_sess_t *s) {
 
 static void connect_failed(sl_tcp_sess_t *s, int err) {
     const sl_listener_conf_t *lc = lconf(s);
-    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[lc->upstream];
+    if (s->upstream == SL_TCP_DIRECT) {
+        char to[64];
+        sl__addr_text((const struct sockaddr_storage *)(const void *)s->direct, to, sizeof to);
+        sl_log_warn("listener %s: connect to %s (set by a preread plugin) failed: %s", lc->name, to,
+                    err == ETIMEDOUT ? "timed out" : strerror(err));
+        close_upstream(s);
+        sl_deadline_clear(&s->timer);
+        sess_end(s, false);
+        return;
+    }
+    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
     sl_log_warn("listener %s: connect to %s (upstream %s) failed: %s", lc->name, uc->targets[s->target].addr.text,
                 uc->name, err == ETIMEDOUT ? "timed out" : strerror(err));
     attempt_outcome(s, OUT_FAILURE);
@@ -541,18 +577,30 @@ static void connect_failed(sl_tcp_sess_t *s, int err) {
 static void sess_connect(sl_tcp_sess_t *s) {
     sl_worker_t *w = s->w;
     const sl_listener_conf_t *lc = lconf(s);
-    const sl_upstream_conf_t *uc = &w->cfg->upstreams[lc->upstream];
     set_poll(&s->cpoll, &s->cev, 0); /* the client's bytes wait in its socket until then */
-    int t = pick_target(s);
-    if (t < 0) {
-        sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
-                    "every target tried)", lc->name, uc->name);
-        sess_end(s, false);
-        return;
+    const struct sockaddr *sa;
+    socklen_t salen;
+    uint64_t timeout_ms;
+    if (s->upstream == SL_TCP_DIRECT) { /* one address: no balancer, breaker or retry */
+        sa = &s->direct->sa;
+        salen = sa->sa_family == AF_INET6 ? sizeof s->direct->in6 : sizeof s->direct->in;
+        timeout_ms = lc->connect_timeout_ms;
+        s->attempts++;
+    } else {
+        const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream_of(s)];
+        int t = pick_target(s);
+        if (t < 0) {
+            sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
+                        "every target tried)", lc->name, uc->name);
+            sess_end(s, false);
+            return;
+        }
+        attempt_begin(s, t);
+        sa = (const struct sockaddr *)&uc->targets[t].addr.ss;
+        salen = uc->targets[t].addr.len;
+        timeout_ms = uc->connect_timeout_ms;
     }
-    const sl_addr_t *a = &uc->targets[t].addr;
-    attempt_begin(s, t);
-    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd >= 0 && uv_poll_init(&w->loop, &s->upoll, fd) != 0) {
         close(fd);
         fd = -1;
@@ -569,7 +617,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
     s->up_open = 1;
     s->uev = 0;
     s->state = ST_CONNECTING;
-    if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+    if (connect(fd, sa, salen) == 0) {
         connected(s);
         return;
     }
@@ -578,7 +626,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
         return;
     }
     set_poll(&s->upoll, &s->uev, UV_WRITABLE);
-    sl_deadline_set(&s->timer, lc->connect_timeout_ms);
+    sl_deadline_set(&s->timer, timeout_ms);
 }
 
 static int sock_error(int fd) {
@@ -588,11 +636,108 @@ static int sock_error(int fd) {
     return err;
 }
 
-/* ---- the PROXY header from the client (accept_proxy_protocol) ---- */
+/* ---- preread: the PROXY header from the client, the TLS server name ---- */
 
-/* Reads the connection's first bytes: from a trusted peer they must be a PROXY header,
- * which is taken off; from anyone else they must not be one. The bytes after it stay in
- * the block and go to the upstream first. */
+static void sni_count(sl_tcp_sess_t *s, int result) {
+    SL_COUNTER_ADD(s->w->metrics.tcp_sni[s->lidx * SL_SNI_RESULTS + (size_t)result], 1);
+}
+
+/* The PROXY header (accept_proxy_protocol): from a trusted peer the first bytes must be
+ * one, which is taken off; from anyone else they must not be one. SL_OK when settled,
+ * SL_EAGAIN for more bytes, SL_ERROR with *why. */
+static int preread_proxy(sl_tcp_sess_t *s, const char **why) {
+    const sl_listener_conf_t *lc = lconf(s);
+    sl_tcp_dir_t *d = &s->d[DIR_IN];
+    if (sl_pp_trusted(lc->proxy_from, lc->nproxy_from, &s->peer.sa)) {
+        sl_pp_info_t pi;
+        size_t used = 0;
+        int rc = sl_pp_parse((const uint8_t *)d->buf, d->len, &pi, &used, why);
+        if (rc != SL_OK) return rc;
+        if (pi.has_addr) {
+            s->peer = pi.src;
+            s->local = pi.dst;
+        }
+        d->off = (uint32_t)used;
+        d->len -= (uint32_t)used;
+        return SL_OK;
+    }
+    int k = sl_pp_detect((const uint8_t *)d->buf, d->len);
+    if (k == SL_EAGAIN) return SL_EAGAIN;
+    if (k == SL_PP_NONE) return SL_OK;
+    *why = "a PROXY protocol header from a peer not in accept_proxy_protocol.from";
+    return SL_ERROR;
+}
+
+/* sni_routes: the upstream for the ClientHello's server name. SL_OK with s->upstream
+ * set, SL_EAGAIN for more bytes, SL_ERROR after the session was ended. */
+static int preread_sni(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    sl_tcp_dir_t *d = &s->d[DIR_IN];
+    size_t nlen = 0;
+    const char *why = NULL;
+    int rc = sl_sni_parse((const uint8_t *)d->buf + d->off, d->len, sni_name(s), &nlen, &why);
+    if (rc == SL_EAGAIN) return SL_EAGAIN;
+    char peer[64];
+    if (rc != SL_OK) {
+        sni_count(s, SL_SNI_NOT_TLS);
+        sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+        sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
+        sess_end(s, true);
+        return SL_ERROR;
+    }
+    *sni_len(s) = (uint8_t)nlen;
+    int result;
+    s->upstream = sl_sni_route(lc, sni_name(s), nlen, &result);
+    sni_count(s, result); /* no_route: closed in sess_route unless a preread plugin chooses */
+    return SL_OK;
+}
+
+/* The listener's preread plugins (`plugins:`), at once: SL_OK with s->upstream as they
+ * left it, or SL_ERROR after the session was ended (a plugin closed it, or raised). */
+static int run_plugins(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    struct sl_session_s v = {.w = s->w, .lidx = s->lidx, .cfd = s->cfd, .peer = &s->peer, .upstream = s->upstream};
+    if (lc->nsni_routes && *sni_len(s)) {
+        v.sni = sni_name(s);
+        v.sni_len = *sni_len(s);
+    }
+    int rc = sl_lua_preread(s->w, &v);
+    if (rc != SL_OK) {
+        sess_end(s, rc == SL_ERROR); /* a plugin's close() sent its message: end with a FIN */
+        return SL_ERROR;
+    }
+    if (v.upstream == SL_TCP_DIRECT) {
+        if (!(s->direct = malloc(sizeof *s->direct))) {
+            sess_end(s, true);
+            return SL_ERROR;
+        }
+        *s->direct = v.addr;
+    }
+    s->upstream = v.upstream;
+    return SL_OK;
+}
+
+/* Once the first bytes are settled (or at accept, without a preread): the plugins, then a
+ * connect to where they, sni_routes or the listener say. */
+static void sess_route(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    if (lc->nplugins && run_plugins(s) != SL_OK) return;
+    if (s->upstream == -1) {
+        char peer[64];
+        sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+        size_t nlen = lc->nsni_routes ? *sni_len(s) : 0;
+        sl_log_info("listener %s: closing the connection from %s: no upstream for it (%s%.*s%s)", lc->name, peer,
+                    nlen ? "server name '" : lc->nsni_routes ? "no server name" : "no plugin chose one", (int)nlen,
+                    nlen ? sni_name(s) : "", nlen ? "', no sni_routes entry and no default" : "");
+        sess_end(s, false);
+        return;
+    }
+    sess_connect(s);
+}
+
+/* Reads the connection's first bytes until the PROXY header (accept_proxy_protocol) and
+ * the ClientHello (sni_routes) are settled, then connects; the bytes after the PROXY
+ * header stay in the block and go to the upstream first. header_timeout bounds it all. */
 static void preread(sl_tcp_sess_t *s) {
     const sl_listener_conf_t *lc = lconf(s);
     sl_tcp_dir_t *d = &s->d[DIR_IN];
@@ -600,8 +745,9 @@ static void preread(sl_tcp_sess_t *s) {
         sess_end(s, true);
         return;
     }
+    size_t cap = lc->nsni_routes ? SL_PREREAD_SNI_MAX : SL_BLOCK_SIZE - SL_PP_ENCODE_MAX;
     ssize_t n;
-    do n = recv(s->cfd, d->buf + d->len, SL_BLOCK_SIZE - SL_PP_ENCODE_MAX - d->len, 0);
+    do n = recv(s->cfd, d->buf + d->off + d->len, cap - d->off - d->len, 0);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
@@ -609,33 +755,21 @@ static void preread(sl_tcp_sess_t *s) {
         return;
     }
     d->len += (uint32_t)n;
-    const char *why = NULL;
-    if (sl_pp_trusted(lc->proxy_from, lc->nproxy_from, &s->peer.sa)) {
-        sl_pp_info_t pi;
-        size_t used = 0;
-        int rc = sl_pp_parse((const uint8_t *)d->buf, d->len, &pi, &used, &why);
+    /* a trusted peer's header, once taken off, leaves d->off > 0 (a header is never empty);
+     * from others the first bytes are judged again on each read, with the same answer */
+    if (lc->accept_proxy && !d->off) {
+        const char *why = NULL;
+        int rc = preread_proxy(s, &why);
         if (rc == SL_EAGAIN) return;
-        if (rc == SL_OK) {
-            if (pi.has_addr) {
-                s->peer = pi.src;
-                s->local = pi.dst;
-            }
-            d->off = (uint32_t)used;
-            d->len -= (uint32_t)used;
-            why = NULL;
+        if (rc != SL_OK) {
+            char peer[64];
+            sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+            sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
+            sess_end(s, true);
+            return;
         }
-    } else {
-        int k = sl_pp_detect((const uint8_t *)d->buf, d->len);
-        if (k == SL_EAGAIN) return;
-        if (k != SL_PP_NONE) why = "a PROXY protocol header from a peer not in accept_proxy_protocol.from";
     }
-    if (why) {
-        char peer[64];
-        sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
-        sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
-        sess_end(s, true);
-        return;
-    }
+    if (lc->nsni_routes && preread_sni(s) != SL_OK) return; /* more bytes to come, or ended */
     if (d->len) {
         SL_COUNTER_ADD(s->w->metrics.tcp_bytes[s->lidx * 2 + DIR_IN], d->len);
     } else {
@@ -643,7 +777,7 @@ static void preread(sl_tcp_sess_t *s) {
         d->buf = NULL;
         d->off = 0;
     }
-    sess_connect(s);
+    sess_route(s);
 }
 
 /* ---- events ---- */
@@ -694,6 +828,9 @@ static void on_timer(uv_timer_t *t) {
         connect_failed(s, ETIMEDOUT);
         return;
     case ST_PREREAD: /* no (complete) first bytes within header_timeout */
+        if (lconf(s)->nsni_routes) sni_count(s, SL_SNI_TIMEOUT);
+        sess_end(s, false);
+        return;
     case ST_FLOWING: /* idle_timeout without a byte either way */
         sess_end(s, false);
         return;
@@ -723,6 +860,7 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
     s->lidx = lidx;
     s->cfd = fd;
     s->ufd = -1;
+    s->upstream = lc->upstream;
     s->target = -1;
     s->peer = *peer;
     s->cpoll.data = s;
@@ -741,13 +879,13 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
         sess_end(s, false);
         return;
     }
-    if (lc->accept_proxy) {
+    if (lc->accept_proxy || lc->nsni_routes) {
         s->state = ST_PREREAD;
         set_poll(&s->cpoll, &s->cev, UV_READABLE);
         sl_deadline_set(&s->timer, lc->header_timeout_ms);
         return;
     }
-    sess_connect(s);
+    sess_route(s);
 }
 
 /* ---- listeners ---- */

@@ -1,8 +1,11 @@
 /* upstreams.c — target states kept across reloads, and each generation's balancers. */
 #include "upstreams.h"
 
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common.h"
 
 static sl_tstate_t *tstate_get(sl_tregistry_t *reg, const char *upstream, const char *address) {
     for (sl_tstate_t *t = reg->head; t; t = t->next)
@@ -122,4 +125,38 @@ void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64
 
 int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, int layer, uint64_t now_ms) {
     return uc->breaker.enabled ? sl_breaker_state(&t->breaker[layer], &uc->breaker, now_ms) : SL_BREAKER_CLOSED;
+}
+
+int sl_upstream_resolve(const sl_config_t *cfg, const char *name, size_t len, int *upstream,
+                        struct sockaddr_storage *ss, char *text, const char **err) {
+    for (size_t i = 0; i < cfg->nupstreams; i++)
+        if (strlen(cfg->upstreams[i].name) == len && memcmp(cfg->upstreams[i].name, name, len) == 0) {
+            *upstream = (int)i;
+            return SL_OK;
+        }
+    /* Not a name: an address ("10.0.0.7:8080", "[::1]:9000"; IP literals only, so the
+     * caller never waits for a resolver). */
+    sl_addr_t a;
+    if (len == 0 || len >= SL_ADDR_TEXT_MAX || !memchr(name, ':', len)) {
+        *err = "no upstream of that name (an address is HOST:PORT with an IP literal host)";
+        return SL_ERROR;
+    }
+    char buf[SL_ADDR_TEXT_MAX];
+    memcpy(buf, name, len);
+    buf[len] = 0;
+    if (sl_parse_addr(buf, &a) != 0) {
+        *err = "no upstream of that name, and not an IP:PORT address";
+        return SL_ERROR;
+    }
+    free(a.text);
+    uint16_t port = a.ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a.ss)->sin6_port
+                                               : ((struct sockaddr_in *)&a.ss)->sin_port;
+    if (port == 0) {
+        *err = "the address needs a port";
+        return SL_ERROR;
+    }
+    *upstream = -1;
+    *ss = a.ss;
+    memcpy(text, buf, len + 1);
+    return SL_OK;
 }

@@ -53,6 +53,18 @@ sl_upgen_t *sl_upgen_new(sl_tregistry_t *reg, const sl_config_t *cfg);
 /** Drops a generation; states no generation uses any more are freed. */
 void sl_upgen_free(sl_tregistry_t *reg, sl_upgen_t *g);
 
+/** Size of sl_upstream_resolve's address text: the longest "[v6]:port" and its NUL. */
+#define SL_ADDR_TEXT_MAX 64
+
+/**
+ * What `upstream.set(name | "IP:PORT")` names, for a request or a tcp session: SL_OK with
+ * *upstream the index of the configured upstream `name[0..len)`, or with *upstream -1 and
+ * *ss / text (SL_ADDR_TEXT_MAX bytes, NUL-terminated) the IP:PORT address it spells (IP
+ * literals only: nothing ever waits for a resolver). SL_ERROR with *err otherwise. Any thread.
+ */
+int sl_upstream_resolve(const sl_config_t *cfg, const char *name, size_t len, int *upstream,
+                        struct sockaddr_storage *ss, char *text, const char **err);
+
 /** Drops one reference (a generation's or a prober's); frees the state at the last. */
 void sl_tstate_release(sl_tregistry_t *reg, sl_tstate_t *t);
 

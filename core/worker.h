@@ -60,6 +60,7 @@ typedef struct sl_worker_s {
     lua_State *L;
     int lua_dispatch;       /**< registry ref of the router dispatcher */
     int lua_phase;          /**< registry ref of the phase dispatcher */
+    int lua_preread;        /**< registry ref of the tcp listeners' preread dispatcher */
     uint8_t *route_phases;  /**< [cfg->nroutes] SL_PHASE_* bits of each route's chain */
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;

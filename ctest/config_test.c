@@ -1028,7 +1028,61 @@ static void test_upgrade(void) {
 #undef UP_ROUTE
 }
 
+/* sni_routes of tcp listeners: where they may stand, their names, duplicates, upstreams. */
+static void test_sni_routes(void) {
+#define SNI_UP "upstreams: [ { name: u, targets: [ { address: 127.0.0.1:9 } ] } ]\n"
+    sl_config_t *c = PARSE_OK("listeners:\n"
+                              "  - { name: t, listen: 127.0.0.1:2, protocol: tcp,\n"
+                              "      sni_routes: [ { sni: [A.Test, \"*.B.test\"], upstream: u } ] }\n" SNI_UP);
+    if (c) {
+        const sl_listener_conf_t *l = &c->listeners[0];
+        CHECK_INT(l->upstream, -1); /* no default: optional with sni_routes */
+        CHECK_INT(l->nsni_routes, 1);
+        CHECK_INT(l->nsni_exact, 1);
+        CHECK_INT(l->nsni_wild, 1);
+        CHECK_STR(l->sni_routes[0].names[0], "a.test");
+        CHECK_STR(l->sni_names[1].name, ".b.test");
+    }
+    sl_config_free(c);
+    EXPECT_ERROR("listeners: [ { name: h, listen: 127.0.0.1:1, sni_routes: [ { sni: [a.test], upstream: u } ] } ]\n" SNI_UP,
+                 "1:46: 'sni_routes' belongs to protocol: tcp listeners (http routes match hosts)");
+    EXPECT_ERROR("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp } ]\n" SNI_UP,
+                 "1:14: missing required key 'upstream' in listener 't' (protocol: tcp, no sni_routes or plugins)");
+    EXPECT_ERROR("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, sni_routes: [] } ]\n" SNI_UP,
+                 "1:73: 'sni_routes' of listener 't' needs at least one entry");
+#define SNI_L(routes) "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, sni_routes: [ " routes " ] } ]\n" SNI_UP
+    EXPECT_ERROR(SNI_L("{ sni: [a.test, A.TEST], upstream: u }"), "1:91: sni 'a.test' is listed twice in listener 't'");
+    EXPECT_ERROR(SNI_L("{ sni: [\"*.a.test\"], upstream: u }, { sni: [\"*.A.test\"], upstream: u }"),
+                 "1:119: sni '*.a.test' is listed twice in listener 't'");
+    EXPECT_ERROR(SNI_L("{ sni: [a.test], upstream: u, weight: 1 }"),
+                 "1:105: unknown key 'weight' in sni_routes[0] of listener 't'");
+    EXPECT_ERROR(SNI_L("{ sni: [10.0.0.1], upstream: u }"),
+                 "1:83: sni '10.0.0.1': an IP address is never a TLS server name (RFC 6066)");
+    EXPECT_ERROR(SNI_L("{ sni: [\"a*.test\"], upstream: u }"),
+                 "1:83: host 'a*.test': '*' is only allowed as a whole first label, as in *.example.com");
+    EXPECT_ERROR(SNI_L("{ sni: [a.test:443], upstream: u }"), "1:83: host 'a.test:443': hosts match without the port");
+    EXPECT_ERROR(SNI_L("{ sni: [a.test], upstream: nope }"),
+                 "1:102: sni_routes[0] of listener 't' names unknown upstream 'nope'");
+    EXPECT_ERROR(SNI_L("{ sni: [a.test] }"), "1:75: missing required key 'upstream' in sni_routes[0] of listener 't'");
+    EXPECT_ERROR(SNI_L("{ sni: [], upstream: u }"), "1:82: 'sni' of sni_routes[0] of listener 't' needs at least one name");
+#undef SNI_L
+    /* a tcp listener's preread chain: tcp only; plugins and no upstream is valid */
+    EXPECT_ERROR("listeners: [ { name: h, listen: 127.0.0.1:1, plugins: [ { name: x } ] } ]\n" SNI_UP,
+                 "1:46: 'plugins' belongs to protocol: tcp listeners (the preread phase; http routes list "
+                 "their own plugins)");
+    c = PARSE_OK("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, plugins: [ { name: x } ] } ]\n" SNI_UP);
+    if (c) {
+        CHECK_INT(c->listeners[0].nplugins, 1);
+        CHECK_STR(c->listeners[0].plugins[0].name, "x");
+        CHECK_INT(c->listeners[0].upstream, -1);
+        CHECK_INT(c->listeners[0].connect_timeout_ms, 2000);
+    }
+    sl_config_free(c);
+#undef SNI_UP
+}
+
 int main(void) {
+    test_sni_routes();
     test_full_config();
     test_resilience();
     test_consumers();

@@ -1,9 +1,10 @@
 -- ip-restriction: allow or deny clients by CIDR. Deny wins; with an allow list, only
--- listed clients pass. The client address is the socket's peer.
+-- listed clients pass. The client address is the socket's peer (or what a trusted PROXY
+-- header said). Works on routes (access) and on tcp listeners (preread).
 local sluice = require("sluice")
 local cidr = require("sluice.cidr")
 
-local request, response = sluice.request, sluice.response
+local request, response, session = sluice.request, sluice.response, sluice.session
 local parse_ip, any = cidr.parse_ip, cidr.any
 
 local M = {
@@ -28,16 +29,25 @@ end
 -- Compiled once per config generation (conf tables live as long as their generation).
 local cache = setmetatable({}, { __mode = "k" })
 
-function M.access(conf)
+local function allowed(conf, client_ip)
     local c = cache[conf]
     if not c then
         c = { allow = cidr.compile(conf.allow), deny = cidr.compile(conf.deny) }
         cache[conf] = c
     end
-    local ip = parse_ip(request.get_client_ip())
-    if not ip then return response.exit(conf.status, { error = "forbidden" }) end
-    if any(ip, c.deny) then return response.exit(conf.status, { error = "forbidden" }) end
-    if #c.allow > 0 and not any(ip, c.allow) then return response.exit(conf.status, { error = "forbidden" }) end
+    local ip = parse_ip(client_ip)
+    if not ip or any(ip, c.deny) then return false end
+    return #c.allow == 0 or any(ip, c.allow)
+end
+
+function M.access(conf)
+    if not allowed(conf, request.get_client_ip()) then return response.exit(conf.status, { error = "forbidden" }) end
+end
+
+-- On a tcp listener: a refused client is closed before an upstream is chosen (`status`
+-- does not apply).
+function M.preread(conf)
+    if not allowed(conf, session.get_client_ip()) then return session.close() end
 end
 
 return M

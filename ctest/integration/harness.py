@@ -18,6 +18,8 @@ What it provides:
     through a handler function, recording every connection and every byte it
     received; handlers may misbehave on demand (HANG, RESET, CLOSE, raw bytes,
     slow answers, truncated bodies, streamed bodies, wrong framing).
+  * TCPServer: a raw TCP peer on 127.0.0.1:0 whose handle(conn) a subclass writes
+    (greeters, TLS backends, recorders of first bytes).
   * Client: a raw TCP client (send exact bytes, read until close) with a small
     HTTP/1.1 response parser that reads N pipelined responses (CL, chunked,
     HEAD/1xx/204/304, read-until-close) and can stream a body into a sink.
@@ -34,6 +36,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -824,6 +827,82 @@ def parse_prometheus(text):
 def metric_values(samples, name, **labels):
     return [v for n, l, v in samples
             if n == name and all(l.get(k) == str(x) for k, x in labels.items())]
+
+
+# ---------------------------------------------------------------- raw TCP peers
+
+class TCPServer:
+    """A listening socket on 127.0.0.1:0 (.port). Each accepted connection goes to
+    handle(conn), on a thread of its own, or in the accept thread with threaded=False (so
+    connections are handled in order); it is closed after. .accepted counts connections.
+    Subclasses set their own fields before calling __init__ (the accept thread starts
+    there). Registered: cleanup_all stops it."""
+
+    def __init__(self, threaded=True, backlog=64):
+        self.accepted = 0
+        self.threaded = threaded
+        self.stopping = False
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(backlog)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._run, daemon=True).start()
+        _register(self)
+
+    def _run(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.threaded:
+                threading.Thread(target=self._handle, args=(c,), daemon=True).start()
+            else:
+                self._handle(c)
+
+    def _handle(self, c):
+        try:
+            self.handle(c)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def handle(self, conn):
+        raise NotImplementedError
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+
+
+def recv_all(sock, chunk=65536):
+    """Everything `sock` (a socket or an ssl socket) gives until EOF."""
+    data = b""
+    while True:
+        d = sock.recv(chunk)
+        if not d:
+            return data
+        data += d
+
+
+def tls_client_hello(sni, ctx=None):
+    """A TLS client's first flight for `sni` (None: no SNI), made in memory with `ctx` (by
+    default one that verifies nothing). Returns (the SSLObject, its incoming and outgoing
+    MemoryBIOs, the ClientHello bytes): a test sends the hello its own way (a byte at a
+    time, re-cut into records) and may finish the handshake over any socket."""
+    if ctx is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname=sni)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return obj, inc, out, out.read()
 
 
 # ---------------------------------------------------------------- mock upstream

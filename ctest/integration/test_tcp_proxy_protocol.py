@@ -35,40 +35,25 @@ V2SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 S = {}
 
 
-class RawListener:
+class RawListener(h.TCPServer):
     """Accepts connections and keeps the first bytes of each (what a PROXY sender wrote)."""
 
     def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
         self.got = []
-        self.stopping = False
-        threading.Thread(target=self._run, daemon=True).start()
+        super().__init__(threaded=False, backlog=16)
 
-    def _run(self):
-        while not self.stopping:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            c.settimeout(2)
-            data = b""
-            try:
-                while len(data) < 200:
-                    d = c.recv(200)
-                    if not d:
-                        break
-                    data += d
-            except OSError:
-                pass
-            self.got.append(data)
-            c.close()
-
-    def stop(self):
-        self.stopping = True
-        self.sock.close()
+    def handle(self, c):
+        c.settimeout(2)
+        data = b""
+        try:
+            while len(data) < 200:
+                d = c.recv(200)
+                if not d:
+                    break
+                data += d
+        except OSError:
+            pass
+        self.got.append(data)
 
 
 def start_tool(name, conf_for, argv_for):

@@ -73,6 +73,15 @@ int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const ch
 int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl, double *out, const char **err);
 int sl_ffi_shdict_delete(const char *k, size_t kl);
 int memcmp(const void *a, const void *b, size_t n);
+typedef struct sl_session_s sl_session_t;
+int sl_ffi_session_client_ip(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_client_port(sl_session_t *s);
+int sl_ffi_session_sni(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_listener(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_upstream(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_set_upstream(sl_session_t *s, const char *name, size_t len, const char **err);
+void sl_ffi_session_close(sl_session_t *s, const char *msg, size_t len);
+void sl_ffi_session_log(sl_session_t *s, int level, const char *plugin, const char *msg, size_t len);
 ]]
 
 local C = ffi.C
@@ -95,9 +104,28 @@ _M.ctx = nil
 _M.route = nil
 _M.plugin = nil
 _M.exited = false
+-- The tcp session whose preread chain is running (nil otherwise): while it is set there is
+-- no request, so the request API refuses instead of reading a stale one.
+_M.sess = nil
 
 function _M.begin(req, ctx, route)
-    _M.req, _M.ctx, _M.route, _M.exited = req, ctx, route, false
+    _M.req, _M.ctx, _M.route, _M.exited, _M.sess = req, ctx, route, false, nil
+end
+
+-- Suspends the running request's coroutine (the caller armed what resumes it) and, once
+-- resumed, puts back what the API reads: other requests' phases (and tcp sessions'
+-- preread) ran in between and left their own req, ctx, route, plugin and exit flag. Every
+-- API that waits goes through here.
+local co_yield = coroutine.yield
+function _M.wait()
+    local req, ctx, route, plugin, exited = _M.req, _M.ctx, _M.route, _M.plugin, _M.exited
+    co_yield()
+    _M.req, _M.ctx, _M.route, _M.plugin, _M.exited, _M.sess = req, ctx, route, plugin, exited, nil
+end
+
+function _M.begin_session(sess, ctx, listener)
+    _M.req, _M.sess, _M.ctx, _M.route, _M.exited = nil, sess, ctx, nil, false
+    _M.listener = listener
 end
 
 local got = C.sl_ffi_abi_version()

@@ -16,7 +16,6 @@ local C = base.C
 local ffi_new, ffi_string = ffi.new, ffi.string
 local type, tostring, tonumber, pairs, error = type, tostring, tonumber, pairs, error
 local lower, upper, concat, find = string.lower, string.upper, table.concat, string.find
-local co_yield = coroutine.yield
 
 local _M = {}
 
@@ -130,9 +129,7 @@ function _M.request(opts, more)
         end
         return nil, msg
     end
-    local ctx, route, plugin = base.ctx, base.route, base.plugin
-    co_yield()
-    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+    base.wait()
 
     if C.sl_ffi_http_result(r, status_p, count_p, str_p, len_p, err_p) ~= 0 then
         local msg = ffi_string(err_p[0])

@@ -10,13 +10,18 @@ local str_p, len_p, str2_p, len2_p, err_p, num_p =
     base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p, base.num_p
 local ffi_string, tonumber, tostring, type, pairs, error = ffi.string, tonumber, tostring, type, pairs, error
 local lower, concat = string.lower, table.concat
-local co_yield = coroutine.yield
 
 local _M = { version = "0.1.0" }
 
 local function cur()
     local r = base.req
-    if r == nil then error("no request is being served here (sluice API used outside a phase)", 3) end
+    if r == nil then
+        if base.sess ~= nil then
+            error("a tcp listener's preread has no request: use sluice.session (and preread cannot wait: "
+                  .. "no sleep, http or redis)", 3)
+        end
+        error("no request is being served here (sluice API used outside a phase)", 3)
+    end
     return r
 end
 
@@ -111,15 +116,13 @@ end
 -- worker: only in rewrite and access. Returns nil, err when it is over the limit.
 function request.get_body()
     local r = cur()
-    local ctx, route, plugin = base.ctx, base.route, base.plugin
     while true do
         local rc = C.sl_ffi_req_get_body(r, str_p, len_p, err_p)
         if rc == 0 then
             if str_p[0] == nil then return nil end
             return ffi_string(str_p[0], len_p[0])
         elseif rc == -2 then
-            co_yield()
-            base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+            base.wait()
         else
             return nil, ffi_string(err_p[0])
         end
@@ -200,11 +203,61 @@ header_editors(response, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.s
 
 _M.upstream = {}
 
--- Sends this request to another configured upstream (by name). Returns true or nil, err.
+-- Sends this request (or, in preread, this tcp session) to another configured upstream
+-- (by name) or to an IP:PORT address. Returns true or nil, err.
 function _M.upstream.set(name)
     check_str(name, "upstream")
-    if C.sl_ffi_upstream_set(cur(), name, #name, err_p) ~= 0 then return nil, ffi_string(err_p[0]) end
+    local s, rc = base.sess, nil
+    if s ~= nil then
+        rc = C.sl_ffi_session_set_upstream(s, name, #name, err_p)
+    else
+        rc = C.sl_ffi_upstream_set(cur(), name, #name, err_p)
+    end
+    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
     return true
+end
+
+-- ---------------------------------------------------------------- session (tcp preread)
+
+local session = {}
+_M.session = session
+
+local function sess()
+    local s = base.sess
+    if s == nil then error("sluice.session is for a tcp listener's preread phase", 3) end
+    return s
+end
+
+local function sess_getter(fn)
+    return function()
+        if fn(sess(), str_p, len_p) ~= 0 then return nil end
+        return ffi_string(str_p[0], len_p[0])
+    end
+end
+
+-- The client's address (the source its PROXY header gave, when accepted) and port.
+session.get_client_ip = sess_getter(C.sl_ffi_session_client_ip)
+function session.get_client_port() return C.sl_ffi_session_client_port(sess()) end
+-- The TLS server name (lower-case) of the client's ClientHello on a listener with
+-- sni_routes; nil when it sent none or the listener does not read it.
+session.get_sni = sess_getter(C.sl_ffi_session_sni)
+session.get_listener = sess_getter(C.sl_ffi_session_listener)
+-- Where the session goes so far: an upstream's name or an IP:PORT; nil when nothing
+-- matched and the listener has no default.
+session.get_upstream = sess_getter(C.sl_ffi_session_upstream)
+
+-- Closes the session when the current plugin returns; the rest of the chain does not
+-- run and no upstream is connected. `message` (optional) is sent to the client first,
+-- as far as its socket takes it at once.
+function session.close(message)
+    local s = sess()
+    if message ~= nil then
+        check_str(message, "message")
+        C.sl_ffi_session_close(s, message, #message)
+    else
+        C.sl_ffi_session_close(s, nil, 0)
+    end
+    base.exited = true
 end
 
 -- ---------------------------------------------------------------- balancer, breaker
@@ -274,7 +327,12 @@ local function logger(level)
         local parts = {}
         for i = 1, n do parts[i] = tostring((select(i, ...))) end
         local msg = concat(parts, " ")
-        C.sl_ffi_log(base.req, level, base.plugin, msg, #msg)
+        local s = base.sess
+        if s ~= nil then
+            C.sl_ffi_session_log(s, level, base.plugin, msg, #msg)
+        else
+            C.sl_ffi_log(base.req, level, base.plugin, msg, #msg)
+        end
     end
 end
 log.debug, log.info, log.warn, log.err = logger(0), logger(1), logger(2), logger(3)
@@ -285,10 +343,8 @@ log.debug, log.info, log.warn, log.err = logger(0), logger(1), logger(2), logger
 function _M.sleep(s)
     local r = cur()
     if type(s) ~= "number" or s < 0 then error("sleep needs a number of seconds >= 0", 2) end
-    local ctx, route, plugin = base.ctx, base.route, base.plugin
     ffi_err(C.sl_ffi_sleep(r, s * 1000, err_p))
-    co_yield()
-    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+    base.wait()
 end
 
 _M.time = {}

@@ -86,10 +86,34 @@ end
 
 -- For the config build: uses = { {name, config_json, positions_json, line, col, cline, ccol, where}, ... }.
 -- Returns a list of { line, col, msg } for every error found.
+-- Where a plugin's phases run: a tcp listener's chain runs only preread, a route's (and
+-- the global chain) every phase but preread. A plugin with nothing to do where it is
+-- used is a config error, not a silent no-op.
+local HTTP_PHASES = { "rewrite", "access", "header_filter", "body_filter", "log", "balancer" }
+
+local function layer_error(mod, layer)
+    if layer == "tcp" then
+        if not mod.preread then
+            return "defines no preread function: a tcp listener's plugins run only in the preread phase"
+        end
+        return nil
+    end
+    if mod.preread then
+        for _, ph in ipairs(HTTP_PHASES) do
+            if mod[ph] then return nil end
+        end
+        return "defines only preread, which runs on tcp listeners: list it under a protocol: tcp listener's plugins"
+    end
+    return nil
+end
+
 function _M.validate_all(paths, uses)
     local cache, out = {}, {}
     for _, u in ipairs(uses) do
         local _, errs = _M.prepare(paths, u.name, u.config_json, cache)
+        local mod = not errs and cache[u.name]
+        local lerr = mod and layer_error(mod, u.layer)
+        if lerr then errs = { { path = "@name", at = "value", msg = lerr } } end
         if errs then
             local pos = cjson.decode(u.positions_json or "{}") or {}
             for _, e in ipairs(errs) do

@@ -13,7 +13,6 @@ local base = require("sluice.base")
 local C = base.C
 local ffi_new, ffi_string = ffi.new, ffi.string
 local type, tostring, error, select = type, tostring, error, select
-local co_yield = coroutine.yield
 
 local _M = {}
 
@@ -56,9 +55,7 @@ function _M.command(...)
     if rc == DECLINED then return nil, ffi_string(err_p[0]) end
     if rc ~= OK then error(ffi_string(err_p[0]), 2) end
     keep = nil
-    local ctx, route, plugin = base.ctx, base.route, base.plugin
-    co_yield()
-    base.req, base.ctx, base.route, base.plugin = r, ctx, route, plugin
+    base.wait()
     local v, e = item(r, -1)
     if v == "array" then
         local list = {}

@@ -2,7 +2,8 @@
 -- every route's chain per phase (global plugins first, then the route's, exactly
 -- as written), and returns the phase dispatcher C calls inside each request's
 -- coroutine. A phase no plugin of a chain defines is absent from the route's
--- phase bits, so C never crosses into Lua for it.
+-- phase bits, so C never crosses into Lua for it. tcp listeners' `plugins:` chains run
+-- only preread, through their own dispatcher (synchronous: C calls it with lua_pcall).
 local loader = require("sluice.loader")
 local router = require("sluice.router")
 local base = require("sluice.base")
@@ -20,6 +21,7 @@ assert(PHASES[BODY_FILTER + 1] == "body_filter")
 local ffi = require("ffi")
 local C, ffi_string, ffi_cast, type = base.C, ffi.string, ffi.cast, type
 local REQ_PTR = ffi.typeof("void *")
+local SESS_PTR = ffi.typeof("sl_session_t *")
 local str_p, len_p, eof_p = base.str_p, base.len_p, ffi.new("int[1]")
 
 local function build(paths, src, first_pos, cache)
@@ -118,7 +120,43 @@ function _M.new(gen)
         return 0
     end
 
-    return route_dispatch, phase_dispatch, masks
+    -- tcp listeners: their preread functions, in the order written (validated at config
+    -- build: every plugin of such a chain defines preread).
+    local lchains = {}
+    for _, l in ipairs(gen.listeners or {}) do
+        local list = {}
+        for _, p in ipairs(build(gen.plugin_paths, l.plugins, 0, cache)) do
+            if p.mod.preread then list[#list + 1] = { p.mod.preread, p.conf, p.name, p.pos } end
+        end
+        lchains[l.index] = list
+    end
+
+    -- Runs a tcp listener's preread chain for one session, to the end: a plugin that
+    -- yields raises (preread cannot wait), which is an error like any other. Returns as
+    -- phase_dispatch: 0, 1 (a plugin closed the session), or 2, position, plugin, text.
+    local begin_session = base.begin_session
+    local function preread_dispatch(sess, listener)
+        local chain = lchains[listener]
+        local ctx = {}
+        begin_session(ffi_cast(SESS_PTR, sess), ctx, listener)
+        for i = 1, #chain do
+            local p = chain[i]
+            base.plugin = p[3]
+            local ok, err = pcall(p[1], p[2], ctx)
+            if not ok then
+                base.sess = nil
+                return 2, p[4], p[3], tostring(err)
+            end
+            if base.exited then
+                base.sess = nil
+                return 1
+            end
+        end
+        base.sess = nil
+        return 0
+    end
+
+    return route_dispatch, phase_dispatch, masks, preread_dispatch
 end
 
 return _M
