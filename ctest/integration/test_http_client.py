@@ -267,17 +267,9 @@ def test_client_leaves(t):
 
 
 def make_certs(d):
-    """A test CA and a server certificate for tls.test and 127.0.0.1, made by the openssl CLI."""
-    def run(*a):
-        subprocess.run(list(a), check=True, capture_output=True, cwd=d)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Call Test CA",
-        "-keyout", "ca.key", "-out", "ca.crt")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=tls.test", "-keyout", "srv.key",
-        "-out", "srv.csr")
-    with open(os.path.join(d, "ext.txt"), "w") as f:
-        f.write("subjectAltName=DNS:tls.test,DNS:localhost,IP:127.0.0.1\n")
-    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-days", "2", "-extfile", "ext.txt", "-out", "srv.crt")
+    """A test CA and a server certificate for tls.test, localhost and 127.0.0.1."""
+    h.make_ca(d, "ca")
+    h.make_leaf(d, "srv", "tls.test", "DNS:tls.test,DNS:localhost,IP:127.0.0.1")
     return os.path.join(d, "ca.crt")
 
 

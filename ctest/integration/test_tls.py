@@ -64,35 +64,15 @@ def run(argv, timeout=60, input=None):
 
 
 def openssl(*args):
-    r = run(["openssl"] + list(args))
-    if r.returncode != 0:
-        raise RuntimeError("openssl %s: %s" % (" ".join(args), r.stderr.decode(errors="replace")))
-    return r
-
-
-def new_key(path):
-    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", path)
+    return h.openssl(*args)
 
 
 def make_ca(name):
-    key, crt = os.path.join(DIR, name + ".key"), os.path.join(DIR, name + ".crt")
-    new_key(key)
-    openssl("req", "-x509", "-new", "-key", key, "-out", crt, "-days", "30", "-subj", "/CN=" + name,
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    return key, crt
+    return h.make_ca(DIR, name)
 
 
 def make_leaf(name, cn, san, ca="ca"):
-    key, csr = os.path.join(DIR, name + ".key"), os.path.join(DIR, name + ".csr")
-    crt, ext = os.path.join(DIR, name + ".crt"), os.path.join(DIR, name + ".ext")
-    new_key(key)
-    openssl("req", "-new", "-key", key, "-out", csr, "-subj", "/CN=" + cn)
-    with open(ext, "w") as f:
-        f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                "extendedKeyUsage=serverAuth\n" % san)
-    openssl("x509", "-req", "-in", csr, "-CA", os.path.join(DIR, ca + ".crt"),
-            "-CAkey", os.path.join(DIR, ca + ".key"), "-CAcreateserial", "-out", crt, "-days", "30",
-            "-extfile", ext)
+    crt, key = h.make_leaf(DIR, name, cn, san, ca)
     CERTS[name] = crt
     CERTS[name + ".key"] = key
     return crt, key
@@ -382,7 +362,8 @@ def setup(t):
     make_leaf("dw", "wild.deep.w.test", "DNS:*.deep.w.test")
     make_leaf("up", "up.test", "DNS:up.test,IP:127.0.0.1")
     make_leaf("other", "up.test", "DNS:up.test,IP:127.0.0.1", ca="otherca")
-    new_key(os.path.join(DIR, "mismatch.key"))
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
+            os.path.join(DIR, "mismatch.key"))
     CERTS["mismatch.key"] = os.path.join(DIR, "mismatch.key")
     t.check("test certificates made by the openssl CLI",
             all(os.path.exists(p) for p in CERTS.values()), "files", sorted(CERTS))

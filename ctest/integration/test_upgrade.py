@@ -318,17 +318,8 @@ def mock_handler(req):
 def make_certs():
     """A test CA and a certificate for ws.test and 127.0.0.1, made by the openssl CLI."""
     d = h.new_tmpdir("certs")
-
-    def run(*a):
-        subprocess.run(list(a), check=True, capture_output=True, cwd=d)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=WS Test CA",
-        "-keyout", "ca.key", "-out", "ca.crt")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ws.test", "-keyout", "ws.key",
-        "-out", "ws.csr")
-    with open(os.path.join(d, "ext.txt"), "w") as f:
-        f.write("subjectAltName=DNS:ws.test,IP:127.0.0.1\n")
-    run("openssl", "x509", "-req", "-in", "ws.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-days", "2", "-extfile", "ext.txt", "-out", "ws.crt")
+    h.make_ca(d, "ca")
+    h.make_leaf(d, "ws", "ws.test", "DNS:ws.test,IP:127.0.0.1")
     return {k: os.path.join(d, k) for k in ("ca.crt", "ws.crt", "ws.key")}
 
 
