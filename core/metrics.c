@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -253,6 +254,21 @@ static const char *chain_at(const chain_t *c, size_t pos) {
 /* sluice_plugin_errors_total of one chain (row `row` of the workers' route counters, or of
  * their tcp listener counters): one series per (owner, plugin name), a plugin used twice in
  * a chain sums. */
+/* One listener's counters by result ([nlisteners][nres] arrays at `field` of each worker's
+ * metrics), summed over workers: METRIC{listener="NAME",result="..."} lines. */
+static void render_listener_results(text_t *t, const char *metric, const char *listener, size_t l,
+                                    sl_wmetrics_t *const *ms, size_t n, size_t field,
+                                    const char *const *results, size_t nres) {
+    for (size_t res = 0; res < nres; res++) {
+        uint64_t v = 0;
+        for (size_t w = 0; w < n; w++) {
+            const uint64_t *arr = *(uint64_t *const *)((const char *)ms[w] + field);
+            v += SL_COUNTER_GET(arr[l * nres + res]);
+        }
+        tprintf(t, "%s{listener=\"%s\",result=\"%s\"} %llu\n", metric, listener, results[res], (unsigned long long)v);
+    }
+}
+
 static void render_chain_errors(text_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
                                 size_t n, bool listener, size_t row) {
     size_t chain = SL_MIN(c->nfirst + c->nown, (size_t)SL_METRIC_MAX_CHAIN);
@@ -365,30 +381,20 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
                     dir ? "out" : "in", (unsigned long long)v);
         }
     }
+    static const char *const hs_results[SL_TLS_HS_RESULTS] = {"ok", "failed", "timeout"};
     tprintf(&t, "# HELP sluice_tls_handshakes_total TLS handshakes on listeners with tls, by result.\n"
                 "# TYPE sluice_tls_handshakes_total counter\n");
-    static const char *const hs_results[SL_TLS_HS_RESULTS] = {"ok", "failed", "timeout"};
-    for (size_t l = 0; l < cfg->nlisteners; l++) {
-        if (!cfg->listeners[l].tls) continue;
-        for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++) {
-            uint64_t v = 0;
-            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tls_hs[l * SL_TLS_HS_RESULTS + res]);
-            tprintf(&t, "sluice_tls_handshakes_total{listener=\"%s\",result=\"%s\"} %llu\n", cfg->listeners[l].name,
-                    hs_results[res], (unsigned long long)v);
-        }
-    }
+    for (size_t l = 0; l < cfg->nlisteners; l++)
+        if (cfg->listeners[l].tls)
+            render_listener_results(&t, "sluice_tls_handshakes_total", cfg->listeners[l].name, l, ms, n,
+                                    offsetof(sl_wmetrics_t, tls_hs), hs_results, SL_TLS_HS_RESULTS);
     tprintf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
                 "server name routed them (route, default) or why they were closed (no_route, not_tls, timeout).\n"
                 "# TYPE sluice_tcp_sni_total counter\n");
-    for (size_t l = 0; l < cfg->nlisteners; l++) {
-        if (!cfg->listeners[l].nsni_routes) continue;
-        for (size_t r = 0; r < SL_SNI_RESULTS; r++) {
-            uint64_t v = 0;
-            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_sni[l * SL_SNI_RESULTS + r]);
-            tprintf(&t, "sluice_tcp_sni_total{listener=\"%s\",result=\"%s\"} %llu\n", cfg->listeners[l].name,
-                    sl_sni_result_label[r], (unsigned long long)v);
-        }
-    }
+    for (size_t l = 0; l < cfg->nlisteners; l++)
+        if (cfg->listeners[l].nsni_routes)
+            render_listener_results(&t, "sluice_tcp_sni_total", cfg->listeners[l].name, l, ms, n,
+                                    offsetof(sl_wmetrics_t, tcp_sni), sl_sni_result_label, SL_SNI_RESULTS);
     tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
                 "# TYPE sluice_plugin_errors_total counter\n");
     for (size_t r = 0; r < cfg->nroutes; r++) {
