@@ -1,7 +1,8 @@
 -- JIT check (STYLE.md, Tests): loops hot Lua APIs a few hundred times under jit.attach
 -- and fails on trace aborts that mean "this code runs in the interpreter" (NYI and the
 -- like). Aborts that are only LuaJIT choosing where a trace starts ("leaving loop in
--- root trace", "inner loop in root trace", "loop unroll limit reached") are not failures.
+-- root trace", "inner loop in root trace", "loop unroll limit reached", "call unroll limit
+-- reached") are not failures.
 --
 -- What this covers, honestly: code this busted VM runs. Worker VMs are separate
 -- lua_States on the gateway's threads; jit.attach here does not see them. The per-request
@@ -23,6 +24,9 @@ local BENIGN = {
     ["leaving loop in root trace"] = true,
     ["inner loop in root trace"] = true,
     ["loop unroll limit reached"] = true,
+    -- the same function met again inside the trace past the unroll limit: LuaJIT stops and
+    -- starts a trace elsewhere (seen ~1 run in 40 in CI, with the trace still compiled)
+    ["call unroll limit reached"] = true,
     -- recursion (a record's fields validated by the same function): LuaJIT aborts the
     -- trace on purpose and records the recursion as a loop on restart; not an NYI
     ["down-recursion, restarting"] = true,

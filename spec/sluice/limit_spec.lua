@@ -149,6 +149,9 @@ describe("sluice.limit JIT", function()
         ["leaving loop in root trace"] = true,
         ["inner loop in root trace"] = true,
         ["loop unroll limit reached"] = true,
+        -- the same function met again inside the trace past the unroll limit: LuaJIT stops and
+        -- starts a trace elsewhere (seen ~1 run in 40 in CI, with the trace still compiled)
+        ["call unroll limit reached"] = true,
     }
 
     local function loop(n, k)
