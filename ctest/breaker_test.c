@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "common.h"
+#include "stampede.h"
 
 /* Far from 0 and on a bucket boundary of every window below. */
 #define T0 UINT64_C(1000000)
@@ -362,33 +363,18 @@ static void test_exit_hedge_cancelled_is_cancel(void) { exit_path(END_CANCEL); }
 #define STAMPEDE_TRIALS 1000
 
 static struct {
-    pthread_barrier_t go, done;
     sl_breaker_t b;
     sl_breaker_conf_t c;
     uint64_t now;
-    _Atomic bool stop;
     sl_admit_t got[STAMPEDE_THREADS];
 } st;
 
-static void *stampede_thread(void *arg) {
-    size_t i = (size_t)arg;
-    for (;;) {
-        pthread_barrier_wait(&st.go);
-        if (atomic_load(&st.stop)) return NULL;
-        st.got[i] = sl_breaker_admit(&st.b, &st.c, st.now, NULL);
-        pthread_barrier_wait(&st.done);
-    }
-}
+static void stampede_call(size_t i) { st.got[i] = sl_breaker_admit(&st.b, &st.c, st.now, NULL); }
 
 static void test_stampede(void) {
     st.c = conf();
-    atomic_init(&st.stop, false);
-    pthread_barrier_init(&st.go, NULL, STAMPEDE_THREADS + 1);
-    pthread_barrier_init(&st.done, NULL, STAMPEDE_THREADS + 1);
-    pthread_t th[STAMPEDE_THREADS];
-    for (size_t i = 0; i < STAMPEDE_THREADS; i++)
-        CHECK_INT(pthread_create(&th[i], NULL, stampede_thread, (void *)i), 0);
-
+    stampede_t s;
+    stampede_start(&s, STAMPEDE_THREADS, stampede_call);
     /* the default half_open_requests (2) for the 1,000 trials, then other bounds */
     static const struct {
         uint32_t half_open;
@@ -400,8 +386,7 @@ static void test_stampede(void) {
         for (int t = 0; t < runs[r].trials; t++) {
             tripped(&st.b, &st.c, T0);
             st.now = T0 + st.c.open_timeout_ms + (uint64_t)(t % 3); /* just over, or on the dot */
-            pthread_barrier_wait(&st.go);
-            pthread_barrier_wait(&st.done);
+            stampede_trial(&s);
             int probe = 0, closed = 0;
             for (size_t i = 0; i < STAMPEDE_THREADS; i++) {
                 probe += st.got[i] == SL_ADMIT_PROBE;
@@ -417,15 +402,9 @@ static void test_stampede(void) {
         CHECK_INT(violations, 0);
         printf("stampede: %d threads, half_open_requests %u, %d trials; admitted:",
                STAMPEDE_THREADS, runs[r].half_open, runs[r].trials);
-        for (int n = 0; n <= STAMPEDE_THREADS; n++)
-            if (hist[n]) printf(" %d in %d trials", n, hist[n]);
-        printf("\n");
+        stampede_print_hist(hist, STAMPEDE_THREADS);
     }
-    atomic_store(&st.stop, true);
-    pthread_barrier_wait(&st.go);
-    for (size_t i = 0; i < STAMPEDE_THREADS; i++) pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&st.go);
-    pthread_barrier_destroy(&st.done);
+    stampede_stop(&s);
 }
 
 /* Mixed: threads admit on a shared clock that runs fast enough to cycle the breaker through

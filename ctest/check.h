@@ -30,6 +30,18 @@ static int passed, failed;
         }                                                                                          \
     } while (0)
 
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (a_ && b_ && strcmp(a_, b_) == 0)                                                       \
+            passed++;                                                                              \
+        else {                                                                                     \
+            failed++;                                                                              \
+            fprintf(stderr, "%s:%d: %s == %s failed:\n    \"%s\"\n != \"%s\"\n", __FILE__,         \
+                    __LINE__, #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                     \
+        }                                                                                          \
+    } while (0)
+
 /** A named test of a table given to check_main(). */
 typedef struct {
     const char *name;

@@ -15,18 +15,6 @@
 
 #include "check.h"
 
-#define CHECK_STR(a, b)                                                                            \
-    do {                                                                                           \
-        const char *a_ = (a), *b_ = (b);                                                           \
-        if (a_ && b_ && strcmp(a_, b_) == 0)                                                       \
-            passed++;                                                                              \
-        else {                                                                                     \
-            failed++;                                                                              \
-            fprintf(stderr, "%s:%d: %s == %s failed:\n    \"%s\"\n != \"%s\"\n", __FILE__,         \
-                    __LINE__, #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                     \
-        }                                                                                          \
-    } while (0)
-
 /* A listener every error case can lean on, so it fails for its own reason only. */
 #define LISTENER "listeners: [ { name: web, listen: 127.0.0.1:8080 } ]\n"
 
@@ -819,7 +807,6 @@ static void test_shipped_configs(void) {
     if (cfg->routes[0].nplugins) CHECK_STR(cfg->routes[0].plugins[0].name, "echo");
     sl_config_free(cfg);
 }
-
 
 /* issue 4's keys: balancers, hash_on, health, circuit_breaker, retry, split */
 static void test_resilience(void) {

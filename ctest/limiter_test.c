@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "common.h"
+#include "stampede.h"
 
 #define MS UINT64_C(1000000)
 #define SEC (1000 * MS)
@@ -438,38 +439,24 @@ static void test_long_keys(void) {
 #define ST_TRIALS 1000
 
 static struct {
-    pthread_barrier_t go, done;
     char key[32];
     double capacity;
     bool windowed;
-    _Atomic bool stop;
     int got[ST_THREADS];
 } st;
 
-static void *stampede_thread(void *arg) {
-    size_t i = (size_t)arg;
-    for (;;) {
-        pthread_barrier_wait(&st.go);
-        if (atomic_load(&st.stop)) return NULL;
-        sl_limit_result_t r;
-        size_t len = strlen(st.key);
-        int rc = st.windowed
-                     ? sl_limiter_window_at(st.key, len, st.capacity, 1, 1, T0, &r, NULL)
-                     : sl_limiter_take_at(st.key, len, 100, st.capacity - 1, 1, T0, &r, NULL);
-        st.got[i] = rc == SL_OK && r.allowed;
-        pthread_barrier_wait(&st.done);
-    }
+static void stampede_call(size_t i) {
+    sl_limit_result_t r;
+    size_t len = strlen(st.key);
+    int rc = st.windowed ? sl_limiter_window_at(st.key, len, st.capacity, 1, 1, T0, &r, NULL)
+                         : sl_limiter_take_at(st.key, len, 100, st.capacity - 1, 1, T0, &r, NULL);
+    st.got[i] = rc == SL_OK && r.allowed;
 }
 
 static void test_stampede(void) {
     fresh();
-    atomic_init(&st.stop, false);
-    pthread_barrier_init(&st.go, NULL, ST_THREADS + 1);
-    pthread_barrier_init(&st.done, NULL, ST_THREADS + 1);
-    pthread_t th[ST_THREADS];
-    for (size_t i = 0; i < ST_THREADS; i++)
-        CHECK_INT(pthread_create(&th[i], NULL, stampede_thread, (void *)i), 0);
-
+    stampede_t s;
+    stampede_start(&s, ST_THREADS, stampede_call);
     static const struct {
         int capacity;
         bool windowed;
@@ -482,8 +469,7 @@ static void test_stampede(void) {
         int hist[ST_THREADS + 1] = {0};
         for (int t = 0; t < runs[r].trials; t++) {
             snprintf(st.key, sizeof st.key, "st-%zu-%d", r, t);
-            pthread_barrier_wait(&st.go);
-            pthread_barrier_wait(&st.done);
+            stampede_trial(&s);
             int n = 0;
             for (size_t i = 0; i < ST_THREADS; i++) n += st.got[i];
             hist[n]++;
@@ -491,15 +477,9 @@ static void test_stampede(void) {
         CHECK_INT(hist[runs[r].capacity], runs[r].trials);
         printf("stampede: %d threads on one key, %s of %d, %d trials; admitted:", ST_THREADS,
                runs[r].windowed ? "window" : "bucket", runs[r].capacity, runs[r].trials);
-        for (int n = 0; n <= ST_THREADS; n++)
-            if (hist[n]) printf(" %d in %d trials", n, hist[n]);
-        printf("\n");
+        stampede_print_hist(hist, ST_THREADS);
     }
-    atomic_store(&st.stop, true);
-    pthread_barrier_wait(&st.go);
-    for (size_t i = 0; i < ST_THREADS; i++) pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&st.go);
-    pthread_barrier_destroy(&st.done);
+    stampede_stop(&s);
 }
 
 /* Many threads on many keys on a shared clock that moves with every call (so a thread's

@@ -13,18 +13,6 @@
 #include "check.h"
 #include "common.h"
 
-#define CHECK_STR(a, b)                                                                            \
-    do {                                                                                           \
-        const char *a_ = (a), *b_ = (b);                                                           \
-        if (a_ && b_ && strcmp(a_, b_) == 0)                                                       \
-            passed++;                                                                              \
-        else {                                                                                     \
-            failed++;                                                                              \
-            fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__, #a,  \
-                    #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                                   \
-        }                                                                                          \
-    } while (0)
-
 static const uint8_t sig[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A};
 
 /* "1.2.3.4:5" / "[::1]:5" of an address, for comparisons. */

@@ -16,7 +16,7 @@
 #include "check.h"
 #include "common.h"
 
-#define CHECK_STR(a, alen, b)                                                                      \
+#define CHECK_STRN(a, alen, b)                                                                      \
     do {                                                                                           \
         size_t al_ = (alen), bl_ = strlen(b);                                                      \
         if (al_ == bl_ && memcmp((a), (b), al_) == 0)                                              \
@@ -119,7 +119,7 @@ static void check_every_prefix(const bytes_t *b, const char *want) {
         }
     CHECK_INT(bad, 0);
     CHECK_INT(parse(b->p, b->len), SL_OK);
-    CHECK_STR(name, nlen, want);
+    CHECK_STRN(name, nlen, want);
 }
 
 static void test_openssl_hellos(void) {
@@ -135,7 +135,7 @@ static void test_openssl_hellos(void) {
     openssl_hello("a.test", 0, &b);
     memcpy(b.p + b.len, "\x17\x03\x03\x00\x05hello", 10);
     CHECK_INT(parse(b.p, b.len + 10), SL_OK);
-    CHECK_STR(name, nlen, "a.test");
+    CHECK_STRN(name, nlen, "a.test");
 }
 
 static void test_many_records(void) {
@@ -148,7 +148,7 @@ static void test_many_records(void) {
         if (frags[i] == 1 || frags[i] == 3 || frags[i] == 100)
             check_every_prefix(&b, "many.records.test");
         CHECK_INT(parse(b.p, b.len), SL_OK);
-        CHECK_STR(name, nlen, "many.records.test");
+        CHECK_STRN(name, nlen, "many.records.test");
     }
     /* the same bytes with one record more at the end than the message needs: ignored */
     records_of(&msg, 100, &b);
@@ -167,7 +167,7 @@ static void test_bounds(void) {
     records_of(&msg, 8192, &b);
     CHECK_INT(b.len, SL_SNI_MAX_HELLO);
     CHECK_INT(parse(b.p, b.len), SL_OK);
-    CHECK_STR(name, nlen, "big.test");
+    CHECK_STRN(name, nlen, "big.test");
     CHECK_INT(parse(b.p, b.len - 1), SL_EAGAIN);
     /* one byte more: refused, from the record header that says so on */
     built_hello("big.test", room + 1, &msg);
