@@ -81,7 +81,6 @@ static void conn_close(sl_conn_t *c) {
     if (c->next) c->next->prev = c->prev;
     SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], -1);
     if (c->tls) {
-        sl_tls_shutdown(c->tls); /* close_notify, when the session is sound */
         sl_tls_close(c->tls);
         c->tls = NULL;
     }

@@ -53,7 +53,6 @@ static void probe_close_conn(sl_prober_t *p) {
     if (!p->tcp_open) return;
     p->tcp_open = 0;
     if (p->t) {
-        sl_tls_shutdown(p->t); /* or SSL_free spoils the target's kept session (see pool.c) */
         sl_tls_close(p->t);
         p->t = NULL;
     }

@@ -38,9 +38,6 @@ void sl__upconn_close(sl_upconn_t *u) {
     u->req = NULL;
     u->nclose = 2;
     if (u->tls) {
-        /* close_notify first: OpenSSL's SSL_free marks the session of a connection closed
-         * without it not resumable, and that session is the one kept for the next connect. */
-        sl_tls_shutdown(u->tls);
         sl_tls_close(u->tls);
         u->tls = NULL;
     }

@@ -936,22 +936,22 @@ fail:
     return UV_EPROTO;
 }
 
-void sl_tls_shutdown(sl_tls_t *t) {
-    if (t->detached || t->failed || !t->established) return;
-    ERR_clear_error();
-    SSL_shutdown(t->ssl);
-    ERR_clear_error();
-    tls_flush(t);
-}
-
-int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb) {
-    if (t->detached) return UV_EINVAL;
+/* Queues close_notify (to be flushed), best effort: a peer then knows the end is not a
+ * truncation, and OpenSSL keeps the session resumable (SSL_free marks the session of a
+ * connection closed without it not resumable — the one a target's next connection offers).
+ * Returns tls_flush's answer. */
+static int tls_close_notify(sl_tls_t *t) {
     if (t->established && !t->failed) {
         ERR_clear_error();
         SSL_shutdown(t->ssl);
         ERR_clear_error();
     }
-    int rc = tls_flush(t);
+    return tls_flush(t);
+}
+
+int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb) {
+    if (t->detached) return UV_EINVAL;
+    int rc = tls_close_notify(t);
     if (rc < 0) return rc;
     if (rc == 1) return uv_shutdown(req, t->s, cb);
     t->sd_req = req;
@@ -982,6 +982,7 @@ void sl_tls_on_established(sl_tls_t *t, void (*cb)(sl_tls_t *t)) { t->on_est = c
 
 void sl_tls_close(sl_tls_t *t) {
     if (t->detached) return;
+    tls_close_notify(t);
     pump_unlink(t);
     if (t->sock_reading) uv_read_stop(t->s);
     t->sock_reading = 0;

@@ -107,12 +107,11 @@ void sl_tls_read_stop(sl_tls_t *t);
 /** Encrypts bufs and writes them: 1 when the socket took everything at once, 0 when a
  *  write is in flight (cb(wr, status) follows, wr->handle set to the stream), <0 on error. */
 int sl_tls_write(sl_tls_t *t, uv_write_t *wr, const uv_buf_t *bufs, unsigned n, uv_write_cb cb);
-/** Sends close_notify (best effort, without waiting). */
-void sl_tls_shutdown(sl_tls_t *t);
 /** Half-close: close_notify, then the socket's write side is shut down once every byte
  *  before it was written; cb(req, status) as uv_shutdown's. Reading goes on. */
 int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb);
-/** The owner is about to uv_close the stream: restores its `data`; frees the session now,
+/** The owner is about to uv_close the stream: sends close_notify when the session is sound
+ *  (best effort, without waiting), restores the stream's `data`; frees the session now,
  *  when its own write ends, or (called from inside one of its callbacks) when that returns. */
 void sl_tls_close(sl_tls_t *t);
 
