@@ -15,7 +15,7 @@
  *
  * Built with clang by scripts/fuzz; replayed over the seed corpus by ctest (replay_main.c).
  */
-#include "http1.h"
+#include "proto/http1.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,13 +11,13 @@
  * Built with clang by `scripts/fuzz SECONDS sni`; replayed over ctest/fuzz/corpus_sni by
  * ctest (replay_main.c).
  */
-#include "sni.h"
+#include "proto/sni.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,79 @@
+/* block.c — the per-worker block freelist and the request arena built on it. */
+#include "base/block.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+char *sl_block_get(sl_blockpool_t *bp) {
+    sl_block_free_t *f = bp->free;
+    if (f) {
+        bp->free = f->next;
+        bp->nfree--;
+        return (char *)f;
+    }
+    bp->mallocs++;
+    return malloc(SL_BLOCK_SIZE);
+}
+
+void sl_block_put(sl_blockpool_t *bp, char *b) {
+    if (!b) return;
+    if (bp->nfree >= bp->max_free) {
+        free(b);
+        return;
+    }
+    sl_block_free_t *f = (sl_block_free_t *)b;
+    f->next = bp->free;
+    bp->free = f;
+    bp->nfree++;
+}
+
+void sl_blockpool_destroy(sl_blockpool_t *bp) {
+    while (bp->free) {
+        sl_block_free_t *f = bp->free;
+        bp->free = f->next;
+        free(f);
+    }
+    bp->nfree = 0;
+}
+
+void sl_arena_init(sl_arena_t *a, sl_blockpool_t *bp) {
+    a->bp = bp;
+    a->nblocks = 0;
+    a->used = 0;
+}
+
+static bool arena_room(sl_arena_t *a, size_t n) {
+    if (n > SL_BLOCK_SIZE) return false;
+    if (a->nblocks && SL_BLOCK_SIZE - a->used >= n) return true;
+    if (a->nblocks == SL_ARRAY_LEN(a->blocks)) return false;
+    char *b = sl_block_get(a->bp);
+    if (!b) return false;
+    a->blocks[a->nblocks++] = b;
+    a->used = 0;
+    return true;
+}
+
+void *sl_arena_alloc(sl_arena_t *a, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    if (!arena_room(a, n)) return NULL;
+    void *p = a->blocks[a->nblocks - 1] + a->used;
+    a->used += (uint32_t)n;
+    return p;
+}
+
+sl_wbuf_t sl_arena_wbuf(sl_arena_t *a, size_t want) {
+    if (!arena_room(a, want)) return (sl_wbuf_t){NULL, 0, 0};
+    return (sl_wbuf_t){a->blocks[a->nblocks - 1] + a->used, 0, SL_BLOCK_SIZE - a->used};
+}
+
+void sl_arena_commit(sl_arena_t *a, size_t n) {
+    assert(a->nblocks && a->used + n <= SL_BLOCK_SIZE);
+    a->used += (uint32_t)((n + 15) & ~(size_t)15);
+    if (a->used > SL_BLOCK_SIZE) a->used = SL_BLOCK_SIZE;
+}
+
+void sl_arena_reset(sl_arena_t *a) {
+    for (uint8_t i = 0; i < a->nblocks; i++) sl_block_put(a->bp, a->blocks[i]);
+    a->nblocks = 0;
+    a->used = 0;
+}

@@ -1,0 +1,50 @@
+/* block.h — fixed-size buffers from a per-worker freelist.
+ *
+ * Read buffers and per-request arenas are SL_BLOCK_SIZE blocks. A worker keeps
+ * up to `max_free` released blocks for reuse, so the steady state allocates
+ * nothing; connections hold a block only while bytes are in flight.
+ * Owner: one worker thread; never shared.
+ */
+#ifndef SL_BLOCK_H
+#define SL_BLOCK_H
+
+#include "base/common.h"
+
+#define SL_BLOCK_SIZE (64 * 1024)
+
+typedef struct sl_block_free_s {
+    struct sl_block_free_s *next;
+} sl_block_free_t;
+
+typedef struct {
+    sl_block_free_t *free;
+    uint32_t nfree, max_free;
+    uint64_t mallocs; /**< blocks ever taken from malloc: steady state keeps this flat */
+} sl_blockpool_t;
+
+/** Returns a block of SL_BLOCK_SIZE bytes, or NULL when memory is exhausted. */
+char *sl_block_get(sl_blockpool_t *bp);
+void sl_block_put(sl_blockpool_t *bp, char *b);
+void sl_blockpool_destroy(sl_blockpool_t *bp);
+
+/**
+ * A bump arena over blocks, for the bytes a request builds (rebuilt heads,
+ * canned bodies). Freed in one step by sl_arena_reset. Allocations larger than
+ * a block fail.
+ */
+typedef struct {
+    sl_blockpool_t *bp;
+    char *blocks[8];
+    uint8_t nblocks;
+    uint32_t used; /**< in the last block */
+} sl_arena_t;
+
+void sl_arena_init(sl_arena_t *a, sl_blockpool_t *bp);
+void *sl_arena_alloc(sl_arena_t *a, size_t n);
+/** Room left in the current block, for building output in place (0 when no block yet). */
+sl_wbuf_t sl_arena_wbuf(sl_arena_t *a, size_t want);
+/** Commits `n` bytes of the last sl_arena_wbuf. */
+void sl_arena_commit(sl_arena_t *a, size_t n);
+void sl_arena_reset(sl_arena_t *a);
+
+#endif

@@ -1,0 +1,90 @@
+/* common.c — small helpers for output buffers and clocks. */
+#include "base/common.h"
+
+#include <sys/random.h>
+#include <time.h>
+
+#define T1(c) [c] = 1
+const uint8_t sl_tchar_table[256] = {
+    T1('!'), T1('#'), T1('$'), T1('%'), T1('&'), T1('\''), T1('*'), T1('+'), T1('-'), T1('.'),
+    T1('^'), T1('_'), T1('`'), T1('|'), T1('~'),
+    T1('0'), T1('1'), T1('2'), T1('3'), T1('4'), T1('5'), T1('6'), T1('7'), T1('8'), T1('9'),
+    T1('A'), T1('B'), T1('C'), T1('D'), T1('E'), T1('F'), T1('G'), T1('H'), T1('I'), T1('J'),
+    T1('K'), T1('L'), T1('M'), T1('N'), T1('O'), T1('P'), T1('Q'), T1('R'), T1('S'), T1('T'),
+    T1('U'), T1('V'), T1('W'), T1('X'), T1('Y'), T1('Z'),
+    T1('a'), T1('b'), T1('c'), T1('d'), T1('e'), T1('f'), T1('g'), T1('h'), T1('i'), T1('j'),
+    T1('k'), T1('l'), T1('m'), T1('n'), T1('o'), T1('p'), T1('q'), T1('r'), T1('s'), T1('t'),
+    T1('u'), T1('v'), T1('w'), T1('x'), T1('y'), T1('z'),
+};
+#undef T1
+
+bool sl_wbuf_u64(sl_wbuf_t *b, uint64_t v) {
+    char tmp[24];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return sl_wbuf_put(b, tmp + i, sizeof(tmp) - i);
+}
+
+bool sl_wbuf_hex(sl_wbuf_t *b, uint64_t v) {
+    static const char digits[] = "0123456789abcdef";
+    char tmp[20];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = digits[v & 15];
+        v >>= 4;
+    } while (v);
+    return sl_wbuf_put(b, tmp + i, sizeof(tmp) - i);
+}
+
+bool sl_wbuf_json_str(sl_wbuf_t *b, sl_str_t s) {
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.p[i];
+        char esc[6];
+        size_t n = 0;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\', esc[1] = (char)c, n = 2;
+        } else if (c == '\n') {
+            esc[0] = '\\', esc[1] = 'n', n = 2;
+        } else if (c == '\r') {
+            esc[0] = '\\', esc[1] = 'r', n = 2;
+        } else if (c == '\t') {
+            esc[0] = '\\', esc[1] = 't', n = 2;
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4], esc[5] = hex[c & 15], n = 6;
+        }
+        if (n) {
+            if (!sl_wbuf_put(b, esc, n)) return false;
+        } else if (!sl_wbuf_put(b, &s.p[i], 1)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+uint64_t sl_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t sl_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static __thread uint64_t rnd_state;
+
+uint64_t sl_rand64(void) {
+    if (SL_UNLIKELY(!rnd_state)) {
+        if (getrandom(&rnd_state, sizeof(rnd_state), 0) != sizeof(rnd_state) || !rnd_state)
+            rnd_state = sl_now_ns() | 1;
+    }
+    rnd_state ^= rnd_state >> 12, rnd_state ^= rnd_state << 25, rnd_state ^= rnd_state >> 27;
+    return rnd_state * 0x2545F4914F6CDD1DULL; /* xorshift64* */
+}

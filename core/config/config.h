@@ -1,0 +1,251 @@
+/* config.h — the YAML configuration, parsed and validated into one immutable tree.
+ *
+ * A config build reads one YAML file (or an embedded text), checks every key
+ * against the contract in DESIGN.md and produces an sl_config_t. Every error is
+ * reported as "FILE:LINE:COL: message" (1-based line and column) and a build
+ * with any error produces no config at all. Unknown keys are errors, so a
+ * misspelled optional key can never silently disable a feature.
+ *
+ * Ownership: the config and everything it points to belong to the config; one
+ * sl_config_free() releases it all. A config is never mutated after the build,
+ * so worker threads may read it without locks.
+ */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
+/* balancer kinds are balancer.h's SL_LB_* */
+#include "upstream/balancer.h"
+#include "upstream/breaker.h"
+#include "net/tls.h"
+
+/** What consistent-hash (and a route's sticky split) hashes. */
+enum { SL_HASH_IP = 0, SL_HASH_HEADER, SL_HASH_COOKIE, SL_HASH_PATH };
+
+/** Retry conditions, as bits of sl_retry_conf_t.on_flags (statuses are listed apart). */
+enum { SL_RETRY_ON_CONNECT_ERROR = 1 << 0, SL_RETRY_ON_TIMEOUT = 1 << 1 };
+#define SL_MAX_RETRY_STATUSES 16
+
+typedef struct {
+    uint32_t attempts;          /**< tries in all, the first included; default 1 (no retry) */
+    uint32_t on_flags;          /**< SL_RETRY_ON_* */
+    uint16_t statuses[SL_MAX_RETRY_STATUSES]; /**< upstream statuses that are retried */
+    uint32_t nstatuses;
+    uint64_t backoff_ms;        /**< base of the full-jitter backoff; default 25ms */
+    uint64_t max_backoff_ms;    /**< default 250ms */
+    uint64_t max_body;          /**< request bodies up to this are buffered for replay; 1MiB */
+    uint64_t hedge_after_ms;    /**< 0: no hedging */
+} sl_retry_conf_t;
+
+enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP };
+
+typedef struct {
+    int active_type;            /**< SL_PROBE_*; NONE: no active probes */
+    char *path;                 /**< http probe path; default /health */
+    int expect_status;          /**< 0: any 2xx/3xx */
+    uint64_t interval_ms, timeout_ms;   /**< default 2s, 1s */
+    uint32_t healthy_threshold, unhealthy_threshold; /**< default 2, 3 */
+    bool passive;               /**< passive ejection configured */
+    uint32_t max_failures;      /**< default 5 */
+    uint64_t window_ms;         /**< default 10s */
+} sl_health_conf_t;
+
+/** A parsed "host:port" or "[v6]:port"; port 0 asks the kernel for a free one. */
+typedef struct {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char *text; /**< as written in the config, owned */
+} sl_addr_t;
+
+/** An address block (a trusted PROXY-protocol sender): 16 bytes, IPv4 mapped into
+ *  ::ffff:0:0/96, and the prefix length over those 128 bits. */
+typedef struct {
+    uint8_t ip[16];
+    uint8_t bits;
+} sl_cidr_t;
+
+enum { SL_SPLICE_AUTO = 0, SL_SPLICE_OFF = 1 };
+enum { SL_PROXY_NONE = 0, SL_PROXY_V1 = 1, SL_PROXY_V2 = 2 };
+
+/** One entry of a tcp listener's `sni_routes`. */
+typedef struct {
+    char **names; size_t nnames;  /**< lower-cased, as written ("a.example.com", "*.example.org") */
+    int upstream;                 /**< index into upstreams */
+    char *upstream_name;
+    int line, col, upstream_line, upstream_col;
+} sl_sni_route_conf_t;
+
+/** A name of sni_routes in the lookup table (sni.c's sl_sni_route). */
+typedef struct {
+    const char *name;  /**< borrowed from sni_routes: the exact name, or a wildcard's suffix
+                            (".example.org" for "*.example.org") */
+    uint32_t len;
+    int upstream;
+} sl_sni_name_t;
+
+typedef struct {
+    char *name;
+    sl_addr_t listen;
+    int protocol;                /**< SL_PROTO_HTTP or SL_PROTO_TCP */
+    int upstream;                /**< tcp: index into upstreams (the default with sni_routes,
+                                      optional there: -1 when absent); -1 for http */
+    int splice;                  /**< tcp: SL_SPLICE_AUTO (default) or SL_SPLICE_OFF (read/write copy) */
+    int proxy_send;              /**< tcp: SL_PROXY_* header sent to the upstream first */
+    sl_cidr_t *proxy_from;       /**< accept_proxy_protocol.from: peers whose PROXY header is read */
+    size_t nproxy_from;
+    bool accept_proxy;           /**< accept_proxy_protocol present: a PROXY header is expected */
+    uint64_t max_body;           /**< bytes; 0 = unlimited */
+    uint32_t max_header_size;    /**< whole request head, default 32 KiB -> 431 */
+    uint32_t max_request_line;   /**< default 8 KiB -> 414 */
+    uint64_t header_timeout_ms;  /**< total deadline for a request head, default 10s */
+    uint64_t idle_timeout_ms;    /**< http: keep-alive idle, default 60s; tcp: session idle, default 300s */
+    uint64_t connect_timeout_ms; /**< tcp: the upstream's timeouts.connect (per session with
+                                      sni_routes: the chosen upstream's) */
+    sl_sni_route_conf_t *sni_routes; size_t nsni_routes; /**< tcp: TLS passthrough by SNI */
+    sl_sni_name_t *sni_names;    /**< exact names sorted by (length, bytes), then wildcards
+                                      longest first */
+    size_t nsni_exact, nsni_wild;
+    struct sl_plugin_conf_s *plugins; size_t nplugins; /**< tcp: the preread chain (the global
+                                      chain is HTTP's only) */
+    sl_tls_listener_conf_t *tls; /**< http: TLS termination (`tls:`), else NULL */
+    int line, col;
+    int upstream_line, upstream_col; /**< where `upstream:` was written (resolved after upstreams) */
+    char *upstream_name;
+} sl_listener_conf_t;
+
+typedef struct {
+    sl_addr_t addr;
+    uint32_t weight; /**< default 1 */
+    sl_tls_target_conf_t *tls; /**< TLS to this target (`tls:`), else NULL */
+} sl_target_conf_t;
+
+typedef struct {
+    char *name;
+    int balancer;                /**< SL_LB_* */
+    int hash_on;                 /**< SL_HASH_* (consistent-hash) */
+    char *hash_name;             /**< header or cookie name for SL_HASH_HEADER / _COOKIE */
+    double hash_epsilon;         /**< bounded-load slack: cap = ceil((1+e) * mean); default 0.25 */
+    sl_health_conf_t health;
+    sl_breaker_conf_t breaker;   /**< enabled when `circuit_breaker:` is present */
+    sl_retry_conf_t retry;
+    sl_target_conf_t *targets;
+    size_t ntargets;             /**< at least 1 */
+    uint32_t keepalive_max_idle; /**< per worker, per target; default 64; 0 disables reuse */
+    uint64_t keepalive_idle_timeout_ms; /**< default 60s */
+    uint64_t connect_timeout_ms; /**< default 2s */
+    uint64_t read_timeout_ms;    /**< default 30s */
+    uint64_t write_timeout_ms;   /**< default 30s */
+    int line, col;
+} sl_upstream_conf_t;
+
+/** One arm of a route's split: entries with a match are tried first, in order; the
+ *  rest share the traffic by weight. */
+typedef struct {
+    int upstream;                /**< index into upstreams */
+    uint32_t weight;             /**< 0 for an entry that only matches */
+    char *header, *header_value; /**< match: header NAME equals VALUE */
+    char *cookie, *cookie_value; /**< match: cookie NAME equals VALUE */
+    int line, col;
+} sl_split_conf_t;
+
+typedef struct {
+    char *name;   /**< header name as written */
+    char *value;  /**< exact value to match */
+} sl_kv_t;
+
+typedef struct sl_plugin_conf_s {
+    char *name;
+    char *config_json; /**< the plugin's `config:` mapping as JSON text ("{}" when absent) */
+    char *positions_json; /**< {"a.b":[kline,kcol,vline,vcol],...}: where each key and value stands */
+    int line, col;        /**< the plugin entry */
+    int config_line, config_col; /**< the `config:` mapping (the entry when absent) */
+    int name_line, name_col;     /**< the `name:` value */
+} sl_plugin_conf_t;
+
+typedef struct {
+    char *name;
+    char **hosts;   size_t nhosts;   /**< exact "a.com" or wildcard "*.a.com", lower-cased */
+    char **paths;   size_t npaths;   /**< prefixes, each starting with '/' */
+    char **methods; size_t nmethods; /**< upper-case */
+    sl_kv_t *headers; size_t nheaders;
+    int upstream;                    /**< index into upstreams, or -1 */
+    sl_split_conf_t *split; size_t nsplit; /**< instead of upstream: canary/match split */
+    bool strip_prefix;
+    char **upgrade; size_t nupgrade; /**< Upgrade protocols forwarded (lower-case; "*": any but h2c);
+                                          none: Upgrade is stripped and the request proxied as plain HTTP */
+    int lua_file;                    /**< index into lua_route_files for a lua_routes route, else -1 */
+    int lua_index;                   /**< its 1-based position in that file's list */
+    bool match_fn;                   /**< its match is a Lua function (called by the router) */
+    sl_plugin_conf_t *plugins; size_t nplugins;
+    int line, col;
+} sl_route_conf_t;
+
+/** A consumer (the auth plugins' credentials). credentials_json holds the `credentials:`
+ *  mapping as JSON: {"key-auth":{"key":"..."},"basic-auth":{"username":..,"password_hash":..}}. */
+typedef struct {
+    char *name;
+    char *credentials_json;
+    int line, col;
+} sl_consumer_conf_t;
+
+typedef struct {
+    char *path;                  /**< file name used in errors */
+    int workers;                 /**< resolved: "auto" becomes the CPU count */
+    bool watch;
+    uint64_t shutdown_timeout_ms;/**< default 30s */
+    bool admin_enabled;          /**< true unless `admin: { listen: off }` */
+    sl_addr_t admin_listen;      /**< default 127.0.0.1:9090 */
+    char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */
+    char **plugin_search; size_t nplugin_search; /**< resolved: plugin_paths (relative to the
+                                                      config file) then the built-in folder */
+    char **lua_routes; size_t nlua_routes;       /**< as written */
+    char **lua_route_files; size_t nlua_route_files; /**< resolved like plugin_paths */
+    int lua_routes_line, lua_routes_col;
+    sl_plugin_conf_t *plugins; size_t nplugins;  /**< the global chain */
+    sl_listener_conf_t *listeners; size_t nlisteners;
+    sl_upstream_conf_t *upstreams; size_t nupstreams;
+    sl_route_conf_t *routes; size_t nroutes;
+    sl_consumer_conf_t *consumers; size_t nconsumers;
+    char *consumer_header;       /**< default "X-Consumer": set upstream from ctx.consumer, never from the client */
+    bool redis_enabled;          /**< `redis:` present */
+    sl_addr_t redis_address;     /**< default 127.0.0.1:6379 */
+    uint64_t redis_timeout_ms;   /**< default 50ms */
+} sl_config_t;
+
+/** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */
+typedef struct {
+    char **lines;
+    size_t n, cap;
+} sl_errors_t;
+
+/**
+ * Builds a config from YAML text. `path` names the source in error lines.
+ * Returns 0 and sets *out, or -1 with at least one line appended to errs.
+ */
+int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                    sl_errors_t *errs);
+
+/** Reads `path` and calls sl_config_parse. An unreadable file is one error line. */
+int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs);
+
+void sl_config_free(sl_config_t *cfg);
+
+void sl_errors_add(sl_errors_t *errs, const char *path, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void sl_errors_free(sl_errors_t *errs);
+
+/** "250ms", "10s", "5m", "1h" -> milliseconds. Returns 0, or -1 on a malformed value. */
+int sl_parse_duration_ms(const char *s, uint64_t *out);
+
+/** "512", "64KiB", "10MiB", "1GiB" -> bytes. Returns 0, or -1 on a malformed value. */
+int sl_parse_size(const char *s, uint64_t *out);
+
+/** "127.0.0.1:8080", "[::1]:0", "localhost:80" (resolved numerically only). 0 or -1. */
+int sl_parse_addr(const char *s, sl_addr_t *out);
+
+#endif

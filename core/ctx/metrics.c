@@ -1,0 +1,423 @@
+/* metrics.c — counters and histograms per worker, rendered in Prometheus text format. */
+#include "ctx/metrics.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const double bucket_le[SL_METRIC_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+
+int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
+    memset(m, 0, sizeof(*m));
+    m->nroutes = cfg->nroutes + 1;
+    m->target_base = calloc(cfg->nupstreams + 1, sizeof(size_t));
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        m->target_base[u] = m->ntargets;
+        m->ntargets += cfg->upstreams[u].ntargets;
+    }
+    m->req_codes = calloc(m->nroutes * SL_METRIC_CODES, sizeof(uint64_t));
+    m->req_dur = calloc(m->nroutes, sizeof(sl_hist_t));
+    m->up_codes = calloc((m->ntargets + 1) * SL_METRIC_CODES, sizeof(uint64_t));
+    m->up_dur = calloc(m->ntargets + 1, sizeof(sl_hist_t));
+    m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
+    m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
+    m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
+    m->tls_hs = calloc((cfg->nlisteners + 1) * SL_TLS_HS_RESULTS, sizeof(uint64_t));
+    m->tcp_sni = calloc((cfg->nlisteners + 1) * SL_SNI_RESULTS, sizeof(uint64_t));
+    m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
+    m->lplugin_errors = calloc((cfg->nlisteners + 1) * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
+    m->nupstreams = cfg->nupstreams;
+    m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
+    m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
+    if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
+        !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs) {
+        sl_metrics_free(m);
+        return SL_ERROR;
+    }
+    return SL_OK;
+}
+
+void sl_metrics_free(sl_wmetrics_t *m) {
+    free(m->target_base);
+    free(m->req_codes);
+    free(m->req_dur);
+    free(m->up_codes);
+    free(m->up_dur);
+    free(m->up_noresp);
+    free(m->conns_active);
+    free(m->tcp_bytes);
+    free(m->tls_hs);
+    free(m->tcp_sni);
+    free(m->plugin_errors);
+    free(m->lplugin_errors);
+    free(m->retries);
+    free(m->ratelimit);
+    memset(m, 0, sizeof(*m));
+}
+
+static void hist_add(sl_hist_t *h, uint64_t dur_ns) {
+    double s = (double)dur_ns / 1e9;
+    int i = 0;
+    while (i < SL_METRIC_BUCKETS && s > bucket_le[i]) i++;
+    if (i < SL_METRIC_BUCKETS) SL_COUNTER_ADD(h->buckets[i], 1);
+    SL_COUNTER_ADD(h->sum_us, dur_ns / 1000);
+    SL_COUNTER_ADD(h->count, 1);
+}
+
+static int code_index(int status) {
+    return (status >= 100 && status <= 599) ? status - 100 : -1;
+}
+
+void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    int ci = code_index(status);
+    if (ci >= 0) SL_COUNTER_ADD(m->req_codes[r * SL_METRIC_CODES + (size_t)ci], 1);
+    hist_add(&m->req_dur[r], dur_ns);
+    SL_COUNTER_ADD(m->requests, 1);
+}
+
+void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns) {
+    if (upstream < 0 || target < 0) return; /* a plugin-chosen address has no series */
+    size_t t = m->target_base[upstream] + (size_t)target;
+    int ci = code_index(status);
+    if (ci >= 0)
+        SL_COUNTER_ADD(m->up_codes[t * SL_METRIC_CODES + (size_t)ci], 1);
+    else /* no response: refused, reset, timed out; shown as code="0" */
+        SL_COUNTER_ADD(m->up_noresp[t], 1);
+    hist_add(&m->up_dur[t], dur_ns);
+}
+
+void sl_metrics_listener_plugin_error(sl_wmetrics_t *m, uint32_t lidx, int pos) {
+    if (pos < 0 || pos >= SL_METRIC_MAX_CHAIN) return;
+    SL_COUNTER_ADD(m->lplugin_errors[lidx * SL_METRIC_MAX_CHAIN + (size_t)pos], 1);
+}
+
+void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    if (pos < 0 || pos >= SL_METRIC_MAX_CHAIN) return;
+    SL_COUNTER_ADD(m->plugin_errors[r * SL_METRIC_MAX_CHAIN + (size_t)pos], 1);
+}
+
+void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason) {
+    if (upstream < 0 || (size_t)upstream >= m->nupstreams || reason < 0 || reason >= SL_RETRY_REASONS) return;
+    SL_COUNTER_ADD(m->retries[(size_t)upstream * SL_RETRY_REASONS + (size_t)reason], 1);
+}
+
+static const char *const retry_reasons[SL_RETRY_REASONS] = {"connect_error", "timeout", "reset", "status"};
+static const char *const rl_results[SL_RL_RESULTS] = {"allowed", "limited", "failopen"};
+
+void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    if (result < 0 || result >= SL_RL_RESULTS) return;
+    SL_COUNTER_ADD(m->ratelimit[r * SL_RL_RESULTS + (size_t)result], 1);
+}
+
+static int route_named(const sl_config_t *c, const char *name) {
+    for (size_t i = 0; i < c->nroutes; i++)
+        if (strcmp(c->routes[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+static void fold_hist(sl_hist_t *to, const sl_hist_t *from) {
+    for (int i = 0; i < SL_METRIC_BUCKETS; i++) SL_COUNTER_ADD(to->buckets[i], from->buckets[i]);
+    SL_COUNTER_ADD(to->sum_us, from->sum_us);
+    SL_COUNTER_ADD(to->count, from->count);
+}
+
+void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
+                     const sl_config_t *fcfg) {
+    for (size_t r = 0; r < from->nroutes; r++) {
+        /* the last slot is "none" in both */
+        int tr = r + 1 == from->nroutes ? (int)to->nroutes - 1 : route_named(tcfg, fcfg->routes[r].name);
+        if (tr < 0) continue; /* a route that is gone takes its series with it */
+        for (size_t c = 0; c < SL_METRIC_CODES; c++)
+            SL_COUNTER_ADD(to->req_codes[(size_t)tr * SL_METRIC_CODES + c], from->req_codes[r * SL_METRIC_CODES + c]);
+        fold_hist(&to->req_dur[tr], &from->req_dur[r]);
+        for (size_t k = 0; k < SL_RL_RESULTS; k++)
+            SL_COUNTER_ADD(to->ratelimit[(size_t)tr * SL_RL_RESULTS + k], from->ratelimit[r * SL_RL_RESULTS + k]);
+        if (r + 1 == from->nroutes) continue;
+        const sl_route_conf_t *fr = &fcfg->routes[r], *trc = &tcfg->routes[tr];
+        for (size_t pos = 0; pos < SL_METRIC_MAX_CHAIN; pos++) {
+            size_t fn = fcfg->nplugins + fr->nplugins, tn = tcfg->nplugins + trc->nplugins;
+            if (pos >= fn || pos >= tn) break;
+            const char *a = pos < fcfg->nplugins ? fcfg->plugins[pos].name : fr->plugins[pos - fcfg->nplugins].name;
+            const char *b = pos < tcfg->nplugins ? tcfg->plugins[pos].name : trc->plugins[pos - tcfg->nplugins].name;
+            if (strcmp(a, b) == 0)
+                SL_COUNTER_ADD(to->plugin_errors[(size_t)tr * SL_METRIC_MAX_CHAIN + pos],
+                               from->plugin_errors[r * SL_METRIC_MAX_CHAIN + pos]);
+        }
+    }
+    for (size_t u = 0; u < fcfg->nupstreams; u++) {
+        const sl_upstream_conf_t *fu = &fcfg->upstreams[u];
+        for (size_t v = 0; v < tcfg->nupstreams; v++) {
+            const sl_upstream_conf_t *tu = &tcfg->upstreams[v];
+            if (strcmp(fu->name, tu->name) != 0) continue;
+            for (size_t k = 0; k < SL_RETRY_REASONS; k++)
+                SL_COUNTER_ADD(to->retries[v * SL_RETRY_REASONS + k], from->retries[u * SL_RETRY_REASONS + k]);
+            for (size_t a = 0; a < fu->ntargets; a++)
+                for (size_t b = 0; b < tu->ntargets; b++) {
+                    if (strcmp(fu->targets[a].addr.text, tu->targets[b].addr.text) != 0) continue;
+                    size_t ft = from->target_base[u] + a, tt = to->target_base[v] + b;
+                    for (size_t c = 0; c < SL_METRIC_CODES; c++)
+                        SL_COUNTER_ADD(to->up_codes[tt * SL_METRIC_CODES + c], from->up_codes[ft * SL_METRIC_CODES + c]);
+                    SL_COUNTER_ADD(to->up_noresp[tt], from->up_noresp[ft]);
+                    fold_hist(&to->up_dur[tt], &from->up_dur[ft]);
+                }
+        }
+    }
+    for (size_t l = 0; l < fcfg->nlisteners; l++)
+        for (size_t k = 0; k < tcfg->nlisteners; k++)
+            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0) {
+                for (size_t dir = 0; dir < 2; dir++)
+                    SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
+                for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++)
+                    SL_COUNTER_ADD(to->tls_hs[k * SL_TLS_HS_RESULTS + res], from->tls_hs[l * SL_TLS_HS_RESULTS + res]);
+                for (size_t r = 0; r < SL_SNI_RESULTS; r++)
+                    SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r], from->tcp_sni[l * SL_SNI_RESULTS + r]);
+                const sl_listener_conf_t *fl = &fcfg->listeners[l], *tl = &tcfg->listeners[k];
+                for (size_t pos = 0; pos < fl->nplugins && pos < tl->nplugins && pos < SL_METRIC_MAX_CHAIN; pos++)
+                    if (strcmp(fl->plugins[pos].name, tl->plugins[pos].name) == 0)
+                        SL_COUNTER_ADD(to->lplugin_errors[k * SL_METRIC_MAX_CHAIN + pos],
+                                       from->lplugin_errors[l * SL_METRIC_MAX_CHAIN + pos]);
+            }
+    SL_COUNTER_ADD(to->accepted, from->accepted);
+    SL_COUNTER_ADD(to->requests, from->requests);
+}
+
+/* A growing text buffer for the admin thread (not a hot path). */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} text_t;
+
+__attribute__((format(printf, 2, 3))) static void tprintf(text_t *t, const char *fmt, ...) {
+    if (t->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->oom = true;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 + (size_t)n + 1;
+        char *p = realloc(t->p, cap);
+        if (!p) {
+            t->oom = true;
+            return;
+        }
+        t->p = p, t->cap = cap;
+    }
+}
+
+static void render_hist(text_t *t, const char *name, const char *labels, const sl_hist_t *sum) {
+    uint64_t cum = 0;
+    for (int i = 0; i < SL_METRIC_BUCKETS; i++) {
+        cum += sum->buckets[i];
+        tprintf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bucket_le[i], (unsigned long long)cum);
+    }
+    tprintf(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)sum->count);
+    tprintf(t, "%s_sum{%s} %.6f\n", name, labels, (double)sum->sum_us / 1e6);
+    tprintf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)sum->count);
+}
+
+static void sum_hist(sl_hist_t *out, sl_wmetrics_t *const *ms, size_t n, bool upstream, size_t idx) {
+    memset(out, 0, sizeof(*out));
+    for (size_t w = 0; w < n; w++) {
+        sl_hist_t *h = upstream ? &ms[w]->up_dur[idx] : &ms[w]->req_dur[idx];
+        for (int i = 0; i < SL_METRIC_BUCKETS; i++) out->buckets[i] += SL_COUNTER_GET(h->buckets[i]);
+        out->sum_us += SL_COUNTER_GET(h->sum_us);
+        out->count += SL_COUNTER_GET(h->count);
+    }
+}
+
+/* A chain: the global plugins (for a route) then the owner's own. */
+typedef struct {
+    const sl_plugin_conf_t *first;
+    size_t nfirst;
+    const sl_plugin_conf_t *own;
+    size_t nown;
+} chain_t;
+
+static const char *chain_at(const chain_t *c, size_t pos) {
+    return pos < c->nfirst ? c->first[pos].name : c->own[pos - c->nfirst].name;
+}
+
+/* sluice_plugin_errors_total of one chain (row `row` of the workers' route counters, or of
+ * their tcp listener counters): one series per (owner, plugin name), a plugin used twice in
+ * a chain sums. */
+/* One listener's counters by result ([nlisteners][nres] arrays at `field` of each worker's
+ * metrics), summed over workers: METRIC{listener="NAME",result="..."} lines. */
+static void render_listener_results(text_t *t, const char *metric, const char *listener, size_t l,
+                                    sl_wmetrics_t *const *ms, size_t n, size_t field,
+                                    const char *const *results, size_t nres) {
+    for (size_t res = 0; res < nres; res++) {
+        uint64_t v = 0;
+        for (size_t w = 0; w < n; w++) {
+            const uint64_t *arr = *(uint64_t *const *)((const char *)ms[w] + field);
+            v += SL_COUNTER_GET(arr[l * nres + res]);
+        }
+        tprintf(t, "%s{listener=\"%s\",result=\"%s\"} %llu\n", metric, listener, results[res], (unsigned long long)v);
+    }
+}
+
+static void render_chain_errors(text_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
+                                size_t n, bool listener, size_t row) {
+    size_t chain = SL_MIN(c->nfirst + c->nown, (size_t)SL_METRIC_MAX_CHAIN);
+    for (size_t pos = 0; pos < chain; pos++) {
+        const char *pn = chain_at(c, pos);
+        bool seen = false;
+        for (size_t q = 0; q < pos && !seen; q++) seen = strcmp(chain_at(c, q), pn) == 0;
+        if (seen) continue;
+        uint64_t v = 0;
+        for (size_t q = pos; q < chain; q++) {
+            if (strcmp(chain_at(c, q), pn) != 0) continue;
+            for (size_t w = 0; w < n; w++) {
+                const uint64_t *errs = listener ? ms[w]->lplugin_errors : ms[w]->plugin_errors;
+                v += SL_COUNTER_GET(errs[row * SL_METRIC_MAX_CHAIN + q]);
+            }
+        }
+        tprintf(t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", owner, pn,
+                (unsigned long long)v);
+    }
+}
+
+int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
+                      char **out, size_t *len) {
+    text_t t = {malloc(16384), 0, 16384, false};
+    if (!t.p) return SL_ERROR;
+    size_t nroutes = cfg->nroutes + 1;
+    char labels[512];
+
+    tprintf(&t, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
+                "# TYPE sluice_requests_total counter\n");
+    for (size_t r = 0; r < nroutes; r++) {
+        const char *rn = r < cfg->nroutes ? cfg->routes[r].name : "none";
+        for (int c = 0; c < SL_METRIC_CODES; c++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->req_codes[r * SL_METRIC_CODES + (size_t)c]);
+            if (v) tprintf(&t, "sluice_requests_total{route=\"%s\",code=\"%d\"} %llu\n", rn, c + 100, (unsigned long long)v);
+        }
+    }
+    tprintf(&t, "# HELP sluice_request_duration_seconds Time from request head to the end of the response.\n"
+                "# TYPE sluice_request_duration_seconds histogram\n");
+    for (size_t r = 0; r < nroutes; r++) {
+        sl_hist_t h;
+        sum_hist(&h, ms, n, false, r);
+        if (!h.count && r == nroutes - 1) continue;
+        snprintf(labels, sizeof(labels), "route=\"%s\"", r < cfg->nroutes ? cfg->routes[r].name : "none");
+        render_hist(&t, "sluice_request_duration_seconds", labels, &h);
+    }
+    tprintf(&t, "# HELP sluice_upstream_requests_total Upstream exchanges by target and status (0: no response).\n"
+                "# TYPE sluice_upstream_requests_total counter\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            size_t ti = ms[0]->target_base[u] + k;
+            uint64_t none = 0;
+            for (size_t w = 0; w < n; w++) none += SL_COUNTER_GET(ms[w]->up_noresp[ti]);
+            if (none) tprintf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"0\"} %llu\n",
+                              uc->name, uc->targets[k].addr.text, (unsigned long long)none);
+            for (int c = 0; c < SL_METRIC_CODES; c++) {
+                uint64_t v = 0;
+                for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->up_codes[ti * SL_METRIC_CODES + (size_t)c]);
+                if (v) tprintf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"%d\"} %llu\n",
+                               uc->name, uc->targets[k].addr.text, c + 100, (unsigned long long)v);
+            }
+        }
+    }
+    tprintf(&t, "# HELP sluice_upstream_duration_seconds Time from upstream request to the end of its response.\n"
+                "# TYPE sluice_upstream_duration_seconds histogram\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            sl_hist_t h;
+            sum_hist(&h, ms, n, true, ms[0]->target_base[u] + k);
+            snprintf(labels, sizeof(labels), "upstream=\"%s\",target=\"%s\"", uc->name, uc->targets[k].addr.text);
+            render_hist(&t, "sluice_upstream_duration_seconds", labels, &h);
+        }
+    }
+    tprintf(&t, "# HELP sluice_ratelimit_total Rate-limit decisions by route: allowed, limited, or failopen (store down).\n"
+                "# TYPE sluice_ratelimit_total counter\n");
+    for (size_t r = 0; r < cfg->nroutes; r++)
+        for (size_t k = 0; k < SL_RL_RESULTS; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->ratelimit[r * SL_RL_RESULTS + k]);
+            if (v) tprintf(&t, "sluice_ratelimit_total{route=\"%s\",result=\"%s\"} %llu\n", cfg->routes[r].name,
+                           rl_results[k], (unsigned long long)v);
+        }
+    tprintf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
+                "# TYPE sluice_retries_total counter\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t k = 0; k < SL_RETRY_REASONS; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->retries[u * SL_RETRY_REASONS + k]);
+            tprintf(&t, "sluice_retries_total{upstream=\"%s\",reason=\"%s\"} %llu\n", cfg->upstreams[u].name,
+                    retry_reasons[k], (unsigned long long)v);
+        }
+    tprintf(&t, "# HELP sluice_connections_active Open client connections by listener.\n"
+                "# TYPE sluice_connections_active gauge\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        int64_t v = 0;
+        for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->conns_active[l]);
+        tprintf(&t, "sluice_connections_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+    }
+    tprintf(&t, "# HELP sluice_tcp_bytes_total Bytes of TCP sessions by listener: in (from clients), out (from upstreams).\n"
+                "# TYPE sluice_tcp_bytes_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        if (cfg->listeners[l].protocol != SL_PROTO_TCP) continue;
+        for (size_t dir = 0; dir < 2; dir++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_bytes[l * 2 + dir]);
+            tprintf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
+                    dir ? "out" : "in", (unsigned long long)v);
+        }
+    }
+    static const char *const hs_results[SL_TLS_HS_RESULTS] = {"ok", "failed", "timeout"};
+    tprintf(&t, "# HELP sluice_tls_handshakes_total TLS handshakes on listeners with tls, by result.\n"
+                "# TYPE sluice_tls_handshakes_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++)
+        if (cfg->listeners[l].tls)
+            render_listener_results(&t, "sluice_tls_handshakes_total", cfg->listeners[l].name, l, ms, n,
+                                    offsetof(sl_wmetrics_t, tls_hs), hs_results, SL_TLS_HS_RESULTS);
+    tprintf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
+                "server name routed them (route, default) or why they were closed (no_route, not_tls, timeout).\n"
+                "# TYPE sluice_tcp_sni_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++)
+        if (cfg->listeners[l].nsni_routes)
+            render_listener_results(&t, "sluice_tcp_sni_total", cfg->listeners[l].name, l, ms, n,
+                                    offsetof(sl_wmetrics_t, tcp_sni), sl_sni_result_label, SL_SNI_RESULTS);
+    tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
+                "# TYPE sluice_plugin_errors_total counter\n");
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        const sl_route_conf_t *rc = &cfg->routes[r];
+        chain_t c = {cfg->plugins, cfg->nplugins, rc->plugins, rc->nplugins};
+        render_chain_errors(&t, rc->name, &c, ms, n, false, r);
+    }
+    /* tcp listeners' preread chains: route="listener:NAME" (names cannot hold ':', so it never
+     * meets a route's) */
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        const sl_listener_conf_t *lc = &cfg->listeners[l];
+        if (!lc->nplugins) continue;
+        char label[160];
+        snprintf(label, sizeof label, "listener:%s", lc->name);
+        chain_t c = {NULL, 0, lc->plugins, lc->nplugins};
+        render_chain_errors(&t, label, &c, ms, n, true, l);
+    }
+    if (extra) tprintf(&t, "%s", extra);
+    if (t.oom) {
+        free(t.p);
+        return SL_ERROR;
+    }
+    *out = t.p;
+    *len = t.len;
+    return SL_OK;
+}

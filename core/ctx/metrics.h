@@ -1,0 +1,89 @@
+/* metrics.h — per-worker counters, summed by the main thread at scrape time.
+ *
+ * Each worker writes only its own counters (single writer, relaxed atomic
+ * stores, no lock prefix); the admin thread reads them with relaxed loads.
+ * Labels come only from config names, never from request data.
+ */
+#ifndef SL_METRICS_H
+#define SL_METRICS_H
+
+#include "base/common.h"
+#include "config/config.h"
+#include "proto/sni.h"
+
+/** Results of a TLS handshake on a listener: ok, failed (bad bytes, no common version or
+ *  cipher, plaintext), timeout (header_timeout/handshake_timeout passed mid-handshake). */
+enum { SL_TLS_HS_OK = 0, SL_TLS_HS_FAILED, SL_TLS_HS_TIMEOUT, SL_TLS_HS_RESULTS };
+#define SL_METRIC_CODES 500 /* status 100..599 */
+#define SL_METRIC_BUCKETS 14
+#define SL_METRIC_MAX_CHAIN 32
+
+/** Why a request was retried: the `reason` label of sluice_retries_total. */
+enum { SL_RETRY_CONNECT, SL_RETRY_TIMEOUT, SL_RETRY_RESET, SL_RETRY_STATUS, SL_RETRY_REASONS };
+
+/** A rate-limit decision: the `result` label of sluice_ratelimit_total. */
+enum { SL_RL_ALLOWED, SL_RL_LIMITED, SL_RL_FAILOPEN, SL_RL_RESULTS };
+
+#define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
+#define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+typedef struct {
+    uint64_t buckets[SL_METRIC_BUCKETS]; /**< cumulative counts are computed at render */
+    uint64_t sum_us, count;
+} sl_hist_t;
+
+typedef struct {
+    size_t nroutes;        /**< config routes + 1 ("none": no route matched or rejected) */
+    size_t ntargets;       /**< all targets of all upstreams */
+    size_t *target_base;   /**< [nupstreams]: first global target index of each upstream */
+    uint64_t *req_codes;   /**< [nroutes][SL_METRIC_CODES] */
+    sl_hist_t *req_dur;    /**< [nroutes] */
+    uint64_t *up_codes;    /**< [ntargets][SL_METRIC_CODES] */
+    sl_hist_t *up_dur;     /**< [ntargets] */
+    uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
+    int64_t *conns_active; /**< [nlisteners] */
+    uint64_t *tls_hs;      /**< [nlisteners][SL_TLS_HS_RESULTS]: TLS handshakes by result */
+    uint64_t *tcp_bytes;   /**< [nlisteners][2]: tcp sessions' bytes read from the client (in)
+                                and from the upstream (out), counted as they are read */
+    uint64_t *tcp_sni;     /**< [nlisteners][SL_SNI_RESULTS]: how sessions of listeners with
+                                sni_routes were routed or closed (sni.h) */
+    uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
+    uint64_t *lplugin_errors; /**< [nlisteners][SL_METRIC_MAX_CHAIN]: tcp listeners' preread chains */
+    uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
+    uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
+    size_t nupstreams;
+    uint64_t accepted, requests;
+} sl_wmetrics_t;
+
+int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg);
+void sl_metrics_free(sl_wmetrics_t *m);
+
+/** Records one finished request; route -1 means "none". Worker thread only. */
+void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns);
+/** Records one upstream exchange; code 0 when no response arrived. Worker thread only. */
+void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status, uint64_t dur_ns);
+
+/** Counts a retry of `upstream` for `reason` (SL_RETRY_*). Worker thread only. */
+void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason);
+
+/** Counts a rate-limit decision on `route` (SL_RL_*). Worker thread only. */
+void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result);
+
+/** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
+void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);
+/** The same for position `pos` of tcp listener `lidx`'s preread chain. Worker thread only. */
+void sl_metrics_listener_plugin_error(sl_wmetrics_t *m, uint32_t lidx, int pos);
+
+/** Adds the totals of `from` (built for config `fcfg`) into `to` (config `tcfg`), matching
+ *  routes, upstream targets and listeners by name. Main thread, after `from`'s worker ended. */
+void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
+                     const sl_config_t *fcfg);
+
+/**
+ * Renders the Prometheus text of all workers into a malloc'ed buffer (*out, *len).
+ * Main thread. `extra` is appended verbatim (process-level gauges).
+ */
+int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
+                      char **out, size_t *len);
+
+#endif

@@ -1,0 +1,85 @@
+/* worker.h — one event-loop thread: its loop, listeners, pools, Lua VM and counters.
+ *
+ * Everything here is owned by one worker thread and touched only by it, except
+ * `metrics` (read by the admin thread with relaxed loads) and `async` (the main
+ * thread's doorbell for drain). Nothing on a worker's path takes a lock.
+ */
+#ifndef SL_WORKER_H
+#define SL_WORKER_H
+
+#include <lua.h>
+#include <pthread.h>
+#include <uv.h>
+
+#include "base/block.h"
+#include "config/config.h"
+#include "ctx/metrics.h"
+#include "net/tls.h"
+
+typedef struct sl_server_s sl_server_t;
+typedef struct sl_conn_s sl_conn_t;
+typedef struct sl_upconn_s sl_upconn_t;
+typedef struct sl_req_s sl_req_t;
+
+/** Idle keep-alive connections to one target, most recently used first. */
+typedef struct {
+    sl_upconn_t *head;
+    uint32_t n;
+} sl_idle_list_t;
+
+typedef struct {
+    sl_idle_list_t *idle;   /**< [ntargets] */
+} sl_upstream_state_t;
+
+typedef struct sl_worker_s {
+    int id;
+    sl_server_t *srv;
+    const sl_config_t *cfg;
+    const struct sl_upgen_s *ug; /**< the generation's balancers and target states */
+    uv_loop_t loop;
+    pthread_t thread;
+    void *stack;            /**< the thread's stack, mapped here and unmapped after the join */
+    size_t stack_size;
+    uv_async_t async;
+    uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
+    sl_blockpool_t blocks;
+    struct sl_h1_limits_s *limits; /**< [cfg->nlisteners] request-head limits */
+    struct sl_h1_limits_s *resp_limits; /**< upstream response heads */
+    sl_req_t *free_reqs;    /**< recycled request objects */
+    uint32_t nfree_reqs;
+    sl_upstream_state_t *ups; /**< [cfg->nupstreams] */
+    sl_conn_t *conns;       /**< every open client connection, for drain */
+    uint32_t nconns;
+    uint32_t nupconns;      /**< open upstream connections, idle or busy */
+    bool draining;
+    bool retiring;          /**< drained because a reload replaced it, not for shutdown */
+    bool stopped;           /**< the thread's loop ended (atomic) */
+    bool running;           /**< the thread's loop started (atomic): a reload's acknowledgement */
+    int nworkers;           /**< of its generation: listen_fds is [listener][nworkers] */
+    int *listen_fds;        /**< borrowed from the server or the reload that made it */
+    lua_State *L;
+    int lua_dispatch;       /**< registry ref of the router dispatcher */
+    int lua_phase;          /**< registry ref of the phase dispatcher */
+    int lua_preread;        /**< registry ref of the tcp listeners' preread dispatcher */
+    uint8_t *route_phases;  /**< [cfg->nroutes] SL_PHASE_* bits of each route's chain */
+    uint64_t rid_seed, rid_seq; /**< request-id generator */
+    sl_wmetrics_t metrics;
+    sl_tls_pump_t tls_pump; /**< TLS sessions with bytes in hand to deliver (tls.c) */
+    struct sl_tls_client_s *http_tls[2]; /**< http.request's https contexts (system CAs): [verify] */
+    struct sl_redis_s *redis; /**< the worker's Redis connection (redis.c); NULL without redis: */
+    struct sl_tcpw_s *tcp;  /**< tcp listeners, sessions and pipe pool (tcp_proxy.c); NULL without them */
+} sl_worker_t;
+
+/** Prepares worker `id` of config `cfg` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */
+int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int id, const char **err);
+/** Starts the worker's thread: it opens its listeners on fds the server bound. */
+int sl_worker_start(sl_worker_t *w);
+/** Main thread: asks the worker to stop accepting and finish in-flight work. */
+void sl_worker_drain(sl_worker_t *w);
+void sl_worker_join(sl_worker_t *w);
+void sl_worker_destroy(sl_worker_t *w);
+
+/* Between the worker's files (conn.c, proxy_http.c). */
+void sl__worker_maybe_stop(sl_worker_t *w);
+
+#endif

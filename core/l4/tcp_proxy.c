@@ -1,0 +1,1005 @@
+/* tcp_proxy.c — `protocol: tcp` listeners: accept, choose a target, connect, then move
+ * bytes both ways until both directions are over (contract in tcp_proxy.h).
+ *
+ * The sockets are the session's own, driven by two uv_poll handles (one per side), not
+ * uv_tcp streams: the same direction switches between read/write and splice(2) as its
+ * traffic changes, and splice needs the raw descriptors.
+ *
+ * A direction (client->upstream "in", upstream->client "out") holds waiting bytes in at
+ * most one place: a block (copied) or a pipe (spliced), never both, so their order is
+ * kept. Invariants, for each direction:
+ *   - it reads only when nothing waits: a destination that cannot take bytes stops
+ *     reads from the source (its poll drops READABLE), so a session holds at most one
+ *     block (64 KiB) or one pipe per direction whatever the throughput;
+ *   - a block is taken for a read and given back as soon as it is written out, a pipe is
+ *     taken for a splice and given back (empty) as soon as it is drained: an idle
+ *     session holds neither, only this struct (688 bytes on x86-64);
+ *   - a pipe that still holds bytes when its session ends is closed, never pooled
+ *     (HAProxy's rule: a pooled pipe must be empty, or the next session gets its bytes).
+ *
+ * When splice pays: a direction starts copying; a read that fills the whole block says
+ * the source streams, and the next reads splice, until a splice moves less than
+ * SL_SPLICE_MIN (interactive traffic again: a read(2) into a pooled block is cheaper
+ * than two splices and a pipe). `splice: off` never splices.
+ *
+ * Ends: EOF from a source is passed on as shutdown(SHUT_WR) once its waiting bytes are
+ * written, while the other direction keeps flowing; the session ends when both
+ * directions are over. A read error (a reset) ends it at once, and a write error ends
+ * that direction with its bytes lost; either way the session closes both sockets with
+ * SO_LINGER 0, so the peers see a reset: a FIN would pass a truncated stream off as a
+ * complete one.
+ */
+#include "l4/tcp_proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/deadline.h"
+#include "base/log.h"
+#include "script/lua_host.h"
+#include "proto/proxy_protocol.h"
+#include "server/server.h"
+#include "proto/sni.h"
+#include "upstream/upstreams.h"
+#include "ctx/worker.h"
+
+#define SL_TCP_ROUNDS 16      /* reads per direction per wakeup: bounded work, fair to other sessions */
+#define SL_TCP_ACCEPTS 64     /* accepts per listener wakeup */
+#define SL_SPLICE_MIN 4096    /* a splice that moved less than this: back to copying */
+#define SL_PIPE_SIZE (256 * 1024)
+#define SL_PIPES_MAX 128      /* pipes per worker, in use or pooled: each holds 2 fds, up to
+                                 SL_PIPE_SIZE of kernel memory while bytes are in it, and counts
+                                 against the user's pipe-user-pages-soft (64 MiB by default) */
+#define SL_PIPES_FREE_MAX 64  /* empty pipes kept for reuse */
+#define SL_SESS_FREE_MAX 256  /* session structs kept for reuse */
+#define SL_TCP_ATTEMPTS 2     /* connect attempts per session (each on another target) */
+#define SL_ACCEPT_PAUSE_MS 100
+/* A listener with sni_routes reads at most a PROXY header and a ClientHello before it
+ * connects. The server name is kept at the block's very end meanwhile (a length byte,
+ * then the name), out of reach of those reads and of the PROXY header put in front at
+ * connect (SL_PP_ENCODE_MAX), and not in the session struct, which every session of every
+ * listener pays for. */
+#define SL_PREREAD_SNI_MAX (SL_PP_PARSE_MAX + SL_SNI_MAX_HELLO)
+#define SL_SNI_AREA (1 + SL_SNI_NAME_MAX)
+_Static_assert(SL_PREREAD_SNI_MAX + SL_PP_ENCODE_MAX + SL_SNI_AREA <= SL_BLOCK_SIZE,
+               "a block holds the preread, the PROXY header sent and the server name");
+
+enum { DIR_IN = 0, DIR_OUT = 1 };
+enum { ST_PREREAD = 1, ST_CONNECTING, ST_RETRY, ST_FLOWING, ST_CLOSED };
+enum { OUT_SUCCESS, OUT_FAILURE, OUT_CANCEL };
+
+typedef struct sl_pipe_s {
+    struct sl_pipe_s *next;
+    int rfd, wfd;
+    uint32_t cap; /* F_GETPIPE_SZ: smaller than 64 KiB once the user's pipe pages run low */
+} sl_pipe_t;
+
+typedef struct {
+    char *buf;         /* a block while copied bytes wait, else NULL */
+    uint32_t off, len; /* the waiting bytes: buf[off, off + len) */
+    sl_pipe_t *pipe;   /* while spliced bytes wait, else NULL */
+    uint32_t in_pipe;
+    uint8_t eof;       /* the source sent FIN */
+    uint8_t shut;      /* shutdown(SHUT_WR) went to the destination */
+    uint8_t broken;    /* the destination refused bytes: over, its bytes lost */
+    uint8_t splice;    /* the source streams: the next read splices */
+} sl_tcp_dir_t;
+
+typedef struct sl_tcp_sess_s sl_tcp_sess_t;
+struct sl_tcp_sess_s {
+    uv_poll_t cpoll, upoll;  /* client side, upstream side; .data is the session */
+    sl_deadline_t timer;     /* header, connect or idle timeout, by state */
+    sl_worker_t *w;
+    sl_tcp_sess_t *prev, *next;
+    int cfd, ufd;
+    uint32_t lidx;
+    int upstream;            /* the listener's, the one its sni_routes or preread plugins
+                                chose, or SL_TCP_DIRECT (an address: `direct`) */
+    int target;
+    uint8_t state;           /* ST_* */
+    uint8_t cev, uev;        /* poll masks in force */
+    uint8_t crd, urd;        /* the side was reported readable and not read dry since */
+    uint8_t nclose;          /* handles closing */
+    uint8_t up_open;         /* upoll initialised and not closing */
+    uint8_t admit, outcome_due, in_flight, attempts;
+    uint8_t reset;           /* end with a reset toward both peers */
+    union {
+        uint64_t tried;          /* targets tried, bit (t % 64) */
+        sl_sockaddr_t *direct;   /* SL_TCP_DIRECT: the address a preread plugin set (owned);
+                                    such a session has no balancer, so no `tried` */
+    };
+    uint64_t connect_ns;
+    sl_tcp_dir_t d[2];
+    sl_sockaddr_t peer;      /* the client: its address, or the source its PROXY header gave */
+    sl_sockaddr_t local;     /* what it connected to (for proxy_protocol.send) */
+};
+
+typedef struct {
+    uv_poll_t poll;
+    int fd; /* -1: not a tcp listener, or closed */
+} sl_tcp_listener_t;
+
+struct sl_tcpw_s {
+    sl_tcp_listener_t *ls;   /* [cfg->nlisteners] */
+    uv_timer_t pause;        /* accepting again after running out of descriptors */
+    uv_timer_t drain;        /* shutdown_timeout of the sessions left at drain */
+    uint8_t paused, draining, drain_closed;
+    sl_tcp_sess_t *sessions; /* open ones (closing ones are off the list) */
+    uint32_t nsessions;      /* not yet freed, closing ones included */
+    sl_tcp_sess_t *free_sess;
+    uint32_t nfree_sess;
+    sl_pipe_t *free_pipes;
+    uint32_t npipes, nfree_pipes;
+};
+
+static void sess_pump(sl_tcp_sess_t *s);
+static void sess_connect(sl_tcp_sess_t *s);
+static void sess_end(sl_tcp_sess_t *s, bool reset);
+static void on_poll(uv_poll_t *p, int status, int events);
+
+static const sl_listener_conf_t *lconf(const sl_tcp_sess_t *s) { return &s->w->cfg->listeners[s->lidx]; }
+static int upstream_of(const sl_tcp_sess_t *s) { return s->upstream; }
+/* The server name read by preread_sni (valid until the first connect: the block's bytes
+ * are then written out and the block given back). */
+static char *sni_name(const sl_tcp_sess_t *s) { return s->d[DIR_IN].buf + SL_BLOCK_SIZE - SL_SNI_NAME_MAX; }
+static uint8_t *sni_len(const sl_tcp_sess_t *s) { return (uint8_t *)s->d[DIR_IN].buf + SL_BLOCK_SIZE - SL_SNI_AREA; }
+
+/* ---- the pipe pool ---- */
+
+static sl_pipe_t *pipe_get(struct sl_tcpw_s *tw) {
+    sl_pipe_t *p = tw->free_pipes;
+    if (p) {
+        tw->free_pipes = p->next;
+        tw->nfree_pipes--;
+        return p;
+    }
+    if (tw->npipes >= SL_PIPES_MAX || !(p = malloc(sizeof *p))) return NULL;
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        free(p);
+        return NULL;
+    }
+    /* Larger than the kernel's 64 KiB default: a quarter of the splice calls per byte, and
+     * about a third less CPU per streamed byte (DECISIONS.md). Refused past pipe-max-size or
+     * the user's pipe-user-pages-soft: the default size stays then. */
+    fcntl(fds[0], F_SETPIPE_SZ, SL_PIPE_SIZE);
+    int cap = fcntl(fds[0], F_GETPIPE_SZ);
+    p->rfd = fds[0];
+    p->wfd = fds[1];
+    p->cap = cap > 0 ? (uint32_t)cap : 4096;
+    tw->npipes++;
+    return p;
+}
+
+static void pipe_close(struct sl_tcpw_s *tw, sl_pipe_t *p) {
+    close(p->rfd);
+    close(p->wfd);
+    free(p);
+    tw->npipes--;
+}
+
+/* An empty pipe goes back to the pool; one still holding bytes is closed. */
+static void pipe_put(struct sl_tcpw_s *tw, sl_pipe_t *p, uint32_t in_pipe) {
+    if (in_pipe || tw->nfree_pipes >= SL_PIPES_FREE_MAX || tw->draining) {
+        pipe_close(tw, p);
+        return;
+    }
+    p->next = tw->free_pipes;
+    tw->free_pipes = p;
+    tw->nfree_pipes++;
+}
+
+/* ---- attempts: target choice, the TCP breaker, outcomes ---- */
+
+typedef struct {
+    sl_tcp_sess_t *s;
+    const sl_upstream_rt_t *rt;
+    const sl_breaker_conf_t *bc;
+    uint64_t now_ms, skip;
+    bool ignore_health;
+} pick_ctx_t;
+
+static sl_breaker_t *tcp_breaker(const sl_upstream_rt_t *rt, uint32_t t) { return &rt->ts[t]->breaker[SL_LAYER_TCP]; }
+
+static bool target_eligible(void *ud, uint32_t t) {
+    pick_ctx_t *pc = ud;
+    if ((pc->s->tried | pc->skip) & (1ull << (t & 63))) return false;
+    if (!pc->ignore_health && !sl_tstate_healthy(pc->rt->ts[t], pc->now_ms)) return false;
+    return !pc->bc->enabled || sl_breaker_state(tcp_breaker(pc->rt, t), pc->bc, pc->now_ms) != SL_BREAKER_OPEN;
+}
+
+/* A target for the next connect with its breaker admission (s->admit), or -1. Targets
+ * whose breakers are open are never tried; when every other untried target is
+ * unhealthy they are tried anyway (a guess beats a certain refusal), as on HTTP. */
+static int pick_target(sl_tcp_sess_t *s) {
+    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
+    pick_ctx_t pc = {s, &s->w->ug->ups[upstream_of(s)], &uc->breaker, sl_now_ms(), 0, false};
+    char key[INET6_ADDRSTRLEN] = "";
+    if (uc->balancer == SL_LB_CONSISTENT_HASH) /* a TCP session has only its client's address */
+        inet_ntop(s->peer.sa.sa_family,
+                  s->peer.sa.sa_family == AF_INET ? (void *)&s->peer.in.sin_addr : (void *)&s->peer.in6.sin6_addr,
+                  key, sizeof key);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t n = 0; n <= uc->ntargets; n++) {
+            int t = sl_balancer_pick(pc.rt->bal, target_eligible, &pc, key, strlen(key), sl_rand64());
+            if (t < 0) break;
+            uint64_t ra;
+            sl_admit_t a = pc.bc->enabled ? sl_breaker_admit(tcp_breaker(pc.rt, (uint32_t)t), pc.bc, pc.now_ms, &ra)
+                                          : SL_ADMIT_CLOSED;
+            if (a != SL_ADMIT_REFUSED) {
+                s->admit = (uint8_t)a;
+                return t;
+            }
+            pc.skip |= 1ull << (t & 63); /* half-open with every probe slot taken */
+        }
+        if (pc.skip) return -1;
+        for (size_t t = 0; pc.bc->enabled && t < uc->ntargets; t++)
+            if (!(s->tried & (1ull << (t & 63))) &&
+                sl_breaker_state(tcp_breaker(pc.rt, (uint32_t)t), pc.bc, pc.now_ms) == SL_BREAKER_OPEN)
+                return -1; /* open breakers are the answer, not a reason to ignore health */
+        pc.ignore_health = true;
+    }
+    return -1;
+}
+
+static void attempt_begin(sl_tcp_sess_t *s, int t) {
+    s->target = t;
+    s->tried |= 1ull << (t & 63);
+    s->attempts++;
+    s->outcome_due = 1;
+    s->in_flight = 1;
+    s->connect_ns = sl_now_ns();
+    sl_balancer_begin(s->w->ug->ups[upstream_of(s)].bal, (uint32_t)t);
+}
+
+/* The connect's verdict, once: established is a success, refused or timed out a failure. */
+static void attempt_outcome(sl_tcp_sess_t *s, int outcome) {
+    if (!s->outcome_due) return;
+    s->outcome_due = 0;
+    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
+    const sl_upstream_rt_t *rt = &s->w->ug->ups[upstream_of(s)];
+    sl_tstate_t *ts = rt->ts[s->target];
+    uint64_t now = sl_now_ms();
+    if (uc->breaker.enabled) {
+        if (outcome == OUT_CANCEL)
+            sl_breaker_cancel(tcp_breaker(rt, (uint32_t)s->target), (sl_admit_t)s->admit);
+        else
+            sl_breaker_record(tcp_breaker(rt, (uint32_t)s->target), &uc->breaker, (sl_admit_t)s->admit,
+                              outcome == OUT_SUCCESS, now);
+    }
+    if (outcome == OUT_FAILURE) sl_tstate_passive_failure(ts, &uc->health, now);
+    if (outcome == OUT_SUCCESS) {
+        uint64_t ns = sl_now_ns();
+        sl_target_observe(&ts->live, ns - s->connect_ns, ns);
+    }
+}
+
+/* The session no longer holds its target (least-conn and p2c count open sessions). */
+static void attempt_release(sl_tcp_sess_t *s) {
+    if (!s->in_flight) return;
+    s->in_flight = 0;
+    sl_balancer_end(s->w->ug->ups[upstream_of(s)].bal, (uint32_t)s->target);
+}
+
+/* ---- polls and lifetime ---- */
+
+static void set_poll(uv_poll_t *p, uint8_t *cur, int events) {
+    if (*cur == events) return;
+    *cur = (uint8_t)events;
+    /* uv_poll_start re-registers the descriptor (EPOLL_CTL_DEL then ADD): only on changes */
+    if (events)
+        uv_poll_start(p, events, on_poll);
+    else
+        uv_poll_stop(p);
+}
+
+static void on_closed(uv_handle_t *h) {
+    sl_tcp_sess_t *s = h->data;
+    s->nclose--;
+    if (s->state == ST_RETRY && h == (uv_handle_t *)&s->upoll) {
+        /* the failed attempt's handle is gone: the next one may take its place */
+        sess_connect(s);
+        return;
+    }
+    if (s->state != ST_CLOSED || s->nclose) return;
+    sl_worker_t *w = s->w;
+    struct sl_tcpw_s *tw = w->tcp;
+    tw->nsessions--;
+    if (tw->nfree_sess < SL_SESS_FREE_MAX && !tw->draining) {
+        s->next = tw->free_sess;
+        tw->free_sess = s;
+        tw->nfree_sess++;
+    } else {
+        free(s);
+    }
+    if (tw->draining && !tw->nsessions && !tw->drain_closed) {
+        tw->drain_closed = 1;
+        uv_close((uv_handle_t *)&tw->drain, NULL);
+    }
+}
+
+static void close_upstream(sl_tcp_sess_t *s) {
+    if (!s->up_open) return;
+    s->up_open = 0;
+    s->uev = 0;
+    s->nclose++;
+    /* closing a poll handle unregisters its descriptor at once: closing the socket right
+     * after is safe, even if the number is reused before the close callback */
+    uv_close((uv_handle_t *)&s->upoll, on_closed);
+    close(s->ufd);
+    s->ufd = -1;
+}
+
+static void sess_end(sl_tcp_sess_t *s, bool reset) {
+    if (s->state == ST_CLOSED) return;
+    struct sl_tcpw_s *tw = s->w->tcp;
+    attempt_outcome(s, OUT_CANCEL); /* ended while connecting: no verdict on the target */
+    attempt_release(s);
+    if (s->upstream == SL_TCP_DIRECT) {
+        free(s->direct);
+        s->direct = NULL;
+        s->upstream = -1;
+    }
+    s->state = ST_CLOSED;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        tw->sessions = s->next;
+    if (s->next) s->next->prev = s->prev;
+    SL_COUNTER_ADD(s->w->metrics.conns_active[s->lidx], -1);
+    for (int i = 0; i < 2; i++) {
+        sl_tcp_dir_t *d = &s->d[i];
+        if (d->buf) sl_block_put(&s->w->blocks, d->buf);
+        if (d->pipe) pipe_put(tw, d->pipe, d->in_pipe);
+        d->buf = NULL;
+        d->pipe = NULL;
+    }
+    if (reset || s->reset) {
+        struct linger lg = {1, 0};
+        setsockopt(s->cfd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        if (s->up_open) setsockopt(s->ufd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    close_upstream(s);
+    s->nclose += 2;
+    uv_close((uv_handle_t *)&s->cpoll, on_closed);
+    close(s->cfd);
+    uv_close((uv_handle_t *)&s->timer.timer, on_closed);
+}
+
+/* ---- moving bytes ---- */
+
+/* Writes what waits in d to dst. SL_OK when nothing waits any more, SL_EAGAIN when dst
+ * is full, SL_ERROR when dst is gone. */
+static int dir_flush(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int dst) {
+    ssize_t n;
+    if (d->len) {
+        do n = send(dst, d->buf + d->off, d->len, MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? SL_EAGAIN : SL_ERROR;
+        d->off += (uint32_t)n;
+        d->len -= (uint32_t)n;
+        sl_deadline_set(&s->timer, lconf(s)->idle_timeout_ms); /* a slow reader is not idle */
+        if (d->len) return SL_EAGAIN; /* a short write: the socket buffer is full */
+        sl_block_put(&s->w->blocks, d->buf);
+        d->buf = NULL;
+        d->off = 0;
+        return SL_OK;
+    }
+    if (d->in_pipe) {
+        /* splice has no MSG_NOSIGNAL: toward a reset peer it raises SIGPIPE, which the
+         * process ignores (server.c), and returns EPIPE like send does */
+        do n = splice(d->pipe->rfd, NULL, dst, NULL, d->in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        while (n < 0 && errno == EINTR);
+        if (n < 0) return errno == EAGAIN ? SL_EAGAIN : SL_ERROR;
+        d->in_pipe -= (uint32_t)n;
+        sl_deadline_set(&s->timer, lconf(s)->idle_timeout_ms);
+        if (d->in_pipe) return SL_EAGAIN;
+        pipe_put(s->w->tcp, d->pipe, 0);
+        d->pipe = NULL;
+    }
+    return SL_OK;
+}
+
+/* Reads once from src into d (nothing waits in d). SL_OK when bytes came or the source
+ * ended (d->eof), SL_EAGAIN when it has none now, SL_ERROR on a reset. */
+static int dir_fill(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int src, int di) {
+    ssize_t n;
+    if (d->splice && !d->pipe && !(d->pipe = pipe_get(s->w->tcp))) d->splice = 0; /* none left: copy */
+    if (d->splice) {
+        do n = splice(src, NULL, d->pipe->wfd, NULL, d->pipe->cap, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            d->in_pipe = (uint32_t)n;
+            if (n < SL_SPLICE_MIN) d->splice = 0;
+            goto moved;
+        }
+        pipe_put(s->w->tcp, d->pipe, 0);
+        d->pipe = NULL;
+        if (n == 0) {
+            d->eof = 1;
+            return SL_OK;
+        }
+        if (errno == EAGAIN) return SL_EAGAIN;
+        if (errno != EINVAL) return SL_ERROR;
+        d->splice = 0; /* a socket that cannot splice: copy from now on */
+    }
+    if (!d->buf && !(d->buf = sl_block_get(&s->w->blocks))) return SL_ERROR;
+    do n = recv(src, d->buf, SL_BLOCK_SIZE, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        d->off = 0;
+        d->len = (uint32_t)n;
+        /* a full block: the source has more than a block to give, it streams */
+        if (n == SL_BLOCK_SIZE && lconf(s)->splice != SL_SPLICE_OFF) d->splice = 1;
+        goto moved;
+    }
+    sl_block_put(&s->w->blocks, d->buf);
+    d->buf = NULL;
+    if (n == 0) {
+        d->eof = 1;
+        return SL_OK;
+    }
+    return errno == EAGAIN || errno == EWOULDBLOCK ? SL_EAGAIN : SL_ERROR;
+moved:
+    SL_COUNTER_ADD(s->w->metrics.tcp_bytes[s->lidx * 2 + (size_t)di], (uint64_t)n);
+    sl_deadline_set(&s->timer, lconf(s)->idle_timeout_ms);
+    return SL_OK;
+}
+
+/* A destination that refused bytes: this direction is over and its bytes are lost; the
+ * other one may still deliver what its source sent (an answer before a reset). */
+static void dir_break(sl_tcp_sess_t *s, sl_tcp_dir_t *d) {
+    if (d->buf) sl_block_put(&s->w->blocks, d->buf);
+    if (d->pipe) pipe_put(s->w->tcp, d->pipe, d->in_pipe);
+    d->buf = NULL;
+    d->pipe = NULL;
+    d->len = d->in_pipe = 0;
+    d->broken = 1;
+    s->reset = 1;
+}
+
+/* Moves one direction as far as it goes now: write what waits, pass an EOF on, read more
+ * (at most SL_TCP_ROUNDS reads: a busy session must not starve the others). */
+static void dir_pump(sl_tcp_sess_t *s, int di) {
+    sl_tcp_dir_t *d = &s->d[di];
+    int src = di == DIR_IN ? s->cfd : s->ufd, dst = di == DIR_IN ? s->ufd : s->cfd;
+    uint8_t *readable = di == DIR_IN ? &s->crd : &s->urd;
+    for (int rounds = 0;; rounds++) {
+        if (d->broken) return;
+        if (d->len || d->in_pipe) {
+            int rc = dir_flush(s, d, dst);
+            if (rc == SL_EAGAIN) return;
+            if (rc == SL_ERROR) {
+                dir_break(s, d);
+                return;
+            }
+        }
+        if (d->eof) {
+            if (!d->shut) {
+                d->shut = 1;
+                shutdown(dst, SHUT_WR);
+            }
+            return;
+        }
+        if (!*readable || rounds == SL_TCP_ROUNDS) return;
+        int rc = dir_fill(s, d, src, di);
+        if (rc == SL_EAGAIN) *readable = 0;
+        if (rc == SL_EAGAIN) return;
+        if (rc == SL_ERROR) {
+            sess_end(s, true);
+            return;
+        }
+    }
+}
+
+static bool dir_over(const sl_tcp_dir_t *d) { return d->broken || (d->eof && d->shut); }
+static bool dir_reads(const sl_tcp_dir_t *d) { return !d->eof && !d->broken && !d->len && !d->in_pipe; }
+static bool dir_waits(const sl_tcp_dir_t *d) { return !d->broken && (d->len || d->in_pipe); }
+
+static void sess_pump(sl_tcp_sess_t *s) {
+    dir_pump(s, DIR_IN);
+    if (s->state == ST_FLOWING) dir_pump(s, DIR_OUT);
+    if (s->state != ST_FLOWING) return;
+    if (dir_over(&s->d[DIR_IN]) && dir_over(&s->d[DIR_OUT])) {
+        sess_end(s, false);
+        return;
+    }
+    set_poll(&s->cpoll, &s->cev,
+             (dir_reads(&s->d[DIR_IN]) ? UV_READABLE : 0) | (dir_waits(&s->d[DIR_OUT]) ? UV_WRITABLE : 0));
+    set_poll(&s->upoll, &s->uev,
+             (dir_reads(&s->d[DIR_OUT]) ? UV_READABLE : 0) | (dir_waits(&s->d[DIR_IN]) ? UV_WRITABLE : 0));
+}
+
+/* ---- connecting ---- */
+
+/* Puts the PROXY header in front of whatever the client sent already. */
+static int put_proxy_header(sl_tcp_sess_t *s) {
+    uint8_t hdr[SL_PP_ENCODE_MAX];
+    size_t n = sl_pp_encode(lconf(s)->proxy_send, &s->peer, &s->local, hdr);
+    sl_tcp_dir_t *d = &s->d[DIR_IN];
+    if (!d->buf) {
+        if (!(d->buf = sl_block_get(&s->w->blocks))) return SL_ERROR;
+        d->off = d->len = 0;
+    }
+    /* the preread left SL_PP_ENCODE_MAX bytes free at the end of the block */
+    if (d->off < n) {
+        memmove(d->buf + n, d->buf + d->off, d->len);
+        d->off = (uint32_t)n;
+    }
+    d->off -= (uint32_t)n;
+    d->len += (uint32_t)n;
+    memcpy(d->buf + d->off, hdr, n);
+    return SL_OK;
+}
+
+static void connected(sl_tcp_sess_t *s) {
+    attempt_outcome(s, OUT_SUCCESS);
+    s->state = ST_FLOWING;
+    if (lconf(s)->proxy_send && put_proxy_header(s) != SL_OK) {
+        sess_end(s, true);
+        return;
+    }
+    sl_deadline_set(&s->timer, lconf(s)->idle_timeout_ms);
+    sess_pump(s); /* the polls tell when either side has bytes */
+}
+
+static void connect_failed(sl_tcp_sess_t *s, int err) {
+    const sl_listener_conf_t *lc = lconf(s);
+    if (s->upstream == SL_TCP_DIRECT) {
+        char to[64];
+        sl__addr_text((const struct sockaddr_storage *)(const void *)s->direct, to, sizeof to);
+        sl_log_warn("listener %s: connect to %s (set by a preread plugin) failed: %s", lc->name, to,
+                    err == ETIMEDOUT ? "timed out" : strerror(err));
+        close_upstream(s);
+        sl_deadline_clear(&s->timer);
+        sess_end(s, false);
+        return;
+    }
+    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
+    sl_log_warn("listener %s: connect to %s (upstream %s) failed: %s", lc->name, uc->targets[s->target].addr.text,
+                uc->name, err == ETIMEDOUT ? "timed out" : strerror(err));
+    attempt_outcome(s, OUT_FAILURE);
+    attempt_release(s);
+    close_upstream(s);
+    sl_deadline_clear(&s->timer);
+    if (s->attempts < SL_TCP_ATTEMPTS && s->attempts < uc->ntargets)
+        s->state = ST_RETRY; /* on_closed connects again once the handle is gone */
+    else
+        sess_end(s, false);
+}
+
+static void sess_connect(sl_tcp_sess_t *s) {
+    sl_worker_t *w = s->w;
+    const sl_listener_conf_t *lc = lconf(s);
+    set_poll(&s->cpoll, &s->cev, 0); /* the client's bytes wait in its socket until then */
+    const struct sockaddr *sa;
+    socklen_t salen;
+    uint64_t timeout_ms;
+    if (s->upstream == SL_TCP_DIRECT) { /* one address: no balancer, breaker or retry */
+        sa = &s->direct->sa;
+        salen = sa->sa_family == AF_INET6 ? sizeof s->direct->in6 : sizeof s->direct->in;
+        timeout_ms = lc->connect_timeout_ms;
+        s->attempts++;
+    } else {
+        const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream_of(s)];
+        int t = pick_target(s);
+        if (t < 0) {
+            sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
+                        "every target tried)", lc->name, uc->name);
+            sess_end(s, false);
+            return;
+        }
+        attempt_begin(s, t);
+        sa = (const struct sockaddr *)&uc->targets[t].addr.ss;
+        salen = uc->targets[t].addr.len;
+        timeout_ms = uc->connect_timeout_ms;
+    }
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && uv_poll_init(&w->loop, &s->upoll, fd) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0) { /* our failure (descriptors), not the target's */
+        sl_log_warn("listener %s: cannot open a socket: %s", lc->name, strerror(errno));
+        sess_end(s, true);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    s->upoll.data = s;
+    s->ufd = fd;
+    s->up_open = 1;
+    s->uev = 0;
+    s->state = ST_CONNECTING;
+    if (connect(fd, sa, salen) == 0) {
+        connected(s);
+        return;
+    }
+    if (errno != EINPROGRESS) {
+        connect_failed(s, errno);
+        return;
+    }
+    set_poll(&s->upoll, &s->uev, UV_WRITABLE);
+    sl_deadline_set(&s->timer, timeout_ms);
+}
+
+static int sock_error(int fd) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+    return err;
+}
+
+/* ---- preread: the PROXY header from the client, the TLS server name ---- */
+
+static void sni_count(sl_tcp_sess_t *s, int result) {
+    SL_COUNTER_ADD(s->w->metrics.tcp_sni[s->lidx * SL_SNI_RESULTS + (size_t)result], 1);
+}
+
+/* The PROXY header (accept_proxy_protocol): from a trusted peer the first bytes must be
+ * one, which is taken off; from anyone else they must not be one. SL_OK when settled,
+ * SL_EAGAIN for more bytes, SL_ERROR with *why. */
+static int preread_proxy(sl_tcp_sess_t *s, const char **why) {
+    const sl_listener_conf_t *lc = lconf(s);
+    sl_tcp_dir_t *d = &s->d[DIR_IN];
+    if (sl_pp_trusted(lc->proxy_from, lc->nproxy_from, &s->peer.sa)) {
+        sl_pp_info_t pi;
+        size_t used = 0;
+        int rc = sl_pp_parse((const uint8_t *)d->buf, d->len, &pi, &used, why);
+        if (rc != SL_OK) return rc;
+        if (pi.has_addr) {
+            s->peer = pi.src;
+            s->local = pi.dst;
+        }
+        d->off = (uint32_t)used;
+        d->len -= (uint32_t)used;
+        return SL_OK;
+    }
+    int k = sl_pp_detect((const uint8_t *)d->buf, d->len);
+    if (k == SL_EAGAIN) return SL_EAGAIN;
+    if (k == SL_PP_NONE) return SL_OK;
+    *why = "a PROXY protocol header from a peer not in accept_proxy_protocol.from";
+    return SL_ERROR;
+}
+
+/* sni_routes: the upstream for the ClientHello's server name. SL_OK with s->upstream
+ * set, SL_EAGAIN for more bytes, SL_ERROR after the session was ended. */
+static int preread_sni(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    sl_tcp_dir_t *d = &s->d[DIR_IN];
+    size_t nlen = 0;
+    const char *why = NULL;
+    int rc = sl_sni_parse((const uint8_t *)d->buf + d->off, d->len, sni_name(s), &nlen, &why);
+    if (rc == SL_EAGAIN) return SL_EAGAIN;
+    char peer[64];
+    if (rc != SL_OK) {
+        sni_count(s, SL_SNI_NOT_TLS);
+        sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+        sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
+        sess_end(s, true);
+        return SL_ERROR;
+    }
+    *sni_len(s) = (uint8_t)nlen;
+    int result;
+    s->upstream = sl_sni_route(lc, sni_name(s), nlen, &result);
+    sni_count(s, result); /* no_route: closed in sess_route unless a preread plugin chooses */
+    return SL_OK;
+}
+
+/* The listener's preread plugins (`plugins:`), at once: SL_OK with s->upstream as they
+ * left it, or SL_ERROR after the session was ended (a plugin closed it, or raised). */
+static int run_plugins(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    struct sl_session_s v = {.w = s->w, .lidx = s->lidx, .cfd = s->cfd, .peer = &s->peer, .upstream = s->upstream};
+    if (lc->nsni_routes && *sni_len(s)) {
+        v.sni = sni_name(s);
+        v.sni_len = *sni_len(s);
+    }
+    int rc = sl_lua_preread(s->w, &v);
+    if (rc != SL_OK) {
+        sess_end(s, rc == SL_ERROR); /* a plugin's close() sent its message: end with a FIN */
+        return SL_ERROR;
+    }
+    if (v.upstream == SL_TCP_DIRECT) {
+        if (!(s->direct = malloc(sizeof *s->direct))) {
+            sess_end(s, true);
+            return SL_ERROR;
+        }
+        *s->direct = v.addr;
+    }
+    s->upstream = v.upstream;
+    return SL_OK;
+}
+
+/* Once the first bytes are settled (or at accept, without a preread): the plugins, then a
+ * connect to where they, sni_routes or the listener say. */
+static void sess_route(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    if (lc->nplugins && run_plugins(s) != SL_OK) return;
+    if (s->upstream == -1) {
+        char peer[64];
+        sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+        size_t nlen = lc->nsni_routes ? *sni_len(s) : 0;
+        sl_log_info("listener %s: closing the connection from %s: no upstream for it (%s%.*s%s)", lc->name, peer,
+                    nlen ? "server name '" : lc->nsni_routes ? "no server name" : "no plugin chose one", (int)nlen,
+                    nlen ? sni_name(s) : "", nlen ? "', no sni_routes entry and no default" : "");
+        sess_end(s, false);
+        return;
+    }
+    sess_connect(s);
+}
+
+/* Reads the connection's first bytes until the PROXY header (accept_proxy_protocol) and
+ * the ClientHello (sni_routes) are settled, then connects; the bytes after the PROXY
+ * header stay in the block and go to the upstream first. header_timeout bounds it all. */
+static void preread(sl_tcp_sess_t *s) {
+    const sl_listener_conf_t *lc = lconf(s);
+    sl_tcp_dir_t *d = &s->d[DIR_IN];
+    if (!d->buf && !(d->buf = sl_block_get(&s->w->blocks))) {
+        sess_end(s, true);
+        return;
+    }
+    size_t cap = lc->nsni_routes ? SL_PREREAD_SNI_MAX : SL_BLOCK_SIZE - SL_PP_ENCODE_MAX;
+    ssize_t n;
+    do n = recv(s->cfd, d->buf + d->off + d->len, cap - d->off - d->len, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+        sess_end(s, n < 0);
+        return;
+    }
+    d->len += (uint32_t)n;
+    /* a trusted peer's header, once taken off, leaves d->off > 0 (a header is never empty);
+     * from others the first bytes are judged again on each read, with the same answer */
+    if (lc->accept_proxy && !d->off) {
+        const char *why = NULL;
+        int rc = preread_proxy(s, &why);
+        if (rc == SL_EAGAIN) return;
+        if (rc != SL_OK) {
+            char peer[64];
+            sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+            sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
+            sess_end(s, true);
+            return;
+        }
+    }
+    if (lc->nsni_routes && preread_sni(s) != SL_OK) return; /* more bytes to come, or ended */
+    if (d->len) {
+        SL_COUNTER_ADD(s->w->metrics.tcp_bytes[s->lidx * 2 + DIR_IN], d->len);
+    } else {
+        sl_block_put(&s->w->blocks, d->buf);
+        d->buf = NULL;
+        d->off = 0;
+    }
+    sess_route(s);
+}
+
+/* ---- events ---- */
+
+static void on_poll(uv_poll_t *p, int status, int events) {
+    sl_tcp_sess_t *s = p->data;
+    bool up = p == &s->upoll;
+    if (status < 0) { /* POLLERR: libuv stopped the handle */
+        *(up ? &s->uev : &s->cev) = 0;
+        if (s->state == ST_CONNECTING && up) {
+            connect_failed(s, sock_error(s->ufd));
+        } else if (s->state == ST_FLOWING) {
+            /* pass on what the peer sent before it failed, then end */
+            *(up ? &s->urd : &s->crd) = 1;
+            sess_pump(s);
+            sess_end(s, true);
+        } else {
+            sess_end(s, true);
+        }
+        return;
+    }
+    switch (s->state) {
+    case ST_PREREAD:
+        preread(s);
+        return;
+    case ST_CONNECTING:
+        if (up && (events & UV_WRITABLE)) {
+            int err = sock_error(s->ufd);
+            if (err)
+                connect_failed(s, err);
+            else
+                connected(s);
+        }
+        return;
+    case ST_FLOWING:
+        if (events & UV_READABLE) *(up ? &s->urd : &s->crd) = 1;
+        sess_pump(s);
+        return;
+    default:
+        return;
+    }
+}
+
+static void on_timer(uv_timer_t *t) {
+    sl_tcp_sess_t *s = t->data;
+    switch (s->state) {
+    case ST_CONNECTING:
+        connect_failed(s, ETIMEDOUT);
+        return;
+    case ST_PREREAD: /* no (complete) first bytes within header_timeout */
+        if (lconf(s)->nsni_routes) sni_count(s, SL_SNI_TIMEOUT);
+        sess_end(s, false);
+        return;
+    case ST_FLOWING: /* idle_timeout without a byte either way */
+        sess_end(s, false);
+        return;
+    default:
+        return;
+    }
+}
+
+static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_t *peer) {
+    struct sl_tcpw_s *tw = w->tcp;
+    const sl_listener_conf_t *lc = &w->cfg->listeners[lidx];
+    sl_tcp_sess_t *s = tw->free_sess;
+    if (s) {
+        tw->free_sess = s->next;
+        tw->nfree_sess--;
+    } else if (!(s = malloc(sizeof *s))) {
+        close(fd);
+        return;
+    }
+    memset(s, 0, sizeof *s);
+    if (uv_poll_init(&w->loop, &s->cpoll, fd) != 0) {
+        close(fd);
+        free(s);
+        return;
+    }
+    s->w = w;
+    s->lidx = lidx;
+    s->cfd = fd;
+    s->ufd = -1;
+    s->upstream = lc->upstream;
+    s->target = -1;
+    s->peer = *peer;
+    s->cpoll.data = s;
+    sl_deadline_init(&w->loop, &s->timer, s, on_timer);
+    s->next = tw->sessions;
+    if (tw->sessions) tw->sessions->prev = s;
+    tw->sessions = s;
+    tw->nsessions++;
+    SL_COUNTER_ADD(w->metrics.conns_active[lidx], 1);
+    SL_COUNTER_ADD(w->metrics.accepted, 1);
+    if (lc->proxy_send) {
+        socklen_t len = sizeof s->local;
+        getsockname(fd, &s->local.sa, &len);
+    }
+    if (!w->ug) {
+        sess_end(s, false);
+        return;
+    }
+    if (lc->accept_proxy || lc->nsni_routes) {
+        s->state = ST_PREREAD;
+        set_poll(&s->cpoll, &s->cev, UV_READABLE);
+        sl_deadline_set(&s->timer, lc->header_timeout_ms);
+        return;
+    }
+    sess_route(s);
+}
+
+/* ---- listeners ---- */
+
+static void on_accept(uv_poll_t *p, int status, int events);
+
+static void on_pause_end(uv_timer_t *t) {
+    sl_worker_t *w = t->data;
+    struct sl_tcpw_s *tw = w->tcp;
+    tw->paused = 0;
+    for (size_t i = 0; i < w->cfg->nlisteners; i++)
+        if (tw->ls[i].fd >= 0) uv_poll_start(&tw->ls[i].poll, UV_READABLE, on_accept);
+}
+
+/* Out of descriptors: the pending connection would wake the loop again and again (level
+ * triggered), so accepting stops for a moment instead. */
+static void accept_pause(sl_worker_t *w, int err) {
+    struct sl_tcpw_s *tw = w->tcp;
+    if (tw->paused) return;
+    tw->paused = 1;
+    sl_log_warn("worker %d: cannot accept TCP connections (%s): pausing for %d ms", w->id, strerror(err),
+                SL_ACCEPT_PAUSE_MS);
+    for (size_t i = 0; i < w->cfg->nlisteners; i++)
+        if (tw->ls[i].fd >= 0) uv_poll_stop(&tw->ls[i].poll);
+    uv_timer_start(&tw->pause, on_pause_end, SL_ACCEPT_PAUSE_MS, 0);
+}
+
+static void on_accept(uv_poll_t *p, int status, int events) {
+    sl_worker_t *w = p->loop->data;
+    sl_tcp_listener_t *l = SL_CONTAINER_OF(p, sl_tcp_listener_t, poll);
+    uint32_t lidx = (uint32_t)(l - w->tcp->ls);
+    if (status < 0) {
+        sl_log_err("listener %s: the listening socket failed", w->cfg->listeners[lidx].name);
+        return;
+    }
+    for (int i = 0; i < SL_TCP_ACCEPTS; i++) {
+        sl_sockaddr_t peer;
+        socklen_t len = sizeof peer;
+        int fd = accept4(l->fd, &peer.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) accept_pause(w, errno);
+            return;
+        }
+        sess_start(w, lidx, fd, &peer);
+    }
+}
+
+int sl__tcp_listen(sl_worker_t *w, size_t lidx, int fd) {
+    struct sl_tcpw_s *tw = w->tcp;
+    if (!tw) {
+        if (!(tw = calloc(1, sizeof *tw)) || !(tw->ls = calloc(w->cfg->nlisteners, sizeof *tw->ls))) {
+            free(tw);
+            return UV_ENOMEM;
+        }
+        for (size_t i = 0; i < w->cfg->nlisteners; i++) tw->ls[i].fd = -1;
+        uv_timer_init(&w->loop, &tw->pause);
+        uv_timer_init(&w->loop, &tw->drain);
+        tw->pause.data = tw->drain.data = w;
+        w->tcp = tw;
+    }
+    sl_tcp_listener_t *l = &tw->ls[lidx];
+    int rc = uv_poll_init(&w->loop, &l->poll, fd);
+    if (rc != 0) return rc;
+    l->fd = fd;
+    return uv_poll_start(&l->poll, UV_READABLE, on_accept);
+}
+
+static void on_drain_deadline(uv_timer_t *t) {
+    sl_worker_t *w = t->data;
+    struct sl_tcpw_s *tw = w->tcp;
+    sl_log_warn("worker %d: shutdown_timeout reached: closing %u TCP session(s)", w->id, tw->nsessions);
+    sl_tcp_sess_t *s = tw->sessions;
+    while (s) {
+        sl_tcp_sess_t *next = s->next;
+        sess_end(s, false);
+        s = next;
+    }
+}
+
+void sl__tcp_drain(sl_worker_t *w) {
+    struct sl_tcpw_s *tw = w->tcp;
+    if (!tw || tw->draining) return;
+    tw->draining = 1;
+    for (size_t i = 0; i < w->cfg->nlisteners; i++) {
+        sl_tcp_listener_t *l = &tw->ls[i];
+        if (l->fd < 0) continue;
+        uv_close((uv_handle_t *)&l->poll, NULL);
+        close(l->fd); /* new connections are refused from now on */
+        l->fd = -1;
+    }
+    uv_close((uv_handle_t *)&tw->pause, NULL);
+    if (!tw->nsessions) {
+        tw->drain_closed = 1;
+        uv_close((uv_handle_t *)&tw->drain, NULL);
+    } else {
+        uv_timer_start(&tw->drain, on_drain_deadline, w->cfg->shutdown_timeout_ms, 0);
+    }
+}
+
+void sl__tcp_free(sl_worker_t *w) {
+    struct sl_tcpw_s *tw = w->tcp;
+    if (!tw) return;
+    while (tw->free_sess) {
+        sl_tcp_sess_t *s = tw->free_sess;
+        tw->free_sess = s->next;
+        free(s);
+    }
+    while (tw->free_pipes) {
+        sl_pipe_t *p = tw->free_pipes;
+        tw->free_pipes = p->next;
+        pipe_close(tw, p);
+    }
+    free(tw->ls);
+    free(tw);
+    w->tcp = NULL;
+}

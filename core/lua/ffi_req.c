@@ -1,0 +1,454 @@
+/* ffi_req.c — the request/response/upstream/log/sleep functions of the FFI ABI (core/sluice.h).
+ *
+ * All run on a worker thread during a phase call of the request they are given.
+ * Returned pointers stay valid until the phase call returns.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "http/http_conn.h"
+#include "base/log.h"
+#include "script/lua_host.h"
+#include "sluice.h"
+#include "upstream/upstreams.h"
+
+int sl_ffi_abi_version(void) { return SL_ABI_VERSION; }
+
+static int out(sl_str_t s, const char **p, size_t *len) {
+    *p = s.p ? s.p : "";
+    *len = s.len;
+    return SL_OK;
+}
+
+int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len) { return out(r->head.method, p, len); }
+int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) {
+    return out(r->path_override.p ? r->path_override : r->head.path, p, len);
+}
+int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) {
+    return out(r->query_set ? r->query_override : r->head.query, p, len);
+}
+int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
+    return out((sl_str_t){r->host, r->host_len}, p, len);
+}
+int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) {
+    return out((sl_str_t){r->c->peer, strlen(r->c->peer)}, p, len);
+}
+int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len) { return out((sl_str_t){r->rid, r->rid_len}, p, len); }
+int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err) {
+    if (len == 0 || len >= sizeof(r->rid)) {
+        *err = "id must be 1 to 32 characters";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] <= 0x20 || (unsigned char)id[i] >= 0x7f) {
+            *err = "id must be visible ASCII";
+            return SL_ERROR;
+        }
+    memcpy(r->rid, id, len);
+    r->rid[len] = 0;
+    r->rid_len = (uint8_t)len;
+    return SL_OK;
+}
+
+int sl_ffi_req_route(sl_req_t *r, const char **p, size_t *len) {
+    const char *n = r->route >= 0 ? r->w->cfg->routes[r->route].name : "";
+    return out((sl_str_t){n, strlen(n)}, p, len);
+}
+
+/* The request as plugins see it: original fields not cleared, then added ones. */
+int sl_ffi_req_get_header(sl_req_t *r, const char *name, size_t name_len, const char **p, size_t *len) {
+    sl_str_t n = {name, name_len};
+    const sl_field_t *f = sl_edits_find(&r->req_edits, n);
+    if (f) return out(f->value, p, len);
+    if (sl_edits_removed(&r->req_edits, n)) return SL_DECLINED;
+    for (uint16_t i = 0; i < r->head.nheaders; i++)
+        if (sl_str_ieq2(r->head.headers[i].name, n)) return out(r->head.headers[i].value, p, len);
+    return SL_DECLINED;
+}
+
+int sl_ffi_req_header_count(sl_req_t *r) { return r->head.nheaders + r->req_edits.nadded; }
+
+int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
+                         size_t *value_len) {
+    if (i < 0) return SL_DECLINED;
+    if (i < r->head.nheaders) {
+        const sl_h1_header_t *h = &r->head.headers[i];
+        if (sl_edits_removed(&r->req_edits, h->name)) return SL_DECLINED;
+        out(h->name, name, name_len);
+        return out(h->value, value, value_len);
+    }
+    i -= r->head.nheaders;
+    if (i >= r->req_edits.nadded) return SL_DECLINED;
+    out(r->req_edits.added[i].name, name, name_len);
+    return out(r->req_edits.added[i].value, value, value_len);
+}
+
+static bool head_editable(sl_req_t *r, const char **err) {
+    if (r->upq.niov || r->req_sent || r->up) {
+        *err = "the request head was already sent upstream";
+        return false;
+    }
+    return true;
+}
+
+int sl_ffi_req_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    return sl_edits_set(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    return sl_edits_add(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    return sl_edits_clear(&r->req_edits, &r->arena, (sl_str_t){n, nl}, err);
+}
+
+int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    if (len == 0 || p[0] != '/') {
+        *err = "path must start with '/'";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c == 0x7f || c == '?' || c == '#') {
+            *err = "path must not contain spaces, controls, '?' or '#'";
+            return SL_ERROR;
+        }
+    }
+    char *copy = sl_arena_alloc(&r->arena, len);
+    if (!copy) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    memcpy(copy, p, len);
+    r->path_override = (sl_str_t){copy, len};
+    r->strip = 0;
+    return SL_OK;
+}
+
+int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err) {
+    if (!head_editable(r, err)) return SL_ERROR;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)q[i];
+        if (c <= 0x20 || c == 0x7f || c == '#') {
+            *err = "query must not contain spaces, controls or '#'";
+            return SL_ERROR;
+        }
+    }
+    char *copy = len ? sl_arena_alloc(&r->arena, len) : (char *)"";
+    if (!copy) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    if (len) memcpy(copy, q, len);
+    r->query_override = (sl_str_t){copy, len};
+    r->query_set = 1;
+    return SL_OK;
+}
+
+int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err) {
+    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+        *err = "the body can be read in rewrite and access only";
+        return SL_ERROR;
+    }
+    int rc = sl__req_buffer_body(r);
+    if (rc == SL_EAGAIN) return SL_EAGAIN;
+    if (rc != SL_OK) {
+        *err = r->body_err == 413 ? "request body too large" : "bad request body";
+        return SL_ERROR;
+    }
+    *p = r->heap_len ? r->heap : NULL;
+    *len = r->heap_len;
+    return SL_OK;
+}
+
+int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err) {
+    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS &&
+        r->lua_phase != SL_PHASE_PREREAD) {
+        *err = "response.exit works in rewrite and access only";
+        return SL_ERROR;
+    }
+    if (status < 200 || status > 599) {
+        *err = "status must be 200..599 (an interim 1xx is never a final answer)";
+        return SL_ERROR;
+    }
+    char *copy = NULL;
+    if (len) {
+        /* Small bodies live in the arena; large ones (an echo of a big body) on the heap. */
+        copy = len <= 4096 ? sl_arena_alloc(&r->arena, len) : NULL;
+        if (!copy) {
+            free(r->exit_alloc);
+            copy = r->exit_alloc = malloc(len);
+        }
+        if (!copy) {
+            *err = "out of memory";
+            return SL_ERROR;
+        }
+        memcpy(copy, body, len);
+    }
+    r->exit_status = status;
+    r->exit_body = (sl_str_t){copy, len};
+    return SL_OK;
+}
+
+int sl_ffi_resp_get_status(sl_req_t *r) {
+    if (r->exit_status) return r->exit_status;
+    return r->status;
+}
+
+int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len) {
+    sl_str_t name = {n, nl};
+    const sl_field_t *f = sl_edits_find(&r->resp_edits, name);
+    if (f) return out(f->value, p, len);
+    if (sl_edits_removed(&r->resp_edits, name) || r->mode != SL_MODE_PROXY || !r->status) return SL_DECLINED;
+    for (uint16_t i = 0; i < r->rhead.nheaders; i++)
+        if (!r->rhead.headers[i].hop && sl_str_ieq2(r->rhead.headers[i].name, name))
+            return out(r->rhead.headers[i].value, p, len);
+    return SL_DECLINED;
+}
+
+static bool resp_editable(sl_req_t *r, const char **err) {
+    if (r->resp_head) {
+        *err = "the response head was already sent";
+        return false;
+    }
+    return true;
+}
+
+int sl_ffi_resp_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!resp_editable(r, err)) return SL_ERROR;
+    return sl_edits_set(&r->resp_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
+    if (!resp_editable(r, err)) return SL_ERROR;
+    return sl_edits_add(&r->resp_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
+}
+
+int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err) {
+    if (!resp_editable(r, err)) return SL_ERROR;
+    return sl_edits_clear(&r->resp_edits, &r->arena, (sl_str_t){n, nl}, err);
+}
+
+int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err) {
+    if (r->up || r->stage > SL_STAGE_ACCESS) {
+        *err = "the upstream was already chosen";
+        return SL_ERROR;
+    }
+    _Static_assert(sizeof(r->address_text) == SL_ADDR_TEXT_MAX, "an address text is SL_ADDR_TEXT_MAX");
+    int up;
+    if (sl_upstream_resolve(r->w->cfg, name, len, &up, &r->address, r->address_text, err) != SL_OK)
+        return SL_ERROR;
+    r->upstream = up;
+    r->to_address = up < 0;
+    return SL_OK;
+}
+
+int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err) {
+    if (len >= sizeof(r->consumer)) {
+        *err = "a consumer name is 1 to 64 characters";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e) {
+            *err = "a consumer name is visible ASCII";
+            return SL_ERROR;
+        }
+    memcpy(r->consumer, name, len);
+    r->consumer[len] = 0;
+    r->consumer_len = (uint8_t)len;
+    return SL_OK;
+}
+
+void sl_ffi_ratelimit_count(sl_req_t *r, int result) { sl_metrics_ratelimit(&r->w->metrics, r->route, result); }
+
+/* ---- balancer phase and breaker state ---- */
+
+int sl_ffi_balancer_count(sl_req_t *r) {
+    return r->upstream >= 0 ? (int)r->w->cfg->upstreams[r->upstream].ntargets : 0;
+}
+
+int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out) {
+    if (r->upstream < 0 || i < 0 || i >= sl_ffi_balancer_count(r)) return SL_ERROR;
+    const sl_upstream_conf_t *uc = &r->w->cfg->upstreams[r->upstream];
+    sl_tstate_t *ts = r->w->ug->ups[r->upstream].ts[i];
+    uint64_t now = sl_now_ms();
+    *out = (sl_target_info_t){
+        .address = uc->targets[i].addr.text,
+        .weight = (int)uc->targets[i].weight,
+        .healthy = sl_tstate_healthy(ts, now),
+        .breaker = sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now),
+        .in_flight = (int)atomic_load_explicit(&ts->live.in_flight, memory_order_relaxed),
+        .tried = (r->tried >> (i & 63)) & 1,
+        .ewma_ms = atomic_load_explicit(&ts->live.ewma_ns, memory_order_relaxed) / 1e6,
+    };
+    return SL_OK;
+}
+
+static int target_named(const sl_upstream_conf_t *uc, const char *addr, size_t len) {
+    for (size_t i = 0; i < uc->ntargets; i++)
+        if (strlen(uc->targets[i].addr.text) == len && memcmp(uc->targets[i].addr.text, addr, len) == 0) return (int)i;
+    return -1;
+}
+
+int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err) {
+    if (r->lua_phase != SL_PHASE_BALANCER) {
+        *err = "set_target works in the balancer phase only";
+        return SL_ERROR;
+    }
+    int t = r->upstream >= 0 ? target_named(&r->w->cfg->upstreams[r->upstream], addr, len) : -1;
+    if (t < 0) {
+        *err = "no target with that address in the request's upstream";
+        return SL_ERROR;
+    }
+    r->lua_target = (uint16_t)(t + 1);
+    return SL_OK;
+}
+
+int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err) {
+    const sl_config_t *cfg = r->w->cfg;
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        if (strlen(cfg->upstreams[u].name) != ul || memcmp(cfg->upstreams[u].name, up, ul) != 0) continue;
+        int t = target_named(&cfg->upstreams[u], target, tl);
+        if (t < 0) {
+            *err = "no target with that address in that upstream";
+            return SL_ERROR;
+        }
+        return sl_tstate_breaker_now(r->w->ug->ups[u].ts[t], &cfg->upstreams[u], SL_LAYER_HTTP, sl_now_ms());
+    }
+    *err = "no upstream of that name";
+    return SL_ERROR;
+}
+
+int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof) {
+    *eof = r->bf_eof;
+    return out((sl_str_t){r->bf_in, r->bf_in_len}, p, len);
+}
+
+int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err) {
+    if (r->lua_phase != SL_PHASE_BODY_FILTER) {
+        *err = "the body can be replaced in body_filter only";
+        return SL_ERROR;
+    }
+    if (len > r->bf_cap) {
+        size_t cap = SL_MAX(len, 4096);
+        char *nb = realloc(r->bf_buf, cap);
+        if (!nb) {
+            *err = "out of memory";
+            return SL_ERROR;
+        }
+        r->bf_buf = nb;
+        r->bf_cap = cap;
+    }
+    memcpy(r->bf_buf, p, len);
+    r->bf_len = len;
+    r->bf_set = 1;
+    return SL_OK;
+}
+
+int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
+    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+        *err = "sleep works in rewrite and access only";
+        return SL_ERROR;
+    }
+    if (r->wait) {
+        *err = "already waiting";
+        return SL_ERROR;
+    }
+    if (sl__req_wait_ms(r, ms, SL_WAIT_SLEEP, sl__req_wakeup) != SL_OK) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    return SL_OK;
+}
+
+/* ---- timed waits (a plugin's sleep, a retry's backoff) ---- */
+
+typedef struct {
+    sl_wait_t base;
+    uv_timer_t timer;
+    void (*fire)(sl_req_t *r);
+} sl_timed_wait_t;
+
+static void timed_wait_closed(uv_handle_t *h) { free(h->data); }
+
+static void timed_wait_fired(uv_timer_t *t) {
+    sl_timed_wait_t *tw = t->data;
+    sl_req_t *r = tw->base.r;
+    uv_close((uv_handle_t *)t, timed_wait_closed);
+    if (!r) return;
+    r->wait = NULL;
+    tw->fire(r);
+}
+
+static void timed_wait_cancel(sl_wait_t *wt) {
+    sl_timed_wait_t *tw = SL_CONTAINER_OF(wt, sl_timed_wait_t, base);
+    uv_timer_stop(&tw->timer);
+    uv_close((uv_handle_t *)&tw->timer, timed_wait_closed);
+}
+
+int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r)) {
+    sl_timed_wait_t *tw = malloc(sizeof(*tw));
+    if (!tw) return SL_ERROR;
+    uv_timer_init(&r->w->loop, &tw->timer);
+    tw->timer.data = tw;
+    tw->base = (sl_wait_t){.r = r, .kind = kind, .cancel = timed_wait_cancel};
+    tw->fire = fire;
+    r->wait = &tw->base;
+    /* The loop's clock is cached from the start of this iteration: refresh it, or the
+     * wait could end early by the time spent in this iteration so far. */
+    uv_update_time(&r->w->loop);
+    uv_timer_start(&tw->timer, timed_wait_fired, ms, 0);
+    return SL_OK;
+}
+
+/** Called when a request ends while its coroutine waits: the wait's handles outlive it. */
+void sl__req_cancel_wait(sl_req_t *r);
+void sl__req_cancel_wait(sl_req_t *r) {
+    sl_wait_t *wt = r->wait;
+    if (!wt) return;
+    r->wait = NULL;
+    wt->r = NULL;
+    wt->cancel(wt);
+}
+
+void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len) {
+    if (level < SL_LOG_DEBUG || level > SL_LOG_ERR) level = SL_LOG_INFO;
+    const char *route = r && r->route >= 0 ? r->w->cfg->routes[r->route].name : NULL;
+    sl_log_kv(level, (const char *[]){"route", route, "plugin", plugin, "request_id", r ? r->rid : NULL}, 3,
+              "%.*s", (int)SL_MIN(len, 1800), msg);
+}
+
+int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st) {
+    const sl_config_t *cfg = r->w->cfg;
+    st->status = r->status;
+    st->bytes_in = r->body_in + r->head_end - r->head_off;
+    st->bytes_out = r->bytes_out;
+    st->duration_ms = (double)(sl_now_ns() - r->start_ns) / 1e6;
+    st->upstream = r->upstream >= 0 ? cfg->upstreams[r->upstream].name : "";
+    st->target = r->to_address ? r->address_text
+                 : r->upstream >= 0 && r->target >= 0 ? cfg->upstreams[r->upstream].targets[r->target].addr.text
+                                                      : "";
+    st->route = r->route >= 0 ? cfg->routes[r->route].name : "";
+    return SL_OK;
+}
+
+void sl_ffi_random_hex(char *out, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % 16 == 0) v = sl_rand64();
+        out[i] = hex[(v >> ((i % 16) * 4)) & 15];
+    }
+}
+
+double sl_ffi_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}

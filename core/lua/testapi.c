@@ -1,0 +1,139 @@
+/* testapi.c — in-process gateways for specs (lua/sluice/test.lua through libsluice.so).
+ *
+ * A spec starts a whole gateway from config text: it is parsed and validated like
+ * a file, its workers and admin run on threads of this process, and a blocking
+ * HTTP client sends requests to it. Not used by the sluice binary.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "script/plugin.h"
+#include "server/server.h"
+
+typedef struct {
+    sl_server_t srv;
+    sl_config_t *cfg;
+    uv_thread_t thread;
+} sl_test_gw_t;
+
+static void gw_main(void *arg) {
+    sl_test_gw_t *g = arg;
+    sl_server_loop(&g->srv);
+}
+
+/** Starts a gateway from YAML (or JSON) text; `path` names it in errors and anchors relative
+ *  plugin paths. NULL on failure with the errors in err. */
+sl_test_gw_t *sl_test_start(const char *text, size_t len, const char *path, char *err, size_t errlen);
+sl_test_gw_t *sl_test_start(const char *text, size_t len, const char *path, char *err, size_t errlen) {
+    sl_errors_t errs = {0};
+    sl_config_t *cfg = NULL;
+    err[0] = 0;
+    sl_log_init_from_env();
+    if (sl_config_parse(path, text, len, &cfg, &errs) != 0 || sl_plugins_check(cfg, &errs) != 0) {
+        size_t off = 0;
+        for (size_t i = 0; i < errs.n && off + 1 < errlen; i++) {
+            int n = snprintf(err + off, errlen - off, "%s\n", errs.lines[i]);
+            if (n < 0) break;
+            off += (size_t)n;
+        }
+        sl_errors_free(&errs);
+        if (cfg) sl_config_free(cfg);
+        return NULL;
+    }
+    sl_errors_free(&errs);
+    sl_test_gw_t *g = calloc(1, sizeof(*g));
+    if (!g) {
+        snprintf(err, errlen, "out of memory");
+        sl_config_free(cfg);
+        return NULL;
+    }
+    g->cfg = cfg;
+    const char *e = NULL;
+    if (sl_server_start(&g->srv, cfg, true, &e) != SL_OK) {
+        snprintf(err, errlen, "%s", e ? e : "start failed");
+        for (int i = 0; i < g->srv.started; i++) sl_worker_drain(&g->srv.workers[i]);
+        sl_server_cleanup(&g->srv);
+        sl_config_free(cfg);
+        free(g);
+        return NULL;
+    }
+    if (uv_thread_create(&g->thread, gw_main, g) != 0) {
+        snprintf(err, errlen, "cannot start the gateway thread");
+        return NULL;
+    }
+    return g;
+}
+
+/** The real address of listener `name` ("admin" for the admin API): "127.0.0.1:PORT". */
+int sl_test_addr(sl_test_gw_t *g, const char *name, char *out, size_t cap);
+int sl_test_addr(sl_test_gw_t *g, const char *name, char *out, size_t cap) {
+    if (strcmp(name, "admin") == 0 && g->cfg->admin_enabled) {
+        snprintf(out, cap, "%s", g->srv.admin_text);
+        return SL_OK;
+    }
+    for (size_t i = 0; i < g->cfg->nlisteners; i++)
+        if (strcmp(g->cfg->listeners[i].name, name) == 0) {
+            snprintf(out, cap, "%s", g->srv.listen_text[i]);
+            return SL_OK;
+        }
+    return SL_DECLINED;
+}
+
+/** Drains and stops the gateway, then frees it. */
+void sl_test_stop(sl_test_gw_t *g);
+void sl_test_stop(sl_test_gw_t *g) {
+    sl_server_stop(&g->srv);
+    uv_thread_join(&g->thread);
+    sl_server_cleanup(&g->srv);
+    sl_config_free(g->cfg);
+    free(g);
+}
+
+/**
+ * Sends req to host:port and reads until the peer closes or timeout_ms passes (requests
+ * built by sluice.test say Connection: close). Returns the bytes read, or -1.
+ */
+long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
+                  int timeout_ms);
+long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
+                  int timeout_ms) {
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    size_t sent = 0;
+    while (sent < len) {
+        ssize_t w = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+        if (w <= 0) {
+            close(fd);
+            return -1;
+        }
+        sent += (size_t)w;
+    }
+    size_t got = 0;
+    uint64_t deadline = sl_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        uint64_t now = sl_now_ms();
+        if (now >= deadline || got == cap) break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc = poll(&p, 1, (int)(deadline - now));
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc <= 0) break;
+        ssize_t r = recv(fd, out + got, cap - got, 0);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return (long)got;
+}

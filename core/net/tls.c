@@ -1,0 +1,998 @@
+/* tls.c — TLS contexts for listeners and targets, and TLS sessions over libuv streams.
+ * See tls.h for the model; the parts here, in order: ticket keys, the BIO, contexts,
+ * sessions (read side, write side, life). */
+#include "net/tls.h"
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "base/common.h"
+
+/* ---- session-ticket keys (process-wide) ----
+ *
+ * One current key encrypts new tickets; the previous one still decrypts (its tickets are
+ * renewed), so a ticket is good for at most two rotation periods. A rotation happens
+ * lazily, on the first ticket issued after the period ended. */
+
+#define TICKET_ROTATE_S 3600
+
+typedef struct {
+    unsigned char name[16], aes[32], hmac[32];
+    time_t born;
+    bool set;
+} tkey_t;
+
+static pthread_mutex_t tk_mu = PTHREAD_MUTEX_INITIALIZER;
+static tkey_t tk_cur, tk_prev;
+
+static bool tkey_new(tkey_t *k) {
+    if (RAND_bytes(k->name, sizeof k->name) != 1 || RAND_bytes(k->aes, sizeof k->aes) != 1 ||
+        RAND_bytes(k->hmac, sizeof k->hmac) != 1)
+        return false;
+    k->born = time(NULL);
+    k->set = true;
+    return true;
+}
+
+static int tkey_init(const tkey_t *k, unsigned char *iv, EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc) {
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, (void *)k->hmac, sizeof k->hmac),
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"sha256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    if (EVP_MAC_CTX_set_params(hctx, params) != 1) return -1;
+    int ok = enc ? EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv)
+                 : EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv);
+    return ok == 1 ? 0 : -1;
+}
+
+static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *cctx,
+                     EVP_MAC_CTX *hctx, int enc) {
+    tkey_t k;
+    int rc = 1;
+    pthread_mutex_lock(&tk_mu);
+    if (enc) {
+        time_t now = time(NULL);
+        if (!tk_cur.set || now - tk_cur.born >= TICKET_ROTATE_S) {
+            tkey_t fresh;
+            if (tkey_new(&fresh)) {
+                tk_prev = tk_cur;
+                tk_cur = fresh;
+            }
+        }
+        k = tk_cur;
+    } else if (tk_cur.set && memcmp(name, tk_cur.name, 16) == 0) {
+        k = tk_cur;
+    } else if (tk_prev.set && memcmp(name, tk_prev.name, 16) == 0) {
+        k = tk_prev;
+        rc = 2; /* good, but issue a ticket under the current key */
+    } else {
+        k.set = false;
+    }
+    pthread_mutex_unlock(&tk_mu);
+    if (!k.set) return 0; /* unknown key: a full handshake */
+    /* TLS 1.3: answer every resumption with a fresh ticket (2), as OpenSSL's own key
+     * handling does. With 1, OpenSSL sends none after a resumption, and a client that uses
+     * a TLS 1.3 ticket once (OpenSSL's, so wrk's) falls back to a full handshake on every
+     * other connection (scripts/bench-tls, "resumed"); RFC 8446 C.4 asks for single use. */
+    if (!enc && SSL_version(ssl) == TLS1_3_VERSION) rc = 2;
+    if (enc) {
+        memcpy(name, k.name, 16);
+        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
+    }
+    if (tkey_init(&k, iv, cctx, hctx, enc) != 0) return -1;
+    OPENSSL_cleanse(&k, sizeof k);
+    return rc;
+}
+
+/* ---- buffers ---- */
+
+/* Ciphertext waiting to be written: a pool block, or a heap buffer when a single write
+ * needs more than a block. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool heap;
+} tbuf_t;
+
+struct sl_tls_s {
+    SSL *ssl;
+    uv_stream_t *s;
+    void *owner;                 /**< the stream's data before the session attached */
+    sl_tls_pump_t *pump;
+    sl_tls_t *pnext, *pprev;
+    uv_alloc_cb ualloc;
+    uv_read_cb uread;
+    void (*on_est)(sl_tls_t *t);
+    void (*hs_done)(sl_tls_t *t, int status);
+    uv_shutdown_t *sd_req;       /**< a half-close waiting for the flush */
+    uv_shutdown_cb sd_cb;
+    uv_write_t *uwr;             /**< the owner's write waiting for the flush */
+    uv_write_cb ucb;
+    uv_write_t wreq;
+    char *in;                    /**< ciphertext read, not yet taken by OpenSSL (a block) */
+    uint32_t in_len, in_pos;
+    tbuf_t fill, flight;         /**< ciphertext produced; the part being written */
+    int sock_err;                /**< the socket's read error (not EOF) */
+    int werr;                    /**< a write failed */
+    uint8_t user_reading, sock_reading, sock_eof, established, failed, detached, writing, pumping,
+        client;
+    uint8_t busy;                /**< inside tls_deliver: a close from a callback frees later */
+    char err[200];
+};
+
+static void tbuf_release(sl_tls_t *t, tbuf_t *b) {
+    if (!b->p) return;
+    if (b->heap)
+        free(b->p);
+    else
+        sl_block_put(t->pump->blocks, b->p);
+    *b = (tbuf_t){0};
+}
+
+static bool tbuf_append(sl_tls_t *t, tbuf_t *b, const char *p, size_t n) {
+    if (!b->p) {
+        if (n <= SL_BLOCK_SIZE && (b->p = sl_block_get(t->pump->blocks))) {
+            b->cap = SL_BLOCK_SIZE;
+            b->heap = false;
+        } else if ((b->p = malloc(SL_MAX(n, (size_t)SL_BLOCK_SIZE)))) {
+            b->cap = SL_MAX(n, (size_t)SL_BLOCK_SIZE);
+            b->heap = true;
+        } else {
+            return false;
+        }
+        b->len = 0;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap * 2;
+        while (cap < b->len + n) cap *= 2;
+        char *q = malloc(cap);
+        if (!q) return false;
+        memcpy(q, b->p, b->len);
+        size_t len = b->len;
+        tbuf_release(t, b);
+        *b = (tbuf_t){q, len, cap, true};
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return true;
+}
+
+/* ---- the BIO: OpenSSL reads t->in and writes t->fill ---- */
+
+static int bio_write_ex(BIO *b, const char *data, size_t len, size_t *written) {
+    sl_tls_t *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (!tbuf_append(t, &t->fill, data, len)) return 0;
+    *written = len;
+    return 1;
+}
+
+static int bio_read_ex(BIO *b, char *data, size_t len, size_t *readbytes) {
+    sl_tls_t *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    size_t avail = t->in ? t->in_len - t->in_pos : 0;
+    if (!avail) {
+        if (!t->sock_eof && !t->sock_err) BIO_set_retry_read(b);
+        *readbytes = 0;
+        return 0;
+    }
+    size_t n = SL_MIN(avail, len);
+    memcpy(data, t->in + t->in_pos, n);
+    t->in_pos += (uint32_t)n;
+    *readbytes = n;
+    return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)num;
+    (void)ptr;
+    sl_tls_t *t = BIO_get_data(b);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;
+    case BIO_CTRL_PENDING:
+        return t && t->in ? (long)(t->in_len - t->in_pos) : 0;
+    case BIO_CTRL_EOF:
+        return t && (t->sock_eof || t->sock_err) && (!t->in || t->in_pos == t->in_len);
+    default:
+        return 0;
+    }
+}
+
+static int bio_create(BIO *b) {
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static void bio_method_init(void) {
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "sluice");
+    if (!m) return;
+    BIO_meth_set_write_ex(m, bio_write_ex);
+    BIO_meth_set_read_ex(m, bio_read_ex);
+    BIO_meth_set_ctrl(m, bio_ctrl);
+    BIO_meth_set_create(m, bio_create);
+    bio_method = m;
+}
+
+/* ---- listener contexts ---- */
+
+typedef struct {
+    char *name;     /**< lower-case; a wildcard keeps its suffix with the dot: ".example.com" */
+    uint32_t ctx;
+    bool wild;
+} sni_name_t;
+
+struct sl_tls_server_s {
+    SSL_CTX **ctx;
+    size_t nctx;
+    sni_name_t *names;
+    size_t nnames;
+    uint32_t def;
+};
+
+/* The built-in TLS 1.2 list: forward-secret AEAD suites only. */
+static const char default_ciphers[] =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+/* A file OpenSSL is about to read: its own error for a missing file says only "system lib". */
+static bool readable(const char *path, const char *what, const char *name, char *err, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (f) {
+        fclose(f);
+        return true;
+    }
+    snprintf(err, n, "cannot read %s %s: %s", what, name, strerror(errno));
+    return false;
+}
+
+static void ssl_err_text(char *err, size_t n, const char *what) {
+    unsigned long e = ERR_peek_last_error();
+    char buf[160] = "";
+    if (e) ERR_error_string_n(e, buf, sizeof buf);
+    ERR_clear_error();
+    snprintf(err, n, "%s%s%s", what, buf[0] ? ": " : "", buf);
+}
+
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned int inlen, void *arg) {
+    (void)ssl;
+    (void)arg;
+    for (unsigned i = 0; i < inlen;) {
+        unsigned l = in[i];
+        if (i + 1 + l > inlen) break;
+        if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+            *out = in + i + 1;
+            *outlen = 8;
+            return SSL_TLSEXT_ERR_OK;
+        }
+        i += 1 + l;
+    }
+    return SSL_TLSEXT_ERR_NOACK; /* no ALPN in the answer: the client decides */
+}
+
+static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
+    char low[256];
+    size_t n = strlen(name);
+    if (n == 0 || n >= sizeof low) return NULL;
+    for (size_t i = 0; i <= n; i++) low[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] + 32 : name[i]);
+    const sni_name_t *best = NULL;
+    size_t best_len = 0;
+    for (size_t i = 0; i < s->nnames; i++) {
+        const sni_name_t *e = &s->names[i];
+        if (!e->wild) {
+            if (strcmp(e->name, low) == 0) return e;
+            continue;
+        }
+        size_t l = strlen(e->name);
+        if (l < n && strcmp(low + n - l, e->name) == 0 && l > best_len) {
+            best = e;
+            best_len = l;
+        }
+    }
+    return best;
+}
+
+static int servername_cb(SSL *ssl, int *alert, void *arg) {
+    (void)alert;
+    const sl_tls_server_t *s = arg;
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    const sni_name_t *e = name ? sni_find(s, name) : NULL;
+    uint32_t i = e ? e->ctx : s->def;
+    if (SSL_get_SSL_CTX(ssl) != s->ctx[i]) SSL_set_SSL_CTX(ssl, s->ctx[i]);
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static bool add_name(sl_tls_server_t *s, size_t *cap, const char *name, uint32_t ctx) {
+    if (!name || !*name) return true;
+    if (s->nnames == *cap) {
+        size_t nc = *cap ? *cap * 2 : 8;
+        sni_name_t *v = realloc(s->names, nc * sizeof *v);
+        if (!v) return false;
+        s->names = v;
+        *cap = nc;
+    }
+    bool wild = name[0] == '*' && name[1] == '.';
+    char *copy = strdup(wild ? name + 1 : name);
+    if (!copy) return false;
+    for (char *p = copy; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
+    s->names[s->nnames++] = (sni_name_t){copy, ctx, wild};
+    return true;
+}
+
+/* A certificate's own names when its entry lists none: DNS subjectAltNames, else the CN. */
+static bool add_cert_names(sl_tls_server_t *s, size_t *cap, SSL_CTX *ctx, uint32_t idx) {
+    X509 *x = SSL_CTX_get0_certificate(ctx);
+    if (!x) return true;
+    GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    bool any = false, ok = true;
+    for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+        const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+        if (g->type != GEN_DNS) continue;
+        const char *dns = (const char *)ASN1_STRING_get0_data(g->d.dNSName);
+        ok = ok && add_name(s, cap, dns, idx);
+        any = true;
+    }
+    GENERAL_NAMES_free(gens);
+    if (!any) {
+        char cn[256];
+        if (X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof cn) > 0)
+            ok = ok && add_name(s, cap, cn, idx);
+    }
+    return ok;
+}
+
+void sl_tls_server_free(sl_tls_server_t *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->nctx; i++) SSL_CTX_free(s->ctx[i]);
+    for (size_t i = 0; i < s->nnames; i++) free(s->names[i].name);
+    free(s->ctx);
+    free(s->names);
+    free(s);
+}
+
+sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen, int *bad) {
+    *bad = -1;
+    sl_tls_server_t *s = calloc(1, sizeof *s);
+    if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx))) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    size_t cap = 0;
+    ERR_clear_error();
+    for (size_t i = 0; i < c->ncerts; i++) {
+        const sl_tls_cert_conf_t *cc = &c->certs[i];
+        *bad = (int)i;
+        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+        if (!ctx) {
+            ssl_err_text(err, errlen, "cannot create a TLS context");
+            goto fail;
+        }
+        s->ctx[s->nctx++] = ctx;
+        SSL_CTX_set_min_proto_version(ctx, c->min_version == SL_TLS_V13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                     SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_COMPRESSION |
+                                     (c->session_tickets ? 0 : SSL_OP_NO_TICKET));
+        SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+        SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"sluice", 6);
+        if (c->session_tickets) SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
+        /* Without tickets a TLS 1.3 server still sends two NewSessionTicket messages by
+         * default (stateful ones, naming a session in the cache), and with the cache off no
+         * client can ever use them: two records, a session copy and random bytes per full
+         * handshake for nothing (scripts/bench-tls, "full"). */
+        if (!c->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
+        if (SSL_CTX_set_cipher_list(ctx, c->ciphers ? c->ciphers : default_ciphers) != 1) {
+            ssl_err_text(err, errlen, "no usable cipher in 'ciphers'");
+            *bad = -2;
+            goto fail;
+        }
+        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+        SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
+        SSL_CTX_set_tlsext_servername_arg(ctx, s);
+        if (!readable(cc->cert_path, "certificate", cc->cert, err, errlen) ||
+            !readable(cc->key_path, "key", cc->key, err, errlen))
+            goto fail;
+        if (SSL_CTX_use_certificate_chain_file(ctx, cc->cert_path) != 1) {
+            char what[600];
+            snprintf(what, sizeof what, "cannot load certificate %s", cc->cert);
+            ssl_err_text(err, errlen, what);
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM) != 1) {
+            char what[600];
+            snprintf(what, sizeof what, "cannot load key %s", cc->key);
+            ssl_err_text(err, errlen, what);
+            goto fail;
+        }
+        if (SSL_CTX_check_private_key(ctx) != 1) {
+            ERR_clear_error();
+            snprintf(err, errlen, "key %s does not match certificate %s", cc->key, cc->cert);
+            goto fail;
+        }
+        bool ok = true;
+        if (cc->nsni)
+            for (size_t j = 0; j < cc->nsni; j++) ok = ok && add_name(s, &cap, cc->sni[j], (uint32_t)i);
+        else
+            ok = add_cert_names(s, &cap, ctx, (uint32_t)i);
+        if (!ok) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        if (cc->is_default) s->def = (uint32_t)i;
+    }
+    *bad = -1;
+    return s;
+fail:
+    sl_tls_server_free(s);
+    return NULL;
+}
+
+/* ---- target contexts ---- */
+
+struct sl_tls_client_s {
+    SSL_CTX *ctx;
+    char *sni, *ip;
+    pthread_mutex_t mu;
+    SSL_SESSION *sess; /**< the newest session the target gave, for the next connection */
+};
+
+static int client_new_session(SSL *ssl, SSL_SESSION *sess) {
+    sl_tls_client_t *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    if (!c || !SSL_SESSION_is_resumable(sess)) return 0;
+    pthread_mutex_lock(&c->mu);
+    SSL_SESSION *old = c->sess;
+    c->sess = sess;
+    pthread_mutex_unlock(&c->mu);
+    if (old) SSL_SESSION_free(old);
+    return 1; /* we keep the reference */
+}
+
+void sl_tls_client_free(sl_tls_client_t *c) {
+    if (!c) return;
+    SSL_CTX_free(c->ctx);
+    if (c->sess) SSL_SESSION_free(c->sess);
+    pthread_mutex_destroy(&c->mu);
+    free(c->sni);
+    free(c->ip);
+    free(c);
+}
+
+sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char *ip, char *err, size_t errlen) {
+    sl_tls_client_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    ERR_clear_error();
+    if (!(c->ctx = SSL_CTX_new(TLS_client_method()))) {
+        ssl_err_text(err, errlen, "cannot create a TLS context");
+        goto fail;
+    }
+    SSL_CTX_set_app_data(c->ctx, c);
+    SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(c->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_mode(c->ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_session_cache_mode(c->ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(c->ctx, client_new_session);
+    static const unsigned char alpn[] = "\x08http/1.1";
+    SSL_CTX_set_alpn_protos(c->ctx, alpn, sizeof alpn - 1);
+    if (tc->verify) {
+        SSL_CTX_set_verify(c->ctx, SSL_VERIFY_PEER, NULL);
+        if (tc->ca_path && !readable(tc->ca_path, "CA file", tc->ca, err, errlen)) goto fail;
+        int ok = tc->ca_path ? SSL_CTX_load_verify_locations(c->ctx, tc->ca_path, NULL)
+                             : SSL_CTX_set_default_verify_paths(c->ctx);
+        if (ok != 1) {
+            char what[600];
+            snprintf(what, sizeof what, "cannot load CA file %s", tc->ca ? tc->ca : "(system)");
+            ssl_err_text(err, errlen, what);
+            goto fail;
+        }
+    }
+    if ((tc->sni && !(c->sni = strdup(tc->sni))) || (ip && !(c->ip = strdup(ip)))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    return c;
+fail:
+    sl_tls_client_free(c);
+    return NULL;
+}
+
+/* ---- the pump ---- */
+
+static void tls_deliver(sl_tls_t *t);
+
+static void pump_unlink(sl_tls_t *t) {
+    if (!t->pumping) return;
+    if (t->pprev)
+        t->pprev->pnext = t->pnext;
+    else if (t->pump->head == t)
+        t->pump->head = t->pnext;
+    else
+        t->pump->run = t->pnext; /* closed by a session pump_cb delivered before it */
+    if (t->pnext) t->pnext->pprev = t->pprev;
+    t->pnext = t->pprev = NULL;
+    t->pumping = 0;
+}
+
+static void pump_cb(uv_idle_t *h) {
+    sl_tls_pump_t *p = h->data;
+    p->run = p->head;
+    p->head = NULL;
+    uv_idle_stop(h);
+    /* Sessions added while these run wait for the next turn of the loop. The list being
+     * run lives in the pump, so that a delivery closing a session still in it (a client
+     * connection aborting its upstream's) unlinks it from there. */
+    for (sl_tls_t *t; (t = p->run);) {
+        p->run = t->pnext;
+        if (p->run) p->run->pprev = NULL;
+        t->pnext = t->pprev = NULL;
+        t->pumping = 0;
+        tls_deliver(t);
+    }
+}
+
+static void pump_add(sl_tls_t *t) {
+    if (t->pumping || t->detached) return;
+    sl_tls_pump_t *p = t->pump;
+    t->pnext = p->head;
+    t->pprev = NULL;
+    if (p->head) p->head->pprev = t;
+    p->head = t;
+    t->pumping = 1;
+    uv_idle_start(&p->idle, pump_cb);
+}
+
+void sl_tls_pump_init(sl_tls_pump_t *p, uv_loop_t *loop, sl_blockpool_t *blocks) {
+    uv_idle_init(loop, &p->idle);
+    p->idle.data = p;
+    p->head = p->run = NULL;
+    p->blocks = blocks;
+}
+
+void sl_tls_pump_close(sl_tls_pump_t *p) {
+    if (!uv_is_closing((uv_handle_t *)&p->idle)) uv_close((uv_handle_t *)&p->idle, NULL);
+}
+
+/* ---- sessions ---- */
+
+static sl_tls_t *tls_new(SSL_CTX *ctx, uv_stream_t *s, sl_tls_pump_t *pump) {
+    pthread_once(&bio_once, bio_method_init);
+    if (!bio_method) return NULL;
+    sl_tls_t *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->ssl = SSL_new(ctx);
+    BIO *b = t->ssl ? BIO_new(bio_method) : NULL;
+    if (!b) {
+        if (t->ssl) SSL_free(t->ssl);
+        free(t);
+        return NULL;
+    }
+    BIO_set_data(b, t);
+    SSL_set_bio(t->ssl, b, b);
+    t->s = s;
+    t->pump = pump;
+    t->owner = s->data;
+    s->data = t;
+    return t;
+}
+
+sl_tls_t *sl_tls_accept(sl_tls_server_t *srv, uv_stream_t *s, sl_tls_pump_t *pump) {
+    sl_tls_t *t = tls_new(srv->ctx[srv->def], s, pump);
+    if (t) SSL_set_accept_state(t->ssl);
+    return t;
+}
+
+sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump, const char *name) {
+    sl_tls_t *t = tls_new(cli->ctx, s, pump);
+    if (!t) return NULL;
+    t->client = 1;
+    SSL_set_connect_state(t->ssl);
+    if (name) { /* a call's own host: no session of another host is offered */
+        unsigned char ip[16];
+        if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1) {
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), name);
+        } else {
+            SSL_set_tlsext_host_name(t->ssl, name);
+            SSL_set1_host(t->ssl, name);
+        }
+        return t;
+    }
+    if (cli->sni) {
+        SSL_set_tlsext_host_name(t->ssl, cli->sni);
+        SSL_set1_host(t->ssl, cli->sni);
+    } else if (cli->ip) {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), cli->ip);
+    }
+    pthread_mutex_lock(&cli->mu);
+    if (cli->sess) SSL_set_session(t->ssl, cli->sess);
+    pthread_mutex_unlock(&cli->mu);
+    return t;
+}
+
+static void tls_set_error(sl_tls_t *t, int e, const char *when) {
+    long v = t->client ? SSL_get_verify_result(t->ssl) : X509_V_OK;
+    unsigned long code = ERR_peek_last_error();
+    if (v != X509_V_OK) {
+        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when, X509_verify_cert_error_string(v));
+    } else if (code) {
+        char buf[160];
+        ERR_error_string_n(code, buf, sizeof buf);
+        snprintf(t->err, sizeof t->err, "%s: %s", when, buf);
+    } else if (t->sock_err) {
+        snprintf(t->err, sizeof t->err, "%s: %s", when, uv_strerror(t->sock_err));
+    } else if (t->sock_eof || e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN) {
+        snprintf(t->err, sizeof t->err, "%s: the peer closed the connection", when);
+    } else {
+        snprintf(t->err, sizeof t->err, "%s: TLS error %d", when, e);
+    }
+    ERR_clear_error();
+}
+
+static void tls_in_trim(sl_tls_t *t) {
+    if (t->in && t->in_pos == t->in_len) {
+        sl_block_put(t->pump->blocks, t->in);
+        t->in = NULL;
+        t->in_len = t->in_pos = 0;
+    }
+}
+
+static void tls_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    (void)hint;
+    sl_tls_t *t = h->data;
+    if (!t->in) {
+        t->in = sl_block_get(t->pump->blocks);
+        t->in_len = t->in_pos = 0;
+        if (!t->in) {
+            *buf = uv_buf_init(NULL, 0);
+            return;
+        }
+    } else if (t->in_pos > 0) {
+        memmove(t->in, t->in + t->in_pos, t->in_len - t->in_pos);
+        t->in_len -= t->in_pos;
+        t->in_pos = 0;
+    }
+    *buf = uv_buf_init(t->in + t->in_len, SL_BLOCK_SIZE - t->in_len);
+}
+
+static void tls_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Socket reads run while the owner reads (or the handshake needs bytes) and there is room. */
+static void tls_sock_update(sl_tls_t *t) {
+    bool room = !t->in || t->in_len - t->in_pos < SL_BLOCK_SIZE;
+    bool want = !t->detached && !t->failed && !t->sock_eof && !t->sock_err && room &&
+                (t->user_reading || !t->established);
+    if (want && !t->sock_reading) {
+        if (uv_read_start(t->s, tls_alloc, tls_on_read) == 0) t->sock_reading = 1;
+    } else if (!want && t->sock_reading) {
+        uv_read_stop(t->s);
+        t->sock_reading = 0;
+    }
+}
+
+static int tls_flush(sl_tls_t *t);
+
+static void tls_fail(sl_tls_t *t, int e, const char *when) {
+    tls_set_error(t, e, when);
+    t->failed = 1;
+    tls_flush(t); /* an alert, if OpenSSL wrote one */
+    tls_sock_update(t);
+}
+
+static void tls_free(sl_tls_t *t);
+static void tls_deliver_once(sl_tls_t *t);
+
+/* Moves what is buffered forward: the handshake, then plaintext to the owner. The owner
+ * may close the session from any callback: it is freed once this returns. */
+static void tls_deliver(sl_tls_t *t) {
+    t->busy++;
+    tls_deliver_once(t);
+    if (--t->busy == 0 && t->detached && !t->writing) tls_free(t);
+}
+
+static void tls_deliver_once(sl_tls_t *t) {
+    if (t->detached || t->failed) return;
+    if (!t->established) {
+        ERR_clear_error();
+        int rc = SSL_do_handshake(t->ssl);
+        if (tls_flush(t) < 0 && rc == 1) rc = -1;
+        if (rc == 1) {
+            t->established = 1;
+            if (t->client) {
+                void (*cb)(sl_tls_t *, int) = t->hs_done;
+                t->hs_done = NULL;
+                tls_sock_update(t);
+                if (cb) cb(t, 0);
+                return;
+            }
+            if (t->on_est) t->on_est(t);
+            if (t->detached) return;
+        } else {
+            int e = SSL_get_error(t->ssl, rc);
+            if (e == SSL_ERROR_WANT_READ && !t->sock_eof && !t->sock_err) {
+                tls_sock_update(t);
+                return;
+            }
+            tls_fail(t, e, "handshake");
+            if (t->client) {
+                void (*cb)(sl_tls_t *, int) = t->hs_done;
+                t->hs_done = NULL;
+                if (cb) cb(t, UV_EPROTO);
+            } else if (t->user_reading) {
+                t->user_reading = 0;
+                uv_buf_t b = uv_buf_init(NULL, 0);
+                t->uread(t->s, UV_EPROTO, &b);
+            }
+            return;
+        }
+    }
+    while (t->user_reading && !t->detached) {
+        uv_buf_t b = uv_buf_init(NULL, 0);
+        t->ualloc((uv_handle_t *)t->s, SL_BLOCK_SIZE, &b);
+        if (!b.base || !b.len) {
+            t->uread(t->s, UV_ENOBUFS, &b);
+            break;
+        }
+        size_t n = 0;
+        ERR_clear_error();
+        int rc = SSL_read_ex(t->ssl, b.base, b.len, &n);
+        if (rc == 1) {
+            t->uread(t->s, (ssize_t)n, &b);
+            continue;
+        }
+        int e = SSL_get_error(t->ssl, rc);
+        tls_flush(t); /* a key update or an alert */
+        if (e == SSL_ERROR_WANT_READ && !t->sock_eof && !t->sock_err) {
+            t->uread(t->s, 0, &b);
+            break;
+        }
+        t->user_reading = 0;
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_WANT_READ && t->sock_eof)) {
+            t->sock_eof = 1;
+            t->uread(t->s, UV_EOF, &b);
+        } else {
+            tls_set_error(t, e, "read");
+            t->failed = 1;
+            t->uread(t->s, t->sock_err ? t->sock_err : UV_EPROTO, &b);
+        }
+        break;
+    }
+    if (t->detached) return;
+    tls_in_trim(t);
+    tls_sock_update(t);
+}
+
+static void tls_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    (void)buf;
+    sl_tls_t *t = s->data;
+    if (nread == 0) {
+        tls_in_trim(t);
+        return;
+    }
+    if (nread < 0) {
+        if (nread == UV_EOF)
+            t->sock_eof = 1;
+        else
+            t->sock_err = (int)nread;
+        tls_sock_update(t);
+    } else {
+        t->in_len += (uint32_t)nread;
+    }
+    tls_deliver(t);
+}
+
+int sl_tls_feed(sl_tls_t *t, const char *p, size_t n) {
+    if (!n) return 0;
+    if (!t->in) {
+        if (!(t->in = sl_block_get(t->pump->blocks))) return UV_ENOMEM;
+        t->in_len = t->in_pos = 0;
+    }
+    if (n > SL_BLOCK_SIZE - t->in_len) return UV_ENOBUFS;
+    memcpy(t->in + t->in_len, p, n);
+    t->in_len += (uint32_t)n;
+    return 0;
+}
+
+int sl_tls_read_start(sl_tls_t *t, uv_alloc_cb alloc_cb, uv_read_cb read_cb) {
+    if (t->detached) return UV_EINVAL;
+    t->ualloc = alloc_cb;
+    t->uread = read_cb;
+    t->user_reading = 1;
+    if ((t->in && t->in_pos < t->in_len) || SSL_has_pending(t->ssl) || t->sock_eof || t->sock_err || t->failed)
+        pump_add(t);
+    tls_sock_update(t);
+    return 0;
+}
+
+void sl_tls_read_stop(sl_tls_t *t) {
+    t->user_reading = 0;
+    pump_unlink(t);
+    tls_sock_update(t);
+}
+
+/* ---- write side ---- */
+
+static void tls_on_write(uv_write_t *wr, int status);
+
+/* Writes t->fill: 1 when the socket took it all (or nothing was due), 0 when a write is in
+ * flight, <0 on error. */
+static int tls_flush(sl_tls_t *t) {
+    if (t->werr) return t->werr;
+    if (t->writing) return 0;
+    if (!t->fill.len) {
+        tbuf_release(t, &t->fill);
+        return 1;
+    }
+    uv_buf_t b = uv_buf_init(t->fill.p, (unsigned)t->fill.len);
+    int n = uv_try_write(t->s, &b, 1);
+    if (n == UV_EAGAIN) n = 0;
+    if (n < 0) return t->werr = n;
+    if ((size_t)n == t->fill.len) {
+        tbuf_release(t, &t->fill);
+        return 1;
+    }
+    tbuf_t tmp = t->flight;
+    t->flight = t->fill;
+    t->fill = tmp;
+    t->fill.len = 0;
+    b = uv_buf_init(t->flight.p + n, (unsigned)(t->flight.len - (size_t)n));
+    int rc = uv_write(&t->wreq, t->s, &b, 1, tls_on_write);
+    if (rc < 0) return t->werr = rc;
+    t->writing = 1;
+    return 0;
+}
+
+static void tls_free(sl_tls_t *t) {
+    SSL_free(t->ssl);
+    tbuf_release(t, &t->fill);
+    tbuf_release(t, &t->flight);
+    if (t->in) sl_block_put(t->pump->blocks, t->in);
+    free(t);
+}
+
+static void tls_on_write(uv_write_t *wr, int status) {
+    sl_tls_t *t = SL_CONTAINER_OF(wr, sl_tls_t, wreq);
+    t->writing = 0;
+    t->flight.len = 0;
+    tbuf_release(t, &t->flight);
+    if (t->detached) {
+        if (!t->busy) tls_free(t);
+        return;
+    }
+    int rc = status < 0 ? (t->werr = status) : tls_flush(t);
+    if (rc != 0 && t->sd_req) { /* everything before the close_notify is out: shut the socket */
+        uv_shutdown_t *req = t->sd_req;
+        t->sd_req = NULL;
+        int src = rc < 0 ? rc : uv_shutdown(req, t->s, t->sd_cb);
+        if (src < 0) t->sd_cb(req, src);
+    }
+    if (rc == 0 || !t->ucb) return;
+    uv_write_cb cb = t->ucb;
+    uv_write_t *uwr = t->uwr;
+    t->ucb = NULL;
+    t->uwr = NULL;
+    uwr->handle = t->s;
+    cb(uwr, rc < 0 ? rc : 0);
+}
+
+/* Small pieces are gathered so that a response head and a short body go out as one record. */
+#define TLS_GATHER 16384
+
+int sl_tls_write(sl_tls_t *t, uv_write_t *wr, const uv_buf_t *bufs, unsigned n, uv_write_cb cb) {
+    if (t->detached || t->failed) return UV_EPROTO;
+    if (t->werr) return t->werr;
+    char stage[TLS_GATHER];
+    size_t staged = 0;
+    for (unsigned i = 0; i <= n; i++) {
+        size_t len = i < n ? bufs[i].len : 0;
+        bool last = i == n;
+        if (!last && len && staged + len <= sizeof stage) {
+            memcpy(stage + staged, bufs[i].base, len);
+            staged += len;
+            continue;
+        }
+        size_t w;
+        ERR_clear_error();
+        if (staged && (SSL_write_ex(t->ssl, stage, staged, &w) != 1 || w != staged)) goto fail;
+        staged = 0;
+        if (last || !len) continue;
+        if (len > sizeof stage / 2) {
+            if (SSL_write_ex(t->ssl, bufs[i].base, len, &w) != 1 || w != len) goto fail;
+        } else {
+            memcpy(stage, bufs[i].base, len);
+            staged = len;
+        }
+    }
+    int rc = tls_flush(t);
+    if (rc != 0) return rc;
+    if (cb) { /* a write without a callback (a few gateway bytes) never replaces one with */
+        t->uwr = wr;
+        t->ucb = cb;
+    }
+    return 0;
+fail:
+    tls_set_error(t, SSL_get_error(t->ssl, 0), "write");
+    t->failed = 1;
+    return UV_EPROTO;
+}
+
+/* Queues close_notify (to be flushed), best effort: a peer then knows the end is not a
+ * truncation, and OpenSSL keeps the session resumable (SSL_free marks the session of a
+ * connection closed without it not resumable — the one a target's next connection offers).
+ * Returns tls_flush's answer. */
+static int tls_close_notify(sl_tls_t *t) {
+    if (t->established && !t->failed) {
+        ERR_clear_error();
+        SSL_shutdown(t->ssl);
+        ERR_clear_error();
+    }
+    return tls_flush(t);
+}
+
+int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb) {
+    if (t->detached) return UV_EINVAL;
+    int rc = tls_close_notify(t);
+    if (rc < 0) return rc;
+    if (rc == 1) return uv_shutdown(req, t->s, cb);
+    t->sd_req = req;
+    t->sd_cb = cb;
+    return 0;
+}
+
+int sl_tls_handshake(sl_tls_t *t, void (*done)(sl_tls_t *t, int status)) {
+    t->hs_done = done;
+    ERR_clear_error();
+    int rc = SSL_do_handshake(t->ssl);
+    int e = SSL_get_error(t->ssl, rc);
+    if (tls_flush(t) < 0 || (rc != 1 && e != SSL_ERROR_WANT_READ)) {
+        tls_set_error(t, e, "handshake");
+        t->failed = 1;
+        t->hs_done = NULL;
+        return UV_EPROTO;
+    }
+    if (rc == 1) { /* cannot happen for a client before the server spoke; kept for safety */
+        t->established = 1;
+        pump_add(t);
+    }
+    tls_sock_update(t);
+    return 0;
+}
+
+void sl_tls_on_established(sl_tls_t *t, void (*cb)(sl_tls_t *t)) { t->on_est = cb; }
+
+void sl_tls_close(sl_tls_t *t) {
+    if (t->detached) return;
+    tls_close_notify(t);
+    pump_unlink(t);
+    if (t->sock_reading) uv_read_stop(t->s);
+    t->sock_reading = 0;
+    t->detached = 1;
+    t->s->data = t->owner;
+    if (!t->writing && !t->busy) tls_free(t);
+}
+
+bool sl_tls_established(const sl_tls_t *t) { return t->established; }
+bool sl_tls_session_reused(const sl_tls_t *t) { return SSL_session_reused(t->ssl) == 1; }
+const char *sl_tls_error(const sl_tls_t *t) { return t->err; }
+const char *sl_tls_servername(const sl_tls_t *t) { return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name); }
+void *sl_tls_owner(const sl_tls_t *t) { return t->owner; }

@@ -1,0 +1,107 @@
+/* hdr_edit.c — plugin header edits kept in the request arena. */
+#include "proto/hdr_edit.h"
+
+static int check_name(sl_str_t n, const char **err) {
+    if (n.len == 0 || n.len > 256) {
+        *err = "header name must be 1 to 256 characters";
+        return SL_ERROR;
+    }
+    if (!sl_is_token(n)) {
+        *err = "header name must be a token";
+        return SL_ERROR;
+    }
+    /* Framing and connection management stay the gateway's: a plugin cannot smuggle. */
+    if (SL_IEQ(n, "content-length") || SL_IEQ(n, "transfer-encoding") || SL_IEQ(n, "connection") ||
+        SL_IEQ(n, "keep-alive") || SL_IEQ(n, "te") || SL_IEQ(n, "trailer") || SL_IEQ(n, "upgrade")) {
+        *err = "framing and hop-by-hop headers are the gateway's to set";
+        return SL_ERROR;
+    }
+    return SL_OK;
+}
+
+static int check_value(sl_str_t v, const char **err) {
+    for (size_t i = 0; i < v.len; i++) {
+        unsigned char c = (unsigned char)v.p[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            *err = "header value must not contain CR, LF, NUL or other controls";
+            return SL_ERROR;
+        }
+    }
+    return SL_OK;
+}
+
+static bool copy_str(sl_arena_t *a, sl_str_t in, sl_str_t *out) {
+    char *p = sl_arena_alloc(a, in.len ? in.len : 1);
+    if (!p) return false;
+    memcpy(p, in.p, in.len);
+    *out = (sl_str_t){p, in.len};
+    return true;
+}
+
+/* Grows an arena array by doubling (the old copy stays in the arena until the request ends). */
+static void *grow(sl_arena_t *a, void *old, uint16_t n, uint16_t *cap, size_t elem) {
+    if (n < *cap) return old;
+    uint16_t nc = *cap ? (uint16_t)(*cap * 2) : 8;
+    void *p = sl_arena_alloc(a, nc * elem);
+    if (!p) return NULL;
+    if (old) memcpy(p, old, n * elem);
+    *cap = nc;
+    return p;
+}
+
+int sl_edits_add(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, sl_str_t value, const char **err) {
+    if (check_name(name, err) || check_value(value, err)) return SL_ERROR;
+    if (e->nadded >= 512) {
+        *err = "too many header edits";
+        return SL_ERROR;
+    }
+    sl_field_t *arr = grow(a, e->added, e->nadded, &e->cap_added, sizeof(sl_field_t));
+    if (!arr) goto oom;
+    e->added = arr;
+    sl_field_t *f = &e->added[e->nadded];
+    if (!copy_str(a, name, &f->name) || !copy_str(a, value, &f->value)) goto oom;
+    e->nadded++;
+    return SL_OK;
+oom:
+    *err = "out of memory";
+    return SL_ERROR;
+}
+
+int sl_edits_clear(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, const char **err) {
+    if (check_name(name, err)) return SL_ERROR;
+    uint16_t k = 0;
+    for (uint16_t i = 0; i < e->nadded; i++)
+        if (!sl_str_ieq2(e->added[i].name, name)) e->added[k++] = e->added[i];
+    e->nadded = k;
+    if (sl_edits_removed(e, name)) return SL_OK;
+    if (e->nremoved >= 512) {
+        *err = "too many header edits";
+        return SL_ERROR;
+    }
+    sl_str_t *arr = grow(a, e->removed, e->nremoved, &e->cap_removed, sizeof(sl_str_t));
+    if (!arr || !copy_str(a, name, &arr[e->nremoved])) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    e->removed = arr;
+    e->nremoved++;
+    return SL_OK;
+}
+
+int sl_edits_set(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, sl_str_t value, const char **err) {
+    if (check_value(value, err)) return SL_ERROR;
+    if (sl_edits_clear(e, a, name, err)) return SL_ERROR;
+    return sl_edits_add(e, a, name, value, err);
+}
+
+bool sl_edits_removed(const sl_hdr_edits_t *e, sl_str_t name) {
+    for (uint16_t i = 0; i < e->nremoved; i++)
+        if (sl_str_ieq2(e->removed[i], name)) return true;
+    return false;
+}
+
+const sl_field_t *sl_edits_find(const sl_hdr_edits_t *e, sl_str_t name) {
+    for (uint16_t i = 0; i < e->nadded; i++)
+        if (sl_str_ieq2(e->added[i].name, name)) return &e->added[i];
+    return NULL;
+}

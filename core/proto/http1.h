@@ -1,0 +1,119 @@
+/* http1.h — HTTP/1.1 message heads and bodies: llhttp plus sluice's own validator.
+ *
+ * A message is read in two steps. sl_h1_head() first finds the end of the head
+ * in the bytes received so far and checks them byte by byte (bare LF or CR,
+ * obs-fold, NUL and other controls, the request-line and header-block limits),
+ * then hands exactly those bytes to llhttp in strict mode and checks the parsed
+ * fields on top (Content-Length and Transfer-Encoding rules, Host, version).
+ * Debian's llhttp 8.1.0 accepts several smuggling vectors even in strict mode,
+ * so nothing here trusts it alone. sl_h1_body() then frames the body: a
+ * Content-Length count, llhttp's chunked decoder, or everything until EOF.
+ *
+ * The head's fields are slices into the caller's buffer: the caller keeps
+ * those bytes in place for as long as it reads the head.
+ */
+#ifndef SL_HTTP1_H
+#define SL_HTTP1_H
+
+#include <llhttp.h>
+
+#include "base/common.h"
+
+#define SL_H1_MAX_HEADERS 100
+
+enum {
+    SL_BODY_NONE = 0, /**< no body (or a reply to HEAD, 1xx, 204, 304) */
+    SL_BODY_LENGTH,   /**< Content-Length bytes */
+    SL_BODY_CHUNKED,  /**< chunked transfer coding */
+    SL_BODY_EOF,      /**< a response delimited by the close of the connection */
+};
+
+/** Headers the proxy treats specially, as bits in sl_h1_head_t.flags. */
+enum {
+    SL_H1_CONN_CLOSE = 1 << 0,
+    SL_H1_CONN_KEEPALIVE = 1 << 1,
+    SL_H1_CONN_UPGRADE = 1 << 2,
+    SL_H1_EXPECT_CONTINUE = 1 << 3,
+    SL_H1_ABSOLUTE_FORM = 1 << 4,
+    SL_H1_HAS_CL = 1 << 5,
+};
+
+typedef struct {
+    sl_str_t name, value;
+    uint8_t hop; /**< 1 when hop-by-hop: never forwarded */
+} sl_h1_header_t;
+
+typedef struct {
+    sl_str_t method, target, path, query; /**< request; path/query split from target */
+    sl_str_t authority;                   /**< absolute-form target's host[:port] */
+    int status;                           /**< response */
+    sl_str_t reason;                      /**< response */
+    uint8_t major, minor;
+    uint8_t method_id; /**< llhttp_method_t */
+    uint8_t body_kind; /**< SL_BODY_* */
+    uint32_t flags;    /**< SL_H1_* */
+    uint64_t content_length;
+    sl_str_t host; /**< Host header value as sent; empty when absent */
+    uint16_t nheaders;
+    sl_h1_header_t headers[SL_H1_MAX_HEADERS];
+} sl_h1_head_t;
+
+typedef struct sl_h1_limits_s {
+    uint32_t max_header_size;  /**< the whole head; over it: 431 (502 for a response) */
+    uint32_t max_request_line; /**< over it: 414 */
+} sl_h1_limits_t;
+
+/** Receives body bytes; returns 0, or nonzero to stop with an error. */
+typedef int (*sl_h1_data_cb)(void *ud, const char *p, size_t n);
+
+typedef struct {
+    llhttp_t ll;
+    const sl_h1_limits_t *limits;
+    sl_h1_head_t *head;    /**< being filled by sl_h1_head(); borrowed */
+    sl_h1_data_cb on_data; /**< body bytes */
+    void *ud;
+    uint64_t remaining;  /**< SL_BODY_LENGTH: bytes still to come */
+    uint32_t spans_left; /**< chunked: stop after this many data spans (caller's iov room) */
+    uint8_t type;        /**< HTTP_REQUEST or HTTP_RESPONSE */
+    uint8_t body_kind;   /**< of the message whose head was parsed last */
+    uint8_t last_was_value;
+    uint8_t req_was_head; /**< response to a HEAD request: no body */
+    uint8_t done;         /**< message complete (set by the chunked decoder) */
+    uint16_t status_err;  /**< status a callback chose for its error */
+    uint8_t cstate;       /**< chunked decoder state */
+    uint8_t cdigits;      /**< hex digits of the current chunk size */
+    uint16_t cline;       /**< bytes of the current size line, or of the trailer section */
+} sl_h1_t;
+
+/** Prepares a parser. `type` is HTTP_REQUEST or HTTP_RESPONSE. Limits are borrowed. */
+void sl_h1_init(sl_h1_t *h, int type, const sl_h1_limits_t *limits);
+
+/**
+ * Parses one message head from p[0..n).
+ * SL_OK: *used = bytes of the head (including leading empty lines), `head` filled.
+ * SL_EAGAIN: no complete head yet and no limit broken; *used = 0.
+ * SL_ERROR: *status is 400, 414, 431, 501 or 505-like rejection (see DESIGN.md);
+ *           for responses any failure is reported as 502.
+ */
+int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *head, size_t *used, int *status);
+
+/**
+ * Frames body bytes from p[0..n) and passes the payload to on_data.
+ * SL_OK: all n bytes consumed (*used = n) and more body is expected, or the
+ *        chunked decoder stopped early because spans_left reached 0 (*used < n).
+ * SL_DONE: the message ended after *used bytes; the rest belongs to the next message.
+ * SL_ERROR: malformed body (a bad chunk size, for instance) or on_data refused.
+ */
+int sl_h1_body(sl_h1_t *h, const char *p, size_t n, size_t *used);
+
+/** Takes the next element of a comma-separated list (trimmed; empty ones skipped) off
+ *  *list into *tok; false when none is left. */
+bool sl_h1_next_token(sl_str_t *list, sl_str_t *tok);
+
+/** Finds a header by lower-case name; NULL when absent. */
+const sl_h1_header_t *sl_h1_find(const sl_h1_head_t *head, const char *lower, size_t n);
+
+/** Reason phrase for a status this gateway answers itself. */
+sl_str_t sl_h1_reason(int status);
+
+#endif

@@ -1,0 +1,306 @@
+/* lua_host.c — per-worker LuaJIT VMs: opening, routing, phase calls and coroutines. */
+#include "script/lua_host.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "http/http_conn.h"
+#include "base/log.h"
+#include "l4/tcp_proxy.h"
+
+const char *sl_lua_dir(void) {
+    const char *d = getenv("SLUICE_LUA_DIR");
+    return d && *d ? d : SL_SOURCE_DIR "/lua";
+}
+
+const char *sl_builtin_plugin_dir(void) {
+    const char *d = getenv("SLUICE_PLUGIN_DIR");
+    return d && *d ? d : SL_SOURCE_DIR "/plugins";
+}
+
+lua_State *sl_lua_new_state(const char **err) {
+    static __thread char msg[512];
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        *err = "cannot create a Lua VM";
+        return NULL;
+    }
+    luaL_openlibs(L);
+    char code[1200];
+    snprintf(code, sizeof(code), "package.path = '%s/?.lua;%s/?/init.lua;' .. package.path", sl_lua_dir(),
+             sl_lua_dir());
+    if (luaL_dostring(L, code) != 0) {
+        snprintf(msg, sizeof(msg), "lua: %s", lua_tostring(L, -1));
+        *err = msg;
+        lua_close(L);
+        return NULL;
+    }
+    return L;
+}
+
+static void push_strings(lua_State *L, char **v, size_t n) {
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, v[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+static void push_chain(lua_State *L, const sl_plugin_conf_t *p, size_t n) {
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, p[i].name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, p[i].config_json ? p[i].config_json : "{}");
+        lua_setfield(L, -2, "config_json");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+/* gen = { plugin_paths = {...}, global = chain, routes = { {name, index, hosts, paths,
+ *         methods, headers, strip_prefix, plugins = chain}, ... } } */
+static void push_generation(lua_State *L, const sl_config_t *cfg) {
+    lua_createtable(L, 0, 3);
+    push_strings(L, cfg->plugin_search, cfg->nplugin_search);
+    lua_setfield(L, -2, "plugin_paths");
+    push_chain(L, cfg->plugins, cfg->nplugins);
+    lua_setfield(L, -2, "global");
+    lua_createtable(L, (int)cfg->nconsumers, 0);
+    for (size_t i = 0; i < cfg->nconsumers; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, cfg->consumers[i].name);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, cfg->consumers[i].credentials_json ? cfg->consumers[i].credentials_json : "{}");
+        lua_setfield(L, -2, "credentials_json");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "consumers");
+    lua_createtable(L, (int)cfg->nroutes, 0);
+    for (size_t i = 0; i < cfg->nroutes; i++) {
+        const sl_route_conf_t *rc = &cfg->routes[i];
+        lua_createtable(L, 0, 9);
+        lua_pushstring(L, rc->name);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, (lua_Integer)i);
+        lua_setfield(L, -2, "index");
+        push_strings(L, rc->hosts, rc->nhosts);
+        lua_setfield(L, -2, "hosts");
+        push_strings(L, rc->paths, rc->npaths);
+        lua_setfield(L, -2, "paths");
+        push_strings(L, rc->methods, rc->nmethods);
+        lua_setfield(L, -2, "methods");
+        lua_createtable(L, (int)rc->nheaders, 0);
+        for (size_t k = 0; k < rc->nheaders; k++) {
+            lua_createtable(L, 2, 0);
+            lua_pushstring(L, rc->headers[k].name);
+            lua_rawseti(L, -2, 1);
+            lua_pushstring(L, rc->headers[k].value);
+            lua_rawseti(L, -2, 2);
+            lua_rawseti(L, -2, (int)k + 1);
+        }
+        lua_setfield(L, -2, "headers");
+        lua_pushboolean(L, rc->strip_prefix);
+        lua_setfield(L, -2, "strip_prefix");
+        push_chain(L, rc->plugins, rc->nplugins);
+        lua_setfield(L, -2, "plugins");
+        if (rc->match_fn) {
+            lua_pushstring(L, cfg->lua_route_files[rc->lua_file]);
+            lua_setfield(L, -2, "lua_file");
+            lua_pushinteger(L, rc->lua_index);
+            lua_setfield(L, -2, "lua_index");
+        }
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "routes");
+    /* listeners = { {index, name, plugins = chain}, ... }: the tcp listeners with plugins */
+    lua_newtable(L);
+    for (size_t i = 0, n = 0; i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (!l->nplugins) continue;
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, (lua_Integer)i);
+        lua_setfield(L, -2, "index");
+        lua_pushstring(L, l->name);
+        lua_setfield(L, -2, "name");
+        push_chain(L, l->plugins, l->nplugins);
+        lua_setfield(L, -2, "plugins");
+        lua_rawseti(L, -2, (int)++n);
+    }
+    lua_setfield(L, -2, "listeners");
+}
+
+int sl_lua_open(sl_worker_t *w, const char **err) {
+    static __thread char msg[1024];
+    lua_State *L = sl_lua_new_state(err);
+    if (!L) return SL_ERROR;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.runtime");
+    if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
+    lua_getfield(L, -1, "new");
+    push_generation(L, w->cfg);
+    /* returns router dispatcher, phase dispatcher, { [route index] = phase bits }, preread
+     * dispatcher */
+    if (lua_pcall(L, 1, 4, 0) != 0) goto fail;
+    w->lua_preread = luaL_ref(L, LUA_REGISTRYINDEX);
+    w->route_phases = calloc(w->cfg->nroutes + 1, 1);
+    if (!w->route_phases) {
+        *err = "out of memory";
+        lua_close(L);
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < w->cfg->nroutes; i++) {
+        lua_rawgeti(L, -1, (int)i);
+        w->route_phases[i] = (uint8_t)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    w->lua_phase = luaL_ref(L, LUA_REGISTRYINDEX);
+    w->lua_dispatch = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_settop(L, 0);
+    w->L = L;
+    return SL_OK;
+fail:
+    snprintf(msg, sizeof(msg), "lua: %s", lua_tostring(L, -1));
+    *err = msg;
+    lua_close(L);
+    return SL_ERROR;
+}
+
+void sl_lua_close(sl_worker_t *w) {
+    if (w->L) lua_close(w->L);
+    w->L = NULL;
+    free(w->route_phases);
+    w->route_phases = NULL;
+}
+
+int sl_lua_route(sl_worker_t *w, sl_req_t *r, uint32_t *strip) {
+    lua_State *L = w->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_dispatch);
+    lua_pushlightuserdata(L, r);
+    if (lua_pcall(L, 1, 2, 0) != 0) {
+        sl_log_err("router error: %s", lua_tostring(L, -1));
+        lua_settop(L, 0);
+        *strip = 0;
+        return -1;
+    }
+    int idx = (int)lua_tointeger(L, -2);
+    *strip = (uint32_t)lua_tointeger(L, -1);
+    lua_settop(L, 0);
+    return idx;
+}
+
+uint8_t sl_lua_route_phases(sl_worker_t *w, int route) {
+    return route >= 0 ? w->route_phases[route] : 0;
+}
+
+static void drop_coroutine(sl_req_t *r) {
+    if (r->co_ref) luaL_unref(r->w->L, LUA_REGISTRYINDEX, r->co_ref);
+    r->co_ref = 0;
+    r->co = NULL;
+}
+
+/* The dispatcher returns (code, chain position, plugin name, message):
+ * code 0 = carry on, 1 = a plugin answered, 2 = a plugin raised an error. */
+static int finish_resume(sl_req_t *r, int st) {
+    lua_State *co = r->co;
+    sl_worker_t *w = r->w;
+    const char *route = r->route >= 0 ? w->cfg->routes[r->route].name : "none";
+    if (st == LUA_YIELD) {
+        lua_settop(co, 0);
+        r->lua_waiting = 1;
+        return SL_EAGAIN;
+    }
+    r->lua_waiting = 0;
+    if (st != 0) {
+        /* An error outside a plugin's own call (the dispatcher itself): the coroutine is dead. */
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", r->rid}, 2, "lua: %s",
+                  lua_tostring(co, -1));
+        drop_coroutine(r);
+        return SL_ERROR;
+    }
+    int code = (int)lua_tointeger(co, 1);
+    int rc = SL_OK;
+    if (code == 1) {
+        rc = SL_DONE;
+    } else if (code == 2) {
+        int pos = (int)lua_tointeger(co, 2);
+        const char *plugin = lua_tostring(co, 3);
+        sl_log_kv(SL_LOG_ERR,
+                  (const char *[]){"route", route, "plugin", plugin ? plugin : "?", "request_id", r->rid}, 3,
+                  "plugin error: %s", lua_tostring(co, 4) ? lua_tostring(co, 4) : "?");
+        sl_metrics_plugin_error(&w->metrics, r->route, pos);
+        rc = SL_ERROR;
+    }
+    lua_settop(co, 0);
+    return rc;
+}
+
+int sl_lua_phase(sl_req_t *r, int phase) {
+    sl_worker_t *w = r->w;
+    lua_State *L = w->L;
+    if (!r->co) {
+        r->co = lua_newthread(L);
+        r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    if (!r->ctx_ref) {
+        lua_newtable(L);
+        r->ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    lua_State *co = r->co;
+    r->lua_phase = (uint8_t)phase;
+    lua_rawgeti(co, LUA_REGISTRYINDEX, w->lua_phase);
+    lua_pushinteger(co, phase);
+    lua_pushlightuserdata(co, r);
+    lua_pushinteger(co, r->route);
+    lua_rawgeti(co, LUA_REGISTRYINDEX, r->ctx_ref);
+    int rc = finish_resume(r, lua_resume(co, 4));
+    if (rc == SL_EAGAIN && phase != SL_PHASE_REWRITE && phase != SL_PHASE_ACCESS) {
+        /* Only rewrite and access may wait; elsewhere the response is already moving. */
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"request_id", r->rid}, 1,
+                  "a plugin yielded in a phase that cannot wait");
+        r->lua_waiting = 0;
+        drop_coroutine(r);
+        return SL_ERROR;
+    }
+    return rc;
+}
+
+int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s) {
+    lua_State *L = w->L;
+    const char *listener = w->cfg->listeners[s->lidx].name;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_preread);
+    lua_pushlightuserdata(L, s);
+    lua_pushinteger(L, (lua_Integer)s->lidx);
+    /* the dispatcher returns (code, chain position, plugin name, message), as the phase
+     * dispatcher does: 0 carry on, 1 closed by a plugin, 2 a plugin raised */
+    if (lua_pcall(L, 2, 4, 0) != 0) {
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener}, 1, "lua: %s", lua_tostring(L, -1));
+        lua_settop(L, 0);
+        return SL_ERROR;
+    }
+    int code = (int)lua_tointeger(L, 1), rc = code == 0 ? SL_OK : code == 1 ? SL_DONE : SL_ERROR;
+    if (code == 2) {
+        const char *plugin = lua_tostring(L, 3);
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener, "plugin", plugin ? plugin : "?"}, 2,
+                  "plugin error in preread: %s", lua_tostring(L, 4) ? lua_tostring(L, 4) : "?");
+        sl_metrics_listener_plugin_error(&w->metrics, s->lidx, (int)lua_tointeger(L, 2));
+    }
+    lua_settop(L, 0);
+    return rc;
+}
+
+int sl_lua_resume(sl_req_t *r) {
+    if (!r->co || !r->lua_waiting) return SL_ERROR;
+    return finish_resume(r, lua_resume(r->co, 0));
+}
+
+void sl_lua_req_end(sl_req_t *r) {
+    lua_State *L = r->w->L;
+    if (!L) return;
+    drop_coroutine(r);
+    if (r->ctx_ref) luaL_unref(L, LUA_REGISTRYINDEX, r->ctx_ref);
+    r->ctx_ref = 0;
+}

@@ -1,0 +1,65 @@
+/* lua_host.h — a worker's LuaJIT VM and the calls the C core makes into it.
+ *
+ * Each worker owns one VM. C enters Lua through one small dispatcher per
+ * concern (DESIGN.md: a handler called straight from C with lua_pcall is never
+ * JIT-compiled; a dispatcher that calls it is): the router, and the phase
+ * dispatcher, which runs a route's chain for one phase inside the request's
+ * coroutine, so plugins can yield (sleep, read the body) while the loop runs on.
+ */
+#ifndef SL_LUA_HOST_H
+#define SL_LUA_HOST_H
+
+#include "ctx/worker.h"
+
+enum {
+    SL_PHASE_REWRITE = 0,
+    SL_PHASE_ACCESS,
+    SL_PHASE_HEADER_FILTER,
+    SL_PHASE_BODY_FILTER,
+    SL_PHASE_LOG,
+    SL_PHASE_PREREAD,
+    SL_PHASE_BALANCER, /**< picks a target of the request's upstream, before each attempt */
+    SL_PHASE_N
+};
+
+/** Longest chain (global plugins + a route's): bounds the per-plugin error counters. */
+#define SL_MAX_CHAIN 32
+
+/** Opens w->L: the router and every route's plugin chain. 0, or -1 with *err. */
+int sl_lua_open(sl_worker_t *w, const char **err);
+void sl_lua_close(sl_worker_t *w);
+
+/** Routes a request: the route index, or -1 when none matches; *strip = prefix bytes to drop. */
+int sl_lua_route(sl_worker_t *w, sl_req_t *r, uint32_t *strip);
+
+/** SL_PHASE_* bits of the phases route `route` defines (0 for -1). */
+uint8_t sl_lua_route_phases(sl_worker_t *w, int route);
+
+/**
+ * Runs `phase` of r's chain. SL_OK: carry on. SL_DONE: a plugin answered
+ * (r->exit_status). SL_EAGAIN: the coroutine yielded; sl__req_wakeup resumes it
+ * through sl_lua_resume. SL_ERROR: a plugin failed (logged and counted): answer 500.
+ */
+int sl_lua_phase(sl_req_t *r, int phase);
+int sl_lua_resume(sl_req_t *r);
+/** Releases the request's coroutine and ctx. */
+void sl_lua_req_end(sl_req_t *r);
+
+struct sl_session_s;
+/**
+ * Runs tcp listener s->lidx's preread chain (its `plugins:`) for one session, at once:
+ * preread cannot wait (sleep, http, redis raise). SL_OK: carry on to s->upstream (possibly
+ * changed). SL_DONE: a plugin closed the session. SL_ERROR: a plugin raised (logged with
+ * the listener and plugin, counted in sluice_plugin_errors_total{route="listener:NAME"}).
+ */
+int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s);
+
+/** Where lua/ lives: $SLUICE_LUA_DIR, else the source tree this binary was built from. */
+const char *sl_lua_dir(void);
+/** Where the built-in plugins live: $SLUICE_PLUGIN_DIR, else <source>/plugins. */
+const char *sl_builtin_plugin_dir(void);
+
+/** Opens a VM with package.path set for lua/; NULL with *err on failure. Any thread. */
+lua_State *sl_lua_new_state(const char **err);
+
+#endif

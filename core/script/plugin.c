@@ -1,0 +1,336 @@
+/* plugin.c — validates the plugins a config uses, with positions from the YAML. */
+#include "script/plugin.h"
+
+#include <lauxlib.h>
+#include <libgen.h>
+#include <lua.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "script/lua_host.h"
+
+static char *join_path(const char *dir, const char *rel) {
+    if (rel[0] == '/' || !dir || !*dir) return strdup(rel);
+    size_t a = strlen(dir), b = strlen(rel);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, rel, b + 1);
+    return p;
+}
+
+static int resolve_search(sl_config_t *cfg) {
+    /* Relative plugin paths are relative to the config file, so a config runs the same
+     * plugins whatever the working directory; the embedded default resolves against ".". */
+    char *dir = NULL;
+    if (cfg->path && cfg->path[0] != '<') {
+        char *copy = strdup(cfg->path);
+        if (!copy) return SL_ERROR;
+        dir = strdup(dirname(copy));
+        free(copy);
+        if (!dir) return SL_ERROR;
+    }
+    cfg->plugin_search = calloc(cfg->nplugin_paths + 2, sizeof(char *));
+    if (!cfg->plugin_search) {
+        free(dir);
+        return SL_ERROR;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->nplugin_paths; i++)
+        if ((cfg->plugin_search[n] = join_path(dir, cfg->plugin_paths[i]))) n++;
+    if ((cfg->plugin_search[n] = strdup(sl_builtin_plugin_dir()))) n++;
+    cfg->nplugin_search = n;
+    if (cfg->nlua_routes) {
+        cfg->lua_route_files = calloc(cfg->nlua_routes, sizeof(char *));
+        if (!cfg->lua_route_files) {
+            free(dir);
+            return SL_ERROR;
+        }
+        for (size_t i = 0; i < cfg->nlua_routes; i++)
+            if ((cfg->lua_route_files[cfg->nlua_route_files] = join_path(dir, cfg->lua_routes[i])))
+                cfg->nlua_route_files++;
+    }
+    free(dir);
+    return SL_OK;
+}
+
+static char **take_strings(lua_State *L, int idx, size_t *n) {
+    size_t len = lua_objlen(L, idx);
+    char **v = calloc(len + 1, sizeof(char *));
+    *n = 0;
+    if (!v) return NULL;
+    for (size_t i = 1; i <= len; i++) {
+        lua_rawgeti(L, idx, (int)i);
+        if (lua_isstring(L, -1)) v[(*n)++] = strdup(lua_tostring(L, -1));
+        lua_pop(L, 1);
+    }
+    return v;
+}
+
+static char *field_str(lua_State *L, int idx, const char *k) {
+    lua_getfield(L, idx, k);
+    char *s = lua_isstring(L, -1) ? strdup(lua_tostring(L, -1)) : NULL;
+    lua_pop(L, 1);
+    return s;
+}
+
+/* Appends the routes of the lua_routes files (described by loader.lua_routes) to cfg. */
+static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, const char *path) {
+    lua_getfield(L, -1, "lua_routes");
+    lua_createtable(L, (int)cfg->nlua_route_files, 0);
+    for (size_t i = 0; i < cfg->nlua_route_files; i++) {
+        lua_pushstring(L, cfg->lua_route_files[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    if (lua_pcall(L, 1, 2, 0) != 0 || lua_isnil(L, -2)) {
+        sl_errors_add(errs, path, cfg->lua_routes_line, cfg->lua_routes_col, "lua_routes: %s", lua_tostring(L, -1));
+        lua_pop(L, 2);
+        return SL_ERROR;
+    }
+    lua_pop(L, 1);
+    int list = lua_gettop(L);
+    size_t n = lua_objlen(L, list);
+    sl_route_conf_t *routes = realloc(cfg->routes, (cfg->nroutes + n + 1) * sizeof(*routes));
+    if (!routes) {
+        lua_pop(L, 1);
+        sl_errors_add(errs, path, 1, 1, "out of memory");
+        return SL_ERROR;
+    }
+    cfg->routes = routes;
+    int rc = SL_OK;
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, (int)i);
+        int d = lua_gettop(L);
+        sl_route_conf_t *r = &cfg->routes[cfg->nroutes];
+        memset(r, 0, sizeof(*r));
+        r->name = field_str(L, d, "name");
+        lua_getfield(L, d, "file");
+        r->lua_file = (int)lua_tointeger(L, -1);
+        lua_getfield(L, d, "index");
+        r->lua_index = (int)lua_tointeger(L, -1);
+        lua_getfield(L, d, "match_fn");
+        r->match_fn = lua_toboolean(L, -1);
+        lua_getfield(L, d, "strip_prefix");
+        r->strip_prefix = lua_toboolean(L, -1);
+        lua_pop(L, 4);
+        lua_getfield(L, d, "upgrade"); /* checked and lower-cased by loader.lua */
+        r->upgrade = take_strings(L, lua_gettop(L), &r->nupgrade);
+        lua_pop(L, 1);
+        r->line = cfg->lua_routes_line;
+        r->col = cfg->lua_routes_col;
+        lua_getfield(L, d, "hosts");
+        r->hosts = take_strings(L, lua_gettop(L), &r->nhosts);
+        lua_getfield(L, d, "paths");
+        r->paths = take_strings(L, lua_gettop(L), &r->npaths);
+        lua_getfield(L, d, "methods");
+        r->methods = take_strings(L, lua_gettop(L), &r->nmethods);
+        lua_pop(L, 3);
+        lua_getfield(L, d, "headers");
+        size_t nh = lua_objlen(L, -1);
+        r->headers = calloc(nh + 1, sizeof(sl_kv_t));
+        for (size_t k = 1; r->headers && k <= nh; k++) {
+            lua_rawgeti(L, -1, (int)k);
+            lua_rawgeti(L, -1, 1);
+            lua_rawgeti(L, -2, 2);
+            r->headers[r->nheaders].name = strdup(lua_tostring(L, -2));
+            r->headers[r->nheaders].value = strdup(lua_tostring(L, -1));
+            r->nheaders++;
+            lua_pop(L, 3);
+        }
+        lua_pop(L, 1);
+        lua_getfield(L, d, "plugins");
+        size_t np = lua_objlen(L, -1);
+        r->plugins = calloc(np + 1, sizeof(sl_plugin_conf_t));
+        for (size_t k = 1; r->plugins && k <= np; k++) {
+            lua_rawgeti(L, -1, (int)k);
+            sl_plugin_conf_t *pc = &r->plugins[r->nplugins++];
+            pc->name = field_str(L, lua_gettop(L), "name");
+            pc->config_json = field_str(L, lua_gettop(L), "config_json");
+            pc->positions_json = strdup("{}");
+            pc->line = pc->config_line = pc->name_line = r->line;
+            pc->col = pc->config_col = pc->name_col = r->col;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        r->upstream = -1;
+        char *up = field_str(L, d, "upstream");
+        cfg->nroutes++;
+        const char *file = cfg->lua_route_files[r->lua_file];
+        if (up) {
+            for (size_t u = 0; u < cfg->nupstreams; u++)
+                if (strcmp(cfg->upstreams[u].name, up) == 0) r->upstream = (int)u;
+            if (r->upstream < 0) {
+                sl_errors_add(errs, path, r->line, r->col, "%s: route '%s' names unknown upstream '%s'", file,
+                              r->name, up);
+                rc = SL_ERROR;
+            }
+            free(up);
+        }
+        for (size_t k = 0; k + 1 < cfg->nroutes; k++)
+            if (r->name && strcmp(cfg->routes[k].name, r->name) == 0) {
+                sl_errors_add(errs, path, r->line, r->col, "%s: duplicate route name '%s'", file, r->name);
+                rc = SL_ERROR;
+                break;
+            }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return rc;
+}
+
+/* One plugin use for loader.validate_all; `layer` is "http" (routes, the global chain) or
+ * "tcp" (a tcp listener's preread chain): the phases it defines must run there. */
+static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, const char *layer, int idx) {
+    lua_createtable(L, 0, 10);
+    lua_pushstring(L, layer);
+    lua_setfield(L, -2, "layer");
+    lua_pushstring(L, p->name ? p->name : "");
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, p->config_json ? p->config_json : "{}");
+    lua_setfield(L, -2, "config_json");
+    lua_pushstring(L, p->positions_json ? p->positions_json : "{}");
+    lua_setfield(L, -2, "positions_json");
+    lua_pushinteger(L, p->config_line);
+    lua_setfield(L, -2, "cline");
+    lua_pushinteger(L, p->config_col);
+    lua_setfield(L, -2, "ccol");
+    lua_pushinteger(L, p->name_line);
+    lua_setfield(L, -2, "nline");
+    lua_pushinteger(L, p->name_col);
+    lua_setfield(L, -2, "ncol");
+    lua_pushstring(L, where);
+    lua_setfield(L, -2, "where");
+    lua_rawseti(L, -2, idx);
+}
+
+int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
+    const char *path = cfg->path ? cfg->path : "<config>";
+    if (!cfg->plugin_search && resolve_search(cfg) != SL_OK) {
+        sl_errors_add(errs, path, 1, 1, "out of memory");
+        return SL_ERROR;
+    }
+    size_t before = errs->n;
+    for (size_t i = 0; i < cfg->nroutes; i++)
+        if (cfg->nplugins + cfg->routes[i].nplugins > SL_MAX_CHAIN)
+            sl_errors_add(errs, path, cfg->routes[i].line, cfg->routes[i].col,
+                          "route '%s' runs %zu plugins with the global chain (at most %d)",
+                          cfg->routes[i].name, cfg->nplugins + cfg->routes[i].nplugins, SL_MAX_CHAIN);
+    for (size_t i = 0; i < cfg->nlisteners; i++)
+        if (cfg->listeners[i].nplugins > SL_MAX_CHAIN)
+            sl_errors_add(errs, path, cfg->listeners[i].line, cfg->listeners[i].col,
+                          "listener '%s' runs %zu plugins (at most %d)", cfg->listeners[i].name,
+                          cfg->listeners[i].nplugins, SL_MAX_CHAIN);
+
+    const char *err = NULL;
+    lua_State *L = sl_lua_new_state(&err);
+    if (!L) {
+        sl_errors_add(errs, path, 1, 1, "%s", err);
+        return SL_ERROR;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.loader");
+    if (lua_pcall(L, 1, 1, 0) != 0) goto lua_fail;
+    if (cfg->nlua_route_files && add_lua_routes(L, cfg, errs, path) != SL_OK) {
+        lua_close(L);
+        return SL_ERROR;
+    }
+    lua_getfield(L, -1, "validate_all");
+    lua_createtable(L, (int)cfg->nplugin_search, 0);
+    for (size_t i = 0; i < cfg->nplugin_search; i++) {
+        lua_pushstring(L, cfg->plugin_search[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_newtable(L);
+    int k = 1;
+    for (size_t i = 0; i < cfg->nplugins; i++) push_use(L, &cfg->plugins[i], "the global chain", "http", k++);
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        char where[160];
+        snprintf(where, sizeof(where), "route '%s'", cfg->routes[r].name);
+        for (size_t i = 0; i < cfg->routes[r].nplugins; i++)
+            push_use(L, &cfg->routes[r].plugins[i], where, "http", k++);
+    }
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        char where[160];
+        snprintf(where, sizeof(where), "listener '%s'", cfg->listeners[l].name);
+        for (size_t i = 0; i < cfg->listeners[l].nplugins; i++)
+            push_use(L, &cfg->listeners[l].plugins[i], where, "tcp", k++);
+    }
+    if (lua_pcall(L, 2, 1, 0) != 0) goto lua_fail;
+    size_t n = lua_objlen(L, -1);
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, (int)i);
+        lua_getfield(L, -1, "line");
+        lua_getfield(L, -2, "col");
+        lua_getfield(L, -3, "msg");
+        sl_errors_add(errs, path, (int)lua_tointeger(L, -3), (int)lua_tointeger(L, -2), "%s",
+                      lua_tostring(L, -1));
+        lua_pop(L, 4);
+    }
+    lua_close(L);
+    return errs->n > before ? SL_ERROR : SL_OK;
+lua_fail:
+    sl_errors_add(errs, path, 1, 1, "plugin validation failed: %s", lua_tostring(L, -1));
+    lua_close(L);
+    return SL_ERROR;
+}
+
+static void push_chain_names(lua_State *L, const sl_plugin_conf_t *p, size_t n) {
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_createtable(L, 0, 1);
+        lua_pushstring(L, p[i].name);
+        lua_setfield(L, -2, "name");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+}
+
+int sl_plugins_explain(const sl_config_t *cfg, const char *route) {
+    const char *err = NULL;
+    lua_State *L = sl_lua_new_state(&err);
+    if (!L) {
+        fprintf(stderr, "%s\n", err);
+        return SL_ERROR;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.loader");
+    int rc = SL_ERROR;
+    if (lua_pcall(L, 1, 1, 0) != 0) goto out;
+    lua_getfield(L, -1, "explain");
+    lua_createtable(L, (int)cfg->nplugin_search, 0);
+    for (size_t i = 0; i < cfg->nplugin_search; i++) {
+        lua_pushstring(L, cfg->plugin_search[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    push_chain_names(L, cfg->plugins, cfg->nplugins);
+    lua_createtable(L, (int)cfg->nroutes, 0);
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        const sl_route_conf_t *rc_ = &cfg->routes[r];
+        lua_createtable(L, 0, 3);
+        lua_pushstring(L, rc_->name);
+        lua_setfield(L, -2, "name");
+        if (rc_->upstream >= 0) {
+            lua_pushstring(L, cfg->upstreams[rc_->upstream].name);
+            lua_setfield(L, -2, "upstream");
+        }
+        push_chain_names(L, rc_->plugins, rc_->nplugins);
+        lua_setfield(L, -2, "plugins");
+        lua_rawseti(L, -2, (int)r + 1);
+    }
+    if (route) lua_pushstring(L, route); else lua_pushnil(L);
+    if (lua_pcall(L, 4, 2, 0) != 0) goto out;
+    if (lua_isnil(L, -2)) {
+        fprintf(stderr, "sluice explain: %s\n", lua_tostring(L, -1));
+        goto done;
+    }
+    fputs(lua_tostring(L, -2), stdout);
+    rc = SL_OK;
+    goto done;
+out:
+    fprintf(stderr, "sluice explain: %s\n", lua_tostring(L, -1));
+done:
+    lua_close(L);
+    return rc;
+}

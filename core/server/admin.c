@@ -1,0 +1,389 @@
+/* admin.c — a small HTTP/1.1 server for operators, one request per connection.
+ *
+ * It runs on the main thread, never on a worker, so a scrape or a status call
+ * never delays traffic. Requests are tiny: the head is read into a fixed
+ * buffer, the answer is written, and the connection is closed.
+ */
+#include "server/admin.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+
+#define ADMIN_HEAD_MAX 8192
+
+typedef struct {
+    uv_tcp_t tcp;
+    uv_write_t wreq;
+    sl_server_t *srv;
+    char buf[ADMIN_HEAD_MAX];
+    size_t len;
+    char *out;
+    uv_buf_t iov[2];
+} admin_conn_t;
+
+static void admin_on_close(uv_handle_t *h) {
+    admin_conn_t *a = h->data;
+    free(a->out);
+    free(a);
+}
+
+static void admin_on_write(uv_write_t *wr, int status) {
+    admin_conn_t *a = wr->data;
+    uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+}
+
+static void admin_send(admin_conn_t *a, int status, const char *ctype, char *body, size_t len) {
+    char head[256];
+    const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 503 ? "Service Unavailable" :
+                         status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented" :
+                         status == 422 ? "Unprocessable Content" : "Bad Request";
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status, reason, ctype, len);
+    a->out = malloc((size_t)n + len);
+    if (!a->out) {
+        free(body);
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        return;
+    }
+    memcpy(a->out, head, (size_t)n);
+    memcpy(a->out + n, body, len);
+    free(body);
+    a->iov[0] = uv_buf_init(a->out, (unsigned)((size_t)n + len));
+    a->wreq.data = a;
+    if (uv_write(&a->wreq, (uv_stream_t *)&a->tcp, a->iov, 1, admin_on_write) != 0)
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+}
+
+/* A growing text buffer (the admin path is not hot). */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} text_t;
+
+__attribute__((format(printf, 2, 3))) static void tput(text_t *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (t->p && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
+        char *p = realloc(t->p, cap);
+        if (!p) return;
+        t->p = p, t->cap = cap;
+    }
+}
+
+/* Writes a JSON string literal (names from the config are plain, but escape anyway). */
+static void tjson(text_t *t, const char *s) {
+    char tmp[512];
+    sl_wbuf_t b = {tmp, 0, sizeof(tmp)};
+    sl_wbuf_json_str(&b, (sl_str_t){s, strlen(s)});
+    tput(t, "\"%.*s\"", (int)b.len, tmp);
+}
+
+static const char *const balancer_label[] = {
+    [SL_LB_ROUND_ROBIN] = "round-robin",       [SL_LB_WEIGHTED_ROUND_ROBIN] = "weighted-round-robin",
+    [SL_LB_LEAST_CONN] = "least-conn",         [SL_LB_P2C_EWMA] = "p2c-ewma",
+    [SL_LB_CONSISTENT_HASH] = "consistent-hash",
+};
+static const char *const breaker_label[] = {[SL_BREAKER_CLOSED] = "closed", [SL_BREAKER_OPEN] = "open",
+                                            [SL_BREAKER_HALF_OPEN] = "half_open"};
+
+/* A target as health sees it: probes first, then a passive ejection. */
+static const char *health_label(sl_tstate_t *ts, uint64_t now_ms) {
+    if (atomic_load(&ts->probe_down)) return "unhealthy";
+    return atomic_load(&ts->ejected_until_ms) > now_ms ? "ejected" : "healthy";
+}
+
+
+static const char *const layer_label[SL_LAYERS] = {[SL_LAYER_HTTP] = "http", [SL_LAYER_TCP] = "tcp"};
+
+/* Does a protocol: tcp listener use upstream u (so its TCP-layer breakers are in use)? */
+static bool tcp_upstream(const sl_config_t *cfg, size_t u) {
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (l->protocol != SL_PROTO_TCP) continue;
+        if (l->upstream == (int)u) return true;
+        for (size_t k = 0; k < l->nsni_routes; k++)
+            if (l->sni_routes[k].upstream == (int)u) return true;
+    }
+    return false;
+}
+
+/* Gauges read from the target states (not per-worker counters). */
+static void render_target_gauges(sl_server_t *srv, text_t *t) {
+    const sl_config_t *cfg = srv->cfg;
+    uint64_t now = sl_now_ms();
+    tput(t, "# HELP sluice_circuit_breaker_state Breaker per target and layer: 0 closed, 1 open, 2 half-open.\n"
+            "# TYPE sluice_circuit_breaker_state gauge\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (int layer = 0; layer < SL_LAYERS; layer++) {
+            if (layer == SL_LAYER_TCP && !tcp_upstream(cfg, u)) continue;
+            for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+                tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"%s\"} %d\n",
+                     cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text, layer_label[layer],
+                     sl_tstate_breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], layer, now));
+        }
+    tput(t, "# HELP sluice_target_healthy 1 when a target takes new requests (health checks, passive ejection).\n"
+            "# TYPE sluice_target_healthy gauge\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+            tput(t, "sluice_target_healthy{upstream=\"%s\",target=\"%s\"} %d\n", cfg->upstreams[u].name,
+                 cfg->upstreams[u].targets[k].addr.text, sl_tstate_healthy(srv->ug->ups[u].ts[k], now) ? 1 : 0);
+}
+
+static char *render_status(sl_server_t *srv, size_t *len) {
+    const sl_config_t *cfg = srv->cfg;
+    text_t t = {0};
+    int retiring = 0;
+    for (sl_retired_t *r = srv->retired; r; r = r->next) retiring++;
+    tput(&t, "{\"generation\":%llu,\"hash\":\"%016llx\",\"draining\":%s,\"retiring_generations\":%d,\"listeners\":[",
+         (unsigned long long)srv->generation, (unsigned long long)srv->config_hash,
+         sl_server_draining(srv) ? "true" : "false", retiring);
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        tput(&t, "%s{\"name\":", i ? "," : "");
+        tjson(&t, cfg->listeners[i].name);
+        tput(&t, ",\"listen\":");
+        tjson(&t, srv->listen_text[i]);
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (l->protocol != SL_PROTO_TCP) {
+            tput(&t, ",\"protocol\":\"http\"}");
+            continue;
+        }
+        tput(&t, ",\"protocol\":\"tcp\",\"upstream\":");
+        if (l->upstream >= 0)
+            tjson(&t, cfg->upstreams[l->upstream].name);
+        else
+            tput(&t, "null");
+        if (l->nsni_routes) {
+            tput(&t, ",\"sni_routes\":[");
+            for (size_t k = 0; k < l->nsni_routes; k++) {
+                const sl_sni_route_conf_t *r = &l->sni_routes[k];
+                tput(&t, "%s{\"sni\":[", k ? "," : "");
+                for (size_t j = 0; j < r->nnames; j++) {
+                    if (j) tput(&t, ",");
+                    tjson(&t, r->names[j]);
+                }
+                tput(&t, "],\"upstream\":");
+                tjson(&t, cfg->upstreams[r->upstream].name);
+                tput(&t, "}");
+            }
+            tput(&t, "]");
+        }
+        tput(&t, "}");
+    }
+    tput(&t, "],\"routes\":[");
+    for (size_t i = 0; i < cfg->nroutes; i++) {
+        const sl_route_conf_t *r = &cfg->routes[i];
+        tput(&t, "%s{\"name\":", i ? "," : "");
+        tjson(&t, r->name);
+        tput(&t, ",\"upstream\":");
+        if (r->upstream >= 0)
+            tjson(&t, cfg->upstreams[r->upstream].name);
+        else
+            tput(&t, "null");
+        if (r->nsplit) {
+            tput(&t, ",\"split\":[");
+            for (size_t k = 0; k < r->nsplit; k++) {
+                const sl_split_conf_t *a = &r->split[k];
+                tput(&t, "%s{\"upstream\":", k ? "," : "");
+                tjson(&t, cfg->upstreams[a->upstream].name);
+                if (a->header || a->cookie) {
+                    tput(&t, ",\"match\":{\"%s\":", a->header ? "header" : "cookie");
+                    tjson(&t, a->header ? a->header : a->cookie);
+                    tput(&t, ",\"value\":");
+                    tjson(&t, a->header ? a->header_value : a->cookie_value);
+                    tput(&t, "}}");
+                } else {
+                    tput(&t, ",\"weight\":%u}", a->weight);
+                }
+            }
+            tput(&t, "]");
+        }
+        tput(&t, ",\"plugins\":[");
+        for (size_t k = 0; k < r->nplugins; k++) {
+            if (k) tput(&t, ",");
+            tjson(&t, r->plugins[k].name);
+        }
+        tput(&t, "]}");
+    }
+    tput(&t, "],\"upstreams\":[");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        tput(&t, "%s{\"name\":", u ? "," : "");
+        tjson(&t, uc->name);
+        tput(&t, ",\"balancer\":\"%s\",\"targets\":[", balancer_label[uc->balancer]);
+        uint64_t now = sl_now_ms();
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            sl_tstate_t *ts = srv->ug->ups[u].ts[k];
+            tput(&t, "%s{\"address\":", k ? "," : "");
+            tjson(&t, uc->targets[k].addr.text);
+            tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f",
+                 uc->targets[k].weight, health_label(ts, now),
+                 breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now)],
+                 (int)atomic_load(&ts->live.in_flight), (double)atomic_load(&ts->live.ewma_ns) / 1e6);
+            if (tcp_upstream(cfg, u))
+                tput(&t, ",\"breaker_tcp\":\"%s\"", breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_TCP, now)]);
+            tput(&t, "}");
+        }
+        tput(&t, "]}");
+    }
+    tput(&t, "],\"workers\":[");
+    for (int i = 0; i < srv->nworkers; i++) {
+        sl_wmetrics_t *m = &srv->workers[i].metrics;
+        int64_t active = 0;
+        for (size_t l = 0; l < cfg->nlisteners; l++) active += SL_COUNTER_GET(m->conns_active[l]);
+        tput(&t, "%s{\"id\":%d,\"connections\":%llu,\"connections_active\":%lld,\"requests\":%llu}", i ? "," : "",
+             i, (unsigned long long)SL_COUNTER_GET(m->accepted), (long long)active,
+             (unsigned long long)SL_COUNTER_GET(m->requests));
+    }
+    tput(&t, "]}\n");
+    *len = t.len;
+    return t.p;
+}
+
+static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const char *path, size_t plen) {
+    sl_server_t *srv = a->srv;
+    sl_str_t m = {method, mlen}, p = {path, plen};
+    const char *q = memchr(path, '?', plen);
+    if (q) p.len = (size_t)(q - path);
+    bool get = SL_IEQ(m, "get") || SL_IEQ(m, "head");
+    char *body = NULL;
+    size_t len = 0;
+#define SEND_LIT(st, s)                                                 \
+    do {                                                                \
+        body = strdup(s);                                               \
+        admin_send(a, st, "application/json", body, body ? strlen(s) : 0); \
+    } while (0)
+
+    if (sl_str_ieq(p, "/health", 7) && get) {
+        SEND_LIT(200, "{\"status\":\"ok\"}\n");
+    } else if (sl_str_ieq(p, "/ready", 6) && get) {
+        if (sl_server_draining(srv))
+            SEND_LIT(503, "{\"ready\":false,\"reason\":\"draining\"}\n");
+        else
+            SEND_LIT(200, "{\"ready\":true}\n");
+    } else if (sl_str_ieq(p, "/metrics", 8) && get) {
+        sl_wmetrics_t *ms[256];
+        int n = SL_MIN(srv->nworkers, 256);
+        for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
+        char extra[512];
+        text_t gauges = {0};
+        render_target_gauges(srv, &gauges);
+        snprintf(extra, sizeof(extra),
+                 "# HELP sluice_config_generation The config generation being served.\n"
+                 "# TYPE sluice_config_generation gauge\nsluice_config_generation %llu\n"
+                 "# HELP sluice_reloads_total Config reloads, applied or rejected.\n"
+                 "# TYPE sluice_reloads_total counter\n"
+                 "sluice_reloads_total{result=\"applied\"} %llu\nsluice_reloads_total{result=\"rejected\"} %llu\n",
+                 (unsigned long long)srv->generation, (unsigned long long)srv->reloads_ok,
+                 (unsigned long long)srv->reloads_rejected);
+        tput(&gauges, "%s", extra);
+        int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;
+        free(gauges.p);
+        if (rc != SL_OK)
+            SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
+        else
+            admin_send(a, 200, "text/plain; version=0.0.4", body, len);
+    } else if (sl_str_ieq(p, "/status", 7) && get) {
+        body = render_status(srv, &len);
+        admin_send(a, 200, "application/json", body, len);
+    } else if (sl_str_ieq(p, "/reload", 7)) {
+        if (!SL_IEQ(m, "post")) {
+            SEND_LIT(405, "{\"error\":\"POST /reload\"}\n");
+        } else {
+            int rc = sl_server_reload(srv, "POST /reload", &body);
+            if (!body) body = strdup("{\"ok\":false}\n");
+            admin_send(a, rc == SL_OK ? 200 : 422, "application/json", body, body ? strlen(body) : 0);
+        }
+    } else {
+        SEND_LIT(404, "{\"error\":\"not found\"}\n");
+    }
+#undef SEND_LIT
+}
+
+static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    admin_conn_t *a = h->data;
+    *buf = uv_buf_init(a->buf + a->len, (unsigned)(sizeof(a->buf) - a->len));
+}
+
+static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    admin_conn_t *a = s->data;
+    if (nread == 0) return;
+    if (nread < 0) {
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        return;
+    }
+    a->len += (size_t)nread;
+    if (!memmem(a->buf, a->len, "\r\n\r\n", 4)) {
+        if (a->len == sizeof(a->buf)) uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        return;
+    }
+    uv_read_stop(s);
+    const char *sp1 = memchr(a->buf, ' ', a->len);
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', a->len - (size_t)(sp1 + 1 - a->buf)) : NULL;
+    if (!sp1 || !sp2) {
+        char *b = strdup("{\"error\":\"bad request\"}\n");
+        admin_send(a, 400, "application/json", b, b ? strlen(b) : 0);
+        return;
+    }
+    admin_handle(a, a->buf, (size_t)(sp1 - a->buf), sp1 + 1, (size_t)(sp2 - sp1 - 1));
+}
+
+static void admin_on_conn(uv_stream_t *server, int status) {
+    if (status < 0) return;
+    admin_conn_t *a = calloc(1, sizeof(*a));
+    if (!a) return;
+    a->srv = server->data;
+    uv_tcp_init(server->loop, &a->tcp);
+    a->tcp.data = a;
+    if (uv_accept(server, (uv_stream_t *)&a->tcp) != 0 ||
+        uv_read_start((uv_stream_t *)&a->tcp, admin_alloc, admin_on_read) != 0) {
+        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+    }
+}
+
+int sl_admin_start(sl_server_t *srv, const char **err) {
+    const sl_config_t *cfg = srv->cfg;
+    if (!cfg->admin_enabled) return SL_OK;
+    uv_tcp_init(srv->loop, &srv->admin_listener);
+    srv->admin_listener.data = srv;
+    int rc = uv_tcp_bind(&srv->admin_listener, (const struct sockaddr *)&cfg->admin_listen.ss, 0);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->admin_listener, 128, admin_on_conn);
+    if (rc != 0) {
+        static __thread char msg[256];
+        snprintf(msg, sizeof(msg), "admin: cannot listen on %s: %s", cfg->admin_listen.text, uv_strerror(rc));
+        *err = msg;
+        uv_close((uv_handle_t *)&srv->admin_listener, NULL);
+        return SL_ERROR;
+    }
+    srv->admin_open = true;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&srv->admin_listener, (struct sockaddr *)&ss, &len);
+    char ip[INET6_ADDRSTRLEN];
+    if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        snprintf(srv->admin_text, sizeof(srv->admin_text), "[%s]:%u", ip,
+                 ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+    } else {
+        uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+        snprintf(srv->admin_text, sizeof(srv->admin_text), "%s:%u", ip, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    }
+    return SL_OK;
+}
+
+void sl_admin_stop(sl_server_t *srv) {
+    if (!srv->admin_open) return;
+    srv->admin_open = false;
+    uv_close((uv_handle_t *)&srv->admin_listener, NULL);
+}

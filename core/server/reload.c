@@ -1,0 +1,615 @@
+/* reload.c — config generations: rebuild, swap worker sets, retire the old ones.
+ *
+ * A reload builds the new config exactly as a start does (YAML, plugins,
+ * schemas). A rejected build changes nothing. An accepted one starts a new set
+ * of workers, each with a fresh LuaJIT VM loaded with the new plugins, on
+ * dup()s of the very same listening sockets (an unchanged listener keeps its
+ * accept queue: no connection is refused), and only then tells the old set to
+ * drain: the old workers stop accepting, finish their requests on the old
+ * config and VM, and are joined and freed by a poll on the main loop, which also
+ * folds their counters into their successors'. New or moved listeners get new
+ * sockets, bound before any old one closes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <libgen.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "script/plugin.h"
+#include "server/server.h"
+
+extern const char sl_default_conf[];
+extern const size_t sl_default_conf_len;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+static uint64_t hash_file(uint64_t h, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return h;
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) h = fnv(h, buf, n);
+    fclose(f);
+    return h;
+}
+
+/* Hashes one folder's plugin files (NAME.lua, and .lua files one folder down), in name order. */
+static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        const char *nm = ents[i]->d_name;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, nm);
+        size_t l = strlen(nm);
+        if (nm[0] != '.') {
+            if (l > 4 && strcmp(nm + l - 4, ".lua") == 0) {
+                h = fnv(h, nm, l);
+                h = hash_file(h, path);
+            } else if (depth == 0 && ents[i]->d_type == DT_DIR) {
+                h = hash_dir(h, path, 1);
+            }
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    return h;
+}
+
+/* The files a config reads besides itself: every .lua file of its plugin folders, its
+ * lua_routes files, and its TLS certificates, keys and CA files. */
+static uint64_t code_hash(const sl_config_t *cfg) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < cfg->nplugin_search; i++) h = hash_dir(h, cfg->plugin_search[i], 0);
+    for (size_t i = 0; i < cfg->nlua_route_files; i++) h = hash_file(h, cfg->lua_route_files[i]);
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        const sl_tls_listener_conf_t *t = cfg->listeners[i].tls;
+        for (size_t j = 0; t && j < t->ncerts; j++) {
+            if (t->certs[j].cert_path) h = hash_file(h, t->certs[j].cert_path);
+            if (t->certs[j].key_path) h = hash_file(h, t->certs[j].key_path);
+        }
+    }
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t j = 0; j < cfg->upstreams[u].ntargets; j++) {
+            const sl_tls_target_conf_t *t = cfg->upstreams[u].targets[j].tls;
+            if (t && t->ca_path) h = hash_file(h, t->ca_path);
+        }
+    return h;
+}
+
+uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len) {
+    uint64_t c = code_hash(cfg);
+    return fnv(fnv(1469598103934665603ULL, text, len), &c, sizeof(c));
+}
+
+/* ---- what changed: one signature per route, upstream and listener ---- */
+
+static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
+    uint64_t h = fnv(1469598103934665603ULL, r->name, strlen(r->name));
+    const char *up = r->upstream >= 0 ? c->upstreams[r->upstream].name : "-";
+    h = fnv(h, up, strlen(up));
+    h = fnv(h, &r->strip_prefix, sizeof(r->strip_prefix));
+    for (size_t i = 0; i < r->nhosts; i++) h = fnv(h, r->hosts[i], strlen(r->hosts[i]) + 1);
+    for (size_t i = 0; i < r->npaths; i++) h = fnv(h, r->paths[i], strlen(r->paths[i]) + 1);
+    for (size_t i = 0; i < r->nmethods; i++) h = fnv(h, r->methods[i], strlen(r->methods[i]) + 1);
+    for (size_t i = 0; i < r->nupgrade; i++) h = fnv(h, r->upgrade[i], strlen(r->upgrade[i]) + 1);
+    for (size_t i = 0; i < r->nheaders; i++) {
+        h = fnv(h, r->headers[i].name, strlen(r->headers[i].name) + 1);
+        h = fnv(h, r->headers[i].value, strlen(r->headers[i].value) + 1);
+    }
+    for (size_t i = 0; i < r->nplugins; i++) {
+        h = fnv(h, r->plugins[i].name, strlen(r->plugins[i].name) + 1);
+        h = fnv(h, r->plugins[i].config_json, strlen(r->plugins[i].config_json) + 1);
+    }
+    return h;
+}
+
+static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
+    uint64_t h = fnv(1469598103934665603ULL, u->name, strlen(u->name));
+    for (size_t i = 0; i < u->ntargets; i++) {
+        h = fnv(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
+        h = fnv(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
+    }
+    uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
+                     u->read_timeout_ms, u->write_timeout_ms};
+    return fnv(h, v, sizeof(v));
+}
+
+static uint64_t sig_listener(const sl_listener_conf_t *l) {
+    uint64_t h = fnv(1469598103934665603ULL, l->listen.text, strlen(l->listen.text) + 1);
+    for (size_t j = 0; l->tls && j < l->tls->ncerts; j++) { /* the files' content: a renewed certificate */
+        if (l->tls->certs[j].cert_path) h = hash_file(h, l->tls->certs[j].cert_path);
+        if (l->tls->certs[j].key_path) h = hash_file(h, l->tls->certs[j].key_path);
+    }
+    uint64_t v[6] = {(uint64_t)l->protocol, l->max_body, l->max_header_size, l->max_request_line,
+                     l->header_timeout_ms, l->idle_timeout_ms};
+    h = fnv(h, v, sizeof(v));
+    for (size_t i = 0; i < l->nsni_routes; i++) {
+        const sl_sni_route_conf_t *r = &l->sni_routes[i];
+        for (size_t k = 0; k < r->nnames; k++) h = fnv(h, r->names[k], strlen(r->names[k]) + 1);
+        h = fnv(h, r->upstream_name, strlen(r->upstream_name) + 1);
+    }
+    for (size_t i = 0; i < l->nplugins; i++) {
+        h = fnv(h, l->plugins[i].name, strlen(l->plugins[i].name) + 1);
+        h = fnv(h, l->plugins[i].config_json, strlen(l->plugins[i].config_json) + 1);
+    }
+    return h;
+}
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int n;
+} list_t;
+
+static void list_add(list_t *l, const char *kind, const char *name) {
+    size_t need = strlen(kind) + strlen(name) + 8;
+    if (l->len + need >= l->cap) {
+        size_t cap = (l->cap + need) * 2;
+        char *p = realloc(l->p, cap);
+        if (!p) return;
+        l->p = p, l->cap = cap;
+    }
+    l->len += (size_t)snprintf(l->p + l->len, l->cap - l->len, "%s\"%s:%s\"", l->n ? "," : "", kind, name);
+    l->n++;
+}
+
+#define DIFF(kind, OA, ON, NA, NN, NAME, SIG)                                                \
+    do {                                                                                     \
+        for (size_t i = 0; i < (NN); i++) {                                                  \
+            bool found = false;                                                              \
+            for (size_t j = 0; j < (ON); j++)                                                \
+                if (strcmp(NAME(&(OA)[j]), NAME(&(NA)[i])) == 0) {                           \
+                    found = true;                                                            \
+                    if (SIG(&(OA)[j]) != SIG(&(NA)[i])) list_add(&l, kind, NAME(&(NA)[i]));  \
+                }                                                                            \
+            if (!found) list_add(&l, kind, NAME(&(NA)[i]));                                  \
+        }                                                                                    \
+        for (size_t j = 0; j < (ON); j++) {                                                  \
+            bool found = false;                                                              \
+            for (size_t i = 0; i < (NN) && !found; i++) found = !strcmp(NAME(&(OA)[j]), NAME(&(NA)[i])); \
+            if (!found) list_add(&l, kind, NAME(&(OA)[j]));                                  \
+        }                                                                                    \
+    } while (0)
+
+#define NAME_OF(x) ((x)->name)
+
+static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_changed) {
+    list_t l = {0};
+#define SIG_ROUTE(x) sig_route(((x) >= o->routes && (x) < o->routes + o->nroutes) ? o : n, (x))
+    DIFF("route", o->routes, o->nroutes, n->routes, n->nroutes, NAME_OF, SIG_ROUTE);
+    DIFF("upstream", o->upstreams, o->nupstreams, n->upstreams, n->nupstreams, NAME_OF, sig_upstream);
+    DIFF("listener", o->listeners, o->nlisteners, n->listeners, n->nlisteners, NAME_OF, sig_listener);
+    uint64_t go = 0, gn = 0;
+    for (size_t i = 0; i < o->nplugins; i++) go = fnv(fnv(go, o->plugins[i].name, strlen(o->plugins[i].name) + 1),
+                                                   o->plugins[i].config_json, strlen(o->plugins[i].config_json));
+    for (size_t i = 0; i < n->nplugins; i++) gn = fnv(fnv(gn, n->plugins[i].name, strlen(n->plugins[i].name) + 1),
+                                                   n->plugins[i].config_json, strlen(n->plugins[i].config_json));
+    if (go != gn) list_add(&l, "plugins", "global");
+    if (code_changed) list_add(&l, "plugin_code", "*");
+    if (!l.p) return strdup("");
+    return l.p;
+}
+
+/* ---- retiring old worker sets ---- */
+
+static void free_generation(sl_server_t *srv, sl_retired_t *r) {
+    for (int i = 0; i < r->nworkers; i++) sl_worker_join(&r->workers[i]);
+    for (int i = 0; i < r->nworkers; i++) sl_worker_destroy(&r->workers[i]);
+    free(r->workers);
+    free(r->listen_fds);
+    sl_upgen_free(&srv->treg, r->ug);
+    if (r->cfg != srv->boot_cfg) sl_config_free(r->cfg);
+}
+
+static void on_retire_poll(uv_timer_t *t) {
+    sl_server_t *srv = t->data;
+    sl_retired_t **pp = &srv->retired;
+    while (*pp) {
+        sl_retired_t *r = *pp;
+        bool done = true;
+        for (int i = 0; i < r->nworkers; i++) done &= __atomic_load_n(&r->workers[i].stopped, __ATOMIC_ACQUIRE);
+        if (!done) {
+            pp = &r->next;
+            continue;
+        }
+        /* The old workers' counters are final: their successors carry them on. */
+        for (int i = 0; i < r->nworkers && i < srv->nworkers; i++)
+            sl_metrics_fold(&srv->workers[i].metrics, srv->cfg, &r->workers[i].metrics, r->cfg);
+        *pp = r->next;
+        /* The first generation's config belongs to main(); later ones to their reload. */
+        free_generation(srv, r);
+        free(r);
+    }
+    if (!srv->retired) {
+        uv_timer_stop(&srv->retire_poll);
+        malloc_trim(0); /* a generation's VMs and buffers are gone: give the pages back */
+    }
+}
+
+/* ---- sockets for the new generation ---- */
+
+static int listen_socket(const sl_listener_conf_t *lc, struct sockaddr_storage *ss, socklen_t *sl) {
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)ss, *sl) != 0 || listen(fd, 4096) != 0) {
+        close(fd);
+        return -1;
+    }
+    (void)lc;
+    return fd;
+}
+
+/* fds[listener][worker] of the new config: dup()s of an unchanged listener's sockets, new
+ * sockets otherwise. texts[] gets each listener's real address. */
+static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, char (**out_text)[80],
+                       char *err, size_t errlen) {
+    int nw = srv->nworkers;
+    int *fds = malloc((n->nlisteners * (size_t)nw + 1) * sizeof(int));
+    char(*texts)[80] = calloc(n->nlisteners + 1, sizeof(*texts));
+    if (!fds || !texts) {
+        free(fds);
+        free(texts);
+        snprintf(err, errlen, "out of memory");
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < n->nlisteners * (size_t)nw; i++) fds[i] = -1;
+    const sl_config_t *o = srv->cfg;
+    for (size_t i = 0; i < n->nlisteners; i++) {
+        const sl_listener_conf_t *nl = &n->listeners[i];
+        ssize_t same = -1;
+        for (size_t j = 0; j < o->nlisteners; j++)
+            if (!strcmp(o->listeners[j].name, nl->name) && !strcmp(o->listeners[j].listen.text, nl->listen.text))
+                same = (ssize_t)j;
+        if (same >= 0) {
+            for (int k = 0; k < nw; k++) fds[i * (size_t)nw + (size_t)k] = dup(srv->listen_fds[(size_t)same * (size_t)nw + (size_t)k]);
+            memcpy(texts[i], srv->listen_text[same], sizeof(texts[i]));
+            continue;
+        }
+        struct sockaddr_storage ss = nl->listen.ss;
+        socklen_t sl = nl->listen.len;
+        for (int k = 0; k < nw; k++) {
+            int fd = listen_socket(nl, &ss, &sl);
+            if (fd < 0) {
+                snprintf(err, errlen, "listener %s: cannot listen on %s: %s", nl->name, nl->listen.text, strerror(errno));
+                for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
+                    if (fds[q] >= 0) close(fds[q]);
+                free(fds);
+                free(texts);
+                return SL_ERROR;
+            }
+            fds[i * (size_t)nw + (size_t)k] = fd;
+            if (k == 0) {
+                socklen_t len = sizeof(ss);
+                getsockname(fd, (struct sockaddr *)&ss, &len);
+                sl = len;
+                sl__addr_text(&ss, texts[i], sizeof(texts[i]));
+            }
+        }
+    }
+    *out_fds = fds;
+    *out_text = texts;
+    return SL_OK;
+}
+
+/* ---- the reload ---- */
+
+static char *json_error(sl_server_t *srv, const char *msg) {
+    size_t n = strlen(msg) * 6 + 256;
+    char *out = malloc(n);
+    if (!out) return NULL;
+    sl_wbuf_t b = {out, 0, n - 1};
+    int k = snprintf(out, n, "{\"ok\":false,\"generation\":%llu,\"error\":\"", (unsigned long long)srv->generation);
+    b.len = (size_t)k;
+    sl_wbuf_json_str(&b, (sl_str_t){msg, strlen(msg)});
+    SL_WBUF_LIT(&b, "\"}\n");
+    out[b.len] = 0;
+    return out;
+}
+
+static int reject(sl_server_t *srv, const char *why, const char *msg, char **json) {
+    srv->reloads_rejected++;
+    sl_log_err("reload (%s) rejected, still serving generation %llu: %s", why,
+               (unsigned long long)srv->generation, msg);
+    if (json) *json = json_error(srv, msg);
+    return SL_ERROR;
+}
+
+int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
+    if (json) *json = NULL;
+    if (sl_server_draining(srv)) return reject(srv, why, "the server is shutting down", json);
+
+    /* 1. Build and validate, exactly as a start does. */
+    char *text = NULL;
+    size_t len = 0;
+    if (srv->config_path) {
+        FILE *f = fopen(srv->config_path, "rb");
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            long sz = ftell(f);
+            fseek(f, 0, SEEK_SET);
+            if (sz >= 0 && (text = malloc((size_t)sz + 1)) && fread(text, 1, (size_t)sz, f) == (size_t)sz) {
+                len = (size_t)sz;
+                text[len] = 0;
+            } else {
+                free(text);
+                text = NULL;
+            }
+            fclose(f);
+        }
+        if (!text) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "%s: cannot read: %s", srv->config_path, strerror(errno));
+            return reject(srv, why, msg, json);
+        }
+    }
+    sl_errors_t errs = {0};
+    sl_config_t *n = NULL;
+    const char *src = text ? text : sl_default_conf;
+    size_t srclen = text ? len : sl_default_conf_len;
+    int rc = sl_config_parse(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
+    if (rc == 0) rc = sl_plugins_check(n, &errs);
+    if (rc != 0) {
+        size_t total = 1;
+        for (size_t i = 0; i < errs.n; i++) total += strlen(errs.lines[i]) + 1;
+        char *msg = malloc(total);
+        if (msg) {
+            msg[0] = 0;
+            size_t off = 0;
+            for (size_t i = 0; i < errs.n; i++)
+                off += (size_t)snprintf(msg + off, total - off, "%s%s", i ? "\n" : "", errs.lines[i]);
+        }
+        reject(srv, why, msg ? msg : "invalid config", json);
+        free(msg);
+        sl_errors_free(&errs);
+        if (n) sl_config_free(n);
+        free(text);
+        return SL_ERROR;
+    }
+    sl_errors_free(&errs);
+    uint64_t hash = sl_config_hash(n, src, srclen);
+    free(text);
+
+    /* 2. What a reload cannot change in this build. */
+    const sl_config_t *o = srv->cfg;
+    const char *restart = NULL;
+    if (n->workers != o->workers) restart = "'workers' changed: a restart applies it";
+    else if (n->admin_enabled != o->admin_enabled ||
+             (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0))
+        restart = "the admin listener changed: a restart applies it";
+    if (restart) {
+        sl_config_free(n);
+        return reject(srv, why, restart, json);
+    }
+
+    /* 3. Sockets, then workers, of the new generation. */
+    char err[512] = "";
+    int *fds = NULL;
+    char(*texts)[80] = NULL;
+    if (new_sockets(srv, n, &fds, &texts, err, sizeof(err)) != SL_OK) {
+        sl_config_free(n);
+        return reject(srv, why, err, json);
+    }
+    int nw = srv->nworkers;
+    sl_worker_t *ws = calloc((size_t)nw, sizeof(sl_worker_t));
+    sl_upgen_t *ug = sl_upgen_new(&srv->treg, n); /* targets kept by name and address keep their state */
+    int inited = 0;
+    const char *werr = ws && ug ? NULL : "out of memory";
+    for (int i = 0; ws && i < nw && !werr; i++) {
+        if (sl_worker_init(&ws[i], srv, n, i, &werr) != SL_OK) break;
+        ws[i].ug = ug;
+        ws[i].nworkers = nw;
+        ws[i].listen_fds = fds;
+        inited++;
+    }
+    int started = 0;
+    for (int i = 0; !werr && i < nw; i++) {
+        if (sl_worker_start(&ws[i]) != SL_OK) {
+            werr = "cannot start a worker";
+            break;
+        }
+        started++;
+    }
+    if (werr) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "%s", werr);
+        for (int i = 0; i < started; i++) sl_worker_drain(&ws[i]);
+        for (int i = 0; i < started; i++) sl_worker_join(&ws[i]);
+        for (int i = 0; i < inited; i++) sl_worker_destroy(&ws[i]);
+        free(ws);
+        sl_upgen_free(&srv->treg, ug);
+        for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
+            if (fds[q] >= 0 && (int)(q % (size_t)nw) >= started) close(fds[q]);
+        free(fds);
+        free(texts);
+        sl_config_free(n);
+        return reject(srv, why, msg, json);
+    }
+    /* The new workers acknowledge by running their loops. */
+    int acked = 0;
+    for (int spin = 0; spin < 1000 && acked < nw; spin++) {
+        acked = 0;
+        for (int i = 0; i < nw; i++) acked += __atomic_load_n(&ws[i].running, __ATOMIC_ACQUIRE);
+        if (acked < nw) usleep(1000);
+    }
+
+    /* 4. Swap, then retire the old set: it stops accepting and drains on its config. */
+    sl_retired_t *old = calloc(1, sizeof(*old));
+    if (old) {
+        old->cfg = srv->cfg;
+        old->ug = srv->ug;
+        old->workers = srv->workers;
+        old->nworkers = nw;
+        old->listen_fds = srv->listen_fds;
+        old->next = srv->retired;
+        srv->retired = old;
+    }
+    for (int i = 0; i < nw; i++) {
+        srv->workers[i].retiring = true; /* read by the worker after the async wakes it */
+        sl_worker_drain(&srv->workers[i]);
+    }
+    uint64_t code = code_hash(n);
+    char *changed = changed_list(srv->cfg, n, code != srv->code_hash);
+    srv->code_hash = code;
+    srv->workers = ws;
+    srv->cfg = n;
+    srv->ug = ug;
+    sl_health_stop(&srv->health); /* probers of the old generation; states carry over */
+    sl_health_start(&srv->health, srv->loop, &srv->treg, ug);
+    srv->listen_fds = fds;
+    free(srv->listen_text);
+    srv->listen_text = texts;
+    srv->generation++;
+    srv->reloads_ok++;
+    srv->config_hash = hash;
+    if (!srv->retire_poll_on) {
+        uv_timer_init(srv->loop, &srv->retire_poll);
+        srv->retire_poll.data = srv;
+        srv->retire_poll_on = true;
+    }
+    uv_timer_start(&srv->retire_poll, on_retire_poll, 20, 20);
+
+    sl_log_info("reload (%s): generation %llu applied, hash %016llx, changed [%s], %d/%d workers acked", why,
+                (unsigned long long)srv->generation, (unsigned long long)hash, changed, acked, nw);
+    if (json) {
+        size_t cap = strlen(changed) + 256;
+        *json = malloc(cap);
+        if (*json)
+            snprintf(*json, cap,
+                     "{\"ok\":true,\"generation\":%llu,\"hash\":\"%016llx\",\"changed\":[%s],\"workers_acked\":%d}\n",
+                     (unsigned long long)srv->generation, (unsigned long long)hash, changed, acked);
+    }
+    free(changed);
+    sl_server_watch(srv); /* plugin folders may have changed */
+    return SL_OK;
+}
+
+/* ---- watching files ---- */
+
+static void on_debounce(uv_timer_t *t) {
+    sl_server_t *srv = t->data;
+    uint64_t h = 0;
+    /* An editor's save can fire several events, or none that changes content: reload only
+     * when the content hash moved. */
+    if (srv->config_path) {
+        h = hash_file(1469598103934665603ULL, srv->config_path);
+        uint64_t c = code_hash(srv->cfg);
+        h = fnv(h, &c, sizeof(c));
+    }
+    if (h == srv->watch_hash) return;
+    srv->watch_hash = h;
+    char *json = NULL;
+    sl_server_reload(srv, "file change", &json);
+    free(json);
+}
+
+static void on_fs_event(uv_fs_event_t *h, const char *filename, int events, int status) {
+    sl_server_t *srv = h->data;
+    if (sl_server_draining(srv)) return;
+    uv_timer_start(&srv->watch_debounce, on_debounce, 200, 0);
+}
+
+static void watches_free_cb(uv_handle_t *h) { (void)h; }
+
+static void close_watches(sl_server_t *srv) {
+    for (size_t i = 0; i < srv->nwatches; i++)
+        if (!uv_is_closing((uv_handle_t *)&srv->watches[i]))
+            uv_close((uv_handle_t *)&srv->watches[i], watches_free_cb);
+    srv->nwatches = 0;
+}
+
+/** Records the first generation's hashes (start). */
+void sl__reload_init(sl_server_t *srv) {
+    srv->code_hash = code_hash(srv->cfg);
+    if (srv->config_path) {
+        uint64_t c = srv->code_hash;
+        srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &c, sizeof(c));
+    }
+    srv->config_hash = srv->config_path ? srv->watch_hash
+                                        : sl_config_hash(srv->cfg, sl_default_conf, sl_default_conf_len);
+}
+
+/** Closes what reload and watch keep open (drain). */
+void sl__reload_close(sl_server_t *srv) {
+    close_watches(srv);
+    if (srv->watch_on) {
+        uv_close((uv_handle_t *)&srv->watch_debounce, NULL);
+        srv->watch_on = false;
+    }
+    if (srv->retire_poll_on) {
+        uv_close((uv_handle_t *)&srv->retire_poll, NULL);
+        srv->retire_poll_on = false;
+    }
+}
+
+/** Joins and frees retired generations (after the loop ended). */
+void sl__reload_free_retired(sl_server_t *srv) {
+    while (srv->retired) {
+        sl_retired_t *r = srv->retired;
+        srv->retired = r->next;
+        free_generation(srv, r);
+        free(r);
+    }
+    free(srv->watches);
+    srv->watches = NULL;
+}
+
+void sl_server_watch(sl_server_t *srv) {
+    if (!srv->config_path || !srv->cfg->watch) {
+        if (srv->nwatches) close_watches(srv);
+        return;
+    }
+    if (!srv->watch_on) {
+        uv_timer_init(srv->loop, &srv->watch_debounce);
+        srv->watch_debounce.data = srv;
+        srv->watch_on = true;
+        srv->watches = calloc(64, sizeof(uv_fs_event_t));
+        if (!srv->watches) return;
+    }
+    if (srv->nwatches) return; /* folders are watched once; a moved plugin path needs a restart */
+    char *copy = strdup(srv->config_path);
+    if (!copy) return;
+    const char *dirs[65];
+    char *owned[64];
+    size_t nd = 0, nowned = 0;
+    dirs[nd++] = dirname(copy);
+    for (size_t i = 0; i < srv->cfg->nplugin_search && nd < 64; i++) dirs[nd++] = srv->cfg->plugin_search[i];
+    /* the folders of TLS files: a renewed certificate reloads like an edited config */
+    for (size_t i = 0; i < srv->cfg->nlisteners; i++) {
+        const sl_tls_listener_conf_t *t = srv->cfg->listeners[i].tls;
+        for (size_t j = 0; t && j < t->ncerts && nd < 64; j++) {
+            char *d = t->certs[j].cert_path ? strdup(t->certs[j].cert_path) : NULL;
+            if (!d) continue;
+            char *dn = dirname(d);
+            bool seen = false;
+            for (size_t k = 0; k < nd; k++) seen |= strcmp(dirs[k], dn) == 0;
+            if (seen) {
+                free(d);
+                continue;
+            }
+            owned[nowned++] = d;
+            dirs[nd++] = dn;
+        }
+    }
+    for (size_t i = 0; i < nd; i++) {
+        /* Every slot gets a handle (a folder that does not exist is closed at once). */
+        uv_fs_event_t *e = &srv->watches[srv->nwatches++];
+        uv_fs_event_init(srv->loop, e);
+        e->data = srv;
+        if (uv_fs_event_start(e, on_fs_event, dirs[i], 0) != 0) uv_close((uv_handle_t *)e, watches_free_cb);
+    }
+    for (size_t i = 0; i < nowned; i++) free(owned[i]);
+    free(copy);
+}

@@ -1,0 +1,287 @@
+/* server.c — process lifetime: bind, start workers, admin, signals, ready file, drain. */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "server/admin.h"
+#include "base/log.h"
+
+void sl__addr_text(const struct sockaddr_storage *ss, char *out, size_t n) {
+    char ip[INET6_ADDRSTRLEN];
+    if (ss->ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
+        snprintf(out, n, "[%s]:%u", ip, ntohs(((const struct sockaddr_in6 *)ss)->sin6_port));
+    } else {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof(ip));
+        snprintf(out, n, "%s:%u", ip, ntohs(((const struct sockaddr_in *)ss)->sin_port));
+    }
+}
+
+/* One socket per (listener, worker), all bound to the same address with SO_REUSEPORT so
+ * the kernel spreads connections across workers. Port 0 is resolved by the first bind and
+ * reused for the rest, so every worker listens on the same real port. */
+static int bind_listeners(sl_server_t *srv, const char **err) {
+    static char msg[256];
+    const sl_config_t *cfg = srv->cfg;
+    size_t n = cfg->nlisteners * (size_t)srv->nworkers;
+    srv->listen_fds = malloc((n + 1) * sizeof(int));
+    srv->listen_text = calloc(cfg->nlisteners + 1, sizeof(*srv->listen_text));
+    if (!srv->listen_fds || !srv->listen_text) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < n; i++) srv->listen_fds[i] = -1;
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        struct sockaddr_storage ss = cfg->listeners[i].listen.ss;
+        socklen_t sl = cfg->listeners[i].listen.len;
+        for (int k = 0; k < srv->nworkers; k++) {
+            int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+            int one = 1;
+            if (fd < 0) goto fail;
+            srv->listen_fds[i * (size_t)srv->nworkers + (size_t)k] = fd;
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+            if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 4096) != 0) goto fail;
+            if (k == 0) {
+                socklen_t len = sizeof(ss);
+                getsockname(fd, (struct sockaddr *)&ss, &len);
+                sl = len;
+                sl__addr_text(&ss, srv->listen_text[i], sizeof(srv->listen_text[i]));
+            }
+            continue;
+        fail:
+            snprintf(msg, sizeof(msg), "listener %s: cannot listen on %s: %s", cfg->listeners[i].name,
+                     cfg->listeners[i].listen.text, strerror(errno));
+            *err = msg;
+            return SL_ERROR;
+        }
+    }
+    return SL_OK;
+}
+
+static int write_ready_file(sl_server_t *srv) {
+    const sl_config_t *cfg = srv->cfg;
+    char tmp[4096];
+    size_t pl = strlen(srv->ready_file);
+    if (pl + 8 > sizeof(tmp)) return SL_ERROR;
+    char body[8192];
+    sl_wbuf_t b = {body, 0, sizeof(body)};
+    char num[32];
+    int n = snprintf(num, sizeof(num), "%d", (int)getpid());
+    SL_WBUF_LIT(&b, "{\"pid\":");
+    sl_wbuf_put(&b, num, (size_t)n);
+    SL_WBUF_LIT(&b, ",\"listeners\":{");
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        if (i) SL_WBUF_LIT(&b, ",");
+        SL_WBUF_LIT(&b, "\"");
+        sl_wbuf_json_str(&b, (sl_str_t){cfg->listeners[i].name, strlen(cfg->listeners[i].name)});
+        SL_WBUF_LIT(&b, "\":\"");
+        sl_wbuf_put(&b, srv->listen_text[i], strlen(srv->listen_text[i]));
+        SL_WBUF_LIT(&b, "\"");
+    }
+    SL_WBUF_LIT(&b, "},\"admin\":");
+    if (cfg->admin_enabled) {
+        SL_WBUF_LIT(&b, "\"");
+        sl_wbuf_put(&b, srv->admin_text, strlen(srv->admin_text));
+        SL_WBUF_LIT(&b, "\"");
+    } else {
+        SL_WBUF_LIT(&b, "null");
+    }
+    if (!SL_WBUF_LIT(&b, "}\n")) return SL_ERROR;
+    memcpy(tmp, srv->ready_file, pl);
+    memcpy(tmp + pl, ".tmp", 5);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return SL_ERROR;
+    ssize_t w = write(fd, body, b.len);
+    close(fd);
+    if (w != (ssize_t)b.len || rename(tmp, srv->ready_file) != 0) return SL_ERROR;
+    return SL_OK;
+}
+
+static void on_drain_poll(uv_timer_t *t) {
+    sl_server_t *srv = t->data;
+    for (int i = 0; i < srv->nworkers; i++)
+        if (!__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE)) return;
+    for (sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++)
+            if (!__atomic_load_n(&r->workers[i].stopped, __ATOMIC_ACQUIRE)) return;
+    sl__reload_close(srv);
+    sl_log_info("drained: every worker finished");
+    uv_timer_stop(&srv->drain_poll);
+    uv_timer_stop(&srv->drain_deadline);
+    uv_close((uv_handle_t *)&srv->drain_poll, NULL);
+    uv_close((uv_handle_t *)&srv->drain_deadline, NULL);
+    if (!srv->embedded) {
+        uv_close((uv_handle_t *)&srv->sig_term, NULL);
+        uv_close((uv_handle_t *)&srv->sig_int, NULL);
+        uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+    }
+    uv_close((uv_handle_t *)&srv->stop_async, NULL);
+    sl_admin_stop(srv);
+}
+
+static void on_drain_deadline(uv_timer_t *t) {
+    sl_server_t *srv = t->data;
+    int busy = 0;
+    for (int i = 0; i < srv->nworkers; i++) busy += !__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE);
+    sl_log_warn("shutdown_timeout reached with %d worker(s) still busy: closing the rest", busy);
+    if (srv->embedded) {
+        /* In-process: stop the workers' loops where they are (their sockets stay open until
+         * the test process ends); the main loop ends with the drain. */
+        for (int i = 0; i < srv->nworkers; i++) uv_stop(&srv->workers[i].loop);
+        return;
+    }
+    /* Connections still open are closed by the kernel when the process exits. */
+    _exit(0);
+}
+
+static void start_drain(sl_server_t *srv, const char *why) {
+    if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) return;
+    sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
+    sl_health_stop(&srv->health);
+    sl_health_close(&srv->health);
+    for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
+    for (sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++) sl_worker_drain(&r->workers[i]); /* no-op when draining */
+    uv_timer_init(srv->loop, &srv->drain_poll);
+    uv_timer_init(srv->loop, &srv->drain_deadline);
+    srv->drain_poll.data = srv->drain_deadline.data = srv;
+    uv_timer_start(&srv->drain_poll, on_drain_poll, 10, 10);
+    uv_timer_start(&srv->drain_deadline, on_drain_deadline, srv->cfg->shutdown_timeout_ms, 0);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+    sl_server_t *srv = s->data;
+    if (signum == SIGHUP) {
+        sl_server_reload(srv, "SIGHUP", NULL);
+        return;
+    }
+    start_drain(srv, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_stop_async(uv_async_t *a) { start_drain(a->data, "stop requested"); }
+
+int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err) {
+    memset(srv, 0, sizeof(*srv));
+    srv->cfg = cfg;
+    srv->boot_cfg = cfg;
+    srv->embedded = embedded;
+    if (embedded) {
+        if (uv_loop_init(&srv->own_loop) != 0) {
+            *err = "cannot create an event loop";
+            return SL_ERROR;
+        }
+        srv->loop = &srv->own_loop;
+    } else {
+        srv->loop = uv_default_loop();
+        signal(SIGPIPE, SIG_IGN);
+    }
+    srv->generation = 1;
+    srv->started_ms = sl_now_ms();
+    srv->nworkers = cfg->workers > 0 ? cfg->workers : 1;
+
+    srv->workers = calloc((size_t)srv->nworkers, sizeof(sl_worker_t));
+    if (!srv->workers) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    if (bind_listeners(srv, err) != SL_OK) return SL_ERROR;
+    if (!(srv->ug = sl_upgen_new(&srv->treg, cfg))) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    for (int i = 0; i < srv->nworkers; i++) {
+        if (sl_worker_init(&srv->workers[i], srv, cfg, i, err) != SL_OK) return SL_ERROR;
+        srv->workers[i].ug = srv->ug;
+        srv->workers[i].nworkers = srv->nworkers;
+        srv->workers[i].listen_fds = srv->listen_fds;
+    }
+    if (sl_admin_start(srv, err) != SL_OK) return SL_ERROR;
+    sl_health_start(&srv->health, srv->loop, &srv->treg, srv->ug);
+    uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
+    srv->stop_async.data = srv;
+    for (int i = 0; i < srv->nworkers; i++) {
+        if (sl_worker_start(&srv->workers[i]) != SL_OK) {
+            *err = "cannot start a worker";
+            return SL_ERROR;
+        }
+        srv->started++;
+    }
+    if (!embedded) {
+        uv_signal_init(srv->loop, &srv->sig_term);
+        uv_signal_init(srv->loop, &srv->sig_int);
+        uv_signal_init(srv->loop, &srv->sig_hup);
+        srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv;
+        uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
+        uv_signal_start(&srv->sig_int, on_signal, SIGINT);
+        uv_signal_start(&srv->sig_hup, on_signal, SIGHUP);
+    }
+    for (size_t i = 0; i < cfg->nlisteners; i++)
+        sl_log_info("listener %s on %s (%d workers)", cfg->listeners[i].name, srv->listen_text[i], srv->nworkers);
+    if (cfg->admin_enabled) sl_log_info("admin on %s", srv->admin_text);
+    return SL_OK;
+}
+
+void sl_server_loop(sl_server_t *srv) { uv_run(srv->loop, UV_RUN_DEFAULT); }
+
+void sl_server_stop(sl_server_t *srv) { uv_async_send(&srv->stop_async); }
+
+void sl_server_cleanup(sl_server_t *srv) {
+    sl__reload_free_retired(srv);
+    for (int i = 0; i < srv->started; i++) sl_worker_join(&srv->workers[i]);
+    if (srv->workers)
+        for (int i = 0; i < srv->nworkers; i++)
+            if (srv->workers[i].cfg) sl_worker_destroy(&srv->workers[i]);
+    if (srv->listen_fds) {
+        /* A worker that never started did not take ownership of its sockets. */
+        for (size_t i = 0; i < srv->cfg->nlisteners * (size_t)srv->nworkers; i++)
+            if (srv->listen_fds[i] >= 0 && (int)(i % (size_t)srv->nworkers) >= srv->started)
+                close(srv->listen_fds[i]);
+    }
+    if (srv->embedded) uv_loop_close(srv->loop);
+    free(srv->workers);
+    free(srv->listen_fds);
+    free(srv->listen_text);
+    sl_upgen_free(&srv->treg, srv->ug);
+    srv->ug = NULL;
+    if (srv->cfg != srv->boot_cfg) sl_config_free(srv->cfg); /* made by a reload */
+    srv->cfg = srv->boot_cfg;
+    srv->workers = NULL;
+    srv->listen_fds = NULL;
+    srv->listen_text = NULL;
+}
+
+int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_file) {
+    static sl_server_t srv_storage;
+    sl_server_t *srv = &srv_storage;
+    const char *err = NULL;
+    int rc = sl_server_start(srv, cfg, false, &err);
+    srv->config_path = config_path;
+    if (rc == SL_OK) {
+        sl__reload_init(srv);
+        sl_server_watch(srv);
+    }
+    if (rc != SL_OK) {
+        sl_log_err("%s", err ? err : "startup failed");
+        for (int i = 0; i < srv->started; i++) sl_worker_drain(&srv->workers[i]);
+        sl_server_cleanup(srv);
+        return 1;
+    }
+    srv->ready_file = ready_file;
+    if (ready_file && write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
+    sl_server_loop(srv);
+    sl_server_cleanup(srv);
+    uv_loop_close(srv->loop);
+    sl_log_info("stopped");
+    return 0;
+}

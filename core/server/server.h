@@ -1,0 +1,106 @@
+/* server.h — the process: config, worker threads, signals, admin and drain.
+ *
+ * The main thread owns the server: it binds every listening socket (one per
+ * worker and listener, SO_REUSEPORT, so the kernel spreads connections), starts
+ * the workers, handles signals and serves the admin API on its own loop.
+ */
+#ifndef SL_SERVER_H
+#define SL_SERVER_H
+
+#include <uv.h>
+
+#include "config/config.h"
+#include "upstream/health.h"
+#include "upstream/upstreams.h"
+#include "ctx/worker.h"
+
+/** A worker set a reload replaced: it finishes its in-flight work on its own config. */
+typedef struct sl_retired_s {
+    struct sl_retired_s *next;
+    sl_config_t *cfg;
+    sl_upgen_t *ug;
+    sl_worker_t *workers;
+    int nworkers;
+    int *listen_fds;
+} sl_retired_t;
+
+struct sl_server_s {
+    sl_config_t *cfg;
+    sl_upgen_t *ug;            /**< the live side of cfg's upstreams (balancers, target states) */
+    sl_tregistry_t treg;       /**< target states by (upstream, address), kept across reloads */
+    sl_health_t health;        /**< active probes of the current generation */
+    uv_loop_t *loop;           /**< the main thread's loop */
+    sl_worker_t *workers;
+    int nworkers;
+    int *listen_fds;           /**< [nlisteners][nworkers] */
+    char (*listen_text)[80];   /**< [nlisteners]: the bound address, real port included */
+    char admin_text[80];
+    const char *ready_file;
+    int draining;              /**< atomic: set once on SIGTERM/SIGINT */
+    uint64_t generation;
+    uint64_t started_ms;
+    int exit_code;
+    bool embedded;             /**< in-process (sluice.test): no signals, no _exit */
+    uv_loop_t own_loop;        /**< the main loop when embedded */
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t drain_poll, drain_deadline;
+    uv_async_t stop_async;     /**< another thread asks for a drain (embedded) */
+    uv_tcp_t admin_listener;
+    bool admin_open;
+    int started;               /**< workers started */
+    /* reload (reload.c) */
+    const char *config_path;   /**< what a reload reads; NULL: the embedded default */
+    bool owns_cfg;             /**< cfg was made by a reload: freed with its generation */
+    sl_retired_t *retired;
+    uv_timer_t retire_poll;
+    bool retire_poll_on;
+    uint64_t reloads_ok, reloads_rejected;
+    uint64_t config_hash;      /**< config text + plugin code, as reported by /reload */
+    uint64_t code_hash;        /**< plugin code alone: "plugin_code" in a reload's changes */
+    uint64_t watch_hash;       /**< what the file watch last saw */
+    sl_config_t *boot_cfg;     /**< the first generation's config: main() owns it */
+    uv_fs_event_t *watches;    /**< config file's folder and plugin folders, when watch: true */
+    size_t nwatches;
+    uv_timer_t watch_debounce;
+    bool watch_on;
+};
+
+/** Runs the server on `cfg` until it is told to stop; returns the process exit code. */
+int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_file);
+
+/**
+ * In-process servers (sluice.test): sl_server_start binds, starts the workers and the
+ * admin listener on a private loop, and returns; sl_server_loop runs that loop (on a
+ * thread of the caller's) until sl_server_stop drains it. Returns 0 or -1 with *err.
+ */
+int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err);
+void sl_server_loop(sl_server_t *srv);
+/** Any thread: starts the drain; sl_server_loop returns when every worker finished. */
+void sl_server_stop(sl_server_t *srv);
+/** After sl_server_loop returned: joins the workers and frees what start allocated. */
+void sl_server_cleanup(sl_server_t *srv);
+
+/**
+ * Builds the config again (file and plugins) and, when valid, swaps in a new worker set
+ * that takes over the same listening sockets; the old set drains on its old config.
+ * Returns 0 (applied) or -1 (rejected: nothing changed). *json (malloc'ed) is the
+ * /reload answer. Main thread.
+ */
+int sl_server_reload(sl_server_t *srv, const char *why, char **json);
+/** Starts watching the config file and plugin folders (watch: true). Main thread. */
+void sl_server_watch(sl_server_t *srv);
+/** Content hash of a config text and the plugin files it can load. */
+uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len);
+
+/* Between server.c and reload.c. */
+void sl__addr_text(const struct sockaddr_storage *ss, char *out, size_t n);
+void sl__reload_init(sl_server_t *srv);
+void sl__reload_close(sl_server_t *srv);
+void sl__reload_free_retired(sl_server_t *srv);
+
+/** True once the server started draining. Any thread. */
+static inline bool sl_server_draining(const sl_server_t *s) {
+    return __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE) != 0;
+}
+
+#endif

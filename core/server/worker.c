@@ -1,0 +1,161 @@
+/* worker.c — a worker thread: its loop, listeners, pools and the drain sequence. */
+#include "ctx/worker.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "http/http_conn.h"
+#include "base/log.h"
+#include "script/lua_host.h"
+#include "server/server.h"
+#include "l4/tcp_proxy.h"
+
+int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int id, const char **err) {
+    memset(w, 0, sizeof(*w));
+    w->id = id;
+    w->srv = srv;
+    w->cfg = cfg;
+    if (uv_loop_init(&w->loop) != 0) {
+        *err = "cannot create an event loop";
+        return SL_ERROR;
+    }
+    w->loop.data = w;
+    w->blocks.max_free = 4096;
+    w->rid_seed = ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)w ^ ((uint64_t)id << 56) ^ sl_now_ns();
+    if (!w->rid_seed) w->rid_seed = 1;
+    w->listeners = calloc(cfg->nlisteners + 1, sizeof(uv_tcp_t));
+    w->limits = calloc(cfg->nlisteners + 1, sizeof(sl_h1_limits_t));
+    w->resp_limits = calloc(1, sizeof(sl_h1_limits_t));
+    w->ups = calloc(cfg->nupstreams + 1, sizeof(sl_upstream_state_t));
+    if (!w->listeners || !w->limits || !w->resp_limits || !w->ups) goto oom;
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        /* A head must fit in a read buffer with room to spare for its body. */
+        w->limits[i].max_header_size = SL_MIN(cfg->listeners[i].max_header_size, SL_BLOCK_SIZE / 2);
+        w->limits[i].max_request_line = SL_MIN(cfg->listeners[i].max_request_line, SL_BLOCK_SIZE / 2);
+    }
+    w->resp_limits->max_header_size = SL_BLOCK_SIZE / 2;
+    w->resp_limits->max_request_line = SL_BLOCK_SIZE / 2;
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        w->ups[u].idle = calloc(cfg->upstreams[u].ntargets, sizeof(sl_idle_list_t));
+        if (!w->ups[u].idle) goto oom;
+    }
+    if (sl_metrics_init(&w->metrics, cfg) != SL_OK) goto oom;
+    if (sl__redis_init(w) != SL_OK) goto oom;
+    if (sl_lua_open(w, err) != SL_OK) return SL_ERROR;
+    return SL_OK;
+oom:
+    *err = "out of memory";
+    return SL_ERROR;
+}
+
+static void on_async(uv_async_t *a) {
+    sl_worker_t *w = a->data;
+    if (w->draining) return;
+    w->draining = true;
+    for (size_t i = 0; i < w->cfg->nlisteners; i++)
+        if (w->cfg->listeners[i].protocol != SL_PROTO_TCP) uv_close((uv_handle_t *)&w->listeners[i], NULL);
+    sl__tcp_drain(w);
+    uv_close((uv_handle_t *)&w->async, NULL);
+    sl__worker_close_idle_conns(w);
+    sl__pool_close_all(w);
+    sl__redis_close(w);
+}
+
+void sl__worker_maybe_stop(sl_worker_t *w) {
+    /* Nothing to do: the loop ends by itself once every handle is closed. */
+    (void)w;
+}
+
+static void *worker_main(void *arg) {
+    sl_worker_t *w = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "sl-worker-%d", w->id);
+    pthread_setname_np(pthread_self(), name);
+    __atomic_store_n(&w->running, true, __ATOMIC_RELEASE);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    __atomic_store_n(&w->stopped, true, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+int sl_worker_start(sl_worker_t *w) {
+    const sl_config_t *cfg = w->cfg;
+    uv_async_init(&w->loop, &w->async, on_async);
+    w->async.data = w;
+    sl_tls_pump_init(&w->tls_pump, &w->loop, &w->blocks);
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        uv_tcp_t *t = &w->listeners[i];
+        int fd = w->listen_fds[i * (size_t)w->nworkers + (size_t)w->id];
+        int rc;
+        if (cfg->listeners[i].protocol == SL_PROTO_TCP) {
+            rc = sl__tcp_listen(w, i, fd); /* L4: its own accept loop (tcp_proxy.c) */
+        } else {
+            uv_tcp_init(&w->loop, t);
+            t->data = (void *)(uintptr_t)i;
+            rc = uv_tcp_open(t, fd);
+            if (rc == 0) rc = uv_listen((uv_stream_t *)t, 4096, sl__conn_on_accept);
+        }
+        if (rc != 0) {
+            sl_log_err("worker %d: cannot listen on %s: %s", w->id, cfg->listeners[i].listen.text, uv_strerror(rc));
+            return SL_ERROR;
+        }
+    }
+    /* The stack is mapped here and unmapped after the join: glibc caches the stacks of
+     * joined threads (up to 40 MiB), and their touched pages stayed in RSS across reloads,
+     * which start and end worker threads. 1 MiB is plenty (Lua runs on its own stacks). */
+    w->stack_size = 1u << 20;
+    w->stack = mmap(NULL, w->stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (w->stack == MAP_FAILED) {
+        w->stack = NULL;
+        return SL_ERROR;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, w->stack, w->stack_size);
+    int rc = pthread_create(&w->thread, &attr, worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        munmap(w->stack, w->stack_size);
+        w->stack = NULL;
+        return SL_ERROR;
+    }
+    return SL_OK;
+}
+
+void sl_worker_drain(sl_worker_t *w) { uv_async_send(&w->async); }
+
+void sl_worker_join(sl_worker_t *w) {
+    if (!w->stack) return;
+    pthread_join(w->thread, NULL);
+    munmap(w->stack, w->stack_size);
+    w->stack = NULL;
+}
+
+void sl_worker_destroy(sl_worker_t *w) {
+    sl_lua_close(w);
+    sl__redis_free(w);
+    sl_tls_client_free(w->http_tls[0]);
+    sl_tls_client_free(w->http_tls[1]);
+    if (w->tls_pump.blocks) {
+        sl_tls_pump_close(&w->tls_pump);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+    }
+    int rc = uv_loop_close(&w->loop);
+    if (rc != 0) sl_log_warn("worker %d: its loop still had handles at exit (%s)", w->id, uv_strerror(rc));
+    while (w->free_reqs) {
+        sl_req_t *r = w->free_reqs;
+        w->free_reqs = r->free_next;
+        free(r);
+    }
+    sl__tcp_free(w);
+    sl_blockpool_destroy(&w->blocks);
+    if (w->ups)
+        for (size_t u = 0; u < w->cfg->nupstreams; u++) free(w->ups[u].idle);
+    free(w->ups);
+    free(w->listeners);
+    free(w->limits);
+    free(w->resp_limits);
+    sl_metrics_free(&w->metrics);
+}

@@ -1,0 +1,247 @@
+/* health.c — active health probes, run by the main thread on its own connections.
+ *
+ * Each target of an upstream with `health.active` gets a prober: a timer that fires
+ * every `interval` (the first time at a random point of the first interval, so
+ * probes of many targets do not fire together), a fresh connection, and for `http`
+ * a `GET path` whose status line decides (expect_status, or any 2xx/3xx). A probe
+ * that does not finish within `timeout` failed. `unhealthy_threshold` failures in a
+ * row mark the target down, `healthy_threshold` successes in a row bring it back (and
+ * end a passive ejection). Workers only read the outcome (sl_tstate_t atomics).
+ *
+ * Startup posture: a target is healthy until probes say otherwise, so a gateway
+ * serves from its first request; a dead target is found within
+ * unhealthy_threshold x interval (and sooner by the breaker and passive ejection).
+ */
+#include "upstream/health.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+typedef struct sl_prober_s {
+    struct sl_prober_s *next;
+    sl_health_t *hc;
+    sl_tstate_t *ts;            /**< a reference of its own: the state outlives the generation */
+    const sl_upstream_conf_t *uc;
+    struct sockaddr_storage addr;
+    char host[96];
+    uv_timer_t timer;           /**< the interval */
+    uv_timer_t deadline;        /**< one probe's timeout */
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    const sl_tls_target_conf_t *tls; /**< the target's TLS, or NULL */
+    sl_tls_t *t;                /**< the probe connection's TLS session */
+    char req[512];
+    char resp[256];
+    size_t resp_len;
+    uint8_t tcp_open, stopping;
+    uint8_t open_handles;       /**< timers and the probe connection not yet closed */
+} sl_prober_t;
+
+/* A prober is freed once it was stopped and its last handle closed. */
+static void prober_closed(uv_handle_t *h) {
+    sl_prober_t *p = h->data;
+    if (--p->open_handles || !p->stopping) return;
+    sl_tstate_release(p->hc->reg, p->ts);
+    free(p);
+}
+
+static void probe_close_conn(sl_prober_t *p) {
+    if (!p->tcp_open) return;
+    p->tcp_open = 0;
+    if (p->t) {
+        sl_tls_close(p->t);
+        p->t = NULL;
+    }
+    uv_close((uv_handle_t *)&p->tcp, prober_closed);
+}
+
+static void probe_done(sl_prober_t *p, bool ok, const char *why) {
+    uv_timer_stop(&p->deadline);
+    probe_close_conn(p);
+    p->ts->probing = false;
+    if (p->stopping) return;
+    const sl_health_conf_t *h = &p->uc->health;
+    sl_tstate_t *ts = p->ts;
+    if (ok) {
+        ts->fail_run = 0;
+        if (++ts->ok_run >= h->healthy_threshold && atomic_load(&ts->probe_down)) {
+            atomic_store(&ts->probe_down, 0);
+            sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", p->uc->name, "target", ts->address}, 2,
+                      "target healthy again (%u probes passed)", ts->ok_run);
+        }
+        if (ts->ok_run >= h->healthy_threshold) atomic_store(&ts->ejected_until_ms, 0);
+    } else {
+        ts->ok_run = 0;
+        if (++ts->fail_run >= h->unhealthy_threshold && !atomic_load(&ts->probe_down)) {
+            atomic_store(&ts->probe_down, 1);
+            sl_log_kv(SL_LOG_WARN, (const char *[]){"upstream", p->uc->name, "target", ts->address}, 2,
+                      "target unhealthy (%u probes failed; last: %s)", ts->fail_run, why);
+        }
+    }
+}
+
+static void on_probe_deadline(uv_timer_t *t) { probe_done(t->data, false, "timeout"); }
+
+static void probe_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    (void)hint;
+    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)h, sl_prober_t, tcp);
+    *buf = uv_buf_init(p->resp + p->resp_len, (unsigned)(sizeof(p->resp) - 1 - p->resp_len));
+}
+
+static void probe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+    (void)buf;
+    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)s, sl_prober_t, tcp);
+    if (n == 0) return;
+    if (n < 0) {
+        probe_done(p, false, n == UV_EOF ? "closed before a status line" : uv_strerror((int)n));
+        return;
+    }
+    p->resp_len += (size_t)n;
+    p->resp[p->resp_len] = 0;
+    char *eol = strstr(p->resp, "\r\n");
+    if (!eol && p->resp_len < sizeof(p->resp) - 1) return;
+    int status = 0;
+    if (sscanf(p->resp, "HTTP/1.%*d %3d", &status) != 1) {
+        probe_done(p, false, "not an HTTP response");
+        return;
+    }
+    int want = p->uc->health.expect_status;
+    bool ok = want ? status == want : status >= 200 && status < 400;
+    char why[48];
+    snprintf(why, sizeof why, "status %d", status);
+    probe_done(p, ok, why);
+}
+
+static void probe_written(uv_write_t *w, int status) {
+    sl_prober_t *p = w->data;
+    if (status < 0 && p->tcp_open) probe_done(p, false, uv_strerror(status));
+}
+
+static void probe_ready(sl_prober_t *p);
+
+static void probe_tls_done(sl_tls_t *t, int status) {
+    sl_prober_t *p = sl_tls_owner(t);
+    if (status < 0) {
+        char why[256];
+        snprintf(why, sizeof why, "TLS %s", sl_tls_error(t));
+        probe_done(p, false, why);
+        return;
+    }
+    probe_ready(p);
+}
+
+static void probe_connected(uv_connect_t *c, int status) {
+    sl_prober_t *p = c->data;
+    if (!p->tcp_open || !p->ts->probing) return; /* timed out meanwhile */
+    if (status < 0) {
+        probe_done(p, false, uv_strerror(status));
+        return;
+    }
+    if (p->tls) { /* a TLS target: the handshake is part of the probe (a tcp probe's whole check) */
+        if (!p->hc->pump_ready) {
+            p->hc->blocks.max_free = 4;
+            sl_tls_pump_init(&p->hc->pump, p->hc->loop, &p->hc->blocks);
+            p->hc->pump_ready = true;
+        }
+        p->t = sl_tls_connect(p->tls->rt, (uv_stream_t *)&p->tcp, &p->hc->pump, NULL);
+        if (!p->t || sl_tls_handshake(p->t, probe_tls_done) != 0)
+            probe_done(p, false, p->t ? sl_tls_error(p->t) : "out of memory");
+        return;
+    }
+    probe_ready(p);
+}
+
+/* Connected (and TLS established): a tcp probe passed; an http probe sends its request. */
+static void probe_ready(sl_prober_t *p) {
+    if (p->uc->health.active_type == SL_PROBE_TCP) {
+        probe_done(p, true, NULL);
+        return;
+    }
+    int n = snprintf(p->req, sizeof p->req,
+                     "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice-health\r\nConnection: close\r\n\r\n",
+                     p->uc->health.path, p->host);
+    uv_buf_t b = uv_buf_init(p->req, (unsigned)n);
+    p->wreq.data = p;
+    p->resp_len = 0;
+    if (p->t) {
+        if (sl_tls_write(p->t, &p->wreq, &b, 1, probe_written) < 0 || sl_tls_read_start(p->t, probe_alloc, probe_read) != 0)
+            probe_done(p, false, "write failed");
+        return;
+    }
+    if (uv_write(&p->wreq, (uv_stream_t *)&p->tcp, &b, 1, probe_written) != 0 ||
+        uv_read_start((uv_stream_t *)&p->tcp, probe_alloc, probe_read) != 0)
+        probe_done(p, false, "write failed");
+}
+
+static void on_probe_timer(uv_timer_t *t) {
+    sl_prober_t *p = t->data;
+    if (p->ts->probing || p->stopping) return;
+    p->ts->probing = true;
+    uv_tcp_init(p->hc->loop, &p->tcp);
+    p->tcp.data = p;
+    p->tcp_open = 1;
+    p->open_handles++;
+    p->creq.data = p;
+    uv_timer_start(&p->deadline, on_probe_deadline, p->uc->health.timeout_ms, 0);
+    if (uv_tcp_connect(&p->creq, &p->tcp, (const struct sockaddr *)&p->addr, probe_connected) != 0)
+        probe_done(p, false, "connect failed");
+}
+
+void sl_health_start(sl_health_t *hc, uv_loop_t *loop, sl_tregistry_t *reg, const sl_upgen_t *g) {
+    hc->loop = loop;
+    hc->reg = reg;
+    const sl_config_t *cfg = g->cfg;
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        if (uc->health.active_type == SL_PROBE_NONE) continue;
+        for (size_t i = 0; i < uc->ntargets; i++) {
+            sl_prober_t *p = calloc(1, sizeof(*p));
+            if (!p) continue;
+            p->hc = hc;
+            p->uc = uc;
+            p->ts = g->ups[u].ts[i];
+            p->ts->refs++;
+            p->ts->probing = false;
+            p->addr = uc->targets[i].addr.ss;
+            p->tls = uc->targets[i].tls && uc->targets[i].tls->rt ? uc->targets[i].tls : NULL;
+            snprintf(p->host, sizeof p->host, "%s", uc->targets[i].addr.text);
+            uv_timer_init(loop, &p->timer);
+            uv_timer_init(loop, &p->deadline);
+            p->open_handles = 2;
+            p->timer.data = p->deadline.data = p;
+            uint64_t first = (uint64_t)rand() % (uc->health.interval_ms + 1);
+            uv_timer_start(&p->timer, on_probe_timer, first, uc->health.interval_ms);
+            p->next = hc->probers;
+            hc->probers = p;
+        }
+    }
+}
+
+void sl_health_stop(sl_health_t *hc) {
+    sl_prober_t *p = hc->probers;
+    hc->probers = NULL;
+    while (p) {
+        sl_prober_t *next = p->next;
+        p->stopping = 1;
+        p->ts->probing = false;
+        uv_close((uv_handle_t *)&p->timer, prober_closed);
+        uv_close((uv_handle_t *)&p->deadline, prober_closed);
+        probe_close_conn(p);
+        p = next;
+    }
+}
+
+static void pump_closed(uv_handle_t *h) {
+    sl_tls_pump_t *pump = h->data;
+    sl_blockpool_destroy(pump->blocks);
+}
+
+void sl_health_close(sl_health_t *hc) {
+    if (!hc->pump_ready) return;
+    hc->pump_ready = false;
+    uv_close((uv_handle_t *)&hc->pump.idle, pump_closed);
+}

@@ -1,0 +1,78 @@
+/* upstreams.h — the live side of upstreams: target state shared by every worker and
+ * kept across reloads, and each config generation's balancers.
+ *
+ * A target's state (breakers, health, in-flight, latency EWMA) belongs to the pair
+ * (upstream name, address) in the server's registry, so a reload that keeps a target
+ * keeps its breaker and health (DESIGN.md, "Config generations and reload"). A
+ * generation (sl_upgen_t) points at the states its config names and owns one
+ * balancer per upstream. The registry and generations are built and freed on the
+ * main thread; workers only read generations and update states through atomics.
+ */
+#ifndef SL_UPSTREAMS_H
+#define SL_UPSTREAMS_H
+
+#include "upstream/balancer.h"
+#include "upstream/breaker.h"
+#include "config/config.h"
+
+enum { SL_LAYER_HTTP = 0, SL_LAYER_TCP = 1, SL_LAYERS };
+
+typedef struct sl_tstate_s {
+    struct sl_tstate_s *next; /**< registry list */
+    char *upstream, *address; /**< the key */
+    uint32_t refs;            /**< generations using it (main thread) */
+    sl_target_live_t live;
+    sl_breaker_t breaker[SL_LAYERS];
+    _Atomic int probe_down;   /**< active probes say down (1) */
+    _Atomic uint64_t ejected_until_ms; /**< passive ejection; UINT64_MAX: until probes restore it */
+    _Atomic uint32_t pfails;  /**< passive failures in the current window */
+    _Atomic uint64_t pwindow_start_ms;
+    /* active probes: main thread only */
+    uint32_t ok_run, fail_run;
+    bool probing;             /**< a probe is in flight */
+} sl_tstate_t;
+
+typedef struct {
+    sl_balancer_t *bal;
+    sl_tstate_t **ts;         /**< [ntargets] */
+    sl_target_live_t **live;  /**< [ntargets]: &ts[i]->live, what the balancer reads */
+    uint32_t *weights;        /**< [ntargets], lent to the balancer */
+} sl_upstream_rt_t;
+
+typedef struct sl_upgen_s {
+    const sl_config_t *cfg;
+    sl_upstream_rt_t *ups;    /**< [cfg->nupstreams] */
+} sl_upgen_t;
+
+typedef struct {
+    sl_tstate_t *head;
+} sl_tregistry_t;
+
+/** Builds a generation's runtime for cfg, reusing the registry's states. NULL on OOM. */
+sl_upgen_t *sl_upgen_new(sl_tregistry_t *reg, const sl_config_t *cfg);
+/** Drops a generation; states no generation uses any more are freed. */
+void sl_upgen_free(sl_tregistry_t *reg, sl_upgen_t *g);
+
+/** Size of sl_upstream_resolve's address text: the longest "[v6]:port" and its NUL. */
+#define SL_ADDR_TEXT_MAX 64
+
+/**
+ * What `upstream.set(name | "IP:PORT")` names, for a request or a tcp session: SL_OK with
+ * *upstream the index of the configured upstream `name[0..len)`, or with *upstream -1 and
+ * *ss / text (SL_ADDR_TEXT_MAX bytes, NUL-terminated) the IP:PORT address it spells (IP
+ * literals only: nothing ever waits for a resolver). SL_ERROR with *err otherwise. Any thread.
+ */
+int sl_upstream_resolve(const sl_config_t *cfg, const char *name, size_t len, int *upstream,
+                        struct sockaddr_storage *ss, char *text, const char **err);
+
+/** Drops one reference (a generation's or a prober's); frees the state at the last. */
+void sl_tstate_release(sl_tregistry_t *reg, sl_tstate_t *t);
+
+/** May new attempts go to this target (health and passive ejection; not the breaker)? */
+bool sl_tstate_healthy(sl_tstate_t *t, uint64_t now_ms);
+/** A layer's (SL_LAYER_*) breaker state now (SL_BREAKER_*; closed when the upstream has none). */
+int sl_tstate_breaker_now(sl_tstate_t *t, const sl_upstream_conf_t *uc, int layer, uint64_t now_ms);
+/** A failed attempt, for passive ejection (upstream health.passive). Any thread. */
+void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64_t now_ms);
+
+#endif
