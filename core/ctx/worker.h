@@ -79,7 +79,4 @@ void sl_worker_drain(sl_worker_t *w);
 void sl_worker_join(sl_worker_t *w);
 void sl_worker_destroy(sl_worker_t *w);
 
-/* Between the worker's files (conn.c, proxy_http.c). */
-void sl__worker_maybe_stop(sl_worker_t *w);
-
 #endif

@@ -12,14 +12,16 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 
-#include "http/http_conn.h"
+#include "http/conn.h"
+
 #include "base/log.h"
+#include "http/h1_head.h"
+#include "http/request.h"
 #include "proto/proxy_protocol.h"
-#include "server/server.h"
-#include "net/tls.h"
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void conn_process(sl_conn_t *c);
+static const sl_downstream_ops_t h1_ops;
 
 static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     sl_conn_t *c = (sl_conn_t *)h;
@@ -38,17 +40,12 @@ void sl__conn_start_reading(sl_conn_t *c) {
     if (c->reading || c->state == SL_CONN_CLOSED || c->peer_eof) return;
     /* No room: the request being served must first consume what is buffered. */
     if (c->rbuf && c->rlen == SL_BLOCK_SIZE) return;
-    int rc = c->tls ? sl_tls_read_start(c->tls, conn_alloc, conn_on_read)
-                    : uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
-    if (rc == 0) c->reading = 1;
+    if (sl_stream_read_start(&c->s, conn_alloc, conn_on_read) == 0) c->reading = 1;
 }
 
 void sl__conn_stop_reading(sl_conn_t *c) {
     if (!c->reading) return;
-    if (c->tls)
-        sl_tls_read_stop(c->tls);
-    else
-        uv_read_stop((uv_stream_t *)&c->tcp);
+    sl_stream_read_stop(&c->s);
     c->reading = 0;
 }
 
@@ -67,7 +64,6 @@ static void conn_on_close(uv_handle_t *h) {
     if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
     free(c);
     w->nconns--;
-    sl__worker_maybe_stop(w);
 }
 
 static void conn_close(sl_conn_t *c) {
@@ -79,34 +75,31 @@ static void conn_close(sl_conn_t *c) {
     else
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], -1);
-    if (c->tls) {
-        sl_tls_close(c->tls);
-        c->tls = NULL;
-    }
+    SL_COUNTER_ADD(w->metrics.conns_active[c->ds.lidx], -1);
+    sl_stream_end_tls(&c->s);
     c->nclose = 2;
-    uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+    uv_close((uv_handle_t *)&c->s.tcp, conn_on_close);
     uv_close((uv_handle_t *)&c->timer.timer, conn_on_close);
 }
 
 void sl__conn_abort(sl_conn_t *c) {
     if (c->state == SL_CONN_CLOSED) return;
-    sl_req_t *r = c->req;
-    c->req = NULL;
+    sl_req_t *r = c->ds.req;
+    c->ds.req = NULL;
     if (r) sl__req_abort(r);
     conn_close(c);
 }
 
 static void tls_count(sl_conn_t *c, int result) {
-    SL_COUNTER_ADD(c->w->metrics.tls_hs[c->lidx * SL_TLS_HS_RESULTS + (uint32_t)result], 1);
+    SL_COUNTER_ADD(c->w->metrics.tls_hs[c->ds.lidx * SL_TLS_HS_RESULTS + (uint32_t)result], 1);
 }
 
 static void conn_on_timer(uv_timer_t *t) {
     sl_conn_t *c = t->data;
-    if (c->tls && !sl_tls_established(c->tls)) {
+    if (c->s.tls && !sl_tls_established(c->s.tls)) {
         /* A client that stalled mid-handshake: nothing to answer in plaintext. */
         tls_count(c, SL_TLS_HS_TIMEOUT);
-        sl_log_debug("listener %s: TLS handshake from %s timed out", c->lc->name, c->peer);
+        sl_log_debug("listener %s: TLS handshake from %s timed out", c->ds.lc->name, c->ds.peer);
         conn_close(c);
         return;
     }
@@ -116,7 +109,7 @@ static void conn_on_timer(uv_timer_t *t) {
         static const char resp[] = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
                                    "Content-Length: 28\r\nConnection: close\r\n\r\n"
                                    "{\"error\":\"request timeout\"}\n";
-        sl__conn_send(c, resp, sizeof(resp) - 1);
+        sl_stream_send(&c->s, resp, sizeof(resp) - 1);
         sl_metrics_request(&c->w->metrics, -1, 408, 0);
         conn_close(c);
         return;
@@ -125,54 +118,45 @@ static void conn_on_timer(uv_timer_t *t) {
     sl__conn_abort(c);
 }
 
-int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb) {
-    return sl__stream_write(q, (uv_stream_t *)&c->tcp, c->tls, &c->wreq, cb);
-}
+int sl__conn_write(sl_conn_t *c, sl_outq_t *q, uv_write_cb cb) { return sl_stream_write(&c->s, q, &c->wreq, cb); }
 
 static void conn_on_shutdown(uv_shutdown_t *sr, int status) {
     sl_conn_t *c = SL_CONTAINER_OF(sr, sl_conn_t, sreq);
     (void)status; /* a client that is gone reads nothing more either way */
     c->wshut = 2;
-    if (c->tunnel && c->req) sl__tunnel_on_client_shutdown(c->req); /* no req: cancelled by a close */
+    if (c->takeover && c->ds.req) c->takeover->on_shutdown(c); /* no req: cancelled by a close */
 }
 
 void sl__conn_shutdown(sl_conn_t *c) {
     if (c->wshut || c->state == SL_CONN_CLOSED) return;
     /* libuv sends the FIN after the writes already queued; over TLS, close_notify first,
      * and the FIN once everything before it was written. */
-    int rc = c->tls ? sl_tls_shutdown_write(c->tls, &c->sreq, conn_on_shutdown)
-                    : uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, conn_on_shutdown);
+    int rc = sl_stream_shutdown(&c->s, &c->sreq, conn_on_shutdown);
     c->wshut = rc == 0 ? 1 : 2;
-}
-
-bool sl__conn_send(sl_conn_t *c, const char *p, size_t n) {
-    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-    if (c->tls) return sl_tls_write(c->tls, &c->wreq, &b, 1, NULL) >= 0;
-    return uv_try_write((uv_stream_t *)&c->tcp, &b, 1) == (int)n;
 }
 
 static void conn_tls_established(sl_tls_t *t) {
     sl_conn_t *c = sl_tls_owner(t);
     tls_count(c, SL_TLS_HS_OK);
-    sl_deadline_set(&c->timer, c->lc->idle_timeout_ms);
+    sl_deadline_set(&c->timer, c->ds.lc->idle_timeout_ms);
 }
 
 /* A TLS session that failed before or after its handshake (conn_on_read's error path). */
 static void conn_tls_failed(sl_conn_t *c) {
-    const char *why = sl_tls_error(c->tls);
-    if (sl_tls_established(c->tls)) {
-        sl_log_debug("listener %s: TLS error from %s: %s", c->lc->name, c->peer, why);
+    const char *why = sl_tls_error(c->s.tls);
+    if (sl_tls_established(c->s.tls)) {
+        sl_log_debug("listener %s: TLS error from %s: %s", c->ds.lc->name, c->ds.peer, why);
         return;
     }
     tls_count(c, SL_TLS_HS_FAILED);
-    sl_log_debug("listener %s: TLS handshake from %s failed: %s", c->lc->name, c->peer, why);
+    sl_log_debug("listener %s: TLS handshake from %s failed: %s", c->ds.lc->name, c->ds.peer, why);
     if (strstr(why, "http request")) {
         /* Plain HTTP on the TLS port: say so in plain HTTP, as the client will read it. */
         static const char resp[] = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
                                    "Content-Length: 52\r\nConnection: close\r\n\r\n"
                                    "{\"error\":\"plain HTTP request sent to a TLS listener\"}\n";
         uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
-        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        uv_try_write((uv_stream_t *)&c->s.tcp, &b, 1);
     }
 }
 
@@ -183,16 +167,16 @@ void sl__conn_arm(sl_conn_t *c, uint64_t ms) { conn_arm(c, ms); }
 /* Starts the TLS session of a connection on a tls listener, with the bytes already read
  * after a PROXY header (if any) as the first ciphertext. */
 static int conn_tls_start(sl_conn_t *c) {
-    if (!c->lc->tls->rt || !(c->tls = sl_tls_accept(c->lc->tls->rt, (uv_stream_t *)&c->tcp, &c->w->tls_pump)))
+    if (!c->ds.lc->tls->rt || !(c->s.tls = sl_tls_accept(c->ds.lc->tls->rt, (uv_stream_t *)&c->s.tcp, &c->w->tls_pump)))
         return SL_ERROR;
-    sl_tls_on_established(c->tls, conn_tls_established);
+    sl_tls_on_established(c->s.tls, conn_tls_established);
     if (c->rbuf) {
-        if (sl_tls_feed(c->tls, c->rbuf + c->rpos, c->rlen - c->rpos) != 0) return SL_ERROR;
+        if (sl_tls_feed(c->s.tls, c->rbuf + c->rpos, c->rlen - c->rpos) != 0) return SL_ERROR;
         c->rpos = c->rlen;
         conn_release_buffer(c);
     }
     c->state = SL_CONN_IDLE;
-    conn_arm(c, c->lc->tls->handshake_timeout_ms);
+    conn_arm(c, c->ds.lc->tls->handshake_timeout_ms);
     sl__conn_start_reading(c);
     return SL_OK;
 }
@@ -203,67 +187,70 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
     sl_conn_t *c = calloc(1, sizeof(*c));
     if (!c) return;
     c->w = w;
-    c->lidx = (uint32_t)(uintptr_t)server->data;
-    c->lc = &w->cfg->listeners[c->lidx];
-    uv_tcp_init(&w->loop, &c->tcp);
+    c->ds.ops = &h1_ops;
+    c->ds.lidx = (uint32_t)(uintptr_t)server->data;
+    c->ds.lc = &w->cfg->listeners[c->ds.lidx];
+    c->ds.secure = c->ds.lc->tls != NULL;
+    c->ds.can_upgrade = 1;
+    uv_tcp_init(&w->loop, &c->s.tcp);
     sl_deadline_init(&w->loop, &c->timer, c, conn_on_timer);
-    c->tcp.data = c;
+    c->s.tcp.data = c;
     c->state = SL_CONN_IDLE;
     c->next = w->conns;
     if (w->conns) w->conns->prev = c;
     w->conns = c;
     w->nconns++;
-    SL_COUNTER_ADD(w->metrics.conns_active[c->lidx], 1);
+    SL_COUNTER_ADD(w->metrics.conns_active[c->ds.lidx], 1);
     SL_COUNTER_ADD(w->metrics.accepted, 1);
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept(server, (uv_stream_t *)&c->s.tcp) != 0) {
         conn_close(c);
         return;
     }
-    uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_nodelay(&c->s.tcp, 1);
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (uv_tcp_getpeername(&c->s.tcp, (struct sockaddr *)&ss, &len) == 0) {
         if (ss.ss_family == AF_INET)
-            uv_ip4_name((struct sockaddr_in *)&ss, c->peer, sizeof(c->peer));
+            uv_ip4_name((struct sockaddr_in *)&ss, c->ds.peer, sizeof(c->ds.peer));
         else
-            uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer, sizeof(c->peer));
-        if (c->lc->accept_proxy)
-            c->proxy = sl_pp_trusted(c->lc->proxy_from, c->lc->nproxy_from, (struct sockaddr *)&ss)
+            uv_ip6_name((struct sockaddr_in6 *)&ss, c->ds.peer, sizeof(c->ds.peer));
+        if (c->ds.lc->accept_proxy)
+            c->proxy = sl_pp_trusted(c->ds.lc->proxy_from, c->ds.lc->nproxy_from, (struct sockaddr *)&ss)
                            ? SL_CONN_PP_EXPECT
                            : SL_CONN_PP_REFUSE;
-    } else if (c->lc->accept_proxy) {
+    } else if (c->ds.lc->accept_proxy) {
         c->proxy = SL_CONN_PP_REFUSE;
     }
-    sl_h1_init(&c->h1, HTTP_REQUEST, &w->limits[c->lidx]);
+    sl_h1_init(&c->h1, HTTP_REQUEST, &w->limits[c->ds.lidx]);
     /* A PROXY header comes before the TLS ClientHello: TLS starts once it was read. */
-    if (c->lc->tls && !c->proxy) {
+    if (c->ds.lc->tls && !c->proxy) {
         if (conn_tls_start(c) != SL_OK) conn_close(c);
         return;
     }
-    conn_arm(c, c->lc->idle_timeout_ms);
+    conn_arm(c, c->ds.lc->idle_timeout_ms);
     sl__conn_start_reading(c);
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     sl_conn_t *c = (sl_conn_t *)s;
-    if (c->tunnel) {
+    if (c->takeover) {
         /* After a 101 the bytes are the tunnel's, whatever they look like. */
         if (nread > 0) c->rlen += (uint32_t)nread;
-        sl__tunnel_on_client_read(c->req, nread);
+        c->takeover->on_read(c, nread);
         return;
     }
     if (nread == 0) {
         /* EAGAIN: nothing read; an idle connection gives its buffer back. */
-        if (!c->req) conn_release_buffer(c);
+        if (!c->ds.req) conn_release_buffer(c);
         return;
     }
     if (nread < 0) {
         sl__conn_stop_reading(c);
-        if (c->tls && nread != UV_EOF) conn_tls_failed(c);
-        if (nread == UV_EOF && c->req && c->req->body_done) {
+        if (c->s.tls && nread != UV_EOF) conn_tls_failed(c);
+        if (nread == UV_EOF && c->ds.req && c->ds.req->body_done) {
             /* Half-close after a complete request: answer it, then close. */
             c->peer_eof = 1;
-            c->closing = 1;
+            c->ds.closing = 1;
             return;
         }
         sl__conn_abort(c);
@@ -273,34 +260,11 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     /* Reads go on while a request is served (pipelined bytes wait in the buffer); only a
      * full buffer stops them, until the request consumes what it holds. */
     if (c->rlen == SL_BLOCK_SIZE) sl__conn_stop_reading(c);
-    if (c->req) {
-        sl__req_on_client_data(c->req);
+    if (c->ds.req) {
+        sl__req_on_client_data(c->ds.req);
         return;
     }
     conn_process(c);
-}
-
-static sl_req_t *req_new(sl_conn_t *c) {
-    sl_worker_t *w = c->w;
-    sl_req_t *r = w->free_reqs;
-    if (r) {
-        w->free_reqs = r->free_next;
-        w->nfree_reqs--;
-    } else {
-        r = malloc(sizeof(*r));
-        if (!r) return NULL;
-    }
-    /* Only the scalar part is cleared: the two heads are filled by the parser. */
-    memset(r, 0, offsetof(sl_req_t, head));
-    memset(&r->head_off, 0, sizeof(*r) - offsetof(sl_req_t, head_off));
-    r->c = c;
-    r->w = w;
-    r->route = -1;
-    r->upstream = -1;
-    r->target = -1;
-    r->next_target = -1;
-    sl_arena_init(&r->arena, &w->blocks);
-    return r;
 }
 
 /* The connection's first bytes, on a listener with accept_proxy_protocol: a trusted peer's
@@ -318,9 +282,9 @@ static int conn_proxy_header(sl_conn_t *c) {
         if (rc == SL_OK) {
             c->rpos += (uint32_t)used;
             if (pi.has_addr && pi.src.sa.sa_family == AF_INET)
-                uv_ip4_name(&pi.src.in, c->peer, sizeof(c->peer));
+                uv_ip4_name(&pi.src.in, c->ds.peer, sizeof(c->ds.peer));
             else if (pi.has_addr)
-                uv_ip6_name(&pi.src.in6, c->peer, sizeof(c->peer));
+                uv_ip6_name(&pi.src.in6, c->ds.peer, sizeof(c->ds.peer));
             why = NULL;
         }
     } else {
@@ -329,7 +293,7 @@ static int conn_proxy_header(sl_conn_t *c) {
         if (k != SL_PP_NONE) why = "a PROXY protocol header from a peer not in accept_proxy_protocol.from";
     }
     if (why) {
-        sl_log_warn("listener %s: closing the connection from %s: %s", c->lc->name, c->peer, why);
+        sl_log_warn("listener %s: closing the connection from %s: %s", c->ds.lc->name, c->ds.peer, why);
         return SL_ERROR;
     }
     c->proxy = SL_CONN_PP_DONE;
@@ -338,17 +302,17 @@ static int conn_proxy_header(sl_conn_t *c) {
 
 /* Reads the next request head from the buffer, if a whole one is there. */
 static void conn_process(sl_conn_t *c) {
-    assert(!c->req);
+    assert(!c->ds.req);
     if (c->state == SL_CONN_CLOSED) return;
     if (c->rpos == c->rlen) {
         conn_release_buffer(c);
-        if (c->closing || c->w->draining) {
+        if (c->ds.closing || c->w->draining) {
             conn_close(c);
             return;
         }
         if (c->state != SL_CONN_IDLE) {
             c->state = SL_CONN_IDLE;
-            conn_arm(c, c->lc->idle_timeout_ms);
+            conn_arm(c, c->ds.lc->idle_timeout_ms);
         }
         sl__conn_start_reading(c);
         return;
@@ -361,7 +325,7 @@ static void conn_process(sl_conn_t *c) {
     }
     if (c->state == SL_CONN_IDLE) {
         c->state = SL_CONN_HEAD;
-        conn_arm(c, c->lc->header_timeout_ms); /* a PROXY header counts as part of the head */
+        conn_arm(c, c->ds.lc->header_timeout_ms); /* a PROXY header counts as part of the head */
     }
     if (c->proxy) {
         int rc = conn_proxy_header(c);
@@ -369,7 +333,7 @@ static void conn_process(sl_conn_t *c) {
             sl__conn_start_reading(c);
         } else if (rc == SL_ERROR) {
             conn_close(c);
-        } else if (c->lc->tls) {
+        } else if (c->ds.lc->tls) {
             sl__conn_stop_reading(c); /* plaintext reads end here */
             if (conn_tls_start(c) != SL_OK) conn_close(c);
         } else {
@@ -377,7 +341,7 @@ static void conn_process(sl_conn_t *c) {
         }
         return;
     }
-    sl_req_t *r = req_new(c);
+    sl_req_t *r = sl__req_new(c->w, &c->ds);
     if (!r) {
         sl__conn_abort(c);
         return;
@@ -392,7 +356,7 @@ static void conn_process(sl_conn_t *c) {
     }
     sl_deadline_clear(&c->timer);
     c->state = SL_CONN_ACTIVE;
-    c->req = r;
+    c->ds.req = r;
     r->start_ns = sl_now_ns();
     if (rc == SL_ERROR) {
         /* Nothing after a bad head can be trusted to be a request: answer and close. */
@@ -406,20 +370,21 @@ static void conn_process(sl_conn_t *c) {
     r->head_off = 0;
     r->head_end = (uint32_t)used;
     c->rpos = (uint32_t)used;
+    r->keep_alive = sl__h1_client_keeps_alive(r);
     sl__req_begin(r);
 }
 
-void sl__conn_request_done(sl_conn_t *c) {
-    sl_req_t *r = c->req;
-    bool keep = r && r->keep_alive && !c->closing && !c->w->draining;
-    c->req = NULL;
+static void conn_request_done(sl_conn_t *c) {
+    sl_req_t *r = c->ds.req;
+    bool keep = r && r->keep_alive && !c->ds.closing && !c->w->draining;
+    c->ds.req = NULL;
     if (r) sl__req_free(r);
     if (!keep || c->state == SL_CONN_CLOSED) {
         conn_close(c);
         return;
     }
     c->state = SL_CONN_IDLE;
-    conn_arm(c, c->lc->idle_timeout_ms);
+    conn_arm(c, c->ds.lc->idle_timeout_ms);
     conn_process(c);
 }
 
@@ -427,19 +392,19 @@ void sl__conn_request_done(sl_conn_t *c) {
  * request (answered with Connection: close) before it is closed. */
 #define SL_RETIRE_IDLE_MS 2000
 
-void sl__worker_close_idle_conns(sl_worker_t *w) {
+void sl__conn_close_idle(sl_worker_t *w) {
     sl_conn_t *c = w->conns;
     while (c) {
         sl_conn_t *next = c->next;
-        c->closing = 1;
-        if (c->tunnel) {
-            sl__tunnel_drain(c->req); /* closed at shutdown_timeout, like a TCP session */
-        } else if (!c->req) {
+        c->ds.closing = 1;
+        if (c->takeover) {
+            c->takeover->drain(c); /* a tunnel: closed at shutdown_timeout, like a TCP session */
+        } else if (!c->ds.req) {
             if (w->retiring && c->state == SL_CONN_IDLE) {
                 /* A reload: closing an idle keep-alive connection races with a request the
                  * client may be sending on it right now (the client sees a reset). Give it a
                  * moment: its next request is served, with Connection: close. */
-                conn_arm(c, SL_MIN(c->lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
+                conn_arm(c, SL_MIN(c->ds.lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
             } else {
                 conn_close(c);
             }
@@ -447,3 +412,80 @@ void sl__worker_close_idle_conns(sl_worker_t *w) {
         c = next;
     }
 }
+
+/* ---- the downstream a request talks to (downstream.h) ---- */
+
+static sl_conn_t *conn_of(sl_downstream_t *d) { return sl__conn_of(d); }
+
+static bool h1_body_buffered(sl_downstream_t *d) {
+    sl_conn_t *c = conn_of(d);
+    return c->rpos < c->rlen;
+}
+
+static int h1_read_body(sl_downstream_t *d, uint32_t room, sl_body_cb cb, void *ud) {
+    sl_conn_t *c = conn_of(d);
+    size_t used = 0;
+    c->h1.on_data = cb;
+    c->h1.ud = ud;
+    c->h1.spans_left = room;
+    int rc = sl_h1_body(&c->h1, c->rbuf + c->rpos, c->rlen - c->rpos, &used);
+    c->rpos += (uint32_t)used;
+    return rc;
+}
+
+static void h1_wait_body(sl_downstream_t *d) {
+    sl_conn_t *c = conn_of(d);
+    /* Everything after the head was consumed: the next body bytes go right after it. */
+    if (c->rpos == c->rlen) c->rpos = c->rlen = d->req->head_end;
+    conn_arm(c, d->lc->idle_timeout_ms);
+    sl__conn_start_reading(c);
+}
+
+static void h1_pause(sl_downstream_t *d) { sl__conn_stop_reading(conn_of(d)); }
+
+static bool h1_send_continue(sl_downstream_t *d) {
+    sl_conn_t *c = conn_of(d);
+    /* A fresh connection's socket buffer always takes 25 bytes: no write request needed. */
+    if (sl_stream_send(&c->s, "HTTP/1.1 100 Continue\r\n\r\n", 25)) return true;
+    sl__conn_abort(c);
+    return false;
+}
+
+static int h1_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_t content_length) {
+    return content_length < 0 ? sl__h1_client_head(r) : sl__h1_answer_head(r, ctype, (uint64_t)content_length);
+}
+
+static void h1_on_written(uv_write_t *wr, int status) {
+    sl_conn_t *c = (sl_conn_t *)wr->handle;
+    sl_req_t *r = c->ds.req;
+    if (!r) return; /* cancelled by a close */
+    sl_deadline_clear(&c->timer);
+    sl__req_on_written(r, status);
+}
+
+static int h1_write(sl_downstream_t *d, sl_outq_t *q) { return sl__conn_write(conn_of(d), q, h1_on_written); }
+
+static void h1_arm(sl_downstream_t *d, uint64_t ms) {
+    sl_conn_t *c = conn_of(d);
+    if (ms)
+        conn_arm(c, ms);
+    else
+        sl_deadline_clear(&c->timer);
+}
+
+static void h1_finish(sl_downstream_t *d) { conn_request_done(conn_of(d)); }
+
+static void h1_abort(sl_downstream_t *d) { sl__conn_abort(conn_of(d)); }
+
+static const sl_downstream_ops_t h1_ops = {
+    .body_buffered = h1_body_buffered,
+    .read_body = h1_read_body,
+    .wait_body = h1_wait_body,
+    .pause = h1_pause,
+    .send_continue = h1_send_continue,
+    .write_head = h1_write_head,
+    .write = h1_write,
+    .arm = h1_arm,
+    .finish = h1_finish,
+    .abort = h1_abort,
+};

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "proto/http1.h"
-#include "http/http_conn.h"
+#include "http/request.h"
 #include "base/log.h"
 #include "script/lua_host.h"
 #include "sluice.h"
@@ -352,7 +352,7 @@ int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port
                         size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
                         const char *ca, const char **err) {
     static __thread char msg[160];
-    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
         *err = "http.request works in rewrite and access only";
         return SL_ERROR;
     }

@@ -1,14 +1,12 @@
 /* pool.c — per-worker keep-alive pools of upstream connections, one list per target.
  *
  * A pooled connection keeps reading: bytes or EOF arriving while it is idle mean
- * it is no longer at a clean message boundary, and it is closed (proxy_http.c).
+ * it is no longer at a clean message boundary, and it is closed (upconn.c).
  * It holds no buffer and its timer counts the keep-alive idle timeout.
  */
 #include <stdlib.h>
 
-#include "http/http_conn.h"
-#include "net/tls.h"
-#include "net/tls.h"
+#include "http/upconn.h"
 
 static void upconn_on_close(uv_handle_t *h) {
     sl_upconn_t *u = h->data;
@@ -17,7 +15,6 @@ static void upconn_on_close(uv_handle_t *h) {
     if (u->rbuf) sl_block_put(&w->blocks, u->rbuf);
     free(u);
     w->nupconns--;
-    sl__worker_maybe_stop(w);
 }
 
 static void pool_unlink(sl_worker_t *w, sl_upconn_t *u) {
@@ -37,11 +34,8 @@ void sl__upconn_close(sl_upconn_t *u) {
     u->state = SL_UP_CLOSED;
     u->req = NULL;
     u->nclose = 2;
-    if (u->tls) {
-        sl_tls_close(u->tls);
-        u->tls = NULL;
-    }
-    uv_close((uv_handle_t *)&u->tcp, upconn_on_close);
+    sl_stream_end_tls(&u->s);
+    uv_close((uv_handle_t *)&u->s.tcp, upconn_on_close);
     uv_close((uv_handle_t *)&u->timer.timer, upconn_on_close);
 }
 

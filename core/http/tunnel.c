@@ -14,15 +14,24 @@
  * Ending is sl__conn_abort(): the client connection closes, and with it the request that
  * owns the tunnel and its upstream connection (never pooled).
  *
- * The client side is reached only through sl__conn_write, sl__conn_start/stop_reading and
- * sl__conn_shutdown, and read through conn.c's buffer: the seam TLS slots into.
+ * Both sides are net/ streams (TLS or not, the tunnel does not know): the client's through
+ * conn.c (sl__conn_write, sl__conn_start/stop_reading, sl__conn_shutdown, read into the
+ * connection's buffer), the upstream's through upconn.c, whose callbacks the tunnel takes
+ * over at the switch.
  */
-#include "http/http_conn.h"
-#include "net/tls.h"
+#include "http/tunnel.h"
+
+#include <assert.h>
+
+#include "http/conn.h"
+#include "http/request.h"
+#include "http/upconn.h"
+
+static sl_conn_t *conn_of(const sl_req_t *r) { return sl__conn_of(r->ds); }
 
 /* Time left before the tunnel is closed for idleness (or for a worker's drain). */
 static uint64_t idle_ms(const sl_req_t *r) {
-    uint64_t ms = r->c->lc->idle_timeout_ms;
+    uint64_t ms = r->ds->lc->idle_timeout_ms;
     if (r->tun.drain_at) {
         uint64_t now = uv_now(&r->w->loop);
         ms = SL_MIN(ms, r->tun.drain_at > now ? r->tun.drain_at - now : 1);
@@ -30,14 +39,11 @@ static uint64_t idle_ms(const sl_req_t *r) {
     return ms;
 }
 
-static void arm(sl_req_t *r) { sl__conn_arm(r->c, idle_ms(r)); }
+static void arm(sl_req_t *r) { sl__conn_arm(conn_of(r), idle_ms(r)); }
 
-static void end(sl_req_t *r) { sl__conn_abort(r->c); }
+static void end(sl_req_t *r) { sl__conn_abort(conn_of(r)); }
 
-static void on_up_written(uv_write_t *wr, int status) {
-    sl_upconn_t *u = SL_CONTAINER_OF(wr, sl_upconn_t, wreq);
-    if (u->req) sl__tunnel_on_upstream_written(u->req, status); /* NULL: cancelled by a close */
-}
+static void on_up_written(sl_upconn_t *u, int status);
 
 static void on_up_shutdown(uv_shutdown_t *sr, int status) {
     sl_upconn_t *u = SL_CONTAINER_OF(sr, sl_upconn_t, sreq);
@@ -48,14 +54,15 @@ static void on_up_shutdown(uv_shutdown_t *sr, int status) {
     if (r->tun.cl_shut == 2) end(r);
 }
 
-void sl__tunnel_on_client_shutdown(sl_req_t *r) {
+static void on_client_shutdown(sl_conn_t *c) {
+    sl_req_t *r = c->ds.req;
     r->tun.cl_shut = 2;
     if (r->tun.up_shut == 2) end(r);
 }
 
 /* client -> upstream. False when the tunnel ended (r is gone). */
 static bool pump_up(sl_req_t *r) {
-    sl_conn_t *c = r->c;
+    sl_conn_t *c = conn_of(r);
     sl_upconn_t *u = r->up;
     if (r->tun.up_shut) return true;
     if (r->upq.writing) {
@@ -63,10 +70,10 @@ static bool pump_up(sl_req_t *r) {
         return true;
     }
     if (c->rpos < c->rlen) {
-        sl__outq_reset(&r->upq);
-        sl__outq_add(&r->upq, c->rbuf + c->rpos, c->rlen - c->rpos);
+        sl_outq_reset(&r->upq);
+        sl_outq_add(&r->upq, c->rbuf + c->rpos, c->rlen - c->rpos);
         r->tun.cu_end = c->rlen;
-        int rc = sl__stream_write(&r->upq, (uv_stream_t *)&u->tcp, u->tls, &u->wreq, on_up_written);
+        int rc = sl__upconn_write(u, &r->upq);
         if (rc < 0) {
             end(r);
             return false;
@@ -79,8 +86,7 @@ static bool pump_up(sl_req_t *r) {
     c->rpos = c->rlen = 0;
     if (r->tun.cl_eof) {
         r->tun.up_shut = 1;
-        int src = u->tls ? sl_tls_shutdown_write(u->tls, &u->sreq, on_up_shutdown)
-                         : uv_shutdown(&u->sreq, (uv_stream_t *)&u->tcp, on_up_shutdown);
+        int src = sl_stream_shutdown(&u->s, &u->sreq, on_up_shutdown);
         if (src != 0) {
             r->tun.up_shut = 2;
             if (r->tun.cl_shut == 2) {
@@ -99,29 +105,29 @@ static bool pump_down(sl_req_t *r);
 
 static void on_cl_written(uv_write_t *wr, int status) {
     sl_conn_t *c = SL_CONTAINER_OF(wr, sl_conn_t, wreq);
-    sl_req_t *r = c->req;
+    sl_req_t *r = c->ds.req;
     if (!r) return; /* cancelled by a close */
     r->clq.writing = 0;
     if (status < 0) {
         end(r);
         return;
     }
-    sl__outq_reset(&r->clq);
+    sl_outq_reset(&r->clq);
     r->up->rpos = r->tun.uc_end;
     arm(r);
     pump_down(r);
 }
 
 static bool pump_down(sl_req_t *r) {
-    sl_conn_t *c = r->c;
+    sl_conn_t *c = conn_of(r);
     sl_upconn_t *u = r->up;
     if (r->tun.cl_shut) return true;
     if (r->clq.writing) {
-        sl__up_stop_reading(u);
+        sl__upconn_stop_reading(u);
         return true;
     }
     /* The first call sends the 101 head queued in clq along with what followed it. */
-    if (u->rpos < u->rlen) sl__outq_add(&r->clq, u->rbuf + u->rpos, u->rlen - u->rpos);
+    if (u->rpos < u->rlen) sl_outq_add(&r->clq, u->rbuf + u->rpos, u->rlen - u->rpos);
     r->tun.uc_end = u->rlen;
     if (r->clq.niov) {
         int rc = sl__conn_write(c, &r->clq, on_cl_written);
@@ -130,14 +136,14 @@ static bool pump_down(sl_req_t *r) {
             return false;
         }
         if (rc == 0) { /* the client is slow: the upstream waits */
-            sl__up_stop_reading(u);
+            sl__upconn_stop_reading(u);
             return true;
         }
     }
     u->rpos = u->rlen = 0;
     if (r->tun.up_eof) {
         r->tun.cl_shut = 1;
-        sl__conn_shutdown(c); /* its completion calls sl__tunnel_on_client_shutdown */
+        sl__conn_shutdown(c); /* its completion calls on_client_shutdown */
         if (c->wshut == 2) { /* could not even start: done all the same */
             r->tun.cl_shut = 2;
             if (r->tun.up_shut == 2) {
@@ -147,14 +153,26 @@ static bool pump_down(sl_req_t *r) {
         }
         return true;
     }
-    sl__up_start_reading(u);
+    sl__upconn_start_reading(u);
     return true;
 }
 
+static void on_up_read(sl_upconn_t *u, ssize_t nread);
+static void on_up_timeout(sl_upconn_t *u) { end(u->req); }
+static void on_up_connected(sl_upconn_t *u, int status, const char *why) {}
+
+static const sl_upconn_cb_t tunnel_up_cb = {on_up_read, on_up_timeout, on_up_connected, on_up_written};
+static void on_client_read(sl_conn_t *c, ssize_t nread);
+static void on_client_shutdown(sl_conn_t *c);
+static void drain(sl_conn_t *c);
+static const sl_conn_takeover_t tunnel_takeover = {on_client_read, on_client_shutdown, drain};
+
 void sl__tunnel_start(sl_req_t *r) {
-    sl_conn_t *c = r->c;
+    sl_conn_t *c = conn_of(r);
     sl_upconn_t *u = r->up;
-    c->tunnel = 1;
+    assert(r->ds->can_upgrade);
+    c->takeover = &tunnel_takeover;
+    u->cb = &tunnel_up_cb;
     r->tun.cu_end = c->rpos; /* the upgrade's head may still be in flight toward the upstream */
     r->tun.cl_eof = c->peer_eof;
     r->tun.up_eof = u->eof;
@@ -164,20 +182,23 @@ void sl__tunnel_start(sl_req_t *r) {
     pump_up(r);
 }
 
-void sl__tunnel_on_upstream_written(sl_req_t *r, int status) {
+/* A write toward the upstream completed (the upgrade's head may have been in flight at
+ * the switch). */
+static void on_up_written(sl_upconn_t *u, int status) {
+    sl_req_t *r = u->req;
     r->upq.writing = 0;
     if (status < 0) {
         end(r);
         return;
     }
-    sl__outq_reset(&r->upq);
-    r->c->rpos = r->tun.cu_end;
+    sl_outq_reset(&r->upq);
+    conn_of(r)->rpos = r->tun.cu_end;
     arm(r);
     pump_up(r);
 }
 
-void sl__tunnel_on_client_read(sl_req_t *r, ssize_t nread) {
-    sl_conn_t *c = r->c;
+static void on_client_read(sl_conn_t *c, ssize_t nread) {
+    sl_req_t *r = c->ds.req;
     if (nread == 0) {
         /* EAGAIN: a drained buffer goes back to the pool until the next bytes. */
         if (c->rbuf && c->rpos == c->rlen && !r->upq.writing) {
@@ -201,10 +222,14 @@ void sl__tunnel_on_client_read(sl_req_t *r, ssize_t nread) {
     pump_up(r);
 }
 
-void sl__tunnel_on_upstream_read(sl_req_t *r, ssize_t nread) {
-    sl_upconn_t *u = r->up;
+static void on_up_read(sl_upconn_t *u, ssize_t nread) {
+    sl_req_t *r = u->req;
+    if (nread == 0) {
+        sl__upconn_release_buffer(u);
+        return;
+    }
     if (nread < 0) {
-        sl__up_stop_reading(u);
+        sl__upconn_stop_reading(u);
         if (nread != UV_EOF) {
             end(r);
             return;
@@ -217,7 +242,9 @@ void sl__tunnel_on_upstream_read(sl_req_t *r, ssize_t nread) {
     pump_down(r);
 }
 
-void sl__tunnel_drain(sl_req_t *r) {
+/* The worker drains: the tunnel ends at the latest shutdown_timeout from now. */
+static void drain(sl_conn_t *c) {
+    sl_req_t *r = c->ds.req;
     if (r->tun.drain_at) return;
     r->tun.drain_at = uv_now(&r->w->loop) + r->w->cfg->shutdown_timeout_ms;
     arm(r);

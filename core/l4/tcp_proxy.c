@@ -40,12 +40,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/addr.h"
 #include "base/deadline.h"
 #include "base/log.h"
 #include "script/lua_host.h"
 #include "proto/proxy_protocol.h"
-#include "server/server.h"
 #include "proto/sni.h"
+#include "upstream/attempt.h"
 #include "upstream/upstreams.h"
 #include "ctx/worker.h"
 
@@ -72,7 +73,6 @@ _Static_assert(SL_PREREAD_SNI_MAX + SL_PP_ENCODE_MAX + SL_SNI_AREA <= SL_BLOCK_S
 
 enum { DIR_IN = 0, DIR_OUT = 1 };
 enum { ST_PREREAD = 1, ST_CONNECTING, ST_RETRY, ST_FLOWING, ST_CLOSED };
-enum { OUT_SUCCESS, OUT_FAILURE, OUT_CANCEL };
 
 typedef struct sl_pipe_s {
     struct sl_pipe_s *next;
@@ -101,20 +101,16 @@ struct sl_tcp_sess_s {
     uint32_t lidx;
     int upstream;            /* the listener's, the one its sni_routes or preread plugins
                                 chose, or SL_TCP_DIRECT (an address: `direct`) */
-    int target;
     uint8_t state;           /* ST_* */
     uint8_t cev, uev;        /* poll masks in force */
     uint8_t crd, urd;        /* the side was reported readable and not read dry since */
     uint8_t nclose;          /* handles closing */
     uint8_t up_open;         /* upoll initialised and not closing */
-    uint8_t admit, outcome_due, in_flight, attempts;
     uint8_t reset;           /* end with a reset toward both peers */
-    union {
-        uint64_t tried;          /* targets tried, bit (t % 64) */
-        sl_sockaddr_t *direct;   /* SL_TCP_DIRECT: the address a preread plugin set (owned);
-                                    such a session has no balancer, so no `tried` */
-    };
-    uint64_t connect_ns;
+    sl_tries_t tries;        /* targets tried (sized at the first connect) */
+    sl_attempt_t att;        /* the current connect's attempt (upstream/attempt.h) */
+    sl_sockaddr_t *direct;   /* SL_TCP_DIRECT: the address a preread plugin set (owned);
+                                such a session has no balancer, breaker or retry */
     sl_tcp_dir_t d[2];
     sl_sockaddr_t peer;      /* the client: its address, or the source its PROXY header gave */
     sl_sockaddr_t local;     /* what it connected to (for proxy_protocol.send) */
@@ -195,96 +191,41 @@ static void pipe_put(struct sl_tcpw_s *tw, sl_pipe_t *p, uint32_t in_pipe) {
     tw->nfree_pipes++;
 }
 
-/* ---- attempts: target choice, the TCP breaker, outcomes ---- */
+/* ---- attempts: the attempt model shared with HTTP (upstream/attempt.h), on the TCP
+ * layer's breaker ---- */
 
-typedef struct {
-    sl_tcp_sess_t *s;
-    const sl_upstream_rt_t *rt;
-    const sl_breaker_conf_t *bc;
-    uint64_t now_ms, skip;
-    bool ignore_health;
-} pick_ctx_t;
-
-static sl_breaker_t *tcp_breaker(const sl_upstream_rt_t *rt, uint32_t t) { return &rt->ts[t]->breaker[SL_LAYER_TCP]; }
-
-static bool target_eligible(void *ud, uint32_t t) {
-    pick_ctx_t *pc = ud;
-    if ((pc->s->tried | pc->skip) & (1ull << (t & 63))) return false;
-    if (!pc->ignore_health && !sl_tstate_healthy(pc->rt->ts[t], pc->now_ms)) return false;
-    return !pc->bc->enabled || sl_breaker_state(tcp_breaker(pc->rt, t), pc->bc, pc->now_ms) != SL_BREAKER_OPEN;
+static sl_attempts_of_t attempts_of(const sl_tcp_sess_t *s) {
+    return (sl_attempts_of_t){&s->w->cfg->upstreams[upstream_of(s)], &s->w->ug->ups[upstream_of(s)], SL_LAYER_TCP};
 }
 
-/* A target for the next connect with its breaker admission (s->admit), or -1. Targets
- * whose breakers are open are never tried; when every other untried target is
- * unhealthy they are tried anyway (a guess beats a certain refusal), as on HTTP. */
-static int pick_target(sl_tcp_sess_t *s) {
-    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
-    pick_ctx_t pc = {s, &s->w->ug->ups[upstream_of(s)], &uc->breaker, sl_now_ms(), 0, false};
+/* A target for the next connect with its breaker admission, or -1. Targets whose
+ * breakers are open are never tried; when every other untried target is unhealthy they
+ * are tried anyway (a guess beats a certain refusal), as on HTTP. */
+static int pick_target(sl_tcp_sess_t *s, uint8_t *admit) {
+    sl_attempts_of_t of = attempts_of(s);
     char key[INET6_ADDRSTRLEN] = "";
-    if (uc->balancer == SL_LB_CONSISTENT_HASH) /* a TCP session has only its client's address */
+    if (of.uc->balancer == SL_LB_CONSISTENT_HASH) /* a TCP session has only its client's address */
         inet_ntop(s->peer.sa.sa_family,
                   s->peer.sa.sa_family == AF_INET ? (void *)&s->peer.in.sin_addr : (void *)&s->peer.in6.sin6_addr,
                   key, sizeof key);
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t n = 0; n <= uc->ntargets; n++) {
-            int t = sl_balancer_pick(pc.rt->bal, target_eligible, &pc, key, strlen(key), sl_rand64());
-            if (t < 0) break;
-            uint64_t ra;
-            sl_admit_t a = pc.bc->enabled ? sl_breaker_admit(tcp_breaker(pc.rt, (uint32_t)t), pc.bc, pc.now_ms, &ra)
-                                          : SL_ADMIT_CLOSED;
-            if (a != SL_ADMIT_REFUSED) {
-                s->admit = (uint8_t)a;
-                return t;
-            }
-            pc.skip |= 1ull << (t & 63); /* half-open with every probe slot taken */
-        }
-        if (pc.skip) return -1;
-        for (size_t t = 0; pc.bc->enabled && t < uc->ntargets; t++)
-            if (!(s->tried & (1ull << (t & 63))) &&
-                sl_breaker_state(tcp_breaker(pc.rt, (uint32_t)t), pc.bc, pc.now_ms) == SL_BREAKER_OPEN)
-                return -1; /* open breakers are the answer, not a reason to ignore health */
-        pc.ignore_health = true;
-    }
-    return -1;
+    uint64_t retry_after_ms;
+    return sl_attempt_pick(&of, &s->tries, key, strlen(key), admit, &retry_after_ms);
 }
 
-static void attempt_begin(sl_tcp_sess_t *s, int t) {
-    s->target = t;
-    s->tried |= 1ull << (t & 63);
-    s->attempts++;
-    s->outcome_due = 1;
-    s->in_flight = 1;
-    s->connect_ns = sl_now_ns();
-    sl_balancer_begin(s->w->ug->ups[upstream_of(s)].bal, (uint32_t)t);
-}
-
-/* The connect's verdict, once: established is a success, refused or timed out a failure. */
+/* The connect's verdict, once: established is a success (and its time the target's
+ * latency), refused or timed out a failure. */
 static void attempt_outcome(sl_tcp_sess_t *s, int outcome) {
-    if (!s->outcome_due) return;
-    s->outcome_due = 0;
-    const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
-    const sl_upstream_rt_t *rt = &s->w->ug->ups[upstream_of(s)];
-    sl_tstate_t *ts = rt->ts[s->target];
-    uint64_t now = sl_now_ms();
-    if (uc->breaker.enabled) {
-        if (outcome == OUT_CANCEL)
-            sl_breaker_cancel(tcp_breaker(rt, (uint32_t)s->target), (sl_admit_t)s->admit);
-        else
-            sl_breaker_record(tcp_breaker(rt, (uint32_t)s->target), &uc->breaker, (sl_admit_t)s->admit,
-                              outcome == OUT_SUCCESS, now);
-    }
-    if (outcome == OUT_FAILURE) sl_tstate_passive_failure(ts, &uc->health, now);
-    if (outcome == OUT_SUCCESS) {
-        uint64_t ns = sl_now_ns();
-        sl_target_observe(&ts->live, ns - s->connect_ns, ns);
-    }
+    if (!s->att.outcome_due || s->upstream == SL_TCP_DIRECT) return;
+    sl_attempts_of_t of = attempts_of(s);
+    sl_attempt_outcome(&of, &s->att, outcome);
+    if (outcome == SL_OUT_SUCCESS) sl_attempt_observe(&of, &s->att, sl_now_ns());
 }
 
 /* The session no longer holds its target (least-conn and p2c count open sessions). */
 static void attempt_release(sl_tcp_sess_t *s) {
-    if (!s->in_flight) return;
-    s->in_flight = 0;
-    sl_balancer_end(s->w->ug->ups[upstream_of(s)].bal, (uint32_t)s->target);
+    if (!s->att.in_flight || s->upstream == SL_TCP_DIRECT) return;
+    sl_attempts_of_t of = attempts_of(s);
+    sl_attempt_release(&of, &s->att);
 }
 
 /* ---- polls and lifetime ---- */
@@ -339,8 +280,9 @@ static void close_upstream(sl_tcp_sess_t *s) {
 static void sess_end(sl_tcp_sess_t *s, bool reset) {
     if (s->state == ST_CLOSED) return;
     struct sl_tcpw_s *tw = s->w->tcp;
-    attempt_outcome(s, OUT_CANCEL); /* ended while connecting: no verdict on the target */
+    attempt_outcome(s, SL_OUT_CANCEL); /* ended while connecting: no verdict on the target */
     attempt_release(s);
+    sl_tries_free(&s->tries);
     if (s->upstream == SL_TCP_DIRECT) {
         free(s->direct);
         s->direct = NULL;
@@ -539,7 +481,7 @@ static int put_proxy_header(sl_tcp_sess_t *s) {
 }
 
 static void connected(sl_tcp_sess_t *s) {
-    attempt_outcome(s, OUT_SUCCESS);
+    attempt_outcome(s, SL_OUT_SUCCESS);
     s->state = ST_FLOWING;
     if (lconf(s)->proxy_send && put_proxy_header(s) != SL_OK) {
         sess_end(s, true);
@@ -562,13 +504,13 @@ static void connect_failed(sl_tcp_sess_t *s, int err) {
         return;
     }
     const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
-    sl_log_warn("listener %s: connect to %s (upstream %s) failed: %s", lc->name, uc->targets[s->target].addr.text,
+    sl_log_warn("listener %s: connect to %s (upstream %s) failed: %s", lc->name, uc->targets[s->att.target].addr.text,
                 uc->name, err == ETIMEDOUT ? "timed out" : strerror(err));
-    attempt_outcome(s, OUT_FAILURE);
+    attempt_outcome(s, SL_OUT_FAILURE);
     attempt_release(s);
     close_upstream(s);
     sl_deadline_clear(&s->timer);
-    if (s->attempts < SL_TCP_ATTEMPTS && s->attempts < uc->ntargets)
+    if (s->tries.attempts < SL_TCP_ATTEMPTS && s->tries.attempts < uc->ntargets)
         s->state = ST_RETRY; /* on_closed connects again once the handle is gone */
     else
         sess_end(s, false);
@@ -585,17 +527,23 @@ static void sess_connect(sl_tcp_sess_t *s) {
         sa = &s->direct->sa;
         salen = sa->sa_family == AF_INET6 ? sizeof s->direct->in6 : sizeof s->direct->in;
         timeout_ms = lc->connect_timeout_ms;
-        s->attempts++;
+        s->tries.attempts++;
     } else {
         const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream_of(s)];
-        int t = pick_target(s);
+        if (!s->tries.words && sl_tries_init(&s->tries, (uint32_t)uc->ntargets, NULL) != SL_OK) {
+            sess_end(s, true);
+            return;
+        }
+        uint8_t admit = 0;
+        int t = pick_target(s, &admit);
         if (t < 0) {
             sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
                         "every target tried)", lc->name, uc->name);
             sess_end(s, false);
             return;
         }
-        attempt_begin(s, t);
+        sl_attempts_of_t of = attempts_of(s);
+        sl_attempt_begin(&of, &s->tries, &s->att, t, admit);
         sa = (const struct sockaddr *)&uc->targets[t].addr.ss;
         salen = uc->targets[t].addr.len;
         timeout_ms = uc->connect_timeout_ms;
@@ -701,7 +649,7 @@ static int run_plugins(sl_tcp_sess_t *s) {
         v.sni = sni_name(s);
         v.sni_len = *sni_len(s);
     }
-    int rc = sl_lua_preread(s->w, &v);
+    int rc = sl_lua_preread(s->w, &v, s->lidx);
     if (rc != SL_OK) {
         sess_end(s, rc == SL_ERROR); /* a plugin's close() sent its message: end with a FIN */
         return SL_ERROR;
@@ -861,7 +809,7 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
     s->cfd = fd;
     s->ufd = -1;
     s->upstream = lc->upstream;
-    s->target = -1;
+    s->att.target = -1;
     s->peer = *peer;
     s->cpoll.data = s;
     sl_deadline_init(&w->loop, &s->timer, s, on_timer);

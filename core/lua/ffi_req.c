@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "http/http_conn.h"
+#include "http/request.h"
 #include "base/log.h"
 #include "script/lua_host.h"
 #include "sluice.h"
@@ -32,7 +32,7 @@ int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
 }
 int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) {
-    return out((sl_str_t){r->c->peer, strlen(r->c->peer)}, p, len);
+    return out((sl_str_t){r->ds->peer, strlen(r->ds->peer)}, p, len);
 }
 int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len) { return out((sl_str_t){r->rid, r->rid_len}, p, len); }
 int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err) {
@@ -152,7 +152,7 @@ int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **er
 }
 
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err) {
-    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
         *err = "the body can be read in rewrite and access only";
         return SL_ERROR;
     }
@@ -168,8 +168,8 @@ int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **e
 }
 
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err) {
-    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS &&
-        r->lua_phase != SL_PHASE_PREREAD) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS &&
+        r->lua.phase != SL_PHASE_PREREAD) {
         *err = "response.exit works in rewrite and access only";
         return SL_ERROR;
     }
@@ -284,7 +284,7 @@ int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out) {
         .healthy = sl_tstate_healthy(ts, now),
         .breaker = sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now),
         .in_flight = (int)atomic_load_explicit(&ts->live.in_flight, memory_order_relaxed),
-        .tried = (r->tried >> (i & 63)) & 1,
+        .tried = r->tries.words > 0 && sl_tries_has(r->tries.tried, (uint32_t)i),
         .ewma_ms = atomic_load_explicit(&ts->live.ewma_ns, memory_order_relaxed) / 1e6,
     };
     return SL_OK;
@@ -297,7 +297,7 @@ static int target_named(const sl_upstream_conf_t *uc, const char *addr, size_t l
 }
 
 int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err) {
-    if (r->lua_phase != SL_PHASE_BALANCER) {
+    if (r->lua.phase != SL_PHASE_BALANCER) {
         *err = "set_target works in the balancer phase only";
         return SL_ERROR;
     }
@@ -331,7 +331,7 @@ int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof) {
 }
 
 int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err) {
-    if (r->lua_phase != SL_PHASE_BODY_FILTER) {
+    if (r->lua.phase != SL_PHASE_BODY_FILTER) {
         *err = "the body can be replaced in body_filter only";
         return SL_ERROR;
     }
@@ -352,7 +352,7 @@ int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err) {
 }
 
 int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
-    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
         *err = "sleep works in rewrite and access only";
         return SL_ERROR;
     }
@@ -365,56 +365,6 @@ int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
         return SL_ERROR;
     }
     return SL_OK;
-}
-
-/* ---- timed waits (a plugin's sleep, a retry's backoff) ---- */
-
-typedef struct {
-    sl_wait_t base;
-    uv_timer_t timer;
-    void (*fire)(sl_req_t *r);
-} sl_timed_wait_t;
-
-static void timed_wait_closed(uv_handle_t *h) { free(h->data); }
-
-static void timed_wait_fired(uv_timer_t *t) {
-    sl_timed_wait_t *tw = t->data;
-    sl_req_t *r = tw->base.r;
-    uv_close((uv_handle_t *)t, timed_wait_closed);
-    if (!r) return;
-    r->wait = NULL;
-    tw->fire(r);
-}
-
-static void timed_wait_cancel(sl_wait_t *wt) {
-    sl_timed_wait_t *tw = SL_CONTAINER_OF(wt, sl_timed_wait_t, base);
-    uv_timer_stop(&tw->timer);
-    uv_close((uv_handle_t *)&tw->timer, timed_wait_closed);
-}
-
-int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r)) {
-    sl_timed_wait_t *tw = malloc(sizeof(*tw));
-    if (!tw) return SL_ERROR;
-    uv_timer_init(&r->w->loop, &tw->timer);
-    tw->timer.data = tw;
-    tw->base = (sl_wait_t){.r = r, .kind = kind, .cancel = timed_wait_cancel};
-    tw->fire = fire;
-    r->wait = &tw->base;
-    /* The loop's clock is cached from the start of this iteration: refresh it, or the
-     * wait could end early by the time spent in this iteration so far. */
-    uv_update_time(&r->w->loop);
-    uv_timer_start(&tw->timer, timed_wait_fired, ms, 0);
-    return SL_OK;
-}
-
-/** Called when a request ends while its coroutine waits: the wait's handles outlive it. */
-void sl__req_cancel_wait(sl_req_t *r);
-void sl__req_cancel_wait(sl_req_t *r) {
-    sl_wait_t *wt = r->wait;
-    if (!wt) return;
-    r->wait = NULL;
-    wt->r = NULL;
-    wt->cancel(wt);
 }
 
 void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len) {
@@ -432,7 +382,7 @@ int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st) {
     st->duration_ms = (double)(sl_now_ns() - r->start_ns) / 1e6;
     st->upstream = r->upstream >= 0 ? cfg->upstreams[r->upstream].name : "";
     st->target = r->to_address ? r->address_text
-                 : r->upstream >= 0 && r->target >= 0 ? cfg->upstreams[r->upstream].targets[r->target].addr.text
+                 : r->upstream >= 0 && r->att.target >= 0 ? cfg->upstreams[r->upstream].targets[r->att.target].addr.text
                                                       : "";
     st->route = r->route >= 0 ? cfg->routes[r->route].name : "";
     return SL_OK;

@@ -6,9 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "http/http_conn.h"
 #include "base/log.h"
-#include "l4/tcp_proxy.h"
 
 const char *sl_lua_dir(void) {
     const char *d = getenv("SLUICE_LUA_DIR");
@@ -176,10 +174,10 @@ void sl_lua_close(sl_worker_t *w) {
     w->route_phases = NULL;
 }
 
-int sl_lua_route(sl_worker_t *w, sl_req_t *r, uint32_t *strip) {
+int sl_lua_route(sl_worker_t *w, void *req, uint32_t *strip) {
     lua_State *L = w->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_dispatch);
-    lua_pushlightuserdata(L, r);
+    lua_pushlightuserdata(L, req);
     if (lua_pcall(L, 1, 2, 0) != 0) {
         sl_log_err("router error: %s", lua_tostring(L, -1));
         lua_settop(L, 0);
@@ -196,29 +194,28 @@ uint8_t sl_lua_route_phases(sl_worker_t *w, int route) {
     return route >= 0 ? w->route_phases[route] : 0;
 }
 
-static void drop_coroutine(sl_req_t *r) {
-    if (r->co_ref) luaL_unref(r->w->L, LUA_REGISTRYINDEX, r->co_ref);
-    r->co_ref = 0;
-    r->co = NULL;
+static void drop_coroutine(sl_worker_t *w, sl_lua_task_t *t) {
+    if (t->co_ref) luaL_unref(w->L, LUA_REGISTRYINDEX, t->co_ref);
+    t->co_ref = 0;
+    t->co = NULL;
 }
 
 /* The dispatcher returns (code, chain position, plugin name, message):
  * code 0 = carry on, 1 = a plugin answered, 2 = a plugin raised an error. */
-static int finish_resume(sl_req_t *r, int st) {
-    lua_State *co = r->co;
-    sl_worker_t *w = r->w;
-    const char *route = r->route >= 0 ? w->cfg->routes[r->route].name : "none";
+static int finish_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int st) {
+    lua_State *co = t->co;
+    const char *route = who.route >= 0 ? w->cfg->routes[who.route].name : "none";
     if (st == LUA_YIELD) {
         lua_settop(co, 0);
-        r->lua_waiting = 1;
+        t->waiting = 1;
         return SL_EAGAIN;
     }
-    r->lua_waiting = 0;
+    t->waiting = 0;
     if (st != 0) {
         /* An error outside a plugin's own call (the dispatcher itself): the coroutine is dead. */
-        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", r->rid}, 2, "lua: %s",
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s",
                   lua_tostring(co, -1));
-        drop_coroutine(r);
+        drop_coroutine(w, t);
         return SL_ERROR;
     }
     int code = (int)lua_tointeger(co, 1);
@@ -229,51 +226,49 @@ static int finish_resume(sl_req_t *r, int st) {
         int pos = (int)lua_tointeger(co, 2);
         const char *plugin = lua_tostring(co, 3);
         sl_log_kv(SL_LOG_ERR,
-                  (const char *[]){"route", route, "plugin", plugin ? plugin : "?", "request_id", r->rid}, 3,
+                  (const char *[]){"route", route, "plugin", plugin ? plugin : "?", "request_id", who.rid}, 3,
                   "plugin error: %s", lua_tostring(co, 4) ? lua_tostring(co, 4) : "?");
-        sl_metrics_plugin_error(&w->metrics, r->route, pos);
+        sl_metrics_plugin_error(&w->metrics, who.route, pos);
         rc = SL_ERROR;
     }
     lua_settop(co, 0);
     return rc;
 }
 
-int sl_lua_phase(sl_req_t *r, int phase) {
-    sl_worker_t *w = r->w;
+int sl_lua_phase(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int phase) {
     lua_State *L = w->L;
-    if (!r->co) {
-        r->co = lua_newthread(L);
-        r->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    if (!t->co) {
+        t->co = lua_newthread(L);
+        t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     }
-    if (!r->ctx_ref) {
+    if (!t->ctx_ref) {
         lua_newtable(L);
-        r->ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        t->ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     }
-    lua_State *co = r->co;
-    r->lua_phase = (uint8_t)phase;
+    lua_State *co = t->co;
+    t->phase = (uint8_t)phase;
     lua_rawgeti(co, LUA_REGISTRYINDEX, w->lua_phase);
     lua_pushinteger(co, phase);
-    lua_pushlightuserdata(co, r);
-    lua_pushinteger(co, r->route);
-    lua_rawgeti(co, LUA_REGISTRYINDEX, r->ctx_ref);
-    int rc = finish_resume(r, lua_resume(co, 4));
+    lua_pushlightuserdata(co, who.req);
+    lua_pushinteger(co, who.route);
+    lua_rawgeti(co, LUA_REGISTRYINDEX, t->ctx_ref);
+    int rc = finish_resume(w, t, who, lua_resume(co, 4));
     if (rc == SL_EAGAIN && phase != SL_PHASE_REWRITE && phase != SL_PHASE_ACCESS) {
         /* Only rewrite and access may wait; elsewhere the response is already moving. */
-        sl_log_kv(SL_LOG_ERR, (const char *[]){"request_id", r->rid}, 1,
-                  "a plugin yielded in a phase that cannot wait");
-        r->lua_waiting = 0;
-        drop_coroutine(r);
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"request_id", who.rid}, 1, "a plugin yielded in a phase that cannot wait");
+        t->waiting = 0;
+        drop_coroutine(w, t);
         return SL_ERROR;
     }
     return rc;
 }
 
-int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s) {
+int sl_lua_preread(sl_worker_t *w, void *session, uint32_t lidx) {
     lua_State *L = w->L;
-    const char *listener = w->cfg->listeners[s->lidx].name;
+    const char *listener = w->cfg->listeners[lidx].name;
     lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_preread);
-    lua_pushlightuserdata(L, s);
-    lua_pushinteger(L, (lua_Integer)s->lidx);
+    lua_pushlightuserdata(L, session);
+    lua_pushinteger(L, (lua_Integer)lidx);
     /* the dispatcher returns (code, chain position, plugin name, message), as the phase
      * dispatcher does: 0 carry on, 1 closed by a plugin, 2 a plugin raised */
     if (lua_pcall(L, 2, 4, 0) != 0) {
@@ -286,21 +281,21 @@ int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s) {
         const char *plugin = lua_tostring(L, 3);
         sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener, "plugin", plugin ? plugin : "?"}, 2,
                   "plugin error in preread: %s", lua_tostring(L, 4) ? lua_tostring(L, 4) : "?");
-        sl_metrics_listener_plugin_error(&w->metrics, s->lidx, (int)lua_tointeger(L, 2));
+        sl_metrics_listener_plugin_error(&w->metrics, lidx, (int)lua_tointeger(L, 2));
     }
     lua_settop(L, 0);
     return rc;
 }
 
-int sl_lua_resume(sl_req_t *r) {
-    if (!r->co || !r->lua_waiting) return SL_ERROR;
-    return finish_resume(r, lua_resume(r->co, 0));
+int sl_lua_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who) {
+    if (!t->co || !t->waiting) return SL_ERROR;
+    return finish_resume(w, t, who, lua_resume(t->co, 0));
 }
 
-void sl_lua_req_end(sl_req_t *r) {
-    lua_State *L = r->w->L;
+void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t) {
+    lua_State *L = w->L;
     if (!L) return;
-    drop_coroutine(r);
-    if (r->ctx_ref) luaL_unref(L, LUA_REGISTRYINDEX, r->ctx_ref);
-    r->ctx_ref = 0;
+    drop_coroutine(w, t);
+    if (t->ctx_ref) luaL_unref(L, LUA_REGISTRYINDEX, t->ctx_ref);
+    t->ctx_ref = 0;
 }

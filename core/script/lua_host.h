@@ -29,30 +29,49 @@ enum {
 int sl_lua_open(sl_worker_t *w, const char **err);
 void sl_lua_close(sl_worker_t *w);
 
-/** Routes a request: the route index, or -1 when none matches; *strip = prefix bytes to drop. */
-int sl_lua_route(sl_worker_t *w, sl_req_t *r, uint32_t *strip);
+/** A request's Lua state: its coroutine and ctx table, made at its first phase and
+ *  released by sl_lua_task_end. Owned by the request (zeroed with it). */
+typedef struct {
+    lua_State *co;
+    int co_ref, ctx_ref; /**< registry refs of the coroutine and ctx table (0: none) */
+    uint8_t phase;       /**< the SL_PHASE_* running (or waiting) */
+    uint8_t waiting;     /**< the coroutine yielded: an event resumes it */
+} sl_lua_task_t;
+
+/** Who a phase runs for, for its log lines and counters: the request (an opaque FFI
+ *  handle), its route index (-1: none) and its request id. */
+typedef struct {
+    void *req;
+    int route;
+    const char *rid;
+} sl_lua_who_t;
+
+/** Routes a request (an opaque FFI handle): the route index, or -1 when none matches;
+ *  *strip = prefix bytes to drop. */
+int sl_lua_route(sl_worker_t *w, void *req, uint32_t *strip);
 
 /** SL_PHASE_* bits of the phases route `route` defines (0 for -1). */
 uint8_t sl_lua_route_phases(sl_worker_t *w, int route);
 
 /**
- * Runs `phase` of r's chain. SL_OK: carry on. SL_DONE: a plugin answered
- * (r->exit_status). SL_EAGAIN: the coroutine yielded; sl__req_wakeup resumes it
- * through sl_lua_resume. SL_ERROR: a plugin failed (logged and counted): answer 500.
+ * Runs `phase` of the route's chain for a request, in its coroutine (t). SL_OK: carry on.
+ * SL_DONE: a plugin answered. SL_EAGAIN: the coroutine yielded; the event it waits for
+ * resumes it through sl_lua_resume. SL_ERROR: a plugin failed (logged and counted):
+ * answer 500. Only rewrite and access may wait.
  */
-int sl_lua_phase(sl_req_t *r, int phase);
-int sl_lua_resume(sl_req_t *r);
-/** Releases the request's coroutine and ctx. */
-void sl_lua_req_end(sl_req_t *r);
+int sl_lua_phase(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int phase);
+int sl_lua_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who);
+/** Releases a request's coroutine and ctx. */
+void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t);
 
-struct sl_session_s;
 /**
- * Runs tcp listener s->lidx's preread chain (its `plugins:`) for one session, at once:
- * preread cannot wait (sleep, http, redis raise). SL_OK: carry on to s->upstream (possibly
- * changed). SL_DONE: a plugin closed the session. SL_ERROR: a plugin raised (logged with
- * the listener and plugin, counted in sluice_plugin_errors_total{route="listener:NAME"}).
+ * Runs tcp listener `lidx`'s preread chain (its `plugins:`) for one session (an opaque FFI
+ * handle), at once: preread cannot wait (sleep, http, redis raise). SL_OK: carry on to the
+ * session's upstream (possibly changed). SL_DONE: a plugin closed the session. SL_ERROR:
+ * a plugin raised (logged with the listener and plugin, counted in
+ * sluice_plugin_errors_total{route="listener:NAME"}).
  */
-int sl_lua_preread(sl_worker_t *w, struct sl_session_s *s);
+int sl_lua_preread(sl_worker_t *w, void *session, uint32_t lidx);
 
 /** Where lua/ lives: $SLUICE_LUA_DIR, else the source tree this binary was built from. */
 const char *sl_lua_dir(void);

@@ -4,7 +4,7 @@
  * never delays traffic. Requests are tiny: the head is read into a fixed
  * buffer, the answer is written, and the connection is closed.
  */
-#include "server/admin.h"
+#include "server/server.h"
 
 #include <stdarg.h>
 #include <stdio.h>

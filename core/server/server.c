@@ -11,19 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "server/admin.h"
 #include "base/log.h"
-
-void sl__addr_text(const struct sockaddr_storage *ss, char *out, size_t n) {
-    char ip[INET6_ADDRSTRLEN];
-    if (ss->ss_family == AF_INET6) {
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
-        snprintf(out, n, "[%s]:%u", ip, ntohs(((const struct sockaddr_in6 *)ss)->sin6_port));
-    } else {
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof(ip));
-        snprintf(out, n, "%s:%u", ip, ntohs(((const struct sockaddr_in *)ss)->sin_port));
-    }
-}
 
 /* One socket per (listener, worker), all bound to the same address with SO_REUSEPORT so
  * the kernel spreads connections across workers. Port 0 is resolved by the first bind and

@@ -9,6 +9,7 @@
 
 #include <uv.h>
 
+#include "base/addr.h"
 #include "config/config.h"
 #include "upstream/health.h"
 #include "upstream/upstreams.h"
@@ -93,7 +94,10 @@ void sl_server_watch(sl_server_t *srv);
 uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len);
 
 /* Between server.c and reload.c. */
-void sl__addr_text(const struct sockaddr_storage *ss, char *out, size_t n);
+/* admin.c: the admin API listener (admin.listen) on the main loop. 0 or -1 with *err. */
+int sl_admin_start(sl_server_t *srv, const char **err);
+void sl_admin_stop(sl_server_t *srv);
+
 void sl__reload_init(sl_server_t *srv);
 void sl__reload_close(sl_server_t *srv);
 void sl__reload_free_retired(sl_server_t *srv);

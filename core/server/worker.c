@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "http/http_conn.h"
+#include "http/http.h"
+#include "proto/http1.h"
+#include "lua/redis.h"
 #include "base/log.h"
 #include "script/lua_host.h"
 #include "server/server.h"
@@ -59,14 +61,8 @@ static void on_async(uv_async_t *a) {
         if (w->cfg->listeners[i].protocol != SL_PROTO_TCP) uv_close((uv_handle_t *)&w->listeners[i], NULL);
     sl__tcp_drain(w);
     uv_close((uv_handle_t *)&w->async, NULL);
-    sl__worker_close_idle_conns(w);
-    sl__pool_close_all(w);
+    sl_http_drain(w);
     sl__redis_close(w);
-}
-
-void sl__worker_maybe_stop(sl_worker_t *w) {
-    /* Nothing to do: the loop ends by itself once every handle is closed. */
-    (void)w;
 }
 
 static void *worker_main(void *arg) {
@@ -95,7 +91,7 @@ int sl_worker_start(sl_worker_t *w) {
             uv_tcp_init(&w->loop, t);
             t->data = (void *)(uintptr_t)i;
             rc = uv_tcp_open(t, fd);
-            if (rc == 0) rc = uv_listen((uv_stream_t *)t, 4096, sl__conn_on_accept);
+            if (rc == 0) rc = uv_listen((uv_stream_t *)t, 4096, sl_http_on_accept);
         }
         if (rc != 0) {
             sl_log_err("worker %d: cannot listen on %s: %s", w->id, cfg->listeners[i].listen.text, uv_strerror(rc));
@@ -144,11 +140,7 @@ void sl_worker_destroy(sl_worker_t *w) {
     }
     int rc = uv_loop_close(&w->loop);
     if (rc != 0) sl_log_warn("worker %d: its loop still had handles at exit (%s)", w->id, uv_strerror(rc));
-    while (w->free_reqs) {
-        sl_req_t *r = w->free_reqs;
-        w->free_reqs = r->free_next;
-        free(r);
-    }
+    sl_http_free(w);
     sl__tcp_free(w);
     sl_blockpool_destroy(&w->blocks);
     if (w->ups)

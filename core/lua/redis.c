@@ -16,7 +16,8 @@
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
 
-#include "http/http_conn.h"
+#include "lua/redis.h"
+#include "http/request.h"
 #include "base/log.h"
 #include "script/lua_host.h"
 #include "sluice.h"
@@ -219,7 +220,7 @@ static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
 
 int sl_ffi_redis_command(sl_req_t *r, int argc, const char **argv, const size_t *argvlen, const char **err) {
     sl_worker_t *w = r->w;
-    if (r->lua_phase != SL_PHASE_REWRITE && r->lua_phase != SL_PHASE_ACCESS) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
         *err = "redis works in rewrite and access only";
         return SL_ERROR;
     }

@@ -1,0 +1,318 @@
+/* attempts.c — a request's attempts on its upstream's targets: the HTTP side of the
+ * attempt model (upstream/attempt.h, shared with TCP): the balancer phase's choice and
+ * the hash key, retries after a failure or a named 5xx, and hedging (request.h).
+ *
+ * An attempt is one try of the request on one target. It starts with a pick among
+ * eligible targets and the target breaker's admission; it counts in the target's
+ * in-flight until its connection is released; its outcome goes to the breaker and
+ * passive health exactly once, on every path: response head, failure, client abort, a
+ * gateway answer that replaces it. A plugin's upstream.set(address) has no target: its
+ * single attempt is only timed. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "http/request.h"
+
+static sl_attempts_of_t attempts_of(const sl_req_t *r) {
+    return (sl_attempts_of_t){sl__req_upstream_conf(r), &r->w->ug->ups[r->upstream], SL_LAYER_HTTP};
+}
+
+/* What consistent-hash hashes for this request (hash_on). */
+static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
+    switch (uc->hash_on) {
+    case SL_HASH_HEADER: return sl__req_header_value(r, uc->hash_name);
+    case SL_HASH_COOKIE: return sl__req_cookie_value(r, uc->hash_name);
+    case SL_HASH_PATH: return r->head.path;
+    default: return (sl_str_t){r->ds->peer, strlen(r->ds->peer)};
+    }
+}
+
+int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms) {
+    sl_attempts_of_t of = attempts_of(r);
+    *retry_after_ms = 0;
+    /* A plugin's balancer phase may name the target; an ineligible or refused choice
+     * falls back to the balancer. */
+    if (r->phases & (1u << SL_PHASE_BALANCER)) {
+        r->lua_target = 0;
+        if (sl__req_phase(r, SL_PHASE_BALANCER) == SL_ERROR) return SL_PICK_PLUGIN_ERROR;
+        int t = (int)r->lua_target - 1;
+        if (sl_attempt_take(&of, &r->tries, t, admit)) return t;
+    }
+    sl_str_t key = of.uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, of.uc) : (sl_str_t){"", 0};
+    return sl_attempt_pick(&of, &r->tries, key.p, key.len, admit, retry_after_ms);
+}
+
+void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
+    if (r->to_address) {
+        r->att.start_ns = sl_now_ns();
+        return;
+    }
+    sl_attempts_of_t of = attempts_of(r);
+    sl_attempt_begin(&of, &r->tries, &r->att, t, admit);
+}
+
+void sl__attempt_outcome(sl_req_t *r, int outcome) {
+    if (!r->att.outcome_due || r->to_address) return;
+    sl_attempts_of_t of = attempts_of(r);
+    sl_attempt_outcome(&of, &r->att, outcome);
+}
+
+void sl__attempt_release(sl_req_t *r) {
+    if (!r->att.in_flight || r->to_address) return;
+    sl_attempts_of_t of = attempts_of(r);
+    sl_attempt_release(&of, &r->att);
+}
+
+void sl__attempt_abandon(sl_req_t *r) {
+    if (r->upstream < 0 || !r->w->ug) return;
+    sl__hedge_end(r, SL_OUT_CANCEL);
+    sl__attempt_outcome(r, SL_OUT_CANCEL);
+    sl__attempt_release(r);
+    if (r->next_target >= 0) {
+        sl_attempts_of_t of = attempts_of(r);
+        sl_attempt_cancel_admission(&of, r->next_target, r->next_admit);
+        r->next_target = -1;
+    }
+}
+
+/* ---- retries ---- */
+
+static bool method_idempotent(const sl_req_t *r) {
+    switch (r->head.method_id) {
+    case HTTP_GET: case HTTP_HEAD: case HTTP_OPTIONS: case HTTP_TRACE: case HTTP_PUT: case HTTP_DELETE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool retry_condition(const sl_retry_conf_t *rc, int kind, int status) {
+    if (kind == SL_FAIL_CONNECT) return rc->on_flags & SL_RETRY_ON_CONNECT_ERROR;
+    if (kind == SL_FAIL_TIMEOUT) return rc->on_flags & SL_RETRY_ON_TIMEOUT;
+    for (uint32_t i = 0; i < rc->nstatuses; i++)
+        if (rc->statuses[i] == status) return true;
+    return false;
+}
+
+static void backoff_done(sl_req_t *r) { sl__proxy_connect(r); }
+
+/* True when a retry took over: the failed attempt is recorded, its connection and
+ * response are dropped, and the next attempt starts after a full-jitter backoff. False
+ * leaves everything to the caller (the failure goes to the client as it is). */
+bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    const sl_retry_conf_t *rc = &uc->retry;
+    if (r->to_address || r->tries.attempts >= rc->attempts || r->resp_written || !retry_condition(rc, kind, status))
+        return false;
+    /* A request whose connection never happened reached no application: any method may go
+     * again, and its queued bytes are still unsent. Otherwise only an idempotent request
+     * whose body (if any) can be replayed from the buffer. */
+    bool never_connected = kind == SL_FAIL_CONNECT;
+    if (!never_connected && (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered)))
+        return false;
+    sl__attempt_outcome(r, SL_OUT_FAILURE);
+    uint64_t ra;
+    uint8_t admit = 0;
+    int t = sl__attempt_pick(r, &admit, &ra);
+    if (t < 0) return false; /* nothing left to try: the client gets this failure */
+    r->next_target = t;
+    r->next_admit = admit;
+    sl_metrics_retry(&r->w->metrics, r->upstream,
+                     kind == SL_FAIL_CONNECT   ? SL_RETRY_CONNECT
+                     : kind == SL_FAIL_TIMEOUT ? SL_RETRY_TIMEOUT
+                     : kind == SL_FAIL_RESET   ? SL_RETRY_RESET
+                                               : SL_RETRY_STATUS);
+    sl__attempt_release(r);
+    if (r->up) {
+        r->up->req = NULL;
+        sl__upconn_close(r->up);
+        r->up = NULL;
+    }
+    r->status = 0;
+    r->req_sent = 0;
+    r->upq.writing = 0;
+    if (!never_connected) {
+        sl_outq_reset(&r->upq);
+        sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
+        if (r->body_buffered && r->heap_len) sl_outq_add(&r->upq, r->heap, r->heap_len);
+    }
+    uint64_t cap = rc->backoff_ms << SL_MIN(r->tries.attempts - 1, 20);
+    cap = SL_MIN(cap, rc->max_backoff_ms);
+    uint64_t delay = cap ? sl_rand64() % (cap + 1) : 0;
+    if (delay == 0 || sl__req_wait_ms(r, delay, SL_WAIT_BACKOFF, backoff_done) != SL_OK) sl__proxy_connect(r);
+    return true;
+}
+
+void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    if (retry_after_ms) {
+        r->retry_after_s = (uint32_t)((retry_after_ms + 999) / 1000);
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+                  "every target's circuit breaker is open -> 503");
+        sl__req_respond_error(r, 503, "circuit breaker open", false);
+        return;
+    }
+    sl__req_respond_error(r, 502, "no upstream target available", false);
+}
+
+bool sl__attempt_answered(sl_req_t *r) {
+    int st = r->rhead.status;
+    if (r->to_address) return false;
+    sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
+    sl_attempts_of_t of = attempts_of(r);
+    sl_attempt_observe(&of, &r->att, sl_now_ns());
+    if (st >= 500 && sl__attempt_retry(r, SL_FAIL_OTHER, st)) return true;
+    sl__attempt_outcome(r, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS);
+    return false;
+}
+
+/* ---- hedging (retry.hedge_after) ----
+ *
+ * When the first attempt of an idempotent request (no body, or a buffered one) has not
+ * begun to answer after hedge_after, a second attempt goes to another eligible target.
+ * The first to send response bytes wins; the other is cancelled (breaker: cancel, not
+ * failure) and its connection closed. The hedge attempt lives in r->hedge; attempt_swap
+ * exchanges it with the current attempt's fields, so the attempt functions serve both. */
+
+static void attempt_swap(sl_req_t *r) {
+#define SWAP(a, b)              \
+    do {                        \
+        __typeof__(a) tmp_ = a; \
+        a = b;                  \
+        b = tmp_;               \
+    } while (0)
+    SWAP(r->up, r->hedge.up);
+    SWAP(r->att, r->hedge.att);
+    SWAP(r->req_sent, r->hedge.sent);
+#undef SWAP
+}
+
+static void close_upconn(sl_upconn_t *u) {
+    if (!u) return;
+    u->req = NULL;
+    sl__upconn_close(u);
+}
+
+void sl__hedge_end(sl_req_t *r, int outcome) {
+    if (r->wait && r->wait->kind == SL_WAIT_HEDGE) sl__req_cancel_wait(r);
+    if (!r->hedge.up && !r->hedge.att.outcome_due && !r->hedge.att.in_flight) return;
+    attempt_swap(r);
+    sl__attempt_outcome(r, outcome);
+    sl__attempt_release(r);
+    close_upconn(r->up);
+    r->up = NULL;
+    attempt_swap(r);
+}
+
+void sl__hedge_promote(sl_req_t *r, int lost) {
+    sl__attempt_outcome(r, lost);
+    sl__attempt_release(r);
+    close_upconn(r->up);
+    r->up = NULL;
+    r->upq.writing = 0; /* the old connection's write, if any, was cancelled with it */
+    sl_outq_reset(&r->upq);
+    attempt_swap(r);
+}
+
+void sl__hedge_failed(sl_req_t *r, const char *why) {
+    sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+              "hedge attempt failed: %s", why);
+    sl__hedge_end(r, SL_OUT_FAILURE);
+}
+
+static void hedge_written(uv_write_t *wr, int status) {
+    sl_upconn_t *u = (sl_upconn_t *)wr->handle;
+    sl_req_t *r = u->req;
+    if (!r || u != r->hedge.up) {
+        if (r && u == r->up) { /* promoted before its request was fully written */
+            if (status < 0) sl__proxy_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
+            else r->req_sent = 1;
+        }
+        return;
+    }
+    if (status < 0) {
+        sl__hedge_failed(r, "write failed");
+        return;
+    }
+    r->hedge.sent = 1;
+}
+
+/* Writes the whole request (head, buffered body) on the hedge's connection. */
+static void hedge_send(sl_req_t *r, sl_upconn_t *u) {
+    uv_buf_t b[2] = {uv_buf_init(r->uphead.base, (unsigned)r->uphead.len),
+                     uv_buf_init(r->heap, (unsigned)(r->body_buffered ? r->heap_len : 0))};
+    u->state = SL_UP_ACTIVE;
+    uv_tcp_nodelay(&u->s.tcp, 1);
+    sl__upconn_start_reading(u);
+    int rc = sl_stream_writev(&u->s, &u->wreq, b, b[1].len ? 2 : 1, hedge_written);
+    if (rc < 0) {
+        sl__hedge_failed(r, "write failed");
+        return;
+    }
+    if (rc == 1) { /* all written at once: no callback follows */
+        u->wreq.handle = (uv_stream_t *)&u->s.tcp;
+        hedge_written(&u->wreq, 0);
+        if (u->req != r) return;
+    }
+    sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
+}
+
+void sl__hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status, const char *why) {
+    if (status < 0) {
+        sl__hedge_failed(r, why ? why : uv_strerror(status));
+        return;
+    }
+    hedge_send(r, u);
+}
+
+void sl__hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread) {
+    if (nread < 0) {
+        sl__hedge_failed(r, nread == UV_EOF ? "closed before answering" : uv_strerror((int)nread));
+        return;
+    }
+    if (r->resp_head) return; /* cannot happen: the hedge ends when the other answers */
+    sl_log_kv(SL_LOG_DEBUG, (const char *[]){"request_id", r->rid}, 1, "the hedge answered first");
+    sl__hedge_promote(r, SL_OUT_CANCEL);
+    sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
+    sl__proxy_pump_down(r);
+}
+
+static void hedge_fire(sl_req_t *r) {
+    if (r->resp_head || !r->up || r->hedge.up) return;
+    uint64_t ra;
+    uint8_t admit = 0;
+    int t = sl__attempt_pick(r, &admit, &ra);
+    if (t < 0) return; /* no other target: the first attempt runs alone */
+    r->hedged = 1;
+    attempt_swap(r);
+    sl__attempt_begin(r, t, admit);
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    sl_upconn_t *u = sl__upconn_reuse(w, r, &sl__proxy_upconn_cb, (uint32_t)r->upstream, (uint32_t)t);
+    if (!u && (u = sl__upconn_new(w, r, &sl__proxy_upconn_cb, (uint32_t)r->upstream, (uint32_t)t))) {
+        r->up = u;
+        attempt_swap(r);
+        if (sl__upconn_connect(u, (const struct sockaddr *)&uc->targets[t].addr.ss, uc->connect_timeout_ms) != 0)
+            sl__hedge_failed(r, "connect failed");
+        return;
+    }
+    if (u) {
+        r->up = u;
+        attempt_swap(r);
+        hedge_send(r, u);
+        return;
+    }
+    attempt_swap(r);
+    sl__hedge_end(r, SL_OUT_CANCEL); /* out of memory */
+}
+
+void sl__hedge_arm(sl_req_t *r) {
+    const sl_retry_conf_t *rc = &sl__req_upstream_conf(r)->retry;
+    /* An upgrade is never hedged: two upstreams could both switch protocols. */
+    if (!rc->hedge_after_ms || r->hedged || r->upgrade || r->tries.attempts != 1 || r->to_address || r->wait ||
+        !method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered) ||
+        sl__req_upstream_conf(r)->ntargets < 2)
+        return;
+    sl__req_wait_ms(r, rc->hedge_after_ms, SL_WAIT_HEDGE, hedge_fire);
+}

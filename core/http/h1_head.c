@@ -1,0 +1,221 @@
+/* h1_head.c — the HTTP/1.1 heads of a request's exchange, always rebuilt from parsed
+ * fields (client bytes are never forwarded raw): the request head sent upstream, the
+ * response head sent to an HTTP/1 client (from the upstream's response or for a
+ * gateway-made answer), and the keep-alive and upgrade decisions they carry. */
+#include "http/h1_head.h"
+
+#include <string.h>
+
+static bool put_header(sl_wbuf_t *b, sl_str_t name, sl_str_t value) {
+    return sl_wbuf_str(b, name) && SL_WBUF_LIT(b, ": ") && sl_wbuf_str(b, value) &&
+           SL_WBUF_LIT(b, "\r\n");
+}
+
+/* The head sent upstream: method, path (prefix stripped), the client's end-to-end
+ * headers, X-Forwarded-*, X-Request-ID and our own framing. */
+int sl__h1_upstream_head(sl_req_t *r) {
+    const sl_h1_head_t *h = &r->head;
+    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
+    if (!b.p) return SL_ERROR;
+    sl_str_t path = r->path_override.p ? r->path_override : h->path;
+    if (r->strip) {
+        path.p += r->strip;
+        path.len -= r->strip;
+    }
+    bool ok = sl_wbuf_str(&b, h->method) && SL_WBUF_LIT(&b, " ");
+    if (path.len == 0 || path.p[0] != '/') ok = ok && SL_WBUF_LIT(&b, "/");
+    ok = ok && sl_wbuf_str(&b, path);
+    sl_str_t query = r->query_set ? r->query_override : h->query;
+    if (query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, query);
+    ok = ok && SL_WBUF_LIT(&b, " HTTP/1.1\r\n");
+
+    const sl_h1_header_t *xff = NULL;
+    bool has_rid = false;
+    const sl_hdr_edits_t *ed = &r->req_edits;
+    /* The consumer header is the gateway's word on who authenticated: never the client's. */
+    const char *ch = r->w->cfg->consumer_header;
+    sl_str_t consumer_hdr = {ch, ch ? strlen(ch) : 0};
+    for (uint16_t i = 0; i < h->nheaders && ok; i++) {
+        const sl_h1_header_t *x = &h->headers[i];
+        if (x->hop) continue;
+        if (ed->nremoved && sl_edits_removed(ed, x->name)) continue;
+        if (consumer_hdr.len && sl_str_ieq2(x->name, consumer_hdr)) continue;
+        if (SL_IEQ(x->name, "x-forwarded-for")) {
+            xff = x;
+            continue;
+        }
+        if (SL_IEQ(x->name, "x-forwarded-proto") || SL_IEQ(x->name, "x-forwarded-host")) continue;
+        if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
+        ok = put_header(&b, x->name, x->value);
+    }
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) {
+        /* Upgrade is the route's to forward (below) and HTTP2-Settings nobody's, not a plugin's. */
+        if (SL_IEQ(ed->added[i].name, "upgrade") || SL_IEQ(ed->added[i].name, "http2-settings")) continue;
+        if (SL_IEQ(ed->added[i].name, "x-request-id")) has_rid = true;
+        ok = put_header(&b, ed->added[i].name, ed->added[i].value);
+    }
+    if (!h->host.len && !sl_edits_find(ed, SL_LIT("host")))
+        ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
+    ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
+    if (xff) ok = ok && sl_wbuf_str(&b, xff->value) && SL_WBUF_LIT(&b, ", ");
+    ok = ok && sl_wbuf_put(&b, r->ds->peer, strlen(r->ds->peer)) && SL_WBUF_LIT(&b, "\r\n");
+    ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n");
+    if (h->host.len) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
+    if (!has_rid) ok = ok && put_header(&b, SL_LIT("X-Request-ID"), (sl_str_t){r->rid, r->rid_len});
+    if (r->consumer_len && consumer_hdr.len)
+        ok = ok && put_header(&b, consumer_hdr, (sl_str_t){r->consumer, r->consumer_len});
+    if (r->body_buffered) {
+        if (r->heap_len || (h->flags & SL_H1_HAS_CL) || h->body_kind == SL_BODY_CHUNKED)
+            ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, r->heap_len) &&
+                 SL_WBUF_LIT(&b, "\r\n");
+    } else if (h->body_kind == SL_BODY_CHUNKED) {
+        ok = ok && SL_WBUF_LIT(&b, "Transfer-Encoding: chunked\r\n");
+    } else if (h->flags & SL_H1_HAS_CL) {
+        ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
+             SL_WBUF_LIT(&b, "\r\n");
+    }
+    if (r->upgrade) {
+        /* The client's own value: the route allowed every protocol it names. */
+        const sl_h1_header_t *up = sl_h1_find(h, "upgrade", 7);
+        ok = ok && put_header(&b, SL_LIT("Upgrade"), up->value) && SL_WBUF_LIT(&b, "Connection: upgrade\r\n");
+    } else if (sl__req_upstream_conf(r)->keepalive_max_idle == 0) {
+        ok = ok && SL_WBUF_LIT(&b, "Connection: close\r\n");
+    }
+    ok = ok && SL_WBUF_LIT(&b, "\r\n");
+    if (!ok) return SL_ERROR;
+    sl_arena_commit(&r->arena, b.len);
+    r->uphead = uv_buf_init(b.p, (unsigned)b.len);
+    return SL_OK;
+}
+
+bool sl__h1_client_keeps_alive(const sl_req_t *r) {
+    const sl_h1_head_t *h = &r->head;
+    if (h->flags & SL_H1_CONN_CLOSE) return false;
+    return h->minor >= 1 || (h->flags & SL_H1_CONN_KEEPALIVE);
+}
+
+/* Connection header for the client, from the decision made for this response. */
+static bool put_conn_header(sl_wbuf_t *b, sl_req_t *r) {
+    if (r->ds->closing || r->w->draining) r->keep_alive = 0;
+    if (!r->keep_alive) return SL_WBUF_LIT(b, "Connection: close\r\n");
+    if (r->head.minor == 0) return SL_WBUF_LIT(b, "Connection: keep-alive\r\n");
+    return true;
+}
+
+/* The head sent to the client, rebuilt from the upstream's parsed response. */
+int sl__h1_client_head(sl_req_t *r) {
+    const sl_h1_head_t *h = &r->rhead;
+    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
+    if (!b.p) return SL_ERROR;
+    bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)h->status) &&
+              SL_WBUF_LIT(&b, " ") && sl_wbuf_str(&b, h->reason.len ? h->reason : sl_h1_reason(h->status)) &&
+              SL_WBUF_LIT(&b, "\r\n");
+    const sl_hdr_edits_t *ed = &r->resp_edits;
+    for (uint16_t i = 0; i < h->nheaders && ok; i++)
+        if (!h->headers[i].hop && !(ed->nremoved && sl_edits_removed(ed, h->headers[i].name)))
+            ok = put_header(&b, h->headers[i].name, h->headers[i].value);
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
+
+    r->clq.chunked = 0;
+    /* A body_filter may change the body's length: its output is re-framed as chunked. */
+    bool filtered = sl__req_body_filtered(r) && h->body_kind != SL_BODY_NONE;
+    if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED && !filtered) {
+        /* Kept on HEAD and 304 too: there it describes the representation, not a body. */
+        if (h->status >= 200 && h->status != 204)
+            ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&
+                 SL_WBUF_LIT(&b, "\r\n");
+    } else if (h->body_kind == SL_BODY_CHUNKED || h->body_kind == SL_BODY_EOF || filtered) {
+        if (r->head.minor >= 1) {
+            ok = ok && SL_WBUF_LIT(&b, "Transfer-Encoding: chunked\r\n");
+            r->clq.chunked = 1;
+        } else {
+            r->keep_alive = 0; /* an HTTP/1.0 client learns the end from the close */
+        }
+    } else if (h->body_kind == SL_BODY_NONE && h->status >= 200 && h->status != 204 &&
+               h->status != 304 && r->head.method_id != HTTP_HEAD) {
+        ok = ok && SL_WBUF_LIT(&b, "Content-Length: 0\r\n");
+    }
+    if (h->status == 101) {
+        /* Upgrade and Connection are hop-by-hop: the switch is restated for this hop. */
+        const sl_h1_header_t *up = sl_h1_find(h, "upgrade", 7);
+        ok = ok && put_header(&b, SL_LIT("Upgrade"), up->value) && SL_WBUF_LIT(&b, "Connection: upgrade\r\n\r\n");
+    } else {
+        ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
+    }
+    if (!ok) return SL_ERROR;
+    sl_arena_commit(&r->arena, b.len);
+    sl_outq_add(&r->clq, b.p, b.len);
+    return SL_OK;
+}
+
+bool sl__h1_upstream_keeps_alive(const sl_h1_head_t *h) {
+    if (h->flags & SL_H1_CONN_CLOSE) return false;
+    return h->minor >= 1 || (h->flags & SL_H1_CONN_KEEPALIVE);
+}
+
+/* Whether a route's `upgrade:` entry names protocol p ("websocket", "foo/2"): the entry
+ * "*", the same protocol, or an entry without version naming p's protocol. h2c never. */
+static bool upgrade_listed(const sl_route_conf_t *rc, sl_str_t p) {
+    const char *slash = memchr(p.p, '/', p.len);
+    sl_str_t name = {p.p, slash ? (size_t)(slash - p.p) : p.len};
+    if (SL_IEQ(name, "h2c")) return false;
+    for (size_t i = 0; i < rc->nupgrade; i++) {
+        const char *e = rc->upgrade[i];
+        if (!e) continue;
+        size_t n = strlen(e);
+        if ((n == 1 && e[0] == '*') || sl_str_ieq(p, e, n) || (!strchr(e, '/') && sl_str_ieq(name, e, n)))
+            return true;
+    }
+    return false;
+}
+
+/* A request goes upstream as an upgrade when it is HTTP/1.1 with Connection: upgrade and
+ * one Upgrade header, and the route lists every protocol that header names. Otherwise
+ * Upgrade, Connection and HTTP2-Settings are dropped (hop-by-hop) and it is plain HTTP. */
+bool sl__h1_upgrade_allowed(const sl_req_t *r) {
+    const sl_route_conf_t *rc = sl__req_route_conf(r);
+    const sl_h1_head_t *h = &r->head;
+    if (!rc || !rc->nupgrade || !r->ds->can_upgrade || h->major != 1 || h->minor != 1 || !(h->flags & SL_H1_CONN_UPGRADE)) return false;
+    if (r->req_edits.nremoved && sl_edits_removed(&r->req_edits, SL_LIT("upgrade"))) return false; /* a plugin's word */
+    const sl_h1_header_t *up = NULL;
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        if (!SL_IEQ(h->headers[i].name, "upgrade")) continue;
+        if (up) return false;
+        up = &h->headers[i];
+    }
+    if (!up) return false;
+    sl_str_t list = up->value, tok;
+    int n = 0;
+    while (sl_h1_next_token(&list, &tok)) {
+        if (!upgrade_listed(rc, tok)) return false;
+        n++;
+    }
+    return n > 0;
+}
+
+/* The head of a gateway-made answer (sl__req_respond): status, the content type unless a
+ * plugin set or removed one, the plugins' headers, the length, Retry-After on a 503. */
+int sl__h1_answer_head(sl_req_t *r, sl_str_t ctype, uint64_t content_length) {
+    int status = r->status;
+    sl_outq_reset(&r->clq);
+    r->clq.chunked = 0;
+    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 512);
+    if (!b.p) return SL_ERROR;
+    bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)status) && SL_WBUF_LIT(&b, " ") &&
+              sl_wbuf_str(&b, sl_h1_reason(status)) && SL_WBUF_LIT(&b, "\r\n");
+    const sl_hdr_edits_t *ed = &r->resp_edits;
+    if (ctype.len && !sl_edits_find(ed, SL_LIT("content-type")) && !sl_edits_removed(ed, SL_LIT("content-type")))
+        ok = ok && put_header(&b, SL_LIT("Content-Type"), ctype);
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
+    if (status != 204)
+        ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, content_length) &&
+             SL_WBUF_LIT(&b, "\r\n");
+    if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
+        ok = ok && SL_WBUF_LIT(&b, "Retry-After: ") && sl_wbuf_u64(&b, r->retry_after_s ? r->retry_after_s : 1) &&
+             SL_WBUF_LIT(&b, "\r\n");
+    ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
+    if (!ok) return SL_ERROR;
+    sl_arena_commit(&r->arena, b.len);
+    sl_outq_add(&r->clq, b.p, b.len);
+    return SL_OK;
+}

@@ -1,0 +1,24 @@
+/* http.c — the HTTP layer's entry points for the worker (http.h). */
+#include "http/http.h"
+
+#include <stdlib.h>
+
+#include "http/conn.h"
+#include "http/request.h"
+#include "http/upconn.h"
+
+void sl_http_on_accept(uv_stream_t *server, int status) { sl__conn_on_accept(server, status); }
+
+void sl_http_drain(sl_worker_t *w) {
+    sl__conn_close_idle(w);
+    sl__pool_close_all(w);
+}
+
+void sl_http_free(sl_worker_t *w) {
+    while (w->free_reqs) {
+        sl_req_t *r = w->free_reqs;
+        w->free_reqs = r->free_next;
+        free(r);
+    }
+    w->nfree_reqs = 0;
+}

@@ -1,0 +1,529 @@
+/* proxy.c — a request on its way through an upstream: the two pumps and the upstream
+ * connection's events (request.h).
+ *
+ * The proxy is two pumps. The up pump moves the client's body to the upstream
+ * (downstream body -> framed slices -> one writev), and the down pump moves the
+ * upstream's response (or a gateway answer already queued) to the client the same way.
+ * Each pump has at most one write in flight and stops reading its source until that write
+ * completes, so a slow side pauses the fast one (backpressure) and memory per request
+ * stays at one read buffer per side. Heads are always rebuilt from parsed fields
+ * (h1_head.c).
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+#include "http/h1_head.h"
+#include "http/tunnel.h"
+#include "http/request.h"
+
+static void req_finish(sl_req_t *r);
+
+static int on_body_to_upstream(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    r->body_in += n;
+    uint64_t max = r->ds->lc->max_body;
+    if (max && r->body_in > max) {
+        r->body_err = 413;
+        return 1;
+    }
+    return sl_outq_span(&r->upq, p, n) ? 0 : 1;
+}
+
+void sl__proxy_start(sl_req_t *r) {
+    sl_downstream_t *ds = r->ds;
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    const sl_retry_conf_t *rc = &uc->retry;
+    /* A body a retry may have to send again is read whole first, up to retry.max_body;
+     * a bigger (or chunked) one streams once and is never retried. */
+    if (!r->body_buffered && (rc->attempts > 1) && r->head.body_kind == SL_BODY_LENGTH &&
+        r->head.content_length <= rc->max_body) {
+        r->buffer_max = rc->max_body;
+        r->replay_wait = 1;
+        int st = sl__req_buffer_body(r);
+        if (st == SL_EAGAIN || ds->req != r) return; /* sl__req_on_client_data goes on */
+        r->replay_wait = 0;
+        if (st == SL_ERROR) {
+            int code = r->body_err ? r->body_err : 400;
+            sl__req_respond_error(r, code, code == 413 ? "body too large" : "bad request body", true);
+            return;
+        }
+    }
+    if (r->upstream >= 0 && !r->to_address && sl_tries_init(&r->tries, (uint32_t)uc->ntargets, &r->arena) != SL_OK) {
+        sl__req_respond_error(r, 502, "out of memory", true);
+        return;
+    }
+    r->mode = SL_MODE_PROXY;
+    r->stage = SL_STAGE_RESPONSE;
+    r->upgrade = sl__h1_upgrade_allowed(r);
+    r->upq.chunked = !r->body_buffered && r->head.body_kind == SL_BODY_CHUNKED;
+    if (sl__h1_upstream_head(r) != SL_OK) {
+        sl__req_respond_error(r, 431, "request head too large", true);
+        return;
+    }
+    sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
+    if (r->body_buffered) {
+        if (r->heap_len) sl_outq_add(&r->upq, r->heap, r->heap_len);
+    } else {
+        sl__req_send_continue(r);
+        if (ds->req != r) return;
+        /* Frame what the client already sent before connecting: a malformed body found
+         * now is answered without the upstream ever seeing a byte. */
+        sl__proxy_pump_up(r);
+        if (ds->req != r || r->mode != SL_MODE_PROXY) return;
+    }
+    sl__proxy_connect(r);
+}
+
+void sl__proxy_connect(sl_req_t *r) {
+    if (r->to_address) {
+        sl__attempt_begin(r, -1, 0);
+        sl__proxy_connect_target(r);
+        return;
+    }
+    int t = r->next_target;
+    uint8_t admit = r->next_admit;
+    r->next_target = -1;
+    if (t < 0) {
+        uint64_t ra = 0;
+        t = sl__attempt_pick(r, &admit, &ra);
+        if (t == SL_PICK_PLUGIN_ERROR) {
+            sl__req_answer_plugin_error(r);
+            return;
+        }
+        if (t < 0) {
+            sl__attempt_no_target(r, ra);
+            return;
+        }
+    }
+    sl__attempt_begin(r, t, admit);
+    sl__proxy_connect_target(r);
+    if (r->up) sl__hedge_arm(r);
+}
+
+void sl__proxy_connect_target(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    uint32_t up = r->to_address ? UINT32_MAX : (uint32_t)r->upstream;
+    uint32_t t = (uint32_t)r->att.target;
+    sl_upconn_t *u = r->to_address ? NULL : sl__upconn_reuse(w, r, &sl__proxy_upconn_cb, up, t);
+    if (u) {
+        r->up = u;
+        sl__upconn_start_reading(u);
+        sl__proxy_pump_up(r);
+        return;
+    }
+    if (!(u = sl__upconn_new(w, r, &sl__proxy_upconn_cb, up, t))) {
+        sl__attempt_abandon(r);
+        sl__req_respond_error(r, 502, "out of memory", true);
+        return;
+    }
+    r->up = u;
+    const struct sockaddr *sa = r->to_address ? (const struct sockaddr *)&r->address
+                                              : (const struct sockaddr *)&uc->targets[t].addr.ss;
+    int rc = sl__upconn_connect(u, sa, uc->connect_timeout_ms);
+    if (rc < 0) sl__proxy_failed(r, 502, SL_FAIL_CONNECT, uv_strerror(rc));
+}
+
+void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
+    sl_upconn_t *u = r->up;
+    sl_worker_t *w = r->w;
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    bool reused = u && u->nreqs > 0;
+    bool got_bytes = u && (r->resp_head || u->rlen > 0);
+    if (u) {
+        u->req = NULL;
+        sl__upconn_close(u);
+        r->up = NULL;
+    }
+    if (r->resp_head && !r->resp_written) {
+        /* The rebuilt head never left: the client can still get a clean 502. */
+        r->resp_head = 0;
+        r->resp_done = 0;
+        sl_outq_reset(&r->clq);
+    }
+    if (r->resp_head) {
+        /* The client already has a status line: it must never get a second one. */
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+                  "upstream failed mid-response: %s", why);
+        sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 0, sl_now_ns() - r->att.start_ns);
+        sl__attempt_outcome(r, SL_OUT_FAILURE);
+        sl__attempt_release(r);
+        r->ds->ops->abort(r->ds);
+        return;
+    }
+    /* A pooled connection the upstream closed just as we reused it: the request never
+     * reached an application, so one retry on a fresh connection (same attempt, same
+     * target) is safe for a request without a body. */
+    if (reused && !got_bytes && !r->retried && r->head.body_kind == SL_BODY_NONE && status == 502) {
+        r->retried = 1;
+        r->req_sent = 0;
+        r->upq.writing = 0;
+        sl_outq_reset(&r->upq);
+        sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
+        sl__proxy_connect_target(r);
+        return;
+    }
+    sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 0, sl_now_ns() - r->att.start_ns);
+    if (r->hedge.up) { /* the hedge still runs: it becomes the attempt */
+        sl__hedge_promote(r, SL_OUT_FAILURE);
+        if (r->up->rlen) sl__proxy_pump_down(r);
+        return;
+    }
+    sl__hedge_end(r, SL_OUT_CANCEL); /* a hedge timer that has not fired */
+    if (sl__attempt_retry(r, kind, status)) {
+        sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+                  "%s: retrying on another target", why);
+        return;
+    }
+    sl__attempt_outcome(r, SL_OUT_FAILURE);
+    sl__attempt_release(r);
+    const sl_route_conf_t *rc = sl__req_route_conf(r);
+    sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "route", rc ? rc->name : NULL, "upstream", uc->name},
+              3, "%s -> %d", why, status);
+    sl__req_respond_error(r, status, status == 504 ? "upstream timed out" : "bad gateway", false);
+}
+
+/* ---- the upstream connection's events ---- */
+
+static void up_on_read(sl_upconn_t *u, ssize_t nread) {
+    sl_req_t *r = u->req;
+    if (nread == 0) {
+        if (r->resp_head) sl__upconn_release_buffer(u);
+        return;
+    }
+    if (u != r->up) {
+        sl__hedge_on_read(r, u, nread);
+        return;
+    }
+    if (nread < 0) {
+        u->eof = 1;
+        sl__upconn_stop_reading(u);
+        sl__proxy_pump_down(r);
+        return;
+    }
+    sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
+    sl__proxy_pump_down(r);
+}
+
+static void up_on_timeout(sl_upconn_t *u) {
+    sl_req_t *r = u->req;
+    if (u != r->up)
+        sl__hedge_failed(r, "hedge timed out");
+    else if (u->state == SL_UP_CONNECTING)
+        sl__proxy_failed(r, 504, SL_FAIL_CONNECT, "upstream connect timed out");
+    else
+        sl__proxy_failed(r, 504, SL_FAIL_TIMEOUT, "upstream timed out");
+}
+
+static void up_on_connected(sl_upconn_t *u, int status, const char *why) {
+    sl_req_t *r = u->req;
+    if (u != r->up) {
+        sl__hedge_on_connect(r, u, status, why);
+        return;
+    }
+    if (status < 0) {
+        sl__proxy_failed(r, status == UV_ETIMEDOUT ? 504 : 502, SL_FAIL_CONNECT, why ? why : uv_strerror(status));
+        return;
+    }
+    u->state = SL_UP_ACTIVE;
+    uv_tcp_nodelay(&u->s.tcp, 1);
+    sl__upconn_start_reading(u);
+    sl__proxy_pump_up(r);
+}
+
+static void up_on_written(sl_upconn_t *u, int status) {
+    sl_req_t *r = u->req;
+    r->upq.writing = 0;
+    if (status < 0) {
+        sl__proxy_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
+        return;
+    }
+    sl_outq_reset(&r->upq);
+    sl__proxy_pump_up(r);
+}
+
+const sl_upconn_cb_t sl__proxy_upconn_cb = {up_on_read, up_on_timeout, up_on_connected, up_on_written};
+
+/* ---- client -> upstream ---- */
+
+void sl__proxy_pump_up(sl_req_t *r) {
+    sl_downstream_t *ds = r->ds;
+    for (;;) {
+        if (r->upq.writing) return;
+        uint32_t room = sl_outq_room(&r->upq);
+        if (!r->body_done && room > 0 && ds->ops->body_buffered(ds)) {
+            int rc = ds->ops->read_body(ds, room, on_body_to_upstream, r);
+            if (rc == SL_ERROR) {
+                int st = r->body_err ? r->body_err : 400;
+                if (r->resp_head) {
+                    ds->ops->abort(ds);
+                    return;
+                }
+                /* Whatever reached the upstream is abandoned with its connection. */
+                sl__req_respond_error(r, st, st == 413 ? "body too large" : "bad request body", true);
+                return;
+            }
+            if (rc == SL_DONE) {
+                r->body_done = 1;
+                sl_outq_end_chunks(&r->upq);
+            }
+            continue;
+        }
+        sl_upconn_t *u = r->up;
+        if (!u || u->state != SL_UP_ACTIVE) return; /* what arrives meanwhile is buffered */
+        if (r->upq.niov == 0) {
+            if (r->body_done) {
+                if (!r->req_sent) {
+                    r->req_sent = 1;
+                    if (!r->clq.writing) ds->ops->arm(ds, 0);
+                    if (!r->resp_head) sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
+                }
+                return;
+            }
+            ds->ops->wait_body(ds);
+            return;
+        }
+        int rc = sl__upconn_write(u, &r->upq);
+        if (rc < 0) {
+            sl__proxy_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
+            return;
+        }
+        if (rc == 0) {
+            /* Backpressure: the client's bytes wait in its buffer, which stops the reads
+             * when full. */
+            sl__upconn_arm(u, sl__req_upstream_conf(r)->write_timeout_ms);
+            return;
+        }
+    }
+}
+
+/* ---- upstream -> client ---- */
+
+static int on_body_to_client(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    return sl_outq_span(&r->clq, p, n) ? 0 : 1;
+}
+
+static int on_body_filtered(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    sl_str_t o;
+    if (sl__req_filter_piece(r, p, n, false, &o) != SL_OK) return 1;
+    return sl_outq_span(&r->clq, o.p, o.len) ? 0 : 1;
+}
+
+void sl__req_on_written(sl_req_t *r, int status) {
+    r->clq.writing = 0;
+    if (status < 0) {
+        r->ds->ops->abort(r->ds);
+        return;
+    }
+    sl_outq_reset(&r->clq);
+    sl__proxy_pump_down(r);
+}
+
+/* Why a 101 cannot be followed (a 502 instead), or NULL. Only a request forwarded as an
+ * upgrade may switch: otherwise the bytes after its head are requests, never tunnel data. */
+static const char *switch_refused(const sl_req_t *r) {
+    if (!r->upgrade) return "upstream switched protocols unasked";
+    if (!r->body_done) return "upstream switched protocols before the request body ended";
+    const sl_h1_header_t *up = sl_h1_find(&r->rhead, "upgrade", 7);
+    sl_str_t list = up ? up->value : (sl_str_t){"", 0}, tok;
+    if (!sl_h1_next_token(&list, &tok)) return "upstream switched protocols without naming one";
+    if (tok.len >= 3 && sl_str_ieq((sl_str_t){tok.p, 3}, "h2c", 3) && (tok.len == 3 || tok.p[3] == '/'))
+        return "upstream switched to h2c";
+    return NULL;
+}
+
+/* The 101 head is queued: the request is over as a request (counted, logged, its Lua state
+ * released) and its two connections become a tunnel that outlives it. */
+static void tunnel_switch(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    uint64_t now = sl_now_ns();
+    sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 101, now - r->att.start_ns);
+    sl__attempt_release(r);
+    sl_deadline_clear(&r->up->timer);
+    sl_metrics_request(&w->metrics, r->route, 101, now - r->start_ns);
+    sl__req_run_log_phase(r);
+    sl__req_cancel_wait(r);
+    sl_lua_task_end(r->w, &r->lua);
+    r->keep_alive = 0;
+    r->resp_written = 1;
+    r->mode = SL_MODE_TUNNEL;
+    sl__tunnel_start(r);
+}
+
+/* The upstream's response head, parsed from u's buffer and rebuilt for the client: SL_OK
+ * once queued, SL_EAGAIN while more bytes are needed (reading goes on), SL_DONE when the
+ * request went elsewhere (a failure answered, a retry, a tunnel, a plugin error). */
+static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
+    while (u->rpos < u->rlen) {
+        size_t used = 0;
+        int st = 0;
+        u->h1.req_was_head = r->head.method_id == HTTP_HEAD;
+        int rc = sl_h1_head(&u->h1, u->rbuf + u->rpos, u->rlen - u->rpos, &r->rhead, &used, &st);
+        if (rc == SL_ERROR) {
+            sl__proxy_failed(r, 502, SL_FAIL_RESET, "malformed upstream response");
+            return SL_DONE;
+        }
+        if (rc != SL_OK) break;
+        u->rpos += (uint32_t)used;
+        if (r->rhead.status == 101) {
+            const char *why = switch_refused(r);
+            if (why) {
+                sl__proxy_failed(r, 502, SL_FAIL_OTHER, why);
+                return SL_DONE;
+            }
+        } else if (r->rhead.status < 200) {
+            continue; /* interim responses end here: the gateway sent its own 100 */
+        }
+        r->status = r->rhead.status;
+        if (sl__attempt_answered(r)) return SL_DONE; /* a retry took over */
+        /* An answer that came before the whole body was sent ends the exchange. */
+        if (!r->body_done) r->keep_alive = 0;
+        if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
+            r->in_header_filter = 1;
+            if (sl__req_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR) {
+                sl__req_answer_plugin_error(r);
+                return SL_DONE;
+            }
+        }
+        if (r->ds->ops->write_head(r->ds, r, (sl_str_t){NULL, 0}, -1) != SL_OK) {
+            sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
+            return SL_DONE;
+        }
+        r->resp_head = 1;
+        if (r->rhead.status == 101) {
+            tunnel_switch(r);
+            return SL_DONE;
+        }
+        r->resp_eof_body = r->rhead.body_kind == SL_BODY_EOF;
+        if (r->rhead.body_kind == SL_BODY_NONE) r->resp_done = 1;
+        return SL_OK;
+    }
+    if (u->eof) {
+        sl__proxy_failed(r, 502, SL_FAIL_RESET, "upstream closed before answering");
+        return SL_DONE;
+    }
+    if (u->rlen == SL_BLOCK_SIZE) {
+        sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
+        return SL_DONE;
+    }
+    sl__upconn_start_reading(u);
+    return SL_EAGAIN;
+}
+
+/* The upstream's body ended (its framing, or its close for a close-delimited body): the
+ * last piece goes through the body_filter, or the last chunk is queued. */
+static void response_body_ended(sl_req_t *r) {
+    if (sl__req_body_filtered(r)) {
+        r->bf_end = 1;
+    } else {
+        r->resp_done = 1;
+        sl_outq_end_chunks(&r->clq);
+    }
+}
+
+void sl__proxy_pump_down(sl_req_t *r) {
+    sl_downstream_t *ds = r->ds;
+    for (;;) {
+        if (r->clq.writing) return;
+        sl_upconn_t *u = r->up;
+        if (u && !r->resp_head) {
+            if (pump_response_head(r, u) != SL_OK) return;
+            continue;
+        }
+        /* A filtered body moves one piece at a time: a plugin's output lives in one buffer. */
+        bool filtered = sl__req_body_filtered(r);
+        if (r->bf_end && !r->clq.niov) {
+            sl_str_t o;
+            if (sl__req_filter_piece(r, "", 0, true, &o) != SL_OK) {
+                ds->ops->abort(ds); /* the head went out: cutting the body off is all that is left */
+                return;
+            }
+            r->bf_end = 0;
+            r->resp_done = 1;
+            sl_outq_span(&r->clq, o.p, o.len);
+            sl_outq_end_chunks(&r->clq);
+            continue;
+        }
+        if (u && r->resp_head && !r->resp_done && !r->bf_end && u->rpos < u->rlen && sl_outq_room(&r->clq) &&
+            (!filtered || !r->clq.niov)) {
+            size_t used;
+            u->h1.on_data = filtered ? on_body_filtered : on_body_to_client;
+            u->h1.ud = r;
+            u->h1.spans_left = filtered ? 1 : sl_outq_room(&r->clq);
+            int rc = sl_h1_body(&u->h1, u->rbuf + u->rpos, u->rlen - u->rpos, &used);
+            u->rpos += (uint32_t)used;
+            if (r->bf_failed) {
+                ds->ops->abort(ds);
+                return;
+            }
+            if (rc == SL_ERROR) {
+                sl__proxy_failed(r, 502, SL_FAIL_OTHER, "malformed upstream body");
+                return;
+            }
+            if (rc == SL_DONE) response_body_ended(r);
+            continue;
+        }
+        if (r->clq.niov) {
+            r->resp_written = r->resp_written || r->resp_head;
+            for (uint16_t i = 0; i < r->clq.niov; i++) r->bytes_out += r->clq.iov[i].len;
+            int rc = ds->ops->write(ds, &r->clq);
+            if (rc < 0) {
+                ds->ops->abort(ds);
+                return;
+            }
+            if (rc == 0) {
+                if (u) sl__upconn_stop_reading(u);
+                ds->ops->arm(ds, ds->lc->idle_timeout_ms); /* a client that stops reading */
+                return;
+            }
+            continue;
+        }
+        if (r->resp_done) {
+            req_finish(r);
+            return;
+        }
+        if (!u) return;
+        if (r->bf_end) return; /* the last piece is still being written */
+        if (u->eof) {
+            if (r->resp_eof_body) {
+                response_body_ended(r);
+                continue;
+            }
+            sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream closed mid-body");
+            return;
+        }
+        if (u->rpos == u->rlen) u->rpos = u->rlen = 0;
+        sl__upconn_start_reading(u);
+        return;
+    }
+}
+
+static void req_finish(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    uint64_t now = sl_now_ns();
+    sl_upconn_t *u = r->up;
+    if (u) {
+        const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+        bool clean = r->req_sent && !u->eof && u->rpos == u->rlen && !r->resp_eof_body &&
+                     sl__h1_upstream_keeps_alive(&r->rhead) && uc->keepalive_max_idle > 0 && !w->draining;
+        sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, r->status, now - r->att.start_ns);
+        sl__attempt_release(r);
+        u->req = NULL;
+        r->up = NULL;
+        if (clean) {
+            u->nreqs++;
+            sl_deadline_clear(&u->timer);
+            sl__pool_put(w, u);
+            if (u->state == SL_UP_IDLE) sl__upconn_start_reading(u); /* to see the upstream close it */
+        } else {
+            sl__upconn_close(u);
+        }
+    }
+    sl_metrics_request(&w->metrics, r->route, r->status, now - r->start_ns);
+    sl__req_run_log_phase(r);
+    if (!r->body_done) r->keep_alive = 0;
+    r->ds->ops->finish(r->ds);
+}

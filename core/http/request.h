@@ -1,0 +1,254 @@
+/* request.h — one HTTP request from its head to the end of its response, independent of
+ * the connection it came on (downstream.h) and of the upstream connection serving it
+ * (upconn.h). Internal: sl__ names, not part of the ABI.
+ *
+ * Ownership: a request is owned by its downstream from its first head byte to the end of
+ * its response; request objects are recycled through a per-worker freelist. Its
+ * allocations come from its arena (rebuilt heads, canned answers) and are freed in one
+ * step; `heap` (a buffered body) and the body filter's buffer are malloc'ed and freed with
+ * it.
+ *
+ * The request's files: request.c (begin, stages and Lua phases, waits, end), respond.c
+ * (gateway-made answers, buffering the body), proxy.c (the two pumps), attempts.c
+ * (target choice, retries, hedging), h1_head.c (the heads sent upstream and to HTTP/1
+ * clients). They share this header; nothing outside http/ needs more than its API.
+ */
+#ifndef SL_REQUEST_H
+#define SL_REQUEST_H
+
+#include <uv.h>
+
+#include "base/deadline.h"
+#include "ctx/worker.h"
+#include "http/downstream.h"
+#include "net/outq.h"
+#include "proto/hdr_edit.h"
+#include "proto/http1.h"
+#include "script/lua_host.h"
+#include "upstream/attempt.h"
+#include "http/upconn.h"
+
+/* SL_MODE_TUNNEL: the upstream answered 101 to an upgrade; the request object stays as the
+ * owner of the byte tunnel (tunnel.c) until the connection ends. */
+enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL, SL_MODE_TUNNEL };
+/* Where a request is in its life: the Lua phases run between routing and content. */
+enum { SL_STAGE_REWRITE = 0, SL_STAGE_ACCESS, SL_STAGE_CONTENT, SL_STAGE_RESPONSE };
+
+struct sl_req_s {
+    sl_downstream_t *ds; /**< the client side it came from (downstream.h) */
+    sl_worker_t *w;
+    sl_req_t *free_next;
+    sl_h1_head_t head;  /**< the client's request; slices of the downstream's buffer */
+    sl_h1_head_t rhead; /**< the upstream's response; slices of up->rbuf until rebuilt */
+    uint32_t head_off, head_end;
+    int route;          /**< index into cfg->routes, -1 when none */
+    uint32_t strip;     /**< bytes of path removed by strip_prefix */
+    uint8_t mode;       /**< SL_MODE_* */
+    uint8_t body_done;  /**< client request fully read */
+    uint8_t req_sent;   /**< request fully written upstream */
+    uint8_t resp_head;  /**< response head queued to the client */
+    uint8_t resp_written; /**< some of the response went to the client socket */
+    uint8_t resp_done;  /**< response fully queued */
+    uint8_t resp_eof_body; /**< response body is delimited by the upstream's close */
+    uint8_t keep_alive; /**< the client connection may serve another request */
+    uint8_t retried;    /**< a dead pooled connection was replaced once */
+    uint8_t upgrade;    /**< forwarded as an upgrade (the route allows the client's Upgrade) */
+    /** The byte tunnel after a 101 (tunnel.c): each direction moves one read buffer's bytes
+     *  at a time through upq/clq, and ends on its own (EOF -> shutdown toward the other). */
+    struct {
+        uint32_t cu_end;  /**< client->upstream: c->rbuf bytes in flight end here */
+        uint32_t uc_end;  /**< upstream->client: u->rbuf bytes in flight end here */
+        uint8_t cl_eof;   /**< the client's EOF was read */
+        uint8_t up_eof;   /**< the upstream's EOF was read */
+        uint8_t up_shut;  /**< shutdown toward the upstream: 1 asked, 2 done (client->upstream over) */
+        uint8_t cl_shut;  /**< shutdown toward the client: 1 asked, 2 done (upstream->client over) */
+        uint64_t drain_at;/**< loop ms when a draining worker closes it; 0: not draining */
+    } tun;
+    /* upstream attempts: target choice, breaker admission, retries (attempts.c) */
+    sl_tries_t tries;   /**< targets tried (sized when the proxy starts) */
+    sl_attempt_t att;   /**< the current attempt */
+    uint8_t up_wrote;   /**< request bytes went to an upstream socket */
+    uint8_t to_address; /**< upstream.set(address): r->address, not a configured upstream */
+    struct sockaddr_storage address;
+    char address_text[64];
+    int next_target;    /**< a retry's target, chosen (and admitted) before the backoff; -1 */
+    uint8_t next_admit; /**< its breaker admission */
+    uint32_t retry_after_s; /**< a 503 for open breakers: its Retry-After */
+    uint8_t hedged;     /**< a hedge attempt was started (at most one per request) */
+    uint16_t lua_target;/**< the balancer phase's choice: target index + 1 (0: none) */
+    /** The hedge attempt (retry.hedge_after), while it races the current one: swapped in
+     *  by attempt_swap() so the attempt functions serve both. */
+    struct {
+        sl_upconn_t *up;
+        sl_attempt_t att;
+        uint8_t sent;
+    } hedge;
+    int status;         /**< status sent to the client */
+    int upstream;       /**< cfg upstream index or -1 */
+    sl_upconn_t *up;
+    uint64_t start_ns;
+    uint64_t body_in;   /**< request body bytes read */
+    uint64_t bytes_out; /**< response bytes handed to the client socket */
+    sl_outq_t upq;      /**< toward the upstream */
+    uv_buf_t uphead;    /**< the rebuilt request head, kept for a retry */
+    uint16_t body_err;  /**< status for a body the client got wrong (400, 413) */
+    sl_outq_t clq;      /**< toward the client */
+    sl_arena_t arena;   /**< rebuilt heads and canned answers */
+    char *heap;         /**< a malloc'ed buffer freed with the request (echo) */
+    size_t heap_len, heap_cap;
+    char consumer[65];  /**< ctx.consumer after the access phase (auth plugins) */
+    uint8_t consumer_len;
+    char rid[33];       /**< X-Request-ID */
+    uint8_t rid_len;
+    char host[256];     /**< Host, lower-cased, port removed: what the router matches */
+    uint16_t host_len;
+    /* plugin runtime */
+    uint8_t stage;      /**< SL_STAGE_* */
+    uint8_t body_buffered; /**< the whole body is in heap (a plugin read it, or a retry may replay it) */
+    uint8_t replay_wait;   /**< reading the body whole before the first attempt (retries) */
+    uint64_t buffer_max;   /**< cap of a buffered body; 0: SL_BUFFER_MAX_BODY */
+    uint8_t in_header_filter;
+    uint8_t logged;
+    uint8_t phases;     /**< SL_PHASE_* bits the route's chain defines */
+    sl_lua_task_t lua;  /**< its coroutine and ctx (script/lua_host.h) */
+    struct sl_wait_s *wait; /**< what the coroutine waits for (NULL: nothing) */
+    sl_hdr_edits_t req_edits, resp_edits;
+    sl_str_t path_override; /**< set_path: replaces path (and strip_prefix) upstream */
+    sl_str_t query_override; /**< set_query: replaces the query upstream (query_set) */
+    uint8_t query_set;
+    /* body_filter: the piece being filtered, and a plugin's replacement (bf_buf) */
+    const char *bf_in;
+    size_t bf_in_len;
+    char *bf_buf;
+    size_t bf_len, bf_cap;
+    uint8_t bf_eof;     /**< the piece is the body's last */
+    uint8_t bf_set;     /**< a plugin replaced the piece: bf_buf holds the output */
+    uint8_t bf_failed;  /**< a body_filter raised: the response is cut off */
+    uint8_t bf_end;     /**< the upstream body ended: the last (eof) call is due */
+    int exit_status;    /**< response.exit: status (0: none) */
+    sl_str_t exit_body;
+    char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */
+};
+
+/** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
+ *  owner: closing a handle outlives the request. */
+enum { SL_WAIT_SLEEP = 1, SL_WAIT_HTTP, SL_WAIT_BACKOFF, SL_WAIT_HEDGE, SL_WAIT_REDIS };
+typedef struct sl_wait_s {
+    sl_req_t *r; /**< NULL once the request is gone */
+    int kind;    /**< SL_WAIT_* */
+    /** The request ends first: stop, and free once the handles are closed. */
+    void (*cancel)(struct sl_wait_s *wt);
+} sl_wait_t;
+
+
+/* ---- called by the downstream ---- */
+
+/** A downstream's new request object (from the worker's freelist); NULL when out of memory. */
+sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds);
+/** Routes a parsed request and starts answering it. */
+void sl__req_begin(sl_req_t *r);
+/** The client sent more bytes for the active request. */
+void sl__req_on_client_data(sl_req_t *r);
+/** A write of the downstream's (ops->write returned 0) completed. */
+void sl__req_on_written(sl_req_t *r, int status);
+/** Answers with a gateway-made response (status, JSON body). */
+void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close);
+/** Releases a request that is over: upstream connection, arena, object. */
+void sl__req_free(sl_req_t *r);
+/** The client side went away: abandon the request and its upstream. */
+void sl__req_abort(sl_req_t *r);
+
+/* ---- called by plugins' waits (lua/, net/redis.c, http_client.c) ---- */
+
+/** Calls fire(r) after ms on the worker's loop; r->wait holds it (cancelled when the
+ *  request ends first). SL_OK, or SL_ERROR when out of memory. */
+int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r));
+/** Cancels what r waits for, if anything. */
+void sl__req_cancel_wait(sl_req_t *r);
+/** The request's coroutine may continue (a sleep ended, its body arrived). */
+void sl__req_wakeup(sl_req_t *r);
+/** Starts buffering the request body for a plugin; SL_OK when already whole. */
+int sl__req_buffer_body(sl_req_t *r);
+
+/* ---- between the request's files (internal to http/) ---- */
+
+/** A plugin's upstream.set(address) has no configured upstream: defaults for it. */
+const sl_upstream_conf_t *sl__req_upstream_conf(const sl_req_t *r);
+static inline const sl_route_conf_t *sl__req_route_conf(const sl_req_t *r) {
+    return r->route >= 0 ? &r->w->cfg->routes[r->route] : NULL;
+}
+static inline bool sl__req_body_filtered(const sl_req_t *r) { return r->phases & (1u << SL_PHASE_BODY_FILTER); }
+/** The value of header `name` (first one), or of cookie `name`; "" when absent. */
+sl_str_t sl__req_header_value(const sl_req_t *r, const char *name);
+sl_str_t sl__req_cookie_value(const sl_req_t *r, const char *name);
+/** Runs a Lua phase of the request's chain (sl_lua_phase's answers). */
+static inline int sl__req_phase(sl_req_t *r, int phase) {
+    return sl_lua_phase(r->w, &r->lua, (sl_lua_who_t){r, r->route, r->rid}, phase);
+}
+/** The log phase, once, after the response went out (it cannot wait). */
+void sl__req_run_log_phase(sl_req_t *r);
+
+/* respond.c */
+/** A gateway-made JSON error: {"error": msg}. */
+void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close);
+/** A plugin's sluice.response.exit. */
+void sl__req_answer_exit(sl_req_t *r);
+/** 500 for a plugin that raised. */
+void sl__req_answer_plugin_error(sl_req_t *r);
+/** Runs the body_filter chain over one piece of the response body (respond.c). */
+int sl__req_filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_t *out);
+/** Tells the client to send its body, when it waits for that (Expect: 100-continue). */
+void sl__req_send_continue(sl_req_t *r);
+/** Reads what the client sent of the body into r->heap: SL_OK whole, SL_EAGAIN waiting,
+ *  SL_ERROR with r->body_err. */
+int sl__req_buffer_pump(sl_req_t *r);
+
+/* proxy.c */
+/** The content stage: the request goes to its upstream. */
+void sl__proxy_start(sl_req_t *r);
+/** Starts (or, after a backoff, resumes) the current attempt: pick, connect, send. */
+void sl__proxy_connect(sl_req_t *r);
+/** Connects the current attempt to its target: a pooled connection or a new one. */
+void sl__proxy_connect_target(sl_req_t *r);
+/** Moves the client's body to the upstream. */
+void sl__proxy_pump_up(sl_req_t *r);
+/** Moves the response (the upstream's, or a gateway answer in r->clq) to the client. */
+void sl__proxy_pump_down(sl_req_t *r);
+/** An upstream exchange failed before the response was complete. */
+void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why);
+/** The upstream connection callbacks of a request's attempts. */
+extern const sl_upconn_cb_t sl__proxy_upconn_cb;
+
+/* attempts.c */
+/* How an upstream attempt failed: decides whether a retry may follow (retry.on). */
+enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER };
+/** pick's answer when the balancer phase raised an error (logged and counted). */
+#define SL_PICK_PLUGIN_ERROR (-2)
+/** The next attempt's target with its admission in *admit, or -1 (open breakers:
+ *  *retry_after_ms > 0), or SL_PICK_PLUGIN_ERROR. */
+int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms);
+void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit);
+void sl__attempt_outcome(sl_req_t *r, int outcome);
+void sl__attempt_release(sl_req_t *r);
+/** The request ends or is answered by the gateway while an attempt is open or a retry's
+ *  target is admitted: neither is the target's failure. */
+void sl__attempt_abandon(sl_req_t *r);
+/** The response head arrived: outcome and latency; true when a retry took over (a 5xx
+ *  the retry policy names). */
+bool sl__attempt_answered(sl_req_t *r);
+/** Tries the request again on another target when the config and the request allow it. */
+bool sl__attempt_retry(sl_req_t *r, int kind, int status);
+/** No target can take the request: open breakers answer 503 with Retry-After, else 502. */
+void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms);
+/** Arms the hedge of a first attempt when the upstream and the request allow one. */
+void sl__hedge_arm(sl_req_t *r);
+/** Ends the hedge attempt with `outcome` (SL_OUT_*) and closes its connection. */
+void sl__hedge_end(sl_req_t *r, int outcome);
+/** The current attempt failed while the hedge runs: the hedge becomes the attempt. */
+void sl__hedge_promote(sl_req_t *r, int lost);
+/** Events on the hedge's connection (u is r->hedge.up). */
+void sl__hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread);
+void sl__hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status, const char *why);
+void sl__hedge_failed(sl_req_t *r, const char *why);
+
+#endif

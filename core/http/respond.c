@@ -1,0 +1,161 @@
+/* respond.c — answers the gateway makes itself (errors, a plugin's exit, the 500 of a
+ * plugin that raised), the body_filter over response pieces, and reading a request body
+ * whole when a plugin or a replayable retry needs it (request.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "http/request.h"
+
+/* A body a plugin asked for is buffered whole, up to this (or the listener's max_body). */
+#define SL_BUFFER_MAX_BODY (8u << 20)
+
+/* Runs the route's body_filter chain over one piece of the response body; *out is what
+ * the client gets (the piece itself when no plugin replaced it). The output stays valid
+ * until the next call: callers queue one filtered piece at a time. */
+int sl__req_filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_t *out) {
+    r->bf_in = p;
+    r->bf_in_len = n;
+    r->bf_eof = eof;
+    r->bf_set = 0;
+    if (sl__req_phase(r, SL_PHASE_BODY_FILTER) == SL_ERROR) {
+        r->bf_failed = 1;
+        return SL_ERROR;
+    }
+    *out = r->bf_set ? (sl_str_t){r->bf_buf, r->bf_len} : (sl_str_t){p, n};
+    return SL_OK;
+}
+
+/* ---- gateway-made answers ---- */
+
+/* A filter failed on a plugin's or the gateway's answer: a plain 500 replaces it, without
+ * the header edits made for the answer it replaces. */
+static void respond_plain_500(sl_req_t *r, bool close) {
+    static const char body[] = "{\"error\":\"plugin error\"}\n";
+    memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+    sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), close);
+}
+
+void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
+    sl_downstream_t *ds = r->ds;
+    sl__attempt_abandon(r);
+    if (r->up) {
+        r->up->req = NULL;
+        sl__upconn_close(r->up);
+        r->up = NULL;
+    }
+    r->mode = SL_MODE_LOCAL;
+    r->status = status;
+    if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && ds->req == r) {
+        r->in_header_filter = 1;
+        if (sl__req_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR && status != 500) {
+            respond_plain_500(r, close);
+            return;
+        }
+    }
+    /* A body we did not read to its end cannot be skipped safely: close after answering. */
+    if (close || !r->body_done) r->keep_alive = 0;
+    if (!r->keep_alive) ds->ops->pause(ds);
+    /* 204 and 304 carry no body and (204) no Content-Length, whatever a plugin asked for. */
+    bool bodiless = status == 204 || status == 304;
+    if (bodiless) body.len = 0;
+    /* A gateway-made body is whole: the body_filter chain sees it as one last piece. A
+     * filter that fails here can still be answered with a plain 500. */
+    if (sl__req_body_filtered(r) && !bodiless && r->head.method_id != HTTP_HEAD && !r->bf_failed && ds->req == r) {
+        if (sl__req_filter_piece(r, body.p, body.len, true, &body) != SL_OK && status != 500) {
+            respond_plain_500(r, close);
+            return;
+        }
+    }
+    if (ds->ops->write_head(ds, r, ctype, (int64_t)body.len) != SL_OK) {
+        ds->ops->abort(ds);
+        return;
+    }
+    if (body.len && r->head.method_id != HTTP_HEAD) sl_outq_add(&r->clq, body.p, body.len);
+    r->resp_head = 1;
+    r->resp_done = 1;
+    sl__proxy_pump_down(r);
+}
+
+void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close) {
+    char *body = sl_arena_alloc(&r->arena, 128);
+    if (!body) {
+        r->ds->ops->abort(r->ds);
+        return;
+    }
+    int n = snprintf(body, 128, "{\"error\":\"%s\"}\n", msg);
+    sl__req_respond(r, status, SL_LIT("application/json"), (sl_str_t){body, (size_t)n}, close);
+}
+
+void sl__req_answer_exit(sl_req_t *r) {
+    r->stage = SL_STAGE_RESPONSE;
+    sl__req_respond(r, r->exit_status, (sl_str_t){NULL, 0}, r->exit_body, false);
+}
+
+void sl__req_answer_plugin_error(sl_req_t *r) {
+    static const char body[] = "{\"error\":\"plugin error\"}\n";
+    r->stage = SL_STAGE_RESPONSE;
+    memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+    sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), false);
+}
+
+/* ---- reading the body whole ---- */
+
+static int on_body_to_buffer(void *ud, const char *p, size_t n) {
+    sl_req_t *r = ud;
+    r->body_in += n;
+    uint64_t limit = r->buffer_max ? r->buffer_max : SL_BUFFER_MAX_BODY;
+    uint64_t max = r->ds->lc->max_body ? SL_MIN(r->ds->lc->max_body, limit) : limit;
+    if (r->heap_len + n > max) {
+        r->body_err = 413;
+        return 1;
+    }
+    if (r->heap_len + n > r->heap_cap) {
+        size_t cap = SL_MAX(r->heap_cap * 2, SL_MAX(r->heap_len + n, (size_t)4096));
+        char *np = realloc(r->heap, cap);
+        if (!np) return 1;
+        r->heap = np;
+        r->heap_cap = cap;
+    }
+    memcpy(r->heap + r->heap_len, p, n);
+    r->heap_len += n;
+    return 0;
+}
+
+int sl__req_buffer_pump(sl_req_t *r) {
+    sl_downstream_t *ds = r->ds;
+    while (!r->body_done && ds->ops->body_buffered(ds)) {
+        int rc = ds->ops->read_body(ds, 1u << 30, on_body_to_buffer, r);
+        if (rc == SL_ERROR) {
+            if (!r->body_err) r->body_err = 400;
+            return SL_ERROR;
+        }
+        if (rc == SL_DONE) r->body_done = 1;
+    }
+    if (r->body_done) {
+        r->body_buffered = 1;
+        return SL_OK;
+    }
+    ds->ops->wait_body(ds);
+    return SL_EAGAIN;
+}
+
+int sl__req_buffer_body(sl_req_t *r) {
+    if (r->body_buffered) return SL_OK;
+    if (r->body_err) return SL_ERROR;
+    if (r->mode != SL_MODE_BUFFER) {
+        r->mode = SL_MODE_BUFFER;
+        sl__req_send_continue(r);
+        if (r->ds->req != r) return SL_ERROR;
+    }
+    return sl__req_buffer_pump(r);
+}
+
+/* The gateway reads the body itself, so it says 100 Continue itself (as nginx does). */
+void sl__req_send_continue(sl_req_t *r) {
+    sl_downstream_t *ds = r->ds;
+    if (!(r->head.flags & SL_H1_EXPECT_CONTINUE) || r->body_done || ds->ops->body_buffered(ds)) return;
+    r->head.flags &= ~(uint32_t)SL_H1_EXPECT_CONTINUE;
+    ds->ops->send_continue(ds);
+}
