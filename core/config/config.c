@@ -10,10 +10,11 @@
  * build does not have yet: a config that asks for a health check must not start
  * without one.
  *
- * This file: error lines, the entry points (parse, load) and sl_config_free.
+ * This file: error lines, sl_config_load and sl_config_free; sl_config_parse, the walk's
+ * entry, is root.c's.
  */
 
-#include "config/parse.h"
+#include "config/config.h"
 #include "base/common.h"
 #include "sluice.h"
 
@@ -28,6 +29,8 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+#define MAX_CONFIG_FILE (16u << 20) /* a config larger than this is a mistake, not a config */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Error lines                                                                                 */
@@ -64,100 +67,6 @@ void sl_errors_free(sl_errors_t *errs) {
     free(errs->lines);
     errs->lines = NULL;
     errs->n = errs->cap = 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Entry points                                                                                */
-
-static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
-    if (p->error == YAML_MEMORY_ERROR) {
-        cx->oom = true;
-        return;
-    }
-    if (p->error == YAML_READER_ERROR) {
-        /* the reader knows only a byte offset (bad UTF-8, control characters) */
-        int line = 1, col = 1;
-        for (size_t i = 0; i < p->problem_offset && i < len; i++) {
-            col++;
-            if (text[i] == '\n') {
-                line++;
-                col = 1;
-            }
-        }
-        sl__cx_at(cx, line, col, "invalid input: %s", p->problem ? p->problem : "unreadable text");
-        return;
-    }
-    int line = (int)p->problem_mark.line + 1, col = (int)p->problem_mark.column + 1;
-    if (p->context)
-        sl__cx_at(cx, line, col, "YAML syntax error: %s (%s at line %d, column %d)",
-              p->problem ? p->problem : "invalid YAML", p->context, (int)p->context_mark.line + 1,
-              (int)p->context_mark.column + 1);
-    else
-        sl__cx_at(cx, line, col, "YAML syntax error: %s", p->problem ? p->problem : "invalid YAML");
-}
-
-static int cmp_err(const void *a, const void *b) {
-    const sl__cx_err_t *x = a, *y = b;
-    if (x->line != y->line) return x->line < y->line ? -1 : 1;
-    if (x->col != y->col) return x->col < y->col ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
-                    sl_errors_t *errs) {
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    bool have_doc = false;
-    sl__cx_t cx = {0};
-    int rc = -1;
-
-    *out = NULL;
-    if (!yaml_parser_initialize(&parser)) {
-        sl_errors_add(errs, path, 1, 1, "out of memory");
-        return -1;
-    }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!(cx.cfg = sl__cx_calloc(&cx, 1, sizeof *cx.cfg)) ||
-        !(cx.cfg->path = sl__cx_strdup(&cx, path ? path : "<config>")))
-        goto done;
-    if (!yaml_parser_load(&parser, &doc)) {
-        yaml_error(&cx, &parser, text, len);
-        goto done;
-    }
-    have_doc = true;
-    cx.doc = &doc;
-
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (!root)
-        sl__cx_at(&cx, 1, 1, "the configuration is empty: 'listeners' is required");
-    else
-        sl__cfg_parse_root(&cx, root);
-
-    yaml_document_t extra;
-    if (!yaml_parser_load(&parser, &extra)) {
-        yaml_error(&cx, &parser, text, len);
-    } else {
-        yaml_node_t *r2 = yaml_document_get_root_node(&extra);
-        if (r2) sl__cx_err(&cx, r2, "only one YAML document is allowed in a configuration");
-        yaml_document_delete(&extra);
-    }
-
-done:
-    if (cx.nerrs == 0 && !cx.oom) {
-        *out = cx.cfg;
-        rc = 0;
-    } else {
-        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, cmp_err);
-        for (size_t i = 0; i < cx.nerrs; i++)
-            sl_errors_add(errs, path, cx.errs[i].line, cx.errs[i].col, "%s", cx.errs[i].msg);
-        if (cx.oom) sl_errors_add(errs, path, 1, 1, "out of memory");
-        sl_config_free(cx.cfg);
-    }
-    for (size_t i = 0; i < cx.nerrs; i++) free(cx.errs[i].msg);
-    free(cx.errs);
-    if (have_doc) yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
-    return rc;
 }
 
 int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs) {
@@ -235,7 +144,7 @@ void sl_config_free(sl_config_t *cfg) {
         free(cfg->listeners[i].name);
         free(cfg->listeners[i].upstream_name);
         free(cfg->listeners[i].proxy_from);
-        sl__cfg_tls_listener_free(cfg->listeners[i].tls);
+        sl_tls_listener_conf_free(cfg->listeners[i].tls);
         for (size_t k = 0; k < cfg->listeners[i].nsni_routes; k++) {
             strs_free(cfg->listeners[i].sni_routes[k].names, cfg->listeners[i].sni_routes[k].nnames);
             free(cfg->listeners[i].sni_routes[k].upstream_name);
@@ -253,7 +162,7 @@ void sl_config_free(sl_config_t *cfg) {
         free(u->health.path);
         for (size_t j = 0; u->targets && j < u->ntargets; j++) {
             addr_free(&u->targets[j].addr);
-            sl__cfg_tls_target_free(u->targets[j].tls);
+            sl_tls_target_conf_free(u->targets[j].tls);
         }
         free(u->targets);
     }

@@ -151,6 +151,10 @@ static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *whe
     }
 }
 
+int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int *result) {
+    return sl_sni_lookup(l->sni_names, l->nsni_exact, l->nsni_wild, l->upstream, name, nlen, result);
+}
+
 static int cmp_sni_exact(const void *a, const void *b) {
     const sl_sni_name_t *x = a, *y = b;
     if (x->len != y->len) return x->len < y->len ? -1 : 1;
@@ -162,8 +166,8 @@ static int cmp_sni_wild(const void *a, const void *b) {
     return x->len == y->len ? 0 : x->len > y->len ? -1 : 1;
 }
 
-/* The lookup table of sl_sni_route: exact names sorted for a binary search, then the
- * wildcards' suffixes longest first. After the upstream names were resolved. */
+/* The lookup table of sl_sni_route (sni.h's sl_sni_lookup): exact names sorted for a
+ * binary search, then the wildcards' suffixes longest first. After the upstream names were resolved. */
 void sl__cfg_build_sni_names(sl__cx_t *cx, sl_listener_conf_t *l) {
     size_t n = 0;
     for (size_t i = 0; i < l->nsni_routes; i++) n += l->sni_routes[i].nnames;

@@ -1,6 +1,7 @@
 /* parse.h — what the files of the config parser share (internal to core/config/).
  *
- * config.c holds the entry points and sl_config_free; parse.c the walk's toolkit (the
+ * config.c holds error lines, sl_config_load and sl_config_free (it needs none of this);
+ * root.c sl_config_parse and the top-level mapping; parse.c the walk's toolkit (the
  * context, key tables, typed values); one file per section parses it: listeners.c,
  * upstreams.c, routes.c, plugins.c, consumers.c, tls_conf.c (the `tls:` sections) and
  * root.c (the top-level mapping and the process keys). Every parse function records its
@@ -17,7 +18,6 @@
 
 #include "config/config.h"
 
-#define MAX_CONFIG_FILE (16u << 20) /* a config larger than this is a mistake, not a config */
 #define MAX_PLUGIN_JSON (1u << 20)  /* bounds alias expansion ("billion laughs") too */
 #define MAX_JSON_DEPTH 32           /* also stops recursive aliases (&a [ *a ]) */
 #define MAX_NAME_LEN 64             /* names become metric labels and log fields */
@@ -138,10 +138,8 @@ void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner
 
 /* ---- tls_conf.c ---- */
 void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l);
-void sl__cfg_tls_listener_free(sl_tls_listener_conf_t *t);
 /* A target's `tls:` (a mapping, or `true` for the defaults). */
 void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf_t *t);
-void sl__cfg_tls_target_free(sl_tls_target_conf_t *c);
 
 /* ---- listeners.c ---- */
 /* The lookup table of sl_sni_route: exact names sorted for a binary search, then the

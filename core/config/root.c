@@ -1,6 +1,8 @@
-/* root.c — the top-level mapping: process keys (workers, watch, shutdown_timeout),
- * `admin:`, `redis:`, plugin and lua_routes folders, consumer_header, and the walk into
- * each section in the order references need (upstreams before listeners and routes). */
+/* root.c — the document: sl_config_parse (YAML text to a node graph, the walk, the errors
+ * sorted by position) and the top-level mapping: process keys (workers, watch,
+ * shutdown_timeout), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
+ * and the walk into each section in the order references need (upstreams before
+ * listeners and routes). */
 
 #include "config/parse.h"
 #include "base/common.h"
@@ -211,4 +213,98 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             if (m) sl__cfg_parse_route(cx, m, i);
         }
     }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Entry points                                                                                */
+
+static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
+    if (p->error == YAML_MEMORY_ERROR) {
+        cx->oom = true;
+        return;
+    }
+    if (p->error == YAML_READER_ERROR) {
+        /* the reader knows only a byte offset (bad UTF-8, control characters) */
+        int line = 1, col = 1;
+        for (size_t i = 0; i < p->problem_offset && i < len; i++) {
+            col++;
+            if (text[i] == '\n') {
+                line++;
+                col = 1;
+            }
+        }
+        sl__cx_at(cx, line, col, "invalid input: %s", p->problem ? p->problem : "unreadable text");
+        return;
+    }
+    int line = (int)p->problem_mark.line + 1, col = (int)p->problem_mark.column + 1;
+    if (p->context)
+        sl__cx_at(cx, line, col, "YAML syntax error: %s (%s at line %d, column %d)",
+              p->problem ? p->problem : "invalid YAML", p->context, (int)p->context_mark.line + 1,
+              (int)p->context_mark.column + 1);
+    else
+        sl__cx_at(cx, line, col, "YAML syntax error: %s", p->problem ? p->problem : "invalid YAML");
+}
+
+static int cmp_err(const void *a, const void *b) {
+    const sl__cx_err_t *x = a, *y = b;
+    if (x->line != y->line) return x->line < y->line ? -1 : 1;
+    if (x->col != y->col) return x->col < y->col ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                    sl_errors_t *errs) {
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    bool have_doc = false;
+    sl__cx_t cx = {0};
+    int rc = -1;
+
+    *out = NULL;
+    if (!yaml_parser_initialize(&parser)) {
+        sl_errors_add(errs, path, 1, 1, "out of memory");
+        return -1;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!(cx.cfg = sl__cx_calloc(&cx, 1, sizeof *cx.cfg)) ||
+        !(cx.cfg->path = sl__cx_strdup(&cx, path ? path : "<config>")))
+        goto done;
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_error(&cx, &parser, text, len);
+        goto done;
+    }
+    have_doc = true;
+    cx.doc = &doc;
+
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root)
+        sl__cx_at(&cx, 1, 1, "the configuration is empty: 'listeners' is required");
+    else
+        sl__cfg_parse_root(&cx, root);
+
+    yaml_document_t extra;
+    if (!yaml_parser_load(&parser, &extra)) {
+        yaml_error(&cx, &parser, text, len);
+    } else {
+        yaml_node_t *r2 = yaml_document_get_root_node(&extra);
+        if (r2) sl__cx_err(&cx, r2, "only one YAML document is allowed in a configuration");
+        yaml_document_delete(&extra);
+    }
+
+done:
+    if (cx.nerrs == 0 && !cx.oom) {
+        *out = cx.cfg;
+        rc = 0;
+    } else {
+        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, cmp_err);
+        for (size_t i = 0; i < cx.nerrs; i++)
+            sl_errors_add(errs, path, cx.errs[i].line, cx.errs[i].col, "%s", cx.errs[i].msg);
+        if (cx.oom) sl_errors_add(errs, path, 1, 1, "out of memory");
+        sl_config_free(cx.cfg);
+    }
+    for (size_t i = 0; i < cx.nerrs; i++) free(cx.errs[i].msg);
+    free(cx.errs);
+    if (have_doc) yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return rc;
 }

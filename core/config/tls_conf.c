@@ -101,23 +101,6 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
     }
 }
 
-void sl__cfg_tls_listener_free(sl_tls_listener_conf_t *t) {
-    if (!t) return;
-    sl_tls_server_free(t->rt);
-    for (size_t i = 0; t->certs && i < t->ncerts; i++) {
-        sl_tls_cert_conf_t *c = &t->certs[i];
-        free(c->cert);
-        free(c->key);
-        free(c->cert_path);
-        free(c->key_path);
-        for (size_t j = 0; c->sni && j < c->nsni; j++) free(c->sni[j]);
-        free(c->sni);
-    }
-    free(t->certs);
-    free(t->ciphers);
-    free(t);
-}
-
 enum { TT_VERIFY, TT_CA, TT_SNI, TT_N };
 static const char *const target_tls_keys[TT_N] = {"verify", "ca", "sni"};
 
@@ -160,11 +143,3 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf
     if (!(c->rt = sl_tls_client_build(c, ip, err, sizeof err))) sl__cx_at(cx, c->line, c->col, "%s", err);
 }
 
-void sl__cfg_tls_target_free(sl_tls_target_conf_t *c) {
-    if (!c) return;
-    sl_tls_client_free(c->rt);
-    free(c->ca);
-    free(c->ca_path);
-    free(c->sni);
-    free(c);
-}

@@ -38,14 +38,7 @@
 #include <stdint.h>
 
 #include "base/common.h"
-
-enum {
-    SL_LB_ROUND_ROBIN = 0,
-    SL_LB_WEIGHTED_ROUND_ROBIN,
-    SL_LB_LEAST_CONN,
-    SL_LB_P2C_EWMA,
-    SL_LB_CONSISTENT_HASH,
-};
+#include "config/upstream_conf.h" /* the kinds, SL_LB_* */
 
 /** Live numbers of one target, shared by all workers. */
 typedef struct {
