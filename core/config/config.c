@@ -16,19 +16,12 @@
 
 #include "config/config.h"
 #include "base/common.h"
-#include "sluice.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 #define MAX_CONFIG_FILE (16u << 20) /* a config larger than this is a mistake, not a config */
 

@@ -5,17 +5,9 @@
 #include "base/common.h"
 #include "sluice.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 /* The credentials each built-in auth plugin reads: checked here, where the YAML positions
  * are known. Other kinds (a user's own auth plugin) pass through as they are. */

@@ -4,19 +4,12 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 enum {
     L_NAME,
@@ -89,7 +82,6 @@ enum { PP_SEND, PP_N };
 static const char *const proxy_send_keys[PP_N] = {"send"};
 enum { PA_FROM, PA_N };
 static const char *const proxy_accept_keys[PA_N] = {"from"};
-
 
 enum { SR_SNI, SR_UPSTREAM, SR_N };
 static const char *const sni_route_keys[SR_N] = {"sni", "upstream"};

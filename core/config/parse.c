@@ -4,11 +4,9 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -204,7 +202,6 @@ bool sl__cfg_addr_same(const sl_addr_t *a, const sl_addr_t *b) {
 /* ------------------------------------------------------------------------------------------ */
 /* The walk: context, errors at nodes, allocation                                              */
 
-
 static void cx_vadd(sl__cx_t *cx, int line, int col, const char *fmt, va_list ap) {
     char buf[1024];
     vsnprintf(buf, sizeof buf, fmt, ap);
@@ -297,7 +294,6 @@ yaml_node_t *sl__cfg_seq_at(sl__cx_t *cx, const yaml_node_t *n, size_t i) {
 /* ------------------------------------------------------------------------------------------ */
 /* Mappings checked against a key table                                                        */
 
-
 static size_t edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b), row[33];
     if (la > 32 || lb > 32) return SIZE_MAX;
@@ -378,6 +374,14 @@ void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where, c
         else
             sl__cx_err(cx, k, "unknown key '%s' in %s", sl__cfg_sval(k), where);
     }
+}
+
+/* scan_map for the mapping under `key` of an item, named "'key' of WHERE" in errors. */
+void sl__cfg_scan_sub(sl__cx_t *cx, const yaml_node_t *map, const char *key, const char *where,
+                      const char *const *names, sl__field_t *f, size_t n) {
+    char sub[256];
+    snprintf(sub, sizeof sub, "'%s' of %s", key, where);
+    sl__cfg_scan_map(cx, map, sub, names, f, n, NULL);
 }
 
 /* The value of a required field, or NULL after an error at the mapping or the key. */

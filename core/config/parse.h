@@ -90,6 +90,9 @@ bool sl__cfg_dup_key(sl__cx_t *cx, const yaml_node_t *map, const yaml_node_pair_
  */
 void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where, const char *const *names,
                      sl__field_t *f, size_t n, const char *const *later);
+/* scan_map for the mapping under `key` of an item, named "'key' of WHERE" in errors. */
+void sl__cfg_scan_sub(sl__cx_t *cx, const yaml_node_t *map, const char *key, const char *where,
+                      const char *const *names, sl__field_t *f, size_t n);
 /* The value of a required field, or NULL after an error at the mapping or the key. */
 yaml_node_t *sl__cfg_required(sl__cx_t *cx, const yaml_node_t *map, const sl__field_t *f,
                              const char *where);

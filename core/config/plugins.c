@@ -3,23 +3,13 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Plugin configs as JSON text                                                                 */
-
 
 bool sl__cfg_jb_put(sl__cx_t *cx, sl__jbuf_t *b, const void *s, size_t n) {
     if (b->too_big) return false;

@@ -6,15 +6,7 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

@@ -3,19 +3,12 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 bool sl__cfg_check_host(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     for (char *p = s; *p; p++)
@@ -224,7 +217,7 @@ static void parse_split(sl__cx_t *cx, const sl__field_t *fs, const char *where, 
 void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_config_t *cfg = cx->cfg;
     sl_route_conf_t *r = &cfg->routes[idx];
-    char where[128], sub[192];
+    char where[128];
     sl__cfg_describe(cx, m, "route", "routes", idx, where, sizeof where);
     sl__field_t f[R_N];
     sl__cfg_scan_map(cx, m, where, route_keys, f, R_N, NULL);
@@ -242,8 +235,7 @@ void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     if ((v = f[R_MATCH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "match")) {
         sl__field_t mf[M_N];
-        snprintf(sub, sizeof sub, "'match' of %s", where);
-        sl__cfg_scan_map(cx, v, sub, match_keys, mf, M_N, NULL);
+        sl__cfg_scan_sub(cx, v, "match", where, match_keys, mf, M_N);
         if (mf[M_HOSTS].val) sl__cfg_get_str_list(cx, &mf[M_HOSTS], sl__cfg_check_host, &r->hosts, &r->nhosts);
         if (mf[M_PATHS].val) sl__cfg_get_str_list(cx, &mf[M_PATHS], check_path, &r->paths, &r->npaths);
         if (mf[M_METHODS].val)

@@ -5,19 +5,9 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 enum { TC_CERT, TC_KEY, TC_SNI, TC_DEFAULT, TC_N };
 static const char *const tls_cert_keys[TC_N] = {"cert", "key", "sni", "default"};

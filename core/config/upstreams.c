@@ -3,19 +3,11 @@
 
 #include "config/parse.h"
 #include "base/common.h"
-#include "sluice.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
-#include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
 enum { T_ADDRESS, T_WEIGHT, T_TLS, T_N };
 static const char *const target_keys[T_N] = {"address", "weight", "tls"};
@@ -87,16 +79,13 @@ enum { H_ACTIVE, H_PASSIVE, H_N };
 static const char *const health_keys[H_N] = {"active", "passive"};
 
 static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_health_conf_t *h) {
-    char sub[256];
     sl__field_t f[H_N];
-    snprintf(sub, sizeof sub, "'health' of %s", where);
-    sl__cfg_scan_map(cx, m, sub, health_keys, f, H_N, NULL);
+    sl__cfg_scan_sub(cx, m, "health", where, health_keys, f, H_N);
     const yaml_node_t *v;
     int64_t n;
     if ((v = f[H_ACTIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "active")) {
         sl__field_t a[HA_N];
-        snprintf(sub, sizeof sub, "'health.active' of %s", where);
-        sl__cfg_scan_map(cx, v, sub, active_keys, a, HA_N, NULL);
+        sl__cfg_scan_sub(cx, v, "health.active", where, active_keys, a, HA_N);
         h->active_type = SL_PROBE_HTTP;
         if (a[HA_TYPE].val) {
             const char *t = sl__cfg_get_text(cx, a[HA_TYPE].val, "type", "a string");
@@ -122,8 +111,7 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where, 
     }
     if ((v = f[H_PASSIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "passive")) {
         sl__field_t p[HP_N];
-        snprintf(sub, sizeof sub, "'health.passive' of %s", where);
-        sl__cfg_scan_map(cx, v, sub, passive_keys, p, HP_N, NULL);
+        sl__cfg_scan_sub(cx, v, "health.passive", where, passive_keys, p, HP_N);
         h->passive = true;
         if ((v = p[HP_MAX_FAILURES].val) && sl__cfg_get_int(cx, v, "max_failures", 1, 1000000, &n))
             h->max_failures = (uint32_t)n;
@@ -137,10 +125,8 @@ static const char *const breaker_keys[CB_N] = {"failure_ratio", "min_requests", 
                                                "success_threshold"};
 
 static void parse_breaker(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_breaker_conf_t *b) {
-    char sub[256];
     sl__field_t f[CB_N];
-    snprintf(sub, sizeof sub, "'circuit_breaker' of %s", where);
-    sl__cfg_scan_map(cx, m, sub, breaker_keys, f, CB_N, NULL);
+    sl__cfg_scan_sub(cx, m, "circuit_breaker", where, breaker_keys, f, CB_N);
     b->enabled = true;
     const yaml_node_t *v;
     int64_t n;
@@ -163,10 +149,8 @@ static const char *const retry_keys[RT_N] = {"attempts", "on", "backoff", "max_b
                                              "hedge_after"};
 
 static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_retry_conf_t *r) {
-    char sub[256];
     sl__field_t f[RT_N];
-    snprintf(sub, sizeof sub, "'retry' of %s", where);
-    sl__cfg_scan_map(cx, m, sub, retry_keys, f, RT_N, NULL);
+    sl__cfg_scan_sub(cx, m, "retry", where, retry_keys, f, RT_N);
     const yaml_node_t *v;
     int64_t n;
     if ((v = f[RT_ATTEMPTS].val) && sl__cfg_get_int(cx, v, "attempts", 1, 10, &n)) r->attempts = (uint32_t)n;
@@ -215,7 +199,7 @@ static const char *const upstream_keys[U_N] = {"name",     "balancer",  "hash_on
 
 void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_upstream_conf_t *u = &cx->cfg->upstreams[idx];
-    char where[128], sub[192];
+    char where[128];
     sl__cfg_describe(cx, m, "upstream", "upstreams", idx, where, sizeof where);
     sl__field_t f[U_N];
     sl__cfg_scan_map(cx, m, where, upstream_keys, f, U_N, NULL);
@@ -276,8 +260,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     if ((v = f[U_KEEPALIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "keepalive")) {
         sl__field_t k[K_N];
-        snprintf(sub, sizeof sub, "'keepalive' of %s", where);
-        sl__cfg_scan_map(cx, v, sub, keepalive_keys, k, K_N, NULL);
+        sl__cfg_scan_sub(cx, v, "keepalive", where, keepalive_keys, k, K_N);
         int64_t n;
         if (k[K_MAX_IDLE].val &&
             sl__cfg_get_int(cx, k[K_MAX_IDLE].val, "max_idle", 0, MAX_KEEPALIVE_IDLE, &n))
@@ -288,8 +271,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     if ((v = f[U_TIMEOUTS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "timeouts")) {
         sl__field_t t[TO_N];
-        snprintf(sub, sizeof sub, "'timeouts' of %s", where);
-        sl__cfg_scan_map(cx, v, sub, timeout_keys, t, TO_N, NULL);
+        sl__cfg_scan_sub(cx, v, "timeouts", where, timeout_keys, t, TO_N);
         if (t[TO_CONNECT].val)
             sl__cfg_get_duration(cx, t[TO_CONNECT].val, "connect", false, &u->connect_timeout_ms);
         if (t[TO_READ].val) sl__cfg_get_duration(cx, t[TO_READ].val, "read", false, &u->read_timeout_ms);
