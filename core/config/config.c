@@ -139,7 +139,8 @@ void sl_config_free(sl_config_t *cfg) {
         free(cfg->listeners[i].proxy_from);
         sl_tls_listener_conf_free(cfg->listeners[i].tls);
         for (size_t k = 0; k < cfg->listeners[i].nsni_routes; k++) {
-            strs_free(cfg->listeners[i].sni_routes[k].names, cfg->listeners[i].sni_routes[k].nnames);
+            strs_free(cfg->listeners[i].sni_routes[k].names,
+                      cfg->listeners[i].sni_routes[k].nnames);
             free(cfg->listeners[i].sni_routes[k].upstream_name);
         }
         free(cfg->listeners[i].sni_routes);

@@ -11,7 +11,8 @@
 
 /* The credentials each built-in auth plugin reads: checked here, where the YAML positions
  * are known. Other kinds (a user's own auth plugin) pass through as they are. */
-static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_node_t *v, const char *where) {
+static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_node_t *v,
+                             const char *where) {
     static const struct {
         const char *kind;
         const char *keys[3];
@@ -54,8 +55,8 @@ void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if (v && sl__cfg_get_name(cx, v, "consumer", true, &c->name))
         for (size_t i = 0; i < idx; i++)
             if (cx->cfg->consumers[i].name && strcmp(cx->cfg->consumers[i].name, c->name) == 0)
-                sl__cx_err(cx, v, "duplicate consumer name '%s' (first defined at line %d)", c->name,
-                       cx->cfg->consumers[i].line);
+                sl__cx_err(cx, v, "duplicate consumer name '%s' (first defined at line %d)",
+                           c->name, cx->cfg->consumers[i].line);
     if (!(v = f[CO_CREDENTIALS].val)) {
         c->credentials_json = sl__cx_strdup(cx, "{}");
         return;
@@ -86,19 +87,24 @@ void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list) {
                 for (int side = 0; side < 2; side++) {
                     const yaml_node_t *m = sl__cfg_seq_at(cx, list, side ? j : i), *found = NULL;
                     for (int depth = 0; m && m->type == YAML_MAPPING_NODE && depth < 3; depth++) {
-                        const char *want = depth == 0 ? "credentials" : depth == 1 ? unique[u][0] : unique[u][1];
+                        const char *want = depth == 0   ? "credentials"
+                                           : depth == 1 ? unique[u][0]
+                                                        : unique[u][1];
                         const yaml_node_t *next = NULL;
-                        for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+                        for (yaml_node_pair_t *p = m->data.mapping.pairs.start;
+                             p < m->data.mapping.pairs.top; p++) {
                             yaml_node_t *k = sl__cfg_get_node(cx, p->key);
-                            if (k && k->type == YAML_SCALAR_NODE && sl__cfg_scalar_is(k, want)) next = sl__cfg_get_node(cx, p->value);
+                            if (k && k->type == YAML_SCALAR_NODE && sl__cfg_scalar_is(k, want))
+                                next = sl__cfg_get_node(cx, p->value);
                         }
                         m = next;
                         if (depth == 2) found = next;
                     }
                     if (side) b = found; else a = found;
                 }
-                if (a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE && sl__cfg_scalar_eq(a, b))
-                    sl__cx_err(cx, a, "%s %s '%s' is used by another consumer too (line %d)", unique[u][0],
-                           unique[u][1], sl__cfg_sval(a), sl__cfg_line_of(b));
+                if (a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
+                    sl__cfg_scalar_eq(a, b))
+                    sl__cx_err(cx, a, "%s %s '%s' is used by another consumer too (line %d)",
+                               unique[u][0], unique[u][1], sl__cfg_sval(a), sl__cfg_line_of(b));
             }
 }

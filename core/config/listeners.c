@@ -100,7 +100,8 @@ static bool check_sni(sl__cx_t *cx, const yaml_node_t *v, char *s) {
 
 /* `sni_routes:` of a tcp listener: each entry's names and upstream name (resolved with
  * the listener's own upstream, once the upstreams are parsed). */
-static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *where, sl_listener_conf_t *l) {
+static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *where,
+                             sl_listener_conf_t *l) {
     size_t len;
     if (!sl__cfg_list_len(cx, f, &len)) return;
     if (len == 0) {
@@ -123,7 +124,8 @@ static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *whe
         const yaml_node_t *v = sl__cfg_required(cx, m, &rf[SR_SNI], sub);
         if (v) {
             sl__cfg_get_str_list(cx, &rf[SR_SNI], check_sni, &r->names, &r->nnames);
-            if (v->type == YAML_SEQUENCE_NODE && r->nnames == 0) sl__cx_err(cx, v, "'sni' of %s needs at least one name", sub);
+            if (v->type == YAML_SEQUENCE_NODE && r->nnames == 0)
+                sl__cx_err(cx, v, "'sni' of %s needs at least one name", sub);
         }
         /* a name listed twice (in this entry or an earlier one) is an error at the second */
         for (size_t k = 0; k < r->nnames; k++) {
@@ -134,9 +136,12 @@ static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *whe
                 for (size_t q = 0; q < (j == i ? k : o->nnames) && !dup; q++)
                     dup = o->names[q] && strcmp(o->names[q], r->names[k]) == 0;
             }
-            if (dup) sl__cx_err(cx, sl__cfg_seq_at(cx, v, k), "sni '%s' is listed twice in %s", r->names[k], where);
+            if (dup)
+                sl__cx_err(cx, sl__cfg_seq_at(cx, v, k), "sni '%s' is listed twice in %s",
+                           r->names[k], where);
         }
-        if ((v = sl__cfg_required(cx, m, &rf[SR_UPSTREAM], sub)) && sl__cfg_get_string(cx, v, "upstream", &r->upstream_name)) {
+        if ((v = sl__cfg_required(cx, m, &rf[SR_UPSTREAM], sub)) &&
+            sl__cfg_get_string(cx, v, "upstream", &r->upstream_name)) {
             r->upstream_line = sl__cfg_line_of(v);
             r->upstream_col = sl__cfg_col_of(v);
         }
@@ -144,7 +149,8 @@ static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *whe
 }
 
 int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int *result) {
-    return sl_sni_lookup(l->sni_names, l->nsni_exact, l->nsni_wild, l->upstream, name, nlen, result);
+    return sl_sni_lookup(l->sni_names, l->nsni_exact, l->nsni_wild, l->upstream, name, nlen,
+                         result);
 }
 
 static int cmp_sni_exact(const void *a, const void *b) {
@@ -159,7 +165,8 @@ static int cmp_sni_wild(const void *a, const void *b) {
 }
 
 /* The lookup table of sl_sni_route (sni.h's sl_sni_lookup): exact names sorted for a
- * binary search, then the wildcards' suffixes longest first. After the upstream names were resolved. */
+ * binary search, then the wildcards' suffixes longest first. After the upstream names were
+ * resolved. */
 void sl__cfg_build_sni_names(sl__cx_t *cx, sl_listener_conf_t *l) {
     size_t n = 0;
     for (size_t i = 0; i < l->nsni_routes; i++) n += l->sni_routes[i].nnames;
@@ -203,13 +210,14 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if (v && sl__cfg_get_name(cx, v, "listener", true, &l->name)) {
         for (size_t i = 0; i < idx; i++)
             if (cx->cfg->listeners[i].name && strcmp(cx->cfg->listeners[i].name, l->name) == 0)
-                sl__cx_err(cx, v, "duplicate listener name '%s' (first defined at line %d)", l->name,
-                       cx->cfg->listeners[i].line);
+                sl__cx_err(cx, v, "duplicate listener name '%s' (first defined at line %d)",
+                           l->name, cx->cfg->listeners[i].line);
     }
     if ((v = sl__cfg_required(cx, m, &f[L_LISTEN], where)) &&
         sl__cfg_get_addr(cx, v, "listen", false, &l->listen)) {
         for (size_t i = 0; i < idx; i++)
-            if (sl__cfg_addr_same(&cx->cfg->listeners[i].listen, &l->listen) && sl__cfg_addr_port(&l->listen))
+            if (sl__cfg_addr_same(&cx->cfg->listeners[i].listen, &l->listen) &&
+                sl__cfg_addr_port(&l->listen))
                 sl__cx_err(cx, v, "address %s is already used by the listener at line %d",
                        l->listen.text, cx->cfg->listeners[i].line);
     }
@@ -225,27 +233,33 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if (tcp) l->idle_timeout_ms = 300 * 1000;
     if ((v = f[L_UPSTREAM].val)) {
         if (!tcp)
-            sl__cx_err(cx, f[L_UPSTREAM].key, "'upstream' belongs to protocol: tcp listeners (http routes name theirs)");
+            sl__cx_err(cx, f[L_UPSTREAM].key,
+                       "'upstream' belongs to protocol: tcp listeners (http routes name theirs)");
         else if (sl__cfg_get_string(cx, v, "upstream", &l->upstream_name)) {
             l->upstream_line = sl__cfg_line_of(v);
             l->upstream_col = sl__cfg_col_of(v);
         }
     } else if (tcp && !f[L_SNI_ROUTES].val && !f[L_PLUGINS].val) {
-        sl__cx_err(cx, m, "missing required key 'upstream' in %s (protocol: tcp, no sni_routes or plugins)", where);
+        sl__cx_err(
+            cx, m,
+            "missing required key 'upstream' in %s (protocol: tcp, no sni_routes or plugins)",
+            where);
     }
     /* the connect timeout of a session sent to an address (a preread plugin's choice); the
      * listener's upstream, when it has one, sets it below */
     l->connect_timeout_ms = 2 * 1000;
     if (f[L_PLUGINS].val) {
         if (!tcp)
-            sl__cx_err(cx, f[L_PLUGINS].key, "'plugins' belongs to protocol: tcp listeners (the preread phase; "
-                                         "http routes list their own plugins)");
+            sl__cx_err(cx, f[L_PLUGINS].key,
+                       "'plugins' belongs to protocol: tcp listeners (the preread phase; "
+                       "http routes list their own plugins)");
         else
             sl__cfg_parse_plugins(cx, &f[L_PLUGINS], where, &l->plugins, &l->nplugins);
     }
     if (f[L_SNI_ROUTES].val) {
         if (!tcp)
-            sl__cx_err(cx, f[L_SNI_ROUTES].key, "'sni_routes' belongs to protocol: tcp listeners (http routes match hosts)");
+            sl__cx_err(cx, f[L_SNI_ROUTES].key,
+                       "'sni_routes' belongs to protocol: tcp listeners (http routes match hosts)");
         else
             parse_sni_routes(cx, &f[L_SNI_ROUTES], where, l);
     }
@@ -258,13 +272,15 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         else if (s && strcmp(s, "auto") != 0)
             sl__cx_err(cx, v, "unknown splice '%s' (expected auto or off)", s);
     }
-    if ((v = f[L_PROXY_SEND].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "proxy_protocol")) {
+    if ((v = f[L_PROXY_SEND].val) &&
+        sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "proxy_protocol")) {
         sl__field_t pf[PP_N];
         sl__cfg_scan_map(cx, v, "'proxy_protocol'", proxy_send_keys, pf, PP_N, NULL);
         const yaml_node_t *sv = sl__cfg_required(cx, v, &pf[PP_SEND], "'proxy_protocol'");
         const char *s = sv ? sl__cfg_get_text(cx, sv, "send", "a string") : NULL;
         if (!tcp)
-            sl__cx_err(cx, f[L_PROXY_SEND].key, "'proxy_protocol' belongs to protocol: tcp listeners");
+            sl__cx_err(cx, f[L_PROXY_SEND].key,
+                       "'proxy_protocol' belongs to protocol: tcp listeners");
         else if (s && strcmp(s, "v1") == 0)
             l->proxy_send = SL_PROXY_V1;
         else if (s && strcmp(s, "v2") == 0)
@@ -272,13 +288,16 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         else if (s)
             sl__cx_err(cx, sv, "unknown PROXY protocol version '%s' (expected v1 or v2)", s);
     }
-    if ((v = f[L_PROXY_ACCEPT].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "accept_proxy_protocol")) {
+    if ((v = f[L_PROXY_ACCEPT].val) &&
+        sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "accept_proxy_protocol")) {
         sl__field_t pf[PA_N];
         sl__cfg_scan_map(cx, v, "'accept_proxy_protocol'", proxy_accept_keys, pf, PA_N, NULL);
         size_t n;
         const yaml_node_t *fv = sl__cfg_required(cx, v, &pf[PA_FROM], "'accept_proxy_protocol'");
         if (fv && sl__cfg_list_len(cx, &pf[PA_FROM], &n)) {
-            if (n == 0) sl__cx_err(cx, fv, "'from' needs at least one address or CIDR (the trusted senders)");
+            if (n == 0)
+                sl__cx_err(cx, fv,
+                           "'from' needs at least one address or CIDR (the trusted senders)");
             if (n && (l->proxy_from = sl__cx_calloc(cx, n, sizeof *l->proxy_from))) {
                 l->nproxy_from = n;
                 for (size_t i = 0; i < n; i++) {
@@ -291,8 +310,9 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     if ((v = f[L_TLS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "tls")) {
         if (tcp)
-            sl__cx_err(cx, f[L_TLS].key, "'tls' (termination) belongs to protocol: http listeners; a tcp listener "
-                                     "passes TLS through untouched");
+            sl__cx_err(cx, f[L_TLS].key,
+                       "'tls' (termination) belongs to protocol: http listeners; a tcp listener "
+                       "passes TLS through untouched");
         else
             sl__cfg_parse_tls(cx, v, l);
     }
@@ -304,5 +324,6 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         l->max_request_line = (uint32_t)n;
     if ((v = f[L_HEADER_TO].val))
         sl__cfg_get_duration(cx, v, "header_timeout", false, &l->header_timeout_ms);
-    if ((v = f[L_IDLE_TO].val)) sl__cfg_get_duration(cx, v, "idle_timeout", false, &l->idle_timeout_ms);
+    if ((v = f[L_IDLE_TO].val))
+        sl__cfg_get_duration(cx, v, "idle_timeout", false, &l->idle_timeout_ms);
 }

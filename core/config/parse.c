@@ -257,7 +257,9 @@ char *sl__cx_strdup(sl__cx_t *cx, const char *s) {
     return p;
 }
 
-yaml_node_t *sl__cfg_get_node(sl__cx_t *cx, int index) { return yaml_document_get_node(cx->doc, index); }
+yaml_node_t *sl__cfg_get_node(sl__cx_t *cx, int index) {
+    return yaml_document_get_node(cx->doc, index);
+}
 
 const char *sl__cfg_sval(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
 
@@ -332,7 +334,8 @@ bool sl__cfg_dup_key(sl__cx_t *cx, const yaml_node_t *map, const yaml_node_pair_
     for (const yaml_node_pair_t *q = map->data.mapping.pairs.start; q < pair; q++) {
         const yaml_node_t *k = sl__cfg_get_node(cx, q->key);
         if (k && k->type == YAML_SCALAR_NODE && sl__cfg_scalar_eq(k, key)) {
-            sl__cx_err(cx, key, "duplicate key '%s' (first at line %d)", sl__cfg_sval(key), sl__cfg_line_of(k));
+            sl__cx_err(cx, key, "duplicate key '%s' (first at line %d)", sl__cfg_sval(key),
+                       sl__cfg_line_of(k));
             return true;
         }
     }
@@ -343,8 +346,9 @@ bool sl__cfg_dup_key(sl__cx_t *cx, const yaml_node_t *map, const yaml_node_pair_
  * Sorts the pairs of `map` into f[0..n) by the key names in `names`; every other key is an
  * error, worded differently for the keys in `later` (named by DESIGN.md, not built yet).
  */
-void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where, const char *const *names,
-                     sl__field_t *f, size_t n, const char *const *later) {
+void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where,
+                      const char *const *names, sl__field_t *f, size_t n,
+                      const char *const *later) {
     for (size_t i = 0; i < n; i++) f[i] = (sl__field_t){names[i], NULL, NULL};
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
          p++) {
@@ -370,7 +374,8 @@ void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where, c
         }
         const char *hint = suggest(sl__cfg_sval(k), names, n);
         if (hint)
-            sl__cx_err(cx, k, "unknown key '%s' in %s (did you mean '%s'?)", sl__cfg_sval(k), where, hint);
+            sl__cx_err(cx, k, "unknown key '%s' in %s (did you mean '%s'?)", sl__cfg_sval(k), where,
+                       hint);
         else
             sl__cx_err(cx, k, "unknown key '%s' in %s", sl__cfg_sval(k), where);
     }
@@ -423,7 +428,8 @@ bool sl__cfg_want_type(sl__cx_t *cx, const yaml_node_t *v, yaml_node_type_t type
 }
 
 /* A scalar as a NUL-terminated string; a NUL inside it (from a "\0" escape) is an error. */
-const char *sl__cfg_get_text(sl__cx_t *cx, const yaml_node_t *v, const char *key, const char *what) {
+const char *sl__cfg_get_text(sl__cx_t *cx, const yaml_node_t *v, const char *key,
+                             const char *what) {
     if (v->type != YAML_SCALAR_NODE) {
         sl__cx_err(cx, v, "expected %s for '%s'", what, key);
         return NULL;
@@ -467,7 +473,8 @@ bool sl__cfg_get_int(sl__cx_t *cx, const yaml_node_t *v, const char *key, int64_
     if (rc == PARSE_OVERFLOW || u > (uint64_t)INT64_MAX) u = (uint64_t)INT64_MAX; /* out of range */
     int64_t n = neg ? -(int64_t)u : (int64_t)u;
     if (n < min || n > max) {
-        sl__cx_err(cx, v, "'%s' must be between %lld and %lld", key, (long long)min, (long long)max);
+        sl__cx_err(cx, v, "'%s' must be between %lld and %lld", key, (long long)min,
+                   (long long)max);
         return false;
     }
     *out = n;
@@ -489,7 +496,8 @@ bool sl__cfg_get_duration(sl__cx_t *cx, const yaml_node_t *v, const char *key, b
         sl__cx_err(cx, v, "duration '%s' for '%s' is too large", s, key);
         return false;
     default:
-        sl__cx_err(cx, v, "invalid duration '%s' for '%s' (expected e.g. 250ms, 10s, 5m, 1h)", s, key);
+        sl__cx_err(cx, v, "invalid duration '%s' for '%s' (expected e.g. 250ms, 10s, 5m, 1h)", s,
+                   key);
         return false;
     }
     if (ms == 0 && !allow_zero) {
@@ -500,8 +508,8 @@ bool sl__cfg_get_duration(sl__cx_t *cx, const yaml_node_t *v, const char *key, b
     return true;
 }
 
-bool sl__cfg_get_size(sl__cx_t *cx, const yaml_node_t *v, const char *key, uint64_t min, uint64_t max,
-                     uint64_t *out) {
+bool sl__cfg_get_size(sl__cx_t *cx, const yaml_node_t *v, const char *key, uint64_t min,
+                      uint64_t max, uint64_t *out) {
     const char *s = sl__cfg_get_text(cx, v, key, "a size");
     if (!s) return false;
     uint64_t n = 0;
@@ -515,8 +523,8 @@ bool sl__cfg_get_size(sl__cx_t *cx, const yaml_node_t *v, const char *key, uint6
         sl__cx_err(cx, v, "size '%s' for '%s' is too large", s, key);
         return false;
     default:
-        sl__cx_err(cx, v, "invalid size '%s' for '%s' (expected bytes or e.g. 64KiB, 10MiB, 1GiB)", s,
-               key);
+        sl__cx_err(cx, v, "invalid size '%s' for '%s' (expected bytes or e.g. 64KiB, 10MiB, 1GiB)",
+                   s, key);
         return false;
     }
     if (n > max) {
@@ -550,7 +558,8 @@ bool sl__cfg_get_number(sl__cx_t *cx, const yaml_node_t *v, const char *key, dou
     return true;
 }
 
-bool sl__cfg_get_addr(sl__cx_t *cx, const yaml_node_t *v, const char *key, bool target, sl_addr_t *out) {
+bool sl__cfg_get_addr(sl__cx_t *cx, const yaml_node_t *v, const char *key, bool target,
+                      sl_addr_t *out) {
     const char *s = sl__cfg_get_text(cx, v, key, "an address");
     if (!s) return false;
     const char *why;
@@ -586,8 +595,8 @@ bool sl__cfg_get_name(sl__cx_t *cx, const yaml_node_t *v, const char *kind, bool
     size_t n = strlen(s), i = 0;
     while (i < n && sl__cfg_name_char(s[i], dot)) i++;
     if (n == 0 || n > MAX_NAME_LEN || i < n) {
-        sl__cx_err(cx, v, "invalid %s name '%s': use 1 to %d letters, digits, %s'-' or '_'", kind, s,
-               MAX_NAME_LEN, dot ? "'.', " : "");
+        sl__cx_err(cx, v, "invalid %s name '%s': use 1 to %d letters, digits, %s'-' or '_'", kind,
+                   s, MAX_NAME_LEN, dot ? "'.', " : "");
         return false;
     }
     *out = sl__cx_strdup(cx, s);
@@ -623,7 +632,8 @@ const yaml_node_t *sl__cfg_list_map(sl__cx_t *cx, const sl__field_t *f, size_t i
 
 /* A list of strings, each checked (and possibly rewritten in place) by `check`. */
 
-void sl__cfg_get_str_list(sl__cx_t *cx, const sl__field_t *f, sl__str_check_fn check, char ***out, size_t *n) {
+void sl__cfg_get_str_list(sl__cx_t *cx, const sl__field_t *f, sl__str_check_fn check, char ***out,
+                          size_t *n) {
     size_t len;
     char **v;
     if (!sl__cfg_list_len(cx, f, &len) || !(v = sl__cx_calloc(cx, len, sizeof *v))) return;

@@ -88,8 +88,8 @@ bool sl__cfg_dup_key(sl__cx_t *cx, const yaml_node_t *map, const yaml_node_pair_
  * Sorts the pairs of `map` into f[0..n) by the key names in `names`; every other key is an
  * error, worded differently for the keys in `later` (named by DESIGN.md, not built yet).
  */
-void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where, const char *const *names,
-                     sl__field_t *f, size_t n, const char *const *later);
+void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where,
+                      const char *const *names, sl__field_t *f, size_t n, const char *const *later);
 /* scan_map for the mapping under `key` of an item, named "'key' of WHERE" in errors. */
 void sl__cfg_scan_sub(sl__cx_t *cx, const yaml_node_t *map, const char *key, const char *where,
                       const char *const *names, sl__field_t *f, size_t n);
@@ -110,12 +110,13 @@ bool sl__cfg_get_int(sl__cx_t *cx, const yaml_node_t *v, const char *key, int64_
                     int64_t *out);
 bool sl__cfg_get_duration(sl__cx_t *cx, const yaml_node_t *v, const char *key, bool allow_zero,
                          uint64_t *out);
-bool sl__cfg_get_size(sl__cx_t *cx, const yaml_node_t *v, const char *key, uint64_t min, uint64_t max,
-                     uint64_t *out);
+bool sl__cfg_get_size(sl__cx_t *cx, const yaml_node_t *v, const char *key, uint64_t min,
+                      uint64_t max, uint64_t *out);
 /* A plain decimal number in [min, max] ("0.5", "1", "2.25"). */
 bool sl__cfg_get_number(sl__cx_t *cx, const yaml_node_t *v, const char *key, double min, double max,
                        double *out);
-bool sl__cfg_get_addr(sl__cx_t *cx, const yaml_node_t *v, const char *key, bool target, sl_addr_t *out);
+bool sl__cfg_get_addr(sl__cx_t *cx, const yaml_node_t *v, const char *key, bool target,
+                      sl_addr_t *out);
 bool sl__cfg_name_char(char c, bool dot);
 /* Names become metric labels, log fields and (for plugins) file names: keep them plain. */
 bool sl__cfg_get_name(sl__cx_t *cx, const yaml_node_t *v, const char *kind, bool dot, char **out);
@@ -125,7 +126,8 @@ bool sl__cfg_is_token(const char *s);
 bool sl__cfg_list_len(sl__cx_t *cx, const sl__field_t *f, size_t *len);
 /* Item i of the list in f->val when it is a mapping, else NULL after a type error. */
 const yaml_node_t *sl__cfg_list_map(sl__cx_t *cx, const sl__field_t *f, size_t i);
-void sl__cfg_get_str_list(sl__cx_t *cx, const sl__field_t *f, sl__str_check_fn check, char ***out, size_t *n);
+void sl__cfg_get_str_list(sl__cx_t *cx, const sl__field_t *f, sl__str_check_fn check, char ***out,
+                          size_t *n);
 /* A file named in the config: relative paths are relative to the config file's folder
  * (the embedded default's: the working directory); a relative path that names no file
  * there but does from the working directory is taken from the working directory (so
@@ -136,8 +138,8 @@ char *sl__cfg_resolve_path(sl__cx_t *cx, const char *rel);
 bool sl__cfg_jb_put(sl__cx_t *cx, sl__jbuf_t *b, const void *s, size_t n);
 bool sl__cfg_json_node(sl__cx_t *cx, sl__jbuf_t *b, sl__jbuf_t *pos, char *path, size_t plen,
                       const yaml_node_t *n, int depth);
-void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner, sl_plugin_conf_t **out,
-                          size_t *n);
+void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner,
+                           sl_plugin_conf_t **out, size_t *n);
 
 /* ---- tls_conf.c ---- */
 void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l);

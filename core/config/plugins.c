@@ -66,7 +66,8 @@ static bool jb_str(sl__cx_t *cx, sl__jbuf_t *b, const unsigned char *s, size_t n
             esc[5] = hex[c & 15];
             elen = 6;
         }
-        if (!sl__cfg_jb_put(cx, b, s + i - run, run) || !sl__cfg_jb_put(cx, b, esc, elen)) return false;
+        if (!sl__cfg_jb_put(cx, b, s + i - run, run) || !sl__cfg_jb_put(cx, b, esc, elen))
+            return false;
         run = 0;
     }
     return sl__cfg_jb_put(cx, b, s + n - run, run) && sl__cfg_jb_put(cx, b, "\"", 1);
@@ -103,7 +104,8 @@ static bool pos_put(sl__cx_t *cx, sl__jbuf_t *pos, const char *path, const yaml_
     char tmp[64];
     if (pos->n > 1 && !sl__cfg_jb_put(cx, pos, ",", 1)) return false;
     if (!jb_str(cx, pos, (const unsigned char *)path, strlen(path))) return false;
-    int n = snprintf(tmp, sizeof tmp, ":[%d,%d,%d,%d]", sl__cfg_line_of(k), sl__cfg_col_of(k), sl__cfg_line_of(v), sl__cfg_col_of(v));
+    int n = snprintf(tmp, sizeof tmp, ":[%d,%d,%d,%d]", sl__cfg_line_of(k), sl__cfg_col_of(k),
+                     sl__cfg_line_of(v), sl__cfg_col_of(v));
     return sl__cfg_jb_put(cx, pos, tmp, (size_t)n);
 }
 
@@ -117,7 +119,8 @@ bool sl__cfg_json_node(sl__cx_t *cx, sl__jbuf_t *b, sl__jbuf_t *pos, char *path,
     case YAML_SCALAR_NODE: {
         const char *s = sl__cfg_sval(n);
         if (sl__cfg_is_null(n)) return sl__cfg_jb_put(cx, b, "null", 4);
-        if (sl__cfg_is_plain(n) && (strcmp(s, "true") == 0 || strcmp(s, "false") == 0 || is_json_number(s)))
+        if (sl__cfg_is_plain(n) &&
+            (strcmp(s, "true") == 0 || strcmp(s, "false") == 0 || is_json_number(s)))
             return sl__cfg_jb_put(cx, b, s, n->data.scalar.length);
         return jb_str(cx, b, n->data.scalar.value, n->data.scalar.length);
     }
@@ -128,7 +131,8 @@ bool sl__cfg_json_node(sl__cx_t *cx, sl__jbuf_t *b, sl__jbuf_t *pos, char *path,
             if ((i && !sl__cfg_jb_put(cx, b, ",", 1)) || !item) return false;
             int w = snprintf(path + plen, PATH_MAX_LEN - plen, "%s%zu", plen ? "." : "", i + 1);
             size_t np = SL_MIN(plen + (size_t)w, PATH_MAX_LEN - 1);
-            if (!pos_put(cx, pos, path, item, item) || !sl__cfg_json_node(cx, b, pos, path, np, item, depth + 1))
+            if (!pos_put(cx, pos, path, item, item) ||
+                !sl__cfg_json_node(cx, b, pos, path, np, item, depth + 1))
                 return false;
             path[plen] = '\0';
         }
@@ -146,7 +150,8 @@ bool sl__cfg_json_node(sl__cx_t *cx, sl__jbuf_t *b, sl__jbuf_t *pos, char *path,
                 return false;
             }
             if (sl__cfg_dup_key(cx, n, p, k)) return false;
-            int w = snprintf(path + plen, PATH_MAX_LEN - plen, "%s%s", plen ? "." : "", sl__cfg_sval(k));
+            int w = snprintf(path + plen, PATH_MAX_LEN - plen, "%s%s", plen ? "." : "",
+                             sl__cfg_sval(k));
             size_t np = SL_MIN(plen + (size_t)w, PATH_MAX_LEN - 1);
             if ((!first && !sl__cfg_jb_put(cx, b, ",", 1)) ||
                 !jb_str(cx, b, k->data.scalar.value, k->data.scalar.length) ||
@@ -196,7 +201,8 @@ static void parse_plugin(sl__cx_t *cx, const yaml_node_t *m, const char *owner, 
     pc->config_col = sl__cfg_col_of(f[P_CONFIG].val);
     sl__jbuf_t b = {0}, pos = {0};
     char path[PATH_MAX_LEN] = "";
-    if (sl__cfg_jb_put(cx, &pos, "{", 1) && sl__cfg_json_node(cx, &b, &pos, path, 0, f[P_CONFIG].val, 0) &&
+    if (sl__cfg_jb_put(cx, &pos, "{", 1) &&
+        sl__cfg_json_node(cx, &b, &pos, path, 0, f[P_CONFIG].val, 0) &&
         sl__cfg_jb_put(cx, &pos, "}", 1)) {
         pc->config_json = b.p;
         pc->positions_json = pos.p;
@@ -209,10 +215,11 @@ static void parse_plugin(sl__cx_t *cx, const yaml_node_t *m, const char *owner, 
     free(b.p);
 }
 
-void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner, sl_plugin_conf_t **out,
-                          size_t *n) {
+void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner,
+                           sl_plugin_conf_t **out, size_t *n) {
     size_t len;
-    if (!f->val || !sl__cfg_list_len(cx, f, &len) || !(*out = sl__cx_calloc(cx, len, sizeof **out))) return;
+    if (!f->val || !sl__cfg_list_len(cx, f, &len) || !(*out = sl__cx_calloc(cx, len, sizeof **out)))
+        return;
     *n = len;
     for (size_t i = 0; i < len; i++) {
         const yaml_node_t *m = sl__cfg_list_map(cx, f, i);

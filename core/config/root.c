@@ -66,7 +66,8 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     const yaml_node_t *v;
 
     cfg->workers = auto_workers();
-    if ((v = f[G_WORKERS].val) && !(v->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(v), "auto") == 0)) {
+    if ((v = f[G_WORKERS].val) &&
+        !(v->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(v), "auto") == 0)) {
         int64_t n;
         const char *s = v->type == YAML_SCALAR_NODE ? sl__cfg_sval(v) : "";
         if (!sl__cfg_is_plain(v) || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')))
@@ -126,13 +127,16 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
         cfg->redis_enabled = true;
         if (rf[RD_ADDRESS].val)
             sl__cfg_get_addr(cx, rf[RD_ADDRESS].val, "address", true, &cfg->redis_address);
-        else if (sl__cfg_parse_addr("127.0.0.1:6379", &cfg->redis_address, &(const char *){NULL}) == 0)
+        else if (sl__cfg_parse_addr("127.0.0.1:6379", &cfg->redis_address, &(const char *){NULL}) ==
+                 0)
             cfg->redis_address.text = sl__cx_strdup(cx, "127.0.0.1:6379");
-        if (rf[RD_TIMEOUT].val) sl__cfg_get_duration(cx, rf[RD_TIMEOUT].val, "timeout", false, &cfg->redis_timeout_ms);
+        if (rf[RD_TIMEOUT].val)
+            sl__cfg_get_duration(cx, rf[RD_TIMEOUT].val, "timeout", false, &cfg->redis_timeout_ms);
     }
     if (f[G_CONSUMERS].val) {
         size_t n;
-        if (sl__cfg_list_len(cx, &f[G_CONSUMERS], &n) && n && (cfg->consumers = sl__cx_calloc(cx, n, sizeof *cfg->consumers))) {
+        if (sl__cfg_list_len(cx, &f[G_CONSUMERS], &n) && n &&
+            (cfg->consumers = sl__cx_calloc(cx, n, sizeof *cfg->consumers))) {
             cfg->nconsumers = n;
             for (size_t i = 0; i < n; i++) {
                 const yaml_node_t *m = sl__cfg_list_map(cx, &f[G_CONSUMERS], i);
@@ -148,7 +152,8 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     }
 
     size_t len;
-    if ((v = sl__cfg_required(cx, root, &f[G_LISTENERS], where)) && sl__cfg_list_len(cx, &f[G_LISTENERS], &len)) {
+    if ((v = sl__cfg_required(cx, root, &f[G_LISTENERS], where)) &&
+        sl__cfg_list_len(cx, &f[G_LISTENERS], &len)) {
         if (len == 0) sl__cx_err(cx, v, "at least one listener is required");
         if ((cfg->listeners = sl__cx_calloc(cx, len, sizeof *cfg->listeners))) {
             cfg->nlisteners = len;
@@ -158,8 +163,8 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             }
         }
     }
-    for (size_t i = 0; cfg->admin_enabled && sl__cfg_addr_port(&cfg->admin_listen) && i < cfg->nlisteners;
-         i++) {
+    for (size_t i = 0;
+         cfg->admin_enabled && sl__cfg_addr_port(&cfg->admin_listen) && i < cfg->nlisteners; i++) {
         const sl_listener_conf_t *l = &cfg->listeners[i];
         if (!sl__cfg_addr_same(&l->listen, &cfg->admin_listen)) continue;
         if (admin_at)
@@ -184,16 +189,19 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
         sl_listener_conf_t *l = &cfg->listeners[i];
         for (size_t k = 0; k < l->nsni_routes; k++) {
             sl_sni_route_conf_t *r = &l->sni_routes[k];
-            if (r->upstream_name && (r->upstream = sl__cfg_find_upstream(cfg, r->upstream_name)) < 0)
-                sl__cx_at(cx, r->upstream_line, r->upstream_col, "sni_routes[%zu] of listener '%s' names unknown upstream '%s'",
-                      k, l->name ? l->name : "?", r->upstream_name);
+            if (r->upstream_name &&
+                (r->upstream = sl__cfg_find_upstream(cfg, r->upstream_name)) < 0)
+                sl__cx_at(cx, r->upstream_line, r->upstream_col,
+                          "sni_routes[%zu] of listener '%s' names unknown upstream '%s'", k,
+                          l->name ? l->name : "?", r->upstream_name);
         }
         sl__cfg_build_sni_names(cx, l);
         if (!l->upstream_name) continue;
         l->upstream = sl__cfg_find_upstream(cfg, l->upstream_name);
         if (l->upstream < 0)
-            sl__cx_at(cx, l->upstream_line, l->upstream_col, "listener '%s' names unknown upstream '%s'",
-                  l->name ? l->name : "?", l->upstream_name);
+            sl__cx_at(cx, l->upstream_line, l->upstream_col,
+                      "listener '%s' names unknown upstream '%s'", l->name ? l->name : "?",
+                      l->upstream_name);
         else
             l->connect_timeout_ms = cfg->upstreams[l->upstream].connect_timeout_ms;
     }

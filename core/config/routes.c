@@ -15,8 +15,8 @@ bool sl__cfg_check_host(sl__cx_t *cx, const yaml_node_t *v, char *s) {
         if (*p >= 'A' && *p <= 'Z') *p = (char)(*p | 0x20);
     const char *name = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
     if (strchr(name, '*') || strcmp(s, "*.") == 0) {
-        sl__cx_err(cx, v, "host '%s': '*' is only allowed as a whole first label, as in *.example.com",
-               s);
+        sl__cx_err(cx, v,
+                   "host '%s': '*' is only allowed as a whole first label, as in *.example.com", s);
         return false;
     }
     if (name[0] == '[') {
@@ -55,7 +55,8 @@ static bool check_path(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     }
     for (const char *p = s; *p; p++) {
         if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '?' || *p == '#') {
-            sl__cx_err(cx, v, "path '%s' must not contain spaces, control characters, '?' or '#'", s);
+            sl__cx_err(cx, v, "path '%s' must not contain spaces, control characters, '?' or '#'",
+                       s);
             return false;
         }
     }
@@ -154,7 +155,8 @@ enum { SM_HEADERS, SM_COOKIES, SM_N };
 static const char *const split_match_keys[SM_N] = {"headers", "cookies"};
 
 /* One `NAME: VALUE` pair of a split arm's match (headers or cookies). */
-static void parse_split_pair(sl__cx_t *cx, const yaml_node_t *m, const char *key, char **name, char **value) {
+static void parse_split_pair(sl__cx_t *cx, const yaml_node_t *m, const char *key, char **name,
+                             char **value) {
     if (!sl__cfg_want_type(cx, m, YAML_MAPPING_NODE, key)) return;
     size_t n = (size_t)(m->data.mapping.pairs.top - m->data.mapping.pairs.start);
     if (n != 1) {
@@ -168,7 +170,8 @@ static void parse_split_pair(sl__cx_t *cx, const yaml_node_t *m, const char *key
     sl__cfg_get_string(cx, v, key, value);
 }
 
-static void parse_split(sl__cx_t *cx, const sl__field_t *fs, const char *where, sl_route_conf_t *r) {
+static void parse_split(sl__cx_t *cx, const sl__field_t *fs, const char *where,
+                        sl_route_conf_t *r) {
     size_t len;
     if (!sl__cfg_list_len(cx, fs, &len)) return;
     if (len == 0) {
@@ -192,15 +195,20 @@ static void parse_split(sl__cx_t *cx, const sl__field_t *fs, const char *where, 
         a->upstream = -1;
         const yaml_node_t *v = sl__cfg_required(cx, m, &f[SP_UPSTREAM], sub);
         const char *s = v ? sl__cfg_get_text(cx, v, "upstream", "a string") : NULL;
-        if (s && (a->upstream = sl__cfg_find_upstream(cx->cfg, s)) < 0) sl__cx_err(cx, v, "%s names unknown upstream '%s'", sub, s);
+        if (s && (a->upstream = sl__cfg_find_upstream(cx->cfg, s)) < 0)
+            sl__cx_err(cx, v, "%s names unknown upstream '%s'", sub, s);
         int64_t w;
-        if ((v = f[SP_WEIGHT].val) && sl__cfg_get_int(cx, v, "weight", 0, 1000000, &w)) a->weight = (uint32_t)w;
+        if ((v = f[SP_WEIGHT].val) && sl__cfg_get_int(cx, v, "weight", 0, 1000000, &w))
+            a->weight = (uint32_t)w;
         if ((v = f[SP_MATCH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "match")) {
             sl__field_t mf[SM_N];
             sl__cfg_scan_map(cx, v, sub, split_match_keys, mf, SM_N, NULL);
-            if (mf[SM_HEADERS].val) parse_split_pair(cx, mf[SM_HEADERS].val, "headers", &a->header, &a->header_value);
-            if (mf[SM_COOKIES].val) parse_split_pair(cx, mf[SM_COOKIES].val, "cookies", &a->cookie, &a->cookie_value);
-            if (!mf[SM_HEADERS].val && !mf[SM_COOKIES].val) sl__cx_err(cx, v, "a split match needs headers or cookies");
+            if (mf[SM_HEADERS].val)
+                parse_split_pair(cx, mf[SM_HEADERS].val, "headers", &a->header, &a->header_value);
+            if (mf[SM_COOKIES].val)
+                parse_split_pair(cx, mf[SM_COOKIES].val, "cookies", &a->cookie, &a->cookie_value);
+            if (!mf[SM_HEADERS].val && !mf[SM_COOKIES].val)
+                sl__cx_err(cx, v, "a split match needs headers or cookies");
         } else if (!f[SP_WEIGHT].val) {
             sl__cx_err(cx, m, "%s needs a weight or a match", sub);
             incomplete = true;
@@ -211,7 +219,8 @@ static void parse_split(sl__cx_t *cx, const sl__field_t *fs, const char *where, 
         }
         if (!f[SP_MATCH].val) total += a->weight;
     }
-    if (total == 0 && !incomplete) sl__cx_err(cx, fs->val, "split needs an arm without match whose weight is above 0");
+    if (total == 0 && !incomplete)
+        sl__cx_err(cx, fs->val, "split needs an arm without match whose weight is above 0");
 }
 
 void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
@@ -236,11 +245,14 @@ void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if ((v = f[R_MATCH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "match")) {
         sl__field_t mf[M_N];
         sl__cfg_scan_sub(cx, v, "match", where, match_keys, mf, M_N);
-        if (mf[M_HOSTS].val) sl__cfg_get_str_list(cx, &mf[M_HOSTS], sl__cfg_check_host, &r->hosts, &r->nhosts);
-        if (mf[M_PATHS].val) sl__cfg_get_str_list(cx, &mf[M_PATHS], check_path, &r->paths, &r->npaths);
+        if (mf[M_HOSTS].val)
+            sl__cfg_get_str_list(cx, &mf[M_HOSTS], sl__cfg_check_host, &r->hosts, &r->nhosts);
+        if (mf[M_PATHS].val)
+            sl__cfg_get_str_list(cx, &mf[M_PATHS], check_path, &r->paths, &r->npaths);
         if (mf[M_METHODS].val)
             sl__cfg_get_str_list(cx, &mf[M_METHODS], check_method, &r->methods, &r->nmethods);
-        if (mf[M_HEADERS].val && sl__cfg_want_type(cx, mf[M_HEADERS].val, YAML_MAPPING_NODE, "headers"))
+        if (mf[M_HEADERS].val &&
+            sl__cfg_want_type(cx, mf[M_HEADERS].val, YAML_MAPPING_NODE, "headers"))
             parse_match_headers(cx, mf[M_HEADERS].val, r);
     }
     bool has_upstream = false;
@@ -251,14 +263,16 @@ void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         if (s && r->upstream < 0) sl__cx_err(cx, v, "%s names unknown upstream '%s'", where, s);
     }
     if (f[R_SPLIT].val) {
-        if (has_upstream) sl__cx_err(cx, f[R_SPLIT].key, "%s has both upstream and split: keep one", where);
+        if (has_upstream)
+            sl__cx_err(cx, f[R_SPLIT].key, "%s has both upstream and split: keep one", where);
         has_upstream = true;
         parse_split(cx, &f[R_SPLIT], where, r);
     }
     if ((v = f[R_STRIP].val) && sl__cfg_get_bool(cx, v, "strip_prefix", &r->strip_prefix) &&
         r->strip_prefix && r->npaths == 0)
         sl__cx_err(cx, v, "strip_prefix needs match.paths to know what to strip");
-    if (f[R_UPGRADE].val) sl__cfg_get_str_list(cx, &f[R_UPGRADE], check_upgrade, &r->upgrade, &r->nupgrade);
+    if (f[R_UPGRADE].val)
+        sl__cfg_get_str_list(cx, &f[R_UPGRADE], check_upgrade, &r->upgrade, &r->nupgrade);
     sl__cfg_parse_plugins(cx, &f[R_PLUGINS], where, &r->plugins, &r->nplugins);
     /* a `plugins:` of the wrong type has its own error already */
     bool bad_plugins = f[R_PLUGINS].val && f[R_PLUGINS].val->type != YAML_SEQUENCE_NODE;

@@ -12,14 +12,15 @@
 enum { TC_CERT, TC_KEY, TC_SNI, TC_DEFAULT, TC_N };
 static const char *const tls_cert_keys[TC_N] = {"cert", "key", "sni", "default"};
 enum { TL_CERTS, TL_MIN_VERSION, TL_CIPHERS, TL_TICKETS, TL_HS_TIMEOUT, TL_N };
-static const char *const tls_keys[TL_N] = {"certificates", "min_version", "ciphers", "session_tickets",
-                                           "handshake_timeout"};
+static const char *const tls_keys[TL_N] = {"certificates", "min_version", "ciphers",
+                                           "session_tickets", "handshake_timeout"};
 
 static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
     bool ok = *p != 0;
     for (char *q = s; *q; q++) *q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q);
-    for (; *p && ok; p++) ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+    for (; *p && ok; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
     if (!ok) sl__cx_err(cx, v, "'%s' is not a server name (a DNS name, or *.suffix)", s);
     return ok;
 }
@@ -32,9 +33,11 @@ static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, sl_tl
     c->line = sl__cfg_line_of(m);
     c->col = sl__cfg_col_of(m);
     const yaml_node_t *v;
-    if ((v = sl__cfg_required(cx, m, &f[TC_CERT], where)) && sl__cfg_get_string(cx, v, "cert", &c->cert))
+    if ((v = sl__cfg_required(cx, m, &f[TC_CERT], where)) &&
+        sl__cfg_get_string(cx, v, "cert", &c->cert))
         c->cert_path = sl__cfg_resolve_path(cx, c->cert);
-    if ((v = sl__cfg_required(cx, m, &f[TC_KEY], where)) && sl__cfg_get_string(cx, v, "key", &c->key))
+    if ((v = sl__cfg_required(cx, m, &f[TC_KEY], where)) &&
+        sl__cfg_get_string(cx, v, "key", &c->key))
         c->key_path = sl__cfg_resolve_path(cx, c->key);
     if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], check_sni_name, &c->sni, &c->nsni);
     if ((v = f[TC_DEFAULT].val)) sl__cfg_get_bool(cx, v, "default", &c->is_default);
@@ -53,7 +56,8 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
     sl__cfg_scan_map(cx, m, "'tls'", tls_keys, f, TL_N, NULL);
     const yaml_node_t *v;
     size_t n = 0;
-    if ((v = sl__cfg_required(cx, m, &f[TL_CERTS], "'tls'")) && sl__cfg_list_len(cx, &f[TL_CERTS], &n)) {
+    if ((v = sl__cfg_required(cx, m, &f[TL_CERTS], "'tls'")) &&
+        sl__cfg_list_len(cx, &f[TL_CERTS], &n)) {
         if (n == 0) sl__cx_err(cx, v, "'certificates' needs at least one entry");
         if (n && (t->certs = sl__cx_calloc(cx, n, sizeof *t->certs))) {
             t->ncerts = n;
@@ -76,7 +80,8 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
     }
     if ((v = f[TL_CIPHERS].val)) sl__cfg_get_string(cx, v, "ciphers", &t->ciphers);
     if ((v = f[TL_TICKETS].val)) sl__cfg_get_bool(cx, v, "session_tickets", &t->session_tickets);
-    if ((v = f[TL_HS_TIMEOUT].val)) sl__cfg_get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);
+    if ((v = f[TL_HS_TIMEOUT].val))
+        sl__cfg_get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);
     if ((int)cx->nerrs != errs_before || cx->oom) return;
     char err[512];
     int bad = -1;
@@ -114,9 +119,12 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf
         sl__cfg_scan_map(cx, v, "'tls'", target_tls_keys, f, TT_N, NULL);
         const yaml_node_t *x;
         if ((x = f[TT_VERIFY].val)) sl__cfg_get_bool(cx, x, "verify", &c->verify);
-        if ((x = f[TT_CA].val) && sl__cfg_get_string(cx, x, "ca", &c->ca)) c->ca_path = sl__cfg_resolve_path(cx, c->ca);
-        if ((x = f[TT_SNI].val) && sl__cfg_get_string(cx, x, "sni", &c->sni)) check_sni_name(cx, x, c->sni);
-        if (f[TT_CA].val && !c->verify) sl__cx_err(cx, f[TT_CA].key, "'ca' has no use with verify: false");
+        if ((x = f[TT_CA].val) && sl__cfg_get_string(cx, x, "ca", &c->ca))
+            c->ca_path = sl__cfg_resolve_path(cx, c->ca);
+        if ((x = f[TT_SNI].val) && sl__cfg_get_string(cx, x, "sni", &c->sni))
+            check_sni_name(cx, x, c->sni);
+        if (f[TT_CA].val && !c->verify)
+            sl__cx_err(cx, f[TT_CA].key, "'ca' has no use with verify: false");
     }
     if ((int)cx->nerrs != errs_before || cx->oom || !t->addr.text) return;
     /* the address's host part: what is verified when no sni is given */
@@ -130,6 +138,7 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf
     snprintf(ip, sizeof ip, "%.*s", (int)SL_MIN(hl, sizeof ip - 1), a);
     if (strcmp(ip, "localhost") == 0) snprintf(ip, sizeof ip, "127.0.0.1");
     char err[512];
-    if (!(c->rt = sl_tls_client_build(c, ip, err, sizeof err))) sl__cx_at(cx, c->line, c->col, "%s", err);
+    if (!(c->rt = sl_tls_client_build(c, ip, err, sizeof err)))
+        sl__cx_at(cx, c->line, c->col, "%s", err);
 }
 

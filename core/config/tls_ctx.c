@@ -42,7 +42,8 @@ static bool tkey_new(tkey_t *k) {
     return true;
 }
 
-static int tkey_init(const tkey_t *k, unsigned char *iv, EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc) {
+static int tkey_init(const tkey_t *k, unsigned char *iv, EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx,
+                     int enc) {
     OSSL_PARAM params[] = {
         OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, (void *)k->hmac, sizeof k->hmac),
         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"sha256", 0),
@@ -134,8 +135,8 @@ static void ssl_err_text(char *err, size_t n, const char *what) {
     snprintf(err, n, "%s%s%s", what, buf[0] ? ": " : "", buf);
 }
 
-static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
-                       unsigned int inlen, void *arg) {
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg) {
     (void)ssl;
     (void)arg;
     for (unsigned i = 0; i < inlen;) {
@@ -155,7 +156,8 @@ static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
     char low[256];
     size_t n = strlen(name);
     if (n == 0 || n >= sizeof low) return NULL;
-    for (size_t i = 0; i <= n; i++) low[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] + 32 : name[i]);
+    for (size_t i = 0; i <= n; i++)
+        low[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] + 32 : name[i]);
     const sni_name_t *best = NULL;
     size_t best_len = 0;
     for (size_t i = 0; i < s->nnames; i++) {
@@ -232,7 +234,8 @@ void sl_tls_server_free(sl_tls_server_t *s) {
     free(s);
 }
 
-sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen, int *bad) {
+sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen,
+                                     int *bad) {
     *bad = -1;
     sl_tls_server_t *s = calloc(1, sizeof *s);
     if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx))) {
@@ -251,7 +254,8 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             goto fail;
         }
         s->ctx[s->nctx++] = ctx;
-        SSL_CTX_set_min_proto_version(ctx, c->min_version == SL_TLS_V13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+        SSL_CTX_set_min_proto_version(ctx, c->min_version == SL_TLS_V13 ? TLS1_3_VERSION
+                                                                        : TLS1_2_VERSION);
         SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
                                      SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_COMPRESSION |
                                      (c->session_tickets ? 0 : SSL_OP_NO_TICKET));
@@ -294,7 +298,8 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
         }
         bool ok = true;
         if (cc->nsni)
-            for (size_t j = 0; j < cc->nsni; j++) ok = ok && add_name(s, &cap, cc->sni[j], (uint32_t)i);
+            for (size_t j = 0; j < cc->nsni; j++)
+                ok = ok && add_name(s, &cap, cc->sni[j], (uint32_t)i);
         else
             ok = add_cert_names(s, &cap, ctx, (uint32_t)i);
         if (!ok) {
@@ -340,7 +345,8 @@ void sl_tls_client_free(sl_tls_client_t *c) {
     free(c);
 }
 
-sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char *ip, char *err, size_t errlen) {
+sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char *ip, char *err,
+                                     size_t errlen) {
     sl_tls_client_t *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
@@ -356,7 +362,8 @@ sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char 
     SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(c->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
     SSL_CTX_set_mode(c->ctx, SSL_MODE_RELEASE_BUFFERS);
-    SSL_CTX_set_session_cache_mode(c->ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_set_session_cache_mode(c->ctx,
+                                   SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(c->ctx, client_new_session);
     static const unsigned char alpn[] = "\x08http/1.1";
     SSL_CTX_set_alpn_protos(c->ctx, alpn, sizeof alpn - 1);

@@ -49,17 +49,19 @@ typedef struct {
 typedef struct {
     bool verify;               /**< default true */
     char *ca, *ca_path;        /**< NULL: the system's trust store */
-    char *sni;                 /**< server name sent and verified; NULL: the address's IP is verified */
+    char *sni; /**< server name sent and verified; NULL: the address's IP is verified */
     sl_tls_client_t *rt;       /**< built context, owned */
     int line, col;
 } sl_tls_target_conf_t;
 
 /** Builds a listener's contexts. NULL with a message in err (and *bad set to the index of
  *  the certificates entry at fault, or -1). */
-sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen, int *bad);
+sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen,
+                                     int *bad);
 void sl_tls_server_free(sl_tls_server_t *s);
 /** Builds a target's client context; `ip` is the target's address text without port. */
-sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *c, const char *ip, char *err, size_t errlen);
+sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *c, const char *ip, char *err,
+                                     size_t errlen);
 void sl_tls_client_free(sl_tls_client_t *c);
 
 /** Frees a listener's `tls:` with the contexts it owns. NULL is fine. */

@@ -30,7 +30,8 @@ static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstrea
         t->weight = (uint32_t)w;
         /* round-robin, least-conn and p2c-ewma give no share by weight: a weight there
          * would silently do nothing. */
-        if (w != 1 && u->balancer != SL_LB_WEIGHTED_ROUND_ROBIN && u->balancer != SL_LB_CONSISTENT_HASH)
+        if (w != 1 && u->balancer != SL_LB_WEIGHTED_ROUND_ROBIN &&
+            u->balancer != SL_LB_CONSISTENT_HASH)
             sl__cx_err(cx, v, "weight %lld needs balancer weighted-round-robin or consistent-hash",
                    (long long)w);
     }
@@ -38,13 +39,16 @@ static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstrea
 }
 
 static const char *const balancer_names[] = {
-    [SL_LB_ROUND_ROBIN] = "round-robin",         [SL_LB_WEIGHTED_ROUND_ROBIN] = "weighted-round-robin",
-    [SL_LB_LEAST_CONN] = "least-conn",           [SL_LB_P2C_EWMA] = "p2c-ewma",
+    [SL_LB_ROUND_ROBIN] = "round-robin",
+    [SL_LB_WEIGHTED_ROUND_ROBIN] = "weighted-round-robin",
+    [SL_LB_LEAST_CONN] = "least-conn",
+    [SL_LB_P2C_EWMA] = "p2c-ewma",
     [SL_LB_CONSISTENT_HASH] = "consistent-hash",
 };
 
 /* "ip", "path", "header:NAME", "cookie:NAME" (consistent-hash keys). */
-static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int *kind, char **name) {
+static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int *kind,
+                        char **name) {
     const char *s = sl__cfg_get_text(cx, v, key, "a string");
     if (!s) return false;
     const char *arg = NULL;
@@ -59,7 +63,8 @@ static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int
         *kind = SL_HASH_COOKIE;
         arg = s + 7;
     } else {
-        sl__cx_err(cx, v, "unknown %s '%s' (expected ip, path, header:NAME or cookie:NAME)", key, s);
+        sl__cx_err(cx, v, "unknown %s '%s' (expected ip, path, header:NAME or cookie:NAME)", key,
+                   s);
         return false;
     }
     if (arg && !sl__cfg_is_token(arg)) {
@@ -71,14 +76,16 @@ static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int
 }
 
 enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_N };
-static const char *const active_keys[HA_N] = {"type",    "path",    "expect_status",   "interval",
-                                              "timeout", "healthy_threshold", "unhealthy_threshold"};
+static const char *const active_keys[HA_N] = {
+    "type", "path", "expect_status", "interval", "timeout", "healthy_threshold",
+    "unhealthy_threshold"};
 enum { HP_MAX_FAILURES, HP_WINDOW, HP_N };
 static const char *const passive_keys[HP_N] = {"max_failures", "window"};
 enum { H_ACTIVE, H_PASSIVE, H_N };
 static const char *const health_keys[H_N] = {"active", "passive"};
 
-static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_health_conf_t *h) {
+static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
+                         sl_health_conf_t *h) {
     sl__field_t f[H_N];
     sl__cfg_scan_sub(cx, m, "health", where, health_keys, f, H_N);
     const yaml_node_t *v;
@@ -97,12 +104,16 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where, 
         if ((v = a[HA_PATH].val)) {
             free(h->path);
             h->path = NULL;
-            if (sl__cfg_get_string(cx, v, "path", &h->path) && (h->path[0] != '/' || strpbrk(h->path, " \r\n\t")))
-                sl__cx_err(cx, v, "probe path '%s' must start with '/' and contain no spaces", h->path);
+            if (sl__cfg_get_string(cx, v, "path", &h->path) &&
+                (h->path[0] != '/' || strpbrk(h->path, " \r\n\t")))
+                sl__cx_err(cx, v, "probe path '%s' must start with '/' and contain no spaces",
+                           h->path);
             if (h->active_type == SL_PROBE_TCP) sl__cx_err(cx, v, "a tcp probe has no path");
         }
-        if ((v = a[HA_EXPECT].val) && sl__cfg_get_int(cx, v, "expect_status", 100, 599, &n)) h->expect_status = (int)n;
-        if ((v = a[HA_INTERVAL].val)) sl__cfg_get_duration(cx, v, "interval", false, &h->interval_ms);
+        if ((v = a[HA_EXPECT].val) && sl__cfg_get_int(cx, v, "expect_status", 100, 599, &n))
+            h->expect_status = (int)n;
+        if ((v = a[HA_INTERVAL].val))
+            sl__cfg_get_duration(cx, v, "interval", false, &h->interval_ms);
         if ((v = a[HA_TIMEOUT].val)) sl__cfg_get_duration(cx, v, "timeout", false, &h->timeout_ms);
         if ((v = a[HA_HEALTHY].val) && sl__cfg_get_int(cx, v, "healthy_threshold", 1, 100, &n))
             h->healthy_threshold = (uint32_t)n;
@@ -120,21 +131,26 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where, 
 }
 
 enum { CB_RATIO, CB_MIN, CB_WINDOW, CB_OPEN, CB_MAX_OPEN, CB_HALF, CB_SUCCESS, CB_N };
-static const char *const breaker_keys[CB_N] = {"failure_ratio", "min_requests",       "window",
-                                               "open_timeout",  "max_open_timeout",   "half_open_requests",
-                                               "success_threshold"};
+static const char *const breaker_keys[CB_N] = {
+    "failure_ratio",    "min_requests",       "window",           "open_timeout",
+    "max_open_timeout", "half_open_requests", "success_threshold"};
 
-static void parse_breaker(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_breaker_conf_t *b) {
+static void parse_breaker(sl__cx_t *cx, const yaml_node_t *m, const char *where,
+                          sl_breaker_conf_t *b) {
     sl__field_t f[CB_N];
     sl__cfg_scan_sub(cx, m, "circuit_breaker", where, breaker_keys, f, CB_N);
     b->enabled = true;
     const yaml_node_t *v;
     int64_t n;
-    if ((v = f[CB_RATIO].val)) sl__cfg_get_number(cx, v, "failure_ratio", 0.01, 1.0, &b->failure_ratio);
-    if ((v = f[CB_MIN].val) && sl__cfg_get_int(cx, v, "min_requests", 1, 1000000, &n)) b->min_requests = (uint32_t)n;
+    if ((v = f[CB_RATIO].val))
+        sl__cfg_get_number(cx, v, "failure_ratio", 0.01, 1.0, &b->failure_ratio);
+    if ((v = f[CB_MIN].val) && sl__cfg_get_int(cx, v, "min_requests", 1, 1000000, &n))
+        b->min_requests = (uint32_t)n;
     if ((v = f[CB_WINDOW].val)) sl__cfg_get_duration(cx, v, "window", false, &b->window_ms);
-    if ((v = f[CB_OPEN].val)) sl__cfg_get_duration(cx, v, "open_timeout", false, &b->open_timeout_ms);
-    if ((v = f[CB_MAX_OPEN].val)) sl__cfg_get_duration(cx, v, "max_open_timeout", false, &b->max_open_timeout_ms);
+    if ((v = f[CB_OPEN].val))
+        sl__cfg_get_duration(cx, v, "open_timeout", false, &b->open_timeout_ms);
+    if ((v = f[CB_MAX_OPEN].val))
+        sl__cfg_get_duration(cx, v, "max_open_timeout", false, &b->max_open_timeout_ms);
     if ((v = f[CB_HALF].val) && sl__cfg_get_int(cx, v, "half_open_requests", 1, 10000, &n))
         b->half_open_requests = (uint32_t)n;
     if ((v = f[CB_SUCCESS].val) && sl__cfg_get_int(cx, v, "success_threshold", 1, 10000, &n))
@@ -153,7 +169,8 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
     sl__cfg_scan_sub(cx, m, "retry", where, retry_keys, f, RT_N);
     const yaml_node_t *v;
     int64_t n;
-    if ((v = f[RT_ATTEMPTS].val) && sl__cfg_get_int(cx, v, "attempts", 1, 10, &n)) r->attempts = (uint32_t)n;
+    if ((v = f[RT_ATTEMPTS].val) && sl__cfg_get_int(cx, v, "attempts", 1, 10, &n))
+        r->attempts = (uint32_t)n;
     size_t len;
     if (f[RT_ON].val && sl__cfg_list_len(cx, &f[RT_ON], &len)) {
         r->on_flags = 0;
@@ -173,17 +190,22 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
                         r->statuses[r->nstatuses++] = (uint16_t)n;
                 }
             } else {
-                sl__cx_err(cx, it, "unknown retry condition '%s' (expected a 5xx status, connect_error or timeout)",
-                       it->type == YAML_SCALAR_NODE ? sl__cfg_sval(it) : "?");
+                sl__cx_err(cx, it,
+                           "unknown retry condition '%s' (expected a 5xx status, connect_error or "
+                           "timeout)",
+                           it->type == YAML_SCALAR_NODE ? sl__cfg_sval(it) : "?");
             }
         }
     }
     if ((v = f[RT_BACKOFF].val)) sl__cfg_get_duration(cx, v, "backoff", true, &r->backoff_ms);
-    if ((v = f[RT_MAX_BACKOFF].val)) sl__cfg_get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
-    if ((v = f[RT_MAX_BODY].val)) sl__cfg_get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
+    if ((v = f[RT_MAX_BACKOFF].val))
+        sl__cfg_get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
+    if ((v = f[RT_MAX_BODY].val))
+        sl__cfg_get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
     if ((v = f[RT_HEDGE].val)) sl__cfg_get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms);
     if (r->max_backoff_ms < r->backoff_ms)
-        sl__cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m, "max_backoff must be at least backoff");
+        sl__cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m,
+                   "max_backoff must be at least backoff");
 }
 
 enum { K_MAX_IDLE, K_IDLE_TO, K_N };
@@ -213,9 +235,13 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     u->breaker = (sl_breaker_conf_t){.failure_ratio = 0.5, .min_requests = 20, .window_ms = 30000,
                                      .open_timeout_ms = 1000, .max_open_timeout_ms = 60000,
                                      .half_open_requests = 2, .success_threshold = 2};
-    u->retry = (sl_retry_conf_t){.attempts = 1, .on_flags = SL_RETRY_ON_CONNECT_ERROR | SL_RETRY_ON_TIMEOUT,
-                                 .statuses = {502, 503, 504}, .nstatuses = 3, .backoff_ms = 25,
-                                 .max_backoff_ms = 250, .max_body = 1024 * 1024};
+    u->retry = (sl_retry_conf_t){.attempts = 1,
+                                 .on_flags = SL_RETRY_ON_CONNECT_ERROR | SL_RETRY_ON_TIMEOUT,
+                                 .statuses = {502, 503, 504},
+                                 .nstatuses = 3,
+                                 .backoff_ms = 25,
+                                 .max_backoff_ms = 250,
+                                 .max_body = 1024 * 1024};
     u->keepalive_max_idle = 64;
     u->keepalive_idle_timeout_ms = 60 * 1000;
     u->connect_timeout_ms = 2 * 1000;
@@ -226,8 +252,8 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if (v && sl__cfg_get_name(cx, v, "upstream", true, &u->name)) {
         for (size_t i = 0; i < idx; i++)
             if (cx->cfg->upstreams[i].name && strcmp(cx->cfg->upstreams[i].name, u->name) == 0)
-                sl__cx_err(cx, v, "duplicate upstream name '%s' (first defined at line %d)", u->name,
-                       cx->cfg->upstreams[i].line);
+                sl__cx_err(cx, v, "duplicate upstream name '%s' (first defined at line %d)",
+                           u->name, cx->cfg->upstreams[i].line);
     }
     if ((v = f[U_BALANCER].val)) {
         const char *s = sl__cfg_get_text(cx, v, "balancer", "a string");
@@ -244,11 +270,13 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if ((v = f[U_HASH_ON].val) && get_hash_on(cx, v, "hash_on", &u->hash_on, &u->hash_name) &&
         u->balancer != SL_LB_CONSISTENT_HASH)
         sl__cx_err(cx, v, "hash_on needs balancer consistent-hash");
-    if ((v = f[U_HASH_EPS].val) && sl__cfg_get_number(cx, v, "hash_epsilon", 0.0, 100.0, &u->hash_epsilon) &&
+    if ((v = f[U_HASH_EPS].val) &&
+        sl__cfg_get_number(cx, v, "hash_epsilon", 0.0, 100.0, &u->hash_epsilon) &&
         u->balancer != SL_LB_CONSISTENT_HASH)
         sl__cx_err(cx, v, "hash_epsilon needs balancer consistent-hash");
     size_t len;
-    if ((v = sl__cfg_required(cx, m, &f[U_TARGETS], where)) && sl__cfg_list_len(cx, &f[U_TARGETS], &len)) {
+    if ((v = sl__cfg_required(cx, m, &f[U_TARGETS], where)) &&
+        sl__cfg_list_len(cx, &f[U_TARGETS], &len)) {
         if (len == 0) sl__cx_err(cx, v, "%s needs at least one target", where);
         if ((u->targets = sl__cx_calloc(cx, len, sizeof *u->targets))) {
             u->ntargets = len;
@@ -274,13 +302,17 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         sl__cfg_scan_sub(cx, v, "timeouts", where, timeout_keys, t, TO_N);
         if (t[TO_CONNECT].val)
             sl__cfg_get_duration(cx, t[TO_CONNECT].val, "connect", false, &u->connect_timeout_ms);
-        if (t[TO_READ].val) sl__cfg_get_duration(cx, t[TO_READ].val, "read", false, &u->read_timeout_ms);
+        if (t[TO_READ].val)
+            sl__cfg_get_duration(cx, t[TO_READ].val, "read", false, &u->read_timeout_ms);
         if (t[TO_WRITE].val)
             sl__cfg_get_duration(cx, t[TO_WRITE].val, "write", false, &u->write_timeout_ms);
     }
-    if ((v = f[U_HEALTH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "health")) parse_health(cx, v, where, &u->health);
+    if ((v = f[U_HEALTH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "health"))
+        parse_health(cx, v, where, &u->health);
     if ((v = f[U_BREAKER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "circuit_breaker"))
         parse_breaker(cx, v, where, &u->breaker);
-    if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry")) parse_retry(cx, v, where, &u->retry);
-    if (u->health.active_type == SL_PROBE_HTTP && !u->health.path) u->health.path = sl__cx_strdup(cx, "/health");
+    if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
+        parse_retry(cx, v, where, &u->retry);
+    if (u->health.active_type == SL_PROBE_HTTP && !u->health.path)
+        u->health.path = sl__cx_strdup(cx, "/health");
 }

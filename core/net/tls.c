@@ -232,7 +232,8 @@ sl_tls_t *sl_tls_accept(sl_tls_server_t *srv, uv_stream_t *s, sl_tls_pump_t *pum
     return t;
 }
 
-sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump, const char *name) {
+sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump,
+                         const char *name) {
     sl_tls_t *t = tls_new(sl__tls_client_ctx(cli), s, pump);
     if (!t) return NULL;
     t->client = 1;
@@ -255,7 +256,8 @@ static void tls_set_error(sl_tls_t *t, int e, const char *when) {
     long v = t->client ? SSL_get_verify_result(t->ssl) : X509_V_OK;
     unsigned long code = ERR_peek_last_error();
     if (v != X509_V_OK) {
-        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when, X509_verify_cert_error_string(v));
+        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when,
+                 X509_verify_cert_error_string(v));
     } else if (code) {
         char buf[160];
         ERR_error_string_n(code, buf, sizeof buf);
@@ -439,7 +441,8 @@ int sl_tls_read_start(sl_tls_t *t, uv_alloc_cb alloc_cb, uv_read_cb read_cb) {
     t->ualloc = alloc_cb;
     t->uread = read_cb;
     t->user_reading = 1;
-    if ((t->in && t->in_pos < t->in_len) || SSL_has_pending(t->ssl) || t->sock_eof || t->sock_err || t->failed)
+    if ((t->in && t->in_pos < t->in_len) || SSL_has_pending(t->ssl) || t->sock_eof || t->sock_err ||
+        t->failed)
         pump_add(t);
     tls_sock_update(t);
     return 0;
@@ -615,5 +618,7 @@ void sl_tls_close(sl_tls_t *t) {
 bool sl_tls_established(const sl_tls_t *t) { return t->established; }
 bool sl_tls_session_reused(const sl_tls_t *t) { return SSL_session_reused(t->ssl) == 1; }
 const char *sl_tls_error(const sl_tls_t *t) { return t->err; }
-const char *sl_tls_servername(const sl_tls_t *t) { return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name); }
+const char *sl_tls_servername(const sl_tls_t *t) {
+    return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
+}
 void *sl_tls_owner(const sl_tls_t *t) { return t->owner; }

@@ -81,8 +81,8 @@ typedef struct {
 
 /** Builds a balancer on the main thread (the only allocations: the balancer, the
  *  weighted-round-robin schedule, the hash ring). NULL on out of memory. A conf that
- *  config.c would have rejected (unknown kind, no targets, weight 0) is a programmer
- *  error and asserts. The `live` array is copied; each sl_target_live_t it points to
+ *  config/upstreams.c would have rejected (unknown kind, no targets, weight 0) is a
+ *  programmer error and asserts. The `live` array is copied; each sl_target_live_t it points to
  *  is borrowed and must outlive the balancer. */
 sl_balancer_t *sl_balancer_new(const sl_balancer_conf_t *c, sl_target_live_t *const *live);
 /** Frees a balancer no thread picks from any more. NULL is fine. */
