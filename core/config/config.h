@@ -6,6 +6,8 @@
  * with any error produces no config at all. Unknown keys are errors, so a
  * misspelled optional key can never silently disable a feature.
  *
+ * The parser is one file per section under core/config/ (config/parse.h lists them).
+ *
  * Ownership: the config and everything it points to belong to the config; one
  * sl_config_free() releases it all. A config is never mutated after the build,
  * so worker threads may read it without locks.
@@ -20,10 +22,10 @@
 
 enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
 
-#include "config/tls_ctx.h"
-#include "config/upstream_conf.h"
-#include "proto/proxy_protocol.h"
-#include "proto/sni.h"
+#include "config/tls_ctx.h"        /* the `tls:` sections and their contexts */
+#include "config/upstream_conf.h"  /* balancer kinds, breaker, health and retry conf */
+#include "proto/proxy_protocol.h"  /* sl_cidr_t */
+#include "proto/sni.h"             /* sl_sni_name_t, the sni_routes lookup table */
 
 /** A parsed "host:port" or "[v6]:port"; port 0 asks the kernel for a free one. */
 typedef struct {

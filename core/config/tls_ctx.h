@@ -24,6 +24,7 @@
 typedef struct sl_tls_server_s sl_tls_server_t;
 typedef struct sl_tls_client_s sl_tls_client_t;
 
+/** One `certificates:` entry of a listener's `tls:`. */
 typedef struct {
     char *cert, *key;          /**< as written */
     char *cert_path, *key_path;/**< resolved against the config file's folder */

@@ -28,7 +28,6 @@
 
 typedef struct sl_tls_s sl_tls_t;
 
-/** One `certificates:` entry of a listener's `tls:`. */
 /** Sessions waiting to deliver bytes already decrypted or buffered (one per worker loop):
  *  a read restarted with bytes in hand is served from the loop, never re-entrantly. */
 typedef struct {
