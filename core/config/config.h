@@ -6,6 +6,8 @@
  * with any error produces no config at all. Unknown keys are errors, so a
  * misspelled optional key can never silently disable a feature.
  *
+ * The parser is one file per section under core/config/ (config/parse.h lists them).
+ *
  * Ownership: the config and everything it points to belong to the config; one
  * sl_config_free() releases it all. A config is never mutated after the build,
  * so worker threads may read it without locks.
@@ -19,41 +21,11 @@
 #include <sys/socket.h>
 
 enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
-/* balancer kinds are balancer.h's SL_LB_* */
-#include "upstream/balancer.h"
-#include "upstream/breaker.h"
-#include "net/tls.h"
 
-/** What consistent-hash (and a route's sticky split) hashes. */
-enum { SL_HASH_IP = 0, SL_HASH_HEADER, SL_HASH_COOKIE, SL_HASH_PATH };
-
-/** Retry conditions, as bits of sl_retry_conf_t.on_flags (statuses are listed apart). */
-enum { SL_RETRY_ON_CONNECT_ERROR = 1 << 0, SL_RETRY_ON_TIMEOUT = 1 << 1 };
-#define SL_MAX_RETRY_STATUSES 16
-
-typedef struct {
-    uint32_t attempts;          /**< tries in all, the first included; default 1 (no retry) */
-    uint32_t on_flags;          /**< SL_RETRY_ON_* */
-    uint16_t statuses[SL_MAX_RETRY_STATUSES]; /**< upstream statuses that are retried */
-    uint32_t nstatuses;
-    uint64_t backoff_ms;        /**< base of the full-jitter backoff; default 25ms */
-    uint64_t max_backoff_ms;    /**< default 250ms */
-    uint64_t max_body;          /**< request bodies up to this are buffered for replay; 1MiB */
-    uint64_t hedge_after_ms;    /**< 0: no hedging */
-} sl_retry_conf_t;
-
-enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP };
-
-typedef struct {
-    int active_type;            /**< SL_PROBE_*; NONE: no active probes */
-    char *path;                 /**< http probe path; default /health */
-    int expect_status;          /**< 0: any 2xx/3xx */
-    uint64_t interval_ms, timeout_ms;   /**< default 2s, 1s */
-    uint32_t healthy_threshold, unhealthy_threshold; /**< default 2, 3 */
-    bool passive;               /**< passive ejection configured */
-    uint32_t max_failures;      /**< default 5 */
-    uint64_t window_ms;         /**< default 10s */
-} sl_health_conf_t;
+#include "config/tls_ctx.h"        /* the `tls:` sections and their contexts */
+#include "config/upstream_conf.h"  /* balancer kinds, breaker, health and retry conf */
+#include "proto/proxy_protocol.h"  /* sl_cidr_t */
+#include "proto/sni.h"             /* sl_sni_name_t, the sni_routes lookup table */
 
 /** A parsed "host:port" or "[v6]:port"; port 0 asks the kernel for a free one. */
 typedef struct {
@@ -61,13 +33,6 @@ typedef struct {
     socklen_t len;
     char *text; /**< as written in the config, owned */
 } sl_addr_t;
-
-/** An address block (a trusted PROXY-protocol sender): 16 bytes, IPv4 mapped into
- *  ::ffff:0:0/96, and the prefix length over those 128 bits. */
-typedef struct {
-    uint8_t ip[16];
-    uint8_t bits;
-} sl_cidr_t;
 
 enum { SL_SPLICE_AUTO = 0, SL_SPLICE_OFF = 1 };
 enum { SL_PROXY_NONE = 0, SL_PROXY_V1 = 1, SL_PROXY_V2 = 2 };
@@ -80,14 +45,6 @@ typedef struct {
     int line, col, upstream_line, upstream_col;
 } sl_sni_route_conf_t;
 
-/** A name of sni_routes in the lookup table (sni.c's sl_sni_route). */
-typedef struct {
-    const char *name;  /**< borrowed from sni_routes: the exact name, or a wildcard's suffix
-                            (".example.org" for "*.example.org") */
-    uint32_t len;
-    int upstream;
-} sl_sni_name_t;
-
 typedef struct {
     char *name;
     sl_addr_t listen;
@@ -96,7 +53,8 @@ typedef struct {
                                       optional there: -1 when absent); -1 for http */
     int splice;                  /**< tcp: SL_SPLICE_AUTO (default) or SL_SPLICE_OFF (read/write copy) */
     int proxy_send;              /**< tcp: SL_PROXY_* header sent to the upstream first */
-    sl_cidr_t *proxy_from;       /**< accept_proxy_protocol.from: peers whose PROXY header is read */
+    sl_cidr_t *proxy_from;       /**< accept_proxy_protocol.from: peers whose PROXY header is
+                                      read (proxy_protocol.h's sl_pp_trusted) */
     size_t nproxy_from;
     bool accept_proxy;           /**< accept_proxy_protocol present: a PROXY header is expected */
     uint64_t max_body;           /**< bytes; 0 = unlimited */
@@ -108,7 +66,7 @@ typedef struct {
                                       sni_routes: the chosen upstream's) */
     sl_sni_route_conf_t *sni_routes; size_t nsni_routes; /**< tcp: TLS passthrough by SNI */
     sl_sni_name_t *sni_names;    /**< exact names sorted by (length, bytes), then wildcards
-                                      longest first */
+                                      longest first: sni.h's lookup table */
     size_t nsni_exact, nsni_wild;
     struct sl_plugin_conf_s *plugins; size_t nplugins; /**< tcp: the preread chain (the global
                                       chain is HTTP's only) */
@@ -238,6 +196,14 @@ void sl_config_free(sl_config_t *cfg);
 void sl_errors_add(sl_errors_t *errs, const char *path, int line, int col, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void sl_errors_free(sl_errors_t *errs);
+
+/**
+ * The upstream (index into the config's upstreams) that serves `name` (lower-case,
+ * name[0..nlen); nlen 0 for "no SNI") on tcp listener `l`: sl_sni_lookup over its
+ * sni_routes table, falling back to the listener's `upstream` (-1 when it has none).
+ * *result is SL_SNI_ROUTE, SL_SNI_DEFAULT or SL_SNI_NO_ROUTE. Any thread.
+ */
+int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int *result);
 
 /** "250ms", "10s", "5m", "1h" -> milliseconds. Returns 0, or -1 on a malformed value. */
 int sl_parse_duration_ms(const char *s, uint64_t *out);

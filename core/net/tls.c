@@ -1,100 +1,18 @@
-/* tls.c — TLS contexts for listeners and targets, and TLS sessions over libuv streams.
- * See tls.h for the model; the parts here, in order: ticket keys, the BIO, contexts,
- * sessions (read side, write side, life). */
+/* tls.c — TLS sessions over libuv streams, on workers: the BIO over pool blocks, the pump,
+ * the read side, the write side, life. See tls.h for the model; the contexts sessions
+ * start from are built with the config (config/tls_ctx.c). */
 #include "net/tls.h"
 
-#include <openssl/core_names.h>
 #include <openssl/err.h>
-#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <arpa/inet.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
 
 #include "base/common.h"
-
-/* ---- session-ticket keys (process-wide) ----
- *
- * One current key encrypts new tickets; the previous one still decrypts (its tickets are
- * renewed), so a ticket is good for at most two rotation periods. A rotation happens
- * lazily, on the first ticket issued after the period ended. */
-
-#define TICKET_ROTATE_S 3600
-
-typedef struct {
-    unsigned char name[16], aes[32], hmac[32];
-    time_t born;
-    bool set;
-} tkey_t;
-
-static pthread_mutex_t tk_mu = PTHREAD_MUTEX_INITIALIZER;
-static tkey_t tk_cur, tk_prev;
-
-static bool tkey_new(tkey_t *k) {
-    if (RAND_bytes(k->name, sizeof k->name) != 1 || RAND_bytes(k->aes, sizeof k->aes) != 1 ||
-        RAND_bytes(k->hmac, sizeof k->hmac) != 1)
-        return false;
-    k->born = time(NULL);
-    k->set = true;
-    return true;
-}
-
-static int tkey_init(const tkey_t *k, unsigned char *iv, EVP_CIPHER_CTX *cctx, EVP_MAC_CTX *hctx, int enc) {
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, (void *)k->hmac, sizeof k->hmac),
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"sha256", 0),
-        OSSL_PARAM_construct_end(),
-    };
-    if (EVP_MAC_CTX_set_params(hctx, params) != 1) return -1;
-    int ok = enc ? EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv)
-                 : EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k->aes, iv);
-    return ok == 1 ? 0 : -1;
-}
-
-static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *cctx,
-                     EVP_MAC_CTX *hctx, int enc) {
-    tkey_t k;
-    int rc = 1;
-    pthread_mutex_lock(&tk_mu);
-    if (enc) {
-        time_t now = time(NULL);
-        if (!tk_cur.set || now - tk_cur.born >= TICKET_ROTATE_S) {
-            tkey_t fresh;
-            if (tkey_new(&fresh)) {
-                tk_prev = tk_cur;
-                tk_cur = fresh;
-            }
-        }
-        k = tk_cur;
-    } else if (tk_cur.set && memcmp(name, tk_cur.name, 16) == 0) {
-        k = tk_cur;
-    } else if (tk_prev.set && memcmp(name, tk_prev.name, 16) == 0) {
-        k = tk_prev;
-        rc = 2; /* good, but issue a ticket under the current key */
-    } else {
-        k.set = false;
-    }
-    pthread_mutex_unlock(&tk_mu);
-    if (!k.set) return 0; /* unknown key: a full handshake */
-    /* TLS 1.3: answer every resumption with a fresh ticket (2), as OpenSSL's own key
-     * handling does. With 1, OpenSSL sends none after a resumption, and a client that uses
-     * a TLS 1.3 ticket once (OpenSSL's, so wrk's) falls back to a full handshake on every
-     * other connection (scripts/bench-tls, "resumed"); RFC 8446 C.4 asks for single use. */
-    if (!enc && SSL_version(ssl) == TLS1_3_VERSION) rc = 2;
-    if (enc) {
-        memcpy(name, k.name, 16);
-        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
-    }
-    if (tkey_init(&k, iv, cctx, hctx, enc) != 0) return -1;
-    OPENSSL_cleanse(&k, sizeof k);
-    return rc;
-}
 
 /* ---- buffers ---- */
 
@@ -229,295 +147,6 @@ static void bio_method_init(void) {
     bio_method = m;
 }
 
-/* ---- listener contexts ---- */
-
-typedef struct {
-    char *name;     /**< lower-case; a wildcard keeps its suffix with the dot: ".example.com" */
-    uint32_t ctx;
-    bool wild;
-} sni_name_t;
-
-struct sl_tls_server_s {
-    SSL_CTX **ctx;
-    size_t nctx;
-    sni_name_t *names;
-    size_t nnames;
-    uint32_t def;
-};
-
-/* The built-in TLS 1.2 list: forward-secret AEAD suites only. */
-static const char default_ciphers[] =
-    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
-    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
-    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
-
-/* A file OpenSSL is about to read: its own error for a missing file says only "system lib". */
-static bool readable(const char *path, const char *what, const char *name, char *err, size_t n) {
-    FILE *f = fopen(path, "r");
-    if (f) {
-        fclose(f);
-        return true;
-    }
-    snprintf(err, n, "cannot read %s %s: %s", what, name, strerror(errno));
-    return false;
-}
-
-static void ssl_err_text(char *err, size_t n, const char *what) {
-    unsigned long e = ERR_peek_last_error();
-    char buf[160] = "";
-    if (e) ERR_error_string_n(e, buf, sizeof buf);
-    ERR_clear_error();
-    snprintf(err, n, "%s%s%s", what, buf[0] ? ": " : "", buf);
-}
-
-static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
-                       unsigned int inlen, void *arg) {
-    (void)ssl;
-    (void)arg;
-    for (unsigned i = 0; i < inlen;) {
-        unsigned l = in[i];
-        if (i + 1 + l > inlen) break;
-        if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
-            *out = in + i + 1;
-            *outlen = 8;
-            return SSL_TLSEXT_ERR_OK;
-        }
-        i += 1 + l;
-    }
-    return SSL_TLSEXT_ERR_NOACK; /* no ALPN in the answer: the client decides */
-}
-
-static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
-    char low[256];
-    size_t n = strlen(name);
-    if (n == 0 || n >= sizeof low) return NULL;
-    for (size_t i = 0; i <= n; i++) low[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] + 32 : name[i]);
-    const sni_name_t *best = NULL;
-    size_t best_len = 0;
-    for (size_t i = 0; i < s->nnames; i++) {
-        const sni_name_t *e = &s->names[i];
-        if (!e->wild) {
-            if (strcmp(e->name, low) == 0) return e;
-            continue;
-        }
-        size_t l = strlen(e->name);
-        if (l < n && strcmp(low + n - l, e->name) == 0 && l > best_len) {
-            best = e;
-            best_len = l;
-        }
-    }
-    return best;
-}
-
-static int servername_cb(SSL *ssl, int *alert, void *arg) {
-    (void)alert;
-    const sl_tls_server_t *s = arg;
-    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-    const sni_name_t *e = name ? sni_find(s, name) : NULL;
-    uint32_t i = e ? e->ctx : s->def;
-    if (SSL_get_SSL_CTX(ssl) != s->ctx[i]) SSL_set_SSL_CTX(ssl, s->ctx[i]);
-    return SSL_TLSEXT_ERR_OK;
-}
-
-static bool add_name(sl_tls_server_t *s, size_t *cap, const char *name, uint32_t ctx) {
-    if (!name || !*name) return true;
-    if (s->nnames == *cap) {
-        size_t nc = *cap ? *cap * 2 : 8;
-        sni_name_t *v = realloc(s->names, nc * sizeof *v);
-        if (!v) return false;
-        s->names = v;
-        *cap = nc;
-    }
-    bool wild = name[0] == '*' && name[1] == '.';
-    char *copy = strdup(wild ? name + 1 : name);
-    if (!copy) return false;
-    for (char *p = copy; *p; p++)
-        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-    s->names[s->nnames++] = (sni_name_t){copy, ctx, wild};
-    return true;
-}
-
-/* A certificate's own names when its entry lists none: DNS subjectAltNames, else the CN. */
-static bool add_cert_names(sl_tls_server_t *s, size_t *cap, SSL_CTX *ctx, uint32_t idx) {
-    X509 *x = SSL_CTX_get0_certificate(ctx);
-    if (!x) return true;
-    GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
-    bool any = false, ok = true;
-    for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
-        const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
-        if (g->type != GEN_DNS) continue;
-        const char *dns = (const char *)ASN1_STRING_get0_data(g->d.dNSName);
-        ok = ok && add_name(s, cap, dns, idx);
-        any = true;
-    }
-    GENERAL_NAMES_free(gens);
-    if (!any) {
-        char cn[256];
-        if (X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof cn) > 0)
-            ok = ok && add_name(s, cap, cn, idx);
-    }
-    return ok;
-}
-
-void sl_tls_server_free(sl_tls_server_t *s) {
-    if (!s) return;
-    for (size_t i = 0; i < s->nctx; i++) SSL_CTX_free(s->ctx[i]);
-    for (size_t i = 0; i < s->nnames; i++) free(s->names[i].name);
-    free(s->ctx);
-    free(s->names);
-    free(s);
-}
-
-sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen, int *bad) {
-    *bad = -1;
-    sl_tls_server_t *s = calloc(1, sizeof *s);
-    if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx))) {
-        free(s);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    size_t cap = 0;
-    ERR_clear_error();
-    for (size_t i = 0; i < c->ncerts; i++) {
-        const sl_tls_cert_conf_t *cc = &c->certs[i];
-        *bad = (int)i;
-        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-        if (!ctx) {
-            ssl_err_text(err, errlen, "cannot create a TLS context");
-            goto fail;
-        }
-        s->ctx[s->nctx++] = ctx;
-        SSL_CTX_set_min_proto_version(ctx, c->min_version == SL_TLS_V13 ? TLS1_3_VERSION : TLS1_2_VERSION);
-        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
-                                     SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_COMPRESSION |
-                                     (c->session_tickets ? 0 : SSL_OP_NO_TICKET));
-        SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
-        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-        SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"sluice", 6);
-        if (c->session_tickets) SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
-        /* Without tickets a TLS 1.3 server still sends two NewSessionTicket messages by
-         * default (stateful ones, naming a session in the cache), and with the cache off no
-         * client can ever use them: two records, a session copy and random bytes per full
-         * handshake for nothing (scripts/bench-tls, "full"). */
-        if (!c->session_tickets) SSL_CTX_set_num_tickets(ctx, 0);
-        if (SSL_CTX_set_cipher_list(ctx, c->ciphers ? c->ciphers : default_ciphers) != 1) {
-            ssl_err_text(err, errlen, "no usable cipher in 'ciphers'");
-            *bad = -2;
-            goto fail;
-        }
-        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
-        SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
-        SSL_CTX_set_tlsext_servername_arg(ctx, s);
-        if (!readable(cc->cert_path, "certificate", cc->cert, err, errlen) ||
-            !readable(cc->key_path, "key", cc->key, err, errlen))
-            goto fail;
-        if (SSL_CTX_use_certificate_chain_file(ctx, cc->cert_path) != 1) {
-            char what[600];
-            snprintf(what, sizeof what, "cannot load certificate %s", cc->cert);
-            ssl_err_text(err, errlen, what);
-            goto fail;
-        }
-        if (SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM) != 1) {
-            char what[600];
-            snprintf(what, sizeof what, "cannot load key %s", cc->key);
-            ssl_err_text(err, errlen, what);
-            goto fail;
-        }
-        if (SSL_CTX_check_private_key(ctx) != 1) {
-            ERR_clear_error();
-            snprintf(err, errlen, "key %s does not match certificate %s", cc->key, cc->cert);
-            goto fail;
-        }
-        bool ok = true;
-        if (cc->nsni)
-            for (size_t j = 0; j < cc->nsni; j++) ok = ok && add_name(s, &cap, cc->sni[j], (uint32_t)i);
-        else
-            ok = add_cert_names(s, &cap, ctx, (uint32_t)i);
-        if (!ok) {
-            snprintf(err, errlen, "out of memory");
-            goto fail;
-        }
-        if (cc->is_default) s->def = (uint32_t)i;
-    }
-    *bad = -1;
-    return s;
-fail:
-    sl_tls_server_free(s);
-    return NULL;
-}
-
-/* ---- target contexts ---- */
-
-struct sl_tls_client_s {
-    SSL_CTX *ctx;
-    char *sni, *ip;
-    pthread_mutex_t mu;
-    SSL_SESSION *sess; /**< the newest session the target gave, for the next connection */
-};
-
-static int client_new_session(SSL *ssl, SSL_SESSION *sess) {
-    sl_tls_client_t *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
-    if (!c || !SSL_SESSION_is_resumable(sess)) return 0;
-    pthread_mutex_lock(&c->mu);
-    SSL_SESSION *old = c->sess;
-    c->sess = sess;
-    pthread_mutex_unlock(&c->mu);
-    if (old) SSL_SESSION_free(old);
-    return 1; /* we keep the reference */
-}
-
-void sl_tls_client_free(sl_tls_client_t *c) {
-    if (!c) return;
-    SSL_CTX_free(c->ctx);
-    if (c->sess) SSL_SESSION_free(c->sess);
-    pthread_mutex_destroy(&c->mu);
-    free(c->sni);
-    free(c->ip);
-    free(c);
-}
-
-sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char *ip, char *err, size_t errlen) {
-    sl_tls_client_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    pthread_mutex_init(&c->mu, NULL);
-    ERR_clear_error();
-    if (!(c->ctx = SSL_CTX_new(TLS_client_method()))) {
-        ssl_err_text(err, errlen, "cannot create a TLS context");
-        goto fail;
-    }
-    SSL_CTX_set_app_data(c->ctx, c);
-    SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
-    SSL_CTX_set_options(c->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
-    SSL_CTX_set_mode(c->ctx, SSL_MODE_RELEASE_BUFFERS);
-    SSL_CTX_set_session_cache_mode(c->ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
-    SSL_CTX_sess_set_new_cb(c->ctx, client_new_session);
-    static const unsigned char alpn[] = "\x08http/1.1";
-    SSL_CTX_set_alpn_protos(c->ctx, alpn, sizeof alpn - 1);
-    if (tc->verify) {
-        SSL_CTX_set_verify(c->ctx, SSL_VERIFY_PEER, NULL);
-        if (tc->ca_path && !readable(tc->ca_path, "CA file", tc->ca, err, errlen)) goto fail;
-        int ok = tc->ca_path ? SSL_CTX_load_verify_locations(c->ctx, tc->ca_path, NULL)
-                             : SSL_CTX_set_default_verify_paths(c->ctx);
-        if (ok != 1) {
-            char what[600];
-            snprintf(what, sizeof what, "cannot load CA file %s", tc->ca ? tc->ca : "(system)");
-            ssl_err_text(err, errlen, what);
-            goto fail;
-        }
-    }
-    if ((tc->sni && !(c->sni = strdup(tc->sni))) || (ip && !(c->ip = strdup(ip)))) {
-        snprintf(err, errlen, "out of memory");
-        goto fail;
-    }
-    return c;
-fail:
-    sl_tls_client_free(c);
-    return NULL;
-}
-
 /* ---- the pump ---- */
 
 static void tls_deliver(sl_tls_t *t);
@@ -598,13 +227,14 @@ static sl_tls_t *tls_new(SSL_CTX *ctx, uv_stream_t *s, sl_tls_pump_t *pump) {
 }
 
 sl_tls_t *sl_tls_accept(sl_tls_server_t *srv, uv_stream_t *s, sl_tls_pump_t *pump) {
-    sl_tls_t *t = tls_new(srv->ctx[srv->def], s, pump);
+    sl_tls_t *t = tls_new(sl__tls_server_ctx(srv), s, pump);
     if (t) SSL_set_accept_state(t->ssl);
     return t;
 }
 
-sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump, const char *name) {
-    sl_tls_t *t = tls_new(cli->ctx, s, pump);
+sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pump,
+                         const char *name) {
+    sl_tls_t *t = tls_new(sl__tls_client_ctx(cli), s, pump);
     if (!t) return NULL;
     t->client = 1;
     SSL_set_connect_state(t->ssl);
@@ -618,15 +248,7 @@ sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pu
         }
         return t;
     }
-    if (cli->sni) {
-        SSL_set_tlsext_host_name(t->ssl, cli->sni);
-        SSL_set1_host(t->ssl, cli->sni);
-    } else if (cli->ip) {
-        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), cli->ip);
-    }
-    pthread_mutex_lock(&cli->mu);
-    if (cli->sess) SSL_set_session(t->ssl, cli->sess);
-    pthread_mutex_unlock(&cli->mu);
+    sl__tls_client_prepare(cli, t->ssl);
     return t;
 }
 
@@ -634,7 +256,8 @@ static void tls_set_error(sl_tls_t *t, int e, const char *when) {
     long v = t->client ? SSL_get_verify_result(t->ssl) : X509_V_OK;
     unsigned long code = ERR_peek_last_error();
     if (v != X509_V_OK) {
-        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when, X509_verify_cert_error_string(v));
+        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when,
+                 X509_verify_cert_error_string(v));
     } else if (code) {
         char buf[160];
         ERR_error_string_n(code, buf, sizeof buf);
@@ -818,7 +441,8 @@ int sl_tls_read_start(sl_tls_t *t, uv_alloc_cb alloc_cb, uv_read_cb read_cb) {
     t->ualloc = alloc_cb;
     t->uread = read_cb;
     t->user_reading = 1;
-    if ((t->in && t->in_pos < t->in_len) || SSL_has_pending(t->ssl) || t->sock_eof || t->sock_err || t->failed)
+    if ((t->in && t->in_pos < t->in_len) || SSL_has_pending(t->ssl) || t->sock_eof || t->sock_err ||
+        t->failed)
         pump_add(t);
     tls_sock_update(t);
     return 0;
@@ -994,5 +618,7 @@ void sl_tls_close(sl_tls_t *t) {
 bool sl_tls_established(const sl_tls_t *t) { return t->established; }
 bool sl_tls_session_reused(const sl_tls_t *t) { return SSL_session_reused(t->ssl) == 1; }
 const char *sl_tls_error(const sl_tls_t *t) { return t->err; }
-const char *sl_tls_servername(const sl_tls_t *t) { return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name); }
+const char *sl_tls_servername(const sl_tls_t *t) {
+    return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
+}
 void *sl_tls_owner(const sl_tls_t *t) { return t->owner; }

@@ -1,15 +1,9 @@
-/* tls.h — TLS for the HTTP path: listeners' certificates chosen by SNI, TLS to upstream
- * targets, and one TLS session over a libuv TCP stream.
+/* tls.h — TLS sessions over libuv TCP streams, on worker threads: a listener's
+ * connections (server) and connections to upstream targets and plugin HTTP calls (client).
  *
- * Contexts. A listener's `tls:` builds one sl_tls_server_t (an SSL_CTX per certificate,
- * the names that select each, the default) when the config is built, so `sluice check`
- * and a reload catch an unreadable file or a key that does not match its certificate,
- * and certificates change with the config generation (a connection keeps the context it
- * was accepted with). A target's `tls:` builds one sl_tls_client_t (verification, CA,
- * SNI, and the last session the target gave, for resumption). Both are immutable after
- * the build apart from the client's session slot (a mutex) and are shared by workers.
- * Session-ticket keys are process-wide: every worker and every generation encrypts with
- * the current key, and a key stays valid for decryption for two rotation periods.
+ * A session starts from a context built with the config (config/tls_ctx.h: a listener's
+ * sl_tls_server_t, a target's sl_tls_client_t); this header includes that one, so code
+ * that opens sessions sees both.
  *
  * Sessions. sl_tls_t wraps a connected uv_tcp_t with libuv's own stream contract, so the
  * owner's read and write code stays the same: sl_tls_read_start(t, alloc_cb, read_cb)
@@ -30,49 +24,9 @@
 #include <uv.h>
 
 #include "base/block.h"
+#include "config/tls_ctx.h" /* the contexts a session starts from */
 
-typedef struct sl_tls_server_s sl_tls_server_t;
-typedef struct sl_tls_client_s sl_tls_client_t;
 typedef struct sl_tls_s sl_tls_t;
-
-/** One `certificates:` entry of a listener's `tls:`. */
-typedef struct {
-    char *cert, *key;          /**< as written */
-    char *cert_path, *key_path;/**< resolved against the config file's folder */
-    char **sni; size_t nsni;   /**< names (exact or "*.suffix"); none: the certificate's own */
-    bool is_default;           /**< `default: true` (else the first entry is the default) */
-    int line, col;
-} sl_tls_cert_conf_t;
-
-enum { SL_TLS_V12 = 0, SL_TLS_V13 = 1 };
-
-/** A listener's `tls:`. */
-typedef struct {
-    sl_tls_cert_conf_t *certs; size_t ncerts;
-    int min_version;           /**< SL_TLS_V12 (default) or SL_TLS_V13 */
-    char *ciphers;             /**< TLS 1.2 cipher list; NULL: the built-in AEAD list */
-    bool session_tickets;      /**< default true */
-    uint64_t handshake_timeout_ms; /**< default 10s */
-    sl_tls_server_t *rt;       /**< built contexts, owned */
-    int line, col;
-} sl_tls_listener_conf_t;
-
-/** A target's `tls:`. */
-typedef struct {
-    bool verify;               /**< default true */
-    char *ca, *ca_path;        /**< NULL: the system's trust store */
-    char *sni;                 /**< server name sent and verified; NULL: the address's IP is verified */
-    sl_tls_client_t *rt;       /**< built context, owned */
-    int line, col;
-} sl_tls_target_conf_t;
-
-/** Builds a listener's contexts. NULL with a message in err (and *bad set to the index of
- *  the certificates entry at fault, or -1). */
-sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen, int *bad);
-void sl_tls_server_free(sl_tls_server_t *s);
-/** Builds a target's client context; `ip` is the target's address text without port. */
-sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *c, const char *ip, char *err, size_t errlen);
-void sl_tls_client_free(sl_tls_client_t *c);
 
 /** Sessions waiting to deliver bytes already decrypted or buffered (one per worker loop):
  *  a read restarted with bytes in hand is served from the loop, never re-entrantly. */

@@ -19,8 +19,6 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "config/config.h"
-
 /** The longest v1 header (the spec's 107 bytes, CRLF included). */
 #define SL_PP_V1_MAX 107
 /** The longest header sl_pp_encode writes (a v1 TCP6 line; v2 TCP6 is 52 bytes). */
@@ -68,6 +66,13 @@ int sl_pp_parse(const uint8_t *p, size_t len, sl_pp_info_t *out, size_t *used, c
  * which has room for SL_PP_ENCODE_MAX bytes. Returns the header's length.
  */
 size_t sl_pp_encode(int version, const sl_sockaddr_t *src, const sl_sockaddr_t *dst, uint8_t *out);
+
+/** An address block (a trusted PROXY-protocol sender, `accept_proxy_protocol.from`): 16
+ *  bytes, IPv4 mapped into ::ffff:0:0/96, and the prefix length over those 128 bits. */
+typedef struct {
+    uint8_t ip[16];
+    uint8_t bits;
+} sl_cidr_t;
 
 /** Is `sa` (AF_INET or AF_INET6) inside one of the n blocks? IPv4 peers match IPv4 blocks
  *  and IPv4-mapped IPv6 ones alike. */

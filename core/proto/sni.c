@@ -187,21 +187,22 @@ too_big:
 
 /* ---- sni_routes ---- */
 
-/* Exact names are sorted by (length, bytes); see config.c's build of sni_names. */
+/* Exact names are sorted by (length, bytes); see config/listeners.c's build of sni_names. */
 static int cmp_name(const char *a, size_t alen, const sl_sni_name_t *b) {
     if (alen != b->len) return alen < b->len ? -1 : 1;
     return memcmp(a, b->name, alen);
 }
 
-int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int *result) {
+int sl_sni_lookup(const sl_sni_name_t *names, size_t nexact, size_t nwild, int fallback,
+                  const char *name, size_t nlen, int *result) {
     if (nlen) {
-        size_t lo = 0, hi = l->nsni_exact;
+        size_t lo = 0, hi = nexact;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            int c = cmp_name(name, nlen, &l->sni_names[mid]);
+            int c = cmp_name(name, nlen, &names[mid]);
             if (c == 0) {
                 *result = SL_SNI_ROUTE;
-                return l->sni_names[mid].upstream;
+                return names[mid].upstream;
             }
             if (c < 0)
                 hi = mid;
@@ -209,14 +210,14 @@ int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int
                 lo = mid + 1;
         }
         /* wildcards, longest suffix first: the first that matches is the longest */
-        for (size_t i = l->nsni_exact; i < l->nsni_exact + l->nsni_wild; i++) {
-            const sl_sni_name_t *w = &l->sni_names[i];
+        for (size_t i = nexact; i < nexact + nwild; i++) {
+            const sl_sni_name_t *w = &names[i];
             if (nlen > w->len && memcmp(name + nlen - w->len, w->name, w->len) == 0) {
                 *result = SL_SNI_ROUTE;
                 return w->upstream;
             }
         }
     }
-    *result = l->upstream >= 0 ? SL_SNI_DEFAULT : SL_SNI_NO_ROUTE;
-    return l->upstream;
+    *result = fallback >= 0 ? SL_SNI_DEFAULT : SL_SNI_NO_ROUTE;
+    return fallback;
 }

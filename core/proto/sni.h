@@ -2,18 +2,17 @@
  * from the ClientHello at the start of a connection without terminating TLS, and the
  * listener's `sni_routes` choice made from it.
  *
- * Pure functions over byte ranges: no I/O, no allocation, any thread. The TCP engine
- * (tcp_proxy.c) peeks a `protocol: tcp` listener's first bytes with sl_sni_parse, then
- * asks sl_sni_route which upstream serves the name, and sends the peeked bytes on
- * unchanged: the TLS session is the client's and the upstream's.
+ * Pure functions over byte ranges: no I/O, no allocation, no config types, any thread. The
+ * TCP engine (tcp_proxy.c) peeks a `protocol: tcp` listener's first bytes with
+ * sl_sni_parse, then asks sl_sni_route (config.h: sl_sni_lookup over the listener's
+ * table) which upstream serves the name, and sends the peeked bytes on unchanged: the TLS
+ * session is the client's and the upstream's.
  */
 #ifndef SL_SNI_H
 #define SL_SNI_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include "config/config.h"
 
 /** The most bytes (TLS record headers included) a ClientHello may take: past them the
  *  connection is refused rather than buffered further. Browsers send 0.5-2 KiB; a
@@ -35,7 +34,7 @@
  */
 int sl_sni_parse(const uint8_t *p, size_t len, char *name, size_t *nlen, const char **err);
 
-/** How sl_sni_route chose (the `result` label of sluice_tcp_sni_total, with the
+/** How sl_sni_lookup chose (the `result` label of sluice_tcp_sni_total, with the
  *  failures of the peek itself). */
 enum {
     SL_SNI_ROUTE = 0,   /**< a name of sni_routes matched (exact or wildcard) */
@@ -49,13 +48,22 @@ enum {
 /** The label text of each SL_SNI_* result. */
 extern const char *const sl_sni_result_label[SL_SNI_RESULTS];
 
+/** One name of a lookup table (a tcp listener's `sni_routes`, built by the config). */
+typedef struct {
+    const char *name;  /**< the exact name, or a wildcard's suffix (".example.org" for
+                            "*.example.org"); borrowed from the table's owner */
+    uint32_t len;
+    int upstream;      /**< what the lookup answers for it (an index into upstreams) */
+} sl_sni_name_t;
+
 /**
- * The upstream (index into the config's upstreams) that serves `name` (lower-case,
- * name[0..nlen); nlen 0 for "no SNI") on listener `l`: an exact name of its sni_routes,
- * else the longest wildcard ("*.example.org" matches any name ending in ".example.org"),
- * else the listener's `upstream` (-1 when it has none). *result says which (SL_SNI_ROUTE,
- * SL_SNI_DEFAULT or SL_SNI_NO_ROUTE).
+ * Looks `name` (lower-case, name[0..nlen); nlen 0 for "no SNI") up in a table of names:
+ * names[0..nexact) exact, sorted by (length, bytes), then names[nexact..nexact+nwild)
+ * wildcard suffixes, longest first. An exact name wins, else the longest wildcard ("*.x.org"
+ * matches any name ending in ".x.org"), else `fallback` (-1: none). Returns the upstream
+ * found and sets *result to SL_SNI_ROUTE, SL_SNI_DEFAULT or SL_SNI_NO_ROUTE.
  */
-int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int *result);
+int sl_sni_lookup(const sl_sni_name_t *names, size_t nexact, size_t nwild, int fallback,
+                  const char *name, size_t nlen, int *result);
 
 #endif

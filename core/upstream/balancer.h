@@ -38,14 +38,7 @@
 #include <stdint.h>
 
 #include "base/common.h"
-
-enum {
-    SL_LB_ROUND_ROBIN = 0,
-    SL_LB_WEIGHTED_ROUND_ROBIN,
-    SL_LB_LEAST_CONN,
-    SL_LB_P2C_EWMA,
-    SL_LB_CONSISTENT_HASH,
-};
+#include "config/upstream_conf.h" /* the kinds, SL_LB_* */
 
 /** Live numbers of one target, shared by all workers. */
 typedef struct {
@@ -88,8 +81,8 @@ typedef struct {
 
 /** Builds a balancer on the main thread (the only allocations: the balancer, the
  *  weighted-round-robin schedule, the hash ring). NULL on out of memory. A conf that
- *  config.c would have rejected (unknown kind, no targets, weight 0) is a programmer
- *  error and asserts. The `live` array is copied; each sl_target_live_t it points to
+ *  config/upstreams.c would have rejected (unknown kind, no targets, weight 0) is a
+ *  programmer error and asserts. The `live` array is copied; each sl_target_live_t it points to
  *  is borrowed and must outlive the balancer. */
 sl_balancer_t *sl_balancer_new(const sl_balancer_conf_t *c, sl_target_live_t *const *live);
 /** Frees a balancer no thread picks from any more. NULL is fine. */

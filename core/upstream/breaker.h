@@ -39,18 +39,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SL_BREAKER_BUCKETS 10
+#include "config/upstream_conf.h" /* sl_breaker_conf_t */
 
-typedef struct {
-    bool enabled;                 /**< false: admit always, record nothing */
-    double failure_ratio;         /**< 0 < r <= 1; default 0.5 */
-    uint32_t min_requests;        /**< default 20 */
-    uint64_t window_ms;           /**< default 30000 */
-    uint64_t open_timeout_ms;     /**< default 1000 */
-    uint64_t max_open_timeout_ms; /**< default 60000 */
-    uint32_t half_open_requests;  /**< default 2, >= 1 */
-    uint32_t success_threshold;   /**< default 2, >= 1 */
-} sl_breaker_conf_t;
+#define SL_BREAKER_BUCKETS 10
 
 enum { SL_BREAKER_CLOSED = 0, SL_BREAKER_OPEN = 1, SL_BREAKER_HALF_OPEN = 2 };
 

@@ -1,5 +1,6 @@
-/* config_test.c — unit tests for core/config.c: values, defaults, every error with its
- * line:column, the scalar parsers, and that the shipped configs parse. */
+/* config_test.c — unit tests for core/config/ (config.c and the section files): values,
+ * defaults, every error with its line:column, the scalar parsers, and that the shipped
+ * configs parse. */
 #include "config/config.h"
 
 #include <arpa/inet.h>

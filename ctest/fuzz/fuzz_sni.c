@@ -1,4 +1,4 @@
-/* fuzz_sni.c — libFuzzer target over the ClientHello reader (core/sni.c). Every broken
+/* fuzz_sni.c — libFuzzer target over the ClientHello reader (core/proto/sni.c). Every broken
  * invariant is an abort():
  *
  * - the answer is SL_OK, SL_EAGAIN or SL_ERROR, and SL_ERROR always says why;

@@ -1,7 +1,9 @@
-/* sni_test.c — unit tests for core/sni.c: real ClientHellos made by OpenSSL (TLS 1.3 and
- * 1.2, with and without SNI) read at every split point and re-fragmented over many TLS
- * records, hand-built ones at the 16 KiB bound, every malformed form refused, and the
- * sni_routes precedence (exact, longest wildcard, default) over configs parsed for real.
+/* sni_test.c — unit tests for core/proto/sni.c: real ClientHellos made by OpenSSL (TLS 1.3
+ * and 1.2, with and without SNI) read at every split point and re-fragmented over many TLS
+ * records, hand-built ones at the 16 KiB bound, every malformed form refused, the lookup
+ * over a hand-built table, and the sni_routes precedence (exact, longest wildcard,
+ * default) over configs parsed for real (config.h's sl_sni_route over the table the
+ * config builds).
  *
  *   sni_test [name-substring]
  */
@@ -15,6 +17,7 @@
 
 #include "check.h"
 #include "base/common.h"
+#include "config/config.h" /* test_route: tables built by the config */
 
 #define CHECK_STRN(a, alen, b)                                                                      \
     do {                                                                                           \
@@ -310,6 +313,27 @@ static void test_mutations(void) {
     CHECK_INT(bad, 0);
 }
 
+/* The pure lookup, no config: exact names sorted by (length, bytes), then wildcard
+ * suffixes longest first, as sni.h asks. */
+static void test_lookup(void) {
+    static const sl_sni_name_t names[] = {
+        {"b.test", 6, 1}, {"a.b.test", 8, 2}, {".deep.b.test", 12, 3}, {".b.test", 7, 4},
+    };
+    int r = -9;
+    CHECK_INT(sl_sni_lookup(names, 2, 2, 0, "b.test", 6, &r), 1);
+    CHECK_INT(r, SL_SNI_ROUTE);
+    CHECK_INT(sl_sni_lookup(names, 2, 2, 0, "a.b.test", 8, &r), 2); /* exact over wildcard */
+    CHECK_INT(sl_sni_lookup(names, 2, 2, 0, "x.deep.b.test", 13, &r), 3); /* longest wildcard */
+    CHECK_INT(sl_sni_lookup(names, 2, 2, 0, "x.b.test", 8, &r), 4);
+    CHECK_INT(r, SL_SNI_ROUTE);
+    CHECK_INT(sl_sni_lookup(names, 2, 2, 0, "c.test", 6, &r), 0);
+    CHECK_INT(r, SL_SNI_DEFAULT);
+    CHECK_INT(sl_sni_lookup(names, 2, 2, -1, "", 0, &r), -1); /* no SNI, no fallback */
+    CHECK_INT(r, SL_SNI_NO_ROUTE);
+    CHECK_INT(sl_sni_lookup(NULL, 0, 0, 5, "b.test", 6, &r), 5); /* an empty table */
+    CHECK_INT(r, SL_SNI_DEFAULT);
+}
+
 static sl_config_t *config(const char *yaml) {
     sl_config_t *cfg = NULL;
     sl_errors_t errs = {0};
@@ -373,7 +397,8 @@ static void test_route(void) {
 static const check_test_t tests[] = {
     {"openssl_hellos", test_openssl_hellos}, {"many_records", test_many_records},
     {"bounds", test_bounds},                 {"malformed", test_malformed},
-    {"mutations", test_mutations},           {"route", test_route},
+    {"mutations", test_mutations},           {"lookup", test_lookup},
+    {"route", test_route},
 };
 
 int main(int argc, char **argv) { return check_main(tests, SL_ARRAY_LEN(tests), argc, argv); }

@@ -1,0 +1,110 @@
+/* consumers.c — `consumers:`: the auth plugins' credentials, checked for the built-in
+ * kinds and unique across consumers, kept as JSON text. */
+
+#include "config/parse.h"
+#include "base/common.h"
+#include "sluice.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The credentials each built-in auth plugin reads: checked here, where the YAML positions
+ * are known. Other kinds (a user's own auth plugin) pass through as they are. */
+static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_node_t *v,
+                             const char *where) {
+    static const struct {
+        const char *kind;
+        const char *keys[3];
+    } known[] = {{"key-auth", {"key", NULL}}, {"basic-auth", {"username", "password_hash", NULL}}};
+    for (size_t i = 0; i < SL_ARRAY_LEN(known); i++) {
+        if (!sl__cfg_scalar_is(kind, known[i].kind)) continue;
+        if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, known[i].kind)) return;
+        size_t n = 0;
+        while (known[i].keys[n]) n++;
+        sl__field_t f[3];
+        char sub[256];
+        snprintf(sub, sizeof sub, "'%s' credentials of %s", known[i].kind, where);
+        sl__cfg_scan_map(cx, v, sub, known[i].keys, f, n, NULL);
+        for (size_t k = 0; k < n; k++) {
+            const yaml_node_t *x = sl__cfg_required(cx, v, &f[k], sub);
+            const char *s = x ? sl__cfg_get_text(cx, x, known[i].keys[k], "a string") : NULL;
+            const char *why;
+            if (s && !*s)
+                sl__cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
+            else if (s && strcmp(known[i].keys[k], "password_hash") == 0 &&
+                     sl_ffi_crypto_password_check(s, strlen(s), &why) != SL_OK)
+                sl__cx_err(cx, x, "password_hash: %s", why);
+        }
+        return;
+    }
+}
+
+enum { CO_NAME, CO_CREDENTIALS, CO_N };
+static const char *const consumer_keys[CO_N] = {"name", "credentials"};
+
+void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
+    sl_consumer_conf_t *c = &cx->cfg->consumers[idx];
+    char where[128];
+    sl__cfg_describe(cx, m, "consumer", "consumers", idx, where, sizeof where);
+    sl__field_t f[CO_N];
+    sl__cfg_scan_map(cx, m, where, consumer_keys, f, CO_N, NULL);
+    c->line = sl__cfg_line_of(m);
+    c->col = sl__cfg_col_of(m);
+    const yaml_node_t *v = sl__cfg_required(cx, m, &f[CO_NAME], where);
+    if (v && sl__cfg_get_name(cx, v, "consumer", true, &c->name))
+        for (size_t i = 0; i < idx; i++)
+            if (cx->cfg->consumers[i].name && strcmp(cx->cfg->consumers[i].name, c->name) == 0)
+                sl__cx_err(cx, v, "duplicate consumer name '%s' (first defined at line %d)",
+                           c->name, cx->cfg->consumers[i].line);
+    if (!(v = f[CO_CREDENTIALS].val)) {
+        c->credentials_json = sl__cx_strdup(cx, "{}");
+        return;
+    }
+    if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "credentials")) return;
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = sl__cfg_get_node(cx, p->key), *cv = sl__cfg_get_node(cx, p->value);
+        if (k && cv && k->type == YAML_SCALAR_NODE) check_credential(cx, k, cv, where);
+    }
+    sl__jbuf_t b = {0}, pos = {0};
+    char path[PATH_MAX_LEN] = "";
+    if (sl__cfg_jb_put(cx, &pos, "{", 1) && sl__cfg_json_node(cx, &b, &pos, path, 0, v, 0))
+        c->credentials_json = b.p;
+    else
+        free(b.p);
+    free(pos.p);
+}
+
+/* Two consumers may not share a key-auth key or a basic-auth username: the plugin could
+ * not tell them apart. */
+void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list) {
+    static const char *const unique[][2] = {{"key-auth", "key"}, {"basic-auth", "username"}};
+    size_t n = sl__cfg_seq_len(list);
+    for (size_t u = 0; u < SL_ARRAY_LEN(unique); u++)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < i; j++) {
+                const yaml_node_t *a = NULL, *b = NULL;
+                for (int side = 0; side < 2; side++) {
+                    const yaml_node_t *m = sl__cfg_seq_at(cx, list, side ? j : i), *found = NULL;
+                    for (int depth = 0; m && m->type == YAML_MAPPING_NODE && depth < 3; depth++) {
+                        const char *want = depth == 0   ? "credentials"
+                                           : depth == 1 ? unique[u][0]
+                                                        : unique[u][1];
+                        const yaml_node_t *next = NULL;
+                        for (yaml_node_pair_t *p = m->data.mapping.pairs.start;
+                             p < m->data.mapping.pairs.top; p++) {
+                            yaml_node_t *k = sl__cfg_get_node(cx, p->key);
+                            if (k && k->type == YAML_SCALAR_NODE && sl__cfg_scalar_is(k, want))
+                                next = sl__cfg_get_node(cx, p->value);
+                        }
+                        m = next;
+                        if (depth == 2) found = next;
+                    }
+                    if (side) b = found; else a = found;
+                }
+                if (a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
+                    sl__cfg_scalar_eq(a, b))
+                    sl__cx_err(cx, a, "%s %s '%s' is used by another consumer too (line %d)",
+                               unique[u][0], unique[u][1], sl__cfg_sval(a), sl__cfg_line_of(b));
+            }
+}

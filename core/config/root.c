@@ -1,0 +1,310 @@
+/* root.c — the document: sl_config_parse (YAML text to a node graph, the walk, the errors
+ * sorted by position) and the top-level mapping: process keys (workers, watch,
+ * shutdown_timeout), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
+ * and the walk into each section in the order references need (upstreams before
+ * listeners and routes). */
+
+#include "config/parse.h"
+#include "base/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static int auto_workers(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n > AUTO_WORKERS_CAP ? AUTO_WORKERS_CAP : (int)n;
+}
+
+enum {
+    G_WORKERS,
+    G_WATCH,
+    G_SHUTDOWN,
+    G_PLUGIN_PATHS,
+    G_ADMIN,
+    G_PLUGINS,
+    G_LISTENERS,
+    G_UPSTREAMS,
+    G_ROUTES,
+    G_LUA_ROUTES,
+    G_CONSUMERS,
+    G_CONSUMER_HEADER,
+    G_REDIS,
+    G_N
+};
+static const char *const top_keys[G_N] = {
+    [G_WORKERS] = "workers",
+    [G_WATCH] = "watch",
+    [G_SHUTDOWN] = "shutdown_timeout",
+    [G_PLUGIN_PATHS] = "plugin_paths",
+    [G_ADMIN] = "admin",
+    [G_PLUGINS] = "plugins",
+    [G_LISTENERS] = "listeners",
+    [G_UPSTREAMS] = "upstreams",
+    [G_ROUTES] = "routes",
+    [G_LUA_ROUTES] = "lua_routes",
+    [G_CONSUMERS] = "consumers",
+    [G_CONSUMER_HEADER] = "consumer_header",
+    [G_REDIS] = "redis",
+};
+static const char *const top_later[] = {NULL};
+enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
+static const char *const redis_keys[RD_N] = {"address", "timeout"};
+static const char *const admin_keys[] = {"listen"};
+
+void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
+    sl_config_t *cfg = cx->cfg;
+    const char *where = "the top level";
+    if (root->type != YAML_MAPPING_NODE) {
+        sl__cx_err(cx, root, "expected a mapping at the top level of the configuration");
+        return;
+    }
+    sl__field_t f[G_N];
+    sl__cfg_scan_map(cx, root, where, top_keys, f, G_N, top_later);
+    const yaml_node_t *v;
+
+    cfg->workers = auto_workers();
+    if ((v = f[G_WORKERS].val) &&
+        !(v->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(v), "auto") == 0)) {
+        int64_t n;
+        const char *s = v->type == YAML_SCALAR_NODE ? sl__cfg_sval(v) : "";
+        if (!sl__cfg_is_plain(v) || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')))
+            sl__cx_err(cx, v, "expected an integer for 'workers' (or auto)");
+        else if (sl__cfg_get_int(cx, v, "workers", 1, MAX_WORKERS, &n))
+            cfg->workers = (int)n;
+    }
+    cfg->watch = true;
+    if ((v = f[G_WATCH].val)) sl__cfg_get_bool(cx, v, "watch", &cfg->watch);
+    cfg->shutdown_timeout_ms = 30 * 1000;
+    if (!cfg->consumer_header) cfg->consumer_header = sl__cx_strdup(cx, "X-Consumer");
+    if ((v = f[G_SHUTDOWN].val))
+        sl__cfg_get_duration(cx, v, "shutdown_timeout", true, &cfg->shutdown_timeout_ms);
+
+    if (f[G_PLUGIN_PATHS].val) {
+        sl__cfg_get_str_list(cx, &f[G_PLUGIN_PATHS], NULL, &cfg->plugin_paths, &cfg->nplugin_paths);
+    } else if ((cfg->plugin_paths = sl__cx_calloc(cx, 1, sizeof *cfg->plugin_paths))) {
+        cfg->nplugin_paths = 1;
+        cfg->plugin_paths[0] = sl__cx_strdup(cx, "plugins");
+    }
+
+    cfg->admin_enabled = true;
+    const yaml_node_t *admin_at = NULL;
+    if ((v = f[G_ADMIN].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "admin")) {
+        sl__field_t a[1];
+        sl__cfg_scan_map(cx, v, "'admin'", admin_keys, a, 1, NULL);
+        if ((admin_at = a[0].val)) {
+            if (admin_at->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(admin_at), "off") == 0)
+                cfg->admin_enabled = false;
+            else
+                sl__cfg_get_addr(cx, admin_at, "listen", false, &cfg->admin_listen);
+        }
+    }
+    if (cfg->admin_enabled && !cfg->admin_listen.text) {
+        const char *why;
+        if (sl__cfg_parse_addr("127.0.0.1:9090", &cfg->admin_listen, &why) == 0)
+            cfg->admin_listen.text = sl__cx_strdup(cx, "127.0.0.1:9090");
+    }
+
+    sl__cfg_parse_plugins(cx, &f[G_PLUGINS], "the global chain", &cfg->plugins, &cfg->nplugins);
+    if ((v = f[G_CONSUMER_HEADER].val)) {
+        const char *h = sl__cfg_get_text(cx, v, "consumer_header", "a header name");
+        if (h && !sl__cfg_is_token(h))
+            sl__cx_err(cx, v, "consumer_header '%s' is not a valid header name", h);
+        else if (h && (strcasecmp(h, "host") == 0 || strcasecmp(h, "content-length") == 0 ||
+                       strcasecmp(h, "transfer-encoding") == 0 || strcasecmp(h, "connection") == 0))
+            sl__cx_err(cx, v, "consumer_header '%s' would overwrite a header the proxy owns", h);
+        else if (h) {
+            free(cfg->consumer_header);
+            cfg->consumer_header = sl__cx_strdup(cx, h);
+        }
+    }
+    cfg->redis_timeout_ms = 50;
+    if ((v = f[G_REDIS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "redis")) {
+        sl__field_t rf[RD_N];
+        sl__cfg_scan_map(cx, v, "'redis'", redis_keys, rf, RD_N, NULL);
+        cfg->redis_enabled = true;
+        if (rf[RD_ADDRESS].val)
+            sl__cfg_get_addr(cx, rf[RD_ADDRESS].val, "address", true, &cfg->redis_address);
+        else if (sl__cfg_parse_addr("127.0.0.1:6379", &cfg->redis_address, &(const char *){NULL}) ==
+                 0)
+            cfg->redis_address.text = sl__cx_strdup(cx, "127.0.0.1:6379");
+        if (rf[RD_TIMEOUT].val)
+            sl__cfg_get_duration(cx, rf[RD_TIMEOUT].val, "timeout", false, &cfg->redis_timeout_ms);
+    }
+    if (f[G_CONSUMERS].val) {
+        size_t n;
+        if (sl__cfg_list_len(cx, &f[G_CONSUMERS], &n) && n &&
+            (cfg->consumers = sl__cx_calloc(cx, n, sizeof *cfg->consumers))) {
+            cfg->nconsumers = n;
+            for (size_t i = 0; i < n; i++) {
+                const yaml_node_t *m = sl__cfg_list_map(cx, &f[G_CONSUMERS], i);
+                if (m) sl__cfg_parse_consumer(cx, m, i);
+            }
+            sl__cfg_check_consumer_credentials(cx, f[G_CONSUMERS].val);
+        }
+    }
+    if ((v = f[G_LUA_ROUTES].val)) {
+        sl__cfg_get_str_list(cx, &f[G_LUA_ROUTES], NULL, &cfg->lua_routes, &cfg->nlua_routes);
+        cfg->lua_routes_line = sl__cfg_line_of(v);
+        cfg->lua_routes_col = sl__cfg_col_of(v);
+    }
+
+    size_t len;
+    if ((v = sl__cfg_required(cx, root, &f[G_LISTENERS], where)) &&
+        sl__cfg_list_len(cx, &f[G_LISTENERS], &len)) {
+        if (len == 0) sl__cx_err(cx, v, "at least one listener is required");
+        if ((cfg->listeners = sl__cx_calloc(cx, len, sizeof *cfg->listeners))) {
+            cfg->nlisteners = len;
+            for (size_t i = 0; i < len; i++) {
+                const yaml_node_t *m = sl__cfg_list_map(cx, &f[G_LISTENERS], i);
+                if (m) sl__cfg_parse_listener(cx, m, i);
+            }
+        }
+    }
+    for (size_t i = 0;
+         cfg->admin_enabled && sl__cfg_addr_port(&cfg->admin_listen) && i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (!sl__cfg_addr_same(&l->listen, &cfg->admin_listen)) continue;
+        if (admin_at)
+            sl__cx_err(cx, admin_at, "address %s is already used by the listener at line %d",
+                   cfg->admin_listen.text, l->line);
+        else
+            sl__cx_at(cx, l->line, l->col,
+                  "address %s is the default admin address (move the admin "
+                  "listener with admin: { listen: ... })",
+                  l->listen.text);
+    }
+    /* upstreams before routes whatever the file order: routes refer to them by name */
+    if (f[G_UPSTREAMS].val && sl__cfg_list_len(cx, &f[G_UPSTREAMS], &len) &&
+        (cfg->upstreams = sl__cx_calloc(cx, len, sizeof *cfg->upstreams))) {
+        cfg->nupstreams = len;
+        for (size_t i = 0; i < len; i++) {
+            const yaml_node_t *m = sl__cfg_list_map(cx, &f[G_UPSTREAMS], i);
+            if (m) sl__cfg_parse_upstream(cx, m, i);
+        }
+    }
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        sl_listener_conf_t *l = &cfg->listeners[i];
+        for (size_t k = 0; k < l->nsni_routes; k++) {
+            sl_sni_route_conf_t *r = &l->sni_routes[k];
+            if (r->upstream_name &&
+                (r->upstream = sl__cfg_find_upstream(cfg, r->upstream_name)) < 0)
+                sl__cx_at(cx, r->upstream_line, r->upstream_col,
+                          "sni_routes[%zu] of listener '%s' names unknown upstream '%s'", k,
+                          l->name ? l->name : "?", r->upstream_name);
+        }
+        sl__cfg_build_sni_names(cx, l);
+        if (!l->upstream_name) continue;
+        l->upstream = sl__cfg_find_upstream(cfg, l->upstream_name);
+        if (l->upstream < 0)
+            sl__cx_at(cx, l->upstream_line, l->upstream_col,
+                      "listener '%s' names unknown upstream '%s'", l->name ? l->name : "?",
+                      l->upstream_name);
+        else
+            l->connect_timeout_ms = cfg->upstreams[l->upstream].connect_timeout_ms;
+    }
+    if (f[G_ROUTES].val && sl__cfg_list_len(cx, &f[G_ROUTES], &len) &&
+        (cfg->routes = sl__cx_calloc(cx, len, sizeof *cfg->routes))) {
+        cfg->nroutes = len;
+        for (size_t i = 0; i < len; i++) {
+            const yaml_node_t *m = sl__cfg_list_map(cx, &f[G_ROUTES], i);
+            if (m) sl__cfg_parse_route(cx, m, i);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Entry points                                                                                */
+
+static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
+    if (p->error == YAML_MEMORY_ERROR) {
+        cx->oom = true;
+        return;
+    }
+    if (p->error == YAML_READER_ERROR) {
+        /* the reader knows only a byte offset (bad UTF-8, control characters) */
+        int line = 1, col = 1;
+        for (size_t i = 0; i < p->problem_offset && i < len; i++) {
+            col++;
+            if (text[i] == '\n') {
+                line++;
+                col = 1;
+            }
+        }
+        sl__cx_at(cx, line, col, "invalid input: %s", p->problem ? p->problem : "unreadable text");
+        return;
+    }
+    int line = (int)p->problem_mark.line + 1, col = (int)p->problem_mark.column + 1;
+    if (p->context)
+        sl__cx_at(cx, line, col, "YAML syntax error: %s (%s at line %d, column %d)",
+              p->problem ? p->problem : "invalid YAML", p->context, (int)p->context_mark.line + 1,
+              (int)p->context_mark.column + 1);
+    else
+        sl__cx_at(cx, line, col, "YAML syntax error: %s", p->problem ? p->problem : "invalid YAML");
+}
+
+static int cmp_err(const void *a, const void *b) {
+    const sl__cx_err_t *x = a, *y = b;
+    if (x->line != y->line) return x->line < y->line ? -1 : 1;
+    if (x->col != y->col) return x->col < y->col ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                    sl_errors_t *errs) {
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    bool have_doc = false;
+    sl__cx_t cx = {0};
+    int rc = -1;
+
+    *out = NULL;
+    if (!yaml_parser_initialize(&parser)) {
+        sl_errors_add(errs, path, 1, 1, "out of memory");
+        return -1;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!(cx.cfg = sl__cx_calloc(&cx, 1, sizeof *cx.cfg)) ||
+        !(cx.cfg->path = sl__cx_strdup(&cx, path ? path : "<config>")))
+        goto done;
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_error(&cx, &parser, text, len);
+        goto done;
+    }
+    have_doc = true;
+    cx.doc = &doc;
+
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root)
+        sl__cx_at(&cx, 1, 1, "the configuration is empty: 'listeners' is required");
+    else
+        sl__cfg_parse_root(&cx, root);
+
+    yaml_document_t extra;
+    if (!yaml_parser_load(&parser, &extra)) {
+        yaml_error(&cx, &parser, text, len);
+    } else {
+        yaml_node_t *r2 = yaml_document_get_root_node(&extra);
+        if (r2) sl__cx_err(&cx, r2, "only one YAML document is allowed in a configuration");
+        yaml_document_delete(&extra);
+    }
+
+done:
+    if (cx.nerrs == 0 && !cx.oom) {
+        *out = cx.cfg;
+        rc = 0;
+    } else {
+        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, cmp_err);
+        for (size_t i = 0; i < cx.nerrs; i++)
+            sl_errors_add(errs, path, cx.errs[i].line, cx.errs[i].col, "%s", cx.errs[i].msg);
+        if (cx.oom) sl_errors_add(errs, path, 1, 1, "out of memory");
+        sl_config_free(cx.cfg);
+    }
+    for (size_t i = 0; i < cx.nerrs; i++) free(cx.errs[i].msg);
+    free(cx.errs);
+    if (have_doc) yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return rc;
+}

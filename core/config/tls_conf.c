@@ -1,0 +1,144 @@
+/* tls_conf.c — the `tls:` sections: an http listener's (certificates, versions, ciphers,
+ * tickets) and a target's (verification, CA, SNI). Each builds its contexts
+ * (tls_ctx.c) as it is parsed, so an unreadable file or a mismatched key is a config
+ * error at its line. */
+
+#include "config/parse.h"
+#include "base/common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { TC_CERT, TC_KEY, TC_SNI, TC_DEFAULT, TC_N };
+static const char *const tls_cert_keys[TC_N] = {"cert", "key", "sni", "default"};
+enum { TL_CERTS, TL_MIN_VERSION, TL_CIPHERS, TL_TICKETS, TL_HS_TIMEOUT, TL_N };
+static const char *const tls_keys[TL_N] = {"certificates", "min_version", "ciphers",
+                                           "session_tickets", "handshake_timeout"};
+
+static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
+    const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
+    bool ok = *p != 0;
+    for (char *q = s; *q; q++) *q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q);
+    for (; *p && ok; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+    if (!ok) sl__cx_err(cx, v, "'%s' is not a server name (a DNS name, or *.suffix)", s);
+    return ok;
+}
+
+static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, sl_tls_cert_conf_t *c) {
+    char where[64];
+    snprintf(where, sizeof where, "certificates[%zu]", idx);
+    sl__field_t f[TC_N];
+    sl__cfg_scan_map(cx, m, where, tls_cert_keys, f, TC_N, NULL);
+    c->line = sl__cfg_line_of(m);
+    c->col = sl__cfg_col_of(m);
+    const yaml_node_t *v;
+    if ((v = sl__cfg_required(cx, m, &f[TC_CERT], where)) &&
+        sl__cfg_get_string(cx, v, "cert", &c->cert))
+        c->cert_path = sl__cfg_resolve_path(cx, c->cert);
+    if ((v = sl__cfg_required(cx, m, &f[TC_KEY], where)) &&
+        sl__cfg_get_string(cx, v, "key", &c->key))
+        c->key_path = sl__cfg_resolve_path(cx, c->key);
+    if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], check_sni_name, &c->sni, &c->nsni);
+    if ((v = f[TC_DEFAULT].val)) sl__cfg_get_bool(cx, v, "default", &c->is_default);
+}
+
+void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l) {
+    sl_tls_listener_conf_t *t = sl__cx_calloc(cx, 1, sizeof *t);
+    if (!t) return;
+    l->tls = t;
+    t->line = sl__cfg_line_of(m);
+    t->col = sl__cfg_col_of(m);
+    t->session_tickets = true;
+    t->handshake_timeout_ms = 10 * 1000;
+    int errs_before = (int)cx->nerrs;
+    sl__field_t f[TL_N];
+    sl__cfg_scan_map(cx, m, "'tls'", tls_keys, f, TL_N, NULL);
+    const yaml_node_t *v;
+    size_t n = 0;
+    if ((v = sl__cfg_required(cx, m, &f[TL_CERTS], "'tls'")) &&
+        sl__cfg_list_len(cx, &f[TL_CERTS], &n)) {
+        if (n == 0) sl__cx_err(cx, v, "'certificates' needs at least one entry");
+        if (n && (t->certs = sl__cx_calloc(cx, n, sizeof *t->certs))) {
+            t->ncerts = n;
+            size_t ndef = 0;
+            for (size_t i = 0; i < n; i++) {
+                const yaml_node_t *cm = sl__cfg_list_map(cx, &f[TL_CERTS], i);
+                if (!cm) continue;
+                parse_tls_cert(cx, cm, i, &t->certs[i]);
+                if (t->certs[i].is_default && ++ndef > 1)
+                    sl__cx_err(cx, cm, "only one certificate may be the default");
+            }
+        }
+    }
+    if ((v = f[TL_MIN_VERSION].val)) {
+        const char *s = sl__cfg_get_text(cx, v, "min_version", "a string");
+        if (s && (strcmp(s, "1.3") == 0 || strcmp(s, "TLSv1.3") == 0))
+            t->min_version = SL_TLS_V13;
+        else if (s && strcmp(s, "1.2") != 0 && strcmp(s, "TLSv1.2") != 0)
+            sl__cx_err(cx, v, "min_version '%s' is not allowed (1.2 or 1.3; never below 1.2)", s);
+    }
+    if ((v = f[TL_CIPHERS].val)) sl__cfg_get_string(cx, v, "ciphers", &t->ciphers);
+    if ((v = f[TL_TICKETS].val)) sl__cfg_get_bool(cx, v, "session_tickets", &t->session_tickets);
+    if ((v = f[TL_HS_TIMEOUT].val))
+        sl__cfg_get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);
+    if ((int)cx->nerrs != errs_before || cx->oom) return;
+    char err[512];
+    int bad = -1;
+    t->rt = sl_tls_server_build(t, err, sizeof err, &bad);
+    if (!t->rt) {
+        if (bad >= 0)
+            sl__cx_at(cx, t->certs[bad].line, t->certs[bad].col, "%s", err);
+        else if (bad == -2 && f[TL_CIPHERS].val)
+            sl__cx_err(cx, f[TL_CIPHERS].val, "%s", err);
+        else
+            sl__cx_at(cx, t->line, t->col, "%s", err);
+    }
+}
+
+enum { TT_VERIFY, TT_CA, TT_SNI, TT_N };
+static const char *const target_tls_keys[TT_N] = {"verify", "ca", "sni"};
+
+/* A target's `tls:` (a mapping, or `true` for the defaults). */
+void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf_t *t) {
+    bool on = true;
+    if (v->type == YAML_SCALAR_NODE) {
+        if (!sl__cfg_get_bool(cx, v, "tls", &on) || !on) return;
+    } else if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "tls")) {
+        return;
+    }
+    sl_tls_target_conf_t *c = sl__cx_calloc(cx, 1, sizeof *c);
+    if (!c) return;
+    t->tls = c;
+    c->verify = true;
+    c->line = sl__cfg_line_of(v);
+    c->col = sl__cfg_col_of(v);
+    int errs_before = (int)cx->nerrs;
+    if (v->type == YAML_MAPPING_NODE) {
+        sl__field_t f[TT_N];
+        sl__cfg_scan_map(cx, v, "'tls'", target_tls_keys, f, TT_N, NULL);
+        const yaml_node_t *x;
+        if ((x = f[TT_VERIFY].val)) sl__cfg_get_bool(cx, x, "verify", &c->verify);
+        if ((x = f[TT_CA].val) && sl__cfg_get_string(cx, x, "ca", &c->ca))
+            c->ca_path = sl__cfg_resolve_path(cx, c->ca);
+        if ((x = f[TT_SNI].val) && sl__cfg_get_string(cx, x, "sni", &c->sni))
+            check_sni_name(cx, x, c->sni);
+        if (f[TT_CA].val && !c->verify)
+            sl__cx_err(cx, f[TT_CA].key, "'ca' has no use with verify: false");
+    }
+    if ((int)cx->nerrs != errs_before || cx->oom || !t->addr.text) return;
+    /* the address's host part: what is verified when no sni is given */
+    char ip[64];
+    const char *a = t->addr.text, *colon = strrchr(a, ':');
+    size_t hl = colon ? (size_t)(colon - a) : strlen(a);
+    if (a[0] == '[' && hl >= 2) {
+        a++;
+        hl -= 2;
+    }
+    snprintf(ip, sizeof ip, "%.*s", (int)SL_MIN(hl, sizeof ip - 1), a);
+    if (strcmp(ip, "localhost") == 0) snprintf(ip, sizeof ip, "127.0.0.1");
+    char err[512];
+    if (!(c->rt = sl_tls_client_build(c, ip, err, sizeof err)))
+        sl__cx_at(cx, c->line, c->col, "%s", err);
+}
+

@@ -1,0 +1,318 @@
+/* upstreams.c — `upstreams:`: targets, balancer and hashing, keep-alive, timeouts, health
+ * checks, circuit breaker and retries. A target's `tls:` is tls_conf.c's. */
+
+#include "config/parse.h"
+#include "base/common.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_ADDRESS, T_WEIGHT, T_TLS, T_N };
+static const char *const target_keys[T_N] = {"address", "weight", "tls"};
+static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstream, size_t idx,
+                         sl_upstream_conf_t *u) {
+    sl_target_conf_t *t = &u->targets[idx];
+    char where[192];
+    snprintf(where, sizeof where, "targets[%zu] of %s", idx, upstream);
+    sl__field_t f[T_N];
+    sl__cfg_scan_map(cx, m, where, target_keys, f, T_N, NULL);
+    t->weight = 1;
+    const yaml_node_t *v = sl__cfg_required(cx, m, &f[T_ADDRESS], where);
+    if (v && sl__cfg_get_addr(cx, v, "address", true, &t->addr)) {
+        for (size_t i = 0; i < idx; i++)
+            if (sl__cfg_addr_same(&u->targets[i].addr, &t->addr))
+                sl__cx_err(cx, v, "target %s is listed twice in %s", t->addr.text, upstream);
+    }
+    int64_t w;
+    if ((v = f[T_WEIGHT].val) && sl__cfg_get_int(cx, v, "weight", 1, MAX_WEIGHT, &w)) {
+        t->weight = (uint32_t)w;
+        /* round-robin, least-conn and p2c-ewma give no share by weight: a weight there
+         * would silently do nothing. */
+        if (w != 1 && u->balancer != SL_LB_WEIGHTED_ROUND_ROBIN &&
+            u->balancer != SL_LB_CONSISTENT_HASH)
+            sl__cx_err(cx, v, "weight %lld needs balancer weighted-round-robin or consistent-hash",
+                   (long long)w);
+    }
+    if ((v = f[T_TLS].val)) sl__cfg_parse_target_tls(cx, v, t);
+}
+
+static const char *const balancer_names[] = {
+    [SL_LB_ROUND_ROBIN] = "round-robin",
+    [SL_LB_WEIGHTED_ROUND_ROBIN] = "weighted-round-robin",
+    [SL_LB_LEAST_CONN] = "least-conn",
+    [SL_LB_P2C_EWMA] = "p2c-ewma",
+    [SL_LB_CONSISTENT_HASH] = "consistent-hash",
+};
+
+/* "ip", "path", "header:NAME", "cookie:NAME" (consistent-hash keys). */
+static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int *kind,
+                        char **name) {
+    const char *s = sl__cfg_get_text(cx, v, key, "a string");
+    if (!s) return false;
+    const char *arg = NULL;
+    if (strcmp(s, "ip") == 0) {
+        *kind = SL_HASH_IP;
+    } else if (strcmp(s, "path") == 0) {
+        *kind = SL_HASH_PATH;
+    } else if (strncmp(s, "header:", 7) == 0) {
+        *kind = SL_HASH_HEADER;
+        arg = s + 7;
+    } else if (strncmp(s, "cookie:", 7) == 0) {
+        *kind = SL_HASH_COOKIE;
+        arg = s + 7;
+    } else {
+        sl__cx_err(cx, v, "unknown %s '%s' (expected ip, path, header:NAME or cookie:NAME)", key,
+                   s);
+        return false;
+    }
+    if (arg && !sl__cfg_is_token(arg)) {
+        sl__cx_err(cx, v, "%s '%s' needs a header or cookie name after the colon", key, s);
+        return false;
+    }
+    if (arg && !(*name = sl__cx_strdup(cx, arg))) return false;
+    return true;
+}
+
+enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_N };
+static const char *const active_keys[HA_N] = {
+    "type", "path", "expect_status", "interval", "timeout", "healthy_threshold",
+    "unhealthy_threshold"};
+enum { HP_MAX_FAILURES, HP_WINDOW, HP_N };
+static const char *const passive_keys[HP_N] = {"max_failures", "window"};
+enum { H_ACTIVE, H_PASSIVE, H_N };
+static const char *const health_keys[H_N] = {"active", "passive"};
+
+static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
+                         sl_health_conf_t *h) {
+    sl__field_t f[H_N];
+    sl__cfg_scan_sub(cx, m, "health", where, health_keys, f, H_N);
+    const yaml_node_t *v;
+    int64_t n;
+    if ((v = f[H_ACTIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "active")) {
+        sl__field_t a[HA_N];
+        sl__cfg_scan_sub(cx, v, "health.active", where, active_keys, a, HA_N);
+        h->active_type = SL_PROBE_HTTP;
+        if (a[HA_TYPE].val) {
+            const char *t = sl__cfg_get_text(cx, a[HA_TYPE].val, "type", "a string");
+            if (t && strcmp(t, "tcp") == 0)
+                h->active_type = SL_PROBE_TCP;
+            else if (t && strcmp(t, "http") != 0)
+                sl__cx_err(cx, a[HA_TYPE].val, "unknown probe type '%s' (expected http or tcp)", t);
+        }
+        if ((v = a[HA_PATH].val)) {
+            free(h->path);
+            h->path = NULL;
+            if (sl__cfg_get_string(cx, v, "path", &h->path) &&
+                (h->path[0] != '/' || strpbrk(h->path, " \r\n\t")))
+                sl__cx_err(cx, v, "probe path '%s' must start with '/' and contain no spaces",
+                           h->path);
+            if (h->active_type == SL_PROBE_TCP) sl__cx_err(cx, v, "a tcp probe has no path");
+        }
+        if ((v = a[HA_EXPECT].val) && sl__cfg_get_int(cx, v, "expect_status", 100, 599, &n))
+            h->expect_status = (int)n;
+        if ((v = a[HA_INTERVAL].val))
+            sl__cfg_get_duration(cx, v, "interval", false, &h->interval_ms);
+        if ((v = a[HA_TIMEOUT].val)) sl__cfg_get_duration(cx, v, "timeout", false, &h->timeout_ms);
+        if ((v = a[HA_HEALTHY].val) && sl__cfg_get_int(cx, v, "healthy_threshold", 1, 100, &n))
+            h->healthy_threshold = (uint32_t)n;
+        if ((v = a[HA_UNHEALTHY].val) && sl__cfg_get_int(cx, v, "unhealthy_threshold", 1, 100, &n))
+            h->unhealthy_threshold = (uint32_t)n;
+    }
+    if ((v = f[H_PASSIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "passive")) {
+        sl__field_t p[HP_N];
+        sl__cfg_scan_sub(cx, v, "health.passive", where, passive_keys, p, HP_N);
+        h->passive = true;
+        if ((v = p[HP_MAX_FAILURES].val) && sl__cfg_get_int(cx, v, "max_failures", 1, 1000000, &n))
+            h->max_failures = (uint32_t)n;
+        if ((v = p[HP_WINDOW].val)) sl__cfg_get_duration(cx, v, "window", false, &h->window_ms);
+    }
+}
+
+enum { CB_RATIO, CB_MIN, CB_WINDOW, CB_OPEN, CB_MAX_OPEN, CB_HALF, CB_SUCCESS, CB_N };
+static const char *const breaker_keys[CB_N] = {
+    "failure_ratio",    "min_requests",       "window",           "open_timeout",
+    "max_open_timeout", "half_open_requests", "success_threshold"};
+
+static void parse_breaker(sl__cx_t *cx, const yaml_node_t *m, const char *where,
+                          sl_breaker_conf_t *b) {
+    sl__field_t f[CB_N];
+    sl__cfg_scan_sub(cx, m, "circuit_breaker", where, breaker_keys, f, CB_N);
+    b->enabled = true;
+    const yaml_node_t *v;
+    int64_t n;
+    if ((v = f[CB_RATIO].val))
+        sl__cfg_get_number(cx, v, "failure_ratio", 0.01, 1.0, &b->failure_ratio);
+    if ((v = f[CB_MIN].val) && sl__cfg_get_int(cx, v, "min_requests", 1, 1000000, &n))
+        b->min_requests = (uint32_t)n;
+    if ((v = f[CB_WINDOW].val)) sl__cfg_get_duration(cx, v, "window", false, &b->window_ms);
+    if ((v = f[CB_OPEN].val))
+        sl__cfg_get_duration(cx, v, "open_timeout", false, &b->open_timeout_ms);
+    if ((v = f[CB_MAX_OPEN].val))
+        sl__cfg_get_duration(cx, v, "max_open_timeout", false, &b->max_open_timeout_ms);
+    if ((v = f[CB_HALF].val) && sl__cfg_get_int(cx, v, "half_open_requests", 1, 10000, &n))
+        b->half_open_requests = (uint32_t)n;
+    if ((v = f[CB_SUCCESS].val) && sl__cfg_get_int(cx, v, "success_threshold", 1, 10000, &n))
+        b->success_threshold = (uint32_t)n;
+    if (b->max_open_timeout_ms < b->open_timeout_ms)
+        sl__cx_err(cx, f[CB_MAX_OPEN].val ? f[CB_MAX_OPEN].val : m,
+               "max_open_timeout must be at least open_timeout");
+}
+
+enum { RT_ATTEMPTS, RT_ON, RT_BACKOFF, RT_MAX_BACKOFF, RT_MAX_BODY, RT_HEDGE, RT_N };
+static const char *const retry_keys[RT_N] = {"attempts", "on", "backoff", "max_backoff", "max_body",
+                                             "hedge_after"};
+
+static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_retry_conf_t *r) {
+    sl__field_t f[RT_N];
+    sl__cfg_scan_sub(cx, m, "retry", where, retry_keys, f, RT_N);
+    const yaml_node_t *v;
+    int64_t n;
+    if ((v = f[RT_ATTEMPTS].val) && sl__cfg_get_int(cx, v, "attempts", 1, 10, &n))
+        r->attempts = (uint32_t)n;
+    size_t len;
+    if (f[RT_ON].val && sl__cfg_list_len(cx, &f[RT_ON], &len)) {
+        r->on_flags = 0;
+        r->nstatuses = 0;
+        for (size_t i = 0; i < len; i++) {
+            const yaml_node_t *it = sl__cfg_seq_at(cx, f[RT_ON].val, i);
+            if (!it) continue;
+            if (sl__cfg_is_plain(it) && strcmp(sl__cfg_sval(it), "connect_error") == 0) {
+                r->on_flags |= SL_RETRY_ON_CONNECT_ERROR;
+            } else if (sl__cfg_is_plain(it) && strcmp(sl__cfg_sval(it), "timeout") == 0) {
+                r->on_flags |= SL_RETRY_ON_TIMEOUT;
+            } else if (sl__cfg_is_plain(it) && isdigit((unsigned char)sl__cfg_sval(it)[0])) {
+                if (sl__cfg_get_int(cx, it, "on", 500, 599, &n)) {
+                    if (r->nstatuses == SL_MAX_RETRY_STATUSES)
+                        sl__cx_err(cx, it, "at most %d statuses in 'on'", SL_MAX_RETRY_STATUSES);
+                    else
+                        r->statuses[r->nstatuses++] = (uint16_t)n;
+                }
+            } else {
+                sl__cx_err(cx, it,
+                           "unknown retry condition '%s' (expected a 5xx status, connect_error or "
+                           "timeout)",
+                           it->type == YAML_SCALAR_NODE ? sl__cfg_sval(it) : "?");
+            }
+        }
+    }
+    if ((v = f[RT_BACKOFF].val)) sl__cfg_get_duration(cx, v, "backoff", true, &r->backoff_ms);
+    if ((v = f[RT_MAX_BACKOFF].val))
+        sl__cfg_get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
+    if ((v = f[RT_MAX_BODY].val))
+        sl__cfg_get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
+    if ((v = f[RT_HEDGE].val)) sl__cfg_get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms);
+    if (r->max_backoff_ms < r->backoff_ms)
+        sl__cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m,
+                   "max_backoff must be at least backoff");
+}
+
+enum { K_MAX_IDLE, K_IDLE_TO, K_N };
+static const char *const keepalive_keys[K_N] = {"max_idle", "idle_timeout"};
+enum { TO_CONNECT, TO_READ, TO_WRITE, TO_N };
+static const char *const timeout_keys[TO_N] = {"connect", "read", "write"};
+
+enum { U_NAME, U_BALANCER, U_HASH_ON, U_HASH_EPS, U_TARGETS, U_KEEPALIVE, U_TIMEOUTS, U_HEALTH,
+       U_BREAKER, U_RETRY, U_N };
+static const char *const upstream_keys[U_N] = {"name",     "balancer",  "hash_on", "hash_epsilon",
+                                               "targets",  "keepalive", "timeouts", "health",
+                                               "circuit_breaker", "retry"};
+
+void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
+    sl_upstream_conf_t *u = &cx->cfg->upstreams[idx];
+    char where[128];
+    sl__cfg_describe(cx, m, "upstream", "upstreams", idx, where, sizeof where);
+    sl__field_t f[U_N];
+    sl__cfg_scan_map(cx, m, where, upstream_keys, f, U_N, NULL);
+    u->line = sl__cfg_line_of(m);
+    u->col = sl__cfg_col_of(m);
+    u->balancer = SL_LB_ROUND_ROBIN;
+    u->hash_on = SL_HASH_IP;
+    u->hash_epsilon = 0.25;
+    u->health = (sl_health_conf_t){.interval_ms = 2000, .timeout_ms = 1000, .healthy_threshold = 2,
+                                   .unhealthy_threshold = 3, .max_failures = 5, .window_ms = 10000};
+    u->breaker = (sl_breaker_conf_t){.failure_ratio = 0.5, .min_requests = 20, .window_ms = 30000,
+                                     .open_timeout_ms = 1000, .max_open_timeout_ms = 60000,
+                                     .half_open_requests = 2, .success_threshold = 2};
+    u->retry = (sl_retry_conf_t){.attempts = 1,
+                                 .on_flags = SL_RETRY_ON_CONNECT_ERROR | SL_RETRY_ON_TIMEOUT,
+                                 .statuses = {502, 503, 504},
+                                 .nstatuses = 3,
+                                 .backoff_ms = 25,
+                                 .max_backoff_ms = 250,
+                                 .max_body = 1024 * 1024};
+    u->keepalive_max_idle = 64;
+    u->keepalive_idle_timeout_ms = 60 * 1000;
+    u->connect_timeout_ms = 2 * 1000;
+    u->read_timeout_ms = 30 * 1000;
+    u->write_timeout_ms = 30 * 1000;
+
+    const yaml_node_t *v = sl__cfg_required(cx, m, &f[U_NAME], where);
+    if (v && sl__cfg_get_name(cx, v, "upstream", true, &u->name)) {
+        for (size_t i = 0; i < idx; i++)
+            if (cx->cfg->upstreams[i].name && strcmp(cx->cfg->upstreams[i].name, u->name) == 0)
+                sl__cx_err(cx, v, "duplicate upstream name '%s' (first defined at line %d)",
+                           u->name, cx->cfg->upstreams[i].line);
+    }
+    if ((v = f[U_BALANCER].val)) {
+        const char *s = sl__cfg_get_text(cx, v, "balancer", "a string");
+        size_t i = 0;
+        while (s && i < SL_ARRAY_LEN(balancer_names) && strcmp(s, balancer_names[i]) != 0) i++;
+        if (s && i < SL_ARRAY_LEN(balancer_names))
+            u->balancer = (int)i;
+        else if (s)
+            sl__cx_err(cx, v,
+                   "unknown balancer '%s' (expected round-robin, weighted-round-robin, "
+                   "least-conn, p2c-ewma or consistent-hash)",
+                   s);
+    }
+    if ((v = f[U_HASH_ON].val) && get_hash_on(cx, v, "hash_on", &u->hash_on, &u->hash_name) &&
+        u->balancer != SL_LB_CONSISTENT_HASH)
+        sl__cx_err(cx, v, "hash_on needs balancer consistent-hash");
+    if ((v = f[U_HASH_EPS].val) &&
+        sl__cfg_get_number(cx, v, "hash_epsilon", 0.0, 100.0, &u->hash_epsilon) &&
+        u->balancer != SL_LB_CONSISTENT_HASH)
+        sl__cx_err(cx, v, "hash_epsilon needs balancer consistent-hash");
+    size_t len;
+    if ((v = sl__cfg_required(cx, m, &f[U_TARGETS], where)) &&
+        sl__cfg_list_len(cx, &f[U_TARGETS], &len)) {
+        if (len == 0) sl__cx_err(cx, v, "%s needs at least one target", where);
+        if ((u->targets = sl__cx_calloc(cx, len, sizeof *u->targets))) {
+            u->ntargets = len;
+            for (size_t i = 0; i < len; i++) {
+                const yaml_node_t *t = sl__cfg_list_map(cx, &f[U_TARGETS], i);
+                if (t) parse_target(cx, t, where, i, u);
+            }
+        }
+    }
+    if ((v = f[U_KEEPALIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "keepalive")) {
+        sl__field_t k[K_N];
+        sl__cfg_scan_sub(cx, v, "keepalive", where, keepalive_keys, k, K_N);
+        int64_t n;
+        if (k[K_MAX_IDLE].val &&
+            sl__cfg_get_int(cx, k[K_MAX_IDLE].val, "max_idle", 0, MAX_KEEPALIVE_IDLE, &n))
+            u->keepalive_max_idle = (uint32_t)n;
+        if (k[K_IDLE_TO].val)
+            sl__cfg_get_duration(cx, k[K_IDLE_TO].val, "idle_timeout", false,
+                         &u->keepalive_idle_timeout_ms);
+    }
+    if ((v = f[U_TIMEOUTS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "timeouts")) {
+        sl__field_t t[TO_N];
+        sl__cfg_scan_sub(cx, v, "timeouts", where, timeout_keys, t, TO_N);
+        if (t[TO_CONNECT].val)
+            sl__cfg_get_duration(cx, t[TO_CONNECT].val, "connect", false, &u->connect_timeout_ms);
+        if (t[TO_READ].val)
+            sl__cfg_get_duration(cx, t[TO_READ].val, "read", false, &u->read_timeout_ms);
+        if (t[TO_WRITE].val)
+            sl__cfg_get_duration(cx, t[TO_WRITE].val, "write", false, &u->write_timeout_ms);
+    }
+    if ((v = f[U_HEALTH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "health"))
+        parse_health(cx, v, where, &u->health);
+    if ((v = f[U_BREAKER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "circuit_breaker"))
+        parse_breaker(cx, v, where, &u->breaker);
+    if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
+        parse_retry(cx, v, where, &u->retry);
+    if (u->health.active_type == SL_PROBE_HTTP && !u->health.path)
+        u->health.path = sl__cx_strdup(cx, "/health");
+}
