@@ -13,6 +13,7 @@
 #include "upstream/health.h"
 #include "upstream/upstreams.h"
 #include "ctx/worker.h"
+#include "server/listen.h" /* sl__addr_text, for the TCP proxy (to go with its exception) */
 
 /** A worker set a reload replaced: it finishes its in-flight work on its own config. */
 typedef struct sl_retired_s {
@@ -93,7 +94,6 @@ void sl_server_watch(sl_server_t *srv);
 uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len);
 
 /* Between server.c and reload.c. */
-void sl__addr_text(const struct sockaddr_storage *ss, char *out, size_t n);
 void sl__reload_init(sl_server_t *srv);
 void sl__reload_close(sl_server_t *srv);
 void sl__reload_free_retired(sl_server_t *srv);
