@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "script/plugin.h"
+#include "server/listen.h"
 #include "server/server.h"
 
 extern const char sl_default_conf[];
@@ -237,21 +238,6 @@ static void on_retire_poll(uv_timer_t *t) {
 
 /* ---- sockets for the new generation ---- */
 
-static int listen_socket(const sl_listener_conf_t *lc, struct sockaddr_storage *ss, socklen_t *sl) {
-    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)ss, *sl) != 0 || listen(fd, 4096) != 0) {
-        close(fd);
-        return -1;
-    }
-    (void)lc;
-    return fd;
-}
-
 /* fds[listener][worker] of the new config: dup()s of an unchanged listener's sockets, new
  * sockets otherwise. texts[] gets each listener's real address. */
 static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, char (**out_text)[80],
@@ -278,25 +264,12 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
             memcpy(texts[i], srv->listen_text[same], sizeof(texts[i]));
             continue;
         }
-        struct sockaddr_storage ss = nl->listen.ss;
-        socklen_t sl = nl->listen.len;
-        for (int k = 0; k < nw; k++) {
-            int fd = listen_socket(nl, &ss, &sl);
-            if (fd < 0) {
-                snprintf(err, errlen, "listener %s: cannot listen on %s: %s", nl->name, nl->listen.text, strerror(errno));
-                for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
-                    if (fds[q] >= 0) close(fds[q]);
-                free(fds);
-                free(texts);
-                return SL_ERROR;
-            }
-            fds[i * (size_t)nw + (size_t)k] = fd;
-            if (k == 0) {
-                socklen_t len = sizeof(ss);
-                getsockname(fd, (struct sockaddr *)&ss, &len);
-                sl = len;
-                sl__addr_text(&ss, texts[i], sizeof(texts[i]));
-            }
+        if (sl__listen_open(nl, nw, &fds[i * (size_t)nw], texts[i], sizeof(texts[i]), err, errlen) != SL_OK) {
+            for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
+                if (fds[q] >= 0) close(fds[q]);
+            free(fds);
+            free(texts);
+            return SL_ERROR;
         }
     }
     *out_fds = fds;

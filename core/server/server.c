@@ -1,21 +1,17 @@
 /* server.c — process lifetime: bind, start workers, admin, signals, ready file, drain. */
 #include "server/server.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "server/listen.h"
 #include "base/log.h"
 
-/* One socket per (listener, worker), all bound to the same address with SO_REUSEPORT so
- * the kernel spreads connections across workers. Port 0 is resolved by the first bind and
- * reused for the rest, so every worker listens on the same real port. */
+/* One socket per (listener, worker): see sl__listen_open. */
 static int bind_listeners(sl_server_t *srv, const char **err) {
     static char msg[256];
     const sl_config_t *cfg = srv->cfg;
@@ -28,28 +24,8 @@ static int bind_listeners(sl_server_t *srv, const char **err) {
     }
     for (size_t i = 0; i < n; i++) srv->listen_fds[i] = -1;
     for (size_t i = 0; i < cfg->nlisteners; i++) {
-        struct sockaddr_storage ss = cfg->listeners[i].listen.ss;
-        socklen_t sl = cfg->listeners[i].listen.len;
-        for (int k = 0; k < srv->nworkers; k++) {
-            int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-            int one = 1;
-            if (fd < 0) goto fail;
-            srv->listen_fds[i * (size_t)srv->nworkers + (size_t)k] = fd;
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            if (ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-            if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 4096) != 0) goto fail;
-            if (k == 0) {
-                socklen_t len = sizeof(ss);
-                getsockname(fd, (struct sockaddr *)&ss, &len);
-                sl = len;
-                sl__addr_text(&ss, srv->listen_text[i], sizeof(srv->listen_text[i]));
-            }
-            continue;
-        fail:
-            snprintf(msg, sizeof(msg), "listener %s: cannot listen on %s: %s", cfg->listeners[i].name,
-                     cfg->listeners[i].listen.text, strerror(errno));
+        if (sl__listen_open(&cfg->listeners[i], srv->nworkers, &srv->listen_fds[i * (size_t)srv->nworkers],
+                            srv->listen_text[i], sizeof(srv->listen_text[i]), msg, sizeof(msg)) != SL_OK) {
             *err = msg;
             return SL_ERROR;
         }

@@ -1,0 +1,55 @@
+"""harness — shared machinery for sluice's black-box integration tests.
+
+Python 3.11 standard library only. Every test_*.py in this folder imports it (this file
+re-exports every name of the modules below, so `import harness as h` is all a test needs):
+
+    import harness as h
+    t = h.Suite("proxy_stream")
+    def test_something(t): ...
+    t.run(test_something, ...)        # prints checks, "N passed, M failed", exits
+
+What it provides:
+  * Suite: check(name, cond, expected, actual), a watchdog that kills everything
+    the file started when it overruns its budget, a temp dir per test file, and
+    the final summary line (exit 0 only when every check passed).
+  * start_sluice(config_text, workers=N): runs `sluice run -c FILE --ready-file P`,
+    waits for the ready file, returns a Sluice with port(listener), admin,
+    admin_port, pid, proc, stop(), kill(), rss_kb(), hwm_kb(), log().
+  * MockUpstream: a real TCP server on 127.0.0.1:0 serving HTTP/1.1 keep-alive
+    through a handler function, recording every connection and every byte it
+    received; handlers may misbehave on demand (HANG, RESET, CLOSE, raw bytes,
+    slow answers, truncated bodies, streamed bodies, wrong framing).
+  * TCPServer: a raw TCP peer on 127.0.0.1:0 whose handle(conn) a subclass writes
+    (greeters, TLS backends, recorders of first bytes).
+  * Client: a raw TCP client (send exact bytes, read until close) with a small
+    HTTP/1.1 response parser that reads N pipelined responses (CL, chunked,
+    HEAD/1xx/204/304, read-until-close) and can stream a body into a sink.
+
+Processes are stopped by PID only; threads poll a stop flag and are joined.
+
+The modules, one section each (lower ones never import higher ones):
+  lifecycle       paths (SRC, BIN), temp dirs, the registry cleanup_all stops at exit
+  wire            raw sockets and bytes: Reader, HTTP/1.1 parsing, ports, TCPServer
+  client          Client, build_request, request
+  metrics         parse_prometheus, metric_values
+  process         Suite, start_sluice / Sluice, run_cli
+  mock_upstream   MockUpstream and its Response / Request
+  fault_upstream  start_fault_upstream (the C fault_upstream)
+  certs           make_ca, make_leaf (the openssl CLI)
+  data            pattern_blocks, pattern_sha256
+"""
+
+from .certs import make_ca, make_leaf, openssl
+from .client import Client, build_request, request
+from .data import pattern_blocks, pattern_sha256
+from .fault_upstream import FAULT_BIN, FaultUpstream, start_fault_upstream
+from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister, cleanup_all,
+                        new_tmpdir, stop_process, tmp_root)
+from .metrics import metric_values, parse_prometheus
+from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstream, Request,
+                            Response, Stop, default_handler, json_response)
+from .process import Sluice, SluiceStartError, Suite, run_cli, set_workers, start_sluice
+from .wire import (HTTPResponse, Incomplete, ParseError, ReadTimeout, Reader, TCPServer,
+                   bytes_reader, free_port, hall, hget, parse_headers, parse_responses, port_free,
+                   read_chunked, read_response, recv_all, refused_port, short, tls_client_hello,
+                   wait_port)

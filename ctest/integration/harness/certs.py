@@ -1,0 +1,37 @@
+"""harness.certs — test certificates made by the openssl CLI (a CA and leaves it signs)."""
+
+import os
+import subprocess
+
+
+def openssl(*args, cwd=None):
+    """Runs the openssl CLI; raises with its stderr when it fails."""
+    r = subprocess.run(["openssl"] + list(args), capture_output=True, timeout=60, cwd=cwd,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError("openssl %s: %s" % (" ".join(args), r.stderr.decode(errors="replace")))
+    return r
+
+
+def make_ca(d, name="ca"):
+    """A test CA (EC P-256) made by the openssl CLI in folder d: (key path, cert path)."""
+    key, crt = os.path.join(d, name + ".key"), os.path.join(d, name + ".crt")
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", key)
+    openssl("req", "-x509", "-new", "-key", key, "-out", crt, "-days", "30", "-subj", "/CN=" + name,
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    return key, crt
+
+
+def make_leaf(d, name, cn, san, ca="ca"):
+    """A server certificate signed by CA `ca` of folder d, with subjectAltName `san`
+    ("DNS:a.test,IP:127.0.0.1"): (cert path, key path)."""
+    key, csr = os.path.join(d, name + ".key"), os.path.join(d, name + ".csr")
+    crt, ext = os.path.join(d, name + ".crt"), os.path.join(d, name + ".ext")
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", key)
+    openssl("req", "-new", "-key", key, "-out", csr, "-subj", "/CN=" + cn)
+    with open(ext, "w") as f:
+        f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+                "extendedKeyUsage=serverAuth\n" % san)
+    openssl("x509", "-req", "-in", csr, "-CA", os.path.join(d, ca + ".crt"), "-CAkey", os.path.join(d, ca + ".key"),
+            "-CAcreateserial", "-out", crt, "-days", "30", "-extfile", ext)
+    return crt, key
