@@ -39,6 +39,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sluice.h"
+
 #define SL_BREAKER_BUCKETS 10
 
 typedef struct {
@@ -52,7 +54,7 @@ typedef struct {
     uint32_t success_threshold;   /**< default 2, >= 1 */
 } sl_breaker_conf_t;
 
-enum { SL_BREAKER_CLOSED = 0, SL_BREAKER_OPEN = 1, SL_BREAKER_HALF_OPEN = 2 };
+/* States SL_BREAKER_CLOSED, _OPEN, _HALF_OPEN: in sluice.h (the balancer API reads them). */
 
 /** What sl_breaker_admit granted; pass it back to record/cancel. */
 typedef enum {
