@@ -9,12 +9,9 @@
 -- (draft-ietf-httpapi-ratelimit-headers: `"name";q=QUOTA;w=WINDOW` and `"name";r=REMAINING;t=SECONDS`).
 local sluice = require("sluice")
 local cidr = require("sluice.cidr")
-local base = require("sluice.base")
 
-local request, response, C = sluice.request, sluice.response, base.C
+local request, response, limit = sluice.request, sluice.response, sluice.limit
 local ceil, floor, max, tostring = math.ceil, math.floor, math.max, tostring
-
-local ALLOWED, LIMITED, FAILOPEN = 0, 1, 2
 
 local M = {
     name = "rate-limit",
@@ -106,30 +103,29 @@ end
 
 function M.access(conf, ctx)
     local c = prepared(conf)
-    local r = base.req
     -- a limit belongs to its route: two routes with the same config count apart
     local key = request.get_route() .. "|" .. key_of(c, ctx)
     local allowed, remaining, reset, retry, failopen
     if conf.store == "redis" then
-        allowed, remaining, reset, retry, failopen = sluice.limit.window(key, c.quota, c.per, "redis")
+        allowed, remaining, reset, retry, failopen = limit.window(key, c.quota, c.per, "redis")
     else
-        allowed, remaining, reset, retry = sluice.limit.take(key, c.rate_per_s, conf.burst, "local")
+        allowed, remaining, reset, retry = limit.take(key, c.rate_per_s, conf.burst, "local")
         if allowed == nil then failopen = remaining end -- the local table is out of memory
     end
     if failopen then
-        C.sl_ffi_ratelimit_count(r, FAILOPEN)
+        limit.count("failopen")
         return
     end
     local state = ('"%s";r=%d;t=%d'):format(conf.policy, floor(remaining), ceil(allowed and reset or retry))
     if not allowed then
-        C.sl_ffi_ratelimit_count(r, LIMITED)
+        limit.count("limited")
         return response.exit(429, { error = "rate limited" }, {
             ["Retry-After"] = tostring(max(1, ceil(retry))),
             ["RateLimit-Policy"] = c.policy,
             ["RateLimit"] = state,
         })
     end
-    C.sl_ffi_ratelimit_count(r, ALLOWED)
+    limit.count("allowed")
     if conf.headers then ctx.ratelimit_state, ctx.ratelimit_policy = state, c.policy end
 end
 

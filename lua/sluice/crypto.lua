@@ -11,6 +11,7 @@ local bit = require("bit")
 local band, bor, bxor, lshift, rshift = bit.band, bit.bor, bit.bxor, bit.lshift, bit.rshift
 
 ffi.cdef[[
+enum { SL_CRYPTO_MD_MAX = 64 };
 typedef struct sl_pkey_s sl_pkey_t;
 int sl_ffi_crypto_digest(const char *name, const unsigned char *data, size_t len,
                          unsigned char *out, size_t *outlen, const char **err);
@@ -36,8 +37,8 @@ int sl_ffi_crypto_password_verify(const char *password, size_t password_len, con
 int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
 ]]
 
-local C = base.C
-local DECLINED = base.DECLINED
+local C = ffi.C
+local DECLINED = C.SL_DECLINED
 local crypto_digest, crypto_hmac, crypto_verify = C.sl_ffi_crypto_digest, C.sl_ffi_crypto_hmac,
     C.sl_ffi_crypto_verify
 local key_free = C.sl_ffi_crypto_key_free
@@ -46,8 +47,8 @@ local crypto_equal, password_verify, password_check = C.sl_ffi_crypto_equal,
 
 local _M = {}
 
--- Scratch out-parameters, made once (SL_CRYPTO_MD_MAX is 64).
-local MD_MAX = 64
+-- Scratch out-parameters, made once.
+local MD_MAX = C.SL_CRYPTO_MD_MAX
 local md_buf = ffi_new("unsigned char[?]", MD_MAX)
 local md_len = ffi_new("size_t[1]")
 local err_p = ffi_new("const char *[1]")

@@ -12,7 +12,18 @@
 local ffi = require("ffi")
 local base = require("sluice.base")
 
-local C = base.C
+ffi.cdef[[
+int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port, const char *req,
+                        size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
+                        const char *ca, const char **err);
+int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **body, size_t *body_len,
+                       const char **err);
+int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
+                          size_t *value_len);
+void sl_ffi_http_done(sl_req_t *r);
+]]
+
+local C = ffi.C
 local ffi_new, ffi_string = ffi.new, ffi.string
 local type, tostring, tonumber, pairs, error = type, tostring, tonumber, pairs, error
 local lower, upper, concat, find = string.lower, string.upper, table.concat, string.find

@@ -14,13 +14,31 @@ local pcall, tostring, ipairs, error = pcall, tostring, ipairs, error
 
 local _M = {}
 
-local PHASES = loader.PHASES -- ids 0.. in this order (lua_host.h SL_PHASE_*)
-local BODY_FILTER = 3
-assert(PHASES[BODY_FILTER + 1] == "body_filter")
-
 local ffi = require("ffi")
-local C, ffi_string, ffi_cast, type = base.C, ffi.string, ffi.cast, type
-local REQ_PTR = ffi.typeof("void *")
+ffi.cdef[[
+enum {
+    SL_PHASE_REWRITE = 0,
+    SL_PHASE_ACCESS = 1,
+    SL_PHASE_HEADER_FILTER = 2,
+    SL_PHASE_BODY_FILTER = 3,
+    SL_PHASE_LOG = 4,
+    SL_PHASE_PREREAD = 5,
+    SL_PHASE_BALANCER = 6
+};
+enum { SL_CHAIN_NEXT = 0, SL_CHAIN_DONE = 1, SL_CHAIN_ERROR = 2 };
+int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
+int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
+]]
+
+local C, ffi_string, ffi_cast, type = ffi.C, ffi.string, ffi.cast, type
+local NEXT, DONE, FAIL = C.SL_CHAIN_NEXT, C.SL_CHAIN_DONE, C.SL_CHAIN_ERROR
+
+local PHASES = loader.PHASES -- ids 0.. in this order (sluice.h SL_PHASE_*)
+local BODY_FILTER, ACCESS = C.SL_PHASE_BODY_FILTER, C.SL_PHASE_ACCESS
+assert(PHASES[BODY_FILTER + 1] == "body_filter" and PHASES[ACCESS + 1] == "access")
+
+local REQ_PTR = ffi.typeof("sl_req_t *")
 local SESS_PTR = ffi.typeof("sl_session_t *")
 local str_p, len_p, eof_p = base.str_p, base.len_p, ffi.new("int[1]")
 
@@ -35,9 +53,6 @@ local function build(paths, src, first_pos, cache)
     end
     return out
 end
-
-local ACCESS = 1
-assert(PHASES[ACCESS + 1] == "access")
 
 function _M.new(gen)
     math.randomseed(tonumber(require("sluice").random_hex(7), 16))
@@ -77,18 +92,18 @@ function _M.new(gen)
             local p = chain[i]
             base.plugin = p[3]
             local ok, out = pcall(p[1], p[2], ctx, chunk, eof)
-            if not ok then return 2, p[4], p[3], tostring(out) end
+            if not ok then return FAIL, p[4], p[3], tostring(out) end
             if out ~= nil then
                 if type(out) ~= "string" then
-                    return 2, p[4], p[3], "body_filter must return a string or nil, got " .. type(out)
+                    return FAIL, p[4], p[3], "body_filter must return a string or nil, got " .. type(out)
                 end
                 chunk, changed = out, true
             end
         end
-        if changed and C.sl_ffi_body_set(req, chunk, #chunk, base.err_p) ~= 0 then
-            return 2, chain[#chain][4], chain[#chain][3], ffi_string(base.err_p[0])
+        if changed and C.sl_ffi_body_set(req, chunk, #chunk, base.err_p) ~= C.SL_OK then
+            return FAIL, chain[#chain][4], chain[#chain][3], ffi_string(base.err_p[0])
         end
-        return 0
+        return NEXT
     end
 
     -- Runs one phase of a route's chain. Returns 0 (carry on), 1 (a plugin answered),
@@ -105,19 +120,19 @@ function _M.new(gen)
             local p = chain[i]
             base.plugin = p[3]
             local ok, err = pcall(p[1], p[2], ctx)
-            if not ok then return 2, p[4], p[3], tostring(err) end
-            if base.exited then return 1 end
+            if not ok then return FAIL, p[4], p[3], tostring(err) end
+            if base.exited then return DONE end
         end
         -- ctx.consumer, set by an auth plugin, goes upstream in the consumer header
         local consumer = phase == ACCESS and ctx.consumer
         if consumer then
             consumer = tostring(consumer)
-            if C.sl_ffi_req_set_consumer(req, consumer, #consumer, base.err_p) ~= 0 then
+            if C.sl_ffi_req_set_consumer(req, consumer, #consumer, base.err_p) ~= C.SL_OK then
                 local last = chain[#chain]
-                return 2, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
+                return FAIL, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
             end
         end
-        return 0
+        return NEXT
     end
 
     -- tcp listeners: their preread functions, in the order written (validated at config
@@ -145,15 +160,15 @@ function _M.new(gen)
             local ok, err = pcall(p[1], p[2], ctx)
             if not ok then
                 base.sess = nil
-                return 2, p[4], p[3], tostring(err)
+                return FAIL, p[4], p[3], tostring(err)
             end
             if base.exited then
                 base.sess = nil
-                return 1
+                return DONE
             end
         end
         base.sess = nil
-        return 0
+        return NEXT
     end
 
     return route_dispatch, phase_dispatch, masks, preread_dispatch
