@@ -46,6 +46,8 @@ _M.ctx = nil
 _M.route = nil
 _M.plugin = nil
 _M.exited = false
+-- True while a plugin's prepare(conf) runs (sluice.runtime): waiting is refused then.
+_M.preparing = false
 -- The tcp session whose preread chain is running (nil otherwise): while it is set there is
 -- no request, so the request API refuses instead of reading a stale one.
 _M.sess = nil
@@ -60,6 +62,9 @@ end
 -- API that waits goes through here.
 local co_yield = coroutine.yield
 function _M.wait()
+    if _M.preparing then
+        error("prepare cannot wait (sleep, http, redis, get_body): it runs once for all requests", 2)
+    end
     local req, ctx, route, plugin, exited = _M.req, _M.ctx, _M.route, _M.plugin, _M.exited
     co_yield()
     _M.req, _M.ctx, _M.route, _M.plugin, _M.exited, _M.sess = req, ctx, route, plugin, exited, nil

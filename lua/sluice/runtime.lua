@@ -49,9 +49,33 @@ local function build(paths, src, first_pos, cache)
         if not conf then
             error(("plugin '%s': %s"):format(use.name, errs[1] and errs[1].msg or "invalid"))
         end
-        out[#out + 1] = { mod = mod, conf = conf, name = use.name, pos = first_pos + i - 1 }
+        -- one plugin instance: `ready` until its prepare (if any) has run in this generation
+        out[#out + 1] = { mod = mod, conf = conf, name = use.name, pos = first_pos + i - 1,
+                          ready = mod.prepare == nil, prepared = nil }
     end
     return out
+end
+
+-- A chain entry: { phase function, conf, plugin name, chain position, instance }.
+local function entry(fn, p) return { fn, p.conf, p.name, p.pos, p } end
+
+-- Runs the instance's prepare(conf) the first time one of its phases runs in this
+-- generation (this VM: per worker); phases then receive its value. A raising prepare is
+-- a plugin error (500 where the answer is still to come); the request's later phases skip
+-- that plugin (p.ready stays false: the caller skips it) and the next request prepares
+-- again. A prepare that waits raises (base.wait refuses), so two requests never prepare
+-- one instance at once. Returns nil, or the error text.
+local function prepare(p, ctx)
+    if p.failed_ctx == ctx then return nil end
+    base.preparing = true
+    local ok, v = pcall(p.mod.prepare, p.conf)
+    base.preparing = false
+    if not ok then
+        p.failed_ctx = ctx
+        return "prepare: " .. tostring(v)
+    end
+    p.prepared, p.ready, p.failed_ctx = v, true, nil
+    return nil
 end
 
 function _M.new(gen)
@@ -68,7 +92,7 @@ function _M.new(gen)
         for id, ph in ipairs(PHASES) do
             local l = {}
             for _, p in ipairs(list) do
-                if p.mod[ph] then l[#l + 1] = { p.mod[ph], p.conf, p.name, p.pos } end
+                if p.mod[ph] then l[#l + 1] = entry(p.mod[ph], p) end
             end
             if #l > 0 then
                 byphase[id - 1] = l
@@ -91,7 +115,13 @@ function _M.new(gen)
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
-            local ok, out = pcall(p[1], p[2], ctx, chunk, eof)
+            local u = p[5]
+            local ok, out = true, nil
+            if not u.ready then
+                local perr = prepare(u, ctx)
+                if perr then return FAIL, p[4], p[3], perr end
+            end
+            if u.ready then ok, out = pcall(p[1], p[2], ctx, chunk, eof, u.prepared) end
             if not ok then return FAIL, p[4], p[3], tostring(out) end
             if out ~= nil then
                 if type(out) ~= "string" then
@@ -119,8 +149,15 @@ function _M.new(gen)
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
-            local ok, err = pcall(p[1], p[2], ctx)
-            if not ok then return FAIL, p[4], p[3], tostring(err) end
+            local u = p[5]
+            if not u.ready then
+                local perr = prepare(u, ctx)
+                if perr then return FAIL, p[4], p[3], perr end
+            end
+            if u.ready then
+                local ok, err = pcall(p[1], p[2], ctx, u.prepared)
+                if not ok then return FAIL, p[4], p[3], tostring(err) end
+            end
             if base.exited then return DONE end
         end
         -- ctx.consumer, set by an auth plugin, goes upstream in the consumer header
@@ -141,7 +178,7 @@ function _M.new(gen)
     for _, l in ipairs(gen.listeners or {}) do
         local list = {}
         for _, p in ipairs(build(gen.plugin_paths, l.plugins, 0, cache)) do
-            if p.mod.preread then list[#list + 1] = { p.mod.preread, p.conf, p.name, p.pos } end
+            if p.mod.preread then list[#list + 1] = entry(p.mod.preread, p) end
         end
         lchains[l.index] = list
     end
@@ -157,7 +194,13 @@ function _M.new(gen)
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
-            local ok, err = pcall(p[1], p[2], ctx)
+            local u = p[5]
+            local ok, err = true, nil
+            if not u.ready then
+                err = prepare(u, ctx)
+                ok = err == nil
+            end
+            if ok and u.ready then ok, err = pcall(p[1], p[2], ctx, u.prepared) end
             if not ok then
                 base.sess = nil
                 return FAIL, p[4], p[3], tostring(err)
