@@ -52,15 +52,12 @@ function M.check(conf)
     return true
 end
 
--- Per config generation: the parsed parts of a conf.
-local cache = setmetatable({}, { __mode = "k" })
-
-local function prepared(conf)
-    local c = cache[conf]
-    if c then return c end
+-- Once per config generation and worker: the parsed parts of a conf, which the phases
+-- receive.
+function M.prepare(conf)
     local kind, header = key_kind(conf.key)
     local per = seconds(conf.per)
-    c = {
+    local c = {
         kind = kind, header = header, per = per,
         rate_per_s = conf.rate / per,
         trusted = cidr.compile(conf.trusted_proxies),
@@ -68,7 +65,6 @@ local function prepared(conf)
         window = max(1, ceil(per)),
     }
     c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
-    cache[conf] = c
     return c
 end
 
@@ -101,8 +97,7 @@ local function key_of(c, ctx)
     return "ip:" .. client_ip(c)
 end
 
-function M.access(conf, ctx)
-    local c = prepared(conf)
+function M.access(conf, ctx, c)
     -- a limit belongs to its route: two routes with the same config count apart
     local key = request.get_route() .. "|" .. key_of(c, ctx)
     local allowed, remaining, reset, retry, failopen
