@@ -2,7 +2,7 @@
 -- through the core's ABI (core/crypto.c), plus base64url and a constant-time compare;
 -- stored password hashes (crypt(3), PBKDF2) for basic-auth.
 local ffi = require("ffi")
-local base = require("sluice.base")
+require("sluice.base") -- the shared result codes (SL_OK, SL_DECLINED) and the ABI check
 
 local ffi_string, ffi_new, ffi_gc, ffi_istype = ffi.string, ffi.new, ffi.gc, ffi.istype
 local type, error, tostring = type, error, tostring
@@ -176,7 +176,7 @@ end
 -- Whether password_verify can read a stored hash, without hashing: true, or nil, err.
 function _M.password_check(hash)
     if type(hash) ~= "string" then error("password_check: hash must be a string", 2) end
-    if password_check(hash, #hash, err_p) == 0 then return true end
+    if password_check(hash, #hash, err_p) == C.SL_OK then return true end
     return nil, ffi_string(err_p[0])
 end
 

@@ -133,7 +133,7 @@ function _M.request(opts, more)
     local max_body = number_opt(opts.max_body, _M.DEFAULT_MAX_BODY, "max_body")
 
     if C.sl_ffi_http_request(r, host, #host, port, raw, #raw, is_head and 1 or 0, timeout * 1000, max_body,
-                             tls and 1 or 0, verify and 1 or 0, ca, err_p) ~= 0 then
+                             tls and 1 or 0, verify and 1 or 0, ca, err_p) ~= C.SL_OK then
         local msg = ffi_string(err_p[0])
         if msg:find("works in rewrite and access only", 1, true) or msg == "already waiting" then
             error(msg, 2)
@@ -142,7 +142,7 @@ function _M.request(opts, more)
     end
     base.wait()
 
-    if C.sl_ffi_http_result(r, status_p, count_p, str_p, len_p, err_p) ~= 0 then
+    if C.sl_ffi_http_result(r, status_p, count_p, str_p, len_p, err_p) ~= C.SL_OK then
         local msg = ffi_string(err_p[0])
         C.sl_ffi_http_done(r)
         return nil, msg
