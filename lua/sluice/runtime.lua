@@ -136,8 +136,8 @@ function _M.new(gen)
         return NEXT
     end
 
-    -- Runs one phase of a route's chain. Returns 0 (carry on), 1 (a plugin answered),
-    -- or 2, chain position, plugin name, error text.
+    -- Runs one phase of a route's chain. Returns NEXT (carry on), DONE (a plugin
+    -- answered), or FAIL, chain position, plugin name, error text (sluice.h SL_CHAIN_*).
     local function phase_dispatch(phase, req, route, ctx)
         local chain = chains[route][phase]
         -- C hands the request over as a lightuserdata, which LuaJIT's trace recorder cannot
@@ -185,7 +185,7 @@ function _M.new(gen)
 
     -- Runs a tcp listener's preread chain for one session, to the end: a plugin that
     -- yields raises (preread cannot wait), which is an error like any other. Returns as
-    -- phase_dispatch: 0, 1 (a plugin closed the session), or 2, position, plugin, text.
+    -- phase_dispatch: NEXT, DONE (a plugin closed the session), or FAIL, position, plugin, text.
     local begin_session = base.begin_session
     local function preread_dispatch(sess, listener)
         local chain = lchains[listener]
