@@ -3,10 +3,16 @@
  * Rules (STYLE.md): fixed-width integers, opaque handles, plain structs; no
  * unions, bitfields, varargs or callbacks into Lua. Strings go in as pointer +
  * length and come out through out-parameters pointing into gateway memory that
- * stays valid until the current phase call returns. Returns: 0 OK, negative
- * SL_E* (SL_DECLINED = -5 for "not there").
+ * stays valid until the current phase call returns. Every integer code that crosses
+ * the ABI has a name here (an enum, so the Lua side can declare the same text).
  *
- * lua/sluice/base.lua declares the same functions and checks SL_ABI_VERSION.
+ * Sections, each under a banner: result codes, phases, request, response, upstream and
+ * balancer, breaker, http client, redis, limit, shared dict, crypto, tcp session, log,
+ * time and randomness.
+ *
+ * Each module of lua/sluice/ declares (ffi.cdef) the functions and constants it uses,
+ * copied from here; spec/sluice/abi_spec.lua fails when one differs. lua/sluice/base.lua
+ * checks SL_ABI_VERSION at load.
  */
 #ifndef SLUICE_H
 #define SLUICE_H
@@ -14,17 +20,47 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/** Bumped on any change to a signature, struct or code below; both sides must agree. */
 #define SL_ABI_VERSION 1
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/** A request being served; valid only during the phase call that received it. */
-typedef struct sl_req_s sl_req_t;
+/* ======================== result codes
+ * Every int-returning call: 0 OK, negative for failure (error text through a
+ * `const char **err` pointing at static or gateway-owned strings). Calls that answer a
+ * kind (shdict get) or a yes/no (crypto verify) say so next to them. */
+enum {
+    SL_OK = 0,
+    SL_ERROR = -1,   /**< failed; *err says why */
+    SL_EAGAIN = -2,  /**< would wait: the caller yields and calls again when resumed */
+    SL_DECLINED = -5 /**< not there (no such header, key, ...) */
+};
 
 /** The ABI version this core was built with; Lua refuses to load on a mismatch. */
 int sl_ffi_abi_version(void);
+
+/* ======================== phases
+ * The phase dispatcher (lua/sluice/runtime.lua) is called from C with a phase id and
+ * answers with a chain result. lua/sluice/loader.lua's PHASES lists the names in id order. */
+enum {
+    SL_PHASE_REWRITE = 0,
+    SL_PHASE_ACCESS = 1,
+    SL_PHASE_HEADER_FILTER = 2,
+    SL_PHASE_BODY_FILTER = 3,
+    SL_PHASE_LOG = 4,
+    SL_PHASE_PREREAD = 5,
+    SL_PHASE_BALANCER = 6 /**< picks a target of the request's upstream, before each attempt */
+};
+/** What a phase (or preread) dispatcher returns first: carry on, a plugin answered (or
+ *  closed the session), or a plugin raised (followed by chain position, plugin, text). */
+enum { SL_CHAIN_NEXT = 0, SL_CHAIN_DONE = 1, SL_CHAIN_ERROR = 2 };
+
+/* ======================== request */
+
+/** A request being served; valid only during the phase call that received it. */
+typedef struct sl_req_s sl_req_t;
 
 /** Request method, path (without query), query (without '?'), and the normalized host
  *  (lower-case, port removed). Worker thread, during a phase call. */
@@ -64,6 +100,21 @@ int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **er
 /** The whole body: 0 (*p NULL when empty), SL_EAGAIN (yield, then call again), SL_ERROR. */
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
 
+/** The authenticated consumer (ctx.consumer after access): sent upstream in the config's
+ *  consumer_header (X-Consumer), which clients can never set themselves. */
+int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
+
+/** What a finished (or finishing) request did, for access logs. Strings are config-owned. */
+typedef struct {
+    int status;
+    uint64_t bytes_in, bytes_out;
+    double duration_ms;
+    const char *route, *upstream, *target;
+} sl_req_stats_t;
+int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
+
+/* ======================== response */
+
 /** Answers the request (rewrite/access); the chain stops after the current plugin. */
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
 int sl_ffi_resp_get_status(sl_req_t *r);
@@ -74,11 +125,42 @@ int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v,
                            const char **err);
 int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err);
 
+/** body_filter: the piece of response body being filtered; *eof 1 on the last call. */
+int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
+/** body_filter: what goes to the client instead of the piece (copied). */
+int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
+
+/* ======================== upstream and balancer */
+
 /** Picks the configured upstream `name` for this request (rewrite/access). */
 int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err);
+/** A target of the request's upstream, as the balancer phase sees it. */
+typedef struct {
+    const char *address;
+    int weight;
+    int healthy;   /**< health checks and passive ejection let it take requests */
+    int breaker;   /**< SL_BREAKER_* */
+    int in_flight; /**< attempts in flight, all workers */
+    int tried;     /**< this request already tried it */
+    double ewma_ms;/**< latency EWMA */
+} sl_target_info_t;
+/** The number of targets of the request's upstream (0 when it has none yet). */
+int sl_ffi_balancer_count(sl_req_t *r);
+/** Target i (0-based) of the request's upstream. */
+int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out);
+/** balancer phase: the next attempt goes to the target with this address (when it is
+ *  eligible: healthy, breaker not open, not tried; otherwise the balancer picks). */
+int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err);
 
-/** Arms a timer that resumes the request's coroutine; the caller then yields. */
-int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err);
+/* ======================== breaker */
+
+/** A breaker's state (sl_target_info_t.breaker, sl_ffi_breaker_state). */
+enum { SL_BREAKER_CLOSED = 0, SL_BREAKER_OPEN = 1, SL_BREAKER_HALF_OPEN = 2 };
+/** State of the breaker of (upstream, target address): SL_BREAKER_*;
+ *  SL_ERROR with *err when there is no such upstream or target. */
+int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
+
+/* ======================== http client (sluice.http) */
 
 /** sluice.http.request (rewrite/access): sends `req` (a whole HTTP/1.1 request Lua built
  *  and validated) to host:port and reads the response within timeout_ms, keeping at
@@ -95,36 +177,11 @@ int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **bod
 int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                           size_t *value_len);
 void sl_ffi_http_done(sl_req_t *r);
-/** A target of the request's upstream, as the balancer phase sees it. */
-typedef struct {
-    const char *address;
-    int weight;
-    int healthy;   /**< health checks and passive ejection let it take requests */
-    int breaker;   /**< 0 closed, 1 open, 2 half-open */
-    int in_flight; /**< attempts in flight, all workers */
-    int tried;     /**< this request already tried it */
-    double ewma_ms;/**< latency EWMA */
-} sl_target_info_t;
-/** The number of targets of the request's upstream (0 when it has none yet). */
-int sl_ffi_balancer_count(sl_req_t *r);
-/** Target i (0-based) of the request's upstream. */
-int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out);
-/** balancer phase: the next attempt goes to the target with this address (when it is
- *  eligible: healthy, breaker not open, not tried; otherwise the balancer picks). */
-int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err);
-/** State of the breaker of (upstream, target address): 0 closed, 1 open, 2 half-open;
- *  SL_ERROR with *err when there is no such upstream or target. */
-int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
 
-/** The authenticated consumer (ctx.consumer after access): sent upstream in the config's
- *  consumer_header (X-Consumer), which clients can never set themselves. */
-int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
-
-/** Counts a rate-limit decision on the request's route: 0 allowed, 1 limited, 2 failopen. */
-void sl_ffi_ratelimit_count(sl_req_t *r, int result);
+/* ======================== redis (sluice.redis) */
 
 /** Reply types of sl_ffi_redis_reply. */
-enum { SL_REDIS_NIL = 1, SL_REDIS_INTEGER, SL_REDIS_STRING, SL_REDIS_ERROR, SL_REDIS_ARRAY };
+enum { SL_REDIS_NIL = 1, SL_REDIS_INTEGER = 2, SL_REDIS_STRING = 3, SL_REDIS_ERROR = 4, SL_REDIS_ARRAY = 5 };
 /** sluice.redis (rewrite/access): sends a command on the worker's Redis connection.
  *  SL_OK: the caller yields, then reads the reply with sl_ffi_redis_reply and releases it
  *  with sl_ffi_redis_done. SL_DECLINED: Redis is down (*err), nothing to wait for.
@@ -136,27 +193,42 @@ int sl_ffi_redis_reply(sl_req_t *r, int i, int *type, long long *integer, const 
                        int *n, const char **err);
 void sl_ffi_redis_done(sl_req_t *r);
 
-/** body_filter: the piece of response body being filtered; *eof 1 on the last call. */
-int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
-/** body_filter: what goes to the client instead of the piece (copied). */
-int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
-/** Logs a JSON line with route, plugin and request id. level 0 debug .. 3 error. */
-void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len);
-/** What a finished (or finishing) request did, for access logs. Strings are config-owned. */
-typedef struct {
-    int status;
-    uint64_t bytes_in, bytes_out;
-    double duration_ms;
-    const char *route, *upstream, *target;
-} sl_req_stats_t;
-int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
-/** n random hex digits (per-thread generator seeded from getrandom). */
-void sl_ffi_random_hex(char *out, size_t n);
-/** Wall-clock seconds. */
-double sl_ffi_now(void);
+/* ======================== limit (sluice.limit, core/upstream/limiter.c)
+ * Rate limits of the local store (contract in core/upstream/limiter.h), one table shared
+ * by all workers. Any thread; nothing kept between calls but the key's state. The key is
+ * borrowed for the call (any bytes, any length). */
 
+/** A rate-limit decision, counted in sluice_ratelimit_total{result}. */
+enum { SL_RL_ALLOWED = 0, SL_RL_LIMITED = 1, SL_RL_FAILOPEN = 2 };
+/** Counts a rate-limit decision on the request's route: SL_RL_*. */
+void sl_ffi_ratelimit_count(sl_req_t *r, int result);
+
+/** What a take decided. Times in seconds. */
+typedef struct {
+    int allowed;        /**< 1: admitted, the cost was taken; 0: refused, nothing taken */
+    double remaining;   /**< whole tokens (units) left after this call */
+    double reset;       /**< bucket: until it is full again; window: until the window ends */
+    double retry_after; /**< until a call of the same cost would be admitted; 0 when allowed */
+    double limit;       /**< the most `remaining` can be: burst + 1, or the window's limit */
+} sl_limit_result_t;
+
+/** Token bucket (GCRA): `rate` tokens a second (0 < rate <= 1e9), capacity burst + 1
+ *  (burst >= 0), starting full; takes `cost` tokens (0 <= cost <= burst + 1). 0 with *out;
+ *  SL_ERROR with *err (static) for an invalid argument or no memory for a new key. */
+int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst, double cost,
+                      sl_limit_result_t *out, const char **err);
+/** Sliding window: `limit` units per `window_s` seconds (two fixed windows weighted by
+ *  overlap); takes `cost` units (0 <= cost <= limit). Returns as sl_ffi_limit_take. */
+int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
+                        sl_limit_result_t *out, const char **err);
+
+/* ======================== shared dict (sluice.shared) */
+
+/** What sl_ffi_shdict_get found. */
+enum { SL_SHDICT_NUMBER = 1, SL_SHDICT_STRING = 2 };
 /** The shared dictionary: one key space for all workers (any thread).
- *  get: 1 number (*num), 2 string (*str, *sl; copied into buf), SL_DECLINED when absent.
+ *  get: SL_SHDICT_NUMBER (*num), SL_SHDICT_STRING (*str, *sl; copied into buf), SL_DECLINED
+ *  when absent (or a string longer than bufsz).
  *  ttl in seconds, 0 = none. */
 int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, size_t *sl, char *buf,
                       size_t bufsz);
@@ -166,9 +238,9 @@ int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, dou
                        double *out, const char **err);
 int sl_ffi_shdict_delete(const char *k, size_t kl);
 
-/* ---- sluice.crypto (core/crypto.c): OpenSSL's libcrypto through the core, so Lua never
- * loads libcrypto itself. Any thread, any number at once; no call keeps state between
- * calls. Names (digest, alg, curve) are NUL-terminated; bytes are pointer + length. */
+/* ======================== crypto (sluice.crypto, core/lua/crypto.c)
+ * OpenSSL's libcrypto through the core, so Lua never loads libcrypto itself. Any thread,
+ * any number at once; no call keeps state between calls. Names (digest, alg, curve) are NUL-terminated; bytes are pointer + length. */
 
 /** The largest digest or HMAC written (SHA-512), for sizing `out`. */
 #define SL_CRYPTO_MD_MAX 64
@@ -235,32 +307,10 @@ int sl_ffi_crypto_password_verify(const char *password, size_t password_len, con
  *  refuse a well-formed crypt(3) setting when verifying (SHA-crypt rounds below 1000). */
 int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
 
-/* ---- sluice.limit (core/limiter.c, contract in core/limiter.h): rate limits of the local
- * store, one table shared by all workers. Any thread; nothing kept between calls but the
- * key's state. The key is borrowed for the call (any bytes, any length). */
+/* ======================== tcp session (preread) */
 
-/** What a take decided. Times in seconds. */
-typedef struct {
-    int allowed;        /**< 1: admitted, the cost was taken; 0: refused, nothing taken */
-    double remaining;   /**< whole tokens (units) left after this call */
-    double reset;       /**< bucket: until it is full again; window: until the window ends */
-    double retry_after; /**< until a call of the same cost would be admitted; 0 when allowed */
-    double limit;       /**< the most `remaining` can be: burst + 1, or the window's limit */
-} sl_limit_result_t;
-
-/** Token bucket (GCRA): `rate` tokens a second (0 < rate <= 1e9), capacity burst + 1
- *  (burst >= 0), starting full; takes `cost` tokens (0 <= cost <= burst + 1). 0 with *out;
- *  SL_ERROR with *err (static) for an invalid argument or no memory for a new key. */
-int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst, double cost,
-                      sl_limit_result_t *out, const char **err);
-/** Sliding window: `limit` units per `window_s` seconds (two fixed windows weighted by
- *  overlap); takes `cost` units (0 <= cost <= limit). Returns as sl_ffi_limit_take. */
-int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
-                        sl_limit_result_t *out, const char **err);
-
-/* ---- tcp sessions: a tcp listener's preread phase ----
- * The session a preread plugin runs for; valid only during that (synchronous) call. The
- * request functions above do not take it. */
+/** The session a tcp listener's preread plugin runs for; valid only during that
+ *  (synchronous) call. The request functions above do not take it. */
 typedef struct sl_session_s sl_session_t;
 
 /** The client's address as text (the source its PROXY header gave, when accepted) and port. */
@@ -283,6 +333,22 @@ int sl_ffi_session_set_upstream(sl_session_t *s, const char *name, size_t len, c
 void sl_ffi_session_close(sl_session_t *s, const char *msg, size_t len);
 /** A log line with the listener's name and the plugin's. */
 void sl_ffi_session_log(sl_session_t *s, int level, const char *plugin, const char *msg, size_t len);
+
+/* ======================== log */
+
+/** Log levels (sl_ffi_log, sl_ffi_session_log; the core's own lines too). */
+enum { SL_LOG_DEBUG = 0, SL_LOG_INFO = 1, SL_LOG_WARN = 2, SL_LOG_ERR = 3 };
+/** Logs a JSON line with route, plugin and request id. level SL_LOG_*. */
+void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len);
+
+/* ======================== time and randomness */
+
+/** Arms a timer that resumes the request's coroutine; the caller then yields. */
+int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err);
+/** n random hex digits (per-thread generator seeded from getrandom). */
+void sl_ffi_random_hex(char *out, size_t n);
+/** Wall-clock seconds. */
+double sl_ffi_now(void);
 
 #ifdef __cplusplus
 }

@@ -31,8 +31,14 @@ function M.check(conf)
     return true
 end
 
--- Files are opened once per config generation (a reload reopens them: log rotation).
-local files = setmetatable({}, { __mode = "k" })
+-- The file is opened once per config generation and worker (a reload reopens it: log
+-- rotation); the log phase receives it.
+function M.prepare(conf)
+    if conf.path == "stderr" then return io_stderr end
+    local fh = assert(io_open(conf.path, "a"))
+    fh:setvbuf("line")
+    return fh
+end
 
 local function value(f, st, ctx)
     if f == "ts" then
@@ -56,22 +62,11 @@ local function value(f, st, ctx)
     end
 end
 
-function M.log(conf, ctx)
+function M.log(conf, ctx, fh)
     local st = request.get_stats()
     local line = {}
     for _, f in ipairs(conf.fields) do line[f] = value(f, st, ctx) end
-    local out = json.encode(line) .. "\n"
-    if conf.path == "stderr" then
-        io_stderr:write(out)
-        return
-    end
-    local fh = files[conf]
-    if not fh then
-        fh = assert(io_open(conf.path, "a"))
-        fh:setvbuf("line")
-        files[conf] = fh
-    end
-    fh:write(out)
+    fh:write(json.encode(line) .. "\n")
 end
 
 return M

@@ -43,16 +43,13 @@ do
     assert(cache_key and #cache_key == 32, "basic-auth: short read from /dev/urandom")
 end
 
--- Challenges by conf (one per config use), built on first use.
-local challenges = setmetatable({}, { __mode = "k" })
+-- The challenge's headers, built once per config use (generation and worker).
+function M.prepare(conf)
+    return { ["WWW-Authenticate"] = ('Basic realm="%s", charset="UTF-8"'):format(conf.realm) }
+end
 
-local function deny(conf, msg)
-    local c = challenges[conf]
-    if not c then
-        c = { ["WWW-Authenticate"] = ('Basic realm="%s", charset="UTF-8"'):format(conf.realm) }
-        challenges[conf] = c
-    end
-    return response.exit(401, { error = msg }, c)
+local function deny(challenge, msg)
+    return response.exit(401, { error = msg }, challenge)
 end
 
 -- username, password from "Basic <base64(user:pass)>"; nil when malformed.
@@ -79,15 +76,15 @@ local function verify(h)
     return name
 end
 
-function M.access(conf, ctx)
+function M.access(conf, ctx, challenge)
     local h = request.get_header("Authorization")
-    if not h then return deny(conf, "missing credentials") end
+    if not h then return deny(challenge, "missing credentials") end
     local mac = crypto.hmac("sha256", cache_key, h)
     local name = cache[mac]
     if not name then
         local err
         name, err = verify(h)
-        if not name then return deny(conf, err) end
+        if not name then return deny(challenge, err) end
         if cached >= CACHE_MAX then
             clear(cache)
             cached = 0

@@ -26,28 +26,25 @@ function M.check(conf)
     return true
 end
 
--- Compiled once per config generation (conf tables live as long as their generation).
-local cache = setmetatable({}, { __mode = "k" })
+-- The lists compiled once per config generation and worker; phases receive them.
+function M.prepare(conf)
+    return { allow = cidr.compile(conf.allow), deny = cidr.compile(conf.deny) }
+end
 
-local function allowed(conf, client_ip)
-    local c = cache[conf]
-    if not c then
-        c = { allow = cidr.compile(conf.allow), deny = cidr.compile(conf.deny) }
-        cache[conf] = c
-    end
+local function allowed(c, client_ip)
     local ip = parse_ip(client_ip)
     if not ip or any(ip, c.deny) then return false end
     return #c.allow == 0 or any(ip, c.allow)
 end
 
-function M.access(conf)
-    if not allowed(conf, request.get_client_ip()) then return response.exit(conf.status, { error = "forbidden" }) end
+function M.access(conf, _, c)
+    if not allowed(c, request.get_client_ip()) then return response.exit(conf.status, { error = "forbidden" }) end
 end
 
 -- On a tcp listener: a refused client is closed before an upstream is chosen (`status`
 -- does not apply).
-function M.preread(conf)
-    if not allowed(conf, session.get_client_ip()) then return session.close() end
+function M.preread(_, _, c)
+    if not allowed(c, session.get_client_ip()) then return session.close() end
 end
 
 return M

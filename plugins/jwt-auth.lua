@@ -124,9 +124,8 @@ end
 
 -- ---------------------------------------------------------------- per-config state
 
--- Built once per config generation and worker, in check() (which the worker runs on
--- every plugin use when a generation starts) or, failing that, on first use.
-local states = setmetatable({}, { __mode = "k" })
+-- Built once per config generation and worker by prepare (check builds one too, to
+-- refuse a config whose keys do not load, and drops it).
 
 local function is_token(s) return not s:find("[^!#$%%&'*+%-.^_`|~%w]") end
 
@@ -200,8 +199,11 @@ end
 function M.check(conf)
     local st, err = build_state(conf)
     if not st then return nil, err end
-    states[conf] = st
     return true
+end
+
+function M.prepare(conf)
+    return assert(build_state(conf))
 end
 
 -- ---------------------------------------------------------------- token cache
@@ -370,12 +372,7 @@ local function refuse(detail, status)
     return response.exit(401, { error = "invalid_token", error_description = detail }, INVALID)
 end
 
-function M.access(conf, ctx)
-    local st = states[conf]
-    if not st then
-        st = assert(build_state(conf))
-        states[conf] = st
-    end
+function M.access(conf, ctx, st)
     local raw = get_header(conf.header)
     if not raw then
         return response.exit(401, { error = "unauthorized", error_description = "no token" }, MISSING)

@@ -9,12 +9,9 @@
 -- (draft-ietf-httpapi-ratelimit-headers: `"name";q=QUOTA;w=WINDOW` and `"name";r=REMAINING;t=SECONDS`).
 local sluice = require("sluice")
 local cidr = require("sluice.cidr")
-local base = require("sluice.base")
 
-local request, response, C = sluice.request, sluice.response, base.C
+local request, response, limit = sluice.request, sluice.response, sluice.limit
 local ceil, floor, max, tostring = math.ceil, math.floor, math.max, tostring
-
-local ALLOWED, LIMITED, FAILOPEN = 0, 1, 2
 
 local M = {
     name = "rate-limit",
@@ -55,15 +52,12 @@ function M.check(conf)
     return true
 end
 
--- Per config generation: the parsed parts of a conf.
-local cache = setmetatable({}, { __mode = "k" })
-
-local function prepared(conf)
-    local c = cache[conf]
-    if c then return c end
+-- Once per config generation and worker: the parsed parts of a conf, which the phases
+-- receive.
+function M.prepare(conf)
     local kind, header = key_kind(conf.key)
     local per = seconds(conf.per)
-    c = {
+    local c = {
         kind = kind, header = header, per = per,
         rate_per_s = conf.rate / per,
         trusted = cidr.compile(conf.trusted_proxies),
@@ -71,7 +65,6 @@ local function prepared(conf)
         window = max(1, ceil(per)),
     }
     c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
-    cache[conf] = c
     return c
 end
 
@@ -104,32 +97,30 @@ local function key_of(c, ctx)
     return "ip:" .. client_ip(c)
 end
 
-function M.access(conf, ctx)
-    local c = prepared(conf)
-    local r = base.req
+function M.access(conf, ctx, c)
     -- a limit belongs to its route: two routes with the same config count apart
     local key = request.get_route() .. "|" .. key_of(c, ctx)
     local allowed, remaining, reset, retry, failopen
     if conf.store == "redis" then
-        allowed, remaining, reset, retry, failopen = sluice.limit.window(key, c.quota, c.per, "redis")
+        allowed, remaining, reset, retry, failopen = limit.window(key, c.quota, c.per, "redis")
     else
-        allowed, remaining, reset, retry = sluice.limit.take(key, c.rate_per_s, conf.burst, "local")
+        allowed, remaining, reset, retry = limit.take(key, c.rate_per_s, conf.burst, "local")
         if allowed == nil then failopen = remaining end -- the local table is out of memory
     end
     if failopen then
-        C.sl_ffi_ratelimit_count(r, FAILOPEN)
+        limit.count("failopen")
         return
     end
     local state = ('"%s";r=%d;t=%d'):format(conf.policy, floor(remaining), ceil(allowed and reset or retry))
     if not allowed then
-        C.sl_ffi_ratelimit_count(r, LIMITED)
+        limit.count("limited")
         return response.exit(429, { error = "rate limited" }, {
             ["Retry-After"] = tostring(max(1, ceil(retry))),
             ["RateLimit-Policy"] = c.policy,
             ["RateLimit"] = state,
         })
     end
-    C.sl_ffi_ratelimit_count(r, ALLOWED)
+    limit.count("allowed")
     if conf.headers then ctx.ratelimit_state, ctx.ratelimit_policy = state, c.policy end
 end
 

@@ -12,11 +12,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define SL_OK 0
-#define SL_ERROR (-1)
-#define SL_EAGAIN (-2)
+#include "sluice.h" /* SL_OK, SL_ERROR, SL_EAGAIN, SL_DECLINED: the codes that cross the ABI */
+
+/** Internal only (never returned through the ABI): a plugin answered, the chain is over. */
 #define SL_DONE (-3)
-#define SL_DECLINED (-5)
 
 /** A borrowed byte range; whoever hands one out says how long it stays valid. */
 typedef struct {

@@ -9,7 +9,7 @@
 
 #include "base/common.h"
 
-enum { SL_LOG_DEBUG = 0, SL_LOG_INFO, SL_LOG_WARN, SL_LOG_ERR };
+/* Levels: SL_LOG_DEBUG .. SL_LOG_ERR, in sluice.h (plugins log through the ABI). */
 
 /** Lines below this level are dropped. Set once at start (SLUICE_LOG_LEVEL=debug|info|warn|err). */
 extern int sl_log_level;

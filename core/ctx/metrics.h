@@ -22,7 +22,8 @@ enum { SL_TLS_HS_OK = 0, SL_TLS_HS_FAILED, SL_TLS_HS_TIMEOUT, SL_TLS_HS_RESULTS 
 enum { SL_RETRY_CONNECT, SL_RETRY_TIMEOUT, SL_RETRY_RESET, SL_RETRY_STATUS, SL_RETRY_REASONS };
 
 /** A rate-limit decision: the `result` label of sluice_ratelimit_total. */
-enum { SL_RL_ALLOWED, SL_RL_LIMITED, SL_RL_FAILOPEN, SL_RL_RESULTS };
+/* SL_RL_ALLOWED, _LIMITED, _FAILOPEN are in sluice.h (plugins count through the ABI). */
+#define SL_RL_RESULTS (SL_RL_FAILOPEN + 1)
 
 #define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)

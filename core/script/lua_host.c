@@ -220,9 +220,9 @@ static int finish_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int
     }
     int code = (int)lua_tointeger(co, 1);
     int rc = SL_OK;
-    if (code == 1) {
+    if (code == SL_CHAIN_DONE) {
         rc = SL_DONE;
-    } else if (code == 2) {
+    } else if (code == SL_CHAIN_ERROR) {
         int pos = (int)lua_tointeger(co, 2);
         const char *plugin = lua_tostring(co, 3);
         sl_log_kv(SL_LOG_ERR,
@@ -270,14 +270,15 @@ int sl_lua_preread(sl_worker_t *w, void *session, uint32_t lidx) {
     lua_pushlightuserdata(L, session);
     lua_pushinteger(L, (lua_Integer)lidx);
     /* the dispatcher returns (code, chain position, plugin name, message), as the phase
-     * dispatcher does: 0 carry on, 1 closed by a plugin, 2 a plugin raised */
+     * dispatcher does: SL_CHAIN_NEXT, SL_CHAIN_DONE (closed by a plugin), SL_CHAIN_ERROR */
     if (lua_pcall(L, 2, 4, 0) != 0) {
         sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener}, 1, "lua: %s", lua_tostring(L, -1));
         lua_settop(L, 0);
         return SL_ERROR;
     }
-    int code = (int)lua_tointeger(L, 1), rc = code == 0 ? SL_OK : code == 1 ? SL_DONE : SL_ERROR;
-    if (code == 2) {
+    int code = (int)lua_tointeger(L, 1);
+    int rc = code == SL_CHAIN_NEXT ? SL_OK : code == SL_CHAIN_DONE ? SL_DONE : SL_ERROR;
+    if (code == SL_CHAIN_ERROR) {
         const char *plugin = lua_tostring(L, 3);
         sl_log_kv(SL_LOG_ERR, (const char *[]){"listener", listener, "plugin", plugin ? plugin : "?"}, 2,
                   "plugin error in preread: %s", lua_tostring(L, 4) ? lua_tostring(L, 4) : "?");

@@ -11,16 +11,9 @@
 
 #include "ctx/worker.h"
 
-enum {
-    SL_PHASE_REWRITE = 0,
-    SL_PHASE_ACCESS,
-    SL_PHASE_HEADER_FILTER,
-    SL_PHASE_BODY_FILTER,
-    SL_PHASE_LOG,
-    SL_PHASE_PREREAD,
-    SL_PHASE_BALANCER, /**< picks a target of the request's upstream, before each attempt */
-    SL_PHASE_N
-};
+/* Phase ids SL_PHASE_* and the dispatchers' SL_CHAIN_* results are in sluice.h: they
+ * cross into Lua. */
+#define SL_PHASE_N (SL_PHASE_BALANCER + 1)
 
 /** Longest chain (global plugins + a route's): bounds the per-plugin error counters. */
 #define SL_MAX_CHAIN 32

@@ -40,10 +40,11 @@
 #include <stdint.h>
 
 #include "config/upstream_conf.h" /* sl_breaker_conf_t */
+#include "sluice.h"
 
 #define SL_BREAKER_BUCKETS 10
 
-enum { SL_BREAKER_CLOSED = 0, SL_BREAKER_OPEN = 1, SL_BREAKER_HALF_OPEN = 2 };
+/* States SL_BREAKER_CLOSED, _OPEN, _HALF_OPEN: in sluice.h (the balancer API reads them). */
 
 /** What sl_breaker_admit granted; pass it back to record/cancel. */
 typedef enum {

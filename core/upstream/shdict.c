@@ -89,12 +89,12 @@ int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, s
     entry_t *e = *lookup(s, h, k, kl, now_s());
     if (e && !e->str) {
         *num = e->num;
-        rc = 1;
+        rc = SL_SHDICT_NUMBER;
     } else if (e && e->slen <= bufsz) {
         memcpy(buf, e->str, e->slen);
         *str = buf;
         *sl = e->slen;
-        rc = 2;
+        rc = SL_SHDICT_STRING;
     }
     pthread_mutex_unlock(&s->mu);
     return rc;

@@ -2,7 +2,7 @@
 -- through the core's ABI (core/crypto.c), plus base64url and a constant-time compare;
 -- stored password hashes (crypt(3), PBKDF2) for basic-auth.
 local ffi = require("ffi")
-local base = require("sluice.base")
+require("sluice.base") -- the shared result codes (SL_OK, SL_DECLINED) and the ABI check
 
 local ffi_string, ffi_new, ffi_gc, ffi_istype = ffi.string, ffi.new, ffi.gc, ffi.istype
 local type, error, tostring = type, error, tostring
@@ -11,6 +11,7 @@ local bit = require("bit")
 local band, bor, bxor, lshift, rshift = bit.band, bit.bor, bit.bxor, bit.lshift, bit.rshift
 
 ffi.cdef[[
+enum { SL_CRYPTO_MD_MAX = 64 };
 typedef struct sl_pkey_s sl_pkey_t;
 int sl_ffi_crypto_digest(const char *name, const unsigned char *data, size_t len,
                          unsigned char *out, size_t *outlen, const char **err);
@@ -36,8 +37,8 @@ int sl_ffi_crypto_password_verify(const char *password, size_t password_len, con
 int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
 ]]
 
-local C = base.C
-local DECLINED = base.DECLINED
+local C = ffi.C
+local DECLINED = C.SL_DECLINED
 local crypto_digest, crypto_hmac, crypto_verify = C.sl_ffi_crypto_digest, C.sl_ffi_crypto_hmac,
     C.sl_ffi_crypto_verify
 local key_free = C.sl_ffi_crypto_key_free
@@ -46,8 +47,8 @@ local crypto_equal, password_verify, password_check = C.sl_ffi_crypto_equal,
 
 local _M = {}
 
--- Scratch out-parameters, made once (SL_CRYPTO_MD_MAX is 64).
-local MD_MAX = 64
+-- Scratch out-parameters, made once.
+local MD_MAX = C.SL_CRYPTO_MD_MAX
 local md_buf = ffi_new("unsigned char[?]", MD_MAX)
 local md_len = ffi_new("size_t[1]")
 local err_p = ffi_new("const char *[1]")
@@ -175,7 +176,7 @@ end
 -- Whether password_verify can read a stored hash, without hashing: true, or nil, err.
 function _M.password_check(hash)
     if type(hash) ~= "string" then error("password_check: hash must be a string", 2) end
-    if password_check(hash, #hash, err_p) == 0 then return true end
+    if password_check(hash, #hash, err_p) == C.SL_OK then return true end
     return nil, ffi_string(err_p[0])
 end
 

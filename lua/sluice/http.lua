@@ -12,7 +12,18 @@
 local ffi = require("ffi")
 local base = require("sluice.base")
 
-local C = base.C
+ffi.cdef[[
+int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port, const char *req,
+                        size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
+                        const char *ca, const char **err);
+int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **body, size_t *body_len,
+                       const char **err);
+int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
+                          size_t *value_len);
+void sl_ffi_http_done(sl_req_t *r);
+]]
+
+local C = ffi.C
 local ffi_new, ffi_string = ffi.new, ffi.string
 local type, tostring, tonumber, pairs, error = type, tostring, tonumber, pairs, error
 local lower, upper, concat, find = string.lower, string.upper, table.concat, string.find
@@ -122,7 +133,7 @@ function _M.request(opts, more)
     local max_body = number_opt(opts.max_body, _M.DEFAULT_MAX_BODY, "max_body")
 
     if C.sl_ffi_http_request(r, host, #host, port, raw, #raw, is_head and 1 or 0, timeout * 1000, max_body,
-                             tls and 1 or 0, verify and 1 or 0, ca, err_p) ~= 0 then
+                             tls and 1 or 0, verify and 1 or 0, ca, err_p) ~= C.SL_OK then
         local msg = ffi_string(err_p[0])
         if msg:find("works in rewrite and access only", 1, true) or msg == "already waiting" then
             error(msg, 2)
@@ -131,7 +142,7 @@ function _M.request(opts, more)
     end
     base.wait()
 
-    if C.sl_ffi_http_result(r, status_p, count_p, str_p, len_p, err_p) ~= 0 then
+    if C.sl_ffi_http_result(r, status_p, count_p, str_p, len_p, err_p) ~= C.SL_OK then
         local msg = ffi_string(err_p[0])
         C.sl_ffi_http_done(r)
         return nil, msg

@@ -5,7 +5,83 @@ local ffi = require("ffi")
 local base = require("sluice.base")
 local cjson = require("cjson.safe")
 
-local C = base.C
+ffi.cdef[[
+int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_get_header(sl_req_t *r, const char *name, size_t name_len, const char **p,
+                          size_t *len);
+int sl_ffi_req_header_count(sl_req_t *r);
+int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len,
+                         const char **value, size_t *value_len);
+int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_route(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err);
+int sl_ffi_req_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                          const char **err);
+int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                          const char **err);
+int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err);
+int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err);
+int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
+typedef struct {
+    int status;
+    uint64_t bytes_in, bytes_out;
+    double duration_ms;
+    const char *route, *upstream, *target;
+} sl_req_stats_t;
+int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
+int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
+int sl_ffi_resp_get_status(sl_req_t *r);
+int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len);
+int sl_ffi_resp_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                           const char **err);
+int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
+                           const char **err);
+int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err);
+int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err);
+typedef struct {
+    const char *address;
+    int weight;
+    int healthy;
+    int breaker;
+    int in_flight;
+    int tried;
+    double ewma_ms;
+} sl_target_info_t;
+int sl_ffi_balancer_count(sl_req_t *r);
+int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out);
+int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const char **err);
+enum { SL_BREAKER_CLOSED = 0, SL_BREAKER_OPEN = 1, SL_BREAKER_HALF_OPEN = 2 };
+int sl_ffi_breaker_state(sl_req_t *r, const char *up, size_t ul, const char *target, size_t tl, const char **err);
+int sl_ffi_session_client_ip(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_client_port(sl_session_t *s);
+int sl_ffi_session_sni(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_listener(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_upstream(sl_session_t *s, const char **p, size_t *len);
+int sl_ffi_session_set_upstream(sl_session_t *s, const char *name, size_t len, const char **err);
+void sl_ffi_session_close(sl_session_t *s, const char *msg, size_t len);
+void sl_ffi_session_log(sl_session_t *s, int level, const char *plugin, const char *msg, size_t len);
+enum { SL_LOG_DEBUG = 0, SL_LOG_INFO = 1, SL_LOG_WARN = 2, SL_LOG_ERR = 3 };
+void sl_ffi_log(sl_req_t *r, int level, const char *plugin, const char *msg, size_t len);
+int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err);
+void sl_ffi_random_hex(char *out, size_t n);
+double sl_ffi_now(void);
+enum { SL_SHDICT_NUMBER = 1, SL_SHDICT_STRING = 2 };
+int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, size_t *sl, char *buf,
+                      size_t bufsz);
+int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const char *s, size_t sl,
+                      double ttl, const char **err);
+int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl,
+                       double *out, const char **err);
+int sl_ffi_shdict_delete(const char *k, size_t kl);
+]]
+
+local C = ffi.C
+local OK = C.SL_OK
 local str_p, len_p, str2_p, len2_p, err_p, num_p =
     base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p, base.num_p
 local ffi_string, tonumber, tostring, type, pairs, error = ffi.string, tonumber, tostring, type, pairs, error
@@ -30,7 +106,7 @@ local function check_str(v, what)
 end
 
 local function ffi_err(rc)
-    if rc ~= 0 then error(ffi_string(err_p[0]), 3) end
+    if rc ~= OK then error(ffi_string(err_p[0]), 3) end
 end
 
 -- ---------------------------------------------------------------- request
@@ -61,7 +137,7 @@ end
 
 function request.get_header(name)
     check_str(name, "header name")
-    if C.sl_ffi_req_get_header(cur(), name, #name, str_p, len_p) ~= 0 then return nil end
+    if C.sl_ffi_req_get_header(cur(), name, #name, str_p, len_p) ~= OK then return nil end
     return ffi_string(str_p[0], len_p[0])
 end
 
@@ -71,7 +147,7 @@ function request.get_headers()
     local out = {}
     local n = C.sl_ffi_req_header_count(r)
     for i = 0, n - 1 do
-        if C.sl_ffi_req_header_at(r, i, str_p, len_p, str2_p, len2_p) == 0 then
+        if C.sl_ffi_req_header_at(r, i, str_p, len_p, str2_p, len2_p) == OK then
             local k = lower(ffi_string(str_p[0], len_p[0]))
             local v = ffi_string(str2_p[0], len2_p[0])
             local old = out[k]
@@ -118,10 +194,10 @@ function request.get_body()
     local r = cur()
     while true do
         local rc = C.sl_ffi_req_get_body(r, str_p, len_p, err_p)
-        if rc == 0 then
+        if rc == OK then
             if str_p[0] == nil then return nil end
             return ffi_string(str_p[0], len_p[0])
-        elseif rc == -2 then
+        elseif rc == C.SL_EAGAIN then
             base.wait()
         else
             return nil, ffi_string(err_p[0])
@@ -193,7 +269,7 @@ end
 
 function response.get_header(name)
     check_str(name, "header name")
-    if C.sl_ffi_resp_get_header(cur(), name, #name, str_p, len_p) ~= 0 then return nil end
+    if C.sl_ffi_resp_get_header(cur(), name, #name, str_p, len_p) ~= OK then return nil end
     return ffi_string(str_p[0], len_p[0])
 end
 
@@ -213,7 +289,7 @@ function _M.upstream.set(name)
     else
         rc = C.sl_ffi_upstream_set(cur(), name, #name, err_p)
     end
-    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return true
 end
 
@@ -230,7 +306,7 @@ end
 
 local function sess_getter(fn)
     return function()
-        if fn(sess(), str_p, len_p) ~= 0 then return nil end
+        if fn(sess(), str_p, len_p) ~= OK then return nil end
         return ffi_string(str_p[0], len_p[0])
     end
 end
@@ -264,7 +340,8 @@ end
 
 local balancer = {}
 _M.balancer = balancer
-local BREAKER = { [0] = "closed", [1] = "open", [2] = "half_open" }
+local BREAKER = { [C.SL_BREAKER_CLOSED] = "closed", [C.SL_BREAKER_OPEN] = "open",
+                  [C.SL_BREAKER_HALF_OPEN] = "half_open" }
 local info = ffi.new("sl_target_info_t")
 
 -- The targets of the request's upstream: { address, weight, healthy, breaker, in_flight,
@@ -335,7 +412,8 @@ local function logger(level)
         end
     end
 end
-log.debug, log.info, log.warn, log.err = logger(0), logger(1), logger(2), logger(3)
+log.debug, log.info, log.warn, log.err =
+    logger(C.SL_LOG_DEBUG), logger(C.SL_LOG_INFO), logger(C.SL_LOG_WARN), logger(C.SL_LOG_ERR)
 
 -- ---------------------------------------------------------------- sleep, time, json
 
@@ -370,12 +448,13 @@ end })
 local shared = {}
 _M.shared = shared
 local shbuf = ffi.new("char[?]", 65536)
+local SHDICT_NUMBER, SHDICT_STRING = C.SL_SHDICT_NUMBER, C.SL_SHDICT_STRING
 
 function shared.get(key)
     check_str(key, "key")
     local rc = C.sl_ffi_shdict_get(key, #key, num_p, str_p, len_p, shbuf, 65536)
-    if rc == 1 then return tonumber(num_p[0]) end
-    if rc == 2 then return ffi_string(str_p[0], len_p[0]) end
+    if rc == SHDICT_NUMBER then return tonumber(num_p[0]) end
+    if rc == SHDICT_STRING then return ffi_string(str_p[0], len_p[0]) end
     return nil
 end
 
@@ -389,7 +468,7 @@ function shared.set(key, value, ttl)
     else
         error("shared values are strings or numbers", 2)
     end
-    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return true
 end
 
@@ -398,7 +477,7 @@ function shared.incr(key, delta, init, ttl)
     check_str(key, "key")
     if type(delta) ~= "number" then error("delta must be a number", 2) end
     local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl or 0, num_p, err_p)
-    if rc ~= 0 then return nil, ffi_string(err_p[0]) end
+    if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return tonumber(num_p[0])
 end
 

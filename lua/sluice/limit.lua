@@ -13,6 +13,11 @@
 -- (window), and the seconds until a call of the same cost would be admitted (0 when
 -- admitted). Invalid arguments raise; a runtime failure (no memory for a new key) returns
 -- nil, err. Nothing is allocated per call.
+--
+--   limit.count("allowed" | "limited" | "failopen")
+--
+-- count: records what a rate-limiting plugin decided for the running request, in the
+-- metric sluice_ratelimit_total{route, result} (rewrite/access/... of a request).
 local ffi = require("ffi")
 local base = require("sluice.base")
 
@@ -28,11 +33,13 @@ int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst
                       sl_limit_result_t *out, const char **err);
 int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
                         sl_limit_result_t *out, const char **err);
+enum { SL_RL_ALLOWED = 0, SL_RL_LIMITED = 1, SL_RL_FAILOPEN = 2 };
+void sl_ffi_ratelimit_count(sl_req_t *r, int result);
 ]]
 
 -- The namespace, not its functions: LuaJIT calls a C function looked up in ffi.C directly,
 -- and one cached in a local through a function pointer.
-local C = base.C
+local C = ffi.C
 local ffi_string, type, error = ffi.string, type, error
 local huge = math.huge
 
@@ -103,6 +110,17 @@ function _M.window(key, limit, window_s, store, cost)
     check_cost(cost, limit, "limit")
     if check_store(store) then return require("sluice.redis_limit").window(key, limit, window_s, cost) end
     return result(C.sl_ffi_limit_window(key, #key, limit, window_s, cost, res, err_p))
+end
+
+local COUNT = { allowed = C.SL_RL_ALLOWED, limited = C.SL_RL_LIMITED, failopen = C.SL_RL_FAILOPEN }
+
+-- Counts a rate-limit decision on the running request's route (sluice_ratelimit_total).
+function _M.count(result)
+    local code = COUNT[result]
+    if not code then error('result must be "allowed", "limited" or "failopen"', 2) end
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    C.sl_ffi_ratelimit_count(r, code)
 end
 
 return _M

@@ -52,6 +52,9 @@ function _M.load(paths, name, cache)
     if mod.check ~= nil and type(mod.check) ~= "function" then
         return nil, ("%s: check must be a function"):format(file)
     end
+    if mod.prepare ~= nil and type(mod.prepare) ~= "function" then
+        return nil, ("%s: prepare must be a function"):format(file)
+    end
     mod.__file = file
     cache[name] = mod
     return mod

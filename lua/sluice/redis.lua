@@ -10,14 +10,22 @@
 local ffi = require("ffi")
 local base = require("sluice.base")
 
-local C = base.C
+ffi.cdef[[
+enum { SL_REDIS_NIL = 1, SL_REDIS_INTEGER = 2, SL_REDIS_STRING = 3, SL_REDIS_ERROR = 4, SL_REDIS_ARRAY = 5 };
+int sl_ffi_redis_command(sl_req_t *r, int argc, const char **argv, const size_t *argvlen, const char **err);
+int sl_ffi_redis_reply(sl_req_t *r, int i, int *type, long long *integer, const char **str, size_t *len,
+                       int *n, const char **err);
+void sl_ffi_redis_done(sl_req_t *r);
+]]
+
+local C = ffi.C
 local ffi_new, ffi_string = ffi.new, ffi.string
 local type, tostring, error, select = type, tostring, error, select
 
 local _M = {}
 
-local OK, DECLINED = 0, -5
-local NIL, INTEGER, STRING, ERROR, ARRAY = 1, 2, 3, 4, 5
+local OK, DECLINED = C.SL_OK, C.SL_DECLINED
+local INTEGER, STRING, ERROR, ARRAY = C.SL_REDIS_INTEGER, C.SL_REDIS_STRING, C.SL_REDIS_ERROR, C.SL_REDIS_ARRAY
 local MAX_ARGS = 32
 
 local argv = ffi_new("const char *[?]", MAX_ARGS)

@@ -8,7 +8,10 @@
 local ffi = require("ffi")
 local base = require("sluice.base")
 
-local C = base.C
+-- The request accessors and sl_ffi_log are declared by sluice (init.lua), which owns them.
+require("sluice")
+
+local C = ffi.C
 local str_p, len_p = base.str_p, base.len_p
 local ffi_string = ffi.string
 local tonumber = tonumber
@@ -115,7 +118,7 @@ local function headers_match(req, headers)
     for i = 1, #headers do
         local h = headers[i]
         local name, want = h[1], h[2]
-        if C.sl_ffi_req_get_header(req, name, #name, str_p, len_p) ~= 0 then return false end
+        if C.sl_ffi_req_get_header(req, name, #name, str_p, len_p) ~= C.SL_OK then return false end
         local n = tonumber(len_p[0])
         if n ~= #want or C.memcmp(str_p[0], want, n) ~= 0 then return false end
     end
@@ -132,7 +135,7 @@ local function call_match(e, req)
     base.req = nil
     if not ok then
         local msg = "lua_routes match function failed (no match): " .. tostring(res)
-        C.sl_ffi_log(req, 3, nil, msg, #msg)
+        C.sl_ffi_log(req, C.SL_LOG_ERR, nil, msg, #msg)
         return false
     end
     return res and true or false

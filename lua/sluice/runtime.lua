@@ -14,13 +14,31 @@ local pcall, tostring, ipairs, error = pcall, tostring, ipairs, error
 
 local _M = {}
 
-local PHASES = loader.PHASES -- ids 0.. in this order (lua_host.h SL_PHASE_*)
-local BODY_FILTER = 3
-assert(PHASES[BODY_FILTER + 1] == "body_filter")
-
 local ffi = require("ffi")
-local C, ffi_string, ffi_cast, type = base.C, ffi.string, ffi.cast, type
-local REQ_PTR = ffi.typeof("void *")
+ffi.cdef[[
+enum {
+    SL_PHASE_REWRITE = 0,
+    SL_PHASE_ACCESS = 1,
+    SL_PHASE_HEADER_FILTER = 2,
+    SL_PHASE_BODY_FILTER = 3,
+    SL_PHASE_LOG = 4,
+    SL_PHASE_PREREAD = 5,
+    SL_PHASE_BALANCER = 6
+};
+enum { SL_CHAIN_NEXT = 0, SL_CHAIN_DONE = 1, SL_CHAIN_ERROR = 2 };
+int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
+int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
+]]
+
+local C, ffi_string, ffi_cast, type = ffi.C, ffi.string, ffi.cast, type
+local NEXT, DONE, FAIL = C.SL_CHAIN_NEXT, C.SL_CHAIN_DONE, C.SL_CHAIN_ERROR
+
+local PHASES = loader.PHASES -- ids 0.. in this order (sluice.h SL_PHASE_*)
+local BODY_FILTER, ACCESS = C.SL_PHASE_BODY_FILTER, C.SL_PHASE_ACCESS
+assert(PHASES[BODY_FILTER + 1] == "body_filter" and PHASES[ACCESS + 1] == "access")
+
+local REQ_PTR = ffi.typeof("sl_req_t *")
 local SESS_PTR = ffi.typeof("sl_session_t *")
 local str_p, len_p, eof_p = base.str_p, base.len_p, ffi.new("int[1]")
 
@@ -31,13 +49,34 @@ local function build(paths, src, first_pos, cache)
         if not conf then
             error(("plugin '%s': %s"):format(use.name, errs[1] and errs[1].msg or "invalid"))
         end
-        out[#out + 1] = { mod = mod, conf = conf, name = use.name, pos = first_pos + i - 1 }
+        -- one plugin instance: `ready` until its prepare (if any) has run in this generation
+        out[#out + 1] = { mod = mod, conf = conf, name = use.name, pos = first_pos + i - 1,
+                          ready = mod.prepare == nil, prepared = nil }
     end
     return out
 end
 
-local ACCESS = 1
-assert(PHASES[ACCESS + 1] == "access")
+-- A chain entry: { phase function, conf, plugin name, chain position, instance }.
+local function entry(fn, p) return { fn, p.conf, p.name, p.pos, p } end
+
+-- Runs the instance's prepare(conf) the first time one of its phases runs in this
+-- generation (this VM: per worker); phases then receive its value. A raising prepare is
+-- a plugin error (500 where the answer is still to come); the request's later phases skip
+-- that plugin (p.ready stays false: the caller skips it) and the next request prepares
+-- again. A prepare that waits raises (base.wait refuses), so two requests never prepare
+-- one instance at once. Returns nil, or the error text.
+local function prepare(p, ctx)
+    if p.failed_ctx == ctx then return nil end
+    base.preparing = true
+    local ok, v = pcall(p.mod.prepare, p.conf)
+    base.preparing = false
+    if not ok then
+        p.failed_ctx = ctx
+        return "prepare: " .. tostring(v)
+    end
+    p.prepared, p.ready, p.failed_ctx = v, true, nil
+    return nil
+end
 
 function _M.new(gen)
     math.randomseed(tonumber(require("sluice").random_hex(7), 16))
@@ -53,7 +92,7 @@ function _M.new(gen)
         for id, ph in ipairs(PHASES) do
             local l = {}
             for _, p in ipairs(list) do
-                if p.mod[ph] then l[#l + 1] = { p.mod[ph], p.conf, p.name, p.pos } end
+                if p.mod[ph] then l[#l + 1] = entry(p.mod[ph], p) end
             end
             if #l > 0 then
                 byphase[id - 1] = l
@@ -76,23 +115,29 @@ function _M.new(gen)
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
-            local ok, out = pcall(p[1], p[2], ctx, chunk, eof)
-            if not ok then return 2, p[4], p[3], tostring(out) end
+            local u = p[5]
+            local ok, out = true, nil
+            if not u.ready then
+                local perr = prepare(u, ctx)
+                if perr then return FAIL, p[4], p[3], perr end
+            end
+            if u.ready then ok, out = pcall(p[1], p[2], ctx, chunk, eof, u.prepared) end
+            if not ok then return FAIL, p[4], p[3], tostring(out) end
             if out ~= nil then
                 if type(out) ~= "string" then
-                    return 2, p[4], p[3], "body_filter must return a string or nil, got " .. type(out)
+                    return FAIL, p[4], p[3], "body_filter must return a string or nil, got " .. type(out)
                 end
                 chunk, changed = out, true
             end
         end
-        if changed and C.sl_ffi_body_set(req, chunk, #chunk, base.err_p) ~= 0 then
-            return 2, chain[#chain][4], chain[#chain][3], ffi_string(base.err_p[0])
+        if changed and C.sl_ffi_body_set(req, chunk, #chunk, base.err_p) ~= C.SL_OK then
+            return FAIL, chain[#chain][4], chain[#chain][3], ffi_string(base.err_p[0])
         end
-        return 0
+        return NEXT
     end
 
-    -- Runs one phase of a route's chain. Returns 0 (carry on), 1 (a plugin answered),
-    -- or 2, chain position, plugin name, error text.
+    -- Runs one phase of a route's chain. Returns NEXT (carry on), DONE (a plugin
+    -- answered), or FAIL, chain position, plugin name, error text (sluice.h SL_CHAIN_*).
     local function phase_dispatch(phase, req, route, ctx)
         local chain = chains[route][phase]
         -- C hands the request over as a lightuserdata, which LuaJIT's trace recorder cannot
@@ -104,20 +149,27 @@ function _M.new(gen)
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
-            local ok, err = pcall(p[1], p[2], ctx)
-            if not ok then return 2, p[4], p[3], tostring(err) end
-            if base.exited then return 1 end
+            local u = p[5]
+            if not u.ready then
+                local perr = prepare(u, ctx)
+                if perr then return FAIL, p[4], p[3], perr end
+            end
+            if u.ready then
+                local ok, err = pcall(p[1], p[2], ctx, u.prepared)
+                if not ok then return FAIL, p[4], p[3], tostring(err) end
+            end
+            if base.exited then return DONE end
         end
         -- ctx.consumer, set by an auth plugin, goes upstream in the consumer header
         local consumer = phase == ACCESS and ctx.consumer
         if consumer then
             consumer = tostring(consumer)
-            if C.sl_ffi_req_set_consumer(req, consumer, #consumer, base.err_p) ~= 0 then
+            if C.sl_ffi_req_set_consumer(req, consumer, #consumer, base.err_p) ~= C.SL_OK then
                 local last = chain[#chain]
-                return 2, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
+                return FAIL, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
             end
         end
-        return 0
+        return NEXT
     end
 
     -- tcp listeners: their preread functions, in the order written (validated at config
@@ -126,14 +178,14 @@ function _M.new(gen)
     for _, l in ipairs(gen.listeners or {}) do
         local list = {}
         for _, p in ipairs(build(gen.plugin_paths, l.plugins, 0, cache)) do
-            if p.mod.preread then list[#list + 1] = { p.mod.preread, p.conf, p.name, p.pos } end
+            if p.mod.preread then list[#list + 1] = entry(p.mod.preread, p) end
         end
         lchains[l.index] = list
     end
 
     -- Runs a tcp listener's preread chain for one session, to the end: a plugin that
     -- yields raises (preread cannot wait), which is an error like any other. Returns as
-    -- phase_dispatch: 0, 1 (a plugin closed the session), or 2, position, plugin, text.
+    -- phase_dispatch: NEXT, DONE (a plugin closed the session), or FAIL, position, plugin, text.
     local begin_session = base.begin_session
     local function preread_dispatch(sess, listener)
         local chain = lchains[listener]
@@ -142,18 +194,24 @@ function _M.new(gen)
         for i = 1, #chain do
             local p = chain[i]
             base.plugin = p[3]
-            local ok, err = pcall(p[1], p[2], ctx)
+            local u = p[5]
+            local ok, err = true, nil
+            if not u.ready then
+                err = prepare(u, ctx)
+                ok = err == nil
+            end
+            if ok and u.ready then ok, err = pcall(p[1], p[2], ctx, u.prepared) end
             if not ok then
                 base.sess = nil
-                return 2, p[4], p[3], tostring(err)
+                return FAIL, p[4], p[3], tostring(err)
             end
             if base.exited then
                 base.sess = nil
-                return 1
+                return DONE
             end
         end
         base.sess = nil
-        return 0
+        return NEXT
     end
 
     return route_dispatch, phase_dispatch, masks, preread_dispatch

@@ -385,10 +385,11 @@ describe("jwt-auth", function()
 
             local conf = schema.validate(plugin.schema, { algorithms = { "RS256" }, jwks_file = mint:path("main.jwks") })
             assert(plugin.check(conf))
+            local st = plugin.prepare(conf) -- what the runtime does once per generation and worker
             calls.decode = 0 -- the JWKS file's
             header = "Bearer " .. mint:token("RS256", "rsa", { kid = "rsa-1" }, claims())
             local ctx = {}
-            plugin.access(conf, ctx)
+            plugin.access(conf, ctx, st)
             assert.equal("alice", ctx.consumer)
             assert.same({ verify = 1, decode = 2 }, calls)
 
@@ -406,7 +407,7 @@ describe("jwt-auth", function()
             jit.attach(handler, "trace")
             for _ = 1, 5000 do
                 ctx.consumer = nil
-                plugin.access(conf, ctx)
+                plugin.access(conf, ctx, st)
             end
             jit.attach(handler)
             assert.equal("alice", ctx.consumer)
