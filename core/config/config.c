@@ -137,6 +137,7 @@ void sl_config_free(sl_config_t *cfg) {
         free(cfg->listeners[i].name);
         free(cfg->listeners[i].upstream_name);
         free(cfg->listeners[i].proxy_from);
+        free(cfg->listeners[i].trusted_proxies);
         sl_tls_listener_conf_free(cfg->listeners[i].tls);
         for (size_t k = 0; k < cfg->listeners[i].nsni_routes; k++) {
             strs_free(cfg->listeners[i].sni_routes[k].names,

@@ -57,6 +57,8 @@ typedef struct {
                                       read (proxy_protocol.h's sl_pp_trusted) */
     size_t nproxy_from;
     bool accept_proxy;           /**< accept_proxy_protocol present: a PROXY header is expected */
+    sl_cidr_t *trusted_proxies;  /**< http: peers whose X-Forwarded-Proto/-Host/-Port are kept */
+    size_t ntrusted_proxies;
     uint64_t max_body;           /**< bytes; 0 = unlimited */
     uint32_t max_header_size;    /**< whole request head, default 32 KiB -> 431 */
     uint32_t max_request_line;   /**< default 8 KiB -> 414 */

@@ -27,6 +27,7 @@ enum {
     L_TLS,
     L_SNI_ROUTES,
     L_PLUGINS,
+    L_TRUSTED,
     L_N
 };
 static const char *const listener_keys[L_N] = {
@@ -45,9 +46,27 @@ static const char *const listener_keys[L_N] = {
     [L_TLS] = "tls",
     [L_SNI_ROUTES] = "sni_routes",
     [L_PLUGINS] = "plugins",
+    [L_TRUSTED] = "trusted_proxies",
 };
 
 /* "10.0.0.0/8", "::1", "192.168.1.7" -> an sl_cidr_t; false with an error. */
+static bool get_cidr(sl__cx_t *cx, const yaml_node_t *v, sl_cidr_t *out);
+
+/* A list of addresses or CIDRs (the field f): *out and *n, at least one when required. */
+static void get_cidrs(sl__cx_t *cx, const sl__field_t *f, const yaml_node_t *fv, const char *none, sl_cidr_t **out,
+                      size_t *nout) {
+    size_t n;
+    if (!fv || !sl__cfg_list_len(cx, f, &n)) return;
+    if (n == 0 && none) sl__cx_err(cx, fv, "%s", none);
+    if (n && (*out = sl__cx_calloc(cx, n, sizeof **out))) {
+        *nout = n;
+        for (size_t i = 0; i < n; i++) {
+            const yaml_node_t *it = sl__cfg_seq_at(cx, fv, i);
+            if (it) get_cidr(cx, it, &(*out)[i]);
+        }
+    }
+}
+
 static bool get_cidr(sl__cx_t *cx, const yaml_node_t *v, sl_cidr_t *out) {
     const char *s = sl__cfg_get_text(cx, v, "from", "an address or CIDR");
     if (!s) return false;
@@ -292,21 +311,17 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "accept_proxy_protocol")) {
         sl__field_t pf[PA_N];
         sl__cfg_scan_map(cx, v, "'accept_proxy_protocol'", proxy_accept_keys, pf, PA_N, NULL);
-        size_t n;
         const yaml_node_t *fv = sl__cfg_required(cx, v, &pf[PA_FROM], "'accept_proxy_protocol'");
-        if (fv && sl__cfg_list_len(cx, &pf[PA_FROM], &n)) {
-            if (n == 0)
-                sl__cx_err(cx, fv,
-                           "'from' needs at least one address or CIDR (the trusted senders)");
-            if (n && (l->proxy_from = sl__cx_calloc(cx, n, sizeof *l->proxy_from))) {
-                l->nproxy_from = n;
-                for (size_t i = 0; i < n; i++) {
-                    const yaml_node_t *it = sl__cfg_seq_at(cx, fv, i);
-                    if (it) get_cidr(cx, it, &l->proxy_from[i]);
-                }
-            }
-        }
+        get_cidrs(cx, &pf[PA_FROM], fv, "'from' needs at least one address or CIDR (the trusted senders)",
+                  &l->proxy_from, &l->nproxy_from);
         l->accept_proxy = true;
+    }
+    if ((v = f[L_TRUSTED].val)) {
+        if (tcp)
+            sl__cx_err(cx, f[L_TRUSTED].key,
+                       "'trusted_proxies' belongs to protocol: http listeners (X-Forwarded-* headers)");
+        else
+            get_cidrs(cx, &f[L_TRUSTED], v, NULL, &l->trusted_proxies, &l->ntrusted_proxies);
     }
     if ((v = f[L_TLS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "tls")) {
         if (tcp)

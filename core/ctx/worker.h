@@ -42,6 +42,7 @@ typedef struct sl_worker_s {
     size_t stack_size;
     uv_async_t async;
     uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
+    uint16_t *listen_ports; /**< [cfg->nlisteners] each listener's bound port (X-Forwarded-Port) */
     sl_blockpool_t blocks;
     struct sl_h1_limits_s *limits; /**< [cfg->nlisteners] request-head limits */
     struct sl_h1_limits_s *resp_limits; /**< upstream response heads */

@@ -67,6 +67,9 @@ struct sl_downstream_s {
     uint8_t closing;                /**< no further request after this one */
     uint8_t secure;                 /**< arrived over TLS */
     uint8_t can_upgrade;            /**< HTTP/1.1: a 101 can turn it into a byte tunnel (tunnel.c) */
+    uint8_t trusted;                /**< the peer is one of the listener's trusted_proxies: its
+                                         X-Forwarded-Proto/-Host/-Port are kept */
+    uint16_t port;                  /**< the port the client connected to (X-Forwarded-Port) */
     char peer[48];                  /**< client address as text (X-Forwarded-For, logs) */
 };
 

@@ -31,6 +31,7 @@ int sl__h1_upstream_head(sl_req_t *r) {
 
     const sl_h1_header_t *xff = NULL;
     bool has_rid = false;
+    int kept = 0; /* X-Forwarded-Proto (1), -Host (2), -Port (4) kept from a trusted proxy */
     const sl_hdr_edits_t *ed = &r->req_edits;
     /* The consumer header is the gateway's word on who authenticated: never the client's. */
     const char *ch = r->w->cfg->consumer_header;
@@ -44,7 +45,14 @@ int sl__h1_upstream_head(sl_req_t *r) {
             xff = x;
             continue;
         }
-        if (SL_IEQ(x->name, "x-forwarded-proto") || SL_IEQ(x->name, "x-forwarded-host")) continue;
+        /* A client's own X-Forwarded-Proto/-Host/-Port are kept only from a trusted proxy
+         * (the listener's trusted_proxies): from anyone else they are the gateway's to say. */
+        int fwd = SL_IEQ(x->name, "x-forwarded-proto")  ? 1
+                  : SL_IEQ(x->name, "x-forwarded-host") ? 2
+                  : SL_IEQ(x->name, "x-forwarded-port") ? 4
+                                                        : 0;
+        if (fwd && (!r->ds->trusted || (kept & fwd))) continue;
+        kept |= fwd;
         if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
         ok = put_header(&b, x->name, x->value);
     }
@@ -59,8 +67,12 @@ int sl__h1_upstream_head(sl_req_t *r) {
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
     if (xff) ok = ok && sl_wbuf_str(&b, xff->value) && SL_WBUF_LIT(&b, ", ");
     ok = ok && sl_wbuf_put(&b, r->ds->peer, strlen(r->ds->peer)) && SL_WBUF_LIT(&b, "\r\n");
-    ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n");
-    if (h->host.len) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
+    if (!(kept & 1))
+        ok = ok && (r->ds->secure ? SL_WBUF_LIT(&b, "X-Forwarded-Proto: https\r\n")
+                                  : SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n"));
+    if (h->host.len && !(kept & 2)) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
+    if (!(kept & 4))
+        ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Port: ") && sl_wbuf_u64(&b, r->ds->port) && SL_WBUF_LIT(&b, "\r\n");
     if (!has_rid) ok = ok && put_header(&b, SL_LIT("X-Request-ID"), (sl_str_t){r->rid, r->rid_len});
     if (r->consumer_len && consumer_hdr.len)
         ok = ok && put_header(&b, consumer_hdr, (sl_str_t){r->consumer, r->consumer_len});

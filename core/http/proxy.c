@@ -336,12 +336,13 @@ static const char *switch_refused(const sl_req_t *r) {
 }
 
 /* The 101 head is queued: the request is over as a request (counted, logged, its Lua state
- * released) and its two connections become a tunnel that outlives it. */
+ * released) and its two connections become a tunnel that outlives it. The tunnel stays in
+ * its target's in-flight until it closes (sl__req_abort releases the attempt), so
+ * least-conn and p2c see open WebSockets. */
 static void tunnel_switch(sl_req_t *r) {
     sl_worker_t *w = r->w;
     uint64_t now = sl_now_ns();
     sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 101, now - r->att.start_ns);
-    sl__attempt_release(r);
     sl_deadline_clear(&r->up->timer);
     sl_metrics_request(&w->metrics, r->route, 101, now - r->start_ns);
     sl__req_run_log_phase(r);

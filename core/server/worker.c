@@ -1,8 +1,10 @@
 /* worker.c — a worker thread: its loop, listeners, pools and the drain sequence. */
 #include "ctx/worker.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -29,10 +31,11 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
     w->rid_seed = ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)w ^ ((uint64_t)id << 56) ^ sl_now_ns();
     if (!w->rid_seed) w->rid_seed = 1;
     w->listeners = calloc(cfg->nlisteners + 1, sizeof(uv_tcp_t));
+    w->listen_ports = calloc(cfg->nlisteners + 1, sizeof(uint16_t));
     w->limits = calloc(cfg->nlisteners + 1, sizeof(sl_h1_limits_t));
     w->resp_limits = calloc(1, sizeof(sl_h1_limits_t));
     w->ups = calloc(cfg->nupstreams + 1, sizeof(sl_upstream_state_t));
-    if (!w->listeners || !w->limits || !w->resp_limits || !w->ups) goto oom;
+    if (!w->listeners || !w->listen_ports || !w->limits || !w->resp_limits || !w->ups) goto oom;
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         /* A head must fit in a read buffer with room to spare for its body. */
         w->limits[i].max_header_size = SL_MIN(cfg->listeners[i].max_header_size, SL_BLOCK_SIZE / 2);
@@ -84,6 +87,11 @@ int sl_worker_start(sl_worker_t *w) {
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         uv_tcp_t *t = &w->listeners[i];
         int fd = w->listen_fds[i * (size_t)w->nworkers + (size_t)w->id];
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+            w->listen_ports[i] = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                                : ((struct sockaddr_in *)&ss)->sin_port);
         int rc;
         if (cfg->listeners[i].protocol == SL_PROTO_TCP) {
             rc = sl__tcp_listen(w, i, fd); /* L4: its own accept loop (tcp_proxy.c) */
@@ -147,6 +155,7 @@ void sl_worker_destroy(sl_worker_t *w) {
         for (size_t u = 0; u < w->cfg->nupstreams; u++) free(w->ups[u].idle);
     free(w->ups);
     free(w->listeners);
+    free(w->listen_ports);
     free(w->limits);
     free(w->resp_limits);
     sl_metrics_free(&w->metrics);

@@ -191,8 +191,48 @@ static void test_answer_head(void) {
     fx_close(&f);
 }
 
+/* X-Forwarded-Proto says how the request arrived; X-Forwarded-Port the port it came to.
+ * A client's own X-Forwarded-Proto/-Host/-Port are dropped unless its peer is a trusted
+ * proxy, whose values are kept (the first of each). */
+static void test_forwarded(void) {
+    static const char req[] = "GET / HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-Proto: https\r\n"
+                              "X-Forwarded-Host: front.example\r\nX-Forwarded-Port: 443\r\n"
+                              "X-Forwarded-Proto: gopher\r\n\r\n";
+    fx_t f;
+    fx_open(&f, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", true);
+    f.ds.port = 8443;
+    char *h = upstream_head(&f);
+    CHECK(strstr(h, "X-Forwarded-Proto: https\r\n") != NULL);
+    CHECK(strstr(h, "X-Forwarded-Port: 8443\r\n") != NULL);
+    fx_close(&f);
+
+    fx_open(&f, req, false); /* untrusted: the client's claims go, the gateway's come */
+    f.ds.port = 8080;
+    h = upstream_head(&f);
+    CHECK(strstr(h, "X-Forwarded-Proto: http\r\n") != NULL);
+    CHECK(strstr(h, "X-Forwarded-Proto: https") == NULL);
+    CHECK(strstr(h, "front.example") == NULL);
+    CHECK(strstr(h, "X-Forwarded-Host: example.com\r\n") != NULL);
+    CHECK(strstr(h, "X-Forwarded-Port: 8080\r\n") != NULL);
+    CHECK(strstr(h, "443") == NULL);
+    fx_close(&f);
+
+    fx_open(&f, req, false); /* a trusted proxy's are kept, once each */
+    f.ds.trusted = 1;
+    f.ds.port = 8080;
+    h = upstream_head(&f);
+    CHECK(strstr(h, "X-Forwarded-Proto: https\r\n") != NULL);
+    CHECK(strstr(h, "gopher") == NULL);
+    CHECK(strstr(h, "X-Forwarded-Proto: http\r\n") == NULL);
+    CHECK(strstr(h, "X-Forwarded-Host: front.example\r\n") != NULL);
+    CHECK(strstr(h, "X-Forwarded-Port: 443\r\n") != NULL);
+    CHECK(strstr(h, "8080") == NULL);
+    fx_close(&f);
+}
+
 int main(int argc, char **argv) {
     static const check_test_t tests[] = {
+        {"forwarded", test_forwarded},
         {"upstream_head_rebuilt", test_upstream_head_rebuilt},
         {"upstream_head_framing", test_upstream_head_framing},
         {"client_head", test_client_head},
