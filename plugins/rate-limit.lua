@@ -1,10 +1,10 @@
 -- rate-limit: at most `rate` requests per `per` for each key (client IP, a header, the
 -- consumer, or the whole route), with `burst` extra; the rest get 429 with Retry-After.
 --
--- store local: a token bucket in the core, shared by all workers (capacity burst + 1,
--- refilled at rate/per: burst 0 is a strict rate). store redis: a sliding-window counter
--- in Redis (limit rate + burst per `per`), shared by every gateway using that Redis; when
--- Redis is down or slow the request is admitted (fail open) and counted as such.
+-- A token bucket (capacity burst + 1, refilled at rate/per: burst 0 is a strict rate).
+-- store local: in the core, shared by all workers. store redis: the same bucket in Redis
+-- on its server's clock, shared by every gateway using that Redis; when Redis is down or
+-- slow the request is admitted (fail open) and counted as such.
 -- Answers carry the IETF RateLimit and RateLimit-Policy fields
 -- (draft-ietf-httpapi-ratelimit-headers: `"name";q=QUOTA;w=WINDOW` and `"name";r=REMAINING;t=SECONDS`).
 local sluice = require("sluice")
@@ -100,13 +100,9 @@ end
 function M.access(conf, ctx, c)
     -- a limit belongs to its route: two routes with the same config count apart
     local key = request.get_route() .. "|" .. key_of(c, ctx)
-    local allowed, remaining, reset, retry, failopen
-    if conf.store == "redis" then
-        allowed, remaining, reset, retry, failopen = limit.window(key, c.quota, c.per, "redis")
-    else
-        allowed, remaining, reset, retry = limit.take(key, c.rate_per_s, conf.burst, "local")
-        if allowed == nil then failopen = remaining end -- the local table is out of memory
-    end
+    -- one token bucket in either store: the same config admits the same requests
+    local allowed, remaining, reset, retry, failopen = limit.take(key, c.rate_per_s, conf.burst, conf.store)
+    if allowed == nil then failopen = remaining end -- the local table is out of memory
     if failopen then
         limit.count("failopen")
         return

@@ -8,9 +8,10 @@ char *sl_block_get(sl_blockpool_t *bp) {
     sl_block_free_t *f = bp->free;
     if (f) {
         bp->free = f->next;
-        bp->nfree--;
+        if (--bp->nfree < bp->nfree_min) bp->nfree_min = bp->nfree;
         return (char *)f;
     }
+    bp->nfree_min = 0;
     bp->mallocs++;
     return malloc(SL_BLOCK_SIZE);
 }
@@ -34,6 +35,28 @@ void sl_blockpool_destroy(sl_blockpool_t *bp) {
         free(f);
     }
     bp->nfree = 0;
+}
+
+uint32_t sl_blockpool_trim(sl_blockpool_t *bp) {
+    uint32_t idle = SL_MIN(bp->nfree_min, bp->nfree);
+    uint32_t n = idle > bp->low_water ? idle - bp->low_water : 0;
+    if (n) {
+        /* The list's head is the most recently put, the warmest in cache: keep it and
+         * free the tail. */
+        sl_block_free_t **pp = &bp->free;
+        for (uint32_t keep = bp->nfree - n; keep; keep--) pp = &(*pp)->next;
+        sl_block_free_t *f = *pp;
+        *pp = NULL;
+        while (f) {
+            sl_block_free_t *next = f->next;
+            free(f);
+            f = next;
+        }
+        bp->nfree -= n;
+        bp->trimmed += n;
+    }
+    bp->nfree_min = bp->nfree;
+    return n;
 }
 
 void sl_arena_init(sl_arena_t *a, sl_blockpool_t *bp) {

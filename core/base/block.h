@@ -3,6 +3,17 @@
  * Read buffers and per-request arenas are SL_BLOCK_SIZE blocks. A worker keeps
  * up to `max_free` released blocks for reuse, so the steady state allocates
  * nothing; connections hold a block only while bytes are in flight.
+ *
+ * Trimming. A spike fills the freelist (4,000 requests in flight leave thousands of
+ * blocks behind); kept forever, that is the spike's memory for the life of the worker.
+ * The worker calls sl_blockpool_trim every SL_BLOCK_TRIM_INTERVAL_MS. A trim frees
+ * the blocks that stayed unused for the whole interval beyond `low_water`: the fewest
+ * free blocks seen since the previous trim (`nfree_min`), less low_water. Blocks that
+ * a load used at any moment of the interval stay, so a steady load (whatever its
+ * swings within an interval) keeps every block it needs and still allocates nothing;
+ * only a list that stayed above low_water for a whole interval shrinks, down to
+ * low_water plus what the interval's busiest moment took. Handing the freed pages back
+ * to the OS is the caller's (the worker's timer: malloc_trim).
  * Owner: one worker thread; never shared.
  */
 #ifndef SL_BLOCK_H
@@ -19,13 +30,24 @@ typedef struct sl_block_free_s {
 typedef struct {
     sl_block_free_t *free;
     uint32_t nfree, max_free;
+    uint32_t low_water; /**< free blocks a trim always keeps */
+    uint32_t nfree_min; /**< the fewest free blocks since the last trim */
     uint64_t mallocs; /**< blocks ever taken from malloc: steady state keeps this flat */
+    uint64_t trimmed; /**< blocks ever freed by trims */
 } sl_blockpool_t;
+
+/** The worker's trim period, and the free blocks a trim keeps (2 MiB). */
+#define SL_BLOCK_TRIM_INTERVAL_MS 2000
+#define SL_BLOCK_LOW_WATER 32
 
 /** Returns a block of SL_BLOCK_SIZE bytes, or NULL when memory is exhausted. */
 char *sl_block_get(sl_blockpool_t *bp);
 void sl_block_put(sl_blockpool_t *bp, char *b);
 void sl_blockpool_destroy(sl_blockpool_t *bp);
+/** Frees the free blocks beyond low_water that stayed unused since the previous call
+ *  (see the top of this file) and starts the next interval. Returns the blocks freed.
+ *  Owner thread. */
+uint32_t sl_blockpool_trim(sl_blockpool_t *bp);
 
 /**
  * A bump arena over blocks, for the bytes a request builds (rebuilt heads,

@@ -44,6 +44,7 @@ typedef struct sl_worker_s {
     uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
     uint16_t *listen_ports; /**< [cfg->nlisteners] each listener's bound port (X-Forwarded-Port) */
     sl_blockpool_t blocks;
+    uv_timer_t block_trim;  /**< trims `blocks` every SL_BLOCK_TRIM_INTERVAL_MS (unref'd) */
     struct sl_h1_limits_s *limits; /**< [cfg->nlisteners] request-head limits */
     struct sl_h1_limits_s *resp_limits; /**< upstream response heads */
     sl_req_t *free_reqs;    /**< recycled request objects */

@@ -14,11 +14,13 @@ void sl_http_drain(sl_worker_t *w) {
     sl__pool_close_all(w);
 }
 
-void sl_http_free(sl_worker_t *w) {
-    while (w->free_reqs) {
+void sl_http_trim(sl_worker_t *w, uint32_t keep) {
+    while (w->nfree_reqs > keep) {
         sl_req_t *r = w->free_reqs;
         w->free_reqs = r->free_next;
+        w->nfree_reqs--;
         free(r);
     }
-    w->nfree_reqs = 0;
 }
+
+void sl_http_free(sl_worker_t *w) { sl_http_trim(w, 0); }

@@ -12,6 +12,8 @@ void sl_http_on_accept(uv_stream_t *server, int status);
 /** Drain: idle client connections close (busy ones after their request, tunnels at
  *  shutdown_timeout) and pooled upstream connections close. */
 void sl_http_drain(sl_worker_t *w);
+/** After a spike: frees recycled request objects beyond `keep`. */
+void sl_http_trim(sl_worker_t *w, uint32_t keep);
 /** Frees what the worker's HTTP side keeps between requests (recycled request objects). */
 void sl_http_free(sl_worker_t *w);
 

@@ -1,6 +1,7 @@
 /* worker.c — a worker thread: its loop, listeners, pools and the drain sequence. */
 #include "ctx/worker.h"
 
+#include <malloc.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -28,6 +29,7 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
     }
     w->loop.data = w;
     w->blocks.max_free = 4096;
+    w->blocks.low_water = SL_BLOCK_LOW_WATER;
     w->rid_seed = ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)w ^ ((uint64_t)id << 56) ^ sl_now_ns();
     if (!w->rid_seed) w->rid_seed = 1;
     w->listeners = calloc(cfg->nlisteners + 1, sizeof(uv_tcp_t));
@@ -64,8 +66,21 @@ static void on_async(uv_async_t *a) {
         if (w->cfg->listeners[i].protocol != SL_PROTO_TCP) uv_close((uv_handle_t *)&w->listeners[i], NULL);
     sl__tcp_drain(w);
     uv_close((uv_handle_t *)&w->async, NULL);
+    uv_close((uv_handle_t *)&w->block_trim, NULL);
     sl_http_drain(w);
     sl__redis_close(w);
+}
+
+/* A spike is over once blocks stayed idle for a whole interval (block.h): then the
+ * recycled requests beyond a few dozen go too (11 KiB each, up to 1,024 kept by the HTTP
+ * layer), and the heap's free pages go back to the OS. free() leaves 64 KiB chunks inside
+ * the heap; only malloc_trim madvises them away. It walks the free chunks under the arena
+ * lock, so it runs only after a spike, never in steady state. */
+static void on_block_trim(uv_timer_t *t) {
+    sl_worker_t *w = t->data;
+    if (!sl_blockpool_trim(&w->blocks)) return;
+    sl_http_trim(w, SL_BLOCK_LOW_WATER);
+    malloc_trim(0);
 }
 
 static void *worker_main(void *arg) {
@@ -83,6 +98,11 @@ int sl_worker_start(sl_worker_t *w) {
     const sl_config_t *cfg = w->cfg;
     uv_async_init(&w->loop, &w->async, on_async);
     w->async.data = w;
+    /* Unref'd: the trim timer never keeps a draining loop alive. */
+    uv_timer_init(&w->loop, &w->block_trim);
+    w->block_trim.data = w;
+    uv_timer_start(&w->block_trim, on_block_trim, SL_BLOCK_TRIM_INTERVAL_MS, SL_BLOCK_TRIM_INTERVAL_MS);
+    uv_unref((uv_handle_t *)&w->block_trim);
     sl_tls_pump_init(&w->tls_pump, &w->loop, &w->blocks);
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         uv_tcp_t *t = &w->listeners[i];

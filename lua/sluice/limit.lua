@@ -6,6 +6,10 @@
 --   local ok, remaining, reset, retry_after = limit.take(key, rate, burst, store, cost)
 --   local ok, remaining, reset, retry_after = limit.window(key, limit, window_s, store, cost)
 --
+-- With store "redis" the same algorithms run in Redis (sluice.redis_limit), shared by
+-- every gateway using it; take means exactly what it means locally (to the microsecond),
+-- window is the same two-window approximation (limiter.h).
+--
 -- take: `rate` tokens a second, capacity burst + 1 (burst defaults to 0), starting full;
 -- takes `cost` tokens (default 1). window: `limit` units per `window_s` seconds. Both
 -- return whether the call was admitted (a refused one takes nothing), the whole tokens or
@@ -69,7 +73,7 @@ local function check_cost(cost, max, what)
 end
 
 -- nil and "local" are the core's table; "redis" is the config's Redis (sluice.redis_limit:
--- a sliding window kept by a server-side script; when Redis is down or slow the call
+-- the same algorithms in server-side scripts; when Redis is down or slow the call
 -- admits, and its fifth result says why: fail open).
 local function check_store(store)
     if store == nil or store == "local" then return false end
@@ -94,8 +98,8 @@ function _M.take(key, rate, burst, store, cost)
     cost = cost or 1
     check_cost(cost, burst + 1, "burst + 1")
     if check_store(store) then
-        -- Redis keeps windows, not buckets: rate + burst per second, sliding
-        return require("sluice.redis_limit").window(key, rate + burst, 1, cost)
+        -- the same bucket, on the Redis server's clock
+        return require("sluice.redis_limit").take(key, rate, burst, cost)
     end
     return result(C.sl_ffi_limit_take(key, #key, rate, burst, cost, res, err_p))
 end

@@ -1,20 +1,62 @@
--- sluice.redis_limit: the redis store of sluice.limit — a sliding-window counter kept in
--- Redis by one server-side script, so gateways sharing a Redis share the limit.
+-- sluice.redis_limit: the redis store of sluice.limit, so gateways sharing a Redis share
+-- a limit. Each call is one server-side script, atomic on the server and on the server's
+-- clock (TIME): no gateway's clock or round trip enters the count.
 --
--- The script runs atomically on the server with the server's clock (TIME), keeps two
--- fixed-window counters per key (current and previous, each expiring after two windows)
--- and weighs the previous one by how much of it still overlaps the sliding window. It is
--- sent by EVALSHA; a NOSCRIPT error (a restarted or flushed Redis) sends it again with
--- EVAL, which loads it. When Redis is down or slower than redis.timeout the caller is
--- told so (failopen = true) and admits the request.
+-- take: the token bucket of the local store (core/upstream/limiter.h), the same GCRA on
+-- the same grid: `rate` tokens a second, capacity burst + 1, starting full, `cost`
+-- tokens a take, a refused take takes nothing; the same five results. The state is one
+-- number per key, the TAT in microseconds of the server's clock (sluice:tb:KEY), kept
+-- until the bucket is full again plus a second. Times are whole microseconds (the core
+-- uses nanoseconds): a token's period is 1e6 / rate us rounded down, at least 1 us, so
+-- the rate tops out at 1e6 a second per key and the long-run rate is high by less than
+-- one part in the period (1e-4 at rate 100). Every number the script handles stays an
+-- integer below 2^53, exact in Lua's doubles.
+--
+-- window: the explicit sliding-window API, an approximation: two fixed-window counters
+-- (current and previous, sluice:rl:KEY:N, each expiring after two windows) with the
+-- previous weighed by how much of it still overlaps the sliding window, as if its
+-- requests had been spread evenly. A burst at the end of one window still weighs almost
+-- fully at the start of the next, but one early in a window lets up to twice the limit
+-- through across the boundary in less than a window: callers who need "at most N in any
+-- window" want take.
+--
+-- Scripts are sent by EVALSHA; a NOSCRIPT error (a restarted or flushed Redis) sends the
+-- script again with EVAL, which loads it. When Redis is down or slower than
+-- redis.timeout the call admits, and its fifth result says why (fail open).
 local redis = require("sluice.redis")
 local crypto = require("sluice.crypto")
 
-local floor, tostring = math.floor, tostring
+local floor, format, max = math.floor, string.format, math.max
 
 local _M = {}
 
-_M.SCRIPT = [[
+-- ARGV: a token's period, the capacity and the take's cost (whole us), the most tokens
+-- there can be (floor(burst + 1)). Returns allowed, remaining, reset (us), retry (us).
+-- The arithmetic is sl_limiter_take_at's, line for line.
+_M.TAKE = [[
+local one, cap, inc, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local base = tonumber(redis.call("GET", KEYS[1]) or now)
+if base < now then base = now - math.fmod(now - base, one) end
+local owed = base - now
+local debt = owed + inc
+local ok = debt <= cap
+if ok and inc > 0 then
+  local tat = base + inc
+  local ttl = math.max(0, math.ceil((tat - now) / 1000)) + 1000
+  redis.call("SET", KEYS[1], string.format("%d", tat), "PX", ttl)
+end
+local lacks = owed
+if ok then lacks = debt end
+if lacks < 0 then lacks = 0 end
+local remaining = 0
+if lacks < cap then remaining = math.min(math.floor((cap - lacks) / one), limit) end
+if ok then return {1, remaining, lacks, 0} end
+return {0, remaining, lacks, debt - cap}
+]]
+
+_M.WINDOW = [[
 local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,26 +80,45 @@ redis.call("PEXPIRE", ck, window * 2)
 return {1, math.max(0, math.floor(limit - count - cost)), reset, 0}
 ]]
 
-local sha
-local function script_sha()
+local shas = {}
+local function sha_of(script)
+    local sha = shas[script]
     if not sha then
-        sha = crypto.digest("sha1", _M.SCRIPT):gsub(".", function(ch) return ("%02x"):format(ch:byte()) end)
+        sha = crypto.digest("sha1", script):gsub(".", function(ch) return ("%02x"):format(ch:byte()) end)
+        shas[script] = sha
     end
     return sha
+end
+
+-- Runs a script on one key with four arguments; returns its reply with its times in
+-- seconds (`per_s` of its units to a second), or fail open.
+local function run(script, key, per_s, a1, a2, a3, a4)
+    local res, err = redis.command("EVALSHA", sha_of(script), "1", key, a1, a2, a3, a4)
+    if not res and err and err:find("NOSCRIPT", 1, true) then
+        res, err = redis.command("EVAL", script, "1", key, a1, a2, a3, a4)
+    end
+    if type(res) ~= "table" or #res < 4 then
+        return true, 0, 0, 0, err or "unexpected reply from the limiter script"
+    end
+    return res[1] == 1, res[2], res[3] / per_s, res[4] / per_s, nil
+end
+
+-- Whole microseconds as the script's argument: exact integers, never "1e+15".
+local function us(x) return format("%.0f", floor(x)) end
+
+-- take(key, rate, burst, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
+-- Arguments as sluice.limit.take checked them.
+function _M.take(key, rate, burst, cost)
+    local period = max(1e6 / rate, 1)
+    return run(_M.TAKE, "sluice:tb:" .. key, 1e6, us(period), us((burst + 1) * period),
+               us(cost * period), us(burst + 1))
 end
 
 -- window(key, limit, window_s, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
 function _M.window(key, limit, window_s, cost)
     local window_ms = floor(window_s * 1000 + 0.5)
-    local args = { tostring(limit), tostring(window_ms), tostring(cost or 1) }
-    local res, err = redis.command("EVALSHA", script_sha(), "1", "sluice:rl:" .. key, args[1], args[2], args[3])
-    if not res and err and err:find("NOSCRIPT", 1, true) then
-        res, err = redis.command("EVAL", _M.SCRIPT, "1", "sluice:rl:" .. key, args[1], args[2], args[3])
-    end
-    if type(res) ~= "table" or #res < 4 then
-        return true, 0, 0, 0, err or "unexpected reply from the limiter script"
-    end
-    return res[1] == 1, res[2], res[3] / 1000, res[4] / 1000, nil
+    return run(_M.WINDOW, "sluice:rl:" .. key, 1000, tostring(limit), tostring(window_ms),
+               tostring(cost or 1), "")
 end
 
 return _M
