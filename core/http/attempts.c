@@ -14,8 +14,8 @@
 #include "base/log.h"
 #include "http/request.h"
 
-static sl_attempts_of_t attempts_of(const sl_req_t *r) {
-    return (sl_attempts_of_t){sl__req_upstream_conf(r), &r->w->ug->ups[r->upstream], SL_LAYER_HTTP};
+void sl__attempt_init(sl_req_t *r) {
+    r->of = (sl_attempts_of_t){sl__req_upstream_conf(r), &r->w->ug->ups[r->upstream], SL_LAYER_HTTP};
 }
 
 /* What consistent-hash hashes for this request (hash_on). */
@@ -29,7 +29,6 @@ static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
 }
 
 int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms) {
-    sl_attempts_of_t of = attempts_of(r);
     *retry_after_ms = 0;
     /* A plugin's balancer phase may name the target; an ineligible or refused choice
      * falls back to the balancer. */
@@ -37,10 +36,10 @@ int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms) {
         r->lua_target = 0;
         if (sl__req_phase(r, SL_PHASE_BALANCER) == SL_ERROR) return SL_PICK_PLUGIN_ERROR;
         int t = (int)r->lua_target - 1;
-        if (sl_attempt_take(&of, &r->tries, t, admit)) return t;
+        if (sl_attempt_take(&r->of, &r->tries, t, admit)) return t;
     }
-    sl_str_t key = of.uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, of.uc) : (sl_str_t){"", 0};
-    return sl_attempt_pick(&of, &r->tries, key.p, key.len, admit, retry_after_ms);
+    sl_str_t key = r->of.uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, r->of.uc) : (sl_str_t){"", 0};
+    return sl_attempt_pick(&r->of, &r->tries, key.p, key.len, admit, retry_after_ms);
 }
 
 void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
@@ -48,20 +47,17 @@ void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
         r->att.start_ns = sl_now_ns();
         return;
     }
-    sl_attempts_of_t of = attempts_of(r);
-    sl_attempt_begin(&of, &r->tries, &r->att, t, admit);
+    sl_attempt_begin(&r->of, &r->tries, &r->att, t, admit);
 }
 
 void sl__attempt_outcome(sl_req_t *r, int outcome) {
     if (!r->att.outcome_due || r->to_address) return;
-    sl_attempts_of_t of = attempts_of(r);
-    sl_attempt_outcome(&of, &r->att, outcome);
+    sl_attempt_outcome(&r->of, &r->att, outcome);
 }
 
 void sl__attempt_release(sl_req_t *r) {
     if (!r->att.in_flight || r->to_address) return;
-    sl_attempts_of_t of = attempts_of(r);
-    sl_attempt_release(&of, &r->att);
+    sl_attempt_release(&r->of, &r->att);
 }
 
 void sl__attempt_abandon(sl_req_t *r) {
@@ -70,8 +66,7 @@ void sl__attempt_abandon(sl_req_t *r) {
     sl__attempt_outcome(r, SL_OUT_CANCEL);
     sl__attempt_release(r);
     if (r->next_target >= 0) {
-        sl_attempts_of_t of = attempts_of(r);
-        sl_attempt_cancel_admission(&of, r->next_target, r->next_admit);
+            sl_attempt_cancel_admission(&r->of, r->next_target, r->next_admit);
         r->next_target = -1;
     }
 }
@@ -160,8 +155,7 @@ bool sl__attempt_answered(sl_req_t *r) {
     int st = r->rhead.status;
     if (r->to_address) return false;
     sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
-    sl_attempts_of_t of = attempts_of(r);
-    sl_attempt_observe(&of, &r->att, sl_now_ns());
+    sl_attempt_observe(&r->of, &r->att, sl_now_ns());
     if (st >= 500 && sl__attempt_retry(r, SL_FAIL_OTHER, st)) return true;
     sl__attempt_outcome(r, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS);
     return false;

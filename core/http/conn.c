@@ -207,7 +207,7 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
         return;
     }
     uv_tcp_nodelay(&c->s.tcp, 1);
-    c->ds.port = w->listen_ports[c->ds.lidx];
+    sl_downstream_set_port(&c->ds, w->listen_ports[c->ds.lidx]);
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     if (uv_tcp_getpeername(&c->s.tcp, (struct sockaddr *)&ss, &len) == 0) {
@@ -290,7 +290,8 @@ static int conn_proxy_header(sl_conn_t *c) {
                 uv_ip6_name(&pi.src.in6, c->ds.peer, sizeof(c->ds.peer));
             /* the port the client connected to is the PROXY sender's (a load balancer's) */
             if (pi.has_addr)
-                c->ds.port = ntohs(pi.dst.sa.sa_family == AF_INET ? pi.dst.in.sin_port : pi.dst.in6.sin6_port);
+                sl_downstream_set_port(&c->ds, ntohs(pi.dst.sa.sa_family == AF_INET ? pi.dst.in.sin_port
+                                                                                   : pi.dst.in6.sin6_port));
             why = NULL;
         }
     } else {

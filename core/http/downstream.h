@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/common.h"
 #include "config/config.h"
 #include "net/outq.h"
 
@@ -70,7 +71,17 @@ struct sl_downstream_s {
     uint8_t trusted;                /**< the peer is one of the listener's trusted_proxies: its
                                          X-Forwarded-Proto/-Host/-Port are kept */
     uint16_t port;                  /**< the port the client connected to (X-Forwarded-Port) */
+    uint8_t port_len;               /**< port_text's length */
+    char port_text[6];              /**< port as decimal text, made once per connection */
     char peer[48];                  /**< client address as text (X-Forwarded-For, logs) */
 };
+
+/** Sets d->port and its text (X-Forwarded-Port), once per connection. */
+static inline void sl_downstream_set_port(sl_downstream_t *d, uint16_t port) {
+    sl_wbuf_t b = {d->port_text, 0, sizeof d->port_text};
+    d->port = port;
+    sl_wbuf_u64(&b, port);
+    d->port_len = (uint8_t)b.len;
+}
 
 #endif

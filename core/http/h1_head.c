@@ -41,19 +41,22 @@ int sl__h1_upstream_head(sl_req_t *r) {
         if (x->hop) continue;
         if (ed->nremoved && sl_edits_removed(ed, x->name)) continue;
         if (consumer_hdr.len && sl_str_ieq2(x->name, consumer_hdr)) continue;
-        if (SL_IEQ(x->name, "x-forwarded-for")) {
-            xff = x;
-            continue;
+        /* Only X- names need a closer look: most headers pass at the first two bytes. */
+        if (x->name.len > 2 && (x->name.p[0] | 0x20) == 'x' && x->name.p[1] == '-') {
+            if (SL_IEQ(x->name, "x-forwarded-for")) {
+                xff = x;
+                continue;
+            }
+            /* A client's own X-Forwarded-Proto/-Host/-Port are kept only from a trusted proxy
+             * (the listener's trusted_proxies): from anyone else they are the gateway's to say. */
+            int fwd = SL_IEQ(x->name, "x-forwarded-proto")  ? 1
+                      : SL_IEQ(x->name, "x-forwarded-host") ? 2
+                      : SL_IEQ(x->name, "x-forwarded-port") ? 4
+                                                            : 0;
+            if (fwd && (!r->ds->trusted || (kept & fwd))) continue;
+            kept |= fwd;
+            if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
         }
-        /* A client's own X-Forwarded-Proto/-Host/-Port are kept only from a trusted proxy
-         * (the listener's trusted_proxies): from anyone else they are the gateway's to say. */
-        int fwd = SL_IEQ(x->name, "x-forwarded-proto")  ? 1
-                  : SL_IEQ(x->name, "x-forwarded-host") ? 2
-                  : SL_IEQ(x->name, "x-forwarded-port") ? 4
-                                                        : 0;
-        if (fwd && (!r->ds->trusted || (kept & fwd))) continue;
-        kept |= fwd;
-        if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
         ok = put_header(&b, x->name, x->value);
     }
     for (uint16_t i = 0; i < ed->nadded && ok; i++) {
@@ -72,7 +75,8 @@ int sl__h1_upstream_head(sl_req_t *r) {
                                   : SL_WBUF_LIT(&b, "X-Forwarded-Proto: http\r\n"));
     if (h->host.len && !(kept & 2)) ok = ok && put_header(&b, SL_LIT("X-Forwarded-Host"), h->host);
     if (!(kept & 4))
-        ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Port: ") && sl_wbuf_u64(&b, r->ds->port) && SL_WBUF_LIT(&b, "\r\n");
+        ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-Port: ") && sl_wbuf_put(&b, r->ds->port_text, r->ds->port_len) &&
+             SL_WBUF_LIT(&b, "\r\n");
     if (!has_rid) ok = ok && put_header(&b, SL_LIT("X-Request-ID"), (sl_str_t){r->rid, r->rid_len});
     if (r->consumer_len && consumer_hdr.len)
         ok = ok && put_header(&b, consumer_hdr, (sl_str_t){r->consumer, r->consumer_len});

@@ -49,9 +49,12 @@ void sl__proxy_start(sl_req_t *r) {
             return;
         }
     }
-    if (r->upstream >= 0 && !r->to_address && sl_tries_init(&r->tries, (uint32_t)uc->ntargets, &r->arena) != SL_OK) {
-        sl__req_respond_error(r, 502, "out of memory", true);
-        return;
+    if (r->upstream >= 0 && !r->to_address) {
+        if (sl_tries_init(&r->tries, (uint32_t)uc->ntargets, &r->arena) != SL_OK) {
+            sl__req_respond_error(r, 502, "out of memory", true);
+            return;
+        }
+        sl__attempt_init(r);
     }
     r->mode = SL_MODE_PROXY;
     r->stage = SL_STAGE_RESPONSE;

@@ -11,7 +11,7 @@
 /* A plugin's upstream.set(address): the request goes to that address on a connection of
  * its own (no pool, balancer, breaker or retry: none of them know the address), with the
  * default timeouts. */
-static const sl_upstream_conf_t address_upstream = {
+const sl_upstream_conf_t sl__address_upstream = {
     .name = "(address)",
     .connect_timeout_ms = 2000,
     .read_timeout_ms = 30000,
@@ -19,10 +19,6 @@ static const sl_upstream_conf_t address_upstream = {
     .keepalive_max_idle = 0,
     .retry = {.attempts = 1},
 };
-
-const sl_upstream_conf_t *sl__req_upstream_conf(const sl_req_t *r) {
-    return r->upstream >= 0 ? &r->w->cfg->upstreams[r->upstream] : &address_upstream;
-}
 
 sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
     sl_req_t *r = w->free_reqs;

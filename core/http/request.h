@@ -66,6 +66,7 @@ struct sl_req_s {
     } tun;
     /* upstream attempts: target choice, breaker admission, retries (attempts.c) */
     sl_tries_t tries;   /**< targets tried (sized when the proxy starts) */
+    sl_attempts_of_t of;/**< where attempts go: the upstream's config, runtime and layer */
     sl_attempt_t att;   /**< the current attempt */
     uint8_t up_wrote;   /**< request bytes went to an upstream socket */
     uint8_t to_address; /**< upstream.set(address): r->address, not a configured upstream */
@@ -173,7 +174,11 @@ int sl__req_buffer_body(sl_req_t *r);
 /* ---- between the request's files (internal to http/) ---- */
 
 /** A plugin's upstream.set(address) has no configured upstream: defaults for it. */
-const sl_upstream_conf_t *sl__req_upstream_conf(const sl_req_t *r);
+extern const sl_upstream_conf_t sl__address_upstream;
+/** The request's upstream's config (the defaults above for an address). */
+static inline const sl_upstream_conf_t *sl__req_upstream_conf(const sl_req_t *r) {
+    return r->upstream >= 0 ? &r->w->cfg->upstreams[r->upstream] : &sl__address_upstream;
+}
 static inline const sl_route_conf_t *sl__req_route_conf(const sl_req_t *r) {
     return r->route >= 0 ? &r->w->cfg->routes[r->route] : NULL;
 }
@@ -227,6 +232,8 @@ enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER };
 /** The next attempt's target with its admission in *admit, or -1 (open breakers:
  *  *retry_after_ms > 0), or SL_PICK_PLUGIN_ERROR. */
 int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms);
+/** Sizes the request's tries and notes its upstream for the attempts (before the first). */
+void sl__attempt_init(sl_req_t *r);
 void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit);
 void sl__attempt_outcome(sl_req_t *r, int outcome);
 void sl__attempt_release(sl_req_t *r);

@@ -200,14 +200,14 @@ static void test_forwarded(void) {
                               "X-Forwarded-Proto: gopher\r\n\r\n";
     fx_t f;
     fx_open(&f, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", true);
-    f.ds.port = 8443;
+    sl_downstream_set_port(&f.ds, 8443);
     char *h = upstream_head(&f);
     CHECK(strstr(h, "X-Forwarded-Proto: https\r\n") != NULL);
     CHECK(strstr(h, "X-Forwarded-Port: 8443\r\n") != NULL);
     fx_close(&f);
 
     fx_open(&f, req, false); /* untrusted: the client's claims go, the gateway's come */
-    f.ds.port = 8080;
+    sl_downstream_set_port(&f.ds, 8080);
     h = upstream_head(&f);
     CHECK(strstr(h, "X-Forwarded-Proto: http\r\n") != NULL);
     CHECK(strstr(h, "X-Forwarded-Proto: https") == NULL);
@@ -219,7 +219,7 @@ static void test_forwarded(void) {
 
     fx_open(&f, req, false); /* a trusted proxy's are kept, once each */
     f.ds.trusted = 1;
-    f.ds.port = 8080;
+    sl_downstream_set_port(&f.ds, 8080);
     h = upstream_head(&f);
     CHECK(strstr(h, "X-Forwarded-Proto: https\r\n") != NULL);
     CHECK(strstr(h, "gopher") == NULL);
