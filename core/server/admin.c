@@ -393,10 +393,12 @@ static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     a->len += (size_t)nread;
-    if (!memmem(a->buf, a->len, "\r\n\r\n", 4)) {
+    const char *blank = memmem(a->buf, a->len, "\r\n\r\n", 4);
+    if (!blank) {
         if (a->len == sizeof(a->buf)) admin_close(a);
         return;
     }
+    size_t head_len = (size_t)(blank + 2 - a->buf); /* what follows is a body, not headers */
     uv_read_stop(s);
     const char *sp1 = memchr(a->buf, ' ', a->len);
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', a->len - (size_t)(sp1 + 1 - a->buf)) : NULL;
@@ -407,7 +409,7 @@ static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     }
     sl_str_t path = {sp1 + 1, (size_t)(sp2 - sp1 - 1)};
     const sl_config_t *cfg = a->srv->cfg;
-    if (cfg->admin_token_len && !admin_public(path) && !admin_authorized(cfg, a->buf, a->len)) {
+    if (cfg->admin_token_len && !admin_public(path) && !admin_authorized(cfg, a->buf, head_len)) {
         char *b = strdup("{\"error\":\"unauthorized: send Authorization: Bearer <admin token>\"}\n");
         admin_send_with(a, 401, "application/json", "WWW-Authenticate: Bearer realm=\"sluice admin\"\r\n", b,
                         b ? strlen(b) : 0);

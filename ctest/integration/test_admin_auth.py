@@ -128,6 +128,27 @@ def test_token_required(t):
     s.stop()
 
 
+def test_reload_adds_token(t):
+    s = h.start_sluice(config(0), suite=t, name="addtoken", env=env_with(TOKEN))
+    with open(s.config_path, "w") as f:
+        f.write(config(0, VAR))
+    code, ans = s.reload()
+    t.check("a reload that adds token_env is applied", code == 200 and ans.get("ok"), 200, (code, ans))
+    r = admin_req(s, "GET", "/status")
+    t.check("... and from then on /status wants the token", r.status == 401, 401, r.status)
+    r = admin_req(s, "GET", "/status", "Bearer " + TOKEN)
+    t.check("... which it accepts", r.status == 200, 200, r.status)
+    # a body line that looks like a header does not count as one
+    c = h.Client(s.admin_port, timeout=5)
+    line = b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+    c.send(b"POST /reload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(line)
+           + line)
+    r = c.read_response("POST")
+    c.close()
+    t.check("an Authorization line in the body is not a header", r.status == 401, 401, r.status)
+    s.stop()
+
+
 def write_conf(text):
     d = h.new_tmpdir("admin_check")
     path = os.path.join(d, "sluice.yaml")
@@ -228,5 +249,5 @@ def test_unfinished_requests_closed(t):
     s.stop()
 
 
-t.run(test_no_token_is_open, test_token_required, test_check_non_loopback,
+t.run(test_no_token_is_open, test_token_required, test_reload_adds_token, test_check_non_loopback,
       test_reload_rejects_exposed_admin, test_unfinished_requests_closed)
