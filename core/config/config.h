@@ -27,6 +27,9 @@ enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
 #include "proto/proxy_protocol.h"  /* sl_cidr_t */
 #include "proto/sni.h"             /* sl_sni_name_t, the sni_routes lookup table */
 
+/** The longest admin bearer token (`admin.token_env`) accepted, in bytes. */
+#define SL_ADMIN_TOKEN_MAX 512
+
 /** A parsed "host:port" or "[v6]:port"; port 0 asks the kernel for a free one. */
 typedef struct {
     struct sockaddr_storage ss;
@@ -160,6 +163,11 @@ typedef struct {
     uint64_t shutdown_timeout_ms;/**< default 30s */
     bool admin_enabled;          /**< true unless `admin: { listen: off }` */
     sl_addr_t admin_listen;      /**< default 127.0.0.1:9090 */
+    /** `admin.token_env`: the bearer token every admin endpoint but /health and /ready
+     *  requires, read from that environment variable when the config is loaded (never
+     *  written in the file); admin_token_len 0 means no token (loopback only). */
+    char admin_token[SL_ADMIN_TOKEN_MAX + 1];
+    size_t admin_token_len;
     char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */
     char **plugin_search; size_t nplugin_search; /**< resolved: plugin_paths (relative to the
                                                       config file) then the built-in folder */

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 static int auto_workers(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -52,7 +54,56 @@ static const char *const top_keys[G_N] = {
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
 static const char *const redis_keys[RD_N] = {"address", "timeout"};
-static const char *const admin_keys[] = {"listen"};
+enum { AD_LISTEN, AD_TOKEN_ENV, AD_N };
+static const char *const admin_keys[AD_N] = {"listen", "token_env"};
+
+/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: only this host can reach the address. */
+static bool addr_loopback(const sl_addr_t *a) {
+    if (a->ss.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&a->ss;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (a->ss.ss_family != AF_INET6) return false;
+    const struct in6_addr *in6 = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+}
+
+/* admin.token_env: the token comes from the environment so the config file (often in
+ * version control, shown in diffs, read by anyone who may read the config) never holds it.
+ * True when a token was read into cfg->admin_token. */
+static bool admin_token(sl__cx_t *cx, const yaml_node_t *v, sl_config_t *cfg) {
+    const char *name = sl__cfg_get_text(cx, v, "token_env", "an environment variable name");
+    if (!name) return false;
+    bool ok = (name[0] < '0' || name[0] > '9') && name[0];
+    for (const char *c = name; ok && *c; c++) ok = sl__cfg_name_char(*c, false) && *c != '-';
+    if (!ok) {
+        sl__cx_err(cx, v, "admin.token_env '%s' is not an environment variable name", name);
+        return false;
+    }
+    const char *tok = getenv(name);
+    size_t len = tok ? strlen(tok) : 0;
+    if (len == 0) {
+        sl__cx_err(cx, v, "admin.token_env: the environment variable %s is %s", name,
+                   tok ? "empty" : "not set");
+        return false;
+    }
+    if (len > SL_ADMIN_TOKEN_MAX) {
+        sl__cx_err(cx, v, "admin.token_env: the token in %s is longer than %d bytes", name,
+                   SL_ADMIN_TOKEN_MAX);
+        return false;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)tok[i] <= 0x20 || (unsigned char)tok[i] >= 0x7f) {
+            sl__cx_err(cx, v,
+                       "admin.token_env: the token in %s holds a space, control or non-ASCII "
+                       "byte (a bearer token is printable ASCII)",
+                       name);
+            return false;
+        }
+    memcpy(cfg->admin_token, tok, len + 1);
+    cfg->admin_token_len = len;
+    return true;
+}
 
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     sl_config_t *cfg = cx->cfg;
@@ -91,15 +142,25 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
 
     cfg->admin_enabled = true;
     const yaml_node_t *admin_at = NULL;
+    bool token_given = false;
     if ((v = f[G_ADMIN].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "admin")) {
-        sl__field_t a[1];
-        sl__cfg_scan_map(cx, v, "'admin'", admin_keys, a, 1, NULL);
-        if ((admin_at = a[0].val)) {
+        sl__field_t a[AD_N];
+        sl__cfg_scan_map(cx, v, "'admin'", admin_keys, a, AD_N, NULL);
+        bool addr_ok = false;
+        if ((admin_at = a[AD_LISTEN].val)) {
             if (admin_at->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(admin_at), "off") == 0)
                 cfg->admin_enabled = false;
             else
-                sl__cfg_get_addr(cx, admin_at, "listen", false, &cfg->admin_listen);
+                addr_ok = sl__cfg_get_addr(cx, admin_at, "listen", false, &cfg->admin_listen);
         }
+        if ((token_given = a[AD_TOKEN_ENV].val != NULL)) admin_token(cx, a[AD_TOKEN_ENV].val, cfg);
+        /* Anyone who reaches the admin API may reload the config and read every upstream:
+         * off this host it must ask for a token (a missing variable is reported above). */
+        if (addr_ok && cfg->admin_enabled && !token_given && !addr_loopback(&cfg->admin_listen))
+            sl__cx_err(cx, admin_at,
+                       "admin listen %s is not a loopback address: set admin.token_env to the "
+                       "environment variable holding a bearer token, or listen on 127.0.0.1 or [::1]",
+                       cfg->admin_listen.text);
     }
     if (cfg->admin_enabled && !cfg->admin_listen.text) {
         const char *why;

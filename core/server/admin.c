@@ -2,7 +2,9 @@
  *
  * It runs on the main thread, never on a worker, so a scrape or a status call
  * never delays traffic. Requests are tiny: the head is read into a fixed
- * buffer, the answer is written, and the connection is closed.
+ * buffer, the answer is written, and the connection is closed. A head larger
+ * than the buffer is cut off, and a connection gets ADMIN_IO_TIMEOUT_MS for its
+ * head and again for its answer, so idle or slow clients cannot pile up.
  */
 #include "server/server.h"
 
@@ -13,11 +15,15 @@
 #include "base/log.h"
 
 #define ADMIN_HEAD_MAX 8192
+#define ADMIN_IO_TIMEOUT_MS 5000
 
 typedef struct {
     uv_tcp_t tcp;
+    uv_timer_t timer; /* the head's deadline, then the answer's */
     uv_write_t wreq;
     sl_server_t *srv;
+    int open_handles; /* tcp and timer: freed when both are closed */
+    bool closing;
     char buf[ADMIN_HEAD_MAX];
     size_t len;
     char *out;
@@ -26,27 +32,39 @@ typedef struct {
 
 static void admin_on_close(uv_handle_t *h) {
     admin_conn_t *a = h->data;
+    if (--a->open_handles > 0) return;
     free(a->out);
     free(a);
 }
 
-static void admin_on_write(uv_write_t *wr, int status) {
-    admin_conn_t *a = wr->data;
+/* Idempotent: a write cancelled by the close calls back here too. */
+static void admin_close(admin_conn_t *a) {
+    if (a->closing) return;
+    a->closing = true;
     uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+    uv_close((uv_handle_t *)&a->timer, admin_on_close);
 }
 
-static void admin_send(admin_conn_t *a, int status, const char *ctype, char *body, size_t len) {
-    char head[256];
+static void admin_on_timeout(uv_timer_t *t) { admin_close(t->data); }
+
+static void admin_on_write(uv_write_t *wr, int status) {
+    (void)status;
+    admin_close(wr->data);
+}
+
+static void admin_send_with(admin_conn_t *a, int status, const char *ctype, const char *extra, char *body,
+                            size_t len) {
+    char head[320];
     const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 503 ? "Service Unavailable" :
                          status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented" :
-                         status == 422 ? "Unprocessable Content" : "Bad Request";
+                         status == 422 ? "Unprocessable Content" : status == 401 ? "Unauthorized" : "Bad Request";
     int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                     status, reason, ctype, len);
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                     status, reason, ctype, len, extra);
     a->out = malloc((size_t)n + len);
     if (!a->out) {
         free(body);
-        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        admin_close(a);
         return;
     }
     memcpy(a->out, head, (size_t)n);
@@ -54,8 +72,12 @@ static void admin_send(admin_conn_t *a, int status, const char *ctype, char *bod
     free(body);
     a->iov[0] = uv_buf_init(a->out, (unsigned)((size_t)n + len));
     a->wreq.data = a;
-    if (uv_write(&a->wreq, (uv_stream_t *)&a->tcp, a->iov, 1, admin_on_write) != 0)
-        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+    uv_timer_start(&a->timer, admin_on_timeout, ADMIN_IO_TIMEOUT_MS, 0); /* a client that never reads */
+    if (uv_write(&a->wreq, (uv_stream_t *)&a->tcp, a->iov, 1, admin_on_write) != 0) admin_close(a);
+}
+
+static void admin_send(admin_conn_t *a, int status, const char *ctype, char *body, size_t len) {
+    admin_send_with(a, status, ctype, "", body, len);
 }
 
 /* A growing text buffer (the admin path is not hot). */
@@ -316,18 +338,67 @@ static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     *buf = uv_buf_init(a->buf + a->len, (unsigned)(sizeof(a->buf) - a->len));
 }
 
+/* The credentials of the head's one Authorization header (leading and trailing
+ * whitespace trimmed); false when there is none or more than one. */
+static bool admin_authorization(const char *head, size_t len, sl_str_t *out) {
+    int found = 0;
+    const char *p = memchr(head, '\n', len), *end = head + len;
+    while (p && ++p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol) break;
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon && sl_str_ieq((sl_str_t){p, (size_t)(colon - p)}, "authorization", 13)) {
+            const char *v = colon + 1, *ve = eol;
+            while (v < ve && (*v == ' ' || *v == '\t')) v++;
+            while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+            *out = (sl_str_t){v, (size_t)(ve - v)};
+            found++;
+        }
+        p = eol;
+    }
+    return found == 1;
+}
+
+/* Whether the head carries `Authorization: Bearer <the configured token>`. The
+ * comparison reads every byte of the token whatever the client sent, so its time
+ * tells nothing about how many leading bytes matched, nor the token's content. */
+static bool admin_authorized(const sl_config_t *cfg, const char *head, size_t len) {
+    sl_str_t cred;
+    if (!admin_authorization(head, len, &cred) || cred.len < 7 ||
+        !sl_str_ieq((sl_str_t){cred.p, 7}, "bearer ", 7))
+        return false;
+    const unsigned char *given = (const unsigned char *)cred.p + 7;
+    size_t glen = cred.len - 7;
+    while (glen && *given == ' ') given++, glen--;
+    const unsigned char *tok = (const unsigned char *)cfg->admin_token;
+    size_t tlen = cfg->admin_token_len;
+    unsigned diff = glen != tlen;
+    for (size_t i = 0; i < tlen; i++) diff |= tok[i] ^ (i < glen ? given[i] : 0u);
+    return diff == 0;
+}
+
+/* /health and /ready answer without a token: orchestrators and load balancers probe
+ * them, and they tell nothing but "up". */
+static bool admin_public(sl_str_t path) {
+    const char *q = memchr(path.p, '?', path.len);
+    if (q) path.len = (size_t)(q - path.p);
+    return sl_str_ieq(path, "/health", 7) || sl_str_ieq(path, "/ready", 6);
+}
+
 static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     admin_conn_t *a = s->data;
     if (nread == 0) return;
     if (nread < 0) {
-        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        admin_close(a);
         return;
     }
     a->len += (size_t)nread;
-    if (!memmem(a->buf, a->len, "\r\n\r\n", 4)) {
-        if (a->len == sizeof(a->buf)) uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+    const char *blank = memmem(a->buf, a->len, "\r\n\r\n", 4);
+    if (!blank) {
+        if (a->len == sizeof(a->buf)) admin_close(a);
         return;
     }
+    size_t head_len = (size_t)(blank + 2 - a->buf); /* what follows is a body, not headers */
     uv_read_stop(s);
     const char *sp1 = memchr(a->buf, ' ', a->len);
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', a->len - (size_t)(sp1 + 1 - a->buf)) : NULL;
@@ -336,7 +407,15 @@ static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         admin_send(a, 400, "application/json", b, b ? strlen(b) : 0);
         return;
     }
-    admin_handle(a, a->buf, (size_t)(sp1 - a->buf), sp1 + 1, (size_t)(sp2 - sp1 - 1));
+    sl_str_t path = {sp1 + 1, (size_t)(sp2 - sp1 - 1)};
+    const sl_config_t *cfg = a->srv->cfg;
+    if (cfg->admin_token_len && !admin_public(path) && !admin_authorized(cfg, a->buf, head_len)) {
+        char *b = strdup("{\"error\":\"unauthorized: send Authorization: Bearer <admin token>\"}\n");
+        admin_send_with(a, 401, "application/json", "WWW-Authenticate: Bearer realm=\"sluice admin\"\r\n", b,
+                        b ? strlen(b) : 0);
+        return;
+    }
+    admin_handle(a, a->buf, (size_t)(sp1 - a->buf), path.p, path.len);
 }
 
 static void admin_on_conn(uv_stream_t *server, int status) {
@@ -345,11 +424,15 @@ static void admin_on_conn(uv_stream_t *server, int status) {
     if (!a) return;
     a->srv = server->data;
     uv_tcp_init(server->loop, &a->tcp);
-    a->tcp.data = a;
+    uv_timer_init(server->loop, &a->timer);
+    a->tcp.data = a->timer.data = a;
+    a->open_handles = 2;
     if (uv_accept(server, (uv_stream_t *)&a->tcp) != 0 ||
         uv_read_start((uv_stream_t *)&a->tcp, admin_alloc, admin_on_read) != 0) {
-        uv_close((uv_handle_t *)&a->tcp, admin_on_close);
+        admin_close(a);
+        return;
     }
+    uv_timer_start(&a->timer, admin_on_timeout, ADMIN_IO_TIMEOUT_MS, 0);
 }
 
 int sl_admin_start(sl_server_t *srv, const char **err) {

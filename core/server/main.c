@@ -37,8 +37,15 @@ static int reload_remote(const sl_config_t *cfg) {
         if (fd >= 0) close(fd);
         return 1;
     }
-    static const char req[] = "POST /reload HTTP/1.1\r\nHost: sluice\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-    if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+    /* admin.token_env was read when the config loaded: the token is the running
+     * instance's as long as both see the same environment variable. */
+    char req[SL_ADMIN_TOKEN_MAX + 160];
+    int n = snprintf(req, sizeof(req), "POST /reload HTTP/1.1\r\nHost: sluice\r\nContent-Length: 0\r\n%s%.*s%s"
+                     "Connection: close\r\n\r\n", cfg->admin_token_len ? "Authorization: Bearer " : "",
+                     (int)cfg->admin_token_len, cfg->admin_token, cfg->admin_token_len ? "\r\n" : "");
+    ssize_t w = write(fd, req, (size_t)n);
+    explicit_bzero(req, sizeof(req));
+    if (w != (ssize_t)n) {
         close(fd);
         return 1;
     }
@@ -50,6 +57,10 @@ static int reload_remote(const sl_config_t *cfg) {
     buf[got] = 0;
     const char *body = strstr(buf, "\r\n\r\n");
     printf("%s", body ? body + 4 : buf);
+    if (strncmp(buf, "HTTP/1.1 401", 12) == 0)
+        fprintf(stderr, "sluice reload: the admin API at %s wants a bearer token: %s\n", cfg->admin_listen.text,
+                cfg->admin_token_len ? "the one in admin.token_env was refused"
+                                     : "this config sets no admin.token_env");
     return strncmp(buf, "HTTP/1.1 200", 12) == 0 ? 0 : 1;
 }
 
