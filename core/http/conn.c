@@ -381,12 +381,35 @@ static void conn_process(sl_conn_t *c) {
     sl__req_begin(r);
 }
 
+/* How long an idle keep-alive connection of a replaced generation may wait for its next
+ * request (answered with Connection: close) before it is closed. */
+#define SL_RETIRE_IDLE_MS 2000
+
 static void conn_request_done(sl_conn_t *c) {
     sl_req_t *r = c->ds.req;
-    bool keep = r && r->keep_alive && !c->ds.closing && !c->w->draining;
+    /* r->keep_alive is what the response head told the client (a head written while the
+     * connection was closing said Connection: close and cleared it). */
+    bool promised = r && r->keep_alive;
+    bool keep = promised && !c->ds.closing && !c->w->draining;
     c->ds.req = NULL;
     if (r) sl__req_free(r);
-    if (!keep || c->state == SL_CONN_CLOSED) {
+    if (c->state == SL_CONN_CLOSED) return;
+    if (!keep && promised && c->w->retiring && !c->peer_eof) {
+        /* A reload began while the response was on its way and that response promised
+         * keep-alive: the client may be sending its next request right now. As for idle
+         * connections at the reload (sl__conn_close_idle), that request is served, with
+         * Connection: close, if it comes within a moment. */
+        c->state = SL_CONN_IDLE;
+        conn_arm(c, SL_MIN(c->ds.lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
+        if (c->rpos < c->rlen)
+            conn_process(c);
+        else {
+            conn_release_buffer(c);
+            sl__conn_start_reading(c);
+        }
+        return;
+    }
+    if (!keep) {
         conn_close(c);
         return;
     }
@@ -394,10 +417,6 @@ static void conn_request_done(sl_conn_t *c) {
     conn_arm(c, c->ds.lc->idle_timeout_ms);
     conn_process(c);
 }
-
-/* How long an idle keep-alive connection of a replaced generation may wait for its next
- * request (answered with Connection: close) before it is closed. */
-#define SL_RETIRE_IDLE_MS 2000
 
 void sl__conn_close_idle(sl_worker_t *w) {
     sl_conn_t *c = w->conns;

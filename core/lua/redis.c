@@ -11,12 +11,12 @@
  * when both sides are done with it: the reply (or the connection's end) and the request
  * (its Lua read the result, or it ended first).
  */
-#include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
 
 #include "lua/redis.h"
+#include "net/redis_uv.h"
 #include "http/request.h"
 #include "base/log.h"
 #include "script/lua_host.h"
@@ -207,7 +207,7 @@ static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
         return NULL;
     }
     ac->data = w;
-    if (redisLibuvAttach(ac, &w->loop) != REDIS_OK) {
+    if (sl_redis_uv_attach(ac, &w->loop) != REDIS_OK) {
         redisAsyncFree(ac);
         *err = "redis unavailable";
         return NULL;
