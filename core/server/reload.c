@@ -121,7 +121,25 @@ static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     }
     uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
                      u->read_timeout_ms, u->write_timeout_ms};
-    return fnv(h, v, sizeof(v));
+    h = fnv(h, v, sizeof(v));
+    /* Balancing, retries, breaker and health count too: a reload that changes only them
+     * changes the upstream (field by field: the structs have padding). */
+    const sl_retry_conf_t *rt = &u->retry;
+    const sl_breaker_conf_t *bc = &u->breaker;
+    const sl_health_conf_t *hc = &u->health;
+    double d[3] = {u->hash_epsilon, bc->failure_ratio, 0};
+    uint64_t w[] = {(uint64_t)u->balancer, (uint64_t)u->hash_on, rt->attempts, rt->on_flags, rt->nstatuses,
+                    rt->backoff_ms, rt->max_backoff_ms, rt->max_body, rt->hedge_after_ms, bc->enabled,
+                    bc->min_requests, bc->window_ms, bc->open_timeout_ms, bc->max_open_timeout_ms,
+                    bc->half_open_requests, bc->success_threshold, (uint64_t)hc->active_type,
+                    (uint64_t)hc->expect_status, hc->interval_ms, hc->timeout_ms, hc->healthy_threshold,
+                    hc->unhealthy_threshold, hc->passive, hc->max_failures, hc->window_ms};
+    h = fnv(h, d, sizeof(d));
+    h = fnv(h, w, sizeof(w));
+    h = fnv(h, rt->statuses, rt->nstatuses * sizeof(rt->statuses[0]));
+    if (u->hash_name) h = fnv(h, u->hash_name, strlen(u->hash_name) + 1);
+    if (hc->path) h = fnv(h, hc->path, strlen(hc->path) + 1);
+    return h;
 }
 
 static uint64_t sig_listener(const sl_listener_conf_t *l) {

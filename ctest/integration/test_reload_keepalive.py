@@ -75,4 +75,21 @@ def test_promise_kept_across_reload(t):
     t.check("all five promises kept", ok == 5, 5, ok)
 
 
-t.run(setup, test_promise_kept_across_reload)
+def test_reload_reports_upstream_settings(t):
+    """A reload that changes only an upstream's balancing, retries, breaker or health
+    reports that upstream as changed (it once compared addresses and timeouts only)."""
+    sl = S["sl"]
+    for what, extra in (("balancer", "    balancer: least-conn\n"),
+                        ("retry", "    balancer: least-conn\n    retry: { attempts: 3 }\n"),
+                        ("breaker", "    balancer: least-conn\n    retry: { attempts: 3 }\n    circuit_breaker: {}\n")):
+        conf = S["conf"].replace("upstreams: [ {{ name: up, targets: [ {{ address: {0} }} ] }} ]".format(S["up"].address),
+                                 "upstreams:\n  - name: up\n%s    targets: [ { address: %s } ]" % (extra, S["up"].address))
+        with open(sl.config_path, "w") as f:
+            f.write(conf)
+        st, body = sl.reload()
+        t.check("a reload changing only the %s is accepted" % what, st == 200, 200, (st, body))
+        t.check("... and reports upstream:up changed", "upstream:up" in (body or {}).get("changed", []),
+                "upstream:up in changed", body)
+
+
+t.run(setup, test_promise_kept_across_reload, test_reload_reports_upstream_settings)
