@@ -319,18 +319,11 @@ static int conn_proxy_header(sl_conn_t *c) {
 
 /* ---- HTTP/2: the connection handed to an h2 session (h2.h) ---- */
 
-static void h2_owner_reading(void *owner, bool on) {
-    if (on)
-        sl__conn_start_reading(owner);
-    else
-        sl__conn_stop_reading(owner);
-}
-
 static void h2_owner_arm(void *owner, uint64_t ms) { conn_arm(owner, ms); }
 
 static void h2_owner_close(void *owner) { conn_close(owner); }
 
-static const sl_h2_owner_t h2_owner = {h2_owner_reading, h2_owner_arm, h2_owner_close};
+static const sl_h2_owner_t h2_owner = {h2_owner_arm, h2_owner_close};
 
 /* Every byte read goes to the session, which keeps what it needs: the buffer is free again. */
 static void h2_on_read(sl_conn_t *c, ssize_t nread) {

@@ -51,7 +51,7 @@ struct sl_h2_stream_s {
     char *body;             /**< body block, or NULL */
     uint32_t blen, bpos;    /**< bytes buffered; handed to the request */
     uint32_t hdr_bytes;     /**< header list size so far (RFC 9113 6.5.2's count) */
-    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 431, 501) */
+    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 431) */
     uint16_t ncookies;
     sl_str_t authority;
     uint8_t headers_done;   /**< the request's HEADERS were all received */
@@ -220,8 +220,8 @@ static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const 
     if (SL_IEQ(name, ":method")) {
         hd->method = val;
         int id = method_id(val);
-        if (id < 0) return 501;
-        if (id == HTTP_CONNECT) return 501; /* no tunnels over HTTP/2 streams */
+        if (id < 0) return 400;
+        if (id == HTTP_CONNECT) return 405; /* no tunnels over HTTP/2 streams, as over HTTP/1.1 */
         hd->method_id = (uint8_t)id;
     } else if (SL_IEQ(name, ":path")) {
         if (!val.len || (val.p[0] != '/' && !(val.len == 1 && val.p[0] == '*'))) return 400;
@@ -572,7 +572,11 @@ static void stream_run(sl_h2_stream_t *st) {
         st->due = 0;
         if (st->status_err) {
             int s = st->status_err;
-            sl__req_respond_error(r, s, s == 431 ? "request header fields too large" : s == 501 ? "not implemented" : "bad request", true);
+            sl__req_respond_error(r, s,
+                                  s == 431   ? "request header fields too large"
+                                  : s == 405 ? "method not allowed"
+                                             : "bad request",
+                                  true);
             return;
         }
         sl__req_begin(r);
@@ -690,10 +694,18 @@ void sl__h2_on_timer(sl_h2_t *h) {
         if (h->closed) return;
     }
     if (!h->nstreams && h->conn_due && h->conn_due <= now) {
+        if (h->want_close) {
+            /* a GOAWAY that could not be written within another idle_timeout: a client
+             * that reads nothing (a zero window, a full socket) is closed */
+            h2_close_now(h);
+            return;
+        }
         /* idle: GOAWAY, then the close once it was written */
         nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ss),
                               NGHTTP2_NO_ERROR, NULL, 0);
         h->want_close = 1;
+        h->conn_due = now + h->tmpl.lc->idle_timeout_ms;
+        next = next && next < h->conn_due ? next : h->conn_due;
     } else if (!h->nstreams && h->conn_due) {
         next = next && next < h->conn_due ? next : h->conn_due;
     }

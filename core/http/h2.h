@@ -27,8 +27,6 @@ typedef struct sl_h2_s sl_h2_t;
 
 /** What the session asks of the connection that owns it. */
 typedef struct {
-    /** Start (on) or stop reading the socket. */
-    void (*reading)(void *owner, bool on);
     /** (Re)arms the connection's timer to fire in ms (sl__h2_on_timer follows). */
     void (*arm)(void *owner, uint64_t ms);
     /** Closes the connection now (sl__h2_close is called from it). */

@@ -14,8 +14,10 @@ and upstreams (HTTP/1.1) serve it unchanged. Checked with real peers:
      (RST_STREAM PROTOCOL_ERROR) and the upstream sees none of them; the connection lives
      on.
   5. Limits: max_concurrent_streams (REFUSED_STREAM), the header list (431), max_body
-     (413), a CONTINUATION flood (connection closed), idle timeout (GOAWAY), drain on
-     SIGTERM (GOAWAY, the in-flight stream finishes).
+     (413), a CONTINUATION flood (connection closed), a rapid reset (GOAWAY, the upstream
+     sees a bounded number of requests), a zero-window client (its stream reset at
+     idle_timeout), idle timeout (GOAWAY), drain on SIGTERM (GOAWAY, the in-flight
+     stream finishes).
   6. `http2: false`: prior knowledge is refused (400/close) and ALPN offers only http/1.1.
 
 python3-h2 imports only under /usr/bin/python3: the raw-frame client below runs there in
@@ -51,10 +53,28 @@ cfg = h2.config.H2Configuration(client_side=True, validate_outbound_headers=Fals
                                 normalize_outbound_headers=False, validate_inbound_headers=False,
                                 header_encoding="utf-8")
 c = h2.connection.H2Connection(config=cfg)
-c.local_settings = h2.settings.Settings(client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24})
+c.local_settings = h2.settings.Settings(client=True, initial_values={
+    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: spec.get("window", 1 << 24)})
 c.initiate_connection()
-c.increment_flow_control_window(1 << 24)
+if spec.get("window", 1) > 0:
+    c.increment_flow_control_window(1 << 24)
 s.sendall(c.data_to_send())
+if spec.get("rapid_reset"):
+    # open and cancel streams as fast as the socket takes them (CVE-2023-44487)
+    hd = [(":method", "GET"), (":scheme", "http"), (":path", "/up/rr"), (":authority", "x")]
+    sent = 0
+    try:
+        for i in range(spec["rapid_reset"]):
+            sid = c.get_next_available_stream_id()
+            c.send_headers(sid, hd, end_stream=True)
+            c.reset_stream(sid)
+            sent += 1
+            if i % 100 == 99:
+                s.sendall(c.data_to_send())
+        s.sendall(c.data_to_send())
+    except Exception:
+        pass
+
 res, bodies, pending = {}, {}, {}
 for req in spec["requests"]:
     sid = c.get_next_available_stream_id()
@@ -405,6 +425,25 @@ def test_limits(t):
             (res.get("goaway"), res.get("closed"), round(el, 2)))
 
 
+def test_abuse(t):
+    port = S["sl"].port("small")
+    n0 = len(S["up"].requests)
+    res = h2run(port, [], rapid_reset=5000, want_goaway=True, timeout=5)
+    time.sleep(0.5)
+    seen = len(S["up"].requests) - n0
+    t.check("rapid reset: 5000 streams opened and cancelled -> GOAWAY", res.get("goaway") is not None or
+            res.get("closed"), "goaway", res.get("goaway"))
+    t.check("rapid reset: the upstream sees a bounded number of requests (< 50)", seen < 50, "< 50", seen)
+    # a client with a zero window never gets its response: the stream is reset at
+    # idle_timeout (1s) and its upstream connection closed
+    t0 = time.monotonic()
+    res = h2run(port, [req("/up/big", port=port)], window=0, timeout=5)
+    el = time.monotonic() - t0
+    s = res["streams"][0] if res["streams"] else {}
+    t.check("a zero-window client's stream is reset at idle_timeout", s.get("reset") is not None and el < 4,
+            "reset within ~1s", (s.get("status"), s.get("reset"), round(el, 2), res.get("error", "")[-300:]))
+
+
 def test_off(t):
     port = S["sl"].port("off")
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -449,4 +488,4 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     t.check("drain: the gateway exits", sl.wait(10) is not None, "exited", sl.alive())
 
 
-t.run(setup, test_curl_both_ways, test_semantics, test_malformed, test_concurrency, test_limits, test_off, test_drain)
+t.run(setup, test_curl_both_ways, test_semantics, test_malformed, test_concurrency, test_limits, test_abuse, test_off, test_drain)
