@@ -323,7 +323,9 @@ static void h2_owner_arm(void *owner, uint64_t ms) { conn_arm(owner, ms); }
 
 static void h2_owner_close(void *owner) { conn_close(owner); }
 
-static const sl_h2_owner_t h2_owner = {h2_owner_arm, h2_owner_close};
+static void h2_owner_linger(void *owner) { sl__conn_shutdown(owner); }
+
+static const sl_h2_owner_t h2_owner = {h2_owner_arm, h2_owner_close, h2_owner_linger};
 
 /* Every byte read goes to the session, which keeps what it needs: the buffer is free again. */
 static void h2_on_read(sl_conn_t *c, ssize_t nread) {

@@ -41,6 +41,8 @@ enum { EV_BEGIN = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
 #define H2_CONN_WINDOW (1 << 20)
 /* A header block may span this many frames (HEADERS + CONTINUATION). */
 #define H2_MAX_HEADER_FRAMES 32
+/* How long a connection that said its last word waits for the client to close it. */
+#define H2_LINGER_MS 2000
 
 typedef struct sl_h2_stream_s sl_h2_stream_t;
 struct sl_h2_stream_s {
@@ -83,7 +85,10 @@ struct sl_h2_s {
     uv_write_t wreq;
     char *out;      /* output block, or NULL */
     uint32_t olen;
-    uint8_t writing, in_run, closed, draining, want_close, fatal;
+    uint8_t writing, in_run, closed, want_close, fatal;
+    uint8_t lingering;            /* half-closed after its last frame: waits for the client's close */
+    uint8_t draining;             /* 1: the shutdown notice went, 2: the final GOAWAY went */
+    uint64_t drain_due;           /* draining 1: the final GOAWAY goes at the latest then */
     uint32_t nstreams;
     uint32_t hb_frames, hb_bytes; /* the header block being received */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
@@ -94,6 +99,13 @@ struct sl_h2_s {
 
 static const sl_downstream_ops_t h2_ops;
 static void h2_run(sl_h2_t *h);
+
+/* The final GOAWAY of a drain, naming the last stream the session took. */
+static void h2_goaway_final(sl_h2_t *h) {
+    h->draining = 2;
+    nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ss),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+}
 
 int sl__h2_preface(const char *p, size_t n) {
     size_t k = SL_MIN(n, (size_t)SL_H2_PREFACE_LEN);
@@ -402,7 +414,11 @@ static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void 
 }
 
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
-    (void)ud;
+    sl_h2_t *h = ud;
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && h->draining == 1) {
+        h2_goaway_final(h);
+        return 0;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     sl_h2_stream_t *st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
     if (!st || !st->ds.req) return 0;
@@ -597,9 +613,18 @@ static void h2_run(sl_h2_t *h) {
     h->in_run = 0;
     if (h->closed) return;
     bool quiet = !h->writing && !h->olen && !nghttp2_session_want_write(h->ss);
-    if (h->fatal || ((h->want_close || (h->draining && !h->nstreams)) && quiet) ||
-        (quiet && !nghttp2_session_want_read(h->ss)))
+    if (h->fatal) {
         h2_close_now(h);
+    } else if (!h->lingering && quiet &&
+               (h->want_close || (h->draining == 2 && !h->nstreams) || !nghttp2_session_want_read(h->ss))) {
+        /* The last frame was written: a FIN, then the client's close is awaited, so a
+         * closing socket with the client's late frames unread never turns into a reset
+         * that destroys responses the client has not read yet. */
+        h->lingering = 1;
+        h->ops->linger(h->owner);
+        h->next_due = 0;
+        h2_schedule(h, h2_now(h) + H2_LINGER_MS);
+    }
 }
 
 /* ---- the session's life ---- */
@@ -657,6 +682,7 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
 
 bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n) {
     if (h->closed) return false;
+    if (h->lingering) return true; /* the client's last frames: nothing more is answered */
     ssize_t rv = nghttp2_session_mem_recv(h->ss, (const uint8_t *)p, n);
     if (rv < 0) {
         sl_log_debug("listener %s: HTTP/2 from %s: %s", h->tmpl.lc->name, h->tmpl.peer, nghttp2_strerror((int)rv));
@@ -672,6 +698,10 @@ bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n) {
 
 void sl__h2_on_timer(sl_h2_t *h) {
     if (h->closed) return;
+    if (h->lingering) {
+        h2_close_now(h);
+        return;
+    }
     uint64_t now = h2_now(h), next = 0;
     h->next_due = 0;
     for (sl_h2_stream_t *st = h->streams, *nx; st; st = nx) {
@@ -693,6 +723,12 @@ void sl__h2_on_timer(sl_h2_t *h) {
         }
         if (h->closed) return;
     }
+    if (h->draining == 1) {
+        if (h->drain_due <= now)
+            h2_goaway_final(h);
+        else
+            next = next && next < h->drain_due ? next : h->drain_due;
+    }
     if (!h->nstreams && h->conn_due && h->conn_due <= now) {
         if (h->want_close) {
             /* a GOAWAY that could not be written within another idle_timeout: a client
@@ -713,11 +749,17 @@ void sl__h2_on_timer(sl_h2_t *h) {
     h2_run(h);
 }
 
+/* A drain in two steps (RFC 9113 6.8): a GOAWAY naming the largest stream id, and a PING;
+ * once its ACK is back (or a second passed) every stream the client sent before it has
+ * arrived, and the final GOAWAY names the last of them. A client thus never sees a
+ * stream refused because it crossed the GOAWAY. */
 void sl__h2_drain(sl_h2_t *h) {
     if (h->closed || h->draining) return;
     h->draining = 1;
-    nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ss),
-                          NGHTTP2_NO_ERROR, NULL, 0);
+    nghttp2_submit_shutdown_notice(h->ss);
+    nghttp2_submit_ping(h->ss, NGHTTP2_FLAG_NONE, NULL);
+    h->drain_due = h2_now(h) + 1000;
+    h2_schedule(h, h->drain_due);
     h2_run(h);
 }
 

@@ -31,6 +31,10 @@ typedef struct {
     void (*arm)(void *owner, uint64_t ms);
     /** Closes the connection now (sl__h2_close is called from it). */
     void (*close)(void *owner);
+    /** Half-closes the connection after what was written (a FIN; through TLS a
+     *  close_notify first) and goes on reading until the client closes: the session
+     *  closes it at the latest when its timer fires next. */
+    void (*linger)(void *owner);
 } sl_h2_owner_t;
 
 /** The 24 bytes every HTTP/2 connection starts with (RFC 9113 3.4). */
