@@ -41,6 +41,9 @@ enum { EV_BEGIN = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
 #define H2_CONN_WINDOW (1 << 20)
 /* A header block may span this many frames (HEADERS + CONTINUATION). */
 #define H2_MAX_HEADER_FRAMES 32
+/* Frames in a row that carry nothing (empty DATA without END_STREAM, PRIORITY,
+ * WINDOW_UPDATE): past this the connection is closed (CVE-2019-9518, -9513). */
+#define H2_MAX_EMPTY_FRAMES 1000
 /* How long a connection that said its last word waits for the client to close it. */
 #define H2_LINGER_MS 2000
 
@@ -91,6 +94,7 @@ struct sl_h2_s {
     uint64_t drain_due;           /* draining 1: the final GOAWAY goes at the latest then */
     uint32_t nstreams;
     uint32_t hb_frames, hb_bytes; /* the header block being received */
+    uint32_t empty_frames;        /* frames in a row that carried nothing */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
     sl_h2_stream_t *streams;
@@ -399,6 +403,10 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
 static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud) {
     sl_h2_t *h = ud;
     (void)ss;
+    bool empty = (hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM)) ||
+                 hd->type == NGHTTP2_PRIORITY || hd->type == NGHTTP2_WINDOW_UPDATE;
+    h->empty_frames = empty ? h->empty_frames + 1 : 0;
+    if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (hd->type == NGHTTP2_HEADERS) {
         h->hb_frames = 1;
         h->hb_bytes = (uint32_t)hd->length;

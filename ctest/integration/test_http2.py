@@ -47,7 +47,7 @@ BIG = 10 << 20
 H2_CLIENT = r'''
 import json, socket, sys, time, hashlib
 import h2.config, h2.connection, h2.events, h2.settings
-spec = json.loads(sys.argv[1])
+spec = json.loads(sys.stdin.read())
 s = socket.create_connection(("127.0.0.1", spec["port"]), timeout=spec.get("timeout", 5))
 cfg = h2.config.H2Configuration(client_side=True, validate_outbound_headers=False,
                                 normalize_outbound_headers=False, validate_inbound_headers=False,
@@ -112,7 +112,12 @@ try:
 except Exception as e:
     pass
 if spec.get("raw"):
-    s.sendall(bytes.fromhex(spec["raw"]))
+    try:
+        raw = bytes.fromhex(spec["raw"]) * spec.get("raw_times", 1)
+        for i in range(0, len(raw), 65536):
+            s.sendall(raw[i:i + 65536])
+    except OSError:
+        pass
 open_ = set(res)
 goaway, closed = None, False
 if spec.get("ready"):
@@ -122,7 +127,10 @@ want_goaway = spec.get("want_goaway")
 while (open_ or want_goaway) and time.monotonic() < deadline:
     try:
         data = s.recv(1 << 20)
-    except (socket.timeout, ConnectionResetError):
+    except socket.timeout:
+        break
+    except ConnectionResetError:
+        closed = True
         break
     if not data:
         closed = True
@@ -176,7 +184,7 @@ print(json.dumps(out), flush=True)
 
 def h2run(port, requests, **kw):
     spec = dict(kw, port=port, requests=requests)
-    p = subprocess.run(["/usr/bin/python3", "-c", H2_CLIENT, json.dumps(spec)], capture_output=True, text=True,
+    p = subprocess.run(["/usr/bin/python3", "-c", H2_CLIENT], input=json.dumps(spec), capture_output=True, text=True,
                        timeout=kw.get("timeout", 5) + 20)
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if not lines:
@@ -413,7 +421,7 @@ def test_limits(t):
     frames += len(hdr).to_bytes(3, "big") + b"\x01\x00" + (101).to_bytes(4, "big") + hdr
     for _ in range(200):
         frames += (0).to_bytes(3, "big") + b"\x09\x00" + (101).to_bytes(4, "big")
-    res = h2run(port, [], raw=frames.hex(), want_goaway=True, timeout=3)
+    res = h2run(S["plain"], [], raw=frames.hex(), want_goaway=True, timeout=3)
     t.check("a CONTINUATION flood closes the connection", res.get("closed") or res.get("goaway") is not None,
             "closed", res)
     # idle: GOAWAY after idle_timeout (1s)
@@ -428,12 +436,36 @@ def test_limits(t):
 def test_abuse(t):
     port = S["sl"].port("small")
     n0 = len(S["up"].requests)
-    res = h2run(port, [], rapid_reset=5000, want_goaway=True, timeout=5)
+    res = h2run(S["plain"], [], rapid_reset=5000, want_goaway=True, timeout=3)
     time.sleep(0.5)
     seen = len(S["up"].requests) - n0
-    t.check("rapid reset: 5000 streams opened and cancelled -> GOAWAY", res.get("goaway") is not None or
-            res.get("closed"), "goaway", res.get("goaway"))
+    t.check("rapid reset: 5000 streams opened and cancelled -> GOAWAY (an error, not an idle one)",
+            res.get("goaway") is not None and res["goaway"][0] != 0, "goaway, error code != 0", res.get("goaway"))
     t.check("rapid reset: the upstream sees a bounded number of requests (< 50)", seen < 50, "< 50", seen)
+    # floods: the client never reads; PINGs (acks queue up), then empty DATA and
+    # WINDOW_UPDATE frames that cost the server without carrying anything
+    port = S["plain"]  # idle_timeout 60s: only a defence closes these within 3 s
+    ping = (8).to_bytes(3, "big") + b"\x06\x00" + (0).to_bytes(4, "big") + b"12345678"
+    res = h2run(port, [], raw=ping.hex(), raw_times=20000, want_goaway=True, timeout=3)
+    t.check("a PING flood from a client that does not read closes the connection",
+            res.get("closed") or res.get("goaway") is not None, "closed", res)
+    hd = req("/up/flood", method="POST", open=True)
+    empty = (0).to_bytes(3, "big") + b"\x00\x00" + (1).to_bytes(4, "big")
+    res = h2run(port, [hd], raw=empty.hex(), raw_times=5000, want_goaway=True, timeout=3)
+    t.check("an empty DATA flood closes the connection", res.get("closed") or res.get("goaway") is not None,
+            "closed", (res.get("goaway"), res.get("closed")))
+    wu = (4).to_bytes(3, "big") + b"\x08\x00" + (0).to_bytes(4, "big") + (1).to_bytes(4, "big")
+    res = h2run(port, [], raw=wu.hex(), raw_times=5000, want_goaway=True, timeout=3)
+    t.check("a WINDOW_UPDATE flood closes the connection", res.get("closed") or res.get("goaway") is not None,
+            "closed", (res.get("goaway"), res.get("closed")))
+    # an HPACK bomb: one 3000-byte field, indexed once and referenced 300 times (a few
+    # hundred bytes on the wire, 900 KB decoded) -> 431, and the connection lives
+    port = S["sl"].port("small")
+    res = h2run(port, [req("/up/bomb", port=port, extra=[["x-bomb", "b" * 3000]] * 300)], ping_after=True)
+    s = res["streams"][0] if res["streams"] else {}
+    t.check("an HPACK bomb (900 KB decoded header list) -> 431, the connection lives",
+            (s.get("status"), res.get("alive")) == (431, True), (431, True),
+            (s.get("status"), s.get("reset"), res.get("alive"), res.get("error", "")[-300:]))
     # a client with a zero window never gets its response: the stream is reset at
     # idle_timeout (1s) and its upstream connection closed
     t0 = time.monotonic()
