@@ -254,6 +254,15 @@ routes:
     plugins:
       - {{ name: headers, config: {{ request: {{ set: {{ X-Added: yes }} }}, response: {{ set: {{ X-Resp: r }} }} }} }}
       - {{ name: request-id }}
+  - {{ name: ka, match: {{ paths: [/ka] }}, upstream: up, plugins: [ {{ name: key-auth }} ] }}
+  - {{ name: rd, match: {{ paths: [/rd] }}, plugins: [ {{ name: redirect, config: {{ to: "https://example.com/new", status: 301 }} }} ] }}
+  - {{ name: rl, match: {{ paths: [/rl] }}, upstream: up, plugins: [ {{ name: rate-limit, config: {{ rate: 1, per: 10s }} }} ] }}
+  - {{ name: cors, match: {{ paths: [/cors] }}, upstream: up, plugins: [ {{ name: cors, config: {{ origins: ["https://a.example"] }} }} ] }}
+  - {{ name: deny, match: {{ paths: [/deny] }}, upstream: up, plugins: [ {{ name: ip-restriction, config: {{ deny: [127.0.0.1] }} }} ] }}
+  - {{ name: resp, match: {{ paths: [/resp] }}, plugins: [ {{ name: response, config: {{ status: 201, body: "made it" }} }} ] }}
+  - {{ name: tp, match: {{ paths: [/tp] }}, upstream: up, plugins: [ {{ name: traceparent }} ] }}
+consumers:
+  - {{ name: alice, credentials: {{ key-auth: {{ key: k1 }} }} }}
 """, suite=t)
     S["plain"] = S["sl"].port("web")
 
@@ -329,6 +338,36 @@ def test_semantics(t):
     t.check("response header names are lower-case, no connection fields",
             all(k == k.lower() for k in resp_h) and "connection" not in resp_h and "transfer-encoding" not in resp_h,
             "lower-case", list(resp_h))
+
+
+def test_plugins(t):
+    # built-in plugins over HTTP/2 streams, all on one connection
+    n0 = len(S["up"].requests)
+    res = h2run(S["plain"], [req("/ka/x"), req("/ka/y", extra=[["apikey", "k1"]]), req("/rd/z"),
+                             req("/rl/1"), req("/rl/2"),
+                             req("/cors/p", method="OPTIONS", extra=[["origin", "https://a.example"],
+                                                                     ["access-control-request-method", "PUT"]]),
+                             req("/deny/d"), req("/resp/r"), req("/tp/t")])
+    st = res["streams"]
+    hd = [dict((k, v) for k, v in s["headers"]) for s in st]
+    got = [s["status"] for s in st]
+    t.check("key-auth: 401 without a key, 200 with one", got[:2] == [401, 200], [401, 200], got[:2])
+    kq = [r for r in S["up"].requests[n0:] if r.path == "/ka/y"]
+    t.check("key-auth: the upstream gets the consumer", kq and kq[0].header("x-consumer") == "alice", "alice",
+            kq and kq[0].header("x-consumer"))
+    t.check("redirect: 301 with location", (got[2], hd[2].get("location")) == (301, "https://example.com/new"),
+            (301, "https://example.com/new"), (got[2], hd[2].get("location")))
+    t.check("rate-limit 1 per 10s: one of two streams 200, the other 429", sorted(got[3:5]) == [200, 429],
+            [200, 429], got[3:5])
+    t.check("cors: the preflight is answered with the allowed origin",
+            got[5] in (200, 204) and hd[5].get("access-control-allow-origin") == "https://a.example",
+            "2xx, https://a.example", (got[5], hd[5]))
+    t.check("ip-restriction: 403", got[6] == 403, 403, got[6])
+    t.check("response: 201 'made it'", (got[7], st[7]["body"]) == (201, "made it"), (201, "made it"),
+            (got[7], st[7]["body"]))
+    tq = [r for r in S["up"].requests[n0:] if r.path == "/tp/t"]
+    t.check("traceparent: the upstream gets one", tq and (tq[0].header("traceparent") or "").startswith("00-"),
+            "00-...", tq and tq[0].header("traceparent"))
 
 
 BAD = [
@@ -520,4 +559,4 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     t.check("drain: the gateway exits", sl.wait(10) is not None, "exited", sl.alive())
 
 
-t.run(setup, test_curl_both_ways, test_semantics, test_malformed, test_concurrency, test_limits, test_abuse, test_off, test_drain)
+t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_malformed, test_concurrency, test_limits, test_abuse, test_off, test_drain)
