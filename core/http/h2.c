@@ -24,6 +24,7 @@
  */
 #include "http/h2.h"
 
+#include <assert.h>
 #include <nghttp2/nghttp2.h>
 #include <stdlib.h>
 #include <string.h>
@@ -453,6 +454,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const u
     if (!st || !st->ds.req) return 0; /* the request is over: what it did not read goes */
     if (!st->body && !(st->body = sl_block_get(&st->h->w->blocks))) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (len > SL_BLOCK_SIZE - st->blen) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* past its window */
+    assert(st->bpos <= st->blen);
     memcpy(st->body + st->blen, data, len);
     st->blen += (uint32_t)len;
     if (st->began) ev_push(st, EV_DATA);
@@ -639,19 +641,15 @@ static void h2_run(sl_h2_t *h) {
 
 sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl, const sl_h2_owner_t *ops,
                     void *owner) {
+    nghttp2_session_callbacks *cb = NULL;
+    nghttp2_option *opt = NULL;
     sl_h2_t *h = calloc(1, sizeof(*h));
-    if (!h) return NULL;
+    if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     h->w = w;
     h->s = s;
     h->ops = ops;
     h->owner = owner;
     h->tmpl = *tmpl;
-    nghttp2_session_callbacks *cb;
-    nghttp2_option *opt;
-    if (nghttp2_session_callbacks_new(&cb) != 0) {
-        free(h);
-        return NULL;
-    }
     nghttp2_session_callbacks_set_send_callback(cb, on_send);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
@@ -660,19 +658,12 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
-    int rv = nghttp2_option_new(&opt);
-    if (rv == 0) {
-        nghttp2_option_set_no_auto_window_update(opt, 1);
-        nghttp2_option_set_max_outbound_ack(opt, 1000); /* SETTINGS/PING floods */
-        nghttp2_option_set_max_settings(opt, 32);
-        rv = nghttp2_session_server_new2(&h->ss, cb, h, opt);
-        nghttp2_option_del(opt);
-    }
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* the requests give the windows back */
+    nghttp2_option_set_max_outbound_ack(opt, 1000);   /* SETTINGS/PING floods */
+    nghttp2_option_set_max_settings(opt, 32);
+    if (nghttp2_session_server_new2(&h->ss, cb, h, opt) != 0) goto fail;
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
-    if (rv != 0) {
-        free(h);
-        return NULL;
-    }
     const sl_listener_conf_t *lc = tmpl->lc;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, lc->http2_max_streams},
@@ -686,6 +677,11 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     h->conn_due = h2_now(h) + lc->idle_timeout_ms;
     h2_schedule(h, h->conn_due);
     return h;
+fail:
+    if (opt) nghttp2_option_del(opt);
+    if (cb) nghttp2_session_callbacks_del(cb);
+    free(h);
+    return NULL;
 }
 
 bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n) {
@@ -908,6 +904,7 @@ static bool stream_submit(sl_h2_stream_t *st) {
 
 static int h2_write(sl_downstream_t *d, sl_outq_t *q) {
     sl_h2_stream_t *st = stream_of(d);
+    assert(!st->q); /* one write in flight per stream: the data provider reads it */
     if (!stream_submit(st)) return -1;
     h2_kick(st->h);
     if (st->bodiless || !q->niov) {
