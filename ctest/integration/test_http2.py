@@ -204,6 +204,14 @@ def req(path, method="GET", extra=(), authority=None, port=None, body=None, **kw
 def handler(rq):
     if rq.path == "/up/big":
         return h.Response(200, S["big"], [("Content-Type", "application/octet-stream")])
+    if rq.path == "/up/chunked":
+        return h.Response(200, stream=[b"a" * 1000, b"b" * 2000], chunk_delay=0.05)
+    if rq.path == "/up/eof":
+        return h.Response(200, b"x" * 5000, framing=False, after="close")
+    if rq.path in ("/up/204", "/up/304"):
+        return h.Response(int(rq.path[-3:]))
+    if rq.path == "/up/trunc":
+        return h.Response(200, b"y" * 10000, truncate=100)
     return h.mock_upstream.default_handler(rq)
 
 
@@ -368,6 +376,28 @@ def test_plugins(t):
     tq = [r for r in S["up"].requests[n0:] if r.path == "/tp/t"]
     t.check("traceparent: the upstream gets one", tq and (tq[0].header("traceparent") or "").startswith("00-"),
             "00-...", tq and tq[0].header("traceparent"))
+
+
+def test_framing(t):
+    # the upstream's framing (chunked, close-delimited, none) becomes DATA frames and
+    # END_STREAM; a response cut off mid-body is a stream reset, never a clean end
+    res = h2run(S["plain"], [req("/up/chunked"), req("/up/eof"), req("/up/204"), req("/up/304"), req("/up/trunc"),
+                             req("/up/head", method="HEAD"),
+                             req("/up/cont", method="POST", extra=[["expect", "100-continue"]], body="z" * 100)])
+    st = res["streams"]
+    got = [(s["status"], s["body_len"], s["reset"]) for s in st]
+    t.check("chunked upstream body -> 3000 bytes, END_STREAM", got[0] == (200, 3000, None), (200, 3000, None), got[0])
+    t.check("close-delimited upstream body -> 5000 bytes, END_STREAM", got[1] == (200, 5000, None),
+            (200, 5000, None), got[1])
+    t.check("204 and 304 -> no body", got[2:4] == [(204, 0, None), (304, 0, None)],
+            [(204, 0, None), (304, 0, None)], got[2:4])
+    t.check("an upstream body cut off -> the stream is reset after its head", got[4][0] == 200 and
+            got[4][2] is not None and got[4][1] < 10000, "200 then RST_STREAM", got[4])
+    hd = dict((k, v) for k, v in st[5]["headers"])
+    t.check("HEAD -> 200 with content-length, no body", (got[5][0], got[5][1]) == (200, 0) and
+            "content-length" in hd, "200, content-length, 0 bytes", (got[5], hd))
+    t.check("expect: 100-continue -> the POST is answered 200 with its body upstream", got[6][:2][0] == 200 and
+            '"body_len": 100' in st[6]["body"], 200, (got[6], st[6]["body"][:200]))
 
 
 BAD = [
@@ -559,4 +589,4 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     t.check("drain: the gateway exits", sl.wait(10) is not None, "exited", sl.alive())
 
 
-t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_malformed, test_concurrency, test_limits, test_abuse, test_off, test_drain)
+t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_framing, test_malformed, test_concurrency, test_limits, test_abuse, test_off, test_drain)
