@@ -9,8 +9,9 @@
  *
  * Where a request head is due, the HTTP/2 preface (a client's first bytes, after any PROXY
  * header, with prior knowledge or after ALPN chose h2) hands the connection to an h2
- * session (h2.h) on a listener with http2 on: the connection keeps its socket, reads, timer and close, and every byte
- * it reads goes to the session, through the takeover hook the byte tunnel uses too.
+ * session (h2.h) on a listener with http2 on: the connection keeps its socket, reads,
+ * timer and close, and every byte it reads goes to the session, through the takeover hook
+ * the byte tunnel uses too.
  */
 #include <arpa/inet.h>
 #include <assert.h>
