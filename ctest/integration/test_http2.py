@@ -41,6 +41,7 @@ import harness as h  # noqa: E402
 t = h.Suite("http2", budget=240)
 S = {}
 BIG = 10 << 20
+PIECE = b"p" * 65536
 
 # A raw HTTP/2 client (python3-h2, outbound validation off): runs the requests of a JSON
 # spec on one connection, all streams at once, and prints what each got.
@@ -122,6 +123,7 @@ open_ = set(res)
 goaway, closed = None, False
 if spec.get("ready"):
     print("ready", flush=True)
+time.sleep(spec.get("stall", 0))
 deadline = time.monotonic() + spec.get("timeout", 5)
 want_goaway = spec.get("want_goaway")
 while (open_ or want_goaway) and time.monotonic() < deadline:
@@ -204,6 +206,12 @@ def req(path, method="GET", extra=(), authority=None, port=None, body=None, **kw
 def handler(rq):
     if rq.path == "/up/big":
         return h.Response(200, S["big"], [("Content-Type", "application/octet-stream")])
+    if rq.path.startswith("/up/huge"):
+        def pieces():
+            for _ in range(1024):
+                S["pulled"] += 65536
+                yield PIECE
+        return h.Response(200, stream=pieces(), length=64 << 20)
     if rq.path == "/up/chunked":
         return h.Response(200, stream=[b"a" * 1000, b"b" * 2000], chunk_delay=0.05)
     if rq.path == "/up/eof":
@@ -545,6 +553,30 @@ def test_abuse(t):
             "reset within ~1s", (s.get("status"), s.get("reset"), round(el, 2), res.get("error", "")[-300:]))
 
 
+def test_slow_reader(t):
+    # 4 streams of 64 MiB each to a client that reads nothing for 2 s: the upstreams are
+    # read no further than the socket buffers and one output block allow, and the worker's
+    # memory stays bounded
+    spec = {"port": S["plain"], "requests": [req("/up/huge%d" % i) for i in range(4)], "ready": True, "stall": 2,
+            "timeout": 1}
+    S["pulled"] = 0
+    before = S["sl"].rss_kb()
+    p = subprocess.Popen(["/usr/bin/python3", "-c", H2_CLIENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    p.stdin.write(json.dumps(spec))
+    p.stdin.close()
+    p.stdout.readline()
+    time.sleep(1.5)
+    during = S["sl"].rss_kb()
+    pulled = S["pulled"]
+    p.stdout.read()
+    p.wait(timeout=30)
+    t.check("a client that reads nothing: the upstreams sent < 48 of 256 MiB (socket buffers)",
+            pulled < 48 << 20, "< 48 MiB", "%.1f MiB" % (pulled / 1048576.0))
+    t.check("a client that reads nothing: the worker's RSS grows < 16 MiB", during - before < 16 * 1024,
+            "< 16384 KiB", (before, during))
+
+
 def test_off(t):
     port = S["sl"].port("off")
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -589,4 +621,4 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     t.check("drain: the gateway exits", sl.wait(10) is not None, "exited", sl.alive())
 
 
-t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_framing, test_malformed, test_concurrency, test_limits, test_abuse, test_off, test_drain)
+t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_framing, test_malformed, test_concurrency, test_limits, test_abuse, test_slow_reader, test_off, test_drain)
