@@ -6,18 +6,22 @@ and upstreams (HTTP/1.1) serve it unchanged. Checked with real peers:
   1. curl --http2 over TLS (ALPN h2) and curl --http2-prior-knowledge on a plaintext port
      that still answers HTTP/1.1; GET and POST of 10 MiB, checksummed both ways.
   2. The upstream (an HTTP/1.1 mock) sees lower-case header names and :authority as Host;
-     the echo route, a headers plugin, a no-route 404 and an upstream's 502 answer over h2.
+     the echo route, built-in plugins, a no-route 404 and an upstream's 502 answer over h2;
+     upstream framings (chunked, close-delimited, 204/304, cut off) become DATA and
+     END_STREAM or a reset.
   3. 100 concurrent streams on one connection (h2load), and 100 streams of python3-h2 each
      uploading 256 KiB, checksummed by the upstream.
   4. Malformed requests (connection-specific fields, TE other than trailers, upper-case
      names, bad or missing pseudo-headers, content-length against DATA) are stream errors
      (RST_STREAM PROTOCOL_ERROR) and the upstream sees none of them; the connection lives
      on.
-  5. Limits: max_concurrent_streams (REFUSED_STREAM), the header list (431), max_body
-     (413), a CONTINUATION flood (connection closed), a rapid reset (GOAWAY, the upstream
-     sees a bounded number of requests), a zero-window client (its stream reset at
-     idle_timeout), idle timeout (GOAWAY), drain on SIGTERM (GOAWAY, the in-flight
-     stream finishes).
+  5. Limits and lifecycle: max_concurrent_streams (REFUSED_STREAM), the header list
+     (431), max_body (413), a CONTINUATION flood (connection closed), a rapid reset
+     (GOAWAY, the upstream sees a bounded number of requests), PING, empty DATA and
+     WINDOW_UPDATE floods (connection closed), an HPACK bomb (431), a zero-window client
+     (its stream reset at idle_timeout), a client that reads nothing (upstreams and RSS
+     bounded), idle timeout (GOAWAY), drain on reload and SIGTERM (a shutdown notice, then
+     GOAWAY naming the last stream; the in-flight stream finishes).
   6. `http2: false`: prior knowledge is refused (400/close) and ALPN offers only http/1.1.
 
 python3-h2 imports only under /usr/bin/python3: the raw-frame client below runs there in
@@ -607,6 +611,16 @@ listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
 upstreams: [ {{ name: up, targets: [ {{ address: {slow.address} }} ] }} ]
 routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
 """, suite=t)
+    # a reload retires the listener's generation: the same two GOAWAYs, the stream finishes
+    p = subprocess.Popen(["nghttp", "-nv", "http://127.0.0.1:%d/slow" % sl.port("web")], stdout=subprocess.PIPE,
+                         text=True)
+    time.sleep(0.4)
+    code, _ = sl.reload()
+    out, _ = p.communicate(timeout=20)
+    last = re.findall(r"recv GOAWAY frame[^\n]*\n\s*\(last_stream_id=(\d+), error_code=NO_ERROR", out)
+    t.check("reload: the in-flight stream finishes with 200 and the client got both GOAWAYs",
+            code == 200 and p.returncode == 0 and ":status: 200" in out and len(last) == 2 and
+            last[0] == "2147483647", "200, two GOAWAYs", (code, p.returncode, last))
     p = subprocess.Popen(["nghttp", "-nv", "http://127.0.0.1:%d/slow" % sl.port("web")], stdout=subprocess.PIPE,
                          text=True)
     time.sleep(0.4)
