@@ -42,9 +42,15 @@ enum { EV_BEGIN = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
 #define H2_CONN_WINDOW (1 << 20)
 /* A header block may span this many frames (HEADERS + CONTINUATION). */
 #define H2_MAX_HEADER_FRAMES 32
-/* Frames in a row that carry nothing (empty DATA without END_STREAM, PRIORITY,
- * WINDOW_UPDATE): past this the connection is closed (CVE-2019-9518, -9513). */
+/* Empty DATA frames (without END_STREAM) in a row: past this the connection is closed
+ * (CVE-2019-9518). */
 #define H2_MAX_EMPTY_FRAMES 1000
+/* WINDOW_UPDATEs are answers to DATA sent and PRIORITY frames come with streams: more than
+ * this many per DATA frame sent (per stream opened), beyond a first allowance, close the
+ * connection (Envoy's bounds; CVE-2019-9513 and the WINDOW_UPDATE flood). */
+#define H2_WU_PER_DATA 10
+#define H2_PRIORITY_PER_STREAM 100
+#define H2_CONTROL_ALLOWANCE 1000
 /* How long a connection that said its last word waits for the client to close it. */
 #define H2_LINGER_MS 2000
 
@@ -95,7 +101,9 @@ struct sl_h2_s {
     uint64_t drain_due;           /* draining 1: the final GOAWAY goes at the latest then */
     uint32_t nstreams;
     uint32_t hb_frames, hb_bytes; /* the header block being received */
-    uint32_t empty_frames;        /* frames in a row that carried nothing */
+    uint32_t empty_frames;        /* empty DATA frames in a row */
+    uint64_t wu_recv, prio_recv;  /* WINDOW_UPDATE and PRIORITY frames received */
+    uint64_t data_sent, opened;   /* DATA frames sent, streams opened by the client */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
     sl_h2_stream_t *streams;
@@ -375,6 +383,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     if (h->closed || frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     sl_h2_stream_t *st = calloc(1, sizeof(*st));
     if (!st) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    h->opened++;
     st->h = h;
     st->id = frame->hd.stream_id;
     st->ds = h->tmpl;
@@ -404,10 +413,15 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
 static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud) {
     sl_h2_t *h = ud;
     (void)ss;
-    bool empty = (hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM)) ||
-                 hd->type == NGHTTP2_PRIORITY || hd->type == NGHTTP2_WINDOW_UPDATE;
+    bool empty = hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM);
     h->empty_frames = empty ? h->empty_frames + 1 : 0;
     if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (hd->type == NGHTTP2_WINDOW_UPDATE &&
+        ++h->wu_recv > H2_CONTROL_ALLOWANCE + H2_WU_PER_DATA * h->data_sent)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (hd->type == NGHTTP2_PRIORITY &&
+        ++h->prio_recv > H2_CONTROL_ALLOWANCE + H2_PRIORITY_PER_STREAM * h->opened)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (hd->type == NGHTTP2_HEADERS) {
         h->hb_frames = 1;
         h->hb_bytes = (uint32_t)hd->length;
@@ -477,7 +491,8 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
 /* A response that ended while the client was still sending its request: the rest of the
  * request is refused with NO_ERROR, as RFC 9113 8.1 asks. */
 static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
-    (void)ud;
+    sl_h2_t *h = ud;
+    if (frame->hd.type == NGHTTP2_DATA) h->data_sent++;
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;

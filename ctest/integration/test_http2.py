@@ -581,6 +581,16 @@ def test_slow_reader(t):
             "< 16384 KiB", (before, during))
 
 
+def test_long_download(t):
+    # a client that sends a WINDOW_UPDATE for every DATA frame it reads is no flood:
+    # 64 MiB through a 64 KiB window
+    res = h2run(S["plain"], [req("/up/huge9")], window=65535, timeout=60)
+    s = res["streams"][0] if res["streams"] else {}
+    t.check("64 MiB through a 64 KiB window (thousands of WINDOW_UPDATEs) arrives whole",
+            (s.get("status"), s.get("body_len"), s.get("reset")) == (200, 64 << 20, None), (200, 64 << 20, None),
+            (s.get("status"), s.get("body_len"), s.get("reset"), res.get("closed"), res.get("error", "")[-300:]))
+
+
 def test_off(t):
     port = S["sl"].port("off")
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -635,4 +645,4 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     t.check("drain: the gateway exits", sl.wait(10) is not None, "exited", sl.alive())
 
 
-t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_framing, test_malformed, test_concurrency, test_limits, test_abuse, test_slow_reader, test_off, test_drain)
+t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_framing, test_malformed, test_concurrency, test_limits, test_abuse, test_slow_reader, test_long_download, test_off, test_drain)
