@@ -76,6 +76,9 @@ typedef struct {
     struct sl_plugin_conf_s *plugins; size_t nplugins; /**< tcp: the preread chain (the global
                                       chain is HTTP's only) */
     sl_tls_listener_conf_t *tls; /**< http: TLS termination (`tls:`), else NULL */
+    bool http2;                  /**< http: HTTP/2 accepted (ALPN h2, or the preface with prior
+                                      knowledge on the same port); `http2: false` turns it off */
+    uint32_t http2_max_streams;  /**< http2.max_concurrent_streams, default 100 */
     int line, col;
     int upstream_line, upstream_col; /**< where `upstream:` was written (resolved after upstreams) */
     char *upstream_name;

@@ -28,6 +28,7 @@ enum {
     L_SNI_ROUTES,
     L_PLUGINS,
     L_TRUSTED,
+    L_HTTP2,
     L_N
 };
 static const char *const listener_keys[L_N] = {
@@ -47,7 +48,31 @@ static const char *const listener_keys[L_N] = {
     [L_SNI_ROUTES] = "sni_routes",
     [L_PLUGINS] = "plugins",
     [L_TRUSTED] = "trusted_proxies",
+    [L_HTTP2] = "http2",
 };
+
+enum { H2_ENABLED, H2_MAX_STREAMS, H2_N };
+static const char *const http2_keys[H2_N] = {"enabled", "max_concurrent_streams"};
+
+/* `http2: false`, `http2: true` or `http2: {enabled, max_concurrent_streams}`. */
+static void parse_http2(sl__cx_t *cx, const sl__field_t *f, const yaml_node_t *v, bool tcp, sl_listener_conf_t *l) {
+    if (tcp) {
+        sl__cx_err(cx, f->key, "'http2' belongs to protocol: http listeners");
+        return;
+    }
+    if (v->type == YAML_SCALAR_NODE) {
+        sl__cfg_get_bool(cx, v, "http2", &l->http2);
+        return;
+    }
+    if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "http2")) return;
+    sl__field_t hf[H2_N];
+    sl__cfg_scan_map(cx, v, "'http2'", http2_keys, hf, H2_N, NULL);
+    const yaml_node_t *x;
+    if ((x = hf[H2_ENABLED].val)) sl__cfg_get_bool(cx, x, "enabled", &l->http2);
+    int64_t n;
+    if ((x = hf[H2_MAX_STREAMS].val) && sl__cfg_get_int(cx, x, "max_concurrent_streams", 1, 10000, &n))
+        l->http2_max_streams = (uint32_t)n;
+}
 
 /* "10.0.0.0/8", "::1", "192.168.1.7" -> an sl_cidr_t; false with an error. */
 static bool get_cidr(sl__cx_t *cx, const yaml_node_t *v, sl_cidr_t *out);
@@ -224,6 +249,8 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     l->max_request_line = 8 * 1024;
     l->header_timeout_ms = 10 * 1000;
     l->idle_timeout_ms = 60 * 1000;
+    l->http2 = true;
+    l->http2_max_streams = 100;
 
     const yaml_node_t *v = sl__cfg_required(cx, m, &f[L_NAME], where);
     if (v && sl__cfg_get_name(cx, v, "listener", true, &l->name)) {
@@ -331,6 +358,10 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         else
             sl__cfg_parse_tls(cx, v, l);
     }
+    if ((v = f[L_HTTP2].val)) parse_http2(cx, &f[L_HTTP2], v, tcp, l);
+    if (tcp) l->http2 = false;
+    /* ALPN offers h2 (then http/1.1) only where HTTP/2 is on. */
+    if (l->tls && l->tls->rt) sl_tls_server_offer_h2(l->tls->rt, l->http2);
     uint64_t n;
     if ((v = f[L_MAX_BODY].val)) sl__cfg_get_size(cx, v, "max_body", 0, UINT64_MAX, &l->max_body);
     if ((v = f[L_MAX_HEADER].val) && sl__cfg_get_size(cx, v, "max_header_size", 1, UINT32_MAX, &n))

@@ -108,6 +108,7 @@ struct sl_tls_server_s {
     sni_name_t *names;
     size_t nnames;
     uint32_t def;
+    bool h2; /**< ALPN: h2 is offered first (the listener's http2) */
 };
 
 /* The built-in TLS 1.2 list: forward-secret AEAD suites only. */
@@ -135,22 +136,33 @@ static void ssl_err_text(char *err, size_t n, const char *what) {
     snprintf(err, n, "%s%s%s", what, buf[0] ? ": " : "", buf);
 }
 
+/* The client's ALPN list: h2 when the listener speaks HTTP/2 and the client offers it
+ * (whatever the client's order: RFC 7301 lets the server choose), else http/1.1. */
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg) {
+    const sl_tls_server_t *s = arg;
     (void)ssl;
-    (void)arg;
+    const unsigned char *h1 = NULL;
     for (unsigned i = 0; i < inlen;) {
         unsigned l = in[i];
         if (i + 1 + l > inlen) break;
-        if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+        if (l == 2 && s->h2 && memcmp(in + i + 1, "h2", 2) == 0) {
             *out = in + i + 1;
-            *outlen = 8;
+            *outlen = 2;
             return SSL_TLSEXT_ERR_OK;
         }
+        if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) h1 = in + i + 1;
         i += 1 + l;
+    }
+    if (h1) {
+        *out = h1;
+        *outlen = 8;
+        return SSL_TLSEXT_ERR_OK;
     }
     return SSL_TLSEXT_ERR_NOACK; /* no ALPN in the answer: the client decides */
 }
+
+void sl_tls_server_offer_h2(sl_tls_server_t *s, bool on) { s->h2 = on; }
 
 static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
     char low[256];
@@ -273,7 +285,7 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             *bad = -2;
             goto fail;
         }
-        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+        SSL_CTX_set_alpn_select_cb(ctx, alpn_select, s);
         SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
         SSL_CTX_set_tlsext_servername_arg(ctx, s);
         if (!readable(cc->cert_path, "certificate", cc->cert, err, errlen) ||

@@ -60,6 +60,8 @@ typedef struct {
 sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen,
                                      int *bad);
 void sl_tls_server_free(sl_tls_server_t *s);
+/** Whether ALPN offers h2 before http/1.1 (the listener's http2); off when built. */
+void sl_tls_server_offer_h2(sl_tls_server_t *s, bool on);
 /** Builds a target's client context; `ip` is the target's address text without port. */
 sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *c, const char *ip, char *err,
                                      size_t errlen);

@@ -6,6 +6,12 @@
  * served strictly one after another, so pipelined requests are answered in
  * order: bytes after the current message wait in the buffer, and reading stops
  * while a request has all it needs from the client.
+ *
+ * Where a request head is due, the HTTP/2 preface (a client's first bytes, after any PROXY
+ * header, with prior knowledge or after ALPN chose h2) hands the connection to an h2
+ * session (h2.h) on a listener with http2 on: the connection keeps its socket, reads,
+ * timer and close, and every byte it reads goes to the session, through the takeover hook
+ * the byte tunnel uses too.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -16,6 +22,7 @@
 
 #include "base/log.h"
 #include "http/h1_head.h"
+#include "http/h2.h"
 #include "http/request.h"
 #include "proto/proxy_protocol.h"
 
@@ -61,6 +68,7 @@ static void conn_on_close(uv_handle_t *h) {
     sl_conn_t *c = h->data;
     if (--c->nclose) return;
     sl_worker_t *w = c->w;
+    if (c->h2) sl__h2_free(c->h2);
     if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
     free(c);
     w->nconns--;
@@ -78,6 +86,10 @@ static void conn_close(sl_conn_t *c) {
     SL_COUNTER_ADD(w->metrics.conns_active[c->ds.lidx], -1);
     sl_stream_end_tls(&c->s);
     c->nclose = 2;
+    if (c->h2) {
+        c->nclose++;
+        sl__h2_close(c->h2, conn_on_close); /* abandons its streams' requests */
+    }
     uv_close((uv_handle_t *)&c->s.tcp, conn_on_close);
     uv_close((uv_handle_t *)&c->timer.timer, conn_on_close);
 }
@@ -96,6 +108,10 @@ static void tls_count(sl_conn_t *c, int result) {
 
 static void conn_on_timer(uv_timer_t *t) {
     sl_conn_t *c = t->data;
+    if (c->h2) {
+        sl__h2_on_timer(c->h2);
+        return;
+    }
     if (c->s.tls && !sl_tls_established(c->s.tls)) {
         /* A client that stalled mid-handshake: nothing to answer in plaintext. */
         tls_count(c, SL_TLS_HS_TIMEOUT);
@@ -307,6 +323,46 @@ static int conn_proxy_header(sl_conn_t *c) {
     return SL_OK;
 }
 
+/* ---- HTTP/2: the connection handed to an h2 session (h2.h) ---- */
+
+static void h2_owner_arm(void *owner, uint64_t ms) { conn_arm(owner, ms); }
+
+static void h2_owner_close(void *owner) { conn_close(owner); }
+
+static void h2_owner_linger(void *owner) { sl__conn_shutdown(owner); }
+
+static const sl_h2_owner_t h2_owner = {h2_owner_arm, h2_owner_close, h2_owner_linger};
+
+/* Every byte read goes to the session, which keeps what it needs: the buffer is free again. */
+static void h2_on_read(sl_conn_t *c, ssize_t nread) {
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    uint32_t from = c->rpos;
+    c->rpos = c->rlen;
+    if (c->rlen > from) sl__h2_feed(c->h2, c->rbuf + from, c->rlen - from);
+    conn_release_buffer(c);
+}
+
+static void h2_on_shutdown(sl_conn_t *c) { (void)c; }
+
+static void h2_drain(sl_conn_t *c) { sl__h2_drain(c->h2); }
+
+static const sl_conn_takeover_t h2_takeover = {h2_on_read, h2_on_shutdown, h2_drain};
+
+static void conn_h2_start(sl_conn_t *c) {
+    sl_deadline_clear(&c->timer);
+    if (!(c->h2 = sl__h2_new(c->w, &c->s, &c->ds, &h2_owner, c))) {
+        conn_close(c);
+        return;
+    }
+    c->state = SL_CONN_ACTIVE;
+    c->takeover = &h2_takeover;
+    h2_on_read(c, 0);
+    sl__conn_start_reading(c);
+}
+
 /* Reads the next request head from the buffer, if a whole one is there. */
 static void conn_process(sl_conn_t *c) {
     assert(!c->ds.req);
@@ -347,6 +403,18 @@ static void conn_process(sl_conn_t *c) {
             conn_process(c); /* what follows the header, if anything */
         }
         return;
+    }
+    if (c->ds.lc->http2) {
+        /* HTTP/2 with prior knowledge, or after ALPN h2: the connection preface. */
+        int pf = sl__h2_preface(c->rbuf, c->rlen);
+        if (pf == SL_EAGAIN) {
+            sl__conn_start_reading(c);
+            return;
+        }
+        if (pf == SL_OK) {
+            conn_h2_start(c);
+            return;
+        }
     }
     sl_req_t *r = sl__req_new(c->w, &c->ds);
     if (!r) {

@@ -42,6 +42,8 @@ struct sl_conn_s {
     /** Who reads the connection instead of the HTTP/1 parser: the byte tunnel after a
      *  101 (tunnel.c), or NULL. */
     const struct sl_conn_takeover_s *takeover;
+    /** The HTTP/2 session the connection was handed to after its preface (h2.h), or NULL. */
+    struct sl_h2_s *h2;
     sl_conn_t *prev, *next;
 };
 

@@ -11,7 +11,7 @@ and a key that does not match its certificate.
      *.deep.w.test wins for h.deep.w.test.
   2. Versions, ALPN, resumption: -tls1_1 is refused, min_version 1.3 refuses -tls1_2
      (the same client gets TLS 1.2 from a 1.2 listener); ALPN h2,http/1.1 answers
-     http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
+     h2 (HTTP/2 is on by default) and http/1.1 alone answers http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
      with workers: 2 every one of many resumptions is Reused whichever worker accepts;
      session_tickets: false gives New.
   3. Config: `sluice check` on a mismatched key and on an unreadable certificate exits 1
@@ -421,11 +421,11 @@ def test_versions_alpn_resumption(t):
         t.check("min_version 1.3 accepts -tls1_3", "TLSv1.3, Cipher is" in out, "TLSv1.3", out[-600:])
 
         rc, out = s_client(p, "-alpn", "h2,http/1.1", "-servername", "a.test")
-        t.check("ALPN h2,http/1.1 -> http/1.1", "ALPN protocol: http/1.1" in out, "ALPN protocol: http/1.1",
+        t.check("ALPN h2,http/1.1 -> h2 (http2 on by default)", "ALPN protocol: h2" in out, "ALPN protocol: h2",
                 re.findall(r".*ALPN.*", out))
-        rc, out = s_client(p, "-alpn", "h2", "-servername", "a.test")
-        t.check("ALPN h2 only: no protocol selected (never h2)", "ALPN protocol: h2" not in out,
-                "no h2", re.findall(r".*ALPN.*", out))
+        rc, out = s_client(p, "-alpn", "http/1.1", "-servername", "a.test")
+        t.check("ALPN http/1.1 -> http/1.1", "ALPN protocol: http/1.1" in out, "ALPN protocol: http/1.1",
+                re.findall(r".*ALPN.*", out))
 
         rc, out = s_client(p, "-tls1_2", "-reconnect", "-servername", "a.test")
         reused = out.count("Reused, TLSv1.2")

@@ -1,0 +1,985 @@
+/* h2.c — HTTP/2 server connections over nghttp2 (h2.h).
+ *
+ * nghttp2 frames, decodes HPACK, validates the HTTP/2 message rules (pseudo-headers,
+ * lower-case names, connection-specific fields, content-length against DATA) and keeps
+ * the flow-control windows; sluice owns the socket, the buffers, the request model and
+ * the limits. Every nghttp2 callback only records what happened on a stream (an event:
+ * its head is complete, body bytes or the end arrived, a response write was taken, the
+ * stream closed) and the session acts on the events after nghttp2 returned (h2_run), so a
+ * request never runs inside nghttp2.
+ *
+ * Request body: DATA is copied into the stream's body block; read_body hands the request
+ * what is buffered, and the block is compacted once the request waits for more
+ * (wait_body: everything handed was written upstream). Only then is the stream's window
+ * given back (nghttp2_session_consume_stream), so a stream never holds more than its
+ * initial window (65,535 bytes: one block) and a slow upstream backpressures the client.
+ * The connection's window is given back as DATA arrives: streams do not block each other.
+ *
+ * Response: write_head builds the header list (copied into the request's arena); the first
+ * write submits it with a data provider that copies r->clq into DATA frames, and the
+ * request hears sl__req_on_written once nghttp2 took the whole queue. Frames are copied
+ * into one output block per connection; while it is being written nghttp2 waits
+ * (NGHTTP2_ERR_WOULDBLOCK), so a client that reads slowly stops the data providers and,
+ * through them, the upstreams' reads.
+ */
+#include "http/h2.h"
+
+#include <assert.h>
+#include <nghttp2/nghttp2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "http/request.h"
+
+/* Events a stream has for h2_run, as bits. */
+enum { EV_BEGIN = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
+
+/* A stream's window and its body block: the client never has more in flight than this. */
+#define H2_STREAM_WINDOW 65535
+/* The connection's window: given back as DATA arrives, so a stream waiting does not stall
+ * the others. */
+#define H2_CONN_WINDOW (1 << 20)
+/* A header block may span this many frames (HEADERS + CONTINUATION). */
+#define H2_MAX_HEADER_FRAMES 32
+/* Empty DATA frames (without END_STREAM) in a row: past this the connection is closed
+ * (CVE-2019-9518). */
+#define H2_MAX_EMPTY_FRAMES 1000
+/* WINDOW_UPDATEs are answers to DATA sent and PRIORITY frames come with streams: more than
+ * this many per DATA frame sent (per stream opened), beyond a first allowance, close the
+ * connection (Envoy's bounds; CVE-2019-9513 and the WINDOW_UPDATE flood). */
+#define H2_WU_PER_DATA 10
+#define H2_PRIORITY_PER_STREAM 100
+#define H2_CONTROL_ALLOWANCE 1000
+/* How long a connection that said its last word waits for the client to close it. */
+#define H2_LINGER_MS 2000
+
+typedef struct sl_h2_stream_s sl_h2_stream_t;
+struct sl_h2_stream_s {
+    sl_downstream_t ds; /* ds.req: the stream's request until it finishes */
+    sl_h2_t *h;
+    int32_t id;
+    /* the request */
+    char *body;             /**< body block, or NULL */
+    uint32_t blen, bpos;    /**< bytes buffered; handed to the request */
+    uint32_t hdr_bytes;     /**< header list size so far (RFC 9113 6.5.2's count) */
+    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 431) */
+    uint16_t ncookies;
+    sl_str_t authority;
+    uint8_t headers_done;   /**< the request's HEADERS were all received */
+    uint8_t began;          /**< sl__req_begin (or the head's error answer) ran */
+    uint8_t remote_done;    /**< END_STREAM received */
+    uint8_t done_told;      /**< read_body said SL_DONE */
+    uint8_t nclosed;        /**< nghttp2 closed the stream */
+    /* the response */
+    uint8_t submitted, bodiless, deferred, eof_due;
+    nghttp2_nv *nva;
+    size_t nvlen;
+    sl_outq_t *q;           /**< the queue being taken by the data provider */
+    uint16_t qi;
+    size_t qoff;
+    uint8_t ev;             /**< EV_* bits waiting for h2_run */
+    uint64_t due;           /**< loop ms when the stream times out; 0: none */
+    sl_h2_stream_t *prev, *next;   /**< h->streams */
+    sl_h2_stream_t *eprev, *enext; /**< h->ev_head list while ev != 0 */
+};
+
+struct sl_h2_s {
+    sl_worker_t *w;
+    sl_stream_t *s;
+    const sl_h2_owner_t *ops;
+    void *owner;
+    sl_downstream_t tmpl;
+    nghttp2_session *ss;
+    uv_idle_t idle; /* runs the session after an operation called from outside it */
+    uv_write_t wreq;
+    char *out;      /* output block, or NULL */
+    uint32_t olen;
+    uint8_t writing, in_run, closed, want_close, fatal;
+    uint8_t lingering;            /* half-closed after its last frame: waits for the client's close */
+    uint8_t draining;             /* 1: the shutdown notice went, 2: the final GOAWAY went */
+    uint64_t drain_due;           /* draining 1: the final GOAWAY goes at the latest then */
+    uint32_t nstreams;
+    uint32_t hb_frames, hb_bytes; /* the header block being received */
+    uint32_t empty_frames;        /* empty DATA frames in a row */
+    uint64_t wu_recv, prio_recv;  /* WINDOW_UPDATE and PRIORITY frames received */
+    uint64_t data_sent, opened;   /* DATA frames sent, streams opened by the client */
+    uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
+    uint64_t next_due;            /* when the owner's timer is set to fire */
+    sl_h2_stream_t *streams;
+    sl_h2_stream_t *ev_head, *ev_tail;
+};
+
+static const sl_downstream_ops_t h2_ops;
+static void h2_run(sl_h2_t *h);
+
+/* The final GOAWAY of a drain, naming the last stream the session took. */
+static void h2_goaway_final(sl_h2_t *h) {
+    h->draining = 2;
+    nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ss),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+}
+
+int sl__h2_preface(const char *p, size_t n) {
+    size_t k = SL_MIN(n, (size_t)SL_H2_PREFACE_LEN);
+    if (memcmp(p, SL_H2_PREFACE, k) != 0) return SL_ERROR;
+    return k == SL_H2_PREFACE_LEN ? SL_OK : SL_EAGAIN;
+}
+
+/* ---- timers ---- */
+
+static uint64_t h2_now(sl_h2_t *h) { return uv_now(&h->w->loop); }
+
+static void h2_schedule(sl_h2_t *h, uint64_t due) {
+    if (h->next_due && h->next_due <= due) return;
+    h->next_due = due;
+    uint64_t now = h2_now(h);
+    h->ops->arm(h->owner, due > now ? due - now : 1);
+}
+
+static void stream_set_due(sl_h2_stream_t *st, uint64_t ms) {
+    st->due = ms ? h2_now(st->h) + ms : 0;
+    if (ms) h2_schedule(st->h, st->due);
+}
+
+/* Something to do outside nghttp2's callbacks: run the session on the loop's next turn
+ * (immediately after the current callback when one of the session's own is running). */
+static void h2_on_idle(uv_idle_t *i) {
+    sl_h2_t *h = SL_CONTAINER_OF(i, sl_h2_t, idle);
+    uv_idle_stop(i);
+    h2_run(h);
+}
+
+static void h2_kick(sl_h2_t *h) {
+    if (!h->in_run && !h->closed) uv_idle_start(&h->idle, h2_on_idle);
+}
+
+/* ---- events ---- */
+
+static void ev_unlink(sl_h2_stream_t *st) {
+    sl_h2_t *h = st->h;
+    if (!st->ev) return;
+    if (st->eprev)
+        st->eprev->enext = st->enext;
+    else
+        h->ev_head = st->enext;
+    if (st->enext)
+        st->enext->eprev = st->eprev;
+    else
+        h->ev_tail = st->eprev;
+    st->eprev = st->enext = NULL;
+    st->ev = 0;
+}
+
+static void ev_push(sl_h2_stream_t *st, uint8_t ev) {
+    sl_h2_t *h = st->h;
+    if (!st->ev) {
+        st->eprev = h->ev_tail;
+        st->enext = NULL;
+        if (h->ev_tail)
+            h->ev_tail->enext = st;
+        else
+            h->ev_head = st;
+        h->ev_tail = st;
+    }
+    st->ev |= ev;
+}
+
+static void stream_release_body(sl_h2_stream_t *st) {
+    if (st->body) sl_block_put(&st->h->w->blocks, st->body);
+    st->body = NULL;
+    st->blen = st->bpos = 0;
+}
+
+static void stream_free(sl_h2_stream_t *st) {
+    sl_h2_t *h = st->h;
+    ev_unlink(st);
+    stream_release_body(st);
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        h->streams = st->next;
+    if (st->next) st->next->prev = st->prev;
+    if (!st->nclosed && !h->closed) nghttp2_session_set_stream_user_data(h->ss, st->id, NULL);
+    free(st);
+    if (--h->nstreams == 0 && !h->closed) {
+        h->conn_due = h2_now(h) + h->tmpl.lc->idle_timeout_ms;
+        h2_schedule(h, h->conn_due);
+    }
+}
+
+/* The stream's request goes: counted and logged when it had begun, else just freed. */
+static void stream_drop_request(sl_h2_stream_t *st) {
+    sl_req_t *r = st->ds.req;
+    if (!r) return;
+    st->ds.req = NULL;
+    st->q = NULL;
+    if (st->began)
+        sl__req_abort(r);
+    else
+        sl__req_free(r);
+}
+
+/* ---- the request head, from HEADERS ---- */
+
+static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
+    char *c = n ? sl_arena_alloc(&r->arena, n) : (char *)"";
+    if (!c) return false;
+    if (n) memcpy(c, p, n);
+    *out = (sl_str_t){c, n};
+    return true;
+}
+
+static int method_id(sl_str_t m) {
+#define SL_H2_METHOD(num, name, string)                                                                   \
+    if (m.len == sizeof(#string) - 1 && memcmp(m.p, #string, m.len) == 0) return num;
+    HTTP_METHOD_MAP(SL_H2_METHOD)
+#undef SL_H2_METHOD
+    return -1;
+}
+
+static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const uint8_t *v, size_t vn) {
+    sl_h1_head_t *hd = &r->head;
+    sl_str_t val;
+    if (!copy_str(r, v, vn, &val)) return 431;
+    if (SL_IEQ(name, ":method")) {
+        hd->method = val;
+        int id = method_id(val);
+        if (id < 0) return 400;
+        if (id == HTTP_CONNECT) return 405; /* no tunnels over HTTP/2 streams, as over HTTP/1.1 */
+        hd->method_id = (uint8_t)id;
+    } else if (SL_IEQ(name, ":path")) {
+        if (!val.len || (val.p[0] != '/' && !(val.len == 1 && val.p[0] == '*'))) return 400;
+        hd->target = val;
+        const char *qm = memchr(val.p, '?', val.len);
+        hd->path = (sl_str_t){val.p, qm ? (size_t)(qm - val.p) : val.len};
+        hd->query = qm ? (sl_str_t){qm + 1, val.len - (size_t)(qm - val.p) - 1} : (sl_str_t){"", 0};
+    } else if (SL_IEQ(name, ":authority")) {
+        st->authority = val;
+    }
+    return 0; /* :scheme: nghttp2 checked it is there */
+}
+
+static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags, void *ud) {
+    sl_h2_stream_t *st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
+    (void)flags;
+    (void)ud;
+    if (!st || !st->ds.req || st->headers_done || st->status_err) return 0; /* trailers: dropped */
+    sl_req_t *r = st->ds.req;
+    sl_h1_head_t *hd = &r->head;
+    st->hdr_bytes += (uint32_t)(namelen + valuelen + 32);
+    if (st->hdr_bytes > st->ds.lc->max_header_size) {
+        st->status_err = 431;
+        return 0;
+    }
+    sl_str_t nm = {(const char *)name, namelen};
+    if (namelen && name[0] == ':') {
+        st->status_err = on_pseudo(st, r, nm, value, valuelen);
+        return 0;
+    }
+    if (hd->nheaders == SL_H1_MAX_HEADERS) {
+        st->status_err = 431;
+        return 0;
+    }
+    sl_h1_header_t *x = &hd->headers[hd->nheaders];
+    if (!copy_str(r, name, namelen, &x->name) || !copy_str(r, value, valuelen, &x->value)) {
+        st->status_err = 431;
+        return 0;
+    }
+    x->hop = 0;
+    if (SL_IEQ(nm, "content-length")) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < valuelen; i++) n = n * 10 + (uint64_t)(value[i] - '0'); /* nghttp2 checked it */
+        hd->content_length = n;
+        hd->flags |= SL_H1_HAS_CL;
+        x->hop = 1; /* the upstream's framing is rebuilt */
+    } else if (SL_IEQ(nm, "te")) {
+        x->hop = 1; /* "trailers", nghttp2 checked: meaningless to an HTTP/1.1 upstream */
+    } else if (SL_IEQ(nm, "expect")) {
+        if (SL_IEQ(x->value, "100-continue")) hd->flags |= SL_H1_EXPECT_CONTINUE;
+        x->hop = 1;
+    } else if (SL_IEQ(nm, "cookie")) {
+        st->ncookies++;
+    }
+    hd->nheaders++;
+    return 0;
+}
+
+/* Cookie crumbs become one field for the HTTP/1.1 upstream (RFC 9113 8.2.3). */
+static bool join_cookies(sl_h2_stream_t *st, sl_req_t *r) {
+    sl_h1_head_t *hd = &r->head;
+    if (st->ncookies < 2) return true;
+    size_t total = 0;
+    for (uint16_t i = 0; i < hd->nheaders; i++)
+        if (SL_IEQ(hd->headers[i].name, "cookie")) total += hd->headers[i].value.len + 2;
+    char *p = sl_arena_alloc(&r->arena, total);
+    if (!p) return false;
+    size_t n = 0;
+    uint16_t keep = 0, first = UINT16_MAX;
+    for (uint16_t i = 0; i < hd->nheaders; i++) {
+        sl_h1_header_t *x = &hd->headers[i];
+        if (SL_IEQ(x->name, "cookie")) {
+            if (n) p[n++] = ';', p[n++] = ' ';
+            memcpy(p + n, x->value.p, x->value.len);
+            n += x->value.len;
+            if (first != UINT16_MAX) continue;
+            first = keep;
+        }
+        hd->headers[keep++] = *x;
+    }
+    hd->nheaders = keep;
+    hd->headers[first].value = (sl_str_t){p, n};
+    return true;
+}
+
+/* The head is complete: :authority becomes the Host (a client's own Host goes), the body's
+ * framing is known. 0, or the status of an answer instead of routing. */
+static uint16_t head_finish(sl_h2_stream_t *st, sl_req_t *r) {
+    sl_h1_head_t *hd = &r->head;
+    if (st->status_err) return st->status_err;
+    if (!hd->method.len || !hd->target.len) return 400;
+    uint16_t keep = 0;
+    sl_str_t host = {NULL, 0};
+    for (uint16_t i = 0; i < hd->nheaders; i++) {
+        if (SL_IEQ(hd->headers[i].name, "host")) {
+            if (host.p) return 400;
+            host = hd->headers[i].value;
+            if (st->authority.p) continue;
+        }
+        hd->headers[keep++] = hd->headers[i];
+    }
+    hd->nheaders = keep;
+    if (st->authority.p) {
+        if (hd->nheaders == SL_H1_MAX_HEADERS) return 431;
+        hd->headers[hd->nheaders++] = (sl_h1_header_t){SL_LIT("host"), st->authority, 0};
+        host = st->authority;
+    }
+    if (!host.len) return 400;
+    hd->host = host;
+    if (!join_cookies(st, r)) return 431;
+    if (st->remote_done || ((hd->flags & SL_H1_HAS_CL) && hd->content_length == 0))
+        hd->body_kind = SL_BODY_NONE;
+    else if (hd->flags & SL_H1_HAS_CL)
+        hd->body_kind = SL_BODY_LENGTH;
+    else
+        hd->body_kind = SL_BODY_CHUNKED; /* a length the upstream learns from its chunks */
+    return 0;
+}
+
+/* Whether the request may start: a body of known length that fits the stream's window is
+ * awaited whole, so nghttp2 has checked it against content-length before any byte of the
+ * request leaves for an upstream. */
+static bool stream_ready(sl_h2_stream_t *st) {
+    const sl_h1_head_t *hd = &st->ds.req->head;
+    if (st->status_err || st->remote_done) return true;
+    return !(hd->body_kind == SL_BODY_LENGTH && hd->content_length <= H2_STREAM_WINDOW);
+}
+
+/* ---- nghttp2's callbacks: they record, h2_run acts ---- */
+
+static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
+    sl_h2_t *h = ud;
+    if (h->closed || frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    sl_h2_stream_t *st = calloc(1, sizeof(*st));
+    if (!st) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    h->opened++;
+    st->h = h;
+    st->id = frame->hd.stream_id;
+    st->ds = h->tmpl;
+    st->ds.ops = &h2_ops;
+    st->ds.req = NULL;
+    st->ds.can_upgrade = 0;
+    sl_req_t *r = sl__req_new(h->w, &st->ds);
+    if (!r) {
+        free(st);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    memset(&r->head, 0, offsetof(sl_h1_head_t, headers));
+    r->head.major = 2;
+    r->head.query = (sl_str_t){"", 0};
+    r->keep_alive = 1;
+    r->start_ns = sl_now_ns();
+    st->ds.req = r;
+    st->next = h->streams;
+    if (h->streams) h->streams->prev = st;
+    h->streams = st;
+    h->nstreams++;
+    nghttp2_session_set_stream_user_data(ss, st->id, st);
+    stream_set_due(st, st->ds.lc->header_timeout_ms);
+    return 0;
+}
+
+static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud) {
+    sl_h2_t *h = ud;
+    (void)ss;
+    bool empty = hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM);
+    h->empty_frames = empty ? h->empty_frames + 1 : 0;
+    if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (hd->type == NGHTTP2_WINDOW_UPDATE &&
+        ++h->wu_recv > H2_CONTROL_ALLOWANCE + H2_WU_PER_DATA * h->data_sent)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (hd->type == NGHTTP2_PRIORITY &&
+        ++h->prio_recv > H2_CONTROL_ALLOWANCE + H2_PRIORITY_PER_STREAM * h->opened)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (hd->type == NGHTTP2_HEADERS) {
+        h->hb_frames = 1;
+        h->hb_bytes = (uint32_t)hd->length;
+    } else if (hd->type == NGHTTP2_CONTINUATION) {
+        h->hb_frames++;
+        h->hb_bytes += (uint32_t)hd->length;
+        /* CONTINUATION flood (CVE-2024-27316): a header block is bounded in frames and in
+         * bytes, whatever its fields decode to. */
+        if (h->hb_frames > H2_MAX_HEADER_FRAMES || h->hb_bytes > h->tmpl.lc->max_header_size + 16384u)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
+    sl_h2_t *h = ud;
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && h->draining == 1) {
+        h2_goaway_final(h);
+        return 0;
+    }
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+    sl_h2_stream_t *st = nghttp2_session_get_stream_user_data(ss, frame->hd.stream_id);
+    if (!st || !st->ds.req) return 0;
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) st->remote_done = 1;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        st->headers_done = 1;
+        uint16_t err = head_finish(st, st->ds.req);
+        if (err) st->status_err = err;
+    }
+    if (!st->headers_done) return 0;
+    if (st->began)
+        ev_push(st, EV_DATA);
+    else if (stream_ready(st))
+        ev_push(st, EV_BEGIN);
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                         void *ud) {
+    (void)flags;
+    (void)ud;
+    nghttp2_session_consume_connection(ss, len);
+    sl_h2_stream_t *st = nghttp2_session_get_stream_user_data(ss, id);
+    if (!st || !st->ds.req) return 0; /* the request is over: what it did not read goes */
+    if (!st->body && !(st->body = sl_block_get(&st->h->w->blocks))) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (len > SL_BLOCK_SIZE - st->blen) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* past its window */
+    assert(st->bpos <= st->blen);
+    memcpy(st->body + st->blen, data, len);
+    st->blen += (uint32_t)len;
+    if (st->began) ev_push(st, EV_DATA);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *ud) {
+    sl_h2_t *h = ud;
+    (void)code;
+    sl_h2_stream_t *st = nghttp2_session_get_stream_user_data(ss, id);
+    if (!st || h->closed) return 0;
+    st->nclosed = 1;
+    if (st->ds.req)
+        ev_push(st, EV_CLOSED);
+    else
+        stream_free(st);
+    return 0;
+}
+
+/* A response that ended while the client was still sending its request: the rest of the
+ * request is refused with NO_ERROR, as RFC 9113 8.1 asks. */
+static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
+    sl_h2_t *h = ud;
+    if (frame->hd.type == NGHTTP2_DATA) h->data_sent++;
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    if (!nghttp2_session_get_stream_remote_close(ss, frame->hd.stream_id))
+        nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *ud) {
+    sl_h2_t *h = ud;
+    (void)ss;
+    (void)flags;
+    if (h->writing || h->closed) return NGHTTP2_ERR_WOULDBLOCK;
+    if (!h->out && !(h->out = sl_block_get(&h->w->blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - h->olen));
+    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
+    memcpy(h->out + h->olen, data, n);
+    h->olen += (uint32_t)n;
+    return (ssize_t)n;
+}
+
+/* The data provider: the response body from r->clq, then the end. */
+static ssize_t on_read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                            nghttp2_data_source *src, void *ud) {
+    sl_h2_stream_t *st = src->ptr;
+    sl_outq_t *q = st->q;
+    size_t n = 0;
+    (void)ss;
+    (void)id;
+    (void)ud;
+    while (q && st->qi < q->niov && n < len) {
+        const uv_buf_t *b = &q->iov[st->qi];
+        size_t k = SL_MIN(len - n, b->len - st->qoff);
+        memcpy(buf + n, b->base + st->qoff, k);
+        n += k;
+        st->qoff += k;
+        if (st->qoff == b->len) st->qi++, st->qoff = 0;
+    }
+    if (q && st->qi == q->niov) {
+        st->q = NULL;
+        ev_push(st, EV_WRITTEN);
+        if (st->ds.req && st->ds.req->resp_done) st->eof_due = 1; /* that was the last of it */
+    }
+    if (!st->q && st->eof_due) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return (ssize_t)n;
+    }
+    if (!n) {
+        st->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    return (ssize_t)n;
+}
+
+/* ---- running the session ---- */
+
+static void h2_close_now(sl_h2_t *h) {
+    if (!h->closed) h->ops->close(h->owner);
+}
+
+static void h2_on_written(uv_write_t *wr, int status) {
+    sl_h2_t *h = SL_CONTAINER_OF(wr, sl_h2_t, wreq);
+    if (h->closed) return;
+    h->writing = 0;
+    h->olen = 0;
+    if (status < 0) {
+        h2_close_now(h);
+        return;
+    }
+    h2_run(h);
+}
+
+/* Moves what nghttp2 has to send into the output block and writes it. */
+static void h2_flush(sl_h2_t *h) {
+    while (!h->closed && !h->writing) {
+        if (nghttp2_session_send(h->ss) != 0) {
+            h2_close_now(h);
+            return;
+        }
+        if (!h->olen) break;
+        uv_buf_t b = uv_buf_init(h->out, h->olen);
+        int rc = sl_stream_writev(h->s, &h->wreq, &b, 1, h2_on_written);
+        if (rc < 0) {
+            h2_close_now(h);
+            return;
+        }
+        if (rc == 0) {
+            h->writing = 1;
+            return;
+        }
+        h->olen = 0;
+    }
+    if (!h->closed && !h->writing && h->out) {
+        sl_block_put(&h->w->blocks, h->out);
+        h->out = NULL;
+    }
+}
+
+/* Acts on one stream's events, the write first (a response that completed also closes the
+ * stream: it must finish, not be aborted). The stream may be gone afterwards. */
+static void stream_run(sl_h2_stream_t *st) {
+    uint8_t ev = st->ev;
+    ev_unlink(st);
+    sl_req_t *r = st->ds.req;
+    if (ev & EV_WRITTEN) {
+        if (ev & ~EV_WRITTEN) ev_push(st, ev & ~EV_WRITTEN);
+        if (r) sl__req_on_written(r, 0);
+        return;
+    }
+    if (ev & EV_CLOSED) {
+        stream_drop_request(st);
+        stream_free(st);
+        return;
+    }
+    if (!r) return;
+    if ((ev & EV_BEGIN) && !st->began) {
+        st->began = 1;
+        st->due = 0;
+        if (st->status_err) {
+            int s = st->status_err;
+            sl__req_respond_error(r, s,
+                                  s == 431   ? "request header fields too large"
+                                  : s == 405 ? "method not allowed"
+                                             : "bad request",
+                                  true);
+            return;
+        }
+        sl__req_begin(r);
+        return;
+    }
+    if ((ev & EV_DATA) && st->began) sl__req_on_client_data(r);
+}
+
+static void h2_run(sl_h2_t *h) {
+    if (h->in_run || h->closed) return;
+    h->in_run = 1;
+    for (;;) {
+        while (h->ev_head && !h->closed) stream_run(h->ev_head);
+        if (h->closed) break;
+        h2_flush(h);
+        if (!h->ev_head || h->closed) break;
+    }
+    h->in_run = 0;
+    if (h->closed) return;
+    bool quiet = !h->writing && !h->olen && !nghttp2_session_want_write(h->ss);
+    if (h->fatal) {
+        h2_close_now(h);
+    } else if (!h->lingering && quiet &&
+               (h->want_close || (h->draining == 2 && !h->nstreams) || !nghttp2_session_want_read(h->ss))) {
+        /* The last frame was written: a FIN, then the client's close is awaited, so a
+         * closing socket with the client's late frames unread never turns into a reset
+         * that destroys responses the client has not read yet. */
+        h->lingering = 1;
+        h->ops->linger(h->owner);
+        h->next_due = 0;
+        h2_schedule(h, h2_now(h) + H2_LINGER_MS);
+    }
+}
+
+/* ---- the session's life ---- */
+
+sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl, const sl_h2_owner_t *ops,
+                    void *owner) {
+    nghttp2_session_callbacks *cb = NULL;
+    nghttp2_option *opt = NULL;
+    sl_h2_t *h = calloc(1, sizeof(*h));
+    if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
+    h->w = w;
+    h->s = s;
+    h->ops = ops;
+    h->owner = owner;
+    h->tmpl = *tmpl;
+    nghttp2_session_callbacks_set_send_callback(cb, on_send);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* the requests give the windows back */
+    nghttp2_option_set_max_outbound_ack(opt, 1000);   /* SETTINGS/PING floods */
+    nghttp2_option_set_max_settings(opt, 32);
+    if (nghttp2_session_server_new2(&h->ss, cb, h, opt) != 0) goto fail;
+    nghttp2_option_del(opt);
+    nghttp2_session_callbacks_del(cb);
+    const sl_listener_conf_t *lc = tmpl->lc;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, lc->http2_max_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, lc->max_header_size},
+    };
+    nghttp2_submit_settings(h->ss, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));
+    nghttp2_session_set_local_window_size(h->ss, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW);
+    uv_idle_init(&w->loop, &h->idle);
+    h->idle.data = owner;
+    h->conn_due = h2_now(h) + lc->idle_timeout_ms;
+    h2_schedule(h, h->conn_due);
+    return h;
+fail:
+    if (opt) nghttp2_option_del(opt);
+    if (cb) nghttp2_session_callbacks_del(cb);
+    free(h);
+    return NULL;
+}
+
+bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n) {
+    if (h->closed) return false;
+    if (h->lingering) return true; /* the client's last frames: nothing more is answered */
+    ssize_t rv = nghttp2_session_mem_recv(h->ss, (const uint8_t *)p, n);
+    if (rv < 0) {
+        sl_log_debug("listener %s: HTTP/2 from %s: %s", h->tmpl.lc->name, h->tmpl.peer, nghttp2_strerror((int)rv));
+        /* nghttp2 queued a GOAWAY for most errors: it goes out first, then the close. */
+        h->fatal = 1;
+        h2_flush(h);
+        h2_close_now(h);
+        return false;
+    }
+    h2_run(h);
+    return !h->closed;
+}
+
+void sl__h2_on_timer(sl_h2_t *h) {
+    if (h->closed) return;
+    if (h->lingering) {
+        h2_close_now(h);
+        return;
+    }
+    uint64_t now = h2_now(h), next = 0;
+    h->next_due = 0;
+    for (sl_h2_stream_t *st = h->streams, *nx; st; st = nx) {
+        nx = st->next;
+        if (!st->due) continue;
+        if (st->due > now) {
+            next = next && next < st->due ? next : st->due;
+            continue;
+        }
+        st->due = 0;
+        sl_req_t *r = st->ds.req;
+        if (!r) continue;
+        if (!st->began) {
+            /* the head or the awaited body did not arrive within header_timeout */
+            st->began = 1;
+            sl__req_respond_error(r, 408, "request timeout", true);
+        } else {
+            st->ds.ops->abort(&st->ds); /* a client that stopped reading or sending */
+        }
+        if (h->closed) return;
+    }
+    if (h->draining == 1) {
+        if (h->drain_due <= now)
+            h2_goaway_final(h);
+        else
+            next = next && next < h->drain_due ? next : h->drain_due;
+    }
+    if (!h->nstreams && h->conn_due && h->conn_due <= now) {
+        if (h->want_close) {
+            /* a GOAWAY that could not be written within another idle_timeout: a client
+             * that reads nothing (a zero window, a full socket) is closed */
+            h2_close_now(h);
+            return;
+        }
+        /* idle: GOAWAY, then the close once it was written */
+        nghttp2_submit_goaway(h->ss, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ss),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+        h->want_close = 1;
+        h->conn_due = now + h->tmpl.lc->idle_timeout_ms;
+        next = next && next < h->conn_due ? next : h->conn_due;
+    } else if (!h->nstreams && h->conn_due) {
+        next = next && next < h->conn_due ? next : h->conn_due;
+    }
+    if (next) h2_schedule(h, next);
+    h2_run(h);
+}
+
+/* A drain in two steps (RFC 9113 6.8): a GOAWAY naming the largest stream id, and a PING;
+ * once its ACK is back (or a second passed) every stream the client sent before it has
+ * arrived, and the final GOAWAY names the last of them. A client thus never sees a
+ * stream refused because it crossed the GOAWAY. */
+void sl__h2_drain(sl_h2_t *h) {
+    if (h->closed || h->draining) return;
+    h->draining = 1;
+    nghttp2_submit_shutdown_notice(h->ss);
+    nghttp2_submit_ping(h->ss, NGHTTP2_FLAG_NONE, NULL);
+    h->drain_due = h2_now(h) + 1000;
+    h2_schedule(h, h->drain_due);
+    h2_run(h);
+}
+
+void sl__h2_close(sl_h2_t *h, uv_close_cb cb) {
+    if (h->closed) return;
+    h->closed = 1;
+    while (h->streams) {
+        sl_h2_stream_t *st = h->streams;
+        stream_drop_request(st);
+        stream_free(st);
+    }
+    uv_idle_stop(&h->idle);
+    uv_close((uv_handle_t *)&h->idle, cb);
+}
+
+void sl__h2_free(sl_h2_t *h) {
+    if (h->out) sl_block_put(&h->w->blocks, h->out);
+    nghttp2_session_del(h->ss);
+    free(h);
+}
+
+/* ---- the downstream a stream's request talks to (downstream.h) ---- */
+
+static sl_h2_stream_t *stream_of(sl_downstream_t *d) { return SL_CONTAINER_OF(d, sl_h2_stream_t, ds); }
+
+static bool h2_body_buffered(sl_downstream_t *d) {
+    sl_h2_stream_t *st = stream_of(d);
+    return st->bpos < st->blen || (st->remote_done && !st->done_told);
+}
+
+static int h2_read_body(sl_downstream_t *d, uint32_t room, sl_body_cb cb, void *ud) {
+    sl_h2_stream_t *st = stream_of(d);
+    (void)room; /* one piece per call */
+    if (st->bpos < st->blen) {
+        uint32_t n = st->blen - st->bpos;
+        if (cb(ud, st->body + st->bpos, n)) return SL_ERROR;
+        st->bpos += n;
+    }
+    if (st->remote_done) {
+        st->done_told = 1;
+        return SL_DONE;
+    }
+    return SL_OK;
+}
+
+static void h2_wait_body(sl_downstream_t *d) {
+    sl_h2_stream_t *st = stream_of(d);
+    sl_h2_t *h = st->h;
+    if (st->bpos == st->blen && st->blen) {
+        /* Everything handed was written: the block starts over, and its bytes go back to
+         * the client's window. */
+        if (!st->nclosed) nghttp2_session_consume_stream(h->ss, st->id, st->blen);
+        st->blen = st->bpos = 0;
+        h2_kick(h);
+    }
+    stream_set_due(st, d->lc->idle_timeout_ms);
+}
+
+static void h2_pause(sl_downstream_t *d) { (void)d; /* the stream's window does it */ }
+
+static bool h2_send_continue(sl_downstream_t *d) {
+    sl_h2_stream_t *st = stream_of(d);
+    static const nghttp2_nv nv[] = {{(uint8_t *)":status", (uint8_t *)"100", 7, 3, NGHTTP2_NV_FLAG_NONE}};
+    if (!st->nclosed) nghttp2_submit_headers(st->h->ss, NGHTTP2_FLAG_NONE, st->id, NULL, nv, 1, NULL);
+    h2_kick(st->h);
+    return true;
+}
+
+static bool nv_add(sl_req_t *r, nghttp2_nv *nva, size_t *n, sl_str_t name, sl_str_t value) {
+    char *p = sl_arena_alloc(&r->arena, name.len + value.len + 1);
+    if (!p) return false;
+    for (size_t i = 0; i < name.len; i++) p[i] = sl_lower(name.p[i]);
+    memcpy(p + name.len, value.p, value.len);
+    nva[(*n)++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)p + name.len, name.len, value.len, NGHTTP2_NV_FLAG_NONE};
+    return true;
+}
+
+static bool nv_num(sl_req_t *r, nghttp2_nv *nva, size_t *n, sl_str_t name, uint64_t v) {
+    char buf[24];
+    sl_wbuf_t b = {buf, 0, sizeof buf};
+    return sl_wbuf_u64(&b, v) && nv_add(r, nva, n, name, (sl_str_t){buf, b.len});
+}
+
+/* The response head as an HTTP/2 header list: the same fields sl__h1_client_head and
+ * sl__h1_answer_head put in an HTTP/1.1 head, less the connection's own (Connection,
+ * Transfer-Encoding: never chunked here), names lower-cased. Submitted by the first
+ * write (or finish), so a head that never left can still be replaced by a 502. */
+static int h2_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_t content_length) {
+    sl_h2_stream_t *st = stream_of(d);
+    const sl_h1_head_t *h = &r->rhead;
+    const sl_hdr_edits_t *ed = &r->resp_edits;
+    bool answer = content_length >= 0;
+    size_t cap = (answer ? 0 : h->nheaders) + ed->nadded + 5, n = 0;
+    nghttp2_nv *nva = sl_arena_alloc(&r->arena, cap * sizeof(*nva));
+    if (!nva) return SL_ERROR;
+    int status = answer ? r->status : h->status;
+    bool ok = nv_num(r, nva, &n, SL_LIT(":status"), (uint64_t)status);
+    r->clq.chunked = 0;
+    if (answer) {
+        sl_outq_reset(&r->clq);
+        if (ctype.len && !sl_edits_find(ed, SL_LIT("content-type")) && !sl_edits_removed(ed, SL_LIT("content-type")))
+            ok = ok && nv_add(r, nva, &n, SL_LIT("content-type"), ctype);
+    } else {
+        for (uint16_t i = 0; i < h->nheaders && ok; i++)
+            if (!h->headers[i].hop && !(ed->nremoved && sl_edits_removed(ed, h->headers[i].name)))
+                ok = nv_add(r, nva, &n, h->headers[i].name, h->headers[i].value);
+    }
+    for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = nv_add(r, nva, &n, ed->added[i].name, ed->added[i].value);
+    if (answer) {
+        if (status != 204) ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
+        if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
+            ok = ok && nv_num(r, nva, &n, SL_LIT("retry-after"), r->retry_after_s ? r->retry_after_s : 1);
+        st->bodiless = content_length == 0 || status == 204 || status == 304 || r->head.method_id == HTTP_HEAD;
+    } else {
+        /* A body_filter may change the body's length: its output goes without one. */
+        bool filtered = sl__req_body_filtered(r) && h->body_kind != SL_BODY_NONE;
+        if ((h->flags & SL_H1_HAS_CL) && h->body_kind != SL_BODY_CHUNKED && !filtered && status >= 200 &&
+            status != 204)
+            ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), h->content_length);
+        st->bodiless = h->body_kind == SL_BODY_NONE || r->head.method_id == HTTP_HEAD || status == 204 ||
+                       status == 304;
+    }
+    if (!ok) return SL_ERROR;
+    st->nva = nva;
+    st->nvlen = n;
+    return SL_OK;
+}
+
+static bool stream_submit(sl_h2_stream_t *st) {
+    if (st->submitted) return true;
+    if (st->nclosed || !st->nva) return false;
+    nghttp2_data_provider prd = {.source = {.ptr = st}, .read_callback = on_read_body};
+    if (nghttp2_submit_response(st->h->ss, st->id, st->nva, st->nvlen, st->bodiless ? NULL : &prd) != 0)
+        return false;
+    st->submitted = 1;
+    return true;
+}
+
+static int h2_write(sl_downstream_t *d, sl_outq_t *q) {
+    sl_h2_stream_t *st = stream_of(d);
+    assert(!st->q); /* one write in flight per stream: the data provider reads it */
+    if (!stream_submit(st)) return -1;
+    h2_kick(st->h);
+    if (st->bodiless || !q->niov) {
+        sl_outq_reset(q);
+        return 1;
+    }
+    st->q = q;
+    st->qi = 0;
+    st->qoff = 0;
+    q->writing = 1;
+    if (st->deferred) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(st->h->ss, st->id);
+    }
+    return 0;
+}
+
+static void h2_arm(sl_downstream_t *d, uint64_t ms) { stream_set_due(stream_of(d), ms); }
+
+static void h2_finish(sl_downstream_t *d) {
+    sl_h2_stream_t *st = stream_of(d);
+    sl_h2_t *h = st->h;
+    sl_req_t *r = d->req;
+    d->req = NULL;
+    st->q = NULL;
+    st->due = 0;
+    if (r) sl__req_free(r);
+    stream_release_body(st);
+    if (st->nclosed) {
+        stream_free(st);
+        return;
+    }
+    st->eof_due = 1;
+    if (!st->submitted) {
+        if (!stream_submit(st)) nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    } else if (st->deferred) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(h->ss, st->id);
+    }
+    h2_kick(h);
+}
+
+static void h2_abort(sl_downstream_t *d) {
+    sl_h2_stream_t *st = stream_of(d);
+    sl_h2_t *h = st->h;
+    if (!st->nclosed) nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    stream_drop_request(st);
+    if (st->nclosed) stream_free(st);
+    h2_kick(h);
+}
+
+static const sl_downstream_ops_t h2_ops = {
+    .body_buffered = h2_body_buffered,
+    .read_body = h2_read_body,
+    .wait_body = h2_wait_body,
+    .pause = h2_pause,
+    .send_continue = h2_send_continue,
+    .write_head = h2_write_head,
+    .write = h2_write,
+    .arm = h2_arm,
+    .finish = h2_finish,
+    .abort = h2_abort,
+};

@@ -1,0 +1,65 @@
+/* h2.h — an HTTP/2 server connection (nghttp2 for framing, HPACK and flow control): the
+ * second implementation of the downstream a request talks to (downstream.h). Each HTTP/2
+ * stream embeds an sl_downstream_t, so routing, plugins, balancers, retries, limits, logs
+ * and metrics serve it unchanged; upstreams stay HTTP/1.1 (h1_head.c builds their heads
+ * from r->head, which a stream fills from its HEADERS). Internal: sl__ names.
+ *
+ * Ownership: the client connection that recognised HTTP/2 (conn.c: the connection preface
+ * after ALPN h2 or with prior knowledge) keeps its socket, its timer, its reads and its
+ * close; it hands every byte it reads to the session and the session writes through the
+ * stream it was given. The session owns its streams, their request objects and buffers
+ * (worker blocks: one output block per connection, one body block per stream whose
+ * request body is arriving). This header does not know conn.h: the owner is reached
+ * through sl_h2_owner_t, so conn.c -> h2.c is the only edge.
+ */
+#ifndef SL_H2_H
+#define SL_H2_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "ctx/worker.h"
+#include "http/downstream.h"
+#include "net/stream.h"
+
+typedef struct sl_h2_s sl_h2_t;
+
+/** What the session asks of the connection that owns it. */
+typedef struct {
+    /** (Re)arms the connection's timer to fire in ms (sl__h2_on_timer follows). */
+    void (*arm)(void *owner, uint64_t ms);
+    /** Closes the connection now (sl__h2_close is called from it). */
+    void (*close)(void *owner);
+    /** Half-closes the connection after what was written (a FIN; through TLS a
+     *  close_notify first) and goes on reading until the client closes: the session
+     *  closes it at the latest when its timer fires next. */
+    void (*linger)(void *owner);
+} sl_h2_owner_t;
+
+/** The 24 bytes every HTTP/2 connection starts with (RFC 9113 3.4). */
+#define SL_H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define SL_H2_PREFACE_LEN 24
+
+/** Whether p[0..n) starts the preface: SL_OK (all 24 bytes are there), SL_EAGAIN (a
+ *  prefix of it: more bytes decide), SL_ERROR (not HTTP/2). */
+int sl__h2_preface(const char *p, size_t n);
+
+/** A session over s for a connection of listener `tmpl->lidx` (its lc, secure, trusted,
+ *  port and peer are copied into every stream's downstream). NULL when out of memory. */
+sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl, const sl_h2_owner_t *ops,
+                    void *owner);
+/** Bytes read from the client (the preface first). False: the connection must close. */
+bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n);
+/** The owner's timer fired. */
+void sl__h2_on_timer(sl_h2_t *h);
+/** The worker drains: GOAWAY with the last stream id; in-flight streams finish, then the
+ *  connection closes. */
+void sl__h2_drain(sl_h2_t *h);
+/** The connection closes: every request is abandoned and the session's handle (`cb` gets
+ *  it, with the owner as its data) is closed. */
+void sl__h2_close(sl_h2_t *h, uv_close_cb cb);
+/** Frees the session once its handle was closed. */
+void sl__h2_free(sl_h2_t *h);
+
+#endif
