@@ -305,6 +305,10 @@ static int check_request(sl_h1_head_t *hd) {
 
     sl_str_t t = hd->target;
     if (hd->method_id == HTTP_CONNECT) return 405;
+    /* A fragment is never part of a request-target (RFC 9112 3.2), and llhttp passes it:
+     * "/admin#x" would route as a path of its own while an upstream that drops the fragment
+     * serves /admin (HAProxy refuses it too; scripts/difffuzz found it). */
+    if (memchr(t.p, '#', t.len)) return 400;
     if (t.len && t.p[0] == '/') {
         /* origin-form */
     } else if (t.len == 1 && t.p[0] == '*') {

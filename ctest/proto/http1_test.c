@@ -360,6 +360,17 @@ static void test_version(void) {
     REJECT("GET a HTTP/1.1\r\nHost: a\r\n\r\n", 400); /* not origin-, absolute- or asterisk-form */
 }
 
+/* Found by scripts/difffuzz (HAProxy refuses these; sluice used to forward them). */
+static void test_target_fragment(void) {
+    REJECT("GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /a?b#c HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /admin# HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET http://a/x#y HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    parse_t *r = REQ("GET /a?b=%23 HTTP/1.1\r\nHost: a\r\n\r\n"); /* an encoded one is data */
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.query, "b=%23");
+}
+
 /* ---- request heads: ambiguous framing ---- */
 
 static void test_cl_te(void) {
@@ -1112,6 +1123,7 @@ static const check_test_t tests[] = {
     T(test_absolute_form),
     T(test_host),
     T(test_version),
+    T(test_target_fragment),
     T(test_cl_te),
     T(test_content_length),
     T(test_transfer_encoding),
