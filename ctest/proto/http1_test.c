@@ -371,6 +371,20 @@ static void test_target_fragment(void) {
     CHECK_SLICE(r->head.query, "b=%23");
 }
 
+/* A '%' that does not start a pct-encoded octet (nginx refuses these; sluice forwarded them). */
+static void test_target_bad_percent(void) {
+    REJECT("GET /% HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /%2 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /%u0061dmin HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /a?q=%g1 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET http://a/%%30 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    parse_t *r = REQ("GET /%2F%2e%00%fF?%20 HTTP/1.1\r\nHost: a\r\n\r\n"); /* passed as sent */
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.path, "/%2F%2e%00%fF");
+    CHECK_SLICE(r->head.query, "%20");
+}
+
 /* ---- request heads: ambiguous framing ---- */
 
 static void test_cl_te(void) {
@@ -1124,6 +1138,7 @@ static const check_test_t tests[] = {
     T(test_host),
     T(test_version),
     T(test_target_fragment),
+    T(test_target_bad_percent),
     T(test_cl_te),
     T(test_content_length),
     T(test_transfer_encoding),
