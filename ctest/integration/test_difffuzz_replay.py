@@ -2,8 +2,8 @@
 
 Each file is the raw bytes the fuzzer sent (a mutated request, its body, and a pipelined
 `GET /__next ... Connection: close`). The file's name says what the fuzzer saw:
-  laxer-PEER-*        sluice forwarded what PEER refused: sluice must now forward nothing
-                      (or, per EXPECT, only the messages before the refused one)
+  laxer-PEER-*        sluice forwarded what PEER refused (fixed since): sluice must now
+                      forward nothing, or per EXPECT only the messages before the refused one
   framing-PEER-*      sluice framed a message differently from PEER: EXPECT holds the framing
   deliberate.WHY-*    a difference docs/DECISIONS.md accepts: sluice forwards, and EXPECT holds
                       exactly what its upstream must see
@@ -32,6 +32,26 @@ FOUND = os.path.join(h.SRC, "ctest", "fuzz", "diff_found")
 # File name -> the messages sluice's upstream must see; a file not named here must reach the
 # upstream not at all (sluice refuses the first message).
 EXPECT = {
+    'deliberate.asterisk-form-nginx-1e590221be42':
+        [('GET', '/__next', 0, '00000000')],
+    'deliberate.dup-expect-nginx-491a1d5d9668':
+        [('POST', '/', 0, '00000000')],
+    'deliberate.encoded-nul-nginx-c9f233ef8a8d':
+        [('POST', '/%00', 0, '00000000')],
+    'deliberate.host-dots-nginx-3541aff716b9':
+        [('POST', '/', 0, '00000000')],
+    'deliberate.htab-ows+asterisk-form-nginx-1d1ec75b2408':
+        [('GET', '/__next', 0, '00000000')],
+    'deliberate.htab-ows+encoded-nul-nginx-7c7d2d9a16b0':
+        [('POST', '/%00', 0, '00000000')],
+    'deliberate.htab-ows-nginx-ef753e7c38d7':
+        [('POST', '/', 0, '00000000')],
+    'deliberate.http10-get-body-haproxy-251fff64a947':
+        [('GET', '/', 5, 'bedc2c7f')],
+    'deliberate.method-policy-nginx-d26125f77997':
+        [('TRACE', '/form', 0, '00000000')],
+    'deliberate.websocket-key-haproxy-6d578f4cf3c3':
+        [('POST', '/', 0, '00000000')],
 }
 
 S = {}
