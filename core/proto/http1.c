@@ -195,12 +195,36 @@ static bool next_token(sl_str_t *list, sl_str_t *tok) {
     return false;
 }
 
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
 static bool valid_host(sl_str_t v) {
     for (size_t i = 0; i < v.len; i++) {
         unsigned char c = (unsigned char)v.p[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '-' || c == '.' || c == ':' || c == '[' || c == ']' || c == '_' || c == '~' ||
               c == '%'))
+            return false;
+    }
+    return true;
+}
+
+/* Both found by scripts/difffuzz; llhttp passes them.
+ * - A fragment is never part of a request-target (RFC 9112 3.2): "/admin#x" would route as
+ *   a path of its own while an upstream that drops the fragment serves /admin (HAProxy
+ *   refuses it too).
+ * - A '%' must start a pct-encoded octet (RFC 3986 2.1): "/%", "/%zz" and "/%u0061" are
+ *   decoded differently by different upstreams, or not at all (nginx refuses them). */
+static bool valid_target_bytes(sl_str_t t) {
+    for (size_t i = 0; i < t.len; i++) {
+        if (t.p[i] == '#') return false;
+        if (t.p[i] == '%' &&
+            (i + 2 >= t.len || hexval((unsigned char)t.p[i + 1]) < 0 ||
+             hexval((unsigned char)t.p[i + 2]) < 0))
             return false;
     }
     return true;
@@ -305,6 +329,7 @@ static int check_request(sl_h1_head_t *hd) {
 
     sl_str_t t = hd->target;
     if (hd->method_id == HTTP_CONNECT) return 405;
+    if (!valid_target_bytes(t)) return 400;
     if (t.len && t.p[0] == '/') {
         /* origin-form */
     } else if (t.len == 1 && t.p[0] == '*') {
@@ -441,13 +466,6 @@ enum {
 
 #define SL_CHUNK_LINE_MAX 4096     /* a size line with its extensions */
 #define SL_TRAILERS_MAX (8 * 1024) /* the whole trailer section */
-
-static int hexval(unsigned char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
 
 static int chunked(sl_h1_t *h, const char *p, size_t n, size_t *used) {
     size_t i = 0;

@@ -360,6 +360,31 @@ static void test_version(void) {
     REJECT("GET a HTTP/1.1\r\nHost: a\r\n\r\n", 400); /* not origin-, absolute- or asterisk-form */
 }
 
+/* Found by scripts/difffuzz (HAProxy refuses these; sluice used to forward them). */
+static void test_target_fragment(void) {
+    REJECT("GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /a?b#c HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /admin# HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET http://a/x#y HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    parse_t *r = REQ("GET /a?b=%23 HTTP/1.1\r\nHost: a\r\n\r\n"); /* an encoded one is data */
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.query, "b=%23");
+}
+
+/* A '%' that does not start a pct-encoded octet (nginx refuses these; sluice forwarded them). */
+static void test_target_bad_percent(void) {
+    REJECT("GET /% HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /%2 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /%u0061dmin HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET /a?q=%g1 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET http://a/%%30 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    parse_t *r = REQ("GET /%2F%2e%00%fF?%20 HTTP/1.1\r\nHost: a\r\n\r\n"); /* passed as sent */
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.path, "/%2F%2e%00%fF");
+    CHECK_SLICE(r->head.query, "%20");
+}
+
 /* ---- request heads: ambiguous framing ---- */
 
 static void test_cl_te(void) {
@@ -1112,6 +1137,8 @@ static const check_test_t tests[] = {
     T(test_absolute_form),
     T(test_host),
     T(test_version),
+    T(test_target_fragment),
+    T(test_target_bad_percent),
     T(test_cl_te),
     T(test_content_length),
     T(test_transfer_encoding),
