@@ -76,7 +76,7 @@ static void normalize_host(sl_req_t *r) {
     if (n && h.p[0] == '[') {
         const char *e = memchr(h.p, ']', n);
         n = e ? (size_t)(e - h.p + 1) : n;
-    } else {
+    } else if (n) { /* no Host at all (HTTP/1.0): nothing to search, and h.p may be NULL */
         const char *colon = memchr(h.p, ':', n);
         if (colon) n = (size_t)(colon - h.p);
     }
