@@ -1,5 +1,6 @@
-"""Shared pieces of scripts/bench-resilience, scripts/bench-edge and scripts/bench-tls: ports, processes,
-wrk, medians, the machine-wide bench lock and the release build."""
+"""Shared pieces of scripts/bench-resilience, scripts/bench-edge, scripts/bench-tls and scripts/bench:
+ports, processes, wrk, medians, the machine-wide bench lock, the release build, and the TLS
+certificate and pinned client suite."""
 
 import fcntl
 import os
@@ -193,3 +194,31 @@ def fd_kinds(pids):
             k = t.split(":", 1)[0] if ":" in t and not t.startswith("/") else "file"
             kinds[k] = kinds.get(k, 0) + 1
     return kinds
+
+
+# The TLS pin (scripts/bench-tls, scripts/bench --scenarios h2): servers offer only TLS 1.3,
+# and every TLS client started (wrk, h2load, openssl s_client, curl) reads CLIENT_CNF through
+# OPENSSL_CONF; OpenSSL applies system_default to each SSL_CTX it creates, so the client offers
+# only TLS 1.3 with TLS_SUITE and every server must pick it.
+TLS_SUITE = "TLS_AES_128_GCM_SHA256"
+CLIENT_CNF = """openssl_conf = openssl_init
+[openssl_init]
+ssl_conf = ssl_sect
+[ssl_sect]
+system_default = system_default_sect
+[system_default_sect]
+MinProtocol = TLSv1.3
+Ciphersuites = %s
+""" % TLS_SUITE
+
+
+def make_cert(d, kind):
+    """A self-signed localhost/127.0.0.1 certificate made by the openssl CLI in d: kind "ecdsa"
+    (P-256) or "rsa" (2048); returns the (cert, key) file names, relative to d."""
+    key, crt = os.path.join(d, kind + ".key"), os.path.join(d, kind + ".crt")
+    newkey = (["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"] if kind == "ecdsa"
+              else ["-newkey", "rsa:2048"])
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"] + newkey + ["-keyout", key, "-out", crt],
+                   check=True, capture_output=True)
+    return os.path.basename(crt), os.path.basename(key)
