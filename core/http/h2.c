@@ -51,6 +51,10 @@ enum { EV_BEGIN = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
 #define H2_WU_PER_DATA 10
 #define H2_PRIORITY_PER_STREAM 100
 #define H2_CONTROL_ALLOWANCE 1000
+/* SETTINGS come once at the start and seldom after (a window change): past this many, plus
+ * one per stream opened, a client that reads every ACK is still a flood (nghttp2 only bounds
+ * the ACKs it has queued, i.e. a client that does not read). */
+#define H2_SETTINGS_ALLOWANCE 100
 /* How long a connection that said its last word waits for the client to close it. */
 #define H2_LINGER_MS 2000
 
@@ -103,6 +107,7 @@ struct sl_h2_s {
     uint32_t hb_frames, hb_bytes; /* the header block being received */
     uint32_t empty_frames;        /* empty DATA frames in a row */
     uint64_t wu_recv, prio_recv;  /* WINDOW_UPDATE and PRIORITY frames received */
+    uint64_t settings_recv;       /* SETTINGS frames received (not ACKs) */
     uint64_t data_sent, opened;   /* DATA frames sent, streams opened by the client */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
@@ -202,6 +207,7 @@ static void stream_free(sl_h2_stream_t *st) {
     if (st->next) st->next->prev = st->prev;
     if (!st->nclosed && !h->closed) nghttp2_session_set_stream_user_data(h->ss, st->id, NULL);
     free(st);
+    SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], -1);
     if (--h->nstreams == 0 && !h->closed) {
         h->conn_due = h2_now(h) + h->tmpl.lc->idle_timeout_ms;
         h2_schedule(h, h->conn_due);
@@ -405,23 +411,33 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     if (h->streams) h->streams->prev = st;
     h->streams = st;
     h->nstreams++;
+    SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], 1);
     nghttp2_session_set_stream_user_data(ss, st->id, st);
     stream_set_due(st, st->ds.lc->header_timeout_ms);
     return 0;
 }
 
+/* A flood bound was passed: GOAWAY ENHANCE_YOUR_CALM (written before the close when the
+ * client still reads), and nghttp2 stops reading. */
+static int h2_calm(nghttp2_session *ss) {
+    nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud) {
     sl_h2_t *h = ud;
-    (void)ss;
     bool empty = hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM);
     h->empty_frames = empty ? h->empty_frames + 1 : 0;
-    if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return h2_calm(ss);
     if (hd->type == NGHTTP2_WINDOW_UPDATE &&
         ++h->wu_recv > H2_CONTROL_ALLOWANCE + H2_WU_PER_DATA * h->data_sent)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return h2_calm(ss);
     if (hd->type == NGHTTP2_PRIORITY &&
         ++h->prio_recv > H2_CONTROL_ALLOWANCE + H2_PRIORITY_PER_STREAM * h->opened)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return h2_calm(ss);
+    if (hd->type == NGHTTP2_SETTINGS && !(hd->flags & NGHTTP2_FLAG_ACK) &&
+        ++h->settings_recv > H2_SETTINGS_ALLOWANCE + h->opened)
+        return h2_calm(ss);
     if (hd->type == NGHTTP2_HEADERS) {
         h->hb_frames = 1;
         h->hb_bytes = (uint32_t)hd->length;
@@ -431,7 +447,7 @@ static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void 
         /* CONTINUATION flood (CVE-2024-27316): a header block is bounded in frames and in
          * bytes, whatever its fields decode to. */
         if (h->hb_frames > H2_MAX_HEADER_FRAMES || h->hb_bytes > h->tmpl.lc->max_header_size + 16384u)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
+            return h2_calm(ss);
     }
     return 0;
 }
@@ -488,11 +504,30 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
     return 0;
 }
 
+/* A GOAWAY taken into the output, by why it went: NO_ERROR is a drain (both of its GOAWAYs)
+ * or the idle timeout; an error code names the connection error. */
+static void h2_count_goaway(sl_h2_t *h, uint32_t code) {
+    int reason;
+    switch (code) {
+    case NGHTTP2_NO_ERROR: reason = h->draining ? SL_H2_GOAWAY_DRAIN : SL_H2_GOAWAY_IDLE; break;
+    case NGHTTP2_PROTOCOL_ERROR: reason = SL_H2_GOAWAY_PROTOCOL_ERROR; break;
+    case NGHTTP2_FLOW_CONTROL_ERROR: reason = SL_H2_GOAWAY_FLOW_CONTROL_ERROR; break;
+    case NGHTTP2_FRAME_SIZE_ERROR: reason = SL_H2_GOAWAY_FRAME_SIZE_ERROR; break;
+    case NGHTTP2_STREAM_CLOSED: reason = SL_H2_GOAWAY_STREAM_CLOSED; break;
+    case NGHTTP2_COMPRESSION_ERROR: reason = SL_H2_GOAWAY_COMPRESSION_ERROR; break;
+    case NGHTTP2_ENHANCE_YOUR_CALM: reason = SL_H2_GOAWAY_ENHANCE_YOUR_CALM; break;
+    case NGHTTP2_INTERNAL_ERROR: reason = SL_H2_GOAWAY_INTERNAL_ERROR; break;
+    default: reason = SL_H2_GOAWAY_OTHER; break;
+    }
+    SL_COUNTER_ADD(h->w->metrics.h2_goaway[h->tmpl.lidx * SL_H2_GOAWAY_REASONS + (uint32_t)reason], 1);
+}
+
 /* A response that ended while the client was still sending its request: the rest of the
  * request is refused with NO_ERROR, as RFC 9113 8.1 asks. */
 static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
     sl_h2_t *h = ud;
     if (frame->hd.type == NGHTTP2_DATA) h->data_sent++;
+    if (frame->hd.type == NGHTTP2_GOAWAY) h2_count_goaway(h, frame->goaway.error_code);
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
