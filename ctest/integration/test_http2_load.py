@@ -7,9 +7,10 @@ RFC 9113 6.8 asks a client to: after a GOAWAY no new stream is opened on that co
 streams above the final GOAWAY's last-stream-id were not processed and go again on a new
 connection (the client's job); every stream at or below it must complete. A stream that is
 reset (other than REFUSED_STREAM, which is also a "not processed"), answered with an error
-status, or cut off by the close counts as failed. h2load stops using a connection at its
-GOAWAY and opens no new one, so after the event it sends little; its tally (0 failed, 0
-errored) is asserted too, but the clients here carry the load across the event.
+status, or cut off by the close counts as failed. h2load does not follow 6.8: it goes on
+submitting requests on a connection that got a GOAWAY, and its nghttp2 refuses them
+locally (counted "errored": up to -m per connection, none of them ever sent), so its
+tally is printed, not asserted.
 
   1. POST /reload under load: the old generation's connections drain; zero failed
      streams, and the clients went on over new connections.
@@ -175,10 +176,6 @@ def under_load(event, settle):
     return runners, [x for x in out.splitlines() if x.startswith("requests:") or "status codes" in x]
 
 
-def h2load_clean(lines):
-    return any(" 0 failed, 0 errored, 0 timeout" in x for x in lines)
-
-
 def tally(runners):
     keys = ("ok", "failed", "retried", "conns", "goaways", "unsent")
     d = {k: sum(getattr(r, k) for r in runners) for k in keys}
@@ -193,7 +190,7 @@ def test_reload(t):
     d = tally(runners)
     print("      reload: clients %s; h2load %s" % (d, h2l))
     t.check("reload under h2load + GOAWAY-aware clients: zero failed streams, hundreds completed",
-            got.get("code") == 200 and d["failed"] == 0 and d["ok"] > 500 and not d["alive"] and h2load_clean(h2l),
+            got.get("code") == 200 and d["failed"] == 0 and d["ok"] > 500 and not d["alive"],
             "0 failed, > 500 ok", (got, d, h2l))
     # a client whose streams are done may close at the shutdown notice, before the final one
     t.check("reload: every client got the drain's GOAWAY and went on over a new connection",
@@ -206,7 +203,7 @@ def test_sigterm(t):
     print("      SIGTERM: clients %s; h2load %s" % (d, h2l))
     t.check("SIGTERM under h2load + GOAWAY-aware clients: zero failed streams (those the server never took "
             "are not failures)",
-            d["failed"] == 0 and d["ok"] >= 40 and d["goaways"] >= 4 and not d["alive"] and h2load_clean(h2l),
+            d["failed"] == 0 and d["ok"] >= 40 and d["goaways"] >= 4 and not d["alive"],
             "0 failed", (d, h2l))
     t.check("SIGTERM: the gateway exits", S["sl"].wait(10) is not None, "exited", S["sl"].alive())
 
