@@ -26,13 +26,15 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
     m->tls_hs = calloc((cfg->nlisteners + 1) * SL_TLS_HS_RESULTS, sizeof(uint64_t));
     m->tcp_sni = calloc((cfg->nlisteners + 1) * SL_SNI_RESULTS, sizeof(uint64_t));
+    m->h2_streams = calloc(cfg->nlisteners + 1, sizeof(int64_t));
+    m->h2_goaway = calloc((cfg->nlisteners + 1) * SL_H2_GOAWAY_REASONS, sizeof(uint64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->lplugin_errors = calloc((cfg->nlisteners + 1) * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
     if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
-        !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs) {
+        !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
@@ -50,6 +52,8 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->tcp_bytes);
     free(m->tls_hs);
     free(m->tcp_sni);
+    free(m->h2_streams);
+    free(m->h2_goaway);
     free(m->plugin_errors);
     free(m->lplugin_errors);
     free(m->retries);
@@ -174,6 +178,9 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                     SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
                 for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++)
                     SL_COUNTER_ADD(to->tls_hs[k * SL_TLS_HS_RESULTS + res], from->tls_hs[l * SL_TLS_HS_RESULTS + res]);
+                for (size_t g = 0; g < SL_H2_GOAWAY_REASONS; g++)
+                    SL_COUNTER_ADD(to->h2_goaway[k * SL_H2_GOAWAY_REASONS + g],
+                                   from->h2_goaway[l * SL_H2_GOAWAY_REASONS + g]);
                 for (size_t r = 0; r < SL_SNI_RESULTS; r++)
                     SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r], from->tcp_sni[l * SL_SNI_RESULTS + r]);
                 const sl_listener_conf_t *fl = &fcfg->listeners[l], *tl = &tcfg->listeners[k];
@@ -255,9 +262,9 @@ static const char *chain_at(const chain_t *c, size_t pos) {
  * their tcp listener counters): one series per (owner, plugin name), a plugin used twice in
  * a chain sums. */
 /* One listener's counters by result ([nlisteners][nres] arrays at `field` of each worker's
- * metrics), summed over workers: METRIC{listener="NAME",result="..."} lines. */
+ * metrics), summed over workers: METRIC{listener="NAME",LABEL="..."} lines. */
 static void render_listener_results(text_t *t, const char *metric, const char *listener, size_t l,
-                                    sl_wmetrics_t *const *ms, size_t n, size_t field,
+                                    sl_wmetrics_t *const *ms, size_t n, size_t field, const char *label,
                                     const char *const *results, size_t nres) {
     for (size_t res = 0; res < nres; res++) {
         uint64_t v = 0;
@@ -265,7 +272,8 @@ static void render_listener_results(text_t *t, const char *metric, const char *l
             const uint64_t *arr = *(uint64_t *const *)((const char *)ms[w] + field);
             v += SL_COUNTER_GET(arr[l * nres + res]);
         }
-        tprintf(t, "%s{listener=\"%s\",result=\"%s\"} %llu\n", metric, listener, results[res], (unsigned long long)v);
+        tprintf(t, "%s{listener=\"%s\",%s=\"%s\"} %llu\n", metric, listener, label, results[res],
+                (unsigned long long)v);
     }
 }
 
@@ -387,14 +395,33 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     for (size_t l = 0; l < cfg->nlisteners; l++)
         if (cfg->listeners[l].tls)
             render_listener_results(&t, "sluice_tls_handshakes_total", cfg->listeners[l].name, l, ms, n,
-                                    offsetof(sl_wmetrics_t, tls_hs), hs_results, SL_TLS_HS_RESULTS);
+                                    offsetof(sl_wmetrics_t, tls_hs), "result", hs_results, SL_TLS_HS_RESULTS);
     tprintf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
                 "server name routed them (route, default) or why they were closed (no_route, not_tls, timeout).\n"
                 "# TYPE sluice_tcp_sni_total counter\n");
     for (size_t l = 0; l < cfg->nlisteners; l++)
         if (cfg->listeners[l].nsni_routes)
             render_listener_results(&t, "sluice_tcp_sni_total", cfg->listeners[l].name, l, ms, n,
-                                    offsetof(sl_wmetrics_t, tcp_sni), sl_sni_result_label, SL_SNI_RESULTS);
+                                    offsetof(sl_wmetrics_t, tcp_sni), "result", sl_sni_result_label, SL_SNI_RESULTS);
+    static const char *const goaway_reasons[SL_H2_GOAWAY_REASONS] = {
+        "drain",        "idle",           "protocol_error",    "flow_control_error", "frame_size_error",
+        "stream_closed", "compression_error", "enhance_your_calm", "internal_error",     "other"};
+    tprintf(&t, "# HELP sluice_http2_streams_active Open HTTP/2 streams by listener.\n"
+                "# TYPE sluice_http2_streams_active gauge\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++) {
+        if (cfg->listeners[l].protocol != SL_PROTO_HTTP || !cfg->listeners[l].http2) continue;
+        int64_t v = 0;
+        for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->h2_streams[l]);
+        tprintf(&t, "sluice_http2_streams_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+    }
+    tprintf(&t, "# HELP sluice_http2_goaway_total GOAWAY frames sent to HTTP/2 clients, by listener and reason "
+                "(drain, idle, or the connection error's code).\n"
+                "# TYPE sluice_http2_goaway_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++)
+        if (cfg->listeners[l].protocol == SL_PROTO_HTTP && cfg->listeners[l].http2)
+            render_listener_results(&t, "sluice_http2_goaway_total", cfg->listeners[l].name, l, ms, n,
+                                    offsetof(sl_wmetrics_t, h2_goaway), "reason", goaway_reasons,
+                                    SL_H2_GOAWAY_REASONS);
     tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
                 "# TYPE sluice_plugin_errors_total counter\n");
     for (size_t r = 0; r < cfg->nroutes; r++) {

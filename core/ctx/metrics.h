@@ -21,6 +21,24 @@ enum { SL_TLS_HS_OK = 0, SL_TLS_HS_FAILED, SL_TLS_HS_TIMEOUT, SL_TLS_HS_RESULTS 
 /** Why a request was retried: the `reason` label of sluice_retries_total. */
 enum { SL_RETRY_CONNECT, SL_RETRY_TIMEOUT, SL_RETRY_RESET, SL_RETRY_STATUS, SL_RETRY_REASONS };
 
+/** Why a GOAWAY frame went to an HTTP/2 client: the `reason` label of
+ *  sluice_http2_goaway_total. DRAIN and IDLE are sluice's own (NO_ERROR); the others name
+ *  the error code of a connection error (most decided by nghttp2, ENHANCE_YOUR_CALM also by
+ *  sluice's flood bounds). */
+enum {
+    SL_H2_GOAWAY_DRAIN,
+    SL_H2_GOAWAY_IDLE,
+    SL_H2_GOAWAY_PROTOCOL_ERROR,
+    SL_H2_GOAWAY_FLOW_CONTROL_ERROR,
+    SL_H2_GOAWAY_FRAME_SIZE_ERROR,
+    SL_H2_GOAWAY_STREAM_CLOSED,
+    SL_H2_GOAWAY_COMPRESSION_ERROR,
+    SL_H2_GOAWAY_ENHANCE_YOUR_CALM,
+    SL_H2_GOAWAY_INTERNAL_ERROR,
+    SL_H2_GOAWAY_OTHER,
+    SL_H2_GOAWAY_REASONS
+};
+
 /** A rate-limit decision: the `result` label of sluice_ratelimit_total. */
 /* SL_RL_ALLOWED, _LIMITED, _FAILOPEN are in sluice.h (plugins count through the ABI). */
 #define SL_RL_RESULTS (SL_RL_FAILOPEN + 1)
@@ -48,6 +66,8 @@ typedef struct {
                                 and from the upstream (out), counted as they are read */
     uint64_t *tcp_sni;     /**< [nlisteners][SL_SNI_RESULTS]: how sessions of listeners with
                                 sni_routes were routed or closed (sni.h) */
+    int64_t *h2_streams;   /**< [nlisteners]: open HTTP/2 streams (gauge) */
+    uint64_t *h2_goaway;   /**< [nlisteners][SL_H2_GOAWAY_REASONS]: GOAWAY frames sent */
     uint64_t *plugin_errors; /**< [nroutes][SL_METRIC_MAX_CHAIN], by position in the chain */
     uint64_t *lplugin_errors; /**< [nlisteners][SL_METRIC_MAX_CHAIN]: tcp listeners' preread chains */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */

@@ -51,6 +51,16 @@ enum { EV_BEGIN = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
 #define H2_WU_PER_DATA 10
 #define H2_PRIORITY_PER_STREAM 100
 #define H2_CONTROL_ALLOWANCE 1000
+/* SETTINGS come once at the start and seldom after (a window change): past this many, plus
+ * one per stream opened, a client that reads every ACK is still a flood (nghttp2 only bounds
+ * the ACKs it has queued, i.e. a client that does not read). */
+#define H2_SETTINGS_ALLOWANCE 100
+/* Rapid reset (CVE-2023-44487): RST_STREAM frames from the client draw on a bucket of this
+ * many, refilled at this many a second: nghttp2 1.57's stream reset limit (Debian's 1.52
+ * has it backported), which answers INTERNAL_ERROR; sluice's, checked as each RST_STREAM
+ * begins and so first, answers ENHANCE_YOUR_CALM, as the RFC's code for excess load. */
+#define H2_RESET_BURST 1000
+#define H2_RESET_PER_SEC 33
 /* How long a connection that said its last word waits for the client to close it. */
 #define H2_LINGER_MS 2000
 
@@ -95,7 +105,8 @@ struct sl_h2_s {
     uv_write_t wreq;
     char *out;      /* output block, or NULL */
     uint32_t olen;
-    uint8_t writing, in_run, closed, want_close, fatal;
+    uint8_t writing, in_run, closed, want_close;
+    uint8_t fatal;                /* nghttp2 failed: the client's bytes are dropped */
     uint8_t lingering;            /* half-closed after its last frame: waits for the client's close */
     uint8_t draining;             /* 1: the shutdown notice went, 2: the final GOAWAY went */
     uint64_t drain_due;           /* draining 1: the final GOAWAY goes at the latest then */
@@ -103,6 +114,9 @@ struct sl_h2_s {
     uint32_t hb_frames, hb_bytes; /* the header block being received */
     uint32_t empty_frames;        /* empty DATA frames in a row */
     uint64_t wu_recv, prio_recv;  /* WINDOW_UPDATE and PRIORITY frames received */
+    uint64_t settings_recv;       /* SETTINGS frames received (not ACKs) */
+    uint32_t reset_tokens;        /* the rapid-reset bucket, refilled up to reset_at */
+    uint64_t reset_at;
     uint64_t data_sent, opened;   /* DATA frames sent, streams opened by the client */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
@@ -202,6 +216,7 @@ static void stream_free(sl_h2_stream_t *st) {
     if (st->next) st->next->prev = st->prev;
     if (!st->nclosed && !h->closed) nghttp2_session_set_stream_user_data(h->ss, st->id, NULL);
     free(st);
+    SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], -1);
     if (--h->nstreams == 0 && !h->closed) {
         h->conn_due = h2_now(h) + h->tmpl.lc->idle_timeout_ms;
         h2_schedule(h, h->conn_due);
@@ -218,6 +233,15 @@ static void stream_drop_request(sl_h2_stream_t *st) {
         sl__req_abort(r);
     else
         sl__req_free(r);
+}
+
+/* Every stream's request is abandoned and the stream freed. */
+static void h2_drop_streams(sl_h2_t *h) {
+    while (h->streams) {
+        sl_h2_stream_t *st = h->streams;
+        stream_drop_request(st);
+        stream_free(st);
+    }
 }
 
 /* ---- the request head, from HEADERS ---- */
@@ -405,23 +429,46 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     if (h->streams) h->streams->prev = st;
     h->streams = st;
     h->nstreams++;
+    SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], 1);
     nghttp2_session_set_stream_user_data(ss, st->id, st);
     stream_set_due(st, st->ds.lc->header_timeout_ms);
     return 0;
 }
 
+/* A flood bound was passed: GOAWAY ENHANCE_YOUR_CALM (written before the close when the
+ * client still reads), and nghttp2 stops reading. */
+static int h2_calm(nghttp2_session *ss) {
+    nghttp2_session_terminate_session(ss, NGHTTP2_ENHANCE_YOUR_CALM);
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+/* Takes a token for one RST_STREAM from the client; false when the bucket is empty. */
+static bool h2_reset_allowed(sl_h2_t *h) {
+    uint64_t now = h2_now(h), secs = (now - h->reset_at) / 1000;
+    if (secs) {
+        h->reset_tokens = (uint32_t)SL_MIN((uint64_t)H2_RESET_BURST, h->reset_tokens + secs * H2_RESET_PER_SEC);
+        h->reset_at += secs * 1000;
+    }
+    if (!h->reset_tokens) return false;
+    h->reset_tokens--;
+    return true;
+}
+
 static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *ud) {
     sl_h2_t *h = ud;
-    (void)ss;
     bool empty = hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM);
     h->empty_frames = empty ? h->empty_frames + 1 : 0;
-    if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (h->empty_frames > H2_MAX_EMPTY_FRAMES) return h2_calm(ss);
     if (hd->type == NGHTTP2_WINDOW_UPDATE &&
         ++h->wu_recv > H2_CONTROL_ALLOWANCE + H2_WU_PER_DATA * h->data_sent)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return h2_calm(ss);
     if (hd->type == NGHTTP2_PRIORITY &&
         ++h->prio_recv > H2_CONTROL_ALLOWANCE + H2_PRIORITY_PER_STREAM * h->opened)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return h2_calm(ss);
+    if (hd->type == NGHTTP2_RST_STREAM && !h2_reset_allowed(h)) return h2_calm(ss);
+    if (hd->type == NGHTTP2_SETTINGS && !(hd->flags & NGHTTP2_FLAG_ACK) &&
+        ++h->settings_recv > H2_SETTINGS_ALLOWANCE + h->opened)
+        return h2_calm(ss);
     if (hd->type == NGHTTP2_HEADERS) {
         h->hb_frames = 1;
         h->hb_bytes = (uint32_t)hd->length;
@@ -431,7 +478,7 @@ static int on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void 
         /* CONTINUATION flood (CVE-2024-27316): a header block is bounded in frames and in
          * bytes, whatever its fields decode to. */
         if (h->hb_frames > H2_MAX_HEADER_FRAMES || h->hb_bytes > h->tmpl.lc->max_header_size + 16384u)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
+            return h2_calm(ss);
     }
     return 0;
 }
@@ -488,11 +535,30 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
     return 0;
 }
 
+/* A GOAWAY taken into the output, by why it went: NO_ERROR is a drain (both of its GOAWAYs)
+ * or the idle timeout; an error code names the connection error. */
+static void h2_count_goaway(sl_h2_t *h, uint32_t code) {
+    int reason;
+    switch (code) {
+    case NGHTTP2_NO_ERROR: reason = h->draining ? SL_H2_GOAWAY_DRAIN : SL_H2_GOAWAY_IDLE; break;
+    case NGHTTP2_PROTOCOL_ERROR: reason = SL_H2_GOAWAY_PROTOCOL_ERROR; break;
+    case NGHTTP2_FLOW_CONTROL_ERROR: reason = SL_H2_GOAWAY_FLOW_CONTROL_ERROR; break;
+    case NGHTTP2_FRAME_SIZE_ERROR: reason = SL_H2_GOAWAY_FRAME_SIZE_ERROR; break;
+    case NGHTTP2_STREAM_CLOSED: reason = SL_H2_GOAWAY_STREAM_CLOSED; break;
+    case NGHTTP2_COMPRESSION_ERROR: reason = SL_H2_GOAWAY_COMPRESSION_ERROR; break;
+    case NGHTTP2_ENHANCE_YOUR_CALM: reason = SL_H2_GOAWAY_ENHANCE_YOUR_CALM; break;
+    case NGHTTP2_INTERNAL_ERROR: reason = SL_H2_GOAWAY_INTERNAL_ERROR; break;
+    default: reason = SL_H2_GOAWAY_OTHER; break;
+    }
+    SL_COUNTER_ADD(h->w->metrics.h2_goaway[h->tmpl.lidx * SL_H2_GOAWAY_REASONS + (uint32_t)reason], 1);
+}
+
 /* A response that ended while the client was still sending its request: the rest of the
  * request is refused with NO_ERROR, as RFC 9113 8.1 asks. */
 static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
     sl_h2_t *h = ud;
     if (frame->hd.type == NGHTTP2_DATA) h->data_sent++;
+    if (frame->hd.type == NGHTTP2_GOAWAY) h2_count_goaway(h, frame->goaway.error_code);
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -626,6 +692,16 @@ static void stream_run(sl_h2_stream_t *st) {
     if ((ev & EV_DATA) && st->began) sl__req_on_client_data(r);
 }
 
+/* The last frame was written (or is being): a FIN, then the client's close is awaited, so a
+ * closing socket with the client's late frames unread never turns into a reset that
+ * destroys what the client has not read yet (responses, a GOAWAY saying why). */
+static void h2_linger(sl_h2_t *h) {
+    h->lingering = 1;
+    h->ops->linger(h->owner);
+    h->next_due = 0;
+    h2_schedule(h, h2_now(h) + H2_LINGER_MS);
+}
+
 static void h2_run(sl_h2_t *h) {
     if (h->in_run || h->closed) return;
     h->in_run = 1;
@@ -638,18 +714,9 @@ static void h2_run(sl_h2_t *h) {
     h->in_run = 0;
     if (h->closed) return;
     bool quiet = !h->writing && !h->olen && !nghttp2_session_want_write(h->ss);
-    if (h->fatal) {
-        h2_close_now(h);
-    } else if (!h->lingering && quiet &&
-               (h->want_close || (h->draining == 2 && !h->nstreams) || !nghttp2_session_want_read(h->ss))) {
-        /* The last frame was written: a FIN, then the client's close is awaited, so a
-         * closing socket with the client's late frames unread never turns into a reset
-         * that destroys responses the client has not read yet. */
-        h->lingering = 1;
-        h->ops->linger(h->owner);
-        h->next_due = 0;
-        h2_schedule(h, h2_now(h) + H2_LINGER_MS);
-    }
+    if (!h->lingering && quiet &&
+        (h->want_close || (h->draining == 2 && !h->nstreams) || !nghttp2_session_want_read(h->ss)))
+        h2_linger(h);
 }
 
 /* ---- the session's life ---- */
@@ -691,6 +758,8 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     h->idle.data = owner;
     h->conn_due = h2_now(h) + lc->idle_timeout_ms;
     h2_schedule(h, h->conn_due);
+    h->reset_tokens = H2_RESET_BURST;
+    h->reset_at = h2_now(h);
     return h;
 fail:
     if (opt) nghttp2_option_del(opt);
@@ -701,15 +770,24 @@ fail:
 
 bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n) {
     if (h->closed) return false;
-    if (h->lingering) return true; /* the client's last frames: nothing more is answered */
+    /* the client's last frames, or bytes after a connection error: nothing more is answered */
+    if (h->lingering || h->fatal) return true;
     ssize_t rv = nghttp2_session_mem_recv(h->ss, (const uint8_t *)p, n);
     if (rv < 0) {
         sl_log_debug("listener %s: HTTP/2 from %s: %s", h->tmpl.lc->name, h->tmpl.peer, nghttp2_strerror((int)rv));
-        /* nghttp2 queued a GOAWAY for most errors: it goes out first, then the close. */
+        /* The connection is over: its requests are abandoned, and the GOAWAY nghttp2 (or a
+         * flood bound) queued goes out before the linger: a close with the rest of a flood
+         * unread would reset the connection and the client could lose the GOAWAY. h2_run
+         * lingers once the output is written (a write may be in flight); a client that
+         * does not read is closed at the latest H2_LINGER_MS from now. */
         h->fatal = 1;
-        h2_flush(h);
-        h2_close_now(h);
-        return false;
+        h2_drop_streams(h);
+        h->want_close = 1;
+        h->conn_due = h2_now(h) + H2_LINGER_MS;
+        h->next_due = 0;
+        h2_schedule(h, h->conn_due);
+        h2_run(h);
+        return !h->closed;
     }
     h2_run(h);
     return !h->closed;
@@ -785,11 +863,7 @@ void sl__h2_drain(sl_h2_t *h) {
 void sl__h2_close(sl_h2_t *h, uv_close_cb cb) {
     if (h->closed) return;
     h->closed = 1;
-    while (h->streams) {
-        sl_h2_stream_t *st = h->streams;
-        stream_drop_request(st);
-        stream_free(st);
-    }
+    h2_drop_streams(h);
     uv_idle_stop(&h->idle);
     uv_close((uv_handle_t *)&h->idle, cb);
 }
