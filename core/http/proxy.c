@@ -230,6 +230,9 @@ static void up_on_connected(sl_upconn_t *u, int status, const char *why) {
         return;
     }
     u->state = SL_UP_ACTIVE;
+    /* The connect timer's work is done: from here the pumps arm the write timeout while a
+     * write is blocked and the read timeout once the request is sent. */
+    sl_deadline_clear(&u->timer);
     uv_tcp_nodelay(&u->s.tcp, 1);
     sl__upconn_start_reading(u);
     sl__proxy_pump_up(r);
@@ -284,6 +287,9 @@ void sl__proxy_pump_up(sl_req_t *r) {
                 }
                 return;
             }
+            /* Waiting on the client, not the upstream: the downstream's inactivity timer
+             * covers a client that stops sending, and a slow upload is no upstream timeout. */
+            sl_deadline_clear(&u->timer);
             ds->ops->wait_body(ds);
             return;
         }
