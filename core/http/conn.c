@@ -2,7 +2,7 @@
  *
  * A connection is IDLE (no bytes of a request yet, idle timer armed, no buffer),
  * HEAD (some bytes of a head arrived: the total header deadline runs) or ACTIVE
- * (a request is being served by proxy_http.c). Requests on one connection are
+ * (a request is being served: http/request.h). Requests on one connection are
  * served strictly one after another, so pipelined requests are answered in
  * order: bytes after the current message wait in the buffer, and reading stops
  * while a request has all it needs from the client.
@@ -453,6 +453,13 @@ static void conn_process(sl_conn_t *c) {
  * request (answered with Connection: close) before it is closed. */
 #define SL_RETIRE_IDLE_MS 2000
 
+/* A connection of a retiring worker (a reload replaced it) that may still get a request
+ * the client is sending right now: it waits a moment for it (answered with Connection:
+ * close) instead of closing under it, which the client would see as a reset. */
+static void conn_arm_retiring(sl_conn_t *c) {
+    conn_arm(c, SL_MIN(c->ds.lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
+}
+
 static void conn_request_done(sl_conn_t *c) {
     sl_req_t *r = c->ds.req;
     /* r->keep_alive is what the response head told the client (a head written while the
@@ -468,7 +475,7 @@ static void conn_request_done(sl_conn_t *c) {
          * connections at the reload (sl__conn_close_idle), that request is served, with
          * Connection: close, if it comes within a moment. */
         c->state = SL_CONN_IDLE;
-        conn_arm(c, SL_MIN(c->ds.lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
+        conn_arm_retiring(c);
         if (c->rpos < c->rlen)
             conn_process(c);
         else {
@@ -498,7 +505,7 @@ void sl__conn_close_idle(sl_worker_t *w) {
                 /* A reload: closing an idle keep-alive connection races with a request the
                  * client may be sending on it right now (the client sees a reset). Give it a
                  * moment: its next request is served, with Connection: close. */
-                conn_arm(c, SL_MIN(c->ds.lc->idle_timeout_ms, (uint64_t)SL_RETIRE_IDLE_MS));
+                conn_arm_retiring(c);
             } else {
                 conn_close(c);
             }

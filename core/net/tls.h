@@ -8,7 +8,7 @@
  * Sessions. sl_tls_t wraps a connected uv_tcp_t with libuv's own stream contract, so the
  * owner's read and write code stays the same: sl_tls_read_start(t, alloc_cb, read_cb)
  * delivers plaintext into the owner's buffers through the owner's callbacks (nread > 0,
- * 0 for "nothing now", UV_EOF, or an error), and sl_tls_write() has sl__outq_write's
+ * 0 for "nothing now", UV_EOF, or an error), and sl_tls_write() has sl_outq_write's
  * contract. Ciphertext moves through a BIO of sluice's own that reads from and writes to
  * buffers taken from the worker's block pool only while bytes are in flight, so an idle
  * session holds no buffer of ours. While a TLS session is attached, the stream's `data`
