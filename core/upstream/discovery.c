@@ -211,6 +211,10 @@ static void on_sweep(uv_timer_t *t) {
     sl_discovery_t *d = t->data;
     if (!d->g) return;
     uint64_t now = sl_now_ms();
+    sl_upgen_sweep(d->g, now, OLD_BALANCER_GRACE_MS);
+    bool due = false; /* the beat allocates nothing unless a registration expired */
+    for (sl_dreg_t *r = d->regs; r && !due; r = r->next) due = r->expires_ms <= now;
+    if (!due) return;
     bool *dirty = calloc(d->g->cfg->nupstreams + 1, sizeof *dirty);
     for (sl_dreg_t **pp = &d->regs; *pp;) {
         sl_dreg_t *r = *pp;
@@ -230,7 +234,6 @@ static void on_sweep(uv_timer_t *t) {
     for (size_t u = 0; dirty && u < d->g->cfg->nupstreams; u++)
         if (dirty[u]) registry_apply(d, u);
     free(dirty);
-    sl_upgen_sweep(d->g, now, OLD_BALANCER_GRACE_MS);
 }
 
 sl_discovery_t *sl_discovery_new(uv_loop_t *loop, sl_tregistry_t *reg) {

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/addr.h"
 #include "base/common.h"
@@ -256,6 +257,16 @@ int sl_upstream_resolve(const sl_config_t *cfg, const char *name, size_t len, in
         if (strlen(cfg->upstreams[i].name) == len && memcmp(cfg->upstreams[i].name, name, len) == 0) {
             *upstream = (int)i;
             return SL_OK;
+        }
+    /* A DNS target some upstream lists ("api.internal:8080"): that upstream, whose slots
+     * hold the name's addresses (a worker never waits for a resolver). */
+    for (size_t i = 0; i < cfg->nupstreams; i++)
+        for (size_t k = 0; k < cfg->upstreams[i].nnames; k++) {
+            const char *e = cfg->upstreams[i].names[k].entry;
+            if (strlen(e) == len && strncasecmp(e, name, len) == 0) {
+                *upstream = (int)i;
+                return SL_OK;
+            }
         }
     /* Not a name: an address ("10.0.0.7:8080", "[::1]:9000"; IP literals only, so the
      * caller never waits for a resolver). */

@@ -103,7 +103,9 @@ static inline bool sl_upstream_empty(const sl_upstream_conf_t *uc) {
 
 /**
  * What `upstream.set(name | "IP:PORT")` names, for a request or a tcp session: SL_OK with
- * *upstream the index of the configured upstream `name[0..len)`, or with *upstream -1 and
+ * *upstream the index of the configured upstream `name[0..len)` (or of the first upstream
+ * listing the target `NAME:PORT` it spells: that upstream's slots hold the name's
+ * addresses), or with *upstream -1 and
  * *ss / text (SL_ADDR_TEXT_MAX bytes, NUL-terminated) the IP:PORT address it spells (IP
  * literals only: nothing ever waits for a resolver). SL_ERROR with *err otherwise. Any thread.
  */

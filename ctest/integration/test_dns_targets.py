@@ -12,7 +12,10 @@ sends SIGHUP (dnsmasq rereads it) to change records. Backends are HTTP servers o
   the name resolves; `sluice check` warns and exits 0;
 - a resolver that stops answering (SIGSTOP): the last addresses keep serving, the
   failure is counted;
-- /status shows each name's addresses and when it was resolved.
+- /status shows each name's addresses and when it was resolved;
+- TLS to a named target sends the name as SNI and verifies the certificate against it;
+- a tcp listener reaches a named upstream; `upstream.set("NAME:PORT")` from Lua goes to
+  the upstream that lists the name.
 """
 
 import http.server
@@ -20,6 +23,7 @@ import os
 import signal
 import socket
 import socketserver
+import ssl
 import subprocess
 import sys
 import threading
@@ -34,7 +38,9 @@ t = h.Suite("dns_targets", budget=120)
 class Backend:
     """An HTTP/1.1 keep-alive server on ip:port answering its own ip."""
 
-    def __init__(self, ip, port):
+    def __init__(self, ip, port, tls=None):
+        self.sni = []
+
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -53,6 +59,11 @@ class Backend:
             allow_reuse_address = True
 
         self.srv = Server((ip, port), Handler)
+        if tls:  # (cert, key): TLS, recording the SNI each client sent
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            ctx.sni_callback = lambda sock, name, c: self.sni.append(name)
+            self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
         self.th = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.th.start()
         h._register(self)
@@ -106,19 +117,31 @@ def get(s, path):
         return 0, repr(e)
 
 
-def config(dns, port, late=True):
-    ups = [("api", "api.sluice.test"), ("three", "three.sluice.test")]
-    if late:
-        ups.append(("late", "late.sluice.test"))
-    text = ("admin: { listen: 127.0.0.1:0 }\n"
+SETTER = """local sluice = require("sluice")
+return { name = "set-target", version = "1", schema = { target = { type = "string" } },
+  access = function(conf) assert(sluice.upstream.set(conf.target)) end }
+"""
+
+
+def config(d, dns, port, tls_port, ca):
+    ups = [("api", "api.sluice.test"), ("three", "three.sluice.test"), ("late", "late.sluice.test")]
+    os.makedirs(os.path.join(d, "plugins"), exist_ok=True)
+    with open(os.path.join(d, "plugins", "set-target.lua"), "w") as f:
+        f.write(SETTER)
+    text = ("admin: { listen: 127.0.0.1:0 }\nplugin_paths: [%s]\n"
             "resolver: { nameservers: [\"127.0.0.1:%d\"], timeout: 200ms, attempts: 1, min_ttl: 1s, max_ttl: 2s }\n"
             "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
-            "upstreams:\n" % dns.port)
+            "  - { name: tcp, listen: 127.0.0.1:0, protocol: tcp, upstream: api }\n"
+            "upstreams:\n" % (os.path.join(d, "plugins"), dns.port))
     for name, host in ups:
         text += "  - { name: %s, targets: [ { address: \"%s:%d\" } ] }\n" % (name, host, port)
+    text += ("  - { name: secure, targets: [ { address: \"secure.sluice.test:%d\", tls: { ca: %s } } ] }\n"
+             % (tls_port, ca))
     text += "routes:\n"
-    for name, _ in ups:
+    for name, _ in ups + [("secure", "")]:
         text += "  - { name: %s, match: { paths: [/%s] }, upstream: %s }\n" % (name, name, name)
+    text += ("  - { name: viaset, match: { paths: [/viaset] }, plugins: [ { name: set-target, config: "
+             "{ target: \"three.sluice.test:%d\" } } ] }\n" % port)
     return text
 
 
@@ -126,11 +149,15 @@ def test_dns_targets(t):
     d = h.new_tmpdir("dns")
     port = h.free_port()
     backends = [Backend("127.0.0.%d" % i, port) for i in (2, 3, 4, 5)]
+    h.make_ca(d)
+    leaf = h.make_leaf(d, "secure", "secure.sluice.test", "DNS:secure.sluice.test")
+    tls_port = h.free_port()
+    secure = Backend("127.0.0.2", tls_port, tls=leaf)
     dns = Dnsmasq(d)
-    dns.update({"api.sluice.test": ["127.0.0.2"],
+    dns.update({"api.sluice.test": ["127.0.0.2"], "secure.sluice.test": ["127.0.0.2"],
                 "three.sluice.test": ["127.0.0.3", "127.0.0.4", "127.0.0.5"]})
     time.sleep(0.2)
-    cfg = config(dns, port)
+    cfg = config(d, dns, port, tls_port, os.path.join(d, "ca.crt"))
 
     # `sluice check`: the unresolvable name is a warning, not an error
     cpath = os.path.join(d, "check.yaml")
@@ -154,6 +181,18 @@ def test_dns_targets(t):
             sorted(seen) == ["127.0.0.3", "127.0.0.4", "127.0.0.5"] and min(seen.values()) >= 10,
             "3 targets, >= 10 each", seen)
 
+    st, body = get(s, "/secure")
+    t.check("TLS to a named target: verified against the name", (st, body) == (200, "127.0.0.2"),
+            (200, "127.0.0.2"), (st, body))
+    t.check("TLS to a named target: the name is sent as SNI", secure.sni[-1:] == ["secure.sluice.test"],
+            ["secure.sluice.test"], secure.sni)
+    r = h.request(s.port("tcp"), "GET", "/", timeout=5)
+    t.check("a tcp listener reaches a named upstream", (r.status, r.body) == (200, b"127.0.0.2"),
+            (200, b"127.0.0.2"), (r.status, r.body))
+    seen = set(get(s, "/viaset")[1] for _ in range(12))
+    t.check("upstream.set(\"NAME:PORT\") goes to the upstream listing the name",
+            seen == {"127.0.0.3", "127.0.0.4", "127.0.0.5"}, "the three addresses", seen)
+
     st, _ = get(s, "/late")
     t.check("NXDOMAIN at start: the gateway starts and that upstream answers 503", st == 503, 503, st)
 
@@ -174,7 +213,7 @@ def test_dns_targets(t):
     th.start()
     time.sleep(0.5)
     dns.update({"api.sluice.test": ["127.0.0.3"], "three.sluice.test": ["127.0.0.3", "127.0.0.4", "127.0.0.5"],
-                "late.sluice.test": ["127.0.0.4"]})
+                "late.sluice.test": ["127.0.0.4"], "secure.sluice.test": ["127.0.0.2"]})
     changed_at = time.monotonic()
     moved = None
     while time.monotonic() - changed_at < 5:
@@ -221,7 +260,7 @@ def test_dns_targets(t):
 
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
     dns.stop()
-    for b in backends:
+    for b in backends + [secure]:
         b.stop()
 
 
