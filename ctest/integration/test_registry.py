@@ -8,7 +8,9 @@
 - a reload keeps the registered targets;
 - malformed registrations get 400 with a reason and change nothing;
 - DELETE removes a target; GET lists static and registered ones with their expiry;
-- the admin token protects the endpoints when one is set.
+- the admin token protects the endpoints when one is set;
+- active health probes follow registered targets (an unhealthy one shows in /status and
+  gets no traffic).
 """
 
 import json
@@ -53,7 +55,10 @@ CFG = ("admin: { listen: 127.0.0.1:0, token_env: SLUICE_TEST_TOKEN }\n"
        "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
        "upstreams:\n"
        "  - name: svc\n    registry: { enabled: true, max_ttl: 10s }\n    targets: []\n"
-       "routes:\n  - { name: all, match: { paths: [/] }, upstream: svc }\n")
+       "  - name: probed\n    registry: { enabled: true }\n    targets: []\n"
+       "    health: { active: { interval: 200ms, timeout: 200ms, unhealthy_threshold: 1, path: /health } }\n"
+       "routes:\n  - { name: all, match: { paths: [/] }, upstream: svc }\n"
+       "  - { name: probed, match: { paths: [/probed] }, upstream: probed }\n")
 
 
 def test_registry(t):
@@ -162,9 +167,31 @@ def test_registry(t):
     st, _ = admin(s, "DELETE", "/upstreams/svc/targets/" + a.address)
     t.check("DELETE of an unknown target: 404", st == 404, 404, st)
 
+    # active probes follow a registered target: /health answers 503 on `sick`
+    sick = h.MockUpstream(name="sick", handler=lambda req: h.Response(503 if req.path == "/health" else 200, b"x"))
+    well = h.MockUpstream(name="well", handler=lambda req: h.Response(200, b"well"))
+    for m_ in (sick, well):
+        st, res = admin(s, "PUT", "/upstreams/probed/targets", {"address": m_.address, "ttl": "10s"})
+        t.check("register %s on the probed upstream" % m_.name, st == 200, 200, (st, res))
+    deadline, health = time.monotonic() + 3, {}
+    while time.monotonic() < deadline:
+        st, status = admin(s, "GET", "/status")
+        ups = [u for u in status["upstreams"] if u["name"] == "probed"][0]
+        health = {x["address"]: x["health"] for x in ups["targets"]}
+        if health.get(sick.address) == "unhealthy":
+            break
+        time.sleep(0.1)
+    t.check("active probes mark a registered target unhealthy",
+            health.get(sick.address) == "unhealthy" and health.get(well.address) == "healthy",
+            "sick unhealthy, well healthy", health)
+    codes = [h.request(s.port(), "GET", "/probed", timeout=5).status for _ in range(10)]
+    to_sick = [r for r in list(sick.requests) if r.path == "/probed"]
+    t.check("and it gets no traffic", codes == [200] * 10 and not to_sick, "10 x 200, 0 to sick",
+            (codes, len(to_sick)))
+
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
-    a.stop()
-    b.stop()
+    for m_ in (a, b, sick, well):
+        m_.stop()
 
 
 t.run(test_registry)
