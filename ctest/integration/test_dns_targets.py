@@ -121,6 +121,11 @@ SETTER = """local sluice = require("sluice")
 return { name = "set-target", version = "1", schema = { target = { type = "string" } },
   access = function(conf) assert(sluice.upstream.set(conf.target)) end }
 """
+# the balancer phase sees only the targets holding an address: the last one is a real one
+LAST = """local sluice = require("sluice")
+return { name = "last-target", version = "1",
+  balancer = function(conf) local t = sluice.balancer.targets(); sluice.balancer.set_target(t[#t].address) end }
+"""
 
 
 def config(d, dns, port, tls_port, ca):
@@ -128,6 +133,8 @@ def config(d, dns, port, tls_port, ca):
     os.makedirs(os.path.join(d, "plugins"), exist_ok=True)
     with open(os.path.join(d, "plugins", "set-target.lua"), "w") as f:
         f.write(SETTER)
+    with open(os.path.join(d, "plugins", "last-target.lua"), "w") as f:
+        f.write(LAST)
     text = ("admin: { listen: 127.0.0.1:0 }\nplugin_paths: [%s]\n"
             "resolver: { nameservers: [\"127.0.0.1:%d\"], timeout: 200ms, attempts: 1, min_ttl: 1s, max_ttl: 2s }\n"
             "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
@@ -142,6 +149,7 @@ def config(d, dns, port, tls_port, ca):
         text += "  - { name: %s, match: { paths: [/%s] }, upstream: %s }\n" % (name, name, name)
     text += ("  - { name: viaset, match: { paths: [/viaset] }, plugins: [ { name: set-target, config: "
              "{ target: \"three.sluice.test:%d\" } } ] }\n" % port)
+    text += "  - { name: last, match: { paths: [/last] }, upstream: three, plugins: [ { name: last-target } ] }\n"
     return text
 
 
@@ -192,6 +200,11 @@ def test_dns_targets(t):
     seen = set(get(s, "/viaset")[1] for _ in range(12))
     t.check("upstream.set(\"NAME:PORT\") goes to the upstream listing the name",
             seen == {"127.0.0.3", "127.0.0.4", "127.0.0.5"}, "the three addresses", seen)
+
+    seen = [get(s, "/last") for _ in range(6)]
+    t.check("sluice.balancer.targets() lists only the addresses a name holds",
+            len(set(seen)) == 1 and seen[0][0] == 200 and seen[0][1] in ("127.0.0.3", "127.0.0.4", "127.0.0.5"),
+            "one of the three, always", seen)
 
     st, _ = get(s, "/late")
     t.check("NXDOMAIN at start: the gateway starts and that upstream answers 503", st == 503, 503, st)
