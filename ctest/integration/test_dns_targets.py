@@ -128,7 +128,22 @@ return { name = "last-target", version = "1",
 """
 
 
-def config(d, dns, port, tls_port, ca):
+def hosts_name():
+    """A name /etc/hosts maps to 127.0.0.1 (other than localhost, which the config parser
+    itself knows), or None."""
+    try:
+        for line in open("/etc/hosts"):
+            f = line.split("#")[0].split()
+            if len(f) >= 2 and f[0] == "127.0.0.1":
+                for n in f[1:]:
+                    if n != "localhost" and any(c.isalpha() for c in n):
+                        return n
+    except OSError:
+        pass
+    return None
+
+
+def config(d, dns, port, tls_port, ca, hosts_port):
     ups = [("api", "api.sluice.test"), ("three", "three.sluice.test"), ("late", "late.sluice.test")]
     os.makedirs(os.path.join(d, "plugins"), exist_ok=True)
     with open(os.path.join(d, "plugins", "set-target.lua"), "w") as f:
@@ -144,8 +159,11 @@ def config(d, dns, port, tls_port, ca):
         text += "  - { name: %s, targets: [ { address: \"%s:%d\" } ] }\n" % (name, host, port)
     text += ("  - { name: secure, targets: [ { address: \"secure.sluice.test:%d\", tls: { ca: %s } } ] }\n"
              % (tls_port, ca))
+    hn = hosts_name()
+    if hn:
+        text += "  - { name: etchosts, targets: [ { address: \"%s:%d\" } ] }\n" % (hn, hosts_port)
     text += "routes:\n"
-    for name, _ in ups + [("secure", "")]:
+    for name, _ in ups + [("secure", "")] + ([("etchosts", "")] if hn else []):
         text += "  - { name: %s, match: { paths: [/%s] }, upstream: %s }\n" % (name, name, name)
     text += ("  - { name: viaset, match: { paths: [/viaset] }, plugins: [ { name: set-target, config: "
              "{ target: \"three.sluice.test:%d\" } } ] }\n" % port)
@@ -165,7 +183,8 @@ def test_dns_targets(t):
     dns.update({"api.sluice.test": ["127.0.0.2"], "secure.sluice.test": ["127.0.0.2"],
                 "three.sluice.test": ["127.0.0.3", "127.0.0.4", "127.0.0.5"]})
     time.sleep(0.2)
-    cfg = config(d, dns, port, tls_port, os.path.join(d, "ca.crt"))
+    local = h.MockUpstream(name="etchosts", handler=lambda req: h.Response(200, b"from /etc/hosts"))
+    cfg = config(d, dns, port, tls_port, os.path.join(d, "ca.crt"), local.port)
 
     # `sluice check`: the unresolvable name is a warning, not an error
     cpath = os.path.join(d, "check.yaml")
@@ -200,6 +219,13 @@ def test_dns_targets(t):
     seen = set(get(s, "/viaset")[1] for _ in range(12))
     t.check("upstream.set(\"NAME:PORT\") goes to the upstream listing the name",
             seen == {"127.0.0.3", "127.0.0.4", "127.0.0.5"}, "the three addresses", seen)
+
+    hn = hosts_name()
+    if hn:  # dnsmasq knows only *.sluice.test: the answer can only come from /etc/hosts
+        t.check("/etc/hosts is honoured (%s)" % hn, get(s, "/etchosts") == (200, "from /etc/hosts"),
+                (200, "from /etc/hosts"), get(s, "/etchosts"))
+    else:
+        t.info("/etc/hosts maps no name but localhost to 127.0.0.1: its check is skipped")
 
     seen = [get(s, "/last") for _ in range(6)]
     t.check("sluice.balancer.targets() lists only the addresses a name holds",
@@ -273,7 +299,7 @@ def test_dns_targets(t):
 
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
     dns.stop()
-    for b in backends + [secure]:
+    for b in backends + [secure, local]:
         b.stop()
 
 
