@@ -4,7 +4,8 @@ dnsmasq serves a hosts file on a high loopback port; the test rewrites the file 
 sends SIGHUP (dnsmasq rereads it) to change records. Backends are HTTP servers on
 127.0.0.2-5 (all loopback on Linux), each answering with its own address.
 
-- a name resolves, and its upstream serves;
+- a name resolves, and its upstream serves; with `resolver.ipv6` an AAAA record too;
+  /etc/hosts is read first;
 - a name with three addresses spreads load over three targets;
 - a changed record moves traffic within the TTL with no failed request (requests run
   all along);
@@ -57,6 +58,7 @@ class Backend:
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
             allow_reuse_address = True
+            address_family = socket.AF_INET6 if ":" in ip else socket.AF_INET
 
         self.srv = Server((ip, port), Handler)
         if tls:  # (cert, key): TLS, recording the SNI each client sent
@@ -144,14 +146,16 @@ def hosts_name():
 
 
 def config(d, dns, port, tls_port, ca, hosts_port):
-    ups = [("api", "api.sluice.test"), ("three", "three.sluice.test"), ("late", "late.sluice.test")]
+    ups = [("api", "api.sluice.test"), ("three", "three.sluice.test"), ("late", "late.sluice.test"),
+           ("six", "six.sluice.test")]
     os.makedirs(os.path.join(d, "plugins"), exist_ok=True)
     with open(os.path.join(d, "plugins", "set-target.lua"), "w") as f:
         f.write(SETTER)
     with open(os.path.join(d, "plugins", "last-target.lua"), "w") as f:
         f.write(LAST)
     text = ("admin: { listen: 127.0.0.1:0 }\nplugin_paths: [%s]\n"
-            "resolver: { nameservers: [\"127.0.0.1:%d\"], timeout: 200ms, attempts: 1, min_ttl: 1s, max_ttl: 2s }\n"
+            "resolver: { nameservers: [\"127.0.0.1:%d\"], timeout: 200ms, attempts: 1, min_ttl: 1s, max_ttl: 2s, "
+            "ipv6: true }\n"
             "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
             "  - { name: tcp, listen: 127.0.0.1:0, protocol: tcp, upstream: api }\n"
             "upstreams:\n" % (os.path.join(d, "plugins"), dns.port))
@@ -179,8 +183,9 @@ def test_dns_targets(t):
     leaf = h.make_leaf(d, "secure", "secure.sluice.test", "DNS:secure.sluice.test")
     tls_port = h.free_port()
     secure = Backend("127.0.0.2", tls_port, tls=leaf)
+    six = Backend("::1", port)
     dns = Dnsmasq(d)
-    dns.update({"api.sluice.test": ["127.0.0.2"], "secure.sluice.test": ["127.0.0.2"],
+    dns.update({"api.sluice.test": ["127.0.0.2"], "secure.sluice.test": ["127.0.0.2"], "six.sluice.test": ["::1"],
                 "three.sluice.test": ["127.0.0.3", "127.0.0.4", "127.0.0.5"]})
     time.sleep(0.2)
     local = h.MockUpstream(name="etchosts", handler=lambda req: h.Response(200, b"from /etc/hosts"))
@@ -220,6 +225,8 @@ def test_dns_targets(t):
     t.check("upstream.set(\"NAME:PORT\") goes to the upstream listing the name",
             seen == {"127.0.0.3", "127.0.0.4", "127.0.0.5"}, "the three addresses", seen)
 
+    t.check("resolver.ipv6: an AAAA record becomes a target", get(s, "/six") == (200, "::1"), (200, "::1"),
+            get(s, "/six"))
     hn = hosts_name()
     if hn:  # dnsmasq knows only *.sluice.test: the answer can only come from /etc/hosts
         t.check("/etc/hosts is honoured (%s)" % hn, get(s, "/etchosts") == (200, "from /etc/hosts"),
@@ -252,7 +259,7 @@ def test_dns_targets(t):
     th.start()
     time.sleep(0.5)
     dns.update({"api.sluice.test": ["127.0.0.3"], "three.sluice.test": ["127.0.0.3", "127.0.0.4", "127.0.0.5"],
-                "late.sluice.test": ["127.0.0.4"], "secure.sluice.test": ["127.0.0.2"]})
+                "late.sluice.test": ["127.0.0.4"], "secure.sluice.test": ["127.0.0.2"], "six.sluice.test": ["::1"]})
     changed_at = time.monotonic()
     moved = None
     while time.monotonic() - changed_at < 5:
@@ -299,7 +306,7 @@ def test_dns_targets(t):
 
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
     dns.stop()
-    for b in backends + [secure, local]:
+    for b in backends + [secure, local, six]:
         b.stop()
 
 
