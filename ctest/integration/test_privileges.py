@@ -113,6 +113,27 @@ def test_group(t):
     t.check("exit 0", s.stop() == 0, 0, None)
 
 
+def test_ambient_capability(t):
+    """The systemd unit's way (User=sluice, AmbientCapabilities=CAP_NET_BIND_SERVICE, no
+    `user:`): never root, yet a reload can bind a new port below 1024."""
+    low = free_low_port()
+    conf = CONF.format(user="", port=low)
+    s = h.start_sluice(conf, suite=t, name="ambient", shared_dir=True, prefix=[
+        "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+        "--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"])
+    t.check("as nobody with the ambient capability: serves on port %d" % low,
+            h.request(s.port(), "GET", "/").status == 200, 200, None)
+    low2 = next((p for p in range(low + 1, 1024) if h.port_free(p)), None)
+    with open(s.config_path) as f:
+        text = f.read()
+    with open(s.config_path, "w") as f:
+        f.write(text.replace("admin:", "  - name: low2\n    listen: 127.0.0.1:%d\nadmin:" % low2))
+    code, body = s.reload()
+    t.check("... and a reload binds a new port %d" % low2, code == 200, 200, (code, body))
+    t.check("... which serves", h.request(low2, "GET", "/").status == 200, 200, None)
+    t.check("exit 0", s.stop() == 0, 0, None)
+
+
 def test_refuses(t):
     # Not root: a switch to another user cannot be made, and sluice must not serve as is.
     d = h.new_tmpdir("refuse")
@@ -156,4 +177,4 @@ if os.geteuid() != 0:
     print("SKIP  not root: a user switch needs root")
     t.run(test_check_errors)
 else:
-    t.run(test_switch, test_group, test_refuses, test_check_errors)
+    t.run(test_switch, test_group, test_ambient_capability, test_refuses, test_check_errors)
