@@ -3,7 +3,9 @@
 #   docker run --rm -p 8080:8080 --stop-timeout 35 sluice
 # Two stages on Debian 12: the first builds the .deb exactly as scripts/package-test does,
 # the second installs it (apt resolves its Depends) and runs as the package's `sluice` user.
-# Not built in CI (no Docker daemon there); it.test_dockerfile checks it against the code.
+# Not built in CI (no Docker daemon there); it.test_dockerfile checks it against the code
+# (every library package scripts/install-deps lists must be installed here; libc-ares-dev
+# is here ahead of the resolver that needs it).
 
 FROM debian:12 AS build
 ARG DEBIAN_FRONTEND=noninteractive
@@ -11,7 +13,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config file dpkg-dev \
       libuv1-dev node-llhttp libssl-dev libyaml-dev libhiredis-dev libcrypt-dev \
-      libnghttp2-dev libluajit2-5.1-dev \
+      libnghttp2-dev libluajit2-5.1-dev libc-ares-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
