@@ -322,11 +322,13 @@ static int reject(sl_server_t *srv, const char *why, const char *msg, char **jso
 static int reload(sl_server_t *srv, const char *why, char **json);
 
 /* The service manager hears RELOADING=1 before the build and READY=1 after it, accepted or
- * rejected alike: either way the process is serving again (systemd's `reload` returns then). */
+ * rejected alike: either way the process is serving again (systemd's `reload` returns then).
+ * Once draining (STOPPING=1 was sent) a reload is refused and nothing more is said. */
 int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
-    if (!srv->embedded) sl_notify_reloading();
+    bool tell = !srv->embedded && !sl_server_draining(srv);
+    if (tell) sl_notify_reloading();
     int rc = reload(srv, why, json);
-    if (!srv->embedded) sl_notify("READY=1");
+    if (tell) sl_notify("READY=1");
     return rc;
 }
 

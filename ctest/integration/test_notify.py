@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -111,6 +112,54 @@ def test_abstract_socket(t):
         sock.close()
 
 
+SLOW = """
+workers: 1
+watch: false
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+upstreams:
+  - name: slow
+    targets: [ { address: %s } ]
+routes:
+  - name: slow
+    match: { paths: [/] }
+    upstream: slow
+"""
+
+
+def test_reload_while_draining(t):
+    """A SIGHUP after SIGTERM is refused; the service manager hears nothing after STOPPING=1."""
+    up = h.MockUpstream(lambda req: h.Response(200, b"late", delay=1.5))
+    d = h.new_tmpdir("nsock-drain")
+    path = os.path.join(d, "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    try:
+        s = h.start_sluice(SLOW % up.address, suite=t, env=dict(os.environ, NOTIFY_SOCKET=path), name="drain")
+        t.check("drain: READY=1", recv(sock) == {"READY": "1"}, None, None)
+        result = {}
+        th = threading.Thread(target=lambda: result.update(r=h.request(s.port(), "GET", "/", timeout=10)))
+        th.start()
+        time.sleep(0.3)  # the request is at the upstream
+        s.signal(signal.SIGTERM)
+        m = recv(sock)
+        t.check("drain: STOPPING=1", m == {"STOPPING": "1"}, {"STOPPING": "1"}, m)
+        s.signal(signal.SIGHUP)
+        m = recv(sock, timeout=0.8)
+        t.check("drain: a SIGHUP now says nothing (no RELOADING/READY after STOPPING)", m is None, None, m)
+        th.join(10)
+        t.check("drain: the in-flight request finished", result.get("r") is not None and result["r"].status == 200,
+                200, result)
+        t.check("drain: exit 0", s.wait(15) == 0, 0, None)
+        t.check("drain: the SIGHUP was refused", "the server is shutting down" in s.log(), None, s.log()[-600:])
+    finally:
+        sock.close()
+        up.stop()
+
+
 def test_no_socket(t):
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
     s = h.start_sluice(CONF, suite=t, env=env, name="nonotify")
@@ -119,4 +168,4 @@ def test_no_socket(t):
     t.check("no NOTIFY_SOCKET: exit 0", s.stop() == 0, 0, None)
 
 
-t.run(test_path_socket, test_abstract_socket, test_no_socket)
+t.run(test_path_socket, test_abstract_socket, test_reload_while_draining, test_no_socket)
