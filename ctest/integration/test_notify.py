@@ -112,15 +112,8 @@ def test_abstract_socket(t):
         sock.close()
 
 
-SLOW = """
-workers: 1
-watch: false
-listeners:
-  - name: web
-    listen: 127.0.0.1:0
-admin:
-  listen: 127.0.0.1:0
-upstreams:
+# CONF's listener and admin, with one route to an upstream that answers late.
+SLOW = CONF.split("routes:")[0].replace("workers: 2", "workers: 1") + """upstreams:
   - name: slow
     targets: [ { address: %s } ]
 routes:
