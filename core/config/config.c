@@ -122,6 +122,7 @@ void sl_config_free(sl_config_t *cfg) {
     explicit_bzero(cfg->admin_token, sizeof cfg->admin_token); /* a secret: not left in freed memory */
     free(cfg->path);
     free(cfg->consumer_header);
+    free(cfg->run_user);
     addr_free(&cfg->redis_address);
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
         free(cfg->consumers[i].name);

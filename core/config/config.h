@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
 
@@ -237,6 +238,12 @@ typedef struct {
     sl_addr_t redis_address;     /**< default 127.0.0.1:6379 */
     uint64_t redis_timeout_ms;   /**< default 50ms */
     sl_resolver_conf_t resolver; /**< `resolver:` */
+    /** `user:` / `group:`: started as root, sluice binds its sockets then switches to
+     *  run_uid/run_gid (setgroups to run_gid alone, setgid, setuid) before serving.
+     *  run_user NULL: no switch. run_gid is the user's primary group unless `group:`. */
+    char *run_user;
+    uid_t run_uid;
+    gid_t run_gid;
 } sl_config_t;
 
 /** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */

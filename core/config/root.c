@@ -1,6 +1,6 @@
 /* root.c — the document: sl_config_parse (YAML text to a node graph, the walk, the errors
  * sorted by position) and the top-level mapping: process keys (workers, watch,
- * shutdown_timeout), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
+ * shutdown_timeout, user, group), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
  * and the walk into each section in the order references need (upstreams before
  * listeners and routes). */
 
@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <grp.h>
+#include <pwd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -35,6 +37,8 @@ enum {
     G_CONSUMER_HEADER,
     G_REDIS,
     G_RESOLVER,
+    G_USER,
+    G_GROUP,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -52,6 +56,8 @@ static const char *const top_keys[G_N] = {
     [G_CONSUMER_HEADER] = "consumer_header",
     [G_REDIS] = "redis",
     [G_RESOLVER] = "resolver",
+    [G_USER] = "user",
+    [G_GROUP] = "group",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
@@ -139,6 +145,45 @@ static bool admin_token(sl__cx_t *cx, const yaml_node_t *v, sl_config_t *cfg) {
     return true;
 }
 
+/* user: / group: (names or numeric ids), resolved here so `sluice check` on the host names
+ * a missing account at its line; the switch itself happens at start (server/privileges.c). */
+static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, sl_config_t *cfg) {
+    const char *u = uv ? sl__cfg_get_text(cx, uv, "user", "a user name or id") : NULL;
+    const char *g = gv ? sl__cfg_get_text(cx, gv, "group", "a group name or id") : NULL;
+    if (gv && !uv) {
+        sl__cx_err(cx, gv, "'group' needs 'user': sluice switches both or neither");
+        return;
+    }
+    if (!u || (gv && !g)) return;
+    char *end;
+    const struct passwd *pw = getpwnam(u);
+    if (pw) {
+        cfg->run_uid = pw->pw_uid;
+        cfg->run_gid = pw->pw_gid;
+    } else {
+        unsigned long id = strtoul(u, &end, 10);
+        if (!*u || *end || id >= UINT32_MAX) {
+            sl__cx_err(cx, uv, "user '%s' does not exist on this host", u);
+            return;
+        }
+        cfg->run_uid = (uid_t)id;
+        pw = getpwuid(cfg->run_uid);
+        cfg->run_gid = pw ? pw->pw_gid : (gid_t)id;
+    }
+    if (g) {
+        const struct group *gr = getgrnam(g);
+        unsigned long id = gr ? gr->gr_gid : strtoul(g, &end, 10);
+        if (!gr && (!*g || *end || id >= UINT32_MAX)) {
+            sl__cx_err(cx, gv, "group '%s' does not exist on this host", g);
+            return;
+        }
+        cfg->run_gid = (gid_t)id;
+    }
+    if (cfg->run_uid == 0)
+        sl__cx_err(cx, uv, "user '%s' is root: name an unprivileged account, or leave 'user' out", u);
+    cfg->run_user = sl__cx_strdup(cx, u);
+}
+
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     sl_config_t *cfg = cx->cfg;
     const char *where = "the top level";
@@ -219,6 +264,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
                                          .max_ttl_ms = 300 * 1000};
     if ((v = f[G_RESOLVER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "resolver"))
         parse_resolver(cx, v, &cfg->resolver);
+    run_as(cx, f[G_USER].val, f[G_GROUP].val, cfg);
     cfg->redis_timeout_ms = 50;
     if ((v = f[G_REDIS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "redis")) {
         sl__field_t rf[RD_N];

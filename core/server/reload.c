@@ -22,6 +22,7 @@
 #include "script/plugin.h"
 #include "server/listen.h"
 #include "server/server.h"
+#include "server/notify.h"
 
 extern const char sl_default_conf[];
 extern const size_t sl_default_conf_len;
@@ -325,7 +326,20 @@ static int reject(sl_server_t *srv, const char *why, const char *msg, char **jso
     return SL_ERROR;
 }
 
+static int reload(sl_server_t *srv, const char *why, char **json);
+
+/* The service manager hears RELOADING=1 before the build and READY=1 after it, accepted or
+ * rejected alike: either way the process is serving again (systemd's `reload` returns then).
+ * Once draining (STOPPING=1 was sent) a reload is refused and nothing more is said. */
 int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
+    bool tell = !srv->embedded && !sl_server_draining(srv);
+    if (tell) sl_notify_reloading();
+    int rc = reload(srv, why, json);
+    if (tell) sl_notify("READY=1");
+    return rc;
+}
+
+static int reload(sl_server_t *srv, const char *why, char **json) {
     if (json) *json = NULL;
     if (sl_server_draining(srv)) return reject(srv, why, "the server is shutting down", json);
 
@@ -387,6 +401,9 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     else if (n->admin_enabled != o->admin_enabled ||
              (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0))
         restart = "the admin listener changed: a restart applies it";
+    else if ((n->run_user != NULL) != (o->run_user != NULL) ||
+             (n->run_user && (n->run_uid != o->run_uid || n->run_gid != o->run_gid)))
+        restart = "'user' or 'group' changed: a restart applies it";
     if (restart) {
         sl_config_free(n);
         return reject(srv, why, restart, json);
