@@ -1020,15 +1020,21 @@ static void h2_finish(sl_downstream_t *d) {
     d->req = NULL;
     st->q = NULL;
     st->due = 0;
+    /* The head's header list (st->nva) lives in the request's arena: it is submitted (nghttp2
+     * copies it) before the request and its arena go. */
+    bool refused = false;
+    if (!st->nclosed) {
+        st->eof_due = 1;
+        refused = !st->submitted && !stream_submit(st);
+    }
     if (r) sl__req_free(r);
     stream_release_body(st);
     if (st->nclosed) {
         stream_free(st);
         return;
     }
-    st->eof_due = 1;
-    if (!st->submitted) {
-        if (!stream_submit(st)) nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    if (refused) {
+        nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
     } else if (st->deferred) {
         st->deferred = 0;
         nghttp2_session_resume_data(h->ss, st->id);

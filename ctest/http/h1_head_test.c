@@ -235,6 +235,7 @@ static void test_small_heads_take_no_block(void) {
     fx_t f;
     fx_open(&f, "GET /a HTTP/1.1\r\nHost: example.com\r\n\r\n", false);
     upstream_head(&f);
+    sl_h1_head_clear(&f.r->rhead);
     f.r->rhead.status = 200;
     f.r->rhead.minor = 1;
     CHECK_INT(sl__h1_client_head(f.r), SL_OK);
