@@ -11,12 +11,16 @@ static bool put_header(sl_wbuf_t *b, sl_str_t name, sl_str_t value) {
            SL_WBUF_LIT(b, "\r\n");
 }
 
-/* Builds a head with fill() into the arena's current chunk, and once more into a fresh block
- * when it did not fit there: the current chunk may be the request's small first one (block.h).
- * The head is committed to the arena; *out is where it is. fill() may run twice. */
-static int arena_build(sl_req_t *r, size_t want, bool (*fill)(sl_req_t *r, sl_wbuf_t *b, const void *arg),
-                       const void *arg, sl_wbuf_t *out) {
-    for (;; want = SL_BLOCK_SIZE) {
+/* Builds a head with fill() in whatever room the arena's current chunk has left, and once
+ * more in a fresh block when it did not fit there: the current chunk may be the request's
+ * small first one (block.h), which most heads fit. Asking for a head's worst case up front
+ * would take a block every time. The head is committed to the arena; *out is where it is.
+ * fill() may run twice. */
+#define SL_HEAD_MIN 128 /* less room than this in the chunk: straight to a block */
+
+static int arena_build(sl_req_t *r, bool (*fill)(sl_req_t *r, sl_wbuf_t *b, const void *arg), const void *arg,
+                       sl_wbuf_t *out) {
+    for (size_t want = SL_HEAD_MIN;; want = SL_BLOCK_SIZE) {
         *out = sl_arena_wbuf(&r->arena, want);
         if (!out->p) return SL_ERROR;
         if (fill(r, out, arg)) break;
@@ -119,7 +123,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
 
 int sl__h1_upstream_head(sl_req_t *r) {
     sl_wbuf_t b;
-    if (arena_build(r, 1024, fill_upstream_head, NULL, &b) != SL_OK) return SL_ERROR;
+    if (arena_build(r, fill_upstream_head, NULL, &b) != SL_OK) return SL_ERROR;
     r->uphead = uv_buf_init(b.p, (unsigned)b.len);
     return SL_OK;
 }
@@ -184,7 +188,7 @@ static bool fill_client_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
 
 int sl__h1_client_head(sl_req_t *r) {
     sl_wbuf_t b;
-    if (arena_build(r, 1024, fill_client_head, NULL, &b) != SL_OK) return SL_ERROR;
+    if (arena_build(r, fill_client_head, NULL, &b) != SL_OK) return SL_ERROR;
     sl_outq_add(&r->clq, b.p, b.len);
     return SL_OK;
 }
@@ -269,7 +273,7 @@ int sl__h1_answer_head(sl_req_t *r, sl_str_t ctype, uint64_t content_length) {
     r->clq.chunked = 0;
     answer_t an = {ctype, content_length};
     sl_wbuf_t b;
-    if (arena_build(r, 512, fill_answer_head, &an, &b) != SL_OK) return SL_ERROR;
+    if (arena_build(r, fill_answer_head, &an, &b) != SL_OK) return SL_ERROR;
     sl_outq_add(&r->clq, b.p, b.len);
     return SL_OK;
 }

@@ -43,6 +43,7 @@ sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
     r->upstream = -1;
     r->att.target = -1;
     r->next_target = -1;
+    r->host = "";
     sl_arena_init_first(&r->arena, &w->blocks, r->arena_first, sizeof(r->arena_first));
     r->head.spill = r->rhead.spill = head_spill;
     r->head.spill_ud = r->rhead.spill_ud = &r->arena;
@@ -110,8 +111,11 @@ static void normalize_host(sl_req_t *r) {
         const char *colon = memchr(h.p, ':', n);
         if (colon) n = (size_t)(colon - h.p);
     }
-    if (n >= sizeof(r->host)) n = sizeof(r->host) - 1;
-    for (size_t i = 0; i < n; i++) r->host[i] = sl_lower(h.p[i]);
+    if (n > SL_REQ_HOST_MAX) n = SL_REQ_HOST_MAX;
+    char *lower = n ? sl_arena_alloc(&r->arena, n) : NULL;
+    if (!lower) n = 0; /* out of memory: matched as no Host, which routes by path alone */
+    for (size_t i = 0; i < n; i++) lower[i] = sl_lower(h.p[i]);
+    r->host = lower ? lower : "";
     r->host_len = (uint16_t)n;
 }
 

@@ -31,8 +31,11 @@
 /* SL_MODE_TUNNEL: the upstream answered 101 to an upgrade; the request object stays as the
  * owner of the byte tunnel (tunnel.c) until the connection ends. */
 /* The request's embedded arena chunk: a proxied request's two rebuilt heads (~250 bytes
- * each without plugins) and the copy of its client head (sl__req_detach_head). */
-#define SL_REQ_ARENA_FIRST 1536
+ * each without plugins), the copy of its client head (sl__req_detach_head) and its
+ * lower-cased Host fit for an API client's request; a browser's ~1 KiB heads take a block. */
+#define SL_REQ_ARENA_FIRST 1024
+/* The longest Host the router sees (a longer one is cut). */
+#define SL_REQ_HOST_MAX 255
 
 enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL, SL_MODE_TUNNEL };
 /* Where a request is in its life: the Lua phases run between routing and content. */
@@ -108,7 +111,8 @@ struct sl_req_s {
     uint8_t consumer_len;
     char rid[33];       /**< X-Request-ID */
     uint8_t rid_len;
-    char host[256];     /**< Host, lower-cased, port removed: what the router matches */
+    const char *host;   /**< Host, lower-cased, port removed (in the arena; at most
+                             SL_REQ_HOST_MAX bytes): what the router matches */
     uint16_t host_len;
     /* plugin runtime */
     uint8_t stage;      /**< SL_STAGE_* */

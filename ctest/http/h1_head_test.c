@@ -46,7 +46,7 @@ static void fx_open(fx_t *f, const char *request, bool secure) {
     CHECK_INT(sl_h1_head(&h1, f->head, strlen(f->head), &r->head, &used, &status), SL_OK);
     memcpy(r->rid, "rid-1", 5);
     r->rid_len = 5;
-    memcpy(r->host, "example.com", 11);
+    r->host = "example.com";
     r->host_len = 11;
     r->keep_alive = sl__h1_client_keeps_alive(r);
 }
