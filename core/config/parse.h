@@ -39,6 +39,10 @@ typedef struct {
     sl__cx_err_t *errs;
     size_t nerrs, cap;
     bool oom;
+    /* Values whose ${VAR} could not be replaced: their error is said once, so the checks
+     * that would trip on the raw text stay quiet (env.c). */
+    const yaml_node_t *env_bad[32];
+    size_t nenv_bad;
 } sl__cx_t;
 
 typedef struct {
@@ -165,6 +169,11 @@ void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx);
 /* Two consumers may not share a key-auth key or a basic-auth username: the plugin could
  * not tell them apart. */
 void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list);
+
+/* ---- env.c ---- */
+/* Replaces ${VAR} and ${VAR:-default} in every scalar but single-quoted ones, in place;
+ * an unset variable without a default is an error at its line and column. */
+void sl__cfg_expand_env(sl__cx_t *cx, yaml_document_t *doc);
 
 /* ---- root.c ---- */
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root);

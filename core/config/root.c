@@ -336,6 +336,7 @@ int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t 
     }
     have_doc = true;
     cx.doc = &doc;
+    sl__cfg_expand_env(&cx, &doc);
 
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root)

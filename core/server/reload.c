@@ -16,6 +16,7 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -312,6 +313,10 @@ static char *json_error(sl_server_t *srv, const char *msg) {
 
 static int reject(sl_server_t *srv, const char *why, const char *msg, char **json) {
     srv->reloads_rejected++;
+    srv->last_reject_unix = (int64_t)time(NULL);
+    snprintf(srv->last_reject_trigger, sizeof(srv->last_reject_trigger), "%s", why);
+    free(srv->last_reject_error);
+    srv->last_reject_error = strdup(msg);
     sl_log_err("reload (%s) rejected, still serving generation %llu: %s", why,
                (unsigned long long)srv->generation, msg);
     if (json) *json = json_error(srv, msg);
@@ -372,6 +377,17 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     sl_errors_free(&errs);
     uint64_t hash = sl_config_hash(n, src, srclen);
     free(text);
+    /* The same content as the running generation (config text and every file it reads):
+     * starting a new worker set would only churn VMs and keep-alive connections. */
+    if (hash == srv->config_hash) {
+        sl_config_free(n);
+        sl_log_info("reload (%s): content unchanged (hash %016llx), generation %llu keeps serving; nothing applied",
+                    why, (unsigned long long)hash, (unsigned long long)srv->generation);
+        if (json && (*json = malloc(192)))
+            snprintf(*json, 192, "{\"ok\":true,\"unchanged\":true,\"generation\":%llu,\"hash\":\"%016llx\",\"changed\":[]}\n",
+                     (unsigned long long)srv->generation, (unsigned long long)hash);
+        return SL_OK;
+    }
 
     /* 2. What a reload cannot change in this build. */
     const sl_config_t *o = srv->cfg;
