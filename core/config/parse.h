@@ -176,6 +176,9 @@ void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list);
 void sl__cfg_expand_env(sl__cx_t *cx, yaml_document_t *doc);
 
 /* ---- root.c ---- */
+/* sl_config_parse; `partial`: with errors, *out is still the tree as far as it parsed. */
+int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                     sl_errors_t *errs, bool partial);
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root);
 
 #endif

@@ -129,14 +129,9 @@ static sl_config_t *load(const char *path, bool quiet, const char **used) {
     if (!path && access("conf/sluice.yaml", R_OK) == 0) path = "conf/sluice.yaml";
     if (used) *used = path;
     if (path)
-        rc = sl_config_load(path, &cfg, &errs);
+        rc = sl_config_build(path, NULL, 0, &cfg, &errs);
     else
-        rc = sl_config_parse("<embedded default>", sl_default_conf, sl_default_conf_len, &cfg, &errs);
-    if (rc == 0 && sl_plugins_check(cfg, &errs) != 0) {
-        sl_config_free(cfg);
-        cfg = NULL;
-        rc = -1;
-    }
+        rc = sl_config_build("<embedded default>", sl_default_conf, sl_default_conf_len, &cfg, &errs);
     if (rc != 0) {
         for (size_t i = 0; i < errs.n; i++) fprintf(stderr, "%s\n", errs.lines[i]);
         sl_errors_free(&errs);

@@ -355,8 +355,7 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     sl_config_t *n = NULL;
     const char *src = text ? text : sl_default_conf;
     size_t srclen = text ? len : sl_default_conf_len;
-    int rc = sl_config_parse(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
-    if (rc == 0) rc = sl_plugins_check(n, &errs);
+    int rc = sl_config_build(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
     if (rc != 0) {
         size_t total = 1;
         for (size_t i = 0; i < errs.n; i++) total += strlen(errs.lines[i]) + 1;

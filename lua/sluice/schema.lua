@@ -47,6 +47,48 @@ end
 
 local check_fields
 
+function _M.has(list, k)
+    for _, x in ipairs(list) do
+        if x == k then return true end
+    end
+    return false
+end
+
+local function edit_distance(a, b)
+    if #a > 32 or #b > 32 then return math.huge end
+    local row = {}
+    for j = 0, #b do row[j] = j end
+    for i = 1, #a do
+        local diag = row[0]
+        row[0] = i
+        for j = 1, #b do
+            local up = row[j]
+            local best = diag + (a:byte(i) == b:byte(j) and 0 or 1)
+            if up + 1 < best then best = up + 1 end
+            if row[j - 1] + 1 < best then best = row[j - 1] + 1 end
+            row[j] = best
+            diag = up
+        end
+    end
+    return row[#b]
+end
+
+-- " (did you mean 'status'?)" when one of names is close to key, else "": the core
+-- config's rule (an edit distance of 1 for keys of up to 4 characters, else 2), so
+-- plugin names and plugin config keys get the hint core keys get.
+function _M.did_you_mean(key, names)
+    local best, best_d = nil, #key <= 4 and 1 or 2
+    local sorted = {}
+    for i, n in ipairs(names) do sorted[i] = n end
+    sort(sorted) -- ties go to the first name in order, whatever the table's order
+    for _, n in ipairs(sorted) do
+        local d = edit_distance(key, n)
+        -- d < #key: a one-letter key is not "close" to every other one-letter key
+        if d <= best_d and d < #key and (not best or d < best_d) then best, best_d = n, d end
+    end
+    return best and (" (did you mean '%s'?)"):format(best) or ""
+end
+
 local DURATION_UNIT = { ms = 0.001, s = 1, m = 60, h = 3600 }
 local SIZE_UNIT = { [""] = 1, KiB = 1024, MiB = 1024 ^ 2, GiB = 1024 ^ 3 }
 
@@ -137,14 +179,15 @@ check_fields = function(schema, conf, path, errs)
     local keys = {}
     for k in pairs(conf) do keys[#keys + 1] = tostring(k) end
     sort(keys)
-    for _, k in ipairs(keys) do
-        if schema[k] == nil then
-            errs[#errs + 1] = { path = join(path, k), at = "key", msg = ("unknown key '%s'"):format(k) }
-        end
-    end
     local names = {}
     for k in pairs(schema) do names[#names + 1] = k end
     sort(names)
+    for _, k in ipairs(keys) do
+        if schema[k] == nil then
+            errs[#errs + 1] = { path = join(path, k), at = "key",
+                                msg = ("unknown key '%s'%s"):format(k, _M.did_you_mean(k, names)) }
+        end
+    end
     for _, k in ipairs(names) do
         local spec = schema[k]
         local v = conf[k]

@@ -225,6 +225,15 @@ describe("sluice.schema.validate", function()
                         one(s, { r = { inner = { x = 1, y = 2 } } }))
         end)
 
+        it("suggest a close key, as the core config does", function()
+            local s = { status = { type = "integer" }, body = { type = "string" }, to = { type = "string" } }
+            assert.same({ path = "stauts", at = "key", msg = "unknown key 'stauts' (did you mean 'status'?)" },
+                        one(s, { stauts = 1 }))
+            assert.same({ path = "bdy", at = "key", msg = "unknown key 'bdy' (did you mean 'body'?)" }, one(s, { bdy = "" }))
+            assert.same({ path = "colour", at = "key", msg = "unknown key 'colour'" }, one(s, { colour = 1 }))
+            assert.same({ path = "t", at = "key", msg = "unknown key 't'" }, one(s, { t = 1 })) -- one letter: no guess
+        end)
+
         it("are all reported, sorted by name", function()
             assert.same({ { path = "a", at = "key", msg = "unknown key 'a'" },
                           { path = "b", at = "key", msg = "unknown key 'b'" } }, errs_of({}, { b = 1, a = 2 }))
