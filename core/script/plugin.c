@@ -391,13 +391,40 @@ int sl_plugins_explain(const sl_config_t *cfg, const char *route) {
     lua_createtable(L, (int)cfg->nroutes, 0);
     for (size_t r = 0; r < cfg->nroutes; r++) {
         const sl_route_conf_t *rc_ = &cfg->routes[r];
-        lua_createtable(L, 0, 3);
+        lua_createtable(L, 0, 14);
         lua_pushstring(L, rc_->name);
         lua_setfield(L, -2, "name");
         if (rc_->upstream >= 0) {
             lua_pushstring(L, cfg->upstreams[rc_->upstream].name);
             lua_setfield(L, -2, "upstream");
+        } else if (rc_->nsplit) {
+            char buf[512];
+            size_t off = (size_t)snprintf(buf, sizeof buf, "split");
+            for (size_t k = 0; k < rc_->nsplit && off < sizeof buf; k++) {
+                const sl_split_conf_t *a = &rc_->split[k];
+                if (a->header || a->cookie)
+                    off += (size_t)snprintf(buf + off, sizeof buf - off, " %s (%s %s=%s)", cfg->upstreams[a->upstream].name,
+                                            a->header ? "header" : "cookie", a->header ? a->header : a->cookie,
+                                            a->header ? a->header_value : a->cookie_value);
+                else
+                    off += (size_t)snprintf(buf + off, sizeof buf - off, " %s (weight %u)",
+                                            cfg->upstreams[a->upstream].name, a->weight);
+            }
+            lua_pushstring(L, buf);
+            lua_setfield(L, -2, "upstream");
         }
+        /* what sluice.router.ranks reads, and where the route was written */
+        lua_pushinteger(L, (lua_Integer)r);
+        lua_setfield(L, -2, "index");
+        sl__lua_set_match(L, rc_);
+        lua_pushboolean(L, rc_->match_fn);
+        lua_setfield(L, -2, "match_fn");
+        lua_pushboolean(L, rc_->lua_file >= 0);
+        lua_setfield(L, -2, "lua_routes");
+        lua_pushstring(L, rc_->lua_file >= 0 ? cfg->lua_route_files[rc_->lua_file] : cfg->path);
+        lua_setfield(L, -2, "file");
+        lua_pushinteger(L, rc_->line);
+        lua_setfield(L, -2, "line");
         push_chain_names(L, rc_->plugins, rc_->nplugins);
         lua_setfield(L, -2, "plugins");
         lua_rawseti(L, -2, (int)r + 1);

@@ -327,11 +327,29 @@ end
 
 -- For `sluice explain`: each route's effective chain per phase, as text.
 -- global and routes: { {name=, plugins={ {name=...}, ... }, upstream=...}, ... }.
+-- Each route also shows its match conditions, its precedence rank (sluice.router's
+-- order) and where it was written (the YAML file, or a lua_routes file).
+local function match_text(r)
+    local parts = {}
+    if #r.hosts > 0 then parts[#parts + 1] = "hosts " .. table.concat(r.hosts, ", ") end
+    if #r.paths > 0 then parts[#parts + 1] = "paths " .. table.concat(r.paths, ", ") end
+    if #r.methods > 0 then parts[#parts + 1] = "methods " .. table.concat(r.methods, ", ") end
+    for _, h in ipairs(r.headers) do parts[#parts + 1] = ("header %s: %s"):format(h[1], h[2]) end
+    if r.match_fn then parts[#parts + 1] = "a Lua match function" end
+    if #parts == 0 then return "any request" end
+    return table.concat(parts, "; ")
+end
+
 function _M.explain(paths, global, routes, only)
     local cache, out = {}, {}
+    local rank, nranked = require("sluice.router").ranks(routes)
     for _, r in ipairs(routes) do
         if not only or only == r.name then
             out[#out + 1] = ("route %s -> %s"):format(r.name, r.upstream or "(no upstream: the chain answers)")
+            out[#out + 1] = ("  %-13s %s"):format("match", match_text(r))
+            out[#out + 1] = ("  %-13s %d of %d"):format("precedence", rank[r.index] or 0, nranked)
+            out[#out + 1] = ("  %-13s %s:%d%s"):format("defined in", r.file, r.line,
+                r.lua_routes and " (lua_routes)" or "")
             local chain = {}
             for _, p in ipairs(global) do chain[#chain + 1] = { name = p.name, global = true } end
             for _, p in ipairs(r.plugins) do chain[#chain + 1] = { name = p.name } end
@@ -347,6 +365,8 @@ function _M.explain(paths, global, routes, only)
         end
     end
     if only and #out == 0 then return nil, ("no route named '%s'"):format(only) end
+    out[#out + 1] = "(precedence 1 is tried first: exact host, then wildcard host, then no host; within "
+        .. "each, the longest path prefix, then more conditions, then file order)"
     return table.concat(out, "\n") .. "\n"
 end
 
