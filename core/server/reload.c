@@ -570,6 +570,8 @@ void sl__reload_free_retired(sl_server_t *srv) {
     }
     free(srv->watches);
     srv->watches = NULL;
+    free(srv->last_reject_error);
+    srv->last_reject_error = NULL;
 }
 
 void sl_server_watch(sl_server_t *srv) {
