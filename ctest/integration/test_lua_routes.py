@@ -133,5 +133,16 @@ def test_errors(t):
             for n, at in ((2, '"nope"'), (3, "mtch"), (5, '"1x"'))]
     t.check("three routes with errors: three lines, each at its Lua line, in order", got == want, want, r.stderr)
 
+    # Lua shortens a long file name in its own messages ("...TAIL:LINE:"): the line stays
+    deep = os.path.join(d, "x" * 40, "y" * 40)
+    os.makedirs(deep)
+    with open(os.path.join(deep, "routes.lua"), "w") as f:
+        f.write('return {\n  { name = "x",\n    upstream = = 1 },\n}\n')
+    with open(os.path.join(deep, "c.yaml"), "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\nlua_routes: [routes.lua]\n")
+    r = h.run_cli(["check", "-c", os.path.join(deep, "c.yaml")])
+    t.check("a syntax error in a file with a long path: Lua's own line", "routes.lua:3:1: unexpected symbol" in r.stderr,
+            "routes.lua:3:1: unexpected symbol", r.stderr)
+
 
 t.run(test_routes, test_errors)

@@ -155,7 +155,12 @@ local KNOWN_MATCH_KEYS = { "hosts", "paths", "methods", "headers" }
 local function lua_err_line(file, err)
     err = tostring(err)
     local at = err:find(file, 1, true)
-    local line, msg = err:sub(at and at + #file or 1):match("^:(%d+): (.*)$")
+    local line, msg
+    if at then
+        line, msg = err:sub(at + #file):match("^:(%d+): (.*)$")
+    else -- Lua shortens a long chunk name to "...TAIL"
+        line, msg = err:match("^%.%.%.[^\n]-:(%d+): (.*)$")
+    end
     return tonumber(line) or 1, msg or err
 end
 
