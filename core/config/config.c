@@ -221,12 +221,18 @@ void sl_config_free(sl_config_t *cfg) {
         free(u->hash_name);
         free(u->health.path);
         for (size_t j = 0; u->targets && j < u->ntargets; j++) {
-            addr_free(&u->targets[j].addr);
-            sl_tls_target_conf_free(u->targets[j].tls);
+            if (u->targets[j].kind == SL_TARGET_STATIC) addr_free(&u->targets[j].addr);
+            if (!u->targets[j].tls_borrowed) sl_tls_target_conf_free(u->targets[j].tls);
         }
         free(u->targets);
+        for (size_t j = 0; u->names && j < u->nnames; j++) {
+            free(u->names[j].host);
+            free(u->names[j].entry);
+        }
+        free(u->names);
     }
     free(cfg->upstreams);
+    free(cfg->resolver.nameservers);
     for (size_t i = 0; cfg->routes && i < cfg->nroutes; i++) {
         sl_route_conf_t *r = &cfg->routes[i];
         free(r->name);

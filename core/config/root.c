@@ -34,6 +34,7 @@ enum {
     G_CONSUMERS,
     G_CONSUMER_HEADER,
     G_REDIS,
+    G_RESOLVER,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -50,12 +51,45 @@ static const char *const top_keys[G_N] = {
     [G_CONSUMERS] = "consumers",
     [G_CONSUMER_HEADER] = "consumer_header",
     [G_REDIS] = "redis",
+    [G_RESOLVER] = "resolver",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
 static const char *const redis_keys[RD_N] = {"address", "timeout"};
+enum { RS_NAMESERVERS, RS_TIMEOUT, RS_ATTEMPTS, RS_MIN_TTL, RS_MAX_TTL, RS_IPV6, RS_N };
+static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attempts",
+                                                "min_ttl",     "max_ttl", "ipv6"};
 enum { AD_LISTEN, AD_TOKEN_ENV, AD_N };
 static const char *const admin_keys[AD_N] = {"listen", "token_env"};
+
+/* `resolver:`: how targets' DNS names are resolved (net/resolver.c). */
+static void parse_resolver(sl__cx_t *cx, const yaml_node_t *v, sl_resolver_conf_t *r) {
+    sl__field_t f[RS_N];
+    sl__cfg_scan_map(cx, v, "'resolver'", resolver_keys, f, RS_N, NULL);
+    int64_t n;
+    size_t len;
+    if (f[RS_NAMESERVERS].val && sl__cfg_list_len(cx, &f[RS_NAMESERVERS], &len) && len) {
+        /* c-ares takes "IP:PORT,[IPv6]:PORT" */
+        size_t cap = len * 64 + 1, at = 0;
+        char *csv = sl__cx_calloc(cx, cap, 1);
+        for (size_t i = 0; csv && i < len; i++) {
+            const yaml_node_t *it = sl__cfg_seq_at(cx, f[RS_NAMESERVERS].val, i);
+            sl_addr_t a = {0};
+            if (!it || !sl__cfg_get_addr(cx, it, "nameservers", true, &a)) continue;
+            at += (size_t)snprintf(csv + at, cap - at, "%s%s", at ? "," : "", a.text);
+            free(a.text);
+        }
+        r->nameservers = csv;
+    }
+    if (f[RS_TIMEOUT].val) sl__cfg_get_duration(cx, f[RS_TIMEOUT].val, "timeout", false, &r->timeout_ms);
+    if (f[RS_ATTEMPTS].val && sl__cfg_get_int(cx, f[RS_ATTEMPTS].val, "attempts", 1, 10, &n))
+        r->attempts = (uint32_t)n;
+    if (f[RS_MIN_TTL].val) sl__cfg_get_duration(cx, f[RS_MIN_TTL].val, "min_ttl", false, &r->min_ttl_ms);
+    if (f[RS_MAX_TTL].val) sl__cfg_get_duration(cx, f[RS_MAX_TTL].val, "max_ttl", false, &r->max_ttl_ms);
+    if (f[RS_IPV6].val) sl__cfg_get_bool(cx, f[RS_IPV6].val, "ipv6", &r->ipv6);
+    if (r->max_ttl_ms < r->min_ttl_ms)
+        sl__cx_err(cx, f[RS_MAX_TTL].val ? f[RS_MAX_TTL].val : v, "resolver.max_ttl must be at least min_ttl");
+}
 
 /* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: only this host can reach the address. */
 static bool addr_loopback(const sl_addr_t *a) {
@@ -181,6 +215,10 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             cfg->consumer_header = sl__cx_strdup(cx, h);
         }
     }
+    cfg->resolver = (sl_resolver_conf_t){.timeout_ms = 1000, .attempts = 2, .min_ttl_ms = 1000,
+                                         .max_ttl_ms = 300 * 1000};
+    if ((v = f[G_RESOLVER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "resolver"))
+        parse_resolver(cx, v, &cfg->resolver);
     cfg->redis_timeout_ms = 50;
     if ((v = f[G_REDIS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "redis")) {
         sl__field_t rf[RD_N];

@@ -116,10 +116,17 @@ static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
 
 static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     uint64_t h = fnv(1469598103934665603ULL, u->name, strlen(u->name));
-    for (size_t i = 0; i < u->ntargets; i++) {
+    for (size_t i = 0; i < u->ntargets; i++) { /* as written: a dynamic slot's address is not */
+        if (u->targets[i].kind != SL_TARGET_STATIC) continue;
         h = fnv(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
         h = fnv(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
     }
+    for (size_t i = 0; i < u->nnames; i++) {
+        h = fnv(h, u->names[i].entry, strlen(u->names[i].entry) + 1);
+        h = fnv(h, &u->names[i].weight, sizeof(u->names[i].weight));
+    }
+    uint64_t reg[3] = {u->registry, u->registry_max_ttl_ms, u->registry_slots};
+    h = fnv(h, reg, sizeof(reg));
     uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
                      u->read_timeout_ms, u->write_timeout_ms};
     h = fnv(h, v, sizeof(v));
@@ -413,6 +420,8 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     sl_upgen_t *ug = sl_upgen_new(&srv->treg, n); /* targets kept by name and address keep their state */
     int inited = 0;
     const char *werr = ws && ug ? NULL : "out of memory";
+    /* the new slots filled from what discovery knows, before a worker can pick */
+    bool bound = !werr && srv->disc && sl_discovery_bind(srv->disc, ug, &werr) == SL_OK;
     for (int i = 0; ws && i < nw && !werr; i++) {
         if (sl_worker_init(&ws[i], srv, n, i, &werr) != SL_OK) break;
         ws[i].ug = ug;
@@ -435,6 +444,8 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
         for (int i = 0; i < started; i++) sl_worker_join(&ws[i]);
         for (int i = 0; i < inited; i++) sl_worker_destroy(&ws[i]);
         free(ws);
+        const char *berr;
+        if (bound) sl_discovery_bind(srv->disc, srv->ug, &berr); /* back to the generation served */
         sl_upgen_free(&srv->treg, ug);
         for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
             if (fds[q] >= 0 && (int)(q % (size_t)nw) >= started) close(fds[q]);

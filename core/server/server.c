@@ -114,6 +114,8 @@ static void start_drain(sl_server_t *srv, const char *why) {
     sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
     sl_health_stop(&srv->health);
     sl_health_close(&srv->health);
+    sl_discovery_free(srv->disc); /* the slots stay as they are while in-flight work ends */
+    srv->disc = NULL;
     for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
     for (sl_retired_t *r = srv->retired; r; r = r->next)
         for (int i = 0; i < r->nworkers; i++) sl_worker_drain(&r->workers[i]); /* no-op when draining */
@@ -160,10 +162,13 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
         return SL_ERROR;
     }
     if (bind_listeners(srv, err) != SL_OK) return SL_ERROR;
-    if (!(srv->ug = sl_upgen_new(&srv->treg, cfg))) {
+    if (!(srv->ug = sl_upgen_new(&srv->treg, cfg)) || !(srv->disc = sl_discovery_new(srv->loop, &srv->treg))) {
         *err = "out of memory";
         return SL_ERROR;
     }
+    if (sl_discovery_bind(srv->disc, srv->ug, err) != SL_OK) return SL_ERROR;
+    /* Names get their first answer before the first request (or 503 until they do). */
+    sl_discovery_prime(srv->disc, cfg->resolver.timeout_ms * cfg->resolver.attempts + 500);
     for (int i = 0; i < srv->nworkers; i++) {
         if (sl_worker_init(&srv->workers[i], srv, cfg, i, err) != SL_OK) return SL_ERROR;
         srv->workers[i].ug = srv->ug;
@@ -211,6 +216,11 @@ void sl_server_cleanup(sl_server_t *srv) {
         for (size_t i = 0; i < srv->cfg->nlisteners * (size_t)srv->nworkers; i++)
             if (srv->listen_fds[i] >= 0 && (int)(i % (size_t)srv->nworkers) >= srv->started)
                 close(srv->listen_fds[i]);
+    }
+    if (srv->disc) { /* never drained (a start that failed) */
+        sl_discovery_free(srv->disc);
+        srv->disc = NULL;
+        uv_run(srv->loop, UV_RUN_NOWAIT);
     }
     if (srv->embedded) uv_loop_close(srv->loop);
     free(srv->workers);
