@@ -64,6 +64,8 @@ def serve_from(label, binary, share):
     t.check("%s: serves through built-in plugins (echo, request-id)" % label,
             r.status == 200 and b"/hello" in r.body and r.header("x-request-id"), 200,
             (r.status, r.body[:200]))
+    with open(s.config_path, "a") as f:  # unchanged content would apply nothing
+        f.write("# reload\n")
     s.signal(signal.SIGHUP)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and s.status().get("generation") != 2:

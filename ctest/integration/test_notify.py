@@ -54,6 +54,8 @@ def run_protocol(t, label, sock, addr):
     r = h.request(s.port(), "GET", "/")
     t.check("%s: serving once READY came" % label, r.status == 200, 200, r.status)
 
+    with open(s.config_path, "a") as f:  # unchanged content would apply nothing
+        f.write("# reload\n")
     before = mono_usec()
     s.signal(signal.SIGHUP)
     m = recv(sock)
