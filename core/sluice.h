@@ -153,6 +153,12 @@ int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
 /** body_filter: what goes to the client instead of the piece (copied). */
 int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
 
+/** The phase dispatcher's mark after the plugin at chain position `pos` returned from the
+ *  running phase: its time since the phase began or the previous plugin returned goes to
+ *  sluice_plugin_duration_seconds (and a debugged request's output). Called only when the
+ *  generation is timed (metrics.plugin_timing or admin.debug_token_env). */
+void sl_ffi_plugin_timed(sl_req_t *r, int pos);
+
 /* ======================== upstream and balancer */
 
 /** Picks the configured upstream `name` for this request (rewrite/access). */

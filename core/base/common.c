@@ -2,6 +2,9 @@
 #include "base/common.h"
 
 #include <sys/random.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <time.h>
 
 #define T1(c) [c] = 1
@@ -66,6 +69,13 @@ bool sl_wbuf_json_str(sl_wbuf_t *b, sl_str_t s) {
     return true;
 }
 
+bool sl_secret_equal(const char *tok, size_t tlen, const char *given, size_t glen) {
+    const unsigned char *t = (const unsigned char *)tok, *g = (const unsigned char *)given;
+    unsigned diff = glen != tlen;
+    for (size_t i = 0; i < tlen; i++) diff |= t[i] ^ (i < glen ? g[i] : 0u);
+    return diff == 0;
+}
+
 uint64_t sl_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -76,6 +86,28 @@ uint64_t sl_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool sl__ticks_tsc;
+double sl__ns_per_tick = 1.0;
+
+void sl_ticks_calibrate(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+#if defined(__x86_64__)
+    /* CPUID 0x80000007 EDX bit 8: the TSC runs at a constant rate in every P-/C-state (and
+     * is what the kernel's own clocksource uses on such a machine). */
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) return;
+    uint64_t t0 = __builtin_ia32_rdtsc(), n0 = sl_now_ns(), n1;
+    while ((n1 = sl_now_ns()) - n0 < 2000000) {
+    }
+    uint64_t t1 = __builtin_ia32_rdtsc();
+    if (t1 <= t0) return;
+    sl__ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
+    sl__ticks_tsc = true;
+#endif
 }
 
 static __thread uint64_t rnd_state;

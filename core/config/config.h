@@ -222,6 +222,12 @@ typedef struct {
      *  written in the file); admin_token_len 0 means no token (loopback only). */
     char admin_token[SL_ADMIN_TOKEN_MAX + 1];
     size_t admin_token_len;
+    /** `admin.debug_token_env`: a request whose X-Sluice-Debug header holds this token gets
+     *  X-Sluice-Debug-Output (read like admin_token); debug_token_len 0: debugging off. */
+    char debug_token[SL_ADMIN_TOKEN_MAX + 1];
+    size_t debug_token_len;
+    bool plugin_timing;          /**< `metrics.plugin_timing` (default true):
+                                      sluice_plugin_duration_seconds is measured */
     char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */
     char **plugin_search; size_t nplugin_search; /**< resolved: plugin_paths (relative to the
                                                       config file) then the built-in folder */

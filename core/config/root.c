@@ -39,6 +39,7 @@ enum {
     G_RESOLVER,
     G_USER,
     G_GROUP,
+    G_METRICS,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -58,6 +59,7 @@ static const char *const top_keys[G_N] = {
     [G_RESOLVER] = "resolver",
     [G_USER] = "user",
     [G_GROUP] = "group",
+    [G_METRICS] = "metrics",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
@@ -65,8 +67,10 @@ static const char *const redis_keys[RD_N] = {"address", "timeout"};
 enum { RS_NAMESERVERS, RS_TIMEOUT, RS_ATTEMPTS, RS_MIN_TTL, RS_MAX_TTL, RS_IPV6, RS_N };
 static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attempts",
                                                 "min_ttl",     "max_ttl", "ipv6"};
-enum { AD_LISTEN, AD_TOKEN_ENV, AD_N };
-static const char *const admin_keys[AD_N] = {"listen", "token_env"};
+enum { AD_LISTEN, AD_TOKEN_ENV, AD_DEBUG_TOKEN_ENV, AD_N };
+static const char *const admin_keys[AD_N] = {"listen", "token_env", "debug_token_env"};
+enum { MT_PLUGIN_TIMING, MT_N };
+static const char *const metrics_keys[MT_N] = {"plugin_timing"};
 
 /* `resolver:`: how targets' DNS names are resolved (net/resolver.c). */
 static void parse_resolver(sl__cx_t *cx, const yaml_node_t *v, sl_resolver_conf_t *r) {
@@ -108,40 +112,38 @@ static bool addr_loopback(const sl_addr_t *a) {
     return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
 }
 
-/* admin.token_env: the token comes from the environment so the config file (often in
- * version control, shown in diffs, read by anyone who may read the config) never holds it.
- * True when a token was read into cfg->admin_token. */
-static bool admin_token(sl__cx_t *cx, const yaml_node_t *v, sl_config_t *cfg) {
-    const char *name = sl__cfg_get_text(cx, v, "token_env", "an environment variable name");
+/* admin.token_env and admin.debug_token_env (`key`): the token comes from the environment
+ * so the config file (often in version control, shown in diffs, read by anyone who may
+ * read the config) never holds it. True when a token was read into out (out_len). */
+static bool env_token(sl__cx_t *cx, const yaml_node_t *v, const char *key, char *out, size_t *out_len) {
+    const char *name = sl__cfg_get_text(cx, v, key, "an environment variable name");
     if (!name) return false;
     bool ok = (name[0] < '0' || name[0] > '9') && name[0];
     for (const char *c = name; ok && *c; c++) ok = sl__cfg_name_char(*c, false) && *c != '-';
     if (!ok) {
-        sl__cx_err(cx, v, "admin.token_env '%s' is not an environment variable name", name);
+        sl__cx_err(cx, v, "admin.%s '%s' is not an environment variable name", key, name);
         return false;
     }
     const char *tok = getenv(name);
     size_t len = tok ? strlen(tok) : 0;
     if (len == 0) {
-        sl__cx_err(cx, v, "admin.token_env: the environment variable %s is %s", name,
-                   tok ? "empty" : "not set");
+        sl__cx_err(cx, v, "admin.%s: the environment variable %s is %s", key, name, tok ? "empty" : "not set");
         return false;
     }
     if (len > SL_ADMIN_TOKEN_MAX) {
-        sl__cx_err(cx, v, "admin.token_env: the token in %s is longer than %d bytes", name,
-                   SL_ADMIN_TOKEN_MAX);
+        sl__cx_err(cx, v, "admin.%s: the token in %s is longer than %d bytes", key, name, SL_ADMIN_TOKEN_MAX);
         return false;
     }
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)tok[i] <= 0x20 || (unsigned char)tok[i] >= 0x7f) {
             sl__cx_err(cx, v,
-                       "admin.token_env: the token in %s holds a space, control or non-ASCII "
+                       "admin.%s: the token in %s holds a space, control or non-ASCII "
                        "byte (a bearer token is printable ASCII)",
-                       name);
+                       key, name);
             return false;
         }
-    memcpy(cfg->admin_token, tok, len + 1);
-    cfg->admin_token_len = len;
+    memcpy(out, tok, len + 1);
+    *out_len = len;
     return true;
 }
 
@@ -232,7 +234,10 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             else
                 addr_ok = sl__cfg_get_addr(cx, admin_at, "listen", false, &cfg->admin_listen);
         }
-        if ((token_given = a[AD_TOKEN_ENV].val != NULL)) admin_token(cx, a[AD_TOKEN_ENV].val, cfg);
+        if ((token_given = a[AD_TOKEN_ENV].val != NULL))
+            env_token(cx, a[AD_TOKEN_ENV].val, "token_env", cfg->admin_token, &cfg->admin_token_len);
+        if (a[AD_DEBUG_TOKEN_ENV].val)
+            env_token(cx, a[AD_DEBUG_TOKEN_ENV].val, "debug_token_env", cfg->debug_token, &cfg->debug_token_len);
         /* Anyone who reaches the admin API may reload the config and read every upstream:
          * off this host it must ask for a token (a missing variable is reported above). */
         if (addr_ok && cfg->admin_enabled && !token_given && !addr_loopback(&cfg->admin_listen))
@@ -247,6 +252,12 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             cfg->admin_listen.text = sl__cx_strdup(cx, "127.0.0.1:9090");
     }
 
+    cfg->plugin_timing = true;
+    if ((v = f[G_METRICS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "metrics")) {
+        sl__field_t mf[MT_N];
+        sl__cfg_scan_map(cx, v, "'metrics'", metrics_keys, mf, MT_N, NULL);
+        if (mf[MT_PLUGIN_TIMING].val) sl__cfg_get_bool(cx, mf[MT_PLUGIN_TIMING].val, "plugin_timing", &cfg->plugin_timing);
+    }
     sl__cfg_parse_plugins(cx, &f[G_PLUGINS], "the global chain", &cfg->plugins, &cfg->nplugins);
     if ((v = f[G_CONSUMER_HEADER].val)) {
         const char *h = sl__cfg_get_text(cx, v, "consumer_header", "a header name");

@@ -8,6 +8,15 @@
 
 static const double bucket_le[SL_METRIC_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+/* The same bounds in ns, so a hot path compares integers. */
+static const uint64_t bucket_ns[SL_METRIC_BUCKETS] = {500000,    1000000,    2500000,    5000000,   10000000,
+                                                      25000000,  50000000,   100000000,  250000000, 500000000,
+                                                      1000000000, 2500000000, 5000000000, 10000000000};
+/* A plugin's phase call takes microseconds unless it waits: its buckets start lower. */
+static const double plugin_le[SL_METRIC_BUCKETS] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                   0.0025,  0.005,    0.01,    0.025,  0.05,    0.1,    1};
+static const uint64_t plugin_ns[SL_METRIC_BUCKETS] = {10000,   25000,   50000,   100000,   250000,   500000,   1000000,
+                                                      2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 1000000000};
 
 int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     memset(m, 0, sizeof(*m));
@@ -33,7 +42,19 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
-    if (!m->retries || !m->ratelimit || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
+    m->plugin_base = calloc(m->nroutes, sizeof(size_t));
+    m->plugin_len = calloc(m->nroutes, 1);
+    size_t rows = 0;
+    for (size_t r = 0; m->plugin_base && m->plugin_len && r < cfg->nroutes; r++) {
+        m->plugin_base[r] = rows;
+        m->plugin_len[r] = (uint8_t)SL_MIN(cfg->nplugins + cfg->routes[r].nplugins, (size_t)SL_METRIC_MAX_CHAIN);
+        rows += m->plugin_len[r];
+    }
+    if (cfg->plugin_timing && rows && !(m->plugin_dur = calloc(rows * SL_METRIC_PHASES, sizeof(sl_hist_t)))) {
+        sl_metrics_free(m);
+        return SL_ERROR;
+    }
+    if (!m->retries || !m->ratelimit || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
         !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -58,17 +79,23 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->lplugin_errors);
     free(m->retries);
     free(m->ratelimit);
+    free(m->plugin_base);
+    free(m->plugin_len);
+    free(m->plugin_dur);
     memset(m, 0, sizeof(*m));
 }
 
-static void hist_add(sl_hist_t *h, uint64_t dur_ns) {
-    double s = (double)dur_ns / 1e9;
+static void hist_add_at(sl_hist_t *h, const uint64_t *le_ns, uint64_t dur_ns) {
     int i = 0;
-    while (i < SL_METRIC_BUCKETS && s > bucket_le[i]) i++;
+    while (i < SL_METRIC_BUCKETS && dur_ns > le_ns[i]) i++;
     if (i < SL_METRIC_BUCKETS) SL_COUNTER_ADD(h->buckets[i], 1);
-    SL_COUNTER_ADD(h->sum_us, dur_ns / 1000);
+    SL_COUNTER_ADD(h->sum_ns, dur_ns);
     SL_COUNTER_ADD(h->count, 1);
 }
+
+static void hist_add(sl_hist_t *h, uint64_t dur_ns) { hist_add_at(h, bucket_ns, dur_ns); }
+
+void sl__metrics_hist_plugin(sl_hist_t *h, uint64_t ns) { hist_add_at(h, plugin_ns, ns); }
 
 static int code_index(int status) {
     return (status >= 100 && status <= 599) ? status - 100 : -1;
@@ -126,7 +153,7 @@ static int route_named(const sl_config_t *c, const char *name) {
 
 static void fold_hist(sl_hist_t *to, const sl_hist_t *from) {
     for (int i = 0; i < SL_METRIC_BUCKETS; i++) SL_COUNTER_ADD(to->buckets[i], from->buckets[i]);
-    SL_COUNTER_ADD(to->sum_us, from->sum_us);
+    SL_COUNTER_ADD(to->sum_ns, from->sum_ns);
     SL_COUNTER_ADD(to->count, from->count);
 }
 
@@ -148,9 +175,13 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
             if (pos >= fn || pos >= tn) break;
             const char *a = pos < fcfg->nplugins ? fcfg->plugins[pos].name : fr->plugins[pos - fcfg->nplugins].name;
             const char *b = pos < tcfg->nplugins ? tcfg->plugins[pos].name : trc->plugins[pos - tcfg->nplugins].name;
-            if (strcmp(a, b) == 0)
-                SL_COUNTER_ADD(to->plugin_errors[(size_t)tr * SL_METRIC_MAX_CHAIN + pos],
-                               from->plugin_errors[r * SL_METRIC_MAX_CHAIN + pos]);
+            if (strcmp(a, b) != 0) continue;
+            SL_COUNTER_ADD(to->plugin_errors[(size_t)tr * SL_METRIC_MAX_CHAIN + pos],
+                           from->plugin_errors[r * SL_METRIC_MAX_CHAIN + pos]);
+            if (to->plugin_dur && from->plugin_dur)
+                for (size_t ph = 0; ph < SL_METRIC_PHASES; ph++)
+                    fold_hist(&to->plugin_dur[(to->plugin_base[tr] + pos) * SL_METRIC_PHASES + ph],
+                              &from->plugin_dur[(from->plugin_base[r] + pos) * SL_METRIC_PHASES + ph]);
         }
     }
     for (size_t u = 0; u < fcfg->nupstreams; u++) {
@@ -227,24 +258,32 @@ __attribute__((format(printf, 2, 3))) static void tprintf(text_t *t, const char 
     }
 }
 
-static void render_hist(text_t *t, const char *name, const char *labels, const sl_hist_t *sum) {
+static void render_hist_le(text_t *t, const char *name, const char *labels, const sl_hist_t *sum,
+                           const double *le) {
     uint64_t cum = 0;
     for (int i = 0; i < SL_METRIC_BUCKETS; i++) {
         cum += sum->buckets[i];
-        tprintf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bucket_le[i], (unsigned long long)cum);
+        tprintf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, le[i], (unsigned long long)cum);
     }
     tprintf(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)sum->count);
-    tprintf(t, "%s_sum{%s} %.6f\n", name, labels, (double)sum->sum_us / 1e6);
+    tprintf(t, "%s_sum{%s} %.9f\n", name, labels, (double)sum->sum_ns / 1e9);
     tprintf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)sum->count);
+}
+
+static void render_hist(text_t *t, const char *name, const char *labels, const sl_hist_t *sum) {
+    render_hist_le(t, name, labels, sum, bucket_le);
+}
+
+static void add_hist(sl_hist_t *out, const sl_hist_t *h) {
+    for (int i = 0; i < SL_METRIC_BUCKETS; i++) out->buckets[i] += SL_COUNTER_GET(h->buckets[i]);
+    out->sum_ns += SL_COUNTER_GET(h->sum_ns);
+    out->count += SL_COUNTER_GET(h->count);
 }
 
 static void sum_hist(sl_hist_t *out, sl_wmetrics_t *const *ms, size_t n, bool upstream, size_t idx) {
     memset(out, 0, sizeof(*out));
     for (size_t w = 0; w < n; w++) {
-        sl_hist_t *h = upstream ? &ms[w]->up_dur[idx] : &ms[w]->req_dur[idx];
-        for (int i = 0; i < SL_METRIC_BUCKETS; i++) out->buckets[i] += SL_COUNTER_GET(h->buckets[i]);
-        out->sum_us += SL_COUNTER_GET(h->sum_us);
-        out->count += SL_COUNTER_GET(h->count);
+        add_hist(out, upstream ? &ms[w]->up_dur[idx] : &ms[w]->req_dur[idx]);
     }
 }
 
@@ -297,6 +336,37 @@ static void render_chain_errors(text_t *t, const char *owner, const chain_t *c, 
         }
         tprintf(t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", owner, pn,
                 (unsigned long long)v);
+    }
+}
+
+static const char *const phase_names[SL_METRIC_PHASES] = {"rewrite", "access", "header_filter", "body_filter",
+                                                           "log",     "preread", "balancer"};
+
+const char *sl_metrics_phase_name(int phase) {
+    return phase >= 0 && phase < SL_METRIC_PHASES ? phase_names[phase] : "?";
+}
+
+/* sluice_plugin_duration_seconds of route r: one series per (plugin name, phase) with
+ * calls, a plugin used twice in the chain summed. */
+static void render_chain_durations(text_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
+                                   size_t n, size_t r) {
+    size_t chain = SL_MIN(c->nfirst + c->nown, (size_t)SL_METRIC_MAX_CHAIN);
+    char labels[512];
+    for (size_t pos = 0; pos < chain; pos++) {
+        const char *pn = chain_at(c, pos);
+        bool seen = false;
+        for (size_t q = 0; q < pos && !seen; q++) seen = strcmp(chain_at(c, q), pn) == 0;
+        if (seen) continue;
+        for (size_t ph = 0; ph < SL_METRIC_PHASES; ph++) {
+            sl_hist_t h = {0};
+            for (size_t q = pos; q < chain; q++)
+                if (strcmp(chain_at(c, q), pn) == 0)
+                    for (size_t w = 0; w < n; w++)
+                        add_hist(&h, &ms[w]->plugin_dur[(ms[w]->plugin_base[r] + q) * SL_METRIC_PHASES + ph]);
+            if (!h.count) continue;
+            snprintf(labels, sizeof labels, "route=\"%s\",plugin=\"%s\",phase=\"%s\"", owner, pn, phase_names[ph]);
+            render_hist_le(t, "sluice_plugin_duration_seconds", labels, &h, plugin_le);
+        }
     }
 }
 
@@ -442,6 +512,16 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
         snprintf(label, sizeof label, "listener:%s", lc->name);
         chain_t c = {NULL, 0, lc->plugins, lc->nplugins};
         render_chain_errors(&t, label, &c, ms, n, true, l);
+    }
+    if (n && ms[0]->plugin_dur) {
+        tprintf(&t, "# HELP sluice_plugin_duration_seconds Time of each plugin's phase calls (waits included), "
+                    "by route, plugin and phase.\n"
+                    "# TYPE sluice_plugin_duration_seconds histogram\n");
+        for (size_t r = 0; r < cfg->nroutes; r++) {
+            const sl_route_conf_t *rc = &cfg->routes[r];
+            chain_t c = {cfg->plugins, cfg->nplugins, rc->plugins, rc->nplugins};
+            render_chain_durations(&t, rc->name, &c, ms, n, r);
+        }
     }
     if (extra) tprintf(&t, "%s", extra);
     if (t.oom) {

@@ -48,8 +48,11 @@ enum {
 
 typedef struct {
     uint64_t buckets[SL_METRIC_BUCKETS]; /**< cumulative counts are computed at render */
-    uint64_t sum_us, count;
+    uint64_t sum_ns, count;
 } sl_hist_t;
+
+/** Phases a plugin's duration is kept for: SL_PHASE_REWRITE .. SL_PHASE_BALANCER. */
+#define SL_METRIC_PHASES 7
 
 typedef struct {
     size_t nroutes;        /**< config routes + 1 ("none": no route matched or rejected) */
@@ -72,6 +75,10 @@ typedef struct {
     uint64_t *lplugin_errors; /**< [nlisteners][SL_METRIC_MAX_CHAIN]: tcp listeners' preread chains */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
     uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
+    size_t *plugin_base;   /**< [nroutes]: first row of each route's chain in plugin_dur */
+    uint8_t *plugin_len;   /**< [nroutes]: its chain's length (global + own, capped) */
+    sl_hist_t *plugin_dur; /**< [sum of chain lengths][SL_METRIC_PHASES]; NULL when
+                                metrics.plugin_timing is off */
     size_t nupstreams;
     uint64_t accepted, requests;
 } sl_wmetrics_t;
@@ -90,6 +97,11 @@ void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason);
 /** Counts a rate-limit decision on `route` (SL_RL_*). Worker thread only. */
 void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result);
 
+/** Records one call of the plugin at chain position `pos` of `route` in `phase`
+ *  (SL_PHASE_*) that took `ns`: sluice_plugin_duration_seconds. No lock, no allocation.
+ *  Worker thread only. */
+static inline void sl_metrics_plugin_time(sl_wmetrics_t *m, int route, int pos, int phase, uint64_t ns);
+
 /** Counts a plugin error at chain position `pos` of `route`. Worker thread only. */
 void sl_metrics_plugin_error(sl_wmetrics_t *m, int route, int pos);
 /** The same for position `pos` of tcp listener `lidx`'s preread chain. Worker thread only. */
@@ -106,5 +118,17 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
  */
 int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
                       char **out, size_t *len);
+
+/** "rewrite", "access", ... for SL_PHASE_* (static strings). */
+const char *sl_metrics_phase_name(int phase);
+
+void sl__metrics_hist_plugin(sl_hist_t *h, uint64_t ns);
+
+static inline void sl_metrics_plugin_time(sl_wmetrics_t *m, int route, int pos, int phase, uint64_t ns) {
+    if (!m->plugin_dur || route < 0 || (size_t)route + 1 >= m->nroutes || pos < 0 ||
+        pos >= m->plugin_len[route] || phase < 0 || phase >= SL_METRIC_PHASES)
+        return;
+    sl__metrics_hist_plugin(&m->plugin_dur[(m->plugin_base[route] + (size_t)pos) * SL_METRIC_PHASES + (size_t)phase], ns);
+}
 
 #endif

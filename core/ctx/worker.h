@@ -58,6 +58,7 @@ typedef struct sl_worker_s {
     bool stopped;           /**< the thread's loop ended (atomic) */
     bool running;           /**< the thread's loop started (atomic): a reload's acknowledgement */
     int nworkers;           /**< of its generation: listen_fds is [listener][nworkers] */
+    uint64_t generation;    /**< the config generation it serves (srv->generation's number) */
     int *listen_fds;        /**< borrowed from the server or the reload that made it */
     lua_State *L;
     int lua_dispatch;       /**< registry ref of the router dispatcher */

@@ -50,6 +50,16 @@ void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
     sl_attempt_begin(&r->of, &r->tries, &r->att, t, admit);
 }
 
+/* An attempt ended: what request debugging (and tracing) record of it. */
+static void attempt_ended(sl_req_t *r, int status, uint64_t now) {
+    if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_attempt(r, status, now - r->att.start_ns);
+}
+
+void sl__attempt_timed(sl_req_t *r, int status, uint64_t now) {
+    sl_metrics_upstream(&r->w->metrics, r->upstream, r->att.target, status, now - r->att.start_ns);
+    attempt_ended(r, status, now);
+}
+
 void sl__attempt_outcome(sl_req_t *r, int outcome) {
     if (!r->att.outcome_due || r->to_address) return;
     sl_attempt_outcome(&r->of, &r->att, outcome);
@@ -111,6 +121,9 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     uint8_t admit = 0;
     int t = sl__attempt_pick(r, &admit, &ra);
     if (t < 0) return false; /* nothing left to try: the client gets this failure */
+    /* an answer retried for its status is not an upstream exchange counted by the metrics
+     * (the failures of sl__proxy_failed were counted there), but it was an attempt */
+    if (kind == SL_FAIL_STATUS) attempt_ended(r, status, sl_now_ns());
     r->next_target = t;
     r->next_admit = admit;
     sl_metrics_retry(&r->w->metrics, r->upstream,
@@ -160,7 +173,7 @@ bool sl__attempt_answered(sl_req_t *r) {
     if (r->to_address) return false;
     sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
     sl_attempt_observe(&r->of, &r->att, sl_now_ns());
-    if (st >= 500 && sl__attempt_retry(r, SL_FAIL_OTHER, st)) return true;
+    if (st >= 500 && sl__attempt_retry(r, SL_FAIL_STATUS, st)) return true;
     sl__attempt_outcome(r, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS);
     return false;
 }

@@ -130,7 +130,6 @@ void sl__proxy_connect_target(sl_req_t *r) {
 
 void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
     sl_upconn_t *u = r->up;
-    sl_worker_t *w = r->w;
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     bool reused = u && u->nreqs > 0;
     bool got_bytes = u && (r->resp_head || u->rlen > 0);
@@ -149,7 +148,7 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
         /* The client already has a status line: it must never get a second one. */
         sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
                   "upstream failed mid-response: %s", why);
-        sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 0, sl_now_ns() - r->att.start_ns);
+        sl__attempt_timed(r, 0, sl_now_ns());
         sl__attempt_outcome(r, SL_OUT_FAILURE);
         sl__attempt_release(r);
         r->ds->ops->abort(r->ds);
@@ -167,7 +166,7 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
         sl__proxy_connect_target(r);
         return;
     }
-    sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 0, sl_now_ns() - r->att.start_ns);
+    sl__attempt_timed(r, 0, sl_now_ns());
     if (r->hedge.up) { /* the hedge still runs: it becomes the attempt */
         sl__hedge_promote(r, SL_OUT_FAILURE);
         if (r->up->rlen) sl__proxy_pump_down(r);
@@ -351,7 +350,7 @@ static const char *switch_refused(const sl_req_t *r) {
 static void tunnel_switch(sl_req_t *r) {
     sl_worker_t *w = r->w;
     uint64_t now = sl_now_ns();
-    sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, 101, now - r->att.start_ns);
+    sl__attempt_timed(r, 101, now);
     sl_deadline_clear(&r->up->timer);
     sl_metrics_request(&w->metrics, r->route, 101, now - r->start_ns);
     sl__req_run_log_phase(r);
@@ -398,6 +397,7 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
                 return SL_DONE;
             }
         }
+        if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_emit(r);
         if (r->ds->ops->write_head(r->ds, r, (sl_str_t){NULL, 0}, -1) != SL_OK) {
             sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
             return SL_DONE;
@@ -519,7 +519,7 @@ static void req_finish(sl_req_t *r) {
         const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
         bool clean = r->req_sent && !u->eof && u->rpos == u->rlen && !r->resp_eof_body &&
                      sl__h1_upstream_keeps_alive(&r->rhead) && uc->keepalive_max_idle > 0 && !w->draining;
-        sl_metrics_upstream(&w->metrics, r->upstream, r->att.target, r->status, now - r->att.start_ns);
+        sl__attempt_timed(r, r->status, now);
         sl__attempt_release(r);
         u->req = NULL;
         r->up = NULL;

@@ -231,6 +231,7 @@ void sl__req_begin(sl_req_t *r) {
     r->body_done = r->head.body_kind == SL_BODY_NONE;
     normalize_host(r);
     make_request_id(r);
+    sl__req_debug_begin(r);
 
     uint32_t strip = 0;
     r->route = sl_lua_route(w, r, &strip);

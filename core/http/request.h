@@ -137,6 +137,8 @@ struct sl_req_s {
     uint8_t bf_set;     /**< a plugin replaced the piece: bf_buf holds the output */
     uint8_t bf_failed;  /**< a body_filter raised: the response is cut off */
     uint8_t bf_end;     /**< the upstream body ended: the last (eof) call is due */
+    struct sl_req_debug_s *debug; /**< request debugging's record (req_debug.c), in the
+                                       arena; NULL unless X-Sluice-Debug held the token */
     int exit_status;    /**< response.exit: status (0: none) */
     sl_str_t exit_body;
     char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */
@@ -205,6 +207,23 @@ sl_str_t sl__req_cookie_value(const sl_req_t *r, const char *name);
 static inline int sl__req_phase(sl_req_t *r, int phase) {
     return sl_lua_phase(r->w, &r->lua, (sl_lua_who_t){r, r->route, r->rid}, phase);
 }
+/* ---- request debugging (req_debug.c): each hook only when r->debug ---- */
+
+typedef struct sl_req_debug_s sl_req_debug_t;
+/** At the request's start: drops X-Sluice-Debug toward the upstream and, when it holds
+ *  admin.debug_token_env's token (compared in constant time), sets r->debug. */
+void sl__req_debug_begin(sl_req_t *r);
+/** A plugin call (chain position, SL_PHASE_*) of `ns` ended. */
+void sl__req_debug_plugin(sl_req_t *r, int pos, int phase, uint64_t ns);
+/** The current attempt ended with `status` (0: no response) after `ns`. */
+void sl__req_debug_attempt(sl_req_t *r, int status, uint64_t ns);
+/** Just before the response head is written: adds X-Sluice-Debug-Output to it. */
+void sl__req_debug_emit(sl_req_t *r);
+
+/** The current attempt ended with `status` (0: no response) at `now` (sl_now_ns): counted
+ *  in the upstream metrics and told to the request's debugging. */
+void sl__attempt_timed(sl_req_t *r, int status, uint64_t now);
+
 /** The log phase, once, after the response went out (it cannot wait). */
 void sl__req_run_log_phase(sl_req_t *r);
 
@@ -241,7 +260,7 @@ extern const sl_upconn_cb_t sl__proxy_upconn_cb;
 
 /* attempts.c */
 /* How an upstream attempt failed: decides whether a retry may follow (retry.on). */
-enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER };
+enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER, SL_FAIL_STATUS /* answered, with a retryable status */ };
 /** pick's answer when the balancer phase raised an error (logged and counted). */
 #define SL_PICK_PLUGIN_ERROR (-2)
 /** The next attempt's target with its admission in *admit, or -1 (open breakers:

@@ -68,6 +68,7 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
             return;
         }
     }
+    if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_emit(r);
     if (ds->ops->write_head(ds, r, ctype, (int64_t)body.len) != SL_OK) {
         ds->ops->abort(ds);
         return;

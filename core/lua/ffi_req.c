@@ -566,3 +566,10 @@ double sl_ffi_now(void) {
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+void sl_ffi_plugin_timed(sl_req_t *r, int pos) {
+    uint64_t now = sl_ticks(), ns = sl_ticks_ns(now - r->lua.mark);
+    r->lua.mark = now;
+    sl_metrics_plugin_time(&r->w->metrics, r->route, pos, r->lua.phase, ns);
+    if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_plugin(r, pos, r->lua.phase, ns);
+}

@@ -34,6 +34,8 @@ typedef struct {
     int co_ref, ctx_ref; /**< registry refs of the coroutine and ctx table (0: none) */
     uint8_t phase;       /**< the SL_PHASE_* running (or waiting) */
     uint8_t waiting;     /**< the coroutine yielded: an event resumes it */
+    uint64_t mark;       /**< when the running plugin's call began (sl_ticks): set as a
+                              phase starts and by each sl_ffi_plugin_timed, when timed */
 } sl_lua_task_t;
 
 /** Who a phase runs for, for its log lines and counters: the request (an opaque FFI

@@ -615,14 +615,10 @@ static bool admin_authorized(const sl_config_t *cfg, const char *head, size_t le
     if (!admin_authorization(head, len, &cred) || cred.len < 7 ||
         !sl_str_ieq((sl_str_t){cred.p, 7}, "bearer ", 7))
         return false;
-    const unsigned char *given = (const unsigned char *)cred.p + 7;
+    const char *given = cred.p + 7;
     size_t glen = cred.len - 7;
     while (glen && *given == ' ') given++, glen--;
-    const unsigned char *tok = (const unsigned char *)cfg->admin_token;
-    size_t tlen = cfg->admin_token_len;
-    unsigned diff = glen != tlen;
-    for (size_t i = 0; i < tlen; i++) diff |= tok[i] ^ (i < glen ? given[i] : 0u);
-    return diff == 0;
+    return sl_secret_equal(cfg->admin_token, cfg->admin_token_len, given, glen);
 }
 
 /* /health and /ready answer without a token: orchestrators and load balancers probe

@@ -442,6 +442,7 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     for (int i = 0; ws && i < nw && !werr; i++) {
         if (sl_worker_init(&ws[i], srv, n, i, &werr) != SL_OK) break;
         ws[i].ug = ug;
+        ws[i].generation = srv->generation + 1; /* the number it gets when swapped in */
         ws[i].nworkers = nw;
         ws[i].listen_fds = fds;
         inited++;

@@ -22,6 +22,7 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->srv = srv;
+    w->generation = srv ? srv->generation : 0;
     w->cfg = cfg;
     if (uv_loop_init(&w->loop) != 0) {
         *err = "cannot create an event loop";
@@ -50,6 +51,7 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
         if (!w->ups[u].idle) goto oom;
     }
     if (sl_metrics_init(&w->metrics, cfg) != SL_OK) goto oom;
+    if (cfg->plugin_timing || cfg->debug_token_len) sl_ticks_calibrate();
     if (sl__redis_init(w) != SL_OK) goto oom;
     if (sl_lua_open(w, err) != SL_OK) return SL_ERROR;
     return SL_OK;

@@ -29,6 +29,7 @@ enum { SL_CHAIN_NEXT = 0, SL_CHAIN_DONE = 1, SL_CHAIN_ERROR = 2 };
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
 int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
 int sl_ffi_req_set_consumer(sl_req_t *r, const char *name, size_t len, const char **err);
+void sl_ffi_plugin_timed(sl_req_t *r, int pos);
 ]]
 
 local C, ffi_string, ffi_cast, type = ffi.C, ffi.string, ffi.cast, type
@@ -105,6 +106,9 @@ function _M.new(gen)
 
     local route_dispatch = router.new(gen.routes)
     local begin = base.begin
+    -- each plugin's end is marked in C (duration metric, request debugging) when timed
+    local timed = gen.timed
+    local plugin_timed = C.sl_ffi_plugin_timed
 
     -- body_filter: each plugin gets the piece the previous one returned, and returns a
     -- string to replace it (nil keeps it). The core sends the last output.
@@ -122,6 +126,7 @@ function _M.new(gen)
                 if perr then return FAIL, p[4], p[3], perr end
             end
             if u.ready then ok, out = pcall(p[1], p[2], ctx, chunk, eof, u.prepared) end
+            if timed then plugin_timed(req, p[4]) end
             if not ok then return FAIL, p[4], p[3], tostring(out) end
             if out ~= nil then
                 if type(out) ~= "string" then
@@ -156,6 +161,7 @@ function _M.new(gen)
             end
             if u.ready then
                 local ok, err = pcall(p[1], p[2], ctx, u.prepared)
+                if timed then plugin_timed(req, p[4]) end
                 if not ok then return FAIL, p[4], p[3], tostring(err) end
             end
             if base.exited then return DONE end
