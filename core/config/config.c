@@ -187,6 +187,14 @@ void sl_config_free(sl_config_t *cfg) {
     explicit_bzero(cfg->debug_token, sizeof cfg->debug_token);
     free(cfg->path);
     free(cfg->consumer_header);
+    free(cfg->telemetry.host);
+    free(cfg->telemetry.path);
+    free(cfg->telemetry.service_name);
+    for (size_t i = 0; i < cfg->telemetry.nheaders; i++) {
+        free(cfg->telemetry.headers[i].name);
+        free(cfg->telemetry.headers[i].value);
+    }
+    free(cfg->telemetry.headers);
     free(cfg->run_user);
     addr_free(&cfg->redis_address);
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {

@@ -210,6 +210,19 @@ typedef struct {
     int line, col;
 } sl_consumer_conf_t;
 
+/** `telemetry:`: OpenTelemetry traces exported over OTLP/HTTP JSON (ctx/telemetry.c).
+ *  enabled is false without the section. */
+typedef struct {
+    bool enabled;
+    char *host;          /**< the endpoint's host (an IP or a name), owned */
+    uint16_t port;       /**< default 4318 */
+    char *path;          /**< default /v1/traces, owned */
+    sl_kv_t *headers; size_t nheaders; /**< `otlp.headers`, sent with every export */
+    uint64_t timeout_ms; /**< `otlp.timeout`: one export's whole exchange; default 2s */
+    char *service_name;  /**< default "sluice" */
+    double sample_ratio; /**< traces started here: the share recorded; default 0.01 */
+} sl_telemetry_conf_t;
+
 typedef struct {
     char *path;                  /**< file name used in errors */
     int workers;                 /**< resolved: "auto" becomes the CPU count */
@@ -226,6 +239,7 @@ typedef struct {
      *  X-Sluice-Debug-Output (read like admin_token); debug_token_len 0: debugging off. */
     char debug_token[SL_ADMIN_TOKEN_MAX + 1];
     size_t debug_token_len;
+    sl_telemetry_conf_t telemetry; /**< `telemetry:` */
     bool plugin_timing;          /**< `metrics.plugin_timing` (default true):
                                       sluice_plugin_duration_seconds is measured */
     char **plugin_paths; size_t nplugin_paths;   /**< default ["plugins"] */

@@ -40,6 +40,7 @@ enum {
     G_USER,
     G_GROUP,
     G_METRICS,
+    G_TELEMETRY,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -60,6 +61,7 @@ static const char *const top_keys[G_N] = {
     [G_USER] = "user",
     [G_GROUP] = "group",
     [G_METRICS] = "metrics",
+    [G_TELEMETRY] = "telemetry",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
@@ -69,6 +71,10 @@ static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attem
                                                 "min_ttl",     "max_ttl", "ipv6"};
 enum { AD_LISTEN, AD_TOKEN_ENV, AD_DEBUG_TOKEN_ENV, AD_N };
 static const char *const admin_keys[AD_N] = {"listen", "token_env", "debug_token_env"};
+enum { TM_OTLP, TM_SERVICE_NAME, TM_SAMPLE_RATIO, TM_N };
+static const char *const telemetry_keys[TM_N] = {"otlp", "service_name", "sample_ratio"};
+enum { OT_ENDPOINT, OT_HEADERS, OT_TIMEOUT, OT_N };
+static const char *const otlp_keys[OT_N] = {"endpoint", "headers", "timeout"};
 enum { MT_PLUGIN_TIMING, MT_N };
 static const char *const metrics_keys[MT_N] = {"plugin_timing"};
 
@@ -99,6 +105,91 @@ static void parse_resolver(sl__cx_t *cx, const yaml_node_t *v, sl_resolver_conf_
     if (f[RS_IPV6].val) sl__cfg_get_bool(cx, f[RS_IPV6].val, "ipv6", &r->ipv6);
     if (r->max_ttl_ms < r->min_ttl_ms)
         sl__cx_err(cx, f[RS_MAX_TTL].val ? f[RS_MAX_TTL].val : v, "resolver.max_ttl must be at least min_ttl");
+}
+
+/* otlp.endpoint: http://HOST[:PORT][/PATH] (no TLS: a collector on the host or its
+ * network, as the OpenTelemetry Collector's default OTLP/HTTP receiver listens). */
+static void parse_endpoint(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_conf_t *t) {
+    const char *s = sl__cfg_get_text(cx, v, "endpoint", "a URL (http://HOST:PORT/PATH)");
+    if (!s) return;
+    if (strncmp(s, "http://", 7) != 0) {
+        sl__cx_err(cx, v, "otlp.endpoint '%s' must start with http:// (OTLP over HTTP, without TLS)", s);
+        return;
+    }
+    const char *h = s + 7, *slash = strchr(h, '/');
+    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
+    const char *colon = memchr(h, ':', hl);
+    size_t namel = colon ? (size_t)(colon - h) : hl;
+    long port = 4318;
+    if (colon) {
+        char *end;
+        port = strtol(colon + 1, &end, 10);
+        if (end != h + hl || port < 1 || port > 65535) {
+            sl__cx_err(cx, v, "otlp.endpoint '%s': the port must be 1-65535", s);
+            return;
+        }
+    }
+    if (namel == 0 || namel > 253) {
+        sl__cx_err(cx, v, "otlp.endpoint '%s' has no host", s);
+        return;
+    }
+    t->host = sl__cx_calloc(cx, namel + 1, 1);
+    if (t->host) memcpy(t->host, h, namel);
+    t->port = (uint16_t)port;
+    t->path = sl__cx_strdup(cx, slash ? slash : "/v1/traces");
+}
+
+/* `telemetry:` (ctx/telemetry.c). */
+static void parse_telemetry(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_conf_t *t) {
+    sl__field_t f[TM_N];
+    sl__cfg_scan_map(cx, v, "'telemetry'", telemetry_keys, f, TM_N, NULL);
+    t->enabled = true;
+    t->timeout_ms = 2000;
+    t->sample_ratio = 0.01;
+    t->port = 4318;
+    const yaml_node_t *o = f[TM_OTLP].val;
+    if (!o) {
+        sl__cx_err(cx, v, "telemetry needs otlp: { endpoint: http://HOST:PORT/v1/traces }");
+    } else if (sl__cfg_want_type(cx, o, YAML_MAPPING_NODE, "otlp")) {
+        sl__field_t of[OT_N];
+        sl__cfg_scan_map(cx, o, "'otlp'", otlp_keys, of, OT_N, NULL);
+        if (of[OT_ENDPOINT].val)
+            parse_endpoint(cx, of[OT_ENDPOINT].val, t);
+        else
+            sl__cx_err(cx, o, "otlp needs endpoint (http://HOST:PORT/v1/traces)");
+        if (of[OT_TIMEOUT].val) sl__cfg_get_duration(cx, of[OT_TIMEOUT].val, "timeout", false, &t->timeout_ms);
+        const yaml_node_t *hv = of[OT_HEADERS].val;
+        if (hv && sl__cfg_want_type(cx, hv, YAML_MAPPING_NODE, "headers")) {
+            size_t n = (size_t)(hv->data.mapping.pairs.top - hv->data.mapping.pairs.start);
+            t->headers = sl__cx_calloc(cx, n + 1, sizeof *t->headers);
+            for (yaml_node_pair_t *p = hv->data.mapping.pairs.start; t->headers && p < hv->data.mapping.pairs.top; p++) {
+                const yaml_node_t *k = sl__cfg_get_node(cx, p->key), *val = sl__cfg_get_node(cx, p->value);
+                const char *name = k ? sl__cfg_get_text(cx, k, "headers", "a header name") : NULL;
+                const char *value = val ? sl__cfg_get_text(cx, val, name ? name : "headers", "a header value") : NULL;
+                if (!name || !value) continue;
+                if (!sl__cfg_is_token(name)) {
+                    sl__cx_err(cx, k, "otlp.headers: '%s' is not a valid header name", name);
+                    continue;
+                }
+                if (strpbrk(value, "\r\n")) {
+                    sl__cx_err(cx, val, "otlp.headers: the value of %s holds a line break", name);
+                    continue;
+                }
+                t->headers[t->nheaders].name = sl__cx_strdup(cx, name);
+                t->headers[t->nheaders++].value = sl__cx_strdup(cx, value);
+            }
+        }
+    }
+    t->service_name = sl__cx_strdup(cx, "sluice");
+    if (f[TM_SERVICE_NAME].val) {
+        const char *sn = sl__cfg_get_text(cx, f[TM_SERVICE_NAME].val, "service_name", "a name");
+        if (sn) {
+            free(t->service_name);
+            t->service_name = sl__cx_strdup(cx, sn);
+        }
+    }
+    if (f[TM_SAMPLE_RATIO].val)
+        sl__cfg_get_number(cx, f[TM_SAMPLE_RATIO].val, "sample_ratio", 0, 1, &t->sample_ratio);
 }
 
 /* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: only this host can reach the address. */
@@ -258,6 +349,8 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
         sl__cfg_scan_map(cx, v, "'metrics'", metrics_keys, mf, MT_N, NULL);
         if (mf[MT_PLUGIN_TIMING].val) sl__cfg_get_bool(cx, mf[MT_PLUGIN_TIMING].val, "plugin_timing", &cfg->plugin_timing);
     }
+    if ((v = f[G_TELEMETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "telemetry"))
+        parse_telemetry(cx, v, &cfg->telemetry);
     sl__cfg_parse_plugins(cx, &f[G_PLUGINS], "the global chain", &cfg->plugins, &cfg->nplugins);
     if ((v = f[G_CONSUMER_HEADER].val)) {
         const char *h = sl__cfg_get_text(cx, v, "consumer_header", "a header name");

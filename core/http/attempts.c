@@ -43,6 +43,7 @@ int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms) {
 }
 
 void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
+    if (r->trace.on) sl__trace_attempt_begin(r);
     if (r->to_address) {
         r->att.start_ns = sl_now_ns();
         return;
@@ -53,6 +54,7 @@ void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
 /* An attempt ended: what request debugging (and tracing) record of it. */
 static void attempt_ended(sl_req_t *r, int status, uint64_t now) {
     if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_attempt(r, status, now - r->att.start_ns);
+    if (r->trace.on) sl__trace_attempt_end(r, status);
 }
 
 void sl__attempt_timed(sl_req_t *r, int status, uint64_t now) {

@@ -353,6 +353,7 @@ static void tunnel_switch(sl_req_t *r) {
     sl__attempt_timed(r, 101, now);
     sl_deadline_clear(&r->up->timer);
     sl_metrics_request(&w->metrics, r->route, 101, now - r->start_ns);
+    if (r->trace.on) sl__trace_end(r, now);
     sl__req_run_log_phase(r);
     sl__req_cancel_wait(r);
     sl_lua_task_end(r->w, &r->lua);
@@ -537,6 +538,7 @@ static void req_finish(sl_req_t *r) {
         }
     }
     sl_metrics_request(&w->metrics, r->route, r->status, now - r->start_ns);
+    if (r->trace.on) sl__trace_end(r, now);
     sl__req_run_log_phase(r);
     if (!r->body_done) r->keep_alive = 0;
     r->ds->ops->finish(r->ds);

@@ -232,6 +232,7 @@ void sl__req_begin(sl_req_t *r) {
     normalize_host(r);
     make_request_id(r);
     sl__req_debug_begin(r);
+    sl__trace_begin(r);
 
     uint32_t strip = 0;
     r->route = sl_lua_route(w, r, &strip);
@@ -293,8 +294,11 @@ void sl__req_abort(sl_req_t *r) {
     }
     if (r->status == 0) r->status = 499; /* the client left before an answer (nginx's 499) */
     /* A tunnel's request was counted (and logged) at its 101. */
-    if (r->mode != SL_MODE_TUNNEL)
-        sl_metrics_request(&r->w->metrics, r->route, r->status, sl_now_ns() - r->start_ns);
+    if (r->mode != SL_MODE_TUNNEL) {
+        uint64_t now = sl_now_ns();
+        sl_metrics_request(&r->w->metrics, r->route, r->status, now - r->start_ns);
+        if (r->trace.on) sl__trace_end(r, now);
+    }
     sl__req_cancel_wait(r);
     if (!r->lua.waiting) sl__req_run_log_phase(r); /* a coroutine suspended mid-phase is abandoned */
     sl__req_free(r);

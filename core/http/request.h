@@ -137,6 +137,16 @@ struct sl_req_s {
     uint8_t bf_set;     /**< a plugin replaced the piece: bf_buf holds the output */
     uint8_t bf_failed;  /**< a body_filter raised: the response is cut off */
     uint8_t bf_end;     /**< the upstream body ended: the last (eof) call is due */
+    /** Tracing (trace.c), when the generation has `telemetry:`: the W3C context the
+     *  request continues or starts, its SERVER span and the current attempt's span. */
+    struct {
+        uint8_t on;        /**< telemetry is configured: ids are made and propagated */
+        uint8_t sampled;   /**< spans are recorded (flags bit 0 sent upstream) */
+        uint8_t has_parent;/**< the client sent a valid traceparent */
+        uint8_t nattempts; /**< attempts begun */
+        uint8_t trace_id[16], parent[8], server[8], attempt[8];
+        uint64_t attempt_start_ns;
+    } trace;
     struct sl_req_debug_s *debug; /**< request debugging's record (req_debug.c), in the
                                        arena; NULL unless X-Sluice-Debug held the token */
     int exit_status;    /**< response.exit: status (0: none) */
@@ -219,6 +229,19 @@ void sl__req_debug_plugin(sl_req_t *r, int pos, int phase, uint64_t ns);
 void sl__req_debug_attempt(sl_req_t *r, int status, uint64_t ns);
 /** Just before the response head is written: adds X-Sluice-Debug-Output to it. */
 void sl__req_debug_emit(sl_req_t *r);
+
+/* ---- tracing (trace.c): each hook only when r->trace.on ---- */
+
+/** At the request's start: continues the client's traceparent or starts a trace, decides
+ *  sampling (parent-based, else telemetry.sample_ratio) and sets the traceparent the
+ *  upstream gets (the first attempt's span as the parent). */
+void sl__trace_begin(sl_req_t *r);
+/** An attempt begins: a new span id, written into the kept upstream head for a retry. */
+void sl__trace_attempt_begin(sl_req_t *r);
+/** The current attempt ended: its CLIENT span (status 0: no response). */
+void sl__trace_attempt_end(sl_req_t *r, int status);
+/** The request is over (counted): its SERVER span. */
+void sl__trace_end(sl_req_t *r, uint64_t now);
 
 /** The current attempt ended with `status` (0: no response) at `now` (sl_now_ns): counted
  *  in the upstream metrics and told to the request's debugging. */

@@ -7,6 +7,7 @@
  * head and again for its answer, so idle or slow clients cannot pile up.
  */
 #include "server/server.h"
+#include "ctx/telemetry.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -543,6 +544,16 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
                  (unsigned long long)srv->generation, (unsigned long long)srv->reloads_ok,
                  (unsigned long long)srv->reloads_rejected);
         tput(&gauges, "%s", extra);
+        uint64_t tdrop, texp, tfail;
+        sl_telemetry_counters(&tdrop, &texp, &tfail);
+        tput(&gauges,
+             "# HELP sluice_telemetry_spans_dropped_total Spans not exported: the queue was full, or their export failed.\n"
+             "# TYPE sluice_telemetry_spans_dropped_total counter\nsluice_telemetry_spans_dropped_total %llu\n"
+             "# HELP sluice_telemetry_spans_exported_total Spans the OTLP collector accepted.\n"
+             "# TYPE sluice_telemetry_spans_exported_total counter\nsluice_telemetry_spans_exported_total %llu\n"
+             "# HELP sluice_telemetry_exports_failed_total OTLP exports that failed (no answer, refused, not 2xx).\n"
+             "# TYPE sluice_telemetry_exports_failed_total counter\nsluice_telemetry_exports_failed_total %llu\n",
+             (unsigned long long)tdrop, (unsigned long long)texp, (unsigned long long)tfail);
         render_discovery(srv, &gauges);
         int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;
         free(gauges.p);

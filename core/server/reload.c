@@ -23,6 +23,7 @@
 #include "script/plugin.h"
 #include "server/listen.h"
 #include "server/server.h"
+#include "ctx/telemetry.h"
 #include "server/notify.h"
 
 extern const char sl_default_conf[];
@@ -508,6 +509,7 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     srv->listen_text = texts;
     srv->generation++;
     srv->reloads_ok++;
+    if (sl_telemetry_configure(&n->telemetry) != SL_OK) sl_log_err("telemetry: cannot start the exporter");
     srv->config_hash = hash;
     if (!srv->retire_poll_on) {
         uv_timer_init(srv->loop, &srv->retire_poll);

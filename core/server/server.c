@@ -1,5 +1,6 @@
 /* server.c — process lifetime: bind, start workers, admin, signals, ready file, drain. */
 #include "server/server.h"
+#include "ctx/telemetry.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -183,6 +184,10 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
     /* Every socket of this generation is bound: leave root before any request is served. */
     if (!embedded && sl_privileges_drop(cfg, err) != SL_OK) return SL_ERROR;
     sl_health_start(&srv->health, srv->loop, &srv->treg, srv->ug);
+    if (sl_telemetry_configure(&cfg->telemetry) != SL_OK) {
+        *err = "cannot start the telemetry exporter";
+        return SL_ERROR;
+    }
     uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
     srv->stop_async.data = srv;
     for (int i = 0; i < srv->nworkers; i++) {
@@ -217,6 +222,7 @@ void sl_server_stop(sl_server_t *srv) { uv_async_send(&srv->stop_async); }
 void sl_server_cleanup(sl_server_t *srv) {
     sl__reload_free_retired(srv);
     for (int i = 0; i < srv->started; i++) sl_worker_join(&srv->workers[i]);
+    sl_telemetry_stop(); /* every worker is done: what they queued goes out (or is dropped) */
     if (srv->workers)
         for (int i = 0; i < srv->nworkers; i++)
             if (srv->workers[i].cfg) sl_worker_destroy(&srv->workers[i]);

@@ -50,8 +50,8 @@ check(rc == 0, 'the real tree: docs and code agree', out)
 
 # a documented core key removed from the code
 d = copy_tree()
-edit(d, 'core/config/root.c', r'\{"listen", "token_env"\}', '{"listen"}')
-edit(d, 'core/config/root.c', r'AD_TOKEN_ENV, AD_N', 'AD_N, AD_TOKEN_ENV')
+edit(d, 'core/config/root.c', r'\{"listen", "token_env", "debug_token_env"\}', '{"listen", "debug_token_env"}')
+edit(d, 'core/config/root.c', r'AD_TOKEN_ENV, AD_DEBUG_TOKEN_ENV, AD_N', 'AD_DEBUG_TOKEN_ENV, AD_N, AD_TOKEN_ENV')
 rc, out = run(d)
 check(rc == 1 and re.search(r'docs/config\.md:\d+: documented key `token_env` is not a key', out) is not None,
       'admin.token_env removed from the parser: fails at the docs line naming it', out)

@@ -1,0 +1,382 @@
+/* telemetry.c — the span queue and the OTLP/HTTP JSON exporter thread (telemetry.h). */
+#include "ctx/telemetry.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "proto/traceparent.h"
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sl_span_t *ring; /* [SL_TELEMETRY_QUEUE] */
+    uint32_t head, n;
+    uint64_t oldest_ms; /* when the oldest queued span came (0: none) */
+    bool running, stop;
+    pthread_t thread;
+    /* the endpoint, under mu (a reload may change it) */
+    char *host, *path, *service, *headers; /* headers: "Name: value\r\n" lines */
+    uint16_t port;
+    uint64_t timeout_ms;
+    uint64_t dropped, exported, failed; /* atomics */
+} telemetry_t;
+
+static telemetry_t tel = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+void sl_span_str(char *field, size_t cap, const char *p, size_t n) {
+    if (n >= cap) n = cap - 1;
+    memcpy(field, p, n);
+    field[n] = 0;
+}
+
+void sl_telemetry_counters(uint64_t *dropped, uint64_t *exported, uint64_t *failed) {
+    *dropped = __atomic_load_n(&tel.dropped, __ATOMIC_RELAXED);
+    *exported = __atomic_load_n(&tel.exported, __ATOMIC_RELAXED);
+    *failed = __atomic_load_n(&tel.failed, __ATOMIC_RELAXED);
+}
+
+void sl_telemetry_submit(const sl_span_t *s) {
+    pthread_mutex_lock(&tel.mu);
+    if (!tel.running || tel.n == SL_TELEMETRY_QUEUE) {
+        pthread_mutex_unlock(&tel.mu);
+        __atomic_fetch_add(&tel.dropped, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    tel.ring[(tel.head + tel.n) % SL_TELEMETRY_QUEUE] = *s;
+    if (tel.n++ == 0) tel.oldest_ms = sl_now_ms();
+    if (tel.n == SL_TELEMETRY_BATCH) pthread_cond_signal(&tel.cv);
+    pthread_mutex_unlock(&tel.mu);
+}
+
+/* ---- the OTLP JSON body ---- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+static void put(buf_t *b, const char *s, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = (b->cap + n) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) abort(); /* the exporter thread's own buffer: nothing sensible to do without memory */
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+#define PUTS(b, lit) put((b), (lit), sizeof(lit) - 1)
+
+static void put_json(buf_t *b, const char *s) {
+    PUTS(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            put(b, e, 2);
+        } else if (c < 0x20) {
+            char e[8];
+            int n = snprintf(e, sizeof e, "\\u%04x", c);
+            put(b, e, (size_t)n);
+        } else {
+            put(b, (const char *)&c, 1);
+        }
+    }
+    PUTS(b, "\"");
+}
+
+static void put_fmt(buf_t *b, const char *fmt, unsigned long long v) {
+    char tmp[96];
+    int n = snprintf(tmp, sizeof tmp, fmt, v);
+    if (n < 0 || (size_t)n >= sizeof tmp) abort(); /* the formats here are short and fixed */
+    put(b, tmp, (size_t)n);
+}
+
+static void attr_str(buf_t *b, bool *first, const char *key, const char *v) {
+    if (!*v) return;
+    if (!*first) PUTS(b, ",");
+    *first = false;
+    PUTS(b, "{\"key\":");
+    put_json(b, key);
+    PUTS(b, ",\"value\":{\"stringValue\":");
+    put_json(b, v);
+    PUTS(b, "}}");
+}
+
+static void attr_int(buf_t *b, bool *first, const char *key, unsigned long long v) {
+    if (!*first) PUTS(b, ",");
+    *first = false;
+    PUTS(b, "{\"key\":");
+    put_json(b, key);
+    put_fmt(b, ",\"value\":{\"intValue\":\"%llu\"}}", v);
+}
+
+static void put_hex(buf_t *b, const uint8_t *p, size_t n) {
+    char h[32];
+    sl_hex_lower(h, p, n);
+    PUTS(b, "\"");
+    put(b, h, 2 * n);
+    PUTS(b, "\"");
+}
+
+static void encode(buf_t *b, const sl_span_t *s, size_t n, const char *service) {
+    b->len = 0;
+    PUTS(b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":");
+    put_json(b, service);
+    PUTS(b, "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"sluice\"},\"spans\":[");
+    for (size_t i = 0; i < n; i++, s++) {
+        if (i) PUTS(b, ",");
+        PUTS(b, "{\"traceId\":");
+        put_hex(b, s->trace_id, 16);
+        PUTS(b, ",\"spanId\":");
+        put_hex(b, s->span_id, 8);
+        if (s->has_parent) {
+            PUTS(b, ",\"parentSpanId\":");
+            put_hex(b, s->parent_id, 8);
+        }
+        char name[160];
+        if (s->kind == SL_SPAN_SERVER)
+            snprintf(name, sizeof name, "%s%s%s", s->method, s->route[0] ? " " : "", s->route);
+        else
+            snprintf(name, sizeof name, "%s %s", s->method, s->upstream[0] ? s->upstream : "upstream");
+        PUTS(b, ",\"name\":");
+        put_json(b, name);
+        put_fmt(b, ",\"kind\":%llu", s->kind);
+        put_fmt(b, ",\"startTimeUnixNano\":\"%llu\"", (unsigned long long)s->start_unix_ns);
+        put_fmt(b, ",\"endTimeUnixNano\":\"%llu\"", (unsigned long long)s->end_unix_ns);
+        PUTS(b, ",\"attributes\":[");
+        bool first = true;
+        attr_str(b, &first, "http.request.method", s->method);
+        if (s->status) attr_int(b, &first, "http.response.status_code", s->status);
+        attr_str(b, &first, "error.type", s->error_type);
+        attr_str(b, &first, "sluice.upstream", s->upstream);
+        if (s->kind == SL_SPAN_SERVER) {
+            attr_str(b, &first, "url.path", s->path);
+            attr_str(b, &first, "http.route", s->route);
+            attr_str(b, &first, "server.address", s->server_address);
+            attr_str(b, &first, "client.address", s->client_address);
+        } else {
+            attr_str(b, &first, "server.address", s->target);
+            attr_str(b, &first, "sluice.target", s->target);
+            attr_int(b, &first, "sluice.attempt", s->attempt);
+            attr_str(b, &first, "sluice.attempt.reason", s->reason);
+        }
+        PUTS(b, "]");
+        /* STATUS_CODE_ERROR (2) for a failure: the SERVER span on 5xx, a CLIENT span on any
+         * error (the HTTP semantic conventions' rule) */
+        if (s->error_type[0] || (s->kind == SL_SPAN_SERVER && s->status >= 500) ||
+            (s->kind == SL_SPAN_CLIENT && s->status >= 400))
+            PUTS(b, ",\"status\":{\"code\":2}");
+        PUTS(b, "}");
+    }
+    PUTS(b, "]}]}]}");
+}
+
+/* ---- one POST, blocking, bounded by timeout_ms (this thread is the exporter's own) ---- */
+
+static int wait_fd(int fd, short ev, uint64_t deadline_ms) {
+    for (;;) {
+        uint64_t now = sl_now_ms();
+        if (now >= deadline_ms) return -1;
+        struct pollfd p = {fd, ev, 0};
+        int rc = poll(&p, 1, (int)(deadline_ms - now));
+        if (rc > 0) return 0;
+        if (rc < 0 && errno != EINTR) return -1;
+    }
+}
+
+/* POSTs body to the endpoint; true on a 2xx. The host is resolved each time (a name may
+ * move); a failure is logged once per state change by the caller. */
+static bool post(const char *host, uint16_t port, const char *path, const char *headers, const buf_t *body,
+                 uint64_t timeout_ms, char *why, size_t whylen) {
+    uint64_t deadline = sl_now_ms() + timeout_ms;
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%u", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res) {
+        snprintf(why, whylen, "cannot resolve %s", host);
+        return false;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool ok = false;
+    if (fd < 0) {
+        snprintf(why, whylen, "socket: %s", strerror(errno));
+        goto out;
+    }
+    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
+        snprintf(why, whylen, "connect: %s", strerror(errno));
+        goto out;
+    }
+    int err = 0;
+    socklen_t el = sizeof err;
+    if (wait_fd(fd, POLLOUT, deadline) != 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err) {
+        snprintf(why, whylen, "connect: %s", err ? strerror(err) : "timeout");
+        goto out;
+    }
+    char head[2048];
+    int hl = snprintf(head, sizeof head,
+                      "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
+                      path, host, port, body->len, headers ? headers : "");
+    if (hl < 0 || (size_t)hl >= sizeof head) {
+        snprintf(why, whylen, "otlp.headers too long");
+        goto out;
+    }
+    const char *parts[2] = {head, body->p};
+    size_t lens[2] = {(size_t)hl, body->len};
+    for (int i = 0; i < 2; i++) {
+        size_t off = 0;
+        while (off < lens[i]) {
+            ssize_t w = send(fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
+            if (w > 0) {
+                off += (size_t)w;
+            } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+                if (wait_fd(fd, POLLOUT, deadline) != 0) {
+                    snprintf(why, whylen, "write: timeout");
+                    goto out;
+                }
+            } else {
+                snprintf(why, whylen, "write: %s", strerror(errno));
+                goto out;
+            }
+        }
+    }
+    char resp[512];
+    size_t got = 0;
+    while (got < 12) {
+        if (wait_fd(fd, POLLIN, deadline) != 0) {
+            snprintf(why, whylen, "no answer within %llums", (unsigned long long)timeout_ms);
+            goto out;
+        }
+        ssize_t r = recv(fd, resp + got, sizeof resp - 1 - got, 0);
+        if (r <= 0) {
+            if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            snprintf(why, whylen, "the collector closed without an answer");
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    resp[got] = 0;
+    ok = strncmp(resp, "HTTP/1.", 7) == 0 && resp[9] == '2';
+    if (!ok) snprintf(why, whylen, "the collector answered %.12s", resp + 9);
+out:
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return ok;
+}
+
+static void *exporter_main(void *arg) {
+    (void)arg;
+    sl_span_t *batch = malloc(SL_TELEMETRY_BATCH * sizeof(sl_span_t));
+    buf_t body = {0};
+    bool failing = false;
+    pthread_mutex_lock(&tel.mu);
+    while (batch) {
+        /* wait for a full batch, the oldest span's flush time, or stop */
+        while (!tel.stop && tel.n < SL_TELEMETRY_BATCH &&
+               !(tel.n && sl_now_ms() - tel.oldest_ms >= SL_TELEMETRY_FLUSH_MS)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L; /* re-check the flush time every 100 ms */
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&tel.cv, &tel.mu, &ts);
+        }
+        if (tel.n == 0 && tel.stop) break;
+        size_t n = SL_MIN((size_t)tel.n, (size_t)SL_TELEMETRY_BATCH);
+        for (size_t i = 0; i < n; i++) batch[i] = tel.ring[(tel.head + i) % SL_TELEMETRY_QUEUE];
+        tel.head = (tel.head + (uint32_t)n) % SL_TELEMETRY_QUEUE;
+        tel.n -= (uint32_t)n;
+        tel.oldest_ms = tel.n ? sl_now_ms() : 0;
+        char *host = strdup(tel.host), *path = strdup(tel.path), *service = strdup(tel.service);
+        char *headers = tel.headers ? strdup(tel.headers) : NULL;
+        uint16_t port = tel.port;
+        uint64_t timeout = tel.timeout_ms;
+        bool last = tel.stop;
+        pthread_mutex_unlock(&tel.mu);
+        char why[160] = "out of memory";
+        bool ok = false;
+        if (host && path && service) {
+            encode(&body, batch, n, service);
+            ok = post(host, port, path, headers, &body, timeout, why, sizeof why);
+        }
+        if (ok) {
+            __atomic_fetch_add(&tel.exported, n, __ATOMIC_RELAXED);
+            if (failing) sl_log_info("telemetry: exporting to %s:%u again", host, port);
+            failing = false;
+        } else {
+            /* the batch is lost: a collector that is down must not grow the queue */
+            __atomic_fetch_add(&tel.dropped, n, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&tel.failed, 1, __ATOMIC_RELAXED);
+            if (!failing) sl_log_warn("telemetry: export to %s:%u%s failed: %s (spans are dropped until it works)",
+                                      host ? host : "?", port, path ? path : "", why);
+            failing = true;
+        }
+        free(host), free(path), free(service), free(headers);
+        pthread_mutex_lock(&tel.mu);
+        if (last && !ok) { /* stopping, and the collector does not take them: no more waits */
+            __atomic_fetch_add(&tel.dropped, tel.n, __ATOMIC_RELAXED);
+            tel.n = 0;
+        }
+        if (last && tel.n == 0) break;
+    }
+    pthread_mutex_unlock(&tel.mu);
+    free(batch);
+    free(body.p);
+    return NULL;
+}
+
+int sl_telemetry_configure(const sl_telemetry_conf_t *tc) {
+    if (!tc->enabled) return SL_OK;
+    size_t hl = 1;
+    for (size_t i = 0; i < tc->nheaders; i++) hl += strlen(tc->headers[i].name) + strlen(tc->headers[i].value) + 4;
+    char *headers = malloc(hl);
+    if (!headers) return SL_ERROR;
+    size_t off = 0;
+    for (size_t i = 0; i < tc->nheaders; i++)
+        off += (size_t)snprintf(headers + off, hl - off, "%s: %s\r\n", tc->headers[i].name, tc->headers[i].value);
+    headers[off] = 0;
+    pthread_mutex_lock(&tel.mu);
+    free(tel.host), free(tel.path), free(tel.service), free(tel.headers);
+    tel.host = strdup(tc->host ? tc->host : "127.0.0.1");
+    tel.path = strdup(tc->path ? tc->path : "/v1/traces");
+    tel.service = strdup(tc->service_name ? tc->service_name : "sluice");
+    tel.headers = headers;
+    tel.port = tc->port;
+    tel.timeout_ms = tc->timeout_ms;
+    int rc = SL_OK;
+    if (!tel.running) {
+        tel.ring = tel.ring ? tel.ring : malloc(SL_TELEMETRY_QUEUE * sizeof(sl_span_t));
+        tel.stop = false;
+        if (!tel.ring || pthread_create(&tel.thread, NULL, exporter_main, NULL) != 0)
+            rc = SL_ERROR;
+        else
+            tel.running = true;
+    }
+    pthread_mutex_unlock(&tel.mu);
+    return rc;
+}
+
+void sl_telemetry_stop(void) {
+    pthread_mutex_lock(&tel.mu);
+    bool running = tel.running;
+    tel.stop = true;
+    pthread_cond_signal(&tel.cv);
+    pthread_mutex_unlock(&tel.mu);
+    if (running) pthread_join(tel.thread, NULL);
+    pthread_mutex_lock(&tel.mu);
+    tel.running = false;
+    free(tel.ring), free(tel.host), free(tel.path), free(tel.service), free(tel.headers);
+    tel.ring = NULL, tel.host = tel.path = tel.service = tel.headers = NULL;
+    tel.n = tel.head = 0;
+    pthread_mutex_unlock(&tel.mu);
+}
