@@ -159,6 +159,13 @@ int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
  *  generation is timed (metrics.plugin_timing or admin.debug_token_env). */
 void sl_ffi_plugin_timed(sl_req_t *r, int pos);
 
+/** The traceparent plugin (rewrite): continues the request's W3C traceparent or starts a
+ *  trace (sampled at sample_ratio), and sets the one the upstream gets, with a new span of
+ *  this hop as parent; the same code as the core's tracing (`telemetry:`), which when on
+ *  has done this already (then only its ids are read). Writes the trace id (32 hex) then
+ *  the span id (16 hex) into out (48 bytes). SL_OK. */
+int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out);
+
 /* ======================== upstream and balancer */
 
 /** Picks the configured upstream `name` for this request (rewrite/access). */

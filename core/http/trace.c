@@ -26,10 +26,10 @@ static void random_id(uint8_t *p, size_t n) {
     }
 }
 
-void sl__trace_begin(sl_req_t *r) {
-    const sl_telemetry_conf_t *tc = &r->w->cfg->telemetry;
-    if (!tc->enabled) return;
-    r->trace.on = 1;
+/* Continues the client's traceparent or starts a trace (sampled at `ratio`), and sets the
+ * traceparent the upstream gets with r->trace.attempt as its parent. The core's tracing
+ * and the traceparent plugin both come here. */
+static void trace_context(sl_req_t *r, double ratio) {
     sl_traceparent_t tp;
     sl_str_t v = sl__req_header_value(r, "traceparent");
     if (v.len && sl_traceparent_parse(v, &tp)) {
@@ -40,7 +40,7 @@ void sl__trace_begin(sl_req_t *r) {
     } else {
         random_id(r->trace.trace_id, 16);
         /* a trace started here: sample_ratio of them are recorded */
-        r->trace.sampled = (double)(sl_rand64() >> 11) * 0x1.0p-53 < tc->sample_ratio;
+        r->trace.sampled = (double)(sl_rand64() >> 11) * 0x1.0p-53 < ratio;
     }
     random_id(r->trace.server, 8);
     random_id(r->trace.attempt, 8); /* the first attempt's, named in the upstream head now */
@@ -51,6 +51,24 @@ void sl__trace_begin(sl_req_t *r) {
     sl_edits_set(&r->req_edits, &r->arena, tp_name, (sl_str_t){out, SL_TRACEPARENT_LEN}, &err);
     /* a tracestate without its traceparent means nothing; with one it passes unchanged */
     if (!r->trace.has_parent) sl_edits_clear(&r->req_edits, &r->arena, SL_LIT("tracestate"), &err);
+}
+
+void sl__trace_begin(sl_req_t *r) {
+    const sl_telemetry_conf_t *tc = &r->w->cfg->telemetry;
+    if (!tc->enabled) return;
+    r->trace.on = 1;
+    trace_context(r, tc->sample_ratio);
+}
+
+int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out) {
+    /* With telemetry: the request has its context already (and the upstream its header):
+     * the plugin only reads it. Without, the plugin's call makes it, once per request. */
+    uint8_t made = 0;
+    for (int i = 0; i < 16; i++) made |= r->trace.trace_id[i];
+    if (!made) trace_context(r, sample_ratio);
+    sl_hex_lower(out, r->trace.trace_id, 16);
+    sl_hex_lower(out + 32, r->trace.attempt, 8);
+    return SL_OK;
 }
 
 /* The span id digits of the traceparent in the kept upstream head, or NULL. */

@@ -94,6 +94,7 @@ upstreams:
     retry: { attempts: 2, on: [502], backoff: 0s }
 routes:
   - { name: flaky, match: { paths: [/flaky] }, upstream: flaky }
+  - { name: tp, match: { paths: [/tp] }, upstream: api, plugins: [ { name: traceparent } ] }
   - { name: api, match: { paths: [/] }, upstream: api }
 """
 
@@ -127,8 +128,10 @@ def test_spans(t):
     for _ in range(2):  # round robin over bad, good: one of the two meets the 502 first
         r = h.request(s.port(), "GET", "/flaky")
         t.check("flaky answered 200 (retried on 502)", r.status == 200, 200, r.status)
-    ok = col.wait(lambda sp: len([x for x in sp if x["kind"] == 2]) >= 7)
-    t.check("7 SERVER spans exported within 2 s flush", ok, True, len(col.spans))
+    r = h.request(s.port(), "GET", "/tp")
+    t.check("traceparent plugin route answered", r.status == 200, 200, r.status)
+    ok = col.wait(lambda sp: len([x for x in sp if x["kind"] == 2]) >= 8)
+    t.check("8 SERVER spans exported within 2 s flush", ok, True, len(col.spans))
     with col.lock:
         spans = list(col.spans)
         bodies = list(col.bodies)
@@ -144,7 +147,13 @@ def test_spans(t):
     client = [sp for sp in spans if sp["kind"] == 3]
     api_kids = [c for c in client if attrs(c).get("sluice.upstream") == "api"]
     flaky_kids = [c for c in client if attrs(c).get("sluice.upstream") == "flaky"]
-    t.check("one CLIENT span per attempt: 5 on api", len(api_kids) == 5, 5, len(api_kids))
+    t.check("one CLIENT span per attempt: 6 on api", len(api_kids) == 6, 6, len(api_kids))
+    tp_srv = [sp for sp in server.values() if attrs(sp).get("http.route") == "tp"]
+    tp_kid = [c for c in client if tp_srv and c["parentSpanId"] == tp_srv[0]["spanId"]]
+    got = [req.header("traceparent") for req in up.requests if req.path == "/tp"]
+    want = tp_kid and "00-%s-%s-01" % (tp_kid[0]["traceId"], tp_kid[0]["spanId"])
+    t.check("the traceparent plugin with telemetry: one implementation, the upstream gets the attempt span",
+            got == [want], [want], got)
     t.check("one CLIENT span per attempt: 3 or 4 on flaky (2 requests, 1 or 2 retried)", len(flaky_kids) in (3, 4),
             "3 or 4", len(flaky_kids))
     orphans = [c for c in client if c.get("parentSpanId") not in server or
