@@ -287,6 +287,20 @@ static void sum_hist(sl_hist_t *out, sl_wmetrics_t *const *ms, size_t n, bool up
     }
 }
 
+double sl_metrics_bucket_le(int i) { return bucket_le[i]; }
+
+void sl_metrics_route_totals(sl_wmetrics_t *const *ms, size_t n, size_t r, uint64_t *requests, uint64_t *errors,
+                             sl_hist_t *dur) {
+    *requests = *errors = 0;
+    for (size_t w = 0; w < n; w++)
+        for (int c = 0; c < SL_METRIC_CODES; c++) {
+            uint64_t v = SL_COUNTER_GET(ms[w]->req_codes[r * SL_METRIC_CODES + (size_t)c]);
+            *requests += v;
+            if (c + 100 >= 500) *errors += v;
+        }
+    sum_hist(dur, ms, n, false, r);
+}
+
 /* A chain: the global plugins (for a route) then the owner's own. */
 typedef struct {
     const sl_plugin_conf_t *first;

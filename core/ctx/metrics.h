@@ -119,6 +119,13 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
 int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
                       char **out, size_t *len);
 
+/** Route `r`'s totals over workers: requests, 5xx answers, and the duration histogram
+ *  (bounds from sl_metrics_bucket_le). Any thread (relaxed loads). */
+void sl_metrics_route_totals(sl_wmetrics_t *const *ms, size_t n, size_t r, uint64_t *requests, uint64_t *errors,
+                             sl_hist_t *dur);
+/** The upper bound (seconds) of request-duration bucket i < SL_METRIC_BUCKETS. */
+double sl_metrics_bucket_le(int i);
+
 /** "rewrite", "access", ... for SL_PHASE_* (static strings). */
 const char *sl_metrics_phase_name(int phase);
 

@@ -343,6 +343,63 @@ static char *render_status(sl_server_t *srv, size_t *len) {
     return t.p;
 }
 
+/* ---- the dashboard: /ui (the page) and /ui/data (what it reads) ---- */
+
+extern const char sl_ui_page[];
+extern const size_t sl_ui_page_len;
+
+/* {"status": /status, "time": unix s, "routes": [{name, requests, errors, le, buckets}],
+ *  "generations": [{generation, hash, time, changed}], "telemetry": {...}} */
+static char *render_ui_data(sl_server_t *srv, size_t *len) {
+    size_t slen;
+    char *status = render_status(srv, &slen);
+    text_t t = {0};
+    if (!status) return NULL;
+    while (slen && status[slen - 1] == '\n') slen--;
+    status[slen] = 0;
+    tput(&t, "{\"time\":%lld,\"status\":%s,\"routes\":[", (long long)time(NULL), status);
+    free(status);
+    sl_wmetrics_t *ms[256];
+    int n = SL_MIN(srv->nworkers, 256);
+    for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
+    const sl_config_t *cfg = srv->cfg;
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        uint64_t reqs, errs;
+        sl_hist_t h;
+        sl_metrics_route_totals(ms, (size_t)n, r, &reqs, &errs, &h);
+        tput(&t, "%s{\"name\":", r ? "," : "");
+        tjson(&t, cfg->routes[r].name);
+        tput(&t, ",\"requests\":%llu,\"errors\":%llu,\"le\":[", (unsigned long long)reqs, (unsigned long long)errs);
+        for (int i = 0; i < SL_METRIC_BUCKETS; i++) tput(&t, "%s%g", i ? "," : "", sl_metrics_bucket_le(i));
+        tput(&t, "],\"buckets\":[");
+        uint64_t cum = 0;
+        for (int i = 0; i < SL_METRIC_BUCKETS; i++) {
+            cum += h.buckets[i];
+            tput(&t, "%s%llu", i ? "," : "", (unsigned long long)cum);
+        }
+        tput(&t, "],\"count\":%llu}", (unsigned long long)h.count);
+    }
+    tput(&t, "],\"generations\":[");
+    unsigned gn = sizeof srv->gens / sizeof srv->gens[0], shown = 0;
+    for (unsigned k = 0; k < gn && k < srv->gen_next; k++) {
+        unsigned i = (srv->gen_next - 1 - k) % gn; /* newest first */
+        char when[32];
+        time_t ts = (time_t)srv->gens[i].unix_s;
+        struct tm tm;
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&ts, &tm));
+        tput(&t, "%s{\"generation\":%llu,\"hash\":\"%016llx\",\"time\":\"%s\",\"changed\":[%s]}", shown++ ? "," : "",
+             (unsigned long long)srv->gens[i].generation, (unsigned long long)srv->gens[i].hash, when,
+             srv->gens[i].changed ? srv->gens[i].changed : "");
+    }
+    uint64_t tdrop, texp, tfail;
+    sl_telemetry_counters(&tdrop, &texp, &tfail);
+    tput(&t, "],\"reloads\":{\"applied\":%llu,\"rejected\":%llu},\"telemetry\":{\"exported\":%llu,\"dropped\":%llu}}\n",
+         (unsigned long long)srv->reloads_ok, (unsigned long long)srv->reloads_rejected, (unsigned long long)texp,
+         (unsigned long long)tdrop);
+    *len = t.len;
+    return t.p;
+}
+
 /* ---- the registry: /upstreams/NAME/targets ---- */
 
 /* A registration's body: one flat JSON object with "address" (string), "weight"
@@ -561,6 +618,14 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
             SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
         else
             admin_send(a, 200, "text/plain; version=0.0.4", body, len);
+    } else if (sl_str_ieq(p, "/ui", 3) && get) {
+        admin_send(a, 200, "text/html; charset=utf-8", strdup(sl_ui_page), sl_ui_page_len);
+    } else if (sl_str_ieq(p, "/ui/data", 8) && get) {
+        body = render_ui_data(srv, &len);
+        if (!body)
+            SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
+        else
+            admin_send(a, 200, "application/json", body, len);
     } else if (sl_str_ieq(p, "/status", 7) && get) {
         body = render_status(srv, &len);
         admin_send(a, 200, "application/json", body, len);
@@ -637,7 +702,8 @@ static bool admin_authorized(const sl_config_t *cfg, const char *head, size_t le
 static bool admin_public(sl_str_t path) {
     const char *q = memchr(path.p, '?', path.len);
     if (q) path.len = (size_t)(q - path.p);
-    return sl_str_ieq(path, "/health", 7) || sl_str_ieq(path, "/ready", 6);
+    /* /ui is the page alone (no data): it asks for the token and sends it with /ui/data */
+    return sl_str_ieq(path, "/health", 7) || sl_str_ieq(path, "/ready", 6) || sl_str_ieq(path, "/ui", 3);
 }
 
 static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {

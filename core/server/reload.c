@@ -528,7 +528,7 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
                      "{\"ok\":true,\"generation\":%llu,\"hash\":\"%016llx\",\"changed\":[%s],\"workers_acked\":%d}\n",
                      (unsigned long long)srv->generation, (unsigned long long)hash, changed, acked);
     }
-    free(changed);
+    sl__server_note_generation(srv, changed); /* takes changed */
     sl_server_watch(srv); /* plugin folders may have changed */
     return SL_OK;
 }
@@ -576,6 +576,7 @@ void sl__reload_init(sl_server_t *srv) {
     }
     srv->config_hash = srv->config_path ? srv->watch_hash
                                         : sl_config_hash(srv->cfg, sl_default_conf, sl_default_conf_len);
+    sl__server_note_generation(srv, NULL);
 }
 
 /** Closes what reload and watch keep open (drain). */

@@ -1,6 +1,7 @@
 /* server.c — process lifetime: bind, start workers, admin, signals, ready file, drain. */
 #include "server/server.h"
 #include "ctx/telemetry.h"
+#include <time.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -215,6 +216,15 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
     return SL_OK;
 }
 
+void sl__server_note_generation(sl_server_t *srv, char *changed) {
+    unsigned n = sizeof srv->gens / sizeof srv->gens[0], i = srv->gen_next++ % n;
+    free(srv->gens[i].changed);
+    srv->gens[i].generation = srv->generation;
+    srv->gens[i].hash = srv->config_hash;
+    srv->gens[i].unix_s = (int64_t)time(NULL);
+    srv->gens[i].changed = changed;
+}
+
 void sl_server_loop(sl_server_t *srv) { uv_run(srv->loop, UV_RUN_DEFAULT); }
 
 void sl_server_stop(sl_server_t *srv) { uv_async_send(&srv->stop_async); }
@@ -238,6 +248,10 @@ void sl_server_cleanup(sl_server_t *srv) {
         uv_run(srv->loop, UV_RUN_NOWAIT);
     }
     if (srv->embedded) uv_loop_close(srv->loop);
+    for (size_t i = 0; i < sizeof srv->gens / sizeof srv->gens[0]; i++) {
+        free(srv->gens[i].changed);
+        srv->gens[i].changed = NULL;
+    }
     free(srv->workers);
     free(srv->listen_fds);
     free(srv->listen_text);

@@ -66,6 +66,14 @@ struct sl_server_s {
     int64_t last_reject_unix;
     char last_reject_trigger[32];
     char *last_reject_error;
+    /** The last SL_GEN_HISTORY generations applied (the dashboard's list): number, hash,
+     *  wall-clock seconds, the reload's "changed" JSON items (owned); [gen_next % N] next. */
+    struct {
+        uint64_t generation, hash;
+        int64_t unix_s;
+        char *changed;
+    } gens[8];
+    unsigned gen_next;
     sl_config_t *boot_cfg;     /**< the first generation's config: main() owns it */
     uv_fs_event_t *watches;    /**< config file's folder and plugin folders, when watch: true */
     size_t nwatches;
@@ -113,5 +121,9 @@ void sl__reload_free_retired(sl_server_t *srv);
 static inline bool sl_server_draining(const sl_server_t *s) {
     return __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE) != 0;
 }
+
+/** Records the generation now served (srv->generation, srv->config_hash) with its reload's
+ *  "changed" JSON items (owned from here; NULL for the first). Main thread. */
+void sl__server_note_generation(sl_server_t *srv, char *changed);
 
 #endif

@@ -7,6 +7,7 @@ local cjson = require("cjson.safe")
 
 ffi.cdef[[
 int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out);
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len);
@@ -295,6 +296,19 @@ function request.get_stats()
 end
 
 local hexbuf = ffi.new("char[64]")
+
+-- W3C trace context of this request (the core's, shared with telemetry:): continues the
+-- client's traceparent or starts a trace sampled at sample_ratio, sets the traceparent
+-- the upstream gets; returns the trace id and this hop's span id (hex).
+_M.trace = {}
+function _M.trace.context(sample_ratio)
+    sample_ratio = sample_ratio or 1.0
+    if type(sample_ratio) ~= "number" or sample_ratio < 0 or sample_ratio > 1 then
+        error("trace.context takes a sample ratio from 0 to 1", 2)
+    end
+    C.sl_ffi_traceparent(cur(), sample_ratio, hexbuf)
+    return ffi_string(hexbuf, 32), ffi_string(hexbuf + 32, 16)
+end
 
 -- n (1..64, default 32) random hex digits.
 function _M.random_hex(n)
