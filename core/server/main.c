@@ -21,6 +21,7 @@ static void usage(FILE *f) {
                "       sluice check [-c FILE]\n"
                "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR]\n"
                "       sluice explain [-c FILE] [ROUTE]\n"
+               "       sluice explain --costs [-c FILE] [--ready-file PATH | --admin ADDR] [ROUTE]\n"
                "       sluice version\n");
 }
 
@@ -55,33 +56,34 @@ static int admin_from_ready_file(const char *path, char *out, size_t size) {
     return 0;
 }
 
-/* sluice reload: POST /reload to the running instance's admin API; prints the answer.
- * The bearer token is the config's (admin.token_env) when a config was loaded. */
-static int reload_remote(const sl_config_t *cfg, const sl_target_opts_t *to) {
-    char text[256];
+/* One request to the running instance's admin API (found as sl_target_opts_t says): the
+ * whole answer into buf (NUL-terminated). The bearer token is the config's
+ * (admin.token_env) when a config was loaded. 0, or 1 with a message naming `who`. */
+static int admin_call(const sl_config_t *cfg, const sl_target_opts_t *to, const char *who, const char *method,
+                      const char *path, char *buf, size_t cap, char *text, size_t text_cap) {
     sl_addr_t addr = {0};
     if (to->admin || to->ready_file) {
         if (to->admin)
-            snprintf(text, sizeof(text), "%s", to->admin);
-        else if (admin_from_ready_file(to->ready_file, text, sizeof(text)) != 0)
+            snprintf(text, text_cap, "%s", to->admin);
+        else if (admin_from_ready_file(to->ready_file, text, text_cap) != 0)
             return 1;
         if (sl_parse_addr(text, &addr) != 0) {
-            fprintf(stderr, "sluice reload: '%s' is not an admin address (HOST:PORT)\n", text);
+            fprintf(stderr, "%s: '%s' is not an admin address (HOST:PORT)\n", who, text);
             return 1;
         }
         free(addr.text);
     } else if (!cfg || !cfg->admin_enabled) {
-        fprintf(stderr, "sluice reload: this config has no admin listener\n");
+        fprintf(stderr, "%s: this config has no admin listener\n", who);
         return 1;
     } else {
         addr = cfg->admin_listen;
-        snprintf(text, sizeof(text), "%s", cfg->admin_listen.text);
+        snprintf(text, text_cap, "%s", cfg->admin_listen.text);
         const struct sockaddr *s = (const struct sockaddr *)&addr.ss;
         uint16_t port = s->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)s)->sin6_port
                                                  : ((const struct sockaddr_in *)s)->sin_port;
         if (port == 0) {
-            fprintf(stderr, "sluice reload: the config's admin listens on port 0 (a port the kernel "
-                            "picks): name the instance with --ready-file PATH or --admin ADDR\n");
+            fprintf(stderr, "%s: the config's admin listens on port 0 (a port the kernel "
+                            "picks): name the instance with --ready-file PATH or --admin ADDR\n", who);
             return 1;
         }
     }
@@ -90,15 +92,15 @@ static int reload_remote(const sl_config_t *cfg, const sl_target_opts_t *to) {
     const struct sockaddr *sa = (const struct sockaddr *)&addr.ss;
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, sa, addr.len) != 0) {
-        fprintf(stderr, "sluice reload: cannot reach the admin API at %s: %s\n", text, strerror(errno));
+        fprintf(stderr, "%s: cannot reach the admin API at %s: %s\n", who, text, strerror(errno));
         if (fd >= 0) close(fd);
         return 1;
     }
     /* admin.token_env was read when the config loaded: the token is the running
      * instance's as long as both see the same environment variable. */
-    char req[SL_ADMIN_TOKEN_MAX + 160];
-    int n = snprintf(req, sizeof(req), "POST /reload HTTP/1.1\r\nHost: sluice\r\nContent-Length: 0\r\n%s%.*s%s"
-                     "Connection: close\r\n\r\n", token_len ? "Authorization: Bearer " : "",
+    char req[SL_ADMIN_TOKEN_MAX + 200];
+    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: sluice\r\nContent-Length: 0\r\n%s%.*s%s"
+                     "Connection: close\r\n\r\n", method, path, token_len ? "Authorization: Bearer " : "",
                      (int)token_len, token, token_len ? "\r\n" : "");
     ssize_t w = write(fd, req, (size_t)n);
     explicit_bzero(req, sizeof(req));
@@ -106,19 +108,106 @@ static int reload_remote(const sl_config_t *cfg, const sl_target_opts_t *to) {
         close(fd);
         return 1;
     }
-    char buf[65536];
     size_t got = 0;
     ssize_t r;
-    while (got < sizeof(buf) - 1 && (r = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) got += (size_t)r;
+    while (got < cap - 1 && (r = read(fd, buf + got, cap - 1 - got)) > 0) got += (size_t)r;
     close(fd);
     buf[got] = 0;
-    const char *body = strstr(buf, "\r\n\r\n");
-    printf("%s", body ? body + 4 : buf);
     if (strncmp(buf, "HTTP/1.1 401", 12) == 0)
-        fprintf(stderr, "sluice reload: the admin API at %s wants a bearer token: %s\n", text,
+        fprintf(stderr, "%s: the admin API at %s wants a bearer token: %s\n", who, text,
                 token_len ? "the one in admin.token_env was refused"
                           : "give the config that sets admin.token_env with -c");
+    return 0;
+}
+
+/* sluice reload: POST /reload to the running instance's admin API; prints the answer. */
+static int reload_remote(const sl_config_t *cfg, const sl_target_opts_t *to) {
+    char text[256], buf[65536];
+    if (admin_call(cfg, to, "sluice reload", "POST", "/reload", buf, sizeof buf, text, sizeof text) != 0) return 1;
+    const char *body = strstr(buf, "\r\n\r\n");
+    printf("%s", body ? body + 4 : buf);
     return strncmp(buf, "HTTP/1.1 200", 12) == 0 ? 0 : 1;
+}
+
+/* A quantile from one series' cumulative buckets (bounds le[], n of them, then +Inf). */
+static void quantile_text(char *out, size_t cap, const double *le, const double *cum, int n, double total, double q) {
+    if (total <= 0) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (cum[i] >= q * total) {
+            snprintf(out, cap, "<= %g ms", le[i] * 1000);
+            return;
+        }
+    snprintf(out, cap, "> %g ms", n ? le[n - 1] * 1000 : 0);
+}
+
+/* sluice explain --costs: each route's chain with every plugin phase's calls, p50 and p99,
+ * from the running instance's sluice_plugin_duration_seconds (GET /metrics). */
+static int explain_costs(const sl_config_t *cfg, const sl_target_opts_t *to, const char *route) {
+    char text[256];
+    size_t cap = 8 << 20;
+    char *buf = malloc(cap);
+    if (!buf || admin_call(cfg, to, "sluice explain", "GET", "/metrics", buf, cap, text, sizeof text) != 0) {
+        free(buf);
+        return 1;
+    }
+    if (strncmp(buf, "HTTP/1.1 200", 12) != 0) {
+        fprintf(stderr, "sluice explain: GET /metrics at %s: %.40s\n", text, buf);
+        free(buf);
+        return 1;
+    }
+    if (!strstr(buf, "# TYPE sluice_plugin_duration_seconds"))
+        printf("(the instance at %s does not time plugins: metrics.plugin_timing is off)\n", text);
+    static const char *const phases[] = {"rewrite", "access", "balancer", "header_filter", "body_filter", "log"};
+    int shown = 0;
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        const sl_route_conf_t *rc = &cfg->routes[r];
+        if (route && strcmp(route, rc->name) != 0) continue;
+        shown++;
+        printf("route %s\n", rc->name);
+        size_t np = cfg->nplugins + rc->nplugins;
+        if (!np) printf("  (no plugins)\n");
+        for (size_t k = 0; k < np; k++) {
+            const char *pn = k < cfg->nplugins ? cfg->plugins[k].name : rc->plugins[k - cfg->nplugins].name;
+            bool dup = false;
+            for (size_t j = 0; j < k && !dup; j++)
+                dup = strcmp(pn, j < cfg->nplugins ? cfg->plugins[j].name : rc->plugins[j - cfg->nplugins].name) == 0;
+            if (dup) continue;
+            bool any = false;
+            for (size_t ph = 0; ph < sizeof phases / sizeof phases[0]; ph++) {
+                char key[512];
+                int kl = snprintf(key, sizeof key, "%s_bucket{route=\"%s\",plugin=\"%s\",phase=\"%s\",le=\"",
+                                  "sluice_plugin_duration_seconds", rc->name, pn, phases[ph]);
+                double le[32], cum[32], total = 0;
+                int n = 0;
+                for (const char *p = strstr(buf, key); p; p = strstr(p + 1, key)) {
+                    const char *v = p + kl;
+                    double bound = strncmp(v, "+Inf", 4) == 0 ? -1 : strtod(v, NULL);
+                    const char *sp = strstr(v, "} ");
+                    double c = sp ? strtod(sp + 2, NULL) : 0;
+                    if (bound < 0)
+                        total = c;
+                    else if (n < 32)
+                        le[n] = bound, cum[n++] = c;
+                }
+                if (total <= 0) continue;
+                char p50[32], p99[32];
+                quantile_text(p50, sizeof p50, le, cum, n, total, 0.5);
+                quantile_text(p99, sizeof p99, le, cum, n, total, 0.99);
+                printf("  %-20s %-14s calls %-8.0f p50 %-14s p99 %s\n", pn, phases[ph], total, p50, p99);
+                any = true;
+            }
+            if (!any) printf("  %-20s (no calls yet)\n", pn);
+        }
+    }
+    free(buf);
+    if (route && !shown) {
+        fprintf(stderr, "sluice explain: no route named '%s'\n", route);
+        return 1;
+    }
+    return 0;
 }
 
 /* Loads -c FILE, else ./conf/sluice.yaml, else the embedded default; *used names which. */
@@ -161,6 +250,7 @@ static void check_names(const sl_config_t *cfg) {
 
 int main(int argc, char **argv) {
     const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
+    bool costs = false;
     sl_target_opts_t target = {0};
     int i = 1;
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
@@ -173,8 +263,11 @@ int main(int argc, char **argv) {
             conf = argv[++i];
         } else if (strcmp(argv[i], "--ready-file") == 0 && i + 1 < argc) {
             ready = argv[++i]; /* run writes it; reload reads the instance's admin address from it */
-        } else if (strcmp(argv[i], "--admin") == 0 && i + 1 < argc && strcmp(cmd, "reload") == 0) {
+        } else if (strcmp(argv[i], "--admin") == 0 && i + 1 < argc &&
+                   (strcmp(cmd, "reload") == 0 || strcmp(cmd, "explain") == 0)) {
             target.admin = argv[++i];
+        } else if (strcmp(argv[i], "--costs") == 0 && strcmp(cmd, "explain") == 0) {
+            costs = true;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -210,7 +303,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "explain") == 0) {
         sl_config_t *cfg = load(conf, true, NULL);
         if (!cfg) return 1;
-        int rc = sl_plugins_explain(cfg, explain_route);
+        target.ready_file = ready;
+        int rc = costs ? explain_costs(cfg, &target, explain_route) : sl_plugins_explain(cfg, explain_route);
         sl_config_free(cfg);
         return rc == 0 ? 0 : 1;
     }

@@ -5,10 +5,13 @@
    series of a phase a plugin does not define is absent.
 2. The counts survive a reload (folded by route and plugin name).
 3. `metrics: { plugin_timing: false }` drops the metric.
+4. `sluice explain --costs` prints each route's chain with every plugin phase's calls,
+   p50 and p99, read from the running instance.
 """
 
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -89,6 +92,19 @@ def test_buckets(t):
     t.check("request-id: every call under 5 ms", quick == 20, 20, quick)
     hf = count(text, "fast", "request-id", "header_filter")
     t.info("request-id header_filter calls: %s" % hf)
+
+    p = subprocess.run([h.BIN, "explain", "--costs", "-c", s.config_path, "--admin", "127.0.0.1:%d" % s.admin_port],
+                       capture_output=True, text=True, timeout=20)
+    t.info(p.stdout)
+    m = re.search(r"^  sleeper\s+access\s+calls 5\s+p50 <= 100 ms\s+p99 <= 100 ms$", p.stdout, re.M)
+    t.check("explain --costs: sleeper's access calls with p50/p99 in the 0.1 s bucket", p.returncode == 0 and m,
+            "sleeper access calls 5 p50 <= 100 ms", p.stdout + p.stderr)
+    t.check("explain --costs: every route of the chain listed", "route slow" in p.stdout and "route fast" in p.stdout,
+            "route slow, route fast", p.stdout)
+    p = subprocess.run([h.BIN, "explain", "--costs", "-c", s.config_path, "--admin", "127.0.0.1:%d" % s.admin_port,
+                        "fast"], capture_output=True, text=True, timeout=20)
+    t.check("explain --costs ROUTE: that route only", p.returncode == 0 and "route fast" in p.stdout and
+            "route slow" not in p.stdout, "route fast", p.stdout)
 
     code, _ = s.reload()
     t.check("reload applied", code == 200, 200, code)
