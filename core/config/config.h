@@ -221,6 +221,7 @@ typedef struct {
     uint64_t timeout_ms; /**< `otlp.timeout`: one export's whole exchange; default 2s */
     char *service_name;  /**< default "sluice" */
     double sample_ratio; /**< traces started here: the share recorded; default 0.01 */
+    bool plugin_spans;   /**< an INTERNAL span per plugin phase call of sampled requests */
 } sl_telemetry_conf_t;
 
 typedef struct {
@@ -265,6 +266,20 @@ typedef struct {
     uid_t run_uid;
     gid_t run_gid;
 } sl_config_t;
+
+/** Whether phase dispatchers mark each plugin's end (sl_ffi_plugin_timed): for the duration
+ *  metric, request debugging or plugin spans. */
+static inline bool sl_config_timed(const sl_config_t *c) {
+    return c->plugin_timing || c->debug_token_len || (c->telemetry.enabled && c->telemetry.plugin_spans);
+}
+
+/** The name of the plugin at position `pos` of route rc's chain (the global plugins, then
+ *  the route's); "?" past its end. */
+static inline const char *sl_config_chain_name(const sl_config_t *c, const sl_route_conf_t *rc, size_t pos) {
+    if (pos < c->nplugins) return c->plugins[pos].name;
+    pos -= c->nplugins;
+    return rc && pos < rc->nplugins ? rc->plugins[pos].name : "?";
+}
 
 /** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */
 typedef struct {

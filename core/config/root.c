@@ -71,8 +71,8 @@ static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attem
                                                 "min_ttl",     "max_ttl", "ipv6"};
 enum { AD_LISTEN, AD_TOKEN_ENV, AD_DEBUG_TOKEN_ENV, AD_N };
 static const char *const admin_keys[AD_N] = {"listen", "token_env", "debug_token_env"};
-enum { TM_OTLP, TM_SERVICE_NAME, TM_SAMPLE_RATIO, TM_N };
-static const char *const telemetry_keys[TM_N] = {"otlp", "service_name", "sample_ratio"};
+enum { TM_OTLP, TM_SERVICE_NAME, TM_SAMPLE_RATIO, TM_PLUGIN_SPANS, TM_N };
+static const char *const telemetry_keys[TM_N] = {"otlp", "service_name", "sample_ratio", "plugin_spans"};
 enum { OT_ENDPOINT, OT_HEADERS, OT_TIMEOUT, OT_N };
 static const char *const otlp_keys[OT_N] = {"endpoint", "headers", "timeout"};
 enum { MT_PLUGIN_TIMING, MT_N };
@@ -190,6 +190,7 @@ static void parse_telemetry(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_con
     }
     if (f[TM_SAMPLE_RATIO].val)
         sl__cfg_get_number(cx, f[TM_SAMPLE_RATIO].val, "sample_ratio", 0, 1, &t->sample_ratio);
+    if (f[TM_PLUGIN_SPANS].val) sl__cfg_get_bool(cx, f[TM_PLUGIN_SPANS].val, "plugin_spans", &t->plugin_spans);
 }
 
 /* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: only this host can reach the address. */

@@ -147,6 +147,8 @@ static void encode(buf_t *b, const sl_span_t *s, size_t n, const char *service) 
         char name[160];
         if (s->kind == SL_SPAN_SERVER)
             snprintf(name, sizeof name, "%s%s%s", s->method, s->route[0] ? " " : "", s->route);
+        else if (s->kind == SL_SPAN_INTERNAL)
+            snprintf(name, sizeof name, "%s %s", s->plugin, s->phase);
         else
             snprintf(name, sizeof name, "%s %s", s->method, s->upstream[0] ? s->upstream : "upstream");
         PUTS(b, ",\"name\":");
@@ -156,11 +158,15 @@ static void encode(buf_t *b, const sl_span_t *s, size_t n, const char *service) 
         put_fmt(b, ",\"endTimeUnixNano\":\"%llu\"", (unsigned long long)s->end_unix_ns);
         PUTS(b, ",\"attributes\":[");
         bool first = true;
-        attr_str(b, &first, "http.request.method", s->method);
+        if (s->kind != SL_SPAN_INTERNAL) attr_str(b, &first, "http.request.method", s->method);
         if (s->status) attr_int(b, &first, "http.response.status_code", s->status);
         attr_str(b, &first, "error.type", s->error_type);
-        attr_str(b, &first, "sluice.upstream", s->upstream);
-        if (s->kind == SL_SPAN_SERVER) {
+        if (s->kind != SL_SPAN_INTERNAL) attr_str(b, &first, "sluice.upstream", s->upstream);
+        if (s->kind == SL_SPAN_INTERNAL) {
+            attr_str(b, &first, "http.route", s->route);
+            attr_str(b, &first, "sluice.plugin", s->plugin);
+            attr_str(b, &first, "sluice.phase", s->phase);
+        } else if (s->kind == SL_SPAN_SERVER) {
             attr_str(b, &first, "url.path", s->path);
             attr_str(b, &first, "http.route", s->route);
             attr_str(b, &first, "server.address", s->server_address);

@@ -18,7 +18,7 @@
 #define SL_TELEMETRY_BATCH 512
 #define SL_TELEMETRY_FLUSH_MS 2000
 
-enum { SL_SPAN_SERVER = 2, SL_SPAN_CLIENT = 3 }; /* OTLP's SpanKind numbers */
+enum { SL_SPAN_INTERNAL = 1, SL_SPAN_SERVER = 2, SL_SPAN_CLIENT = 3 }; /* OTLP's SpanKind numbers */
 
 /** One finished span, copied whole into the queue (strings cut to their fields). */
 typedef struct {
@@ -37,6 +37,8 @@ typedef struct {
     char target[64];      /**< CLIENT: sluice.target (server.address of the attempt) */
     char reason[16];      /**< CLIENT: sluice.attempt.reason: "first", "retry", "hedge" */
     char error_type[24];  /**< error.type: "" when none */
+    char plugin[48];      /**< INTERNAL: sluice.plugin */
+    char phase[16];       /**< INTERNAL: sluice.phase */
 } sl_span_t;
 
 /** Starts the exporter for `tc` (a config's telemetry), or updates the endpoint, headers,

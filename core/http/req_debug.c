@@ -73,12 +73,6 @@ void sl__req_debug_attempt(sl_req_t *r, int status, uint64_t ns) {
     d->att[d->natt++].ns = ns;
 }
 
-static const char *chain_name(const sl_config_t *cfg, const sl_route_conf_t *rc, size_t pos) {
-    if (pos < cfg->nplugins) return cfg->plugins[pos].name;
-    pos -= cfg->nplugins;
-    return rc && pos < rc->nplugins ? rc->plugins[pos].name : "?";
-}
-
 static bool put_json_str(sl_wbuf_t *b, sl_str_t s) {
     return SL_WBUF_LIT(b, "\"") && sl_wbuf_json_str(b, s) && SL_WBUF_LIT(b, "\"");
 }
@@ -111,7 +105,7 @@ void sl__req_debug_emit(sl_req_t *r) {
              SL_WBUF_LIT(&b, ",\"ms\":") && put_ms(&b, d->att[i].ns) && SL_WBUF_LIT(&b, "}");
     ok = ok && SL_WBUF_LIT(&b, "],\"plugins\":[");
     for (uint8_t i = 0; i < d->ncall && ok; i++) {
-        const char *name = chain_name(cfg, rc, d->call[i].pos);
+        const char *name = sl_config_chain_name(cfg, rc, d->call[i].pos);
         const char *phase = sl_metrics_phase_name(d->call[i].phase);
         ok = (i == 0 || SL_WBUF_LIT(&b, ",")) && SL_WBUF_LIT(&b, "{\"plugin\":") &&
              put_json_str(&b, (sl_str_t){name, strlen(name)}) && SL_WBUF_LIT(&b, ",\"phase\":") &&

@@ -240,6 +240,9 @@ void sl__trace_begin(sl_req_t *r);
 void sl__trace_attempt_begin(sl_req_t *r);
 /** The current attempt ended: its CLIENT span (status 0: no response). */
 void sl__trace_attempt_end(sl_req_t *r, int status);
+/** A plugin call (chain position, SL_PHASE_*) of `ns` just ended: its INTERNAL span
+ *  (telemetry.plugin_spans, sampled requests). */
+void sl__trace_plugin(sl_req_t *r, int pos, int phase, uint64_t ns);
 /** The request is over (counted): its SERVER span. */
 void sl__trace_end(sl_req_t *r, uint64_t now);
 

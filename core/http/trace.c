@@ -134,6 +134,24 @@ void sl__trace_attempt_end(sl_req_t *r, int status) {
     sl_telemetry_submit(&s);
 }
 
+void sl__trace_plugin(sl_req_t *r, int pos, int phase, uint64_t ns) {
+    sl_span_t s;
+    span_common(r, &s);
+    random_id(s.span_id, 8);
+    memcpy(s.parent_id, r->trace.server, 8);
+    s.has_parent = 1;
+    s.kind = SL_SPAN_INTERNAL;
+    const sl_config_t *cfg = r->w->cfg;
+    const sl_route_conf_t *rc = sl__req_route_conf(r);
+    const char *name = sl_config_chain_name(cfg, rc, (size_t)pos);
+    const char *ph = sl_metrics_phase_name(phase);
+    sl_span_str(s.plugin, sizeof s.plugin, name, strlen(name));
+    sl_span_str(s.phase, sizeof s.phase, ph, strlen(ph));
+    s.end_unix_ns = realtime_ns();
+    s.start_unix_ns = s.end_unix_ns - ns;
+    sl_telemetry_submit(&s);
+}
+
 void sl__trace_end(sl_req_t *r, uint64_t now) {
     if (!r->trace.sampled) return;
     sl_span_t s;

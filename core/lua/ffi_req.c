@@ -572,4 +572,5 @@ void sl_ffi_plugin_timed(sl_req_t *r, int pos) {
     r->lua.mark = now;
     sl_metrics_plugin_time(&r->w->metrics, r->route, pos, r->lua.phase, ns);
     if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_plugin(r, pos, r->lua.phase, ns);
+    if (r->trace.sampled && r->w->cfg->telemetry.plugin_spans) sl__trace_plugin(r, pos, r->lua.phase, ns);
 }

@@ -124,7 +124,7 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
     lua_setfield(L, -2, "global");
     /* the dispatcher reports each plugin's end (sl_ffi_plugin_timed) for the duration
      * metric and for debugged requests */
-    lua_pushboolean(L, cfg->plugin_timing || cfg->debug_token_len);
+    lua_pushboolean(L, sl_config_timed(cfg));
     lua_setfield(L, -2, "timed");
     lua_createtable(L, (int)cfg->nconsumers, 0);
     for (size_t i = 0; i < cfg->nconsumers; i++) {
@@ -292,7 +292,7 @@ int sl_lua_phase(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int phase) 
     }
     lua_State *co = t->co;
     t->phase = (uint8_t)phase;
-    if (w->cfg->plugin_timing || w->cfg->debug_token_len) t->mark = sl_ticks();
+    if (sl_config_timed(w->cfg)) t->mark = sl_ticks();
     lua_rawgeti(co, LUA_REGISTRYINDEX, w->lua_phase);
     lua_pushinteger(co, phase);
     lua_pushlightuserdata(co, who.req);

@@ -51,7 +51,7 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
         if (!w->ups[u].idle) goto oom;
     }
     if (sl_metrics_init(&w->metrics, cfg) != SL_OK) goto oom;
-    if (cfg->plugin_timing || cfg->debug_token_len) sl_ticks_calibrate();
+    if (sl_config_timed(cfg)) sl_ticks_calibrate();
     if (sl__redis_init(w) != SL_OK) goto oom;
     if (sl_lua_open(w, err) != SL_OK) return SL_ERROR;
     return SL_OK;

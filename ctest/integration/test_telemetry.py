@@ -314,4 +314,25 @@ def test_collector_down_and_slow(t):
     up.stop()
 
 
-t.run(test_spans, test_sampling, test_collector_down_and_slow)
+def test_plugin_spans(t):
+    col = Collector()
+    up = h.MockUpstream(name="api")
+    conf = (CONF % (col.port, "1.0", up.address, "127.0.0.1:1", "127.0.0.2:1")).replace(
+        "  sample_ratio: 1.0", "  sample_ratio: 1.0\n  plugin_spans: true")
+    s = h.start_sluice(conf, suite=t, name="pspans")
+    h.request(s.port(), "GET", "/tp")
+    ok = col.wait(lambda sp: any(x["kind"] == 2 for x in sp))
+    with col.lock:
+        spans = list(col.spans)
+    server = [x for x in spans if x["kind"] == 2]
+    internal = [x for x in spans if x["kind"] == 1]
+    t.check("plugin_spans: an INTERNAL span for the traceparent plugin's rewrite, child of the SERVER span",
+            ok and server and len(internal) == 1 and internal[0]["parentSpanId"] == server[0]["spanId"] and
+            internal[0]["name"] == "traceparent rewrite" and attrs(internal[0]).get("sluice.plugin") == "traceparent"
+            and attrs(internal[0]).get("sluice.phase") == "rewrite", "1 child span", internal)
+    s.stop()
+    col.stop()
+    up.stop()
+
+
+t.run(test_spans, test_sampling, test_collector_down_and_slow, test_plugin_spans)
