@@ -16,8 +16,8 @@
  * Both malloc'd, owned by the caller. Returns 0, or -1 with "path:LINE:COL:
  * message" lines appended to errs.
  */
-int sl_config_yaml_json(const char *path, const char *text, size_t len,
-                        char **json, char **pos, sl_errors_t *errs);
+int sl_config_yaml_json(const char *path, const char *text, size_t len, char **json, char **pos,
+                        sl_errors_t *errs);
 
 /** Writes the error lines into out (cap bytes, NUL-terminated), one per line,
  * as many as fit: for callers that hand errors across the FFI. */

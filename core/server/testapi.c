@@ -96,64 +96,56 @@ void sl_test_stop(sl_test_gw_t *g) {
 /* ---- a raw client for `sluice test`'s tcp and websocket cases ---- */
 
 int sl_test_connect(const char *host, int port) {
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_port = htons((uint16_t)port)};
-  if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-    return -1;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -1;
-  if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 int sl_test_send(int fd, const char *buf, size_t len) {
-  while (len) {
-    ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return -1;
-    buf += w;
-    len -= (size_t)w;
-  }
-  return 0;
+    while (len) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
 }
 
 /**
  * Reads into out until `want` bytes came (0: until the peer closes), or `until`
- * (a NUL- terminated marker, or NULL) appears, or timeout_ms passes. Returns
+ * (a NUL-terminated marker, or NULL) appears, or timeout_ms passes. Returns
  * the bytes read; *closed says whether the peer closed.
  */
-long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until,
-                  int timeout_ms, int *closed);
-long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until,
-                  int timeout_ms, int *closed) {
-  size_t got = 0;
-  *closed = 0;
-  uint64_t deadline = sl_now_ms() + (uint64_t)timeout_ms;
-  while (got < cap && !(want && got >= want) &&
-         !(until && got && memmem(out, got, until, strlen(until)))) {
-    uint64_t now = sl_now_ms();
-    if (now >= deadline)
-      break;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int rc = poll(&p, 1, (int)(deadline - now));
-    if (rc < 0 && errno == EINTR)
-      continue;
-    if (rc <= 0)
-      break;
-    ssize_t r = recv(fd, out + got, cap - got, 0);
-    if (r <= 0) {
-      *closed = 1;
-      break;
+long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until, int timeout_ms,
+                  int *closed);
+long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until, int timeout_ms,
+                  int *closed) {
+    size_t got = 0;
+    *closed = 0;
+    uint64_t deadline = sl_now_ms() + (uint64_t)timeout_ms;
+    while (got < cap && !(want && got >= want) &&
+           !(until && got && memmem(out, got, until, strlen(until)))) {
+        uint64_t now = sl_now_ms();
+        if (now >= deadline) break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc = poll(&p, 1, (int)(deadline - now));
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc <= 0) break;
+        ssize_t r = recv(fd, out + got, cap - got, 0);
+        if (r <= 0) {
+            *closed = 1;
+            break;
+        }
+        got += (size_t)r;
     }
-    got += (size_t)r;
-  }
-  return (long)got;
+    return (long)got;
 }
 
 /** Closes a client fd. */

@@ -75,15 +75,15 @@ local function set(list)
 end
 
 local SPEC_KEYS = set { "name", "config", "env", "mocks", "services", "cases" }
-local MOCK_KEYS = set { "status", "headers", "body", "json", "echo", "delay", "fault", "websocket",
-                        "tcp" }
+local MOCK_KEYS = set { "status", "headers", "body", "json", "echo", "delay", "fault", "times",
+                        "websocket", "tcp" }
 local CASE_KEYS = set { "name", "request", "tcp", "repeat", "expect", "mocks", "skip" }
 local REQ_KEYS = set { "method", "path", "query", "headers", "body", "json", "listener", "host",
                        "http2", "send", "timeout" }
 local TCP_KEYS = set { "listener", "send", "timeout" }
 local EXPECT_KEYS = set { "status", "headers", "body", "upstream", "received", "closed" }
 local UP_KEYS = set { "mock", "method", "path", "query", "headers", "body", "count" }
-local SERVICE_KEYS = set { "command", "ready" }
+local SERVICE_KEYS = set { "command", "at" }
 local FAULTS = set { "reset", "hang", "close", "close-mid-body" }
 
 -- "500ms", "1s", "2m" or a number of seconds, as ms.
@@ -171,6 +171,8 @@ local function mock_apply(h, m)
     head = table.concat(head)
     body = body == nil and "" or tostring(body)
     lib.sl_mock_set(h, MODE[mode], m.status or 200, m.delay_ms or 0, head, #head, body, #body)
+    -- times: N -> the fault (or status) for the next N requests, then the plain answer
+    if m.times then lib.sl_mock_times(h, m.times, m.echo and MODE.echo or MODE.respond) end
 end
 
 local function free_port()
@@ -202,7 +204,8 @@ local function start_service(spec, name, s)
     local port = free_port()
     local cmd = s.command:gsub("{port}", tostring(port))
     local dir = spec.dir
-    local p = io.popen(fmt("cd %s && (%s) >/dev/null 2>&1 & echo $!", sh_quote(dir), cmd))
+    -- exec: the pid is the service's own, so stopping it stops the service
+    local p = io.popen(fmt("(cd %s && exec %s) >/dev/null 2>&1 & echo $!", sh_quote(dir), cmd))
     local pid = tonumber(p:read("*l"))
     p:close()
     if not pid or not wait_port(port, 5000) then
@@ -271,12 +274,22 @@ local function replace_scalar(lines, line, col, with)
 end
 
 -- Points every target of an upstream named like a mock at that mock (a port of the mock
--- per target: an address may not repeat in one upstream).
-local function mocks_by_upstream_name(spec, path, text)
+-- per target: an address may not repeat in one upstream), and the config keys a
+-- service names in `at` at that service.
+local function point_at_mocks(spec, path, text)
     local cdoc, pos = decode_yaml(path, text)
-    if not cdoc or type(cdoc.upstreams) ~= "table" then return text end
+    if not cdoc then return text end
     local edits = {}
-    for ui, u in ipairs(cdoc.upstreams) do
+    for name, s in pairs(spec.doc.services or {}) do
+        if s.at then
+            local p = pos[s.at]
+            if not p then
+                spec_error(spec, "services." .. name .. ".at", true, "the config has no key %s", s.at)
+            end
+            edits[#edits + 1] = { p[3], p[4], '"127.0.0.1:' .. spec.svc[name].port .. '"' }
+        end
+    end
+    for ui, u in ipairs(type(cdoc.upstreams) == "table" and cdoc.upstreams or {}) do
         local h = type(u) == "table" and spec.mock_h[u.name or ""]
         if h and type(u.targets) == "table" then
             for ti in ipairs(u.targets) do
@@ -319,7 +332,7 @@ local function load_config(spec)
     local missing
     text, missing = substitute(spec, listen_to_port0(text))
     if missing then spec_error(spec, "config", true, "the config names %s, which this spec does not declare", missing) end
-    text = mocks_by_upstream_name(spec, path, text)
+    text = point_at_mocks(spec, path, text)
     local doc = decode_yaml(path, text) or {}
     return path, text, doc
 end
@@ -410,7 +423,7 @@ local function do_tcp(spec, gw, t, want)
     local send = t.send and tostring(t.send) or ""
     if #send > 0 then lib.sl_test_send(fd, send, #send) end
     local n = lib.sl_test_recv(fd, recvbuf, RECV_MAX, want or 0, nil,
-                               math.floor((t.timeout or (want and 5 or 0.5)) * 1000), closedp)
+                               math.floor((t.timeout or (want and 5 or 2)) * 1000), closedp)
     local res = { received = ffi.string(recvbuf, n), closed = closedp[0] == 1 }
     lib.sl_test_close(fd)
     return res
@@ -589,7 +602,8 @@ local function run_case(spec, gw, c, i)
         local res, err
         if c.tcp then
             local want
-            if type(expect.received) == "string" then want = #expect.received end
+            -- read as many bytes as expected, or (closed: true) until the peer closes
+            if type(expect.received) == "string" and expect.closed ~= true then want = #expect.received end
             res, err = do_tcp(spec, gw, c.tcp, want)
         else
             res, err = do_request(spec, gw, c.request)

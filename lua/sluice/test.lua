@@ -45,6 +45,7 @@ int sl_mock_port(sl_mock_t *m);
 int sl_mock_add_port(sl_mock_t *m);
 void sl_mock_set(sl_mock_t *m, int mode, int status, int delay_ms, const char *head, size_t headlen,
                  const char *body, size_t bodylen);
+void sl_mock_times(sl_mock_t *m, int n, int after_mode);
 uint64_t sl_mock_count(sl_mock_t *m);
 size_t sl_mock_last(sl_mock_t *m, char *out, size_t cap);
 void sl_mock_stop(sl_mock_t *m);
@@ -189,6 +190,47 @@ local function parse_response(raw)
 end
 _M.parse_response = parse_response
 
+-- Reads one response from fd into respbuf: the head, then as much body as it announces
+-- (Content-Length, the end of chunked framing, else until the peer closes), so a
+-- keep-alive connection does not wait for the timeout. The bytes read.
+local closed = ffi.new("int[1]")
+local function read_response(fd, head_only, timeout_ms)
+    local deadline = tonumber(lib.sl_now_ns()) / 1e6 + timeout_ms
+    local function left() return math.max(0, math.floor(deadline - tonumber(lib.sl_now_ns()) / 1e6)) end
+    local n = tonumber(lib.sl_test_recv(fd, respbuf, RESP_MAX, 0, "\r\n\r\n", timeout_ms, closed))
+    while true do
+        local got = ffi.string(respbuf, n)
+        local eoh = got:find("\r\n\r\n", 1, true)
+        if not eoh or closed[0] == 1 then return n end
+        local head = got:sub(1, eoh):lower()
+        local status = tonumber(head:match("^http/[%d%.]+ (%d+)"))
+        if status and status >= 100 and status < 200 and status ~= 101 then
+            -- an interim answer: the final one follows
+            if not got:find("\r\n\r\n", eoh + 4, true) then
+                n = n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, 0, "\r\n\r\n", left(), closed))
+            else
+                return n
+            end
+        else
+            if head_only or status == 204 or status == 304 or status == 101 then return n end
+            local cl = tonumber(head:match("\ncontent%-length:%s*(%d+)"))
+            if cl then
+                local want = eoh + 3 + cl
+                if n < want then
+                    n = n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, want - n, nil, left(), closed))
+                end
+                return n
+            elseif head:find("\ntransfer%-encoding:[^\n]*chunked") then
+                if got:find("\r\n0\r\n\r\n", eoh, true) then return n end
+                n = n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, 0, "\r\n0\r\n\r\n", left(), closed))
+                return n
+            else
+                return n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, 0, nil, left(), closed))
+            end
+        end
+    end
+end
+
 -- Sends one request and returns { status, headers (lower-case names), body, raw, json() }.
 -- req: { method = "GET", path = "/", headers = { name = value }, body = "...", host = ...,
 --        listener = "web", timeout = 5 (s), raw = "exact bytes to send instead" }.
@@ -211,9 +253,14 @@ function GW:request(req)
         raw = table.concat(lines, "\r\n") .. "\r\n\r\n" .. (req.body or "")
     end
     respbuf = respbuf or ffi.new("char[?]", RESP_MAX)
-    local n = lib.sl_test_http(host, tonumber(port), raw, #raw, respbuf, RESP_MAX,
-                               math.floor((req.timeout or 5) * 1000))
-    if n < 0 then return nil, "cannot connect to " .. hostport end
+    local fd = lib.sl_test_connect(host, tonumber(port))
+    if fd < 0 then return nil, "cannot connect to " .. hostport end
+    if lib.sl_test_send(fd, raw, #raw) ~= 0 then
+        lib.sl_test_close(fd)
+        return nil, "cannot send to " .. hostport
+    end
+    local n = read_response(fd, req.method == "HEAD", math.floor((req.timeout or 5) * 1000))
+    lib.sl_test_close(fd)
     return parse_response(ffi.string(respbuf, n))
 end
 
