@@ -77,7 +77,7 @@ end
 local SPEC_KEYS = set { "name", "config", "env", "mocks", "services", "cases" }
 local MOCK_KEYS = set { "status", "headers", "body", "json", "echo", "delay", "fault", "times",
                         "websocket", "tcp" }
-local CASE_KEYS = set { "name", "request", "tcp", "repeat", "expect", "mocks", "skip" }
+local CASE_KEYS = set { "name", "request", "tcp", "repeat", "expect", "mocks", "wait", "skip" }
 local REQ_KEYS = set { "method", "path", "query", "headers", "body", "json", "listener", "host",
                        "http2", "send", "timeout" }
 local TCP_KEYS = set { "listener", "send", "timeout" }
@@ -129,6 +129,7 @@ local function validate(spec)
         end
         if c.request ~= nil then check_keys(spec, kp .. ".request", c.request, REQ_KEYS, "request") end
         if c.tcp ~= nil then check_keys(spec, kp .. ".tcp", c.tcp, TCP_KEYS, "tcp") end
+        if c.wait ~= nil then c.wait_ms = duration_ms(spec, kp .. ".wait", c.wait) end
         if c["repeat"] ~= nil and (type(c["repeat"]) ~= "number" or c["repeat"] < 1) then
             spec_error(spec, kp .. ".repeat", true, "repeat must be a positive integer")
         end
@@ -596,6 +597,7 @@ local function run_case(spec, gw, c, i)
     end
     local up = expect.upstream
     local before = up and tonumber(lib.sl_mock_count(spec.mock_h[up.mock])) or 0
+    if c.wait_ms then C.poll(nil, 0, c.wait_ms) end
     local n = c["repeat"] or 1
     local statuses = {}
     for k = 1, n do
