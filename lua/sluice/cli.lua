@@ -50,14 +50,15 @@ function _M.spec(args, info)
     local dir, rest = nil, {}
     for _, a in ipairs(args) do
         if a == "-h" or a == "--help" then
-            print("usage: sluice spec [DIR] [BUSTED ARGS...]\n" ..
-                  "Runs the *_spec.lua files under DIR (default: ./spec, else .) with busted, under\n" ..
+            print("usage: sluice spec [DIR|FILE] [BUSTED ARGS...]\n" ..
+                  "Runs the *_spec.lua files under DIR (default: ./spec, else .), or FILE, with busted, under\n" ..
                   "LuaJIT, with sluice's Lua modules and libsluice.so found for them.")
             return 0
         end
-        if not dir and a:sub(1, 1) ~= "-" and is_dir(a) then dir = a else rest[#rest + 1] = a end
+        if not dir and a:sub(1, 1) ~= "-" and (is_dir(a) or exists(a)) then dir = a else rest[#rest + 1] = a end
     end
     dir = dir or (is_dir("spec") and "spec" or ".")
+    -- a spec file: its folder goes on the path
     local lib = find_lib(info.exe)
     if not lib then
         io.stderr:write("sluice spec: libsluice.so not found beside " .. info.exe ..
@@ -68,7 +69,7 @@ function _M.spec(args, info)
         io.stderr:write("sluice spec: busted not found (apt install lua-busted, or luarocks install busted)\n")
         return 2
     end
-    local adir = abspath(dir)
+    local adir = abspath(is_dir(dir) and dir or (dir:match("^(.*)/[^/]*$") or "."))
     local luadir = info.lua_dir
     local lua_path = table.concat({ luadir .. "/?.lua", luadir .. "/?/init.lua", adir .. "/?.lua",
                                     adir .. "/?/init.lua" }, ";") .. ";" .. (os.getenv("LUA_PATH") or ";")
