@@ -213,6 +213,11 @@ cases:
       status: 200
       body: { json: { method: PUT, path: /e, query: a=1%202, body: hi, headers: { x-a: v } } }
       upstream: { mock: api, method: PUT, path: /e, query: a=1%202, body: hi, count: 1 }
+  - name: over HTTP/2
+    request: { http2: true, method: POST, path: /h2, body: abc, headers: { X-A: "2" } }
+    expect:
+      status: 200
+      body: { json: { method: POST, path: /h2, body: abc, headers: { x-a: "2" } } }
   - name: reset
     mocks: { api: { fault: reset } }
     request: { path: /r }
@@ -242,7 +247,7 @@ def test_mock_faults(t):
     p = write(d, "faults.yaml", FAULTS)
     cp = sluice(["test", p, "-v"])
     out = cp.stdout
-    for name in ("echo and what the upstream received", "reset", "hang until the read timeout",
+    for name in ("echo and what the upstream received", "over HTTP/2", "reset", "hang until the read timeout",
                  "delay", "a fault twice, then the plain answer"):
         t.check("mock case passes: " + name, re.search(r"^PASS " + re.escape(name), out, re.M)
                 is not None, "PASS", out[-1200:])
