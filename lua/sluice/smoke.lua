@@ -435,7 +435,7 @@ end
 
 local function show(v)
     if v == nil or v == null then return "(absent)" end
-    if type(v) == "string" then return fmt("%q", v):gsub("\\\n", "\\n") end
+    if type(v) == "string" then return (fmt("%q", v):gsub("\\\n", "\\n")) end
     if type(v) == "table" then return cjson.encode(v) end
     return tostring(v)
 end
