@@ -151,35 +151,3 @@ long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until,
 /** Closes a client fd. */
 void sl_test_close(int fd);
 void sl_test_close(int fd) { close(fd); }
-
-/**
- * Sends req to host:port and reads until the peer closes or timeout_ms passes
- * (requests built by sluice.test say Connection: close). Returns the bytes
- * read, or -1.
- */
-long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
-                  int timeout_ms);
-long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
-                  int timeout_ms) {
-    int fd = sl_test_connect(host, port);
-    if (fd < 0) return -1;
-    if (sl_test_send(fd, req, len) != 0) {
-        close(fd);
-        return -1;
-    }
-    size_t got = 0;
-    uint64_t deadline = sl_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        uint64_t now = sl_now_ms();
-        if (now >= deadline || got == cap) break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int rc = poll(&p, 1, (int)(deadline - now));
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc <= 0) break;
-        ssize_t r = recv(fd, out + got, cap - got, 0);
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    return (long)got;
-}

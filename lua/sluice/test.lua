@@ -29,8 +29,6 @@ ffi.cdef[[
 void *sl_test_start(const char *text, size_t len, const char *path, char *err, size_t errlen);
 int sl_test_addr(void *g, const char *name, char *out, size_t cap);
 void sl_test_stop(void *g);
-long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
-                  int timeout_ms);
 void sl_log_capture(int on);
 size_t sl_log_captured(char *out, size_t cap);
 uint64_t sl_now_ns(void);
