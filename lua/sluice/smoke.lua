@@ -222,7 +222,7 @@ end
 local function listen_to_port0(text)
     -- every `listen: HOST:PORT` of the config gets port 0: a spec never collides with
     -- a running instance or another spec; "off" stays off
-    return (text:gsub("(listen:%s*[\"']?)([%w%.%-]+):(%d+)", "%1%2:0")
+    return (text:gsub("(listen:%s*[\"']?)([%w%.%-%*]+):(%d+)", "%1%2:0")
                 :gsub("(listen:%s*[\"']?)%[([%x:]+)%]:(%d+)", "%1[%2]:0"))
 end
 
