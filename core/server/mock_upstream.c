@@ -224,8 +224,9 @@ static void answer_raw(sl_mock_t *m, int fd) {
         record(m, buf, (size_t)r, "", 0);
         pthread_mutex_lock(&m->mu);
         int delay = m->delay_ms;
-        char *reply = m->bodylen ? strndup(m->body, m->bodylen) : NULL;
         size_t rlen = m->bodylen;
+        char *reply = rlen ? malloc(rlen) : NULL; /* bytes: they may hold NULs */
+        if (reply) memcpy(reply, m->body, rlen);
         pthread_mutex_unlock(&m->mu);
         sleep_ms(m, delay);
         int rc = reply ? sl_test_send(fd, reply, rlen) : 0;
