@@ -166,6 +166,37 @@ def test_positions(t):
             p + ":6:17: ... nowhere", cp.stdout)
 
 
+def test_ports_zero(t):
+    """A config's fixed ports, and the admin API's default 127.0.0.1:9090, never matter:
+    a spec's gateway listens on port 0 while something else holds them."""
+    import socket
+    held = []
+    for port in (8080, 9090):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            held.append(s)
+        except OSError:
+            s.close()                    # someone else holds it: just as good
+    try:
+        d = h.new_tmpdir("ports")
+        write(d, "gw.yaml", "listeners: [{ name: web, listen: \"127.0.0.1:8080\" }]\n"
+                            "routes: [{ name: r, match: { paths: [/] }, plugins: [{ name: echo }] }]")
+        p = write(d, "file.yaml", "config: gw.yaml\ncases:\n  - request: { path: /f }\n"
+                                  "    expect: { status: 200 }\n")
+        q = write(d, "inline.yaml", "config:\n  routes: [{ name: r, match: { paths: [/] }, "
+                                    "plugins: [{ name: echo }] }]\ncases:\n  - request: { path: /i }\n"
+                                    "    expect: { body: { json: { path: /i } } }\n")
+        cp = sluice(["test", p, q])
+        t.check("specs run while 8080 and 9090 are taken (listen ports and admin go to 0)",
+                cp.returncode == 0 and "2 passed, 0 failed" in cp.stdout, 0,
+                (cp.returncode, cp.stdout[-400:]))
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_junit(t):
     d = h.new_tmpdir("junit")
     p = write(d, "failing.yaml", FAILING)
@@ -352,5 +383,5 @@ def test_readme_commands(t):
                     (cp.returncode, (cp.stdout + cp.stderr)[-600:]))
 
 
-t.run(test_examples, test_failing_diff, test_positions, test_junit, test_mock_faults,
+t.run(test_examples, test_failing_diff, test_positions, test_ports_zero, test_junit, test_mock_faults,
       test_new_plugin, test_readme_commands)

@@ -312,7 +312,7 @@ end
 
 local function load_config(spec)
     local c = spec.doc.config
-    local path, text
+    local path, text, indent
     if type(c) == "string" then
         path = (c:sub(1, 1) == "/" or spec.dir == ".") and c or (spec.dir .. "/" .. c)
         local err
@@ -320,15 +320,22 @@ local function load_config(spec)
         if not text then
             spec_error(spec, "config", true, "cannot read the config %s: %s", path, tostring(err))
         end
+        if text:sub(-1) ~= "\n" then text = text .. "\n" end
+        indent = 1
+        c = decode_yaml(path, text) -- a bad file: the gateway reports it, with its positions
     else
         path = spec.path
-        local indent
         text, indent = inline_text(spec)
-        if c.listeners == nil then
-            -- an inline config without listeners gets one: "web" on port 0
-            local pad = string.rep(" ", indent - 1)
+    end
+    -- keys the config leaves out get test defaults, as lines after its own (its positions
+    -- stay): an inline config without listeners gets "web" on port 0, and any config
+    -- without admin gets it on port 0, not on the default 127.0.0.1:9090
+    if type(c) == "table" and c[1] == nil and not text:match("^%s*{") then
+        local pad = string.rep(" ", indent - 1)
+        if c.listeners == nil and type(spec.doc.config) == "table" then
             text = text .. pad .. 'listeners: [{ name: web, listen: "127.0.0.1:0" }]\n'
         end
+        if c.admin == nil then text = text .. pad .. 'admin: { listen: "127.0.0.1:0" }\n' end
     end
     local missing
     text, missing = substitute(spec, listen_to_port0(text))
