@@ -1,22 +1,22 @@
-/* mock_upstream.c — the mock upstreams of `sluice test` specs
- * (lua/sluice/smoke.lua).
+/* mock_upstream.c — the mock upstreams of `sluice test` specs (lua/sluice/smoke.lua).
  *
- * A mock listens on 127.0.0.1:0 and answers every HTTP/1.1 request the way it
- * is set (sl_mock_set; a spec may change it between cases): a fixed answer, an
- * echo of the request as JSON, or a fault (reset, hang, close, close mid-body),
- * each after an optional delay; a raw mode answers every read of a TCP
- * connection with fixed bytes (a Redis stand-in behind a tcp listener), and a
- * websocket mode answers an Upgrade with 101 and then echoes the bytes it gets.
- * It records the last request (head and de-chunked body) and counts requests,
- * for the `upstream:` expectations of a case.
+ * A mock listens on 127.0.0.1:0 (and on more ports for an upstream's further targets) and
+ * answers every HTTP/1.1 request the way it is set (sl_mock_set; a spec may change it
+ * between cases): a fixed answer, an echo of the request as JSON, or a fault (reset, hang,
+ * close, close mid-body), each after an optional delay, for all requests or the next N
+ * (sl_mock_times). A raw mode answers every read of a TCP connection with fixed bytes (a
+ * Redis stand-in behind a tcp listener); a websocket mode answers an Upgrade with 101 and
+ * then echoes the bytes it gets. It records the last request (head and de-chunked body)
+ * and counts requests, for the `upstream:` expectations of a case.
  *
- * One accept thread and one thread per connection, blocking I/O with short
- * polls so sl_mock_stop ends them all: a test tool, never on a gateway's path
- * (it runs in the process of `sluice test`, beside the in-process gateway's own
- * threads).
+ * One accept thread and one thread per connection, blocking I/O; every wait also polls a
+ * pipe that sl_mock_stop writes to, so a stop ends them all at once. A test tool, never on
+ * a gateway's path: it runs in the process of `sluice test`, beside the in-process
+ * gateway's own threads.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/evp.h>
@@ -38,8 +38,6 @@ enum { M_RESPOND, M_ECHO, M_RESET, M_HANG, M_CLOSE, M_CLOSE_MID_BODY, M_WEBSOCKE
 
 #define HEAD_MAX (64 * 1024)
 #define BODY_MAX (8 * 1024 * 1024)
-#define POLL_MS 50
-
 #define MAX_PORTS 16
 
 typedef struct {
@@ -47,6 +45,7 @@ typedef struct {
     int fds[MAX_PORTS];
     int nfds; /* guarded by mu */
     pthread_t accept_thread;
+    int wake[2]; /* a pipe, readable once sl_mock_stop wrote to it: wakes every thread */
     atomic_int stop;
     atomic_int conns; /* connection threads still running */
     pthread_mutex_t mu;
@@ -69,20 +68,20 @@ typedef struct {
 } conn_arg_t;
 
 /* Waits for fd to be readable; 1 ready, 0 stopping, -1 error. */
-static int wait_readable(sl_mock_t *m, int fd, int ms) {
-    for (int waited = 0; !atomic_load(&m->stop); waited += POLL_MS) {
-        if (ms >= 0 && waited >= ms) return 0;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int rc = poll(&p, 1, POLL_MS);
-        if (rc > 0) return 1;
-        if (rc < 0 && errno != EINTR) return -1;
+static int wait_readable(sl_mock_t *m, int fd) {
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = m->wake[0], .events = POLLIN}};
+        int rc = poll(p, 2, -1);
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc < 0) return -1;
+        return p[1].revents ? 0 : 1;
     }
-    return 0;
 }
 
+/* Sleeps ms, or less when the mock is stopping. */
 static void sleep_ms(sl_mock_t *m, int ms) {
-    for (int waited = 0; waited < ms && !atomic_load(&m->stop); waited += 10)
-        usleep(10000);
+    struct pollfd p = {.fd = m->wake[0], .events = POLLIN};
+    if (ms > 0) poll(&p, 1, ms);
 }
 
 /* The value of header `name` in head[0..n), or NULL; *vlen its length. */
@@ -218,7 +217,7 @@ static void ws_accept(const char *key, size_t klen, char out[64]) {
 
 static void answer_raw(sl_mock_t *m, int fd) {
     char buf[16384];
-    while (wait_readable(m, fd, -1) == 1) {
+    while (wait_readable(m, fd) == 1) {
         ssize_t r = recv(fd, buf, sizeof(buf), 0);
         if (r <= 0) return;
         record(m, buf, (size_t)r, "", 0);
@@ -253,7 +252,7 @@ static void *conn_main(void *arg) {
         /* one request: its head, then its body */
         char *eoh;
         while (!(eoh = memmem(buf, n, "\r\n\r\n", 4))) {
-            if (n >= HEAD_MAX || wait_readable(m, fd, -1) != 1) goto out;
+            if (n >= HEAD_MAX || wait_readable(m, fd) != 1) goto out;
             ssize_t r = recv(fd, buf + n, HEAD_MAX + BODY_MAX - n, 0);
             if (r <= 0) goto out;
             n += (size_t)r;
@@ -284,7 +283,7 @@ static void *conn_main(void *arg) {
                 if (n - hlen < (size_t)blen) blen = -1;
             }
             if (blen >= 0) break;
-            if (n >= HEAD_MAX + BODY_MAX || wait_readable(m, fd, -1) != 1) goto out;
+            if (n >= HEAD_MAX + BODY_MAX || wait_readable(m, fd) != 1) goto out;
             ssize_t r = recv(fd, buf + n, HEAD_MAX + BODY_MAX - n, 0);
             if (r <= 0) goto out;
             n += (size_t)r;
@@ -312,7 +311,7 @@ static void *conn_main(void *arg) {
             free(xhead);
             free(body);
             char sink[4096];
-            while (wait_readable(m, fd, -1) == 1 && recv(fd, sink, sizeof(sink), 0) > 0) {
+            while (wait_readable(m, fd) == 1 && recv(fd, sink, sizeof(sink), 0) > 0) {
             }
             goto out;
         }
@@ -343,7 +342,7 @@ static void *conn_main(void *arg) {
             /* bytes that came with the head, then everything after, go back as they
              * came */
             if (n > used && sl_test_send(fd, buf + used, n - used) != 0) goto out;
-            while (wait_readable(m, fd, -1) == 1) {
+            while (wait_readable(m, fd) == 1) {
                 ssize_t r = recv(fd, buf, HEAD_MAX, 0);
                 if (r <= 0 || sl_test_send(fd, buf, (size_t)r) != 0) break;
             }
@@ -396,13 +395,15 @@ out:
 /* Accepts on any of the mock's sockets; the fd, or -1 when stopping. */
 static int accept_any(sl_mock_t *m) {
     while (!atomic_load(&m->stop)) {
-        struct pollfd p[MAX_PORTS];
+        struct pollfd p[MAX_PORTS + 1];
         pthread_mutex_lock(&m->mu);
         int n = m->nfds;
         for (int i = 0; i < n; i++)
             p[i] = (struct pollfd){.fd = m->fds[i], .events = POLLIN};
         pthread_mutex_unlock(&m->mu);
-        if (poll(p, (nfds_t)n, POLL_MS) <= 0) continue;
+        p[n] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
+        if (poll(p, (nfds_t)n + 1, -1) <= 0) continue;
+        if (p[n].revents) break;
         for (int i = 0; i < n; i++)
             if (p[i].revents & POLLIN) {
                 int c = accept4(p[i].fd, NULL, NULL, SOCK_CLOEXEC);
@@ -463,7 +464,8 @@ sl_mock_t *sl_mock_start(void);
 sl_mock_t *sl_mock_start(void) {
     sl_mock_t *m = calloc(1, sizeof(*m));
     if (!m) return NULL;
-    if ((m->fd = listen_loopback()) < 0) goto fail;
+    m->wake[0] = m->wake[1] = -1;
+    if ((m->fd = listen_loopback()) < 0 || pipe2(m->wake, O_CLOEXEC) != 0) goto fail;
     m->fds[m->nfds++] = m->fd;
     pthread_mutex_init(&m->mu, NULL);
     m->status = 200;
@@ -472,6 +474,8 @@ sl_mock_t *sl_mock_start(void) {
     return m;
 fail:
     if (m->fd >= 0) close(m->fd);
+    if (m->wake[0] >= 0) close(m->wake[0]);
+    if (m->wake[1] >= 0) close(m->wake[1]);
     free(m);
     return NULL;
 }
@@ -554,11 +558,15 @@ size_t sl_mock_last(sl_mock_t *m, char *out, size_t cap) {
 void sl_mock_stop(sl_mock_t *m);
 void sl_mock_stop(sl_mock_t *m) {
     atomic_store(&m->stop, 1);
+    ssize_t w = write(m->wake[1], "x", 1); /* never read: it stays readable */
+    (void)w;
     pthread_join(m->accept_thread, NULL);
     while (atomic_load(&m->conns) > 0)
-        usleep(5000);
+        usleep(1000);
     for (int i = 0; i < m->nfds; i++)
         close(m->fds[i]);
+    close(m->wake[0]);
+    close(m->wake[1]);
     pthread_mutex_destroy(&m->mu);
     free(m->head);
     free(m->body);

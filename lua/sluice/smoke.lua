@@ -405,7 +405,7 @@ local function do_request(spec, gw, req)
         local lines = { fmt("%s %s HTTP/1.1", r.method or "GET", r.target), "Host: " .. (r.host or "localhost") }
         for k, v in pairs(r.headers or {}) do lines[#lines + 1] = k .. ": " .. tostring(v) end
         local head = table.concat(lines, "\r\n") .. "\r\n\r\n"
-        recvbuf = recvbuf or ffi.new("char[?]", RECV_MAX)
+        recvbuf = recvbuf or ffi.gc(ffi.cast("char *", C.malloc(RECV_MAX)), C.free)
         lib.sl_test_send(fd, head, #head)
         local n = lib.sl_test_recv(fd, recvbuf, RECV_MAX, 0, "\r\n\r\n", (r.timeout or 5) * 1000, closedp)
         local res, err = test.parse_response(ffi.string(recvbuf, n))
@@ -427,7 +427,7 @@ local function do_tcp(spec, gw, t, want)
     local host, port = split_hostport(gw:address(t.listener))
     local fd = lib.sl_test_connect(host, tonumber(port))
     if fd < 0 then return nil, "cannot connect to listener " .. tostring(t.listener) end
-    recvbuf = recvbuf or ffi.new("char[?]", RECV_MAX)
+    recvbuf = recvbuf or ffi.gc(ffi.cast("char *", C.malloc(RECV_MAX)), C.free)
     local send = t.send and tostring(t.send) or ""
     if #send > 0 then lib.sl_test_send(fd, send, #send) end
     local n = lib.sl_test_recv(fd, recvbuf, RECV_MAX, want or 0, nil,
