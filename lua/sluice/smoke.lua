@@ -440,9 +440,16 @@ end
 -- ---------------------------------------------------------------------------------------
 -- Expectations: each check appends "what: expected X, got Y" lines to `fails`.
 
+local SHOW_MAX = 400
+
 local function show(v)
     if v == nil or v == null then return "(absent)" end
-    if type(v) == "string" then return (fmt("%q", v):gsub("\\\n", "\\n")) end
+    if type(v) == "string" then
+        -- a long value is cut: the diff stays readable, the length tells the rest
+        local cut = #v > SHOW_MAX and v:sub(1, SHOW_MAX) or v
+        local q = (fmt("%q", cut):gsub("\\\n", "\\n"))
+        return #v > SHOW_MAX and (q .. fmt("... (%d bytes)", #v)) or q
+    end
     if type(v) == "table" then return cjson.encode(v) end
     return tostring(v)
 end
@@ -525,9 +532,9 @@ local function match_value(fails, what, want, got, is_body)
     end
 end
 
-local function check_headers(fails, prefix, want, got)
+local function check_headers(fails, prefix, want, got, suffix)
     for name, w in pairs(want) do
-        match_value(fails, prefix .. name:lower(), w, got[name:lower()])
+        match_value(fails, prefix .. name:lower() .. (suffix or ""), w, got[name:lower()])
     end
 end
 
@@ -577,19 +584,55 @@ local function check_upstream(spec, fails, want, count_before)
 end
 
 -- Checks one response against expect (sequence values taken at index i of n).
-local function check_response(fails, expect, res, i, n)
-    local function at(v)
-        if type(v) == "table" and v[1] ~= nil and v ~= null then return v[i] end
-        return v
-    end
-    local tag = n > 1 and fmt(" (request %d of %d)", i, n) or ""
-    local st = at(expect.status)
+-- Checks response i of a case against expect (a list in `status` is taken item by item).
+local function check_response(fails, expect, res, i)
+    local st = expect.status
+    if type(st) == "table" and st ~= null then st = st[i] end
     if st ~= nil and res.status ~= st then
-        fails[#fails + 1] = fmt("status%s: expected %s, got %s", tag, tostring(st), tostring(res.status))
+        fails[#fails + 1] = fmt("status: expected %s, got %s", tostring(st), tostring(res.status))
     end
-    if expect.headers then check_headers(fails, "header" .. tag .. " ", expect.headers, res.headers) end
-    if expect.body ~= nil then match_value(fails, "body" .. tag, expect.body, res.body, true) end
-    if expect.received ~= nil then match_value(fails, "received" .. tag, expect.received, res.received) end
+    if expect.headers then check_headers(fails, "header ", expect.headers, res.headers) end
+    if expect.body ~= nil then match_value(fails, "body", expect.body, res.body, true) end
+    if expect.received ~= nil then match_value(fails, "received", expect.received, res.received) end
+    if expect.closed ~= nil and res.closed ~= expect.closed then
+        fails[#fails + 1] = fmt("closed: expected %s, got %s", tostring(expect.closed), tostring(res.closed))
+    end
+end
+
+-- The failures of a repeated request, each said once with the requests it happened to:
+-- "status (requests 4, 5 of 5): expected 429, got 200". per[k] holds request k's lines; a
+-- line indented by 4 spaces belongs to the one above (a diff).
+local function merge_repeats(fails, per, n)
+    local order, where = {}, {}
+    for k = 1, n do
+        local blocks = {}
+        for _, l in ipairs(per[k] or {}) do
+            if l:sub(1, 4) == "    " and #blocks > 0 then
+                blocks[#blocks] = blocks[#blocks] .. "\n" .. l
+            else
+                blocks[#blocks + 1] = l
+            end
+        end
+        for _, b in ipairs(blocks) do
+            if not where[b] then
+                where[b] = {}
+                order[#order + 1] = b
+            end
+            table.insert(where[b], k)
+        end
+    end
+    for _, b in ipairs(order) do
+        local ks = where[b]
+        local tag = n == 1 and "" or #ks == n and fmt(" (all %d requests)", n)
+            or fmt(" (request%s %s of %d)", #ks > 1 and "s" or "", table.concat(ks, ", "), n)
+        local first, rest = b:match("^([^\n]*)(.*)$")
+        local label, after = first:match("^(.-)(:.*)$")
+        if not label then label, after = first, "" end
+        -- "body differs (...):" keeps its words together: the tag goes before " differs"
+        local l2, a2 = label:match("^(.-)( differs.*)$")
+        if l2 then label, after = l2, a2 .. after end
+        for line in (label .. tag .. after .. rest):gmatch("[^\n]+") do fails[#fails + 1] = line end
+    end
 end
 
 local function run_case(spec, gw, c, i)
@@ -606,7 +649,7 @@ local function run_case(spec, gw, c, i)
     local before = up and tonumber(lib.sl_mock_count(spec.mock_h[up.mock])) or 0
     if c.wait_ms then C.poll(nil, 0, c.wait_ms) end
     local n = c["repeat"] or 1
-    local statuses = {}
+    local statuses, per = {}, {}
     for k = 1, n do
         local res, err
         if c.tcp then
@@ -617,16 +660,15 @@ local function run_case(spec, gw, c, i)
         else
             res, err = do_request(spec, gw, c.request)
         end
+        per[k] = {}
         if not res then
-            fails[#fails + 1] = fmt("request %d of %d: %s", k, n, tostring(err))
-            break
-        end
-        statuses[k] = res.status
-        check_response(fails, expect, res, k, n)
-        if expect.closed ~= nil and res.closed ~= expect.closed then
-            fails[#fails + 1] = fmt("closed: expected %s, got %s", tostring(expect.closed), tostring(res.closed))
+            per[k][1] = "no response: " .. tostring(err)
+        else
+            statuses[k] = res.status
+            check_response(per[k], expect, res, k)
         end
     end
+    merge_repeats(fails, per, n)
     if n > 1 and type(expect.status) == "table" and #fails > 0 then
         fails[#fails + 1] = fmt("status sequence: expected %s, got %s", cjson.encode(expect.status),
                                 cjson.encode(statuses))
