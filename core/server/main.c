@@ -22,7 +22,7 @@ static void usage(FILE *f) {
                "       sluice check [-c FILE]\n"
                "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR]\n"
                "       sluice explain [-c FILE] [ROUTE]\n"
-               "       sluice test SPEC.yaml... [--junit FILE] [-v]\n"
+               "       sluice test SPEC.yaml|DIR... [--junit FILE] [-v]\n"
                "       sluice spec [DIR] [BUSTED ARGS...]\n"
                "       sluice new plugin NAME [--dir D]\n"
                "       sluice version\n");

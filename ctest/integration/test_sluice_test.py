@@ -67,6 +67,10 @@ def test_examples(t):
             and int(m.group(1)) >= 20, "N>=20 passed, 0 failed", m and m.group(0))
     t.check("no case failed", "FAIL" not in cp.stdout, "no FAIL", out[-800:])
     print("  all examples: %.2f s wall" % (time.monotonic() - t0))
+    cp2 = sluice(["test", "examples"])
+    m2 = re.search(r"^(\d+) passed, (\d+) failed", cp2.stdout, re.M)
+    t.check("sluice test examples (a folder) runs the same specs", cp2.returncode == 0 and m
+            and m2 and m2.group(1) == m.group(1), m and m.group(0), m2 and m2.group(0))
     # a small spec, timed inside the process (its own summary) and from outside
     t0 = time.monotonic()
     cp = sluice(["test", "examples/websocket/smoke.yaml"])

@@ -807,7 +807,8 @@ end
 -- sluice test SPEC.yaml... [--junit FILE]
 
 local function usage()
-    io.stderr:write("usage: sluice test SPEC.yaml... [--junit FILE] [-v]\n")
+    io.stderr:write("usage: sluice test SPEC.yaml|DIR... [--junit FILE] [-v]\n" ..
+                    "  DIR: every smoke.yaml and *.smoke.yaml under it\n")
     return 2
 end
 
@@ -828,6 +829,16 @@ function _M.main(args)
         elseif a:sub(1, 1) == "-" then
             io.stderr:write("sluice test: unknown option '" .. a .. "'\n")
             return usage()
+        elseif os.execute("test -d " .. sh_quote(a)) == 0 then
+            -- a folder: its smoke.yaml and *.smoke.yaml files, at any depth, sorted
+            local p = io.popen("find " .. sh_quote(a) .. " -type f \\( -name smoke.yaml -o -name '*.smoke.yaml' \\) | sort")
+            local n = #files
+            for f in p:lines() do files[#files + 1] = f end
+            p:close()
+            if #files == n then
+                io.stderr:write("sluice test: no smoke.yaml or *.smoke.yaml under " .. a .. "\n")
+                return 2
+            end
         else
             files[#files + 1] = a
         end
