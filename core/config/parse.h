@@ -39,6 +39,7 @@ typedef struct {
     sl__cx_err_t *errs;
     size_t nerrs, cap;
     bool oom;
+    bool composed; /* the local file with a source's entries appended (sl_config_parse_composed) */
 } sl__cx_t;
 
 typedef struct {

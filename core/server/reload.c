@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "script/plugin.h"
+#include "server/etcd.h"
 #include "server/listen.h"
 #include "server/server.h"
 
@@ -350,8 +351,13 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     sl_config_t *n = NULL;
     const char *src = text ? text : sl_default_conf;
     size_t srclen = text ? len : sl_default_conf_len;
-    int rc = sl_config_parse(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
-    if (rc == 0) rc = sl_plugins_check(n, &errs);
+    int rc;
+    if (srv->etcd) { /* the local file's process keys and etcd's entries, plugins checked */
+        rc = sl__etcd_build(srv->etcd, srv->config_path, src, srclen, &n, &errs);
+    } else {
+        rc = sl_config_parse(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
+        if (rc == 0) rc = sl_plugins_check(n, &errs);
+    }
     if (rc != 0) {
         size_t total = 1;
         for (size_t i = 0; i < errs.n; i++) total += strlen(errs.lines[i]) + 1;
@@ -371,6 +377,10 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     }
     sl_errors_free(&errs);
     uint64_t hash = sl_config_hash(n, src, srclen);
+    if (srv->etcd) {
+        uint64_t k = sl__etcd_hash(srv->etcd);
+        hash = fnv(hash, &k, sizeof k);
+    }
     free(text);
 
     /* 2. What a reload cannot change in this build. */
@@ -535,6 +545,7 @@ void sl__reload_init(sl_server_t *srv) {
 /** Closes what reload and watch keep open (drain). */
 void sl__reload_close(sl_server_t *srv) {
     close_watches(srv);
+    sl_etcd_close(srv);
     if (srv->watch_on) {
         uv_close((uv_handle_t *)&srv->watch_debounce, NULL);
         srv->watch_on = false;
