@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /** Bumped on any change to a signature, struct or code below; both sides must agree. */
-#define SL_ABI_VERSION 1
+#define SL_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,6 +80,24 @@ int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len
 
 /** Client address as text, request id, name of the matched route. */
 int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len);
+/** 1 when the request arrived over TLS (request.get_scheme: "https"), else 0. */
+int sl_ffi_req_is_tls(sl_req_t *r);
+/** The first query argument named name[0..nl) (names compared decoded), its value
+ *  form-decoded ('+' a space, %XX a byte) into buf[0..cap) with *len bytes: SL_OK; 1 when
+ *  the argument has no '=' (`?flag`); SL_DECLINED when absent; SL_ERROR when the value
+ *  needs more than cap bytes (*len says how many). Allocates nothing. */
+int sl_ffi_req_get_query_arg(sl_req_t *r, const char *name, size_t nl, char *buf, size_t cap,
+                             size_t *len);
+/** Walks the query's arguments: the one at *off (0 to start), key then value decoded into
+ *  buf (*klen, then *vlen bytes), *off moved past it: SL_OK, or 1 for an argument without
+ *  '='; SL_DECLINED at the end; SL_ERROR when key and value need more than cap bytes
+ *  (*klen + *vlen; *off unchanged, so the caller can grow buf and call again). */
+int sl_ffi_req_query_next(sl_req_t *r, size_t *off, char *buf, size_t cap, size_t *klen,
+                          size_t *vlen);
+/** The client's address: the peer's (after a PROXY header), or, when the peer is one of the
+ *  listener's trusted_proxies, the X-Forwarded-For entry nearest the right that is not a
+ *  trusted proxy (client.get_ip). Points into the request; valid during the phase call. */
+int sl_ffi_client_get_ip(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_route(sl_req_t *r, const char **p, size_t *len);
 /** Replaces the request id (log lines' request_id): 1..32 visible ASCII characters. */
@@ -119,6 +137,11 @@ int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
 int sl_ffi_resp_get_status(sl_req_t *r);
 int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len);
+/** The response's fields as plugins see them (the upstream's, not hop-by-hop or cleared,
+ *  then added ones), like sl_ffi_req_header_count/_at: SL_DECLINED for a cleared slot. */
+int sl_ffi_resp_header_count(sl_req_t *r);
+int sl_ffi_resp_header_at(sl_req_t *r, int i, const char **name, size_t *name_len,
+                          const char **value, size_t *value_len);
 int sl_ffi_resp_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
                            const char **err);
 int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,

@@ -2,7 +2,7 @@
 local sluice = require("sluice")
 
 local request, response = sluice.request, sluice.response
-local concat = table.concat
+local concat, floor = table.concat, math.floor
 
 local M = {
     name = "cors",
@@ -14,7 +14,7 @@ local M = {
         headers = { type = "array", items = { type = "string" }, default = {} },
         expose_headers = { type = "array", items = { type = "string" }, default = {} },
         credentials = { type = "boolean", default = false },
-        max_age = { type = "integer", default = 600, min = 0 },
+        max_age = { type = "duration", default = 600, min = 0 }, -- 600, "10m"
     },
 }
 
@@ -45,7 +45,7 @@ function M.rewrite(conf, ctx)
         local h = {
             ["Access-Control-Allow-Origin"] = allow,
             ["Access-Control-Allow-Methods"] = concat(conf.methods, ", "),
-            ["Access-Control-Max-Age"] = tostring(conf.max_age),
+            ["Access-Control-Max-Age"] = tostring(floor(conf.max_age)), -- whole seconds on the wire
             ["Vary"] = "Origin",
         }
         local req_headers = request.get_header("Access-Control-Request-Headers")

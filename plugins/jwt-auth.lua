@@ -47,12 +47,13 @@ local M = {
         secret_env = { type = "string", min = 1 },
         jwks_file = { type = "string", min = 1 },
         jwks_uri = { type = "string", min = 1 },
-        jwks_refresh = { type = "number", default = 60, min = 1 },
-        jwks_timeout = { type = "number", default = 5, min = 0.001 },
+        jwks_ca = { type = "string", min = 1 }, -- https jwks_uri: a PEM file of trusted CAs
+        jwks_refresh = { type = "duration", default = 60, min = 1 },
+        jwks_timeout = { type = "duration", default = 5, min = 0.001 },
         issuer = { type = "string" },
         issuers = { type = "array", min = 1, items = { type = "string" } },
         audience = { type = "string" },
-        leeway = { type = "number", default = 30, min = 0 },
+        leeway = { type = "duration", default = 30, min = 0 },
         header = { type = "string", default = "Authorization", min = 1 },
         consumer_claim = { type = "string", default = "sub", min = 1 },
         hide_credentials = { type = "boolean", default = false },
@@ -174,10 +175,10 @@ local function build_state(conf)
         return nil, (file and "jwks_file" or "jwks_uri") .. " is set but algorithms has only HS algorithms"
             .. " (they are verified with secret_env only)"
     elseif uri then
-        if uri:find("^https://") then
-            return nil, "jwks_uri: https is not supported yet (sluice.http has no TLS client): use http://"
-        elseif not uri:find("^http://[^/]") then
-            return nil, "jwks_uri: expected an http:// URL"
+        if not uri:find("^https?://[^/]") then
+            return nil, "jwks_uri: expected an http:// or https:// URL"
+        elseif conf.jwks_ca and not uri:find("^https://") then
+            return nil, "jwks_ca is set but jwks_uri is not https://"
         end
     elseif file then
         local f, err = io_open(file, "rb")
@@ -236,8 +237,9 @@ local function fetch_jwks(conf, st)
         return
     end
     st.fetching, st.fetched_at = true, now()
+    -- https is verified (sluice.http's ssl_verify) against jwks_ca, else the system's store
     local ok, res, err = pcall(sluice.http.request, { url = conf.jwks_uri, timeout = conf.jwks_timeout,
-        max_body = JWKS_MAX_BODY, headers = { Accept = "application/json" } })
+        max_body = JWKS_MAX_BODY, headers = { Accept = "application/json" }, ca = conf.jwks_ca })
     st.fetching = false
     if not ok then error(res, 0) end
     if not res then return log.warn("jwks_uri", conf.jwks_uri, "fetch failed:", err) end

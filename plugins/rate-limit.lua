@@ -18,7 +18,7 @@ local M = {
     version = "1.0",
     schema = {
         rate = { type = "number", required = true, min = 0.001 },
-        per = { type = "string", default = "1s" },
+        per = { type = "duration", default = "1s", min = 0.001 }, -- seconds once validated
         burst = { type = "integer", default = 0, min = 0 },
         key = { type = "string", default = "ip" },
         store = { type = "enum", one_of = { "local", "redis" }, default = "local" },
@@ -28,14 +28,6 @@ local M = {
     },
 }
 
-local UNIT = { ms = 0.001, s = 1, m = 60, h = 3600 }
-
-local function seconds(s)
-    local n, u = tostring(s):match("^(%d+)(%a+)$")
-    n = tonumber(n)
-    return n and UNIT[u] and n > 0 and n * UNIT[u] or nil
-end
-
 local function key_kind(k)
     if k == "ip" or k == "consumer" or k == "route" then return k end
     local h = k:match("^header:([!#$%%&'*+%-.^_`|~%w]+)$")
@@ -44,7 +36,6 @@ local function key_kind(k)
 end
 
 function M.check(conf)
-    if not seconds(conf.per) then return nil, "per must be a duration like 1s, 500ms, 1m" end
     if not key_kind(conf.key) then return nil, "key must be ip, consumer, route or header:NAME" end
     local _, bad = cidr.compile(conf.trusted_proxies)
     if bad then return nil, ("trusted_proxies: '%s' is not an address or CIDR"):format(bad) end
@@ -56,7 +47,7 @@ end
 -- receive.
 function M.prepare(conf)
     local kind, header = key_kind(conf.key)
-    local per = seconds(conf.per)
+    local per = conf.per
     local c = {
         kind = kind, header = header, per = per,
         rate_per_s = conf.rate / per,

@@ -62,18 +62,17 @@ void sl_errors_free(sl_errors_t *errs) {
     errs->n = errs->cap = 0;
 }
 
-int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs) {
-    *out = NULL;
+int sl_config_read(const char *path, char **text, size_t *len_out, sl_errors_t *errs) {
+    *text = NULL;
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int rc = -1;
     if (!f) {
         sl_errors_add(errs, path, 1, 1, "cannot open: %s", strerror(errno));
         return -1;
     }
     for (;;) {
-        if (len == cap) {
+        if (len + 1 >= cap) {
             if (cap >= MAX_CONFIG_FILE) {
                 sl_errors_add(errs, path, 1, 1, "file is larger than %u bytes", MAX_CONFIG_FILE);
                 goto fail;
@@ -86,7 +85,7 @@ int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs) {
             }
             buf = p;
         }
-        size_t n = fread(buf + len, 1, cap - len, f);
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
         len += n;
         if (n == 0) break;
     }
@@ -94,11 +93,76 @@ int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs) {
         sl_errors_add(errs, path, 1, 1, "cannot read: %s", strerror(errno));
         goto fail;
     }
-    rc = sl_config_parse(path, buf, len, out, errs);
+    fclose(f);
+    buf[len] = '\0';
+    *text = buf;
+    *len_out = len;
+    return 0;
 fail:
     free(buf);
     fclose(f);
+    return -1;
+}
+
+int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    if (sl_config_read(path, &text, &len, errs) != 0) return -1;
+    int rc = sl_config_parse(path, text, len, out, errs);
+    free(text);
     return rc;
+}
+
+/* One error line's sort key: its file (the text before ":LINE:COL: "), line and column. */
+typedef struct {
+    char *s;
+    size_t file_len;
+    int file_rank, line, col;
+    size_t seq;
+} err_key_t;
+
+static void err_key(err_key_t *k, char *s) {
+    k->s = s;
+    k->file_len = strlen(s);
+    k->line = k->col = 0;
+    /* the first ":N:N: " from the left: a file name may hold ':', a message surely does */
+    for (char *p = s; (p = strchr(p, ':')) != NULL; p++) {
+        int line, col, used = 0;
+        if (sscanf(p, ":%d:%d: %n", &line, &col, &used) == 2 && used > 0) {
+            k->file_len = (size_t)(p - s);
+            k->line = line;
+            k->col = col;
+            return;
+        }
+    }
+}
+
+static int cmp_key(const void *a, const void *b) {
+    const err_key_t *x = a, *y = b;
+    if (x->file_rank != y->file_rank) return x->file_rank < y->file_rank ? -1 : 1;
+    if (x->line != y->line) return x->line < y->line ? -1 : 1;
+    if (x->col != y->col) return x->col < y->col ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+void sl_errors_sort(sl_errors_t *errs) {
+    if (errs->n < 2) return;
+    err_key_t *k = calloc(errs->n, sizeof *k);
+    if (!k) return; /* unsorted, still every line */
+    for (size_t i = 0; i < errs->n; i++) {
+        err_key(&k[i], errs->lines[i]);
+        k[i].seq = i;
+        k[i].file_rank = (int)i;
+        for (size_t j = 0; j < i; j++)
+            if (k[j].file_len == k[i].file_len && memcmp(k[j].s, k[i].s, k[i].file_len) == 0) {
+                k[i].file_rank = k[j].file_rank;
+                break;
+            }
+    }
+    qsort(k, errs->n, sizeof *k, cmp_key);
+    for (size_t i = 0; i < errs->n; i++) errs->lines[i] = k[i].s;
+    free(k);
 }
 
 static void addr_free(sl_addr_t *a) { free(a->text); }

@@ -214,6 +214,15 @@ int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t 
                     sl_errors_t *errs);
 
 /**
+ * sl_config_parse, but a build with errors still sets *out to the tree as far as it
+ * parsed (NULL after a YAML syntax error or out of memory), so the plugin uses that did
+ * parse can be validated too: a YAML-level error does not hide the plugin errors behind
+ * it. Returns -1 whenever an error was found; the caller frees *out either way.
+ */
+int sl_config_parse_partial(const char *path, const char *text, size_t len, sl_config_t **out,
+                            sl_errors_t *errs);
+
+/**
  * sl_config_parse for a text composed of a local file with `config_source` and the
  * source's routes, upstreams, consumers and global chain appended (server/etcd.c): those
  * sections are then allowed next to `config_source`.
@@ -223,6 +232,14 @@ int sl_config_parse_composed(const char *path, const char *text, size_t len, sl_
 
 /** Reads `path` and calls sl_config_parse. An unreadable file is one error line. */
 int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs);
+
+/** Reads a whole config file: 0 and a malloc'd *text (NUL-terminated, *len bytes), or -1
+ *  with one error line. */
+int sl_config_read(const char *path, char **text, size_t *len, sl_errors_t *errs);
+
+/** Sorts error lines "FILE:LINE:COL: msg" into file order: by file (in order of first
+ *  appearance), then line, then column; lines at the same place keep their order. */
+void sl_errors_sort(sl_errors_t *errs);
 
 void sl_config_free(sl_config_t *cfg);
 

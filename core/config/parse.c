@@ -239,6 +239,8 @@ int sl__cfg_col_of(const yaml_node_t *n) { return n ? (int)n->start_mark.column 
 
 /** Records an error at node n (1:1 when n is NULL). */
 void sl__cx_err(sl__cx_t *cx, const yaml_node_t *n, const char *fmt, ...) {
+    for (size_t i = 0; n && i < cx->nenv_bad; i++)
+        if (cx->env_bad[i] == n) return;
     va_list ap;
     va_start(ap, fmt);
     cx_vadd(cx, sl__cfg_line_of(n), sl__cfg_col_of(n), fmt, ap);

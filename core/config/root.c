@@ -374,12 +374,23 @@ static int cmp_err(const void *a, const void *b) {
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static int parse(const char *path, const char *text, size_t len, sl_config_t **out, sl_errors_t *errs,
-                 bool composed) {
+int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                    sl_errors_t *errs) {
+    return sl__config_parse(path, text, len, out, errs, 0);
+}
+
+int sl_config_parse_partial(const char *path, const char *text, size_t len, sl_config_t **out,
+                            sl_errors_t *errs) {
+    return sl__config_parse(path, text, len, out, errs, SL__PARSE_PARTIAL);
+}
+
+int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
+                     sl_errors_t *errs, unsigned flags) {
     yaml_parser_t parser;
     yaml_document_t doc;
     bool have_doc = false;
-    sl__cx_t cx = {.composed = composed};
+    sl__cx_t cx = {.composed = (flags & SL__PARSE_COMPOSED) != 0};
+    bool partial = (flags & SL__PARSE_PARTIAL) != 0;
     int rc = -1;
 
     *out = NULL;
@@ -397,6 +408,7 @@ static int parse(const char *path, const char *text, size_t len, sl_config_t **o
     }
     have_doc = true;
     cx.doc = &doc;
+    sl__cfg_expand_env(&cx, &doc);
 
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root)
@@ -422,7 +434,10 @@ done:
         for (size_t i = 0; i < cx.nerrs; i++)
             sl_errors_add(errs, path, cx.errs[i].line, cx.errs[i].col, "%s", cx.errs[i].msg);
         if (cx.oom) sl_errors_add(errs, path, 1, 1, "out of memory");
-        sl_config_free(cx.cfg);
+        if (partial && have_doc && !cx.oom)
+            *out = cx.cfg; /* the caller checks what did parse, and frees it */
+        else
+            sl_config_free(cx.cfg);
     }
     for (size_t i = 0; i < cx.nerrs; i++) free(cx.errs[i].msg);
     free(cx.errs);
@@ -431,12 +446,7 @@ done:
     return rc;
 }
 
-int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
-                    sl_errors_t *errs) {
-    return parse(path, text, len, out, errs, false);
-}
-
 int sl_config_parse_composed(const char *path, const char *text, size_t len, sl_config_t **out,
                              sl_errors_t *errs) {
-    return parse(path, text, len, out, errs, true);
+    return sl__config_parse(path, text, len, out, errs, SL__PARSE_COMPOSED);
 }

@@ -3,6 +3,7 @@
  * All run on a worker thread during a phase call of the request they are given.
  * Returned pointers stay valid until the phase call returns.
  */
+#include <arpa/inet.h>
 #include <math.h>
 #include <stdlib.h>
 #include <time.h>
@@ -35,6 +36,145 @@ int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->ds->peer, strlen(r->ds->peer)}, p, len);
 }
 int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len) { return out((sl_str_t){r->rid, r->rid_len}, p, len); }
+
+int sl_ffi_req_is_tls(sl_req_t *r) { return r->ds->secure ? 1 : 0; }
+
+/* ---- the query string, decoded on demand into the caller's buffer ---- */
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes s[0..n) ('+' is a space, %XX a byte, a malformed % stays as written) into
+ * out[0..cap); returns the decoded length, which may exceed cap (then nothing past cap
+ * was written). */
+static size_t form_decode(const char *s, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++, o++) {
+        char c = s[i];
+        int hi, lo;
+        if (c == '+') {
+            c = ' ';
+        } else if (c == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        }
+        if (o < cap) out[o] = c;
+    }
+    return o;
+}
+
+/* The argument at *off of query q: its key and value spans (*has_value 0 for `?flag`);
+ * moves *off past it. false at the end. Empty pieces (`a=1&&b=2`) are skipped. */
+static bool query_next(sl_str_t q, size_t *off, sl_str_t *k, sl_str_t *v, int *has_value) {
+    while (*off < q.len) {
+        const char *p = q.p + *off;
+        const char *amp = memchr(p, '&', q.len - *off);
+        size_t n = amp ? (size_t)(amp - p) : q.len - *off;
+        *off += n + 1;
+        if (n == 0) continue;
+        const char *eq = memchr(p, '=', n);
+        *k = (sl_str_t){p, eq ? (size_t)(eq - p) : n};
+        *v = eq ? (sl_str_t){eq + 1, n - k->len - 1} : (sl_str_t){p + n, 0};
+        *has_value = eq != NULL;
+        return true;
+    }
+    return false;
+}
+
+static sl_str_t req_query(sl_req_t *r) { return r->query_set ? r->query_override : r->head.query; }
+
+int sl_ffi_req_get_query_arg(sl_req_t *r, const char *name, size_t nl, char *buf, size_t cap, size_t *len) {
+    sl_str_t q = req_query(r), k, v;
+    size_t off = 0;
+    int has_value;
+    char key[256];
+    while (query_next(q, &off, &k, &v, &has_value)) {
+        size_t kl = form_decode(k.p, k.len, key, sizeof key);
+        if (kl != nl || kl > sizeof key || memcmp(key, name, nl) != 0) continue;
+        if (!has_value) return 1;
+        *len = form_decode(v.p, v.len, buf, cap);
+        return *len <= cap ? SL_OK : SL_ERROR;
+    }
+    return SL_DECLINED;
+}
+
+int sl_ffi_req_query_next(sl_req_t *r, size_t *off, char *buf, size_t cap, size_t *klen, size_t *vlen) {
+    sl_str_t q = req_query(r), k, v;
+    int has_value;
+    size_t at = *off;
+    if (!query_next(q, off, &k, &v, &has_value)) return SL_DECLINED;
+    *klen = form_decode(k.p, k.len, buf, cap);
+    *vlen = form_decode(v.p, v.len, *klen < cap ? buf + *klen : buf, *klen < cap ? cap - *klen : 0);
+    if (*klen + *vlen > cap) {
+        *off = at; /* the caller grows its buffer and asks again */
+        return SL_ERROR;
+    }
+    return has_value ? SL_OK : 1;
+}
+
+/* ---- the client's address, through trusted proxies ---- */
+
+/* s as an address (a bare IPv4 or IPv6, "[v6]", "[v6]:port" or "v4:port"): the span of
+ * the address itself in *ip and its sockaddr in *ss. */
+static bool parse_ip(sl_str_t s, sl_str_t *ip, struct sockaddr_storage *ss) {
+    char tmp[64];
+    while (s.len && (s.p[0] == ' ' || s.p[0] == '\t')) s.p++, s.len--;
+    while (s.len && (s.p[s.len - 1] == ' ' || s.p[s.len - 1] == '\t')) s.len--;
+    if (s.len && s.p[0] == '[') {
+        const char *close = memchr(s.p, ']', s.len);
+        if (!close) return false;
+        s = (sl_str_t){s.p + 1, (size_t)(close - s.p - 1)};
+    } else if (memchr(s.p, '.', s.len)) {
+        const char *colon = memchr(s.p, ':', s.len);
+        if (colon) s.len = (size_t)(colon - s.p);
+    }
+    if (s.len == 0 || s.len >= sizeof tmp) return false;
+    memcpy(tmp, s.p, s.len);
+    tmp[s.len] = 0;
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, tmp, &a4->sin_addr) == 1)
+        a4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, tmp, &a6->sin6_addr) == 1)
+        a6->sin6_family = AF_INET6;
+    else
+        return false;
+    *ip = s;
+    return true;
+}
+
+/* The peer's address, or, when the peer is one of the listener's trusted_proxies, the
+ * X-Forwarded-For entry nearest the right that is not a trusted proxy itself (each proxy
+ * appends the address it saw): what a client cannot forge past the proxies the operator
+ * trusts. An entry that is not an address ends the walk at the last good one. */
+int sl_ffi_client_get_ip(sl_req_t *r, const char **p, size_t *len) {
+    const sl_downstream_t *ds = r->ds;
+    sl_str_t best = {ds->peer, strlen(ds->peer)};
+    if (!ds->trusted) return out(best, p, len);
+    static const sl_str_t xff = {"X-Forwarded-For", 15};
+    for (int i = (int)r->head.nheaders - 1; i >= 0; i--) {
+        if (!sl_str_ieq2(r->head.headers[i].name, xff)) continue;
+        sl_str_t v = r->head.headers[i].value;
+        while (v.len) {
+            const char *comma = v.p + v.len;
+            while (comma > v.p && comma[-1] != ',') comma--;
+            sl_str_t entry = {comma, (size_t)(v.p + v.len - comma)};
+            v.len = comma > v.p ? (size_t)(comma - 1 - v.p) : 0;
+            sl_str_t ip;
+            struct sockaddr_storage ss;
+            if (!parse_ip(entry, &ip, &ss)) return out(best, p, len);
+            best = ip;
+            if (!sl_pp_trusted(ds->lc->trusted_proxies, ds->lc->ntrusted_proxies, (struct sockaddr *)&ss))
+                return out(best, p, len);
+        }
+    }
+    return out(best, p, len);
+}
 int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err) {
     if (len == 0 || len >= sizeof(r->rid)) {
         *err = "id must be 1 to 32 characters";
@@ -210,6 +350,30 @@ int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p
         if (!r->rhead.headers[i].hop && sl_str_ieq2(r->rhead.headers[i].name, name))
             return out(r->rhead.headers[i].value, p, len);
     return SL_DECLINED;
+}
+
+/* The response as plugins see it: the upstream's fields (not hop-by-hop, not cleared),
+ * then added ones; a response the chain makes (exit) has only added ones. */
+static bool resp_has_head(const sl_req_t *r) { return r->mode == SL_MODE_PROXY && r->status; }
+
+int sl_ffi_resp_header_count(sl_req_t *r) {
+    return (resp_has_head(r) ? r->rhead.nheaders : 0) + r->resp_edits.nadded;
+}
+
+int sl_ffi_resp_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
+                          size_t *value_len) {
+    int nh = resp_has_head(r) ? r->rhead.nheaders : 0;
+    if (i < 0) return SL_DECLINED;
+    if (i < nh) {
+        const sl_h1_header_t *h = &r->rhead.headers[i];
+        if (h->hop || sl_edits_removed(&r->resp_edits, h->name)) return SL_DECLINED;
+        out(h->name, name, name_len);
+        return out(h->value, value, value_len);
+    }
+    i -= nh;
+    if (i >= r->resp_edits.nadded) return SL_DECLINED;
+    out(r->resp_edits.added[i].name, name, name_len);
+    return out(r->resp_edits.added[i].value, value, value_len);
 }
 
 static bool resp_editable(sl_req_t *r, const char **err) {

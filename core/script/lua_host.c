@@ -58,6 +58,25 @@ static void push_chain(lua_State *L, const sl_plugin_conf_t *p, size_t n) {
     }
 }
 
+void sl__lua_set_match(lua_State *L, const sl_route_conf_t *rc) {
+    push_strings(L, rc->hosts, rc->nhosts);
+    lua_setfield(L, -2, "hosts");
+    push_strings(L, rc->paths, rc->npaths);
+    lua_setfield(L, -2, "paths");
+    push_strings(L, rc->methods, rc->nmethods);
+    lua_setfield(L, -2, "methods");
+    lua_createtable(L, (int)rc->nheaders, 0);
+    for (size_t k = 0; k < rc->nheaders; k++) {
+        lua_createtable(L, 2, 0);
+        lua_pushstring(L, rc->headers[k].name);
+        lua_rawseti(L, -2, 1);
+        lua_pushstring(L, rc->headers[k].value);
+        lua_rawseti(L, -2, 2);
+        lua_rawseti(L, -2, (int)k + 1);
+    }
+    lua_setfield(L, -2, "headers");
+}
+
 /* gen = { plugin_paths = {...}, global = chain, routes = { {name, index, hosts, paths,
  *         methods, headers, strip_prefix, plugins = chain}, ... } } */
 static void push_generation(lua_State *L, const sl_config_t *cfg) {
@@ -84,22 +103,7 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
         lua_setfield(L, -2, "name");
         lua_pushinteger(L, (lua_Integer)i);
         lua_setfield(L, -2, "index");
-        push_strings(L, rc->hosts, rc->nhosts);
-        lua_setfield(L, -2, "hosts");
-        push_strings(L, rc->paths, rc->npaths);
-        lua_setfield(L, -2, "paths");
-        push_strings(L, rc->methods, rc->nmethods);
-        lua_setfield(L, -2, "methods");
-        lua_createtable(L, (int)rc->nheaders, 0);
-        for (size_t k = 0; k < rc->nheaders; k++) {
-            lua_createtable(L, 2, 0);
-            lua_pushstring(L, rc->headers[k].name);
-            lua_rawseti(L, -2, 1);
-            lua_pushstring(L, rc->headers[k].value);
-            lua_rawseti(L, -2, 2);
-            lua_rawseti(L, -2, (int)k + 1);
-        }
-        lua_setfield(L, -2, "headers");
+        sl__lua_set_match(L, rc);
         lua_pushboolean(L, rc->strip_prefix);
         lua_setfield(L, -2, "strip_prefix");
         push_chain(L, rc->plugins, rc->nplugins);

@@ -15,6 +15,11 @@
  * cross into Lua. */
 #define SL_PHASE_N (SL_PHASE_BALANCER + 1)
 
+struct lua_State;
+/** Sets hosts, paths, methods and headers of route rc on the table at the top of L's
+ *  stack, as sluice.router reads them (the worker's generation and `sluice explain`). */
+void sl__lua_set_match(struct lua_State *L, const sl_route_conf_t *rc);
+
 /** Longest chain (global plugins + a route's): bounds the per-plugin error counters. */
 #define SL_MAX_CHAIN 32
 

@@ -1,6 +1,7 @@
 /* plugin.c — validates the plugins a config uses, with positions from the YAML. */
 #include "script/plugin.h"
 
+#include <dirent.h>
 #include <lauxlib.h>
 #include <libgen.h>
 #include <lua.h>
@@ -70,6 +71,13 @@ static char **take_strings(lua_State *L, int idx, size_t *n) {
     return v;
 }
 
+static int field_int(lua_State *L, int idx, const char *k) {
+    lua_getfield(L, idx, k);
+    int v = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 1;
+    lua_pop(L, 1);
+    return v;
+}
+
 static char *field_str(lua_State *L, int idx, const char *k) {
     lua_getfield(L, idx, k);
     char *s = lua_isstring(L, -1) ? strdup(lua_tostring(L, -1)) : NULL;
@@ -85,10 +93,24 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
         lua_pushstring(L, cfg->lua_route_files[i]);
         lua_rawseti(L, -2, (int)i + 1);
     }
-    if (lua_pcall(L, 1, 2, 0) != 0 || lua_isnil(L, -2)) {
+    if (lua_pcall(L, 1, 2, 0) != 0) {
         sl_errors_add(errs, path, cfg->lua_routes_line, cfg->lua_routes_col, "lua_routes: %s", lua_tostring(L, -1));
-        lua_pop(L, 2);
+        lua_pop(L, 1);
         return SL_ERROR;
+    }
+    /* Every error of every file, at the Lua file's own line and column. */
+    int rc = SL_OK;
+    size_t ne = lua_objlen(L, -1);
+    for (size_t i = 1; i <= ne; i++) {
+        lua_rawgeti(L, -1, (int)i);
+        lua_getfield(L, -1, "file");
+        lua_getfield(L, -2, "line");
+        lua_getfield(L, -3, "col");
+        lua_getfield(L, -4, "msg");
+        sl_errors_add(errs, lua_tostring(L, -4), (int)lua_tointeger(L, -3), (int)lua_tointeger(L, -2), "%s",
+                      lua_tostring(L, -1));
+        lua_pop(L, 5);
+        rc = SL_ERROR;
     }
     lua_pop(L, 1);
     int list = lua_gettop(L);
@@ -100,7 +122,6 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
         return SL_ERROR;
     }
     cfg->routes = routes;
-    int rc = SL_OK;
     for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, list, (int)i);
         int d = lua_gettop(L);
@@ -119,8 +140,8 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
         lua_getfield(L, d, "upgrade"); /* checked and lower-cased by loader.lua */
         r->upgrade = take_strings(L, lua_gettop(L), &r->nupgrade);
         lua_pop(L, 1);
-        r->line = cfg->lua_routes_line;
-        r->col = cfg->lua_routes_col;
+        r->line = field_int(L, d, "line");
+        r->col = field_int(L, d, "col");
         lua_getfield(L, d, "hosts");
         r->hosts = take_strings(L, lua_gettop(L), &r->nhosts);
         lua_getfield(L, d, "paths");
@@ -149,9 +170,11 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
             sl_plugin_conf_t *pc = &r->plugins[r->nplugins++];
             pc->name = field_str(L, lua_gettop(L), "name");
             pc->config_json = field_str(L, lua_gettop(L), "config_json");
-            pc->positions_json = strdup("{}");
-            pc->line = pc->config_line = pc->name_line = r->line;
-            pc->col = pc->config_col = pc->name_col = r->col;
+            pc->positions_json = field_str(L, lua_gettop(L), "positions_json");
+            pc->line = pc->name_line = field_int(L, lua_gettop(L), "nline");
+            pc->col = pc->name_col = field_int(L, lua_gettop(L), "ncol");
+            pc->config_line = field_int(L, lua_gettop(L), "cline");
+            pc->config_col = field_int(L, lua_gettop(L), "ccol");
             lua_pop(L, 1);
         }
         lua_pop(L, 1);
@@ -161,17 +184,22 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
         const char *file = cfg->lua_route_files[r->lua_file];
         if (up) {
             for (size_t u = 0; u < cfg->nupstreams; u++)
-                if (strcmp(cfg->upstreams[u].name, up) == 0) r->upstream = (int)u;
+                if (cfg->upstreams[u].name && strcmp(cfg->upstreams[u].name, up) == 0) r->upstream = (int)u;
             if (r->upstream < 0) {
-                sl_errors_add(errs, path, r->line, r->col, "%s: route '%s' names unknown upstream '%s'", file,
-                              r->name, up);
+                sl_errors_add(errs, file, field_int(L, d, "upstream_line"), field_int(L, d, "upstream_col"),
+                              "route '%s' names unknown upstream '%s'", r->name, up);
                 rc = SL_ERROR;
             }
             free(up);
         }
         for (size_t k = 0; k + 1 < cfg->nroutes; k++)
-            if (r->name && strcmp(cfg->routes[k].name, r->name) == 0) {
-                sl_errors_add(errs, path, r->line, r->col, "%s: duplicate route name '%s'", file, r->name);
+            if (r->name && cfg->routes[k].name && strcmp(cfg->routes[k].name, r->name) == 0) {
+                if (cfg->routes[k].lua_file >= 0)
+                    sl_errors_add(errs, file, r->line, r->col, "duplicate route name '%s' (first in %s:%d)", r->name,
+                                  cfg->lua_route_files[cfg->routes[k].lua_file], cfg->routes[k].line);
+                else
+                    sl_errors_add(errs, file, r->line, r->col, "duplicate route name '%s' (first in %s:%d)", r->name,
+                                  path, cfg->routes[k].line);
                 rc = SL_ERROR;
                 break;
             }
@@ -181,10 +209,36 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
     return rc;
 }
 
+/* The plugin names on the search paths (NAME.lua and NAME/init.lua), for loader's "did you
+ * mean": pushes a list. */
+static void push_known_plugins(lua_State *L, const sl_config_t *cfg) {
+    lua_newtable(L);
+    int k = 1;
+    for (size_t i = 0; i < cfg->nplugin_search; i++) {
+        DIR *d = opendir(cfg->plugin_search[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            size_t l = strlen(e->d_name);
+            if (e->d_name[0] == '.') continue;
+            if (l > 4 && strcmp(e->d_name + l - 4, ".lua") == 0)
+                lua_pushlstring(L, e->d_name, l - 4);
+            else if (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)
+                lua_pushstring(L, e->d_name);
+            else
+                continue;
+            lua_rawseti(L, -2, k++);
+        }
+        if (d) closedir(d);
+    }
+}
+
 /* One plugin use for loader.validate_all; `layer` is "http" (routes, the global chain) or
  * "tcp" (a tcp listener's preread chain): the phases it defines must run there. */
-static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, const char *layer, int idx) {
-    lua_createtable(L, 0, 10);
+static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where, const char *layer,
+                     const char *file, int idx) {
+    lua_createtable(L, 0, 11);
+    lua_pushstring(L, file);
+    lua_setfield(L, -2, "file");
     lua_pushstring(L, layer);
     lua_setfield(L, -2, "layer");
     lua_pushstring(L, p->name ? p->name : "");
@@ -214,12 +268,12 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     }
     size_t before = errs->n;
     for (size_t i = 0; i < cfg->nroutes; i++)
-        if (cfg->nplugins + cfg->routes[i].nplugins > SL_MAX_CHAIN)
+        if (cfg->routes[i].name && cfg->nplugins + cfg->routes[i].nplugins > SL_MAX_CHAIN)
             sl_errors_add(errs, path, cfg->routes[i].line, cfg->routes[i].col,
                           "route '%s' runs %zu plugins with the global chain (at most %d)",
                           cfg->routes[i].name, cfg->nplugins + cfg->routes[i].nplugins, SL_MAX_CHAIN);
     for (size_t i = 0; i < cfg->nlisteners; i++)
-        if (cfg->listeners[i].nplugins > SL_MAX_CHAIN)
+        if (cfg->listeners[i].name && cfg->listeners[i].nplugins > SL_MAX_CHAIN)
             sl_errors_add(errs, path, cfg->listeners[i].line, cfg->listeners[i].col,
                           "listener '%s' runs %zu plugins (at most %d)", cfg->listeners[i].name,
                           cfg->listeners[i].nplugins, SL_MAX_CHAIN);
@@ -233,10 +287,8 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     lua_getglobal(L, "require");
     lua_pushliteral(L, "sluice.loader");
     if (lua_pcall(L, 1, 1, 0) != 0) goto lua_fail;
-    if (cfg->nlua_route_files && add_lua_routes(L, cfg, errs, path) != SL_OK) {
-        lua_close(L);
-        return SL_ERROR;
-    }
+    /* lua_routes errors do not stop the plugin checks: every error of the build at once. */
+    if (cfg->nlua_route_files) add_lua_routes(L, cfg, errs, path);
     lua_getfield(L, -1, "validate_all");
     lua_createtable(L, (int)cfg->nplugin_search, 0);
     for (size_t i = 0; i < cfg->nplugin_search; i++) {
@@ -245,29 +297,40 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     }
     lua_newtable(L);
     int k = 1;
-    for (size_t i = 0; i < cfg->nplugins; i++) push_use(L, &cfg->plugins[i], "the global chain", "http", k++);
+    /* A partial config (one with YAML-level errors) has entries that did not parse: their
+     * errors are said already, and checking them would only add noise. */
+#define USABLE(p) ((p)->name && (p)->config_json)
+    for (size_t i = 0; i < cfg->nplugins; i++)
+        if (USABLE(&cfg->plugins[i])) push_use(L, &cfg->plugins[i], "the global chain", "http", path, k++);
     for (size_t r = 0; r < cfg->nroutes; r++) {
+        const sl_route_conf_t *rt = &cfg->routes[r];
+        if (!rt->name) continue; /* a route item that did not parse (partial config) */
         char where[160];
-        snprintf(where, sizeof(where), "route '%s'", cfg->routes[r].name);
-        for (size_t i = 0; i < cfg->routes[r].nplugins; i++)
-            push_use(L, &cfg->routes[r].plugins[i], where, "http", k++);
+        snprintf(where, sizeof(where), "route '%s'", rt->name ? rt->name : "?");
+        const char *file = rt->lua_file >= 0 ? cfg->lua_route_files[rt->lua_file] : path;
+        for (size_t i = 0; i < rt->nplugins; i++)
+            if (USABLE(&rt->plugins[i])) push_use(L, &rt->plugins[i], where, "http", file, k++);
     }
     for (size_t l = 0; l < cfg->nlisteners; l++) {
         char where[160];
-        snprintf(where, sizeof(where), "listener '%s'", cfg->listeners[l].name);
+        snprintf(where, sizeof(where), "listener '%s'", cfg->listeners[l].name ? cfg->listeners[l].name : "?");
         for (size_t i = 0; i < cfg->listeners[l].nplugins; i++)
-            push_use(L, &cfg->listeners[l].plugins[i], where, "tcp", k++);
+            if (USABLE(&cfg->listeners[l].plugins[i]))
+                push_use(L, &cfg->listeners[l].plugins[i], where, "tcp", path, k++);
     }
-    if (lua_pcall(L, 2, 1, 0) != 0) goto lua_fail;
+#undef USABLE
+    push_known_plugins(L, cfg);
+    if (lua_pcall(L, 3, 1, 0) != 0) goto lua_fail;
     size_t n = lua_objlen(L, -1);
     for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, -1, (int)i);
         lua_getfield(L, -1, "line");
         lua_getfield(L, -2, "col");
         lua_getfield(L, -3, "msg");
-        sl_errors_add(errs, path, (int)lua_tointeger(L, -3), (int)lua_tointeger(L, -2), "%s",
-                      lua_tostring(L, -1));
-        lua_pop(L, 4);
+        lua_getfield(L, -4, "file");
+        sl_errors_add(errs, lua_isstring(L, -1) ? lua_tostring(L, -1) : path, (int)lua_tointeger(L, -4),
+                      (int)lua_tointeger(L, -3), "%s", lua_tostring(L, -2));
+        lua_pop(L, 5);
     }
     lua_close(L);
     return errs->n > before ? SL_ERROR : SL_OK;
@@ -275,6 +338,26 @@ lua_fail:
     sl_errors_add(errs, path, 1, 1, "plugin validation failed: %s", lua_tostring(L, -1));
     lua_close(L);
     return SL_ERROR;
+}
+
+int sl_config_build(const char *path, const char *text, size_t len, sl_config_t **out, sl_errors_t *errs) {
+    *out = NULL;
+    char *owned = NULL;
+    if (!text) {
+        if (sl_config_read(path, &owned, &len, errs) != 0) return SL_ERROR;
+        text = owned;
+    }
+    sl_config_t *cfg = NULL;
+    int rc = sl_config_parse_partial(path, text, len, &cfg, errs);
+    free(owned);
+    if (cfg && sl_plugins_check(cfg, errs) != SL_OK) rc = SL_ERROR;
+    if (rc != 0) {
+        sl_errors_sort(errs);
+        sl_config_free(cfg);
+        return SL_ERROR;
+    }
+    *out = cfg;
+    return SL_OK;
 }
 
 static void push_chain_names(lua_State *L, const sl_plugin_conf_t *p, size_t n) {
@@ -308,13 +391,40 @@ int sl_plugins_explain(const sl_config_t *cfg, const char *route) {
     lua_createtable(L, (int)cfg->nroutes, 0);
     for (size_t r = 0; r < cfg->nroutes; r++) {
         const sl_route_conf_t *rc_ = &cfg->routes[r];
-        lua_createtable(L, 0, 3);
+        lua_createtable(L, 0, 14);
         lua_pushstring(L, rc_->name);
         lua_setfield(L, -2, "name");
         if (rc_->upstream >= 0) {
             lua_pushstring(L, cfg->upstreams[rc_->upstream].name);
             lua_setfield(L, -2, "upstream");
+        } else if (rc_->nsplit) {
+            char buf[512];
+            size_t off = (size_t)snprintf(buf, sizeof buf, "split");
+            for (size_t k = 0; k < rc_->nsplit && off < sizeof buf; k++) {
+                const sl_split_conf_t *a = &rc_->split[k];
+                if (a->header || a->cookie)
+                    off += (size_t)snprintf(buf + off, sizeof buf - off, " %s (%s %s=%s)", cfg->upstreams[a->upstream].name,
+                                            a->header ? "header" : "cookie", a->header ? a->header : a->cookie,
+                                            a->header ? a->header_value : a->cookie_value);
+                else
+                    off += (size_t)snprintf(buf + off, sizeof buf - off, " %s (weight %u)",
+                                            cfg->upstreams[a->upstream].name, a->weight);
+            }
+            lua_pushstring(L, buf);
+            lua_setfield(L, -2, "upstream");
         }
+        /* what sluice.router.ranks reads, and where the route was written */
+        lua_pushinteger(L, (lua_Integer)r);
+        lua_setfield(L, -2, "index");
+        sl__lua_set_match(L, rc_);
+        lua_pushboolean(L, rc_->match_fn);
+        lua_setfield(L, -2, "match_fn");
+        lua_pushboolean(L, rc_->lua_file >= 0);
+        lua_setfield(L, -2, "lua_routes");
+        lua_pushstring(L, rc_->lua_file >= 0 ? cfg->lua_route_files[rc_->lua_file] : cfg->path);
+        lua_setfield(L, -2, "file");
+        lua_pushinteger(L, rc_->line);
+        lua_setfield(L, -2, "line");
         push_chain_names(L, rc_->plugins, rc_->nplugins);
         lua_setfield(L, -2, "plugins");
         lua_rawseti(L, -2, (int)r + 1);

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "server/etcd.h"
@@ -204,7 +205,21 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         }
         tput(&t, "}");
     }
-    tput(&t, "],\"routes\":[");
+    tput(&t, "],\"last_rejected_reload\":");
+    if (srv->last_reject_unix) {
+        char when[32];
+        time_t ts = (time_t)srv->last_reject_unix;
+        struct tm tm;
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&ts, &tm));
+        tput(&t, "{\"time\":\"%s\",\"trigger\":", when);
+        tjson(&t, srv->last_reject_trigger);
+        tput(&t, ",\"error\":");
+        tjson(&t, srv->last_reject_error ? srv->last_reject_error : "");
+        tput(&t, "}");
+    } else {
+        tput(&t, "null");
+    }
+    tput(&t, ",\"routes\":[");
     for (size_t i = 0; i < cfg->nroutes; i++) {
         const sl_route_conf_t *r = &cfg->routes[i];
         tput(&t, "%s{\"name\":", i ? "," : "");

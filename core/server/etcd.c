@@ -1285,8 +1285,7 @@ static void put_key(buf_t *b, const char *prefix, const char *rel) {
 int sl_etcd_push(const char *file, const char *url, const char *prefix) {
     sl_config_t *cfg = NULL;
     sl_errors_t errs = {0};
-    int rc = sl_config_load(file, &cfg, &errs);
-    if (rc == 0 && sl_plugins_check(cfg, &errs) != 0) rc = -1;
+    int rc = sl_config_build(file, NULL, 0, &cfg, &errs); /* exactly as `sluice check` */
     if (rc != 0 || cfg->source.enabled) {
         for (size_t i = 0; i < errs.n; i++) fprintf(stderr, "%s\n", errs.lines[i]);
         if (rc == 0) fprintf(stderr, "sluice push: %s has config_source: push an ordinary config file\n", file);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,25 +19,81 @@ extern const size_t sl_default_conf_len;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice [run] [-c FILE] [--ready-file PATH]\n"
-               "       sluice check -c FILE\n"
-               "       sluice reload [-c FILE]\n"
+               "       sluice check [-c FILE]\n"
+               "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR]\n"
                "       sluice explain [-c FILE] [ROUTE]\n"
                "       sluice push -c FILE --etcd URL [--prefix P]\n"
                "       sluice pull --etcd URL [--prefix P] [--plugins DIR]\n"
                "       sluice version\n");
 }
 
-/* sluice reload: POST /reload to the admin address the config names; prints the answer. */
-static int reload_remote(const sl_config_t *cfg) {
-    if (!cfg->admin_enabled) {
+/* Where a command that talks to a running instance finds its admin API: --admin ADDR,
+ * else the "admin" address of the instance's --ready-file (the real port when the config
+ * says port 0, as CI configs do), else the config's admin.listen. */
+typedef struct {
+    const char *admin;      /* --admin ADDR */
+    const char *ready_file; /* --ready-file PATH */
+} sl_target_opts_t;
+
+/* Reads the "admin":"HOST:PORT" field of a ready file into out. 0, or -1 with a message. */
+static int admin_from_ready_file(const char *path, char *out, size_t size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "sluice: cannot read the ready file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *a = strstr(buf, "\"admin\":\"");
+    const char *end = a ? strchr(a + 9, '"') : NULL;
+    if (!a || !end || (size_t)(end - (a + 9)) >= size) {
+        fprintf(stderr, "sluice: the ready file %s names no admin address (is the admin listener off?)\n",
+                path);
+        return -1;
+    }
+    memcpy(out, a + 9, (size_t)(end - (a + 9)));
+    out[end - (a + 9)] = 0;
+    return 0;
+}
+
+/* sluice reload: POST /reload to the running instance's admin API; prints the answer.
+ * The bearer token is the config's (admin.token_env) when a config was loaded. */
+static int reload_remote(const sl_config_t *cfg, const sl_target_opts_t *to) {
+    char text[256];
+    sl_addr_t addr = {0};
+    if (to->admin || to->ready_file) {
+        if (to->admin)
+            snprintf(text, sizeof(text), "%s", to->admin);
+        else if (admin_from_ready_file(to->ready_file, text, sizeof(text)) != 0)
+            return 1;
+        if (sl_parse_addr(text, &addr) != 0) {
+            fprintf(stderr, "sluice reload: '%s' is not an admin address (HOST:PORT)\n", text);
+            return 1;
+        }
+        free(addr.text);
+    } else if (!cfg || !cfg->admin_enabled) {
         fprintf(stderr, "sluice reload: this config has no admin listener\n");
         return 1;
+    } else {
+        addr = cfg->admin_listen;
+        snprintf(text, sizeof(text), "%s", cfg->admin_listen.text);
+        const struct sockaddr *s = (const struct sockaddr *)&addr.ss;
+        uint16_t port = s->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)s)->sin6_port
+                                                 : ((const struct sockaddr_in *)s)->sin_port;
+        if (port == 0) {
+            fprintf(stderr, "sluice reload: the config's admin listens on port 0 (a port the kernel "
+                            "picks): name the instance with --ready-file PATH or --admin ADDR\n");
+            return 1;
+        }
     }
-    const struct sockaddr *sa = (const struct sockaddr *)&cfg->admin_listen.ss;
+    const char *token = cfg ? cfg->admin_token : "";
+    size_t token_len = cfg ? cfg->admin_token_len : 0;
+    const struct sockaddr *sa = (const struct sockaddr *)&addr.ss;
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, sa, cfg->admin_listen.len) != 0) {
-        fprintf(stderr, "sluice reload: cannot reach the admin API at %s: %s\n", cfg->admin_listen.text,
-                strerror(errno));
+    if (fd < 0 || connect(fd, sa, addr.len) != 0) {
+        fprintf(stderr, "sluice reload: cannot reach the admin API at %s: %s\n", text, strerror(errno));
         if (fd >= 0) close(fd);
         return 1;
     }
@@ -44,8 +101,8 @@ static int reload_remote(const sl_config_t *cfg) {
      * instance's as long as both see the same environment variable. */
     char req[SL_ADMIN_TOKEN_MAX + 160];
     int n = snprintf(req, sizeof(req), "POST /reload HTTP/1.1\r\nHost: sluice\r\nContent-Length: 0\r\n%s%.*s%s"
-                     "Connection: close\r\n\r\n", cfg->admin_token_len ? "Authorization: Bearer " : "",
-                     (int)cfg->admin_token_len, cfg->admin_token, cfg->admin_token_len ? "\r\n" : "");
+                     "Connection: close\r\n\r\n", token_len ? "Authorization: Bearer " : "",
+                     (int)token_len, token, token_len ? "\r\n" : "");
     ssize_t w = write(fd, req, (size_t)n);
     explicit_bzero(req, sizeof(req));
     if (w != (ssize_t)n) {
@@ -61,9 +118,9 @@ static int reload_remote(const sl_config_t *cfg) {
     const char *body = strstr(buf, "\r\n\r\n");
     printf("%s", body ? body + 4 : buf);
     if (strncmp(buf, "HTTP/1.1 401", 12) == 0)
-        fprintf(stderr, "sluice reload: the admin API at %s wants a bearer token: %s\n", cfg->admin_listen.text,
-                cfg->admin_token_len ? "the one in admin.token_env was refused"
-                                     : "this config sets no admin.token_env");
+        fprintf(stderr, "sluice reload: the admin API at %s wants a bearer token: %s\n", text,
+                token_len ? "the one in admin.token_env was refused"
+                          : "give the config that sets admin.token_env with -c");
     return strncmp(buf, "HTTP/1.1 200", 12) == 0 ? 0 : 1;
 }
 
@@ -75,14 +132,9 @@ static sl_config_t *load(const char *path, bool quiet, const char **used) {
     if (!path && access("conf/sluice.yaml", R_OK) == 0) path = "conf/sluice.yaml";
     if (used) *used = path;
     if (path)
-        rc = sl_config_load(path, &cfg, &errs);
+        rc = sl_config_build(path, NULL, 0, &cfg, &errs);
     else
-        rc = sl_config_parse("<embedded default>", sl_default_conf, sl_default_conf_len, &cfg, &errs);
-    if (rc == 0 && sl_plugins_check(cfg, &errs) != 0) {
-        sl_config_free(cfg);
-        cfg = NULL;
-        rc = -1;
-    }
+        rc = sl_config_build("<embedded default>", sl_default_conf, sl_default_conf_len, &cfg, &errs);
     if (rc != 0) {
         for (size_t i = 0; i < errs.n; i++) fprintf(stderr, "%s\n", errs.lines[i]);
         sl_errors_free(&errs);
@@ -96,6 +148,7 @@ static sl_config_t *load(const char *path, bool quiet, const char **used) {
 int main(int argc, char **argv) {
     const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
     const char *etcd = NULL, *prefix = "/sluice", *plugins_dir = NULL; /* push, pull */
+    sl_target_opts_t target = {0};
     int i = 1;
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
     for (; i < argc; i++) {
@@ -112,7 +165,9 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--plugins") == 0 && i + 1 < argc) {
             plugins_dir = argv[++i];
         } else if (strcmp(argv[i], "--ready-file") == 0 && i + 1 < argc) {
-            ready = argv[++i];
+            ready = argv[++i]; /* run writes it; reload reads the instance's admin address from it */
+        } else if (strcmp(argv[i], "--admin") == 0 && i + 1 < argc && strcmp(cmd, "reload") == 0) {
+            target.admin = argv[++i];
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
@@ -131,9 +186,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "check") == 0) {
-        sl_config_t *cfg = load(conf, true, NULL);
+        const char *used = NULL;
+        sl_config_t *cfg = load(conf, true, &used);
         if (!cfg) return 1;
-        printf("%s: ok\n", conf ? conf : "<embedded default>");
+        /* Without -c the file checked may be ./conf/sluice.yaml or the default built into
+         * the binary: say which, so a CI step that forgot -c does not pass silently. */
+        if (used)
+            printf("%s: ok\n", used);
+        else
+            printf("<embedded default>: ok (no -c FILE and no ./conf/sluice.yaml: checked the "
+                   "default config built into sluice)\n");
         sl_config_free(cfg);
         return 0;
     }
@@ -145,10 +207,14 @@ int main(int argc, char **argv) {
         return rc == 0 ? 0 : 1;
     }
     if (strcmp(cmd, "reload") == 0) {
-        const char *used = NULL;
-        sl_config_t *cfg = load(conf, true, &used);
-        if (!cfg) return 1;
-        int rc = reload_remote(cfg);
+        target.ready_file = ready;
+        /* Named by --admin or --ready-file, the instance needs no config: one is read only
+         * when given, for its admin token. */
+        sl_config_t *cfg = NULL;
+        if (conf || (!target.admin && !target.ready_file)) {
+            if (!(cfg = load(conf, true, NULL))) return 1;
+        }
+        int rc = reload_remote(cfg, &target);
         sl_config_free(cfg);
         return rc;
     }

@@ -16,6 +16,7 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -313,6 +314,10 @@ static char *json_error(sl_server_t *srv, const char *msg) {
 
 static int reject(sl_server_t *srv, const char *why, const char *msg, char **json) {
     srv->reloads_rejected++;
+    srv->last_reject_unix = (int64_t)time(NULL);
+    snprintf(srv->last_reject_trigger, sizeof(srv->last_reject_trigger), "%s", why);
+    free(srv->last_reject_error);
+    srv->last_reject_error = strdup(msg);
     sl_log_err("reload (%s) rejected, still serving generation %llu: %s", why,
                (unsigned long long)srv->generation, msg);
     if (json) *json = json_error(srv, msg);
@@ -352,12 +357,10 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     const char *src = text ? text : sl_default_conf;
     size_t srclen = text ? len : sl_default_conf_len;
     int rc;
-    if (srv->etcd) { /* the local file's process keys and etcd's entries, plugins checked */
+    if (srv->etcd) /* the local file's process keys and etcd's entries, plugins checked */
         rc = sl__etcd_build(srv->etcd, srv->config_path, src, srclen, &n, &errs);
-    } else {
-        rc = sl_config_parse(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
-        if (rc == 0) rc = sl_plugins_check(n, &errs);
-    }
+    else
+        rc = sl_config_build(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
     if (rc != 0) {
         size_t total = 1;
         for (size_t i = 0; i < errs.n; i++) total += strlen(errs.lines[i]) + 1;
@@ -382,6 +385,17 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
         hash = fnv(hash, &k, sizeof k);
     }
     free(text);
+    /* The same content as the running generation (config text and every file it reads):
+     * starting a new worker set would only churn VMs and keep-alive connections. */
+    if (hash == srv->config_hash) {
+        sl_config_free(n);
+        sl_log_info("reload (%s): content unchanged (hash %016llx), generation %llu keeps serving; nothing applied",
+                    why, (unsigned long long)hash, (unsigned long long)srv->generation);
+        if (json && (*json = malloc(192)))
+            snprintf(*json, 192, "{\"ok\":true,\"unchanged\":true,\"generation\":%llu,\"hash\":\"%016llx\",\"changed\":[]}\n",
+                     (unsigned long long)srv->generation, (unsigned long long)hash);
+        return SL_OK;
+    }
 
     /* 2. What a reload cannot change in this build. */
     const sl_config_t *o = srv->cfg;
@@ -566,6 +580,8 @@ void sl__reload_free_retired(sl_server_t *srv) {
     }
     free(srv->watches);
     srv->watches = NULL;
+    free(srv->last_reject_error);
+    srv->last_reject_error = NULL;
 }
 
 void sl_server_watch(sl_server_t *srv) {

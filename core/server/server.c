@@ -246,6 +246,9 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
     srv->ready_file = ready_file;
     if (ready_file && write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
     sl_server_loop(srv);
+    /* A ready file left behind would name ports nobody listens on: the next CI step (or a
+     * supervisor waiting for it) must not mistake a stopped instance for a ready one. */
+    if (ready_file) unlink(ready_file);
     sl_server_cleanup(srv);
     uv_loop_close(srv->loop);
     sl_log_info("stopped");

@@ -59,6 +59,11 @@ struct sl_server_s {
     uint64_t config_hash;      /**< config text + plugin code, as reported by /reload */
     uint64_t code_hash;        /**< plugin code alone: "plugin_code" in a reload's changes */
     uint64_t watch_hash;       /**< what the file watch last saw */
+    /** The last rejected reload, for /status: wall-clock seconds (0: none yet), its
+     *  trigger ("SIGHUP", "admin", "file change") and its error lines; owned. */
+    int64_t last_reject_unix;
+    char last_reject_trigger[32];
+    char *last_reject_error;
     sl_config_t *boot_cfg;     /**< the first generation's config: main() owns it */
     uv_fs_event_t *watches;    /**< config file's folder and plugin folders, when watch: true */
     size_t nwatches;

@@ -47,4 +47,41 @@ def test_explain(t):
             1, (bad.returncode, bad.stderr))
 
 
-t.run(test_explain)
+def test_match_precedence_source(t):
+    d = h.new_tmpdir("explain2")
+    with open(os.path.join(d, "routes.lua"), "w") as f:
+        f.write('return {\n'
+                '  { name = "beta", match = function(req) return true end, upstream = "api" },\n'
+                '  { name = "legacy", match = { paths = { "/old/" }, methods = { "GET" } }, upstream = "api" },\n'
+                '}\n')
+    path = os.path.join(d, "c.yaml")
+    with open(path, "w") as f:
+        f.write(CFG + "  - { name: host, match: { hosts: [a.example.com], paths: [/x], headers: { X-A: \"1\" } },"
+                " upstream: api }\nlua_routes: [ routes.lua ]\n")
+    r = h.run_cli(["explain", "-c", path])
+    t.check("exit 0", r.returncode == 0, 0, (r.returncode, r.stderr))
+    blocks, cur = {}, None
+    for ln in r.stdout.splitlines():
+        if ln.startswith("route "):
+            cur = ln.split()[1]
+            blocks[cur] = {}
+        elif ln.startswith("  ") and len(ln.split(None, 1)) == 2 and cur:
+            k, v = ln.strip().split(None, 1)
+            if k in ("match", "precedence", "defined"):
+                blocks[cur][k] = v
+    want = {
+        "host": ("hosts a.example.com; paths /x; header X-A: 1", "1 of 5", "c.yaml:"),
+        "legacy": ("paths /old/; methods GET", "2 of 5", "routes.lua:3 (lua_routes)"),
+        "mock": ("paths /m", "3 of 5", "c.yaml:"),
+        "beta": ("a Lua match function", "4 of 5", "routes.lua:2 (lua_routes)"),
+        "api": ("paths /", "5 of 5", "c.yaml:"),
+    }
+    for name, (match, prec, src) in want.items():
+        b = blocks.get(name, {})
+        t.check("%s: match conditions shown" % name, b.get("match") == match, match, b)
+        t.check("%s: precedence %s" % (name, prec), b.get("precedence") == prec, prec, b)
+        t.check("%s: defined in %s" % (name, src), src in b.get("defined", "") and
+                (src.endswith("(lua_routes)") or "lua_routes" not in b.get("defined", "")), src, b)
+
+
+t.run(test_explain, test_match_precedence_source)

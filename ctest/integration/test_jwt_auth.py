@@ -14,10 +14,13 @@ The busted spec (spec/plugins/jwt-auth_spec.lua) covers every refusal case and t
 import base64
 import hashlib
 import hmac
+import http.server
 import json
 import os
+import ssl
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -178,4 +181,54 @@ def test_run(t):
         up.stop()
 
 
-t.run(test_check, test_run)
+class _JWKSHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    jwks = b"{}"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.jwks)))
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.jwks)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_jwks_https(t):
+    """jwks_uri over https (sluice.http's TLS client), verified against jwks_ca."""
+    d = h.new_tmpdir("jwks-https")
+    h.make_ca(d, "ca")
+    h.make_leaf(d, "srv", "idp.test", "DNS:idp.test,IP:127.0.0.1")
+    _JWKSHandler.jwks = json.dumps({"keys": [ed25519_key(d, "k1")]}).encode()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.path.join(d, "srv.crt"), os.path.join(d, "srv.key"))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _JWKSHandler)
+    srv.daemon_threads = True
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    up = h.MockUpstream(lambda req: h.Response(200, b"ok"), name="up")
+    uri = "https://127.0.0.1:%d/jwks" % srv.server_address[1]
+    conf = HEAD % up.address + (
+        "  - name: ca\n    match: { paths: [/ca] }\n    upstream: api\n    plugins:\n"
+        "      - { name: jwt-auth, config: { algorithms: [EdDSA], jwks_uri: \"%s\", jwks_ca: %s } }\n"
+        "  - name: noca\n    match: { paths: [/noca] }\n    upstream: api\n    plugins:\n"
+        "      - { name: jwt-auth, config: { algorithms: [EdDSA], jwks_uri: \"%s\" } }\n"
+        % (uri, os.path.join(d, "ca.crt"), uri))
+    s = h.start_sluice(conf, suite=t, name="jwt-https")
+    try:
+        tok = eddsa(d, "k1", {"sub": "dave", "exp": int(time.time()) + 60})
+        r = h.request(s.port(), "GET", "/ca", headers=[("Authorization", "Bearer " + tok)])
+        t.check("https jwks_uri verified against jwks_ca: the key is fetched, 200", r.status == 200, 200,
+                (r.status, r.body[:200]))
+        r = h.request(s.port(), "GET", "/noca", headers=[("Authorization", "Bearer " + tok)])
+        t.check("https jwks_uri whose CA the system store lacks: refused (503: no keys yet), verify failure logged",
+                r.status == 503 and "certificate verify failed" in s.log(), 503, (r.status, s.log()[-300:]))
+    finally:
+        s.stop()
+        srv.shutdown()
+        up.stop()
+
+
+t.run(test_check, test_run, test_jwks_https)

@@ -82,22 +82,28 @@ def test_routes(t):
 
 
 def test_errors(t):
+    """Each error names routes.lua and the line and column of the route, key or value at
+    fault (not the YAML `lua_routes:` value)."""
     d = h.new_tmpdir("luaroutes-bad")
+    # (case, routes.lua (one line), message, the text the error points at)
     cases = [
         ("unknown upstream", 'return { { name = "x", match = { paths = { "/" } }, upstream = "nope" } }',
-         "route 'x' names unknown upstream 'nope'"),
-        ("syntax error", "return { {", "cannot load"),
+         "route 'x' names unknown upstream 'nope'", '"nope"'),
+        ("syntax error", "return { {", "near '<eof>'", None),
         ("duplicate name", 'return { { name = "all", match = { paths = { "/" } }, plugins = { { name = "echo" } } } }',
-         "duplicate route name 'all'"),
-        ("unknown key", 'return { { name = "y", mtch = {}, plugins = { { name = "echo" } } } }', "unknown key 'mtch'"),
+         "duplicate route name 'all' (first in ", '{ name = "all"'),
+        ("unknown key", 'return { { name = "y", mtch = {}, plugins = { { name = "echo" } } } }',
+         "unknown key 'mtch' (did you mean 'match'?)", "mtch"),
         ("bad plugin config", 'return { { name = "z", plugins = { { name = "response", config = { status = "x" } } } } }',
-         "plugin 'response': status: expected an integer"),
+         "plugin 'response': status: expected an integer", '"x"'),
+        ("unknown plugin", 'return { { name = "z", plugins = { { name = "respons" } } } }',
+         "unknown plugin 'respons' (did you mean 'response'?)", '"respons"'),
         ("h2c upgrade", 'return { { name = "w", upgrade = { "H2C" }, plugins = { { name = "echo" } } } }',
-         "route 'w': upgrade: h2c is never forwarded"),
+         "route 'w': upgrade: h2c is never forwarded", "{ \"H2C\" }"),
         ("bad upgrade token", 'return { { name = "v", upgrade = { "web socket" }, plugins = { { name = "echo" } } } }',
-         "upgrade protocol 'web socket' is not a token"),
+         "upgrade protocol 'web socket' is not a token", '{ "web socket" }'),
     ]
-    for name, lua, want in cases:
+    for name, lua, want, at in cases:
         with open(os.path.join(d, "routes.lua"), "w") as f:
             f.write(lua)
         cfg = os.path.join(d, "c.yaml")
@@ -106,8 +112,37 @@ def test_errors(t):
                     "routes:\n  - { name: all, match: { paths: [/] }, plugins: [ { name: echo } ] }\n")
         r = h.run_cli(["check", "-c", cfg])
         out = r.stdout + r.stderr
-        t.check("%s: exit 1 with %r" % (name, want), r.returncode == 1 and want in out and "c.yaml:" in out,
-                want, (r.returncode, out[:400]))
+        loc = "routes.lua:1:%d: " % (lua.index(at) + 1) if at else "routes.lua:1:"
+        t.check("%s: exit 1 with %r at %s" % (name, want, loc),
+                r.returncode == 1 and want in out and loc in out and not out.startswith(cfg),
+                loc + want, (r.returncode, out[:400]))
+
+    # every error of a file at once, each at its own line, in file order
+    many = ('return {\n'
+            '  { name = "a", match = { paths = { "/a" } }, upstream = "nope" },\n'
+            '  { name = "b", mtch = {}, plugins = { { name = "echo" } } },\n'
+            '  { name = "c",\n'
+            '    plugins = { { name = "cors", config = { max_age = "1x" } } } },\n'
+            '}\n')
+    with open(os.path.join(d, "routes.lua"), "w") as f:
+        f.write(many)
+    r = h.run_cli(["check", "-c", cfg])
+    got = [ln.split(os.sep)[-1].split(": ")[0] for ln in r.stderr.strip().splitlines()]
+    lines = many.splitlines()
+    want = ["routes.lua:%d:%d" % (n, lines[n - 1].index(at) + 1)
+            for n, at in ((2, '"nope"'), (3, "mtch"), (5, '"1x"'))]
+    t.check("three routes with errors: three lines, each at its Lua line, in order", got == want, want, r.stderr)
+
+    # Lua shortens a long file name in its own messages ("...TAIL:LINE:"): the line stays
+    deep = os.path.join(d, "x" * 40, "y" * 40)
+    os.makedirs(deep)
+    with open(os.path.join(deep, "routes.lua"), "w") as f:
+        f.write('return {\n  { name = "x",\n    upstream = = 1 },\n}\n')
+    with open(os.path.join(deep, "c.yaml"), "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\nlua_routes: [routes.lua]\n")
+    r = h.run_cli(["check", "-c", os.path.join(deep, "c.yaml")])
+    t.check("a syntax error in a file with a long path: Lua's own line", "routes.lua:3:1: unexpected symbol" in r.stderr,
+            "routes.lua:3:1: unexpected symbol", r.stderr)
 
 
 t.run(test_routes, test_errors)

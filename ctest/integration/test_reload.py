@@ -147,6 +147,8 @@ def test_rss_after_many_reloads(t):
 
     def reload_n(n):
         for _ in range(n):
+            with open(s.config_path, "a") as f:  # unchanged content would apply nothing
+                f.write("#\n")
             code, _ = post_reload(s)
             assert code == 200
             h.request(s.port(), "GET", "/")

@@ -16,6 +16,12 @@ int sl_ffi_req_header_count(sl_req_t *r);
 int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len,
                          const char **value, size_t *value_len);
 int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_is_tls(sl_req_t *r);
+int sl_ffi_req_get_query_arg(sl_req_t *r, const char *name, size_t nl, char *buf, size_t cap,
+                             size_t *len);
+int sl_ffi_req_query_next(sl_req_t *r, size_t *off, char *buf, size_t cap, size_t *klen,
+                          size_t *vlen);
+int sl_ffi_client_get_ip(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_route(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_set_id(sl_req_t *r, const char *id, size_t len, const char **err);
@@ -37,6 +43,9 @@ int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
 int sl_ffi_resp_get_status(sl_req_t *r);
 int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len);
+int sl_ffi_resp_header_count(sl_req_t *r);
+int sl_ffi_resp_header_at(sl_req_t *r, int i, const char **name, size_t *name_len,
+                          const char **value, size_t *value_len);
 int sl_ffi_resp_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
                            const char **err);
 int sl_ffi_resp_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl,
@@ -81,7 +90,7 @@ int sl_ffi_shdict_delete(const char *k, size_t kl);
 ]]
 
 local C = ffi.C
-local OK = C.SL_OK
+local OK, ERROR = C.SL_OK, C.SL_ERROR
 local str_p, len_p, str2_p, len2_p, err_p, num_p =
     base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p, base.num_p
 local ffi_string, tonumber, tostring, type, pairs, error = ffi.string, tonumber, tostring, type, pairs, error
@@ -141,17 +150,80 @@ function request.get_header(name)
     return ffi_string(str_p[0], len_p[0])
 end
 
--- All headers as { lower-case name = value }, repeated fields joined with ", ".
-function request.get_headers()
+-- All fields of one side as { lower-case name = value }, repeated ones joined with ", ".
+local function all_headers(count, at)
     local r = cur()
     local out = {}
-    local n = C.sl_ffi_req_header_count(r)
+    local n = count(r)
     for i = 0, n - 1 do
-        if C.sl_ffi_req_header_at(r, i, str_p, len_p, str2_p, len2_p) == OK then
+        if at(r, i, str_p, len_p, str2_p, len2_p) == OK then
             local k = lower(ffi_string(str_p[0], len_p[0]))
             local v = ffi_string(str2_p[0], len2_p[0])
             local old = out[k]
             out[k] = old and (old .. ", " .. v) or v
+        end
+    end
+    return out
+end
+
+function request.get_headers()
+    return all_headers(C.sl_ffi_req_header_count, C.sl_ffi_req_header_at)
+end
+
+-- "https" when the request arrived over TLS, else "http" (interned: no garbage).
+function request.get_scheme()
+    return C.sl_ffi_req_is_tls(cur()) == 1 and "https" or "http"
+end
+
+-- Query arguments, decoded by the core into one scratch buffer made at load (grown once
+-- for a longer value): the only garbage is the strings returned.
+local qbuf_size = 4096
+local qbuf = ffi.new("char[?]", qbuf_size)
+local off_p, klen_p = ffi.new("size_t[1]"), ffi.new("size_t[1]")
+
+local function grow_qbuf(n)
+    qbuf_size = n
+    qbuf = ffi.new("char[?]", n)
+end
+
+-- The first argument named `name`: its decoded value, true for `?name` without '=',
+-- nil when absent.
+function request.get_query_arg(name)
+    check_str(name, "argument name")
+    local r = cur()
+    local rc = C.sl_ffi_req_get_query_arg(r, name, #name, qbuf, qbuf_size, len_p)
+    if rc == ERROR then
+        grow_qbuf(tonumber(len_p[0]))
+        rc = C.sl_ffi_req_get_query_arg(r, name, #name, qbuf, qbuf_size, len_p)
+    end
+    if rc == OK then return ffi_string(qbuf, len_p[0]) end
+    if rc == 1 then return true end
+    return nil
+end
+
+-- Every argument: { name = value }, true for one without '=', a list of them for a name
+-- given more than once (in order).
+function request.get_query_args()
+    local r = cur()
+    local out = {}
+    off_p[0] = 0
+    while true do
+        local rc = C.sl_ffi_req_query_next(r, off_p, qbuf, qbuf_size, klen_p, len_p)
+        if rc == ERROR then
+            grow_qbuf(tonumber(klen_p[0] + len_p[0]))
+            rc = C.sl_ffi_req_query_next(r, off_p, qbuf, qbuf_size, klen_p, len_p)
+        end
+        if rc ~= OK and rc ~= 1 then break end
+        local kl = tonumber(klen_p[0])
+        local k = ffi_string(qbuf, kl)
+        local v = rc == 1 or ffi_string(qbuf + kl, len_p[0])
+        local old = out[k]
+        if old == nil then
+            out[k] = v
+        elseif type(old) == "table" then
+            old[#old + 1] = v
+        else
+            out[k] = { old, v }
         end
     end
     return out
@@ -273,7 +345,20 @@ function response.get_header(name)
     return ffi_string(str_p[0], len_p[0])
 end
 
+function response.get_headers()
+    return all_headers(C.sl_ffi_resp_header_count, C.sl_ffi_resp_header_at)
+end
+
 header_editors(response, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.sl_ffi_resp_clear_header)
+
+-- ---------------------------------------------------------------- client
+
+local client = {}
+_M.client = client
+
+-- The client's address: the peer's, or through the listener's trusted_proxies the
+-- X-Forwarded-For entry nearest the right that is not a trusted proxy.
+client.get_ip = getter(C.sl_ffi_client_get_ip)
 
 -- ---------------------------------------------------------------- upstream
 

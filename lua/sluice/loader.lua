@@ -3,6 +3,7 @@
 -- worker VM (the same code fills defaults, so both agree on what a config means).
 local cjson = require("cjson.safe")
 local schema = require("sluice.schema")
+local source_pos = require("sluice.source_pos")
 
 local type, pairs, ipairs, pcall, loadfile, setmetatable = type, pairs, ipairs, pcall, loadfile, setmetatable
 local io_open = io.open
@@ -28,12 +29,14 @@ function _M.find(paths, name)
 end
 
 -- Loads (once per VM) the module for `name`. Returns the plugin table or nil, err.
-function _M.load(paths, name, cache)
+-- `known` (optional) lists the plugin names on the paths, for a "did you mean".
+function _M.load(paths, name, cache, known)
     local hit = cache[name]
     if hit then return hit end
     local file = _M.find(paths, name)
     if not file then
-        return nil, ("unknown plugin '%s' (searched %s)"):format(name, table.concat(paths, ", "))
+        return nil, ("unknown plugin '%s'%s (searched %s)"):format(name, schema.did_you_mean(name, known or {}),
+                                                                   table.concat(paths, ", "))
     end
     local chunk, err = loadfile(file)
     if not chunk then return nil, ("cannot load %s: %s"):format(file, err) end
@@ -72,8 +75,8 @@ end
 
 -- Validates one plugin use. Returns conf (defaults filled) or nil and a list of
 -- { path, at, msg } errors (path "" = the config mapping itself).
-function _M.prepare(paths, name, config_json, cache)
-    local mod, err = _M.load(paths, name, cache)
+function _M.prepare(paths, name, config_json, cache, known)
+    local mod, err = _M.load(paths, name, cache, known)
     if not mod then return nil, { { path = "@name", at = "value", msg = err } } end
     local raw = cjson.decode(config_json or "{}")
     if type(raw) ~= "table" then raw = {} end
@@ -110,10 +113,10 @@ local function layer_error(mod, layer)
     return nil
 end
 
-function _M.validate_all(paths, uses)
+function _M.validate_all(paths, uses, known)
     local cache, out = {}, {}
     for _, u in ipairs(uses) do
-        local _, errs = _M.prepare(paths, u.name, u.config_json, cache)
+        local _, errs = _M.prepare(paths, u.name, u.config_json, cache, known)
         local mod = not errs and cache[u.name]
         local lerr = mod and layer_error(mod, u.layer)
         if lerr then errs = { { path = "@name", at = "value", msg = lerr } } end
@@ -131,7 +134,7 @@ function _M.validate_all(paths, uses)
                 if e.path ~= "" and e.path ~= "@name" and e.at == "value" then
                     msg = ("%s: %s"):format(e.path, msg)
                 end
-                out[#out + 1] = { line = line, col = col,
+                out[#out + 1] = { file = u.file, line = line, col = col,
                                   msg = ("%s, plugin '%s': %s"):format(u.where, u.name, msg) }
             end
         end
@@ -141,99 +144,217 @@ end
 
 -- lua_routes: each file returns a list of routes with the keys of YAML routes; `match`
 -- may be a function(request) -> boolean (request is sluice.request). Returns, for the
--- config build, a flat list of plain descriptions, or nil and an error message.
-local function str_list(v, what, where)
-    if v == nil then return {} end
-    if type(v) ~= "table" then error(("%s: %s must be a list of strings"):format(where, what), 0) end
-    for _, x in ipairs(v) do
-        if type(x) ~= "string" then error(("%s: %s must be a list of strings"):format(where, what), 0) end
+-- config build, a flat list of plain descriptions and a list of errors { file, line,
+-- col, msg }: every error of every file, each at the Lua line and column of the route,
+-- key or value at fault (sluice.source_pos; line 1 when the file builds its list in
+-- code), and a route with errors is left out.
+local KNOWN_ROUTE_KEYS = { "name", "match", "upstream", "strip_prefix", "upgrade", "plugins" }
+local KNOWN_MATCH_KEYS = { "hosts", "paths", "methods", "headers" }
+
+-- The Lua error "FILE:LINE: msg" as its line and message.
+local function lua_err_line(file, err)
+    err = tostring(err)
+    local at = err:find(file, 1, true)
+    local line, msg
+    if at then
+        line, msg = err:sub(at + #file):match("^:(%d+): (.*)$")
+    else -- Lua shortens a long chunk name to "...TAIL"
+        line, msg = err:match("^%.%.%.[^\n]-:(%d+): (.*)$")
     end
-    return v
+    return tonumber(line) or 1, msg or err
+end
+
+local function is_list_of_strings(v)
+    if type(v) ~= "table" then return false end
+    for _, x in ipairs(v) do
+        if type(x) ~= "string" then return false end
+    end
+    return true
+end
+
+local function route_errors(file, fi, i, r, node, add)
+    local function pos(field)
+        if field then return field.line, field.col end
+        if node then return node.line, node.col end
+        return 1, 1
+    end
+    local fields = node and node.fields or {}
+    local function at(key, fmt, ...)
+        local l, c = pos(fields[key])
+        add(l, c, fmt:format(...))
+    end
+    local bad = false
+    local function fail(key, fmt, ...) bad = true at(key, fmt, ...) end
+    if type(r) ~= "table" then
+        local l, c = pos(nil)
+        add(l, c, ("route %d is not a table"):format(i))
+        return nil
+    end
+    local label = type(r.name) == "string" and r.name ~= "" and ("route '%s'"):format(r.name) or ("route %d"):format(i)
+    for k in pairs(r) do
+        if type(k) ~= "string" or not schema.has(KNOWN_ROUTE_KEYS, k) then
+            bad = true
+            local f = fields[k]
+            local l, c = f and f.kline or pos(nil), f and f.kcol or select(2, pos(nil))
+            add(l, c, ("%s: unknown key '%s'%s"):format(label, tostring(k), schema.did_you_mean(tostring(k), KNOWN_ROUTE_KEYS)))
+        end
+    end
+    if type(r.name) ~= "string" or r.name == "" then fail("name", "%s: 'name' must be a string", label) end
+    local d = { file = fi - 1, index = i, name = r.name, upstream = r.upstream,
+                strip_prefix = r.strip_prefix and true or false,
+                hosts = {}, paths = {}, methods = {}, headers = {}, plugins = {}, upgrade = {} }
+    d.line, d.col = pos(nil)
+    if r.upgrade ~= nil and not is_list_of_strings(r.upgrade) then
+        fail("upgrade", "%s: upgrade must be a list of strings", label)
+    elseif r.upgrade then
+        for j, p in ipairs(r.upgrade) do
+            p = p:lower()
+            local name = p:match("^([^/]+)") or p
+            if name == "h2c" then
+                fail("upgrade", "%s: upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)", label)
+            elseif p ~= "*" and not p:match("^[%w!#$%%&'*+%-.^_`|~]+$") and
+                not p:match("^[%w!#$%%&'*+%-.^_`|~]+/[%w!#$%%&'*+%-.^_`|~]+$") then
+                fail("upgrade", "%s: upgrade protocol '%s' is not a token (NAME or NAME/VERSION)", label, p)
+            end
+            d.upgrade[j] = p
+        end
+    end
+    if r.upstream ~= nil and type(r.upstream) ~= "string" then
+        fail("upstream", "%s: 'upstream' must be an upstream's name", label)
+    end
+    d.upstream_line, d.upstream_col = pos(fields.upstream)
+    local m = r.match
+    local mnode = fields.match and fields.match.node
+    if type(m) == "function" then
+        d.match_fn = true
+    elseif type(m) == "table" then
+        for k in pairs(m) do
+            if not schema.has(KNOWN_MATCH_KEYS, k) then
+                local f = mnode and mnode.fields[k]
+                local l, c = pos(fields.match)
+                if f then l, c = f.kline, f.kcol end
+                bad = true
+                add(l, c, ("%s: unknown key '%s' in match%s"):format(label, tostring(k),
+                    schema.did_you_mean(tostring(k), KNOWN_MATCH_KEYS)))
+            end
+        end
+        for _, k in ipairs({ "hosts", "paths", "methods" }) do
+            if m[k] ~= nil and not is_list_of_strings(m[k]) then
+                local f = mnode and mnode.fields[k]
+                local l, c = pos(fields.match)
+                if f then l, c = f.line, f.col end
+                bad = true
+                add(l, c, ("%s: match.%s must be a list of strings"):format(label, k))
+            else
+                d[k] = m[k] or {}
+            end
+        end
+        if m.headers ~= nil and type(m.headers) ~= "table" then
+            fail("match", "%s: match.headers must map names to strings", label)
+        end
+        for k, v in pairs(type(m.headers) == "table" and m.headers or {}) do
+            if type(k) ~= "string" or type(v) ~= "string" then
+                fail("match", "%s: match.headers must map names to strings", label)
+                break
+            end
+            d.headers[#d.headers + 1] = { k, v }
+        end
+    elseif m ~= nil then
+        fail("match", "%s: 'match' must be a table or a function", label)
+    end
+    local pnode = fields.plugins and fields.plugins.node
+    if r.plugins ~= nil and type(r.plugins) ~= "table" then
+        fail("plugins", "%s: 'plugins' must be a list", label)
+    end
+    for j, p in ipairs(type(r.plugins) == "table" and r.plugins or {}) do
+        local item = pnode and pnode.items[j]
+        local inode = item and item.node
+        if type(p) ~= "table" or type(p.name) ~= "string" then
+            local l, c = pos(fields.plugins)
+            if item then l, c = item.line, item.col end
+            bad = true
+            add(l, c, ("%s: plugins[%d] needs a name"):format(label, j))
+        else
+            local js = cjson.encode(p.config or {})
+            if js == "[]" then js = "{}" end
+            local u = { name = p.name, config_json = js }
+            local nf = inode and inode.fields.name
+            local cf = inode and inode.fields.config
+            u.nline, u.ncol = pos(nf or item)
+            u.cline, u.ccol = pos(cf or item)
+            u.positions_json = cjson.encode(source_pos.positions(cf and cf.node)) or "{}"
+            if u.positions_json == "[]" then u.positions_json = "{}" end
+            d.plugins[j] = u
+        end
+    end
+    if r.upstream == nil and (r.plugins == nil or #r.plugins == 0) then
+        fail("name", "%s needs an upstream or at least one plugin", label)
+    end
+    if bad then return nil end
+    return d
 end
 
 function _M.lua_routes(files)
-    local out = {}
+    local out, errs = {}, {}
     for fi, file in ipairs(files) do
+        local function add(line, col, msg)
+            errs[#errs + 1] = { file = file, line = line, col = col, msg = msg }
+        end
         local chunk, err = loadfile(file)
-        if not chunk then return nil, ("cannot load %s: %s"):format(file, err) end
-        local ok, list = pcall(chunk)
-        if not ok then return nil, ("%s raised: %s"):format(file, tostring(list)) end
-        if type(list) ~= "table" then return nil, ("%s must return a list of routes"):format(file) end
-        local ok2, err2 = pcall(function()
-            for i, r in ipairs(list) do
-                local where = ("%s: route %d"):format(file, i)
-                if type(r) ~= "table" then error(where .. " is not a table", 0) end
-                local known = { name = 1, match = 1, upstream = 1, strip_prefix = 1, upgrade = 1, plugins = 1 }
-                for k in pairs(r) do
-                    if not known[k] then error(("%s: unknown key '%s'"):format(where, tostring(k)), 0) end
+        if not chunk then
+            local line, msg = lua_err_line(file, err)
+            if not io_open(file, "r") then line, msg = 1, "cannot read: " .. tostring(err) end
+            add(line, 1, msg)
+        else
+            local ok, list = pcall(chunk)
+            if not ok then
+                local line, msg = lua_err_line(file, list)
+                add(line, 1, "raised: " .. msg)
+            elseif type(list) ~= "table" then
+                add(1, 1, "must return a list of routes")
+            else
+                local f = io_open(file, "r")
+                local src = f and f:read("*a") or ""
+                if f then f:close() end
+                local root = source_pos.scan(src)
+                -- the scan must agree with what the chunk returned, else positions would lie
+                if root and #root.items ~= #list then root = nil end
+                for i, r in ipairs(list) do
+                    local item = root and root.items[i]
+                    local d = route_errors(file, fi, i, r, item and item.node, add)
+                    if d then out[#out + 1] = d end
                 end
-                if type(r.name) ~= "string" or r.name == "" then error(where .. ": 'name' must be a string", 0) end
-                where = ("%s: route '%s'"):format(file, r.name)
-                local d = { file = fi - 1, index = i, name = r.name, upstream = r.upstream,
-                            strip_prefix = r.strip_prefix and true or false,
-                            hosts = {}, paths = {}, methods = {}, headers = {}, plugins = {}, upgrade = {} }
-                for j, p in ipairs(str_list(r.upgrade, "upgrade", where)) do
-                    p = p:lower()
-                    local name = p:match("^([^/]+)") or p
-                    if name == "h2c" then
-                        error(where .. ": upgrade: h2c is never forwarded (sluice speaks HTTP/1.1 to upstreams)", 0)
-                    end
-                    if p ~= "*" and not p:match("^[%w!#$%%&'*+%-.^_`|~]+$") and
-                        not p:match("^[%w!#$%%&'*+%-.^_`|~]+/[%w!#$%%&'*+%-.^_`|~]+$") then
-                        error(("%s: upgrade protocol '%s' is not a token (NAME or NAME/VERSION)"):format(where, p), 0)
-                    end
-                    d.upgrade[j] = p
-                end
-                if r.upstream ~= nil and type(r.upstream) ~= "string" then
-                    error(where .. ": 'upstream' must be an upstream's name", 0)
-                end
-                local m = r.match
-                if type(m) == "function" then
-                    d.match_fn = true
-                elseif type(m) == "table" then
-                    for k in pairs(m) do
-                        if k ~= "hosts" and k ~= "paths" and k ~= "methods" and k ~= "headers" then
-                            error(("%s: unknown key '%s' in match"):format(where, tostring(k)), 0)
-                        end
-                    end
-                    d.hosts = str_list(m.hosts, "match.hosts", where)
-                    d.paths = str_list(m.paths, "match.paths", where)
-                    d.methods = str_list(m.methods, "match.methods", where)
-                    for k, v in pairs(m.headers or {}) do
-                        if type(k) ~= "string" or type(v) ~= "string" then
-                            error(where .. ": match.headers must map names to strings", 0)
-                        end
-                        d.headers[#d.headers + 1] = { k, v }
-                    end
-                elseif m ~= nil then
-                    error(where .. ": 'match' must be a table or a function", 0)
-                end
-                for j, p in ipairs(r.plugins or {}) do
-                    if type(p) ~= "table" or type(p.name) ~= "string" then
-                        error(("%s: plugins[%d] needs a name"):format(where, j), 0)
-                    end
-                    local js = cjson.encode(p.config or {})
-                    if js == "[]" then js = "{}" end
-                    d.plugins[j] = { name = p.name, config_json = js }
-                end
-                if not d.upstream and #d.plugins == 0 then
-                    error(where .. " needs an upstream or at least one plugin", 0)
-                end
-                out[#out + 1] = d
             end
-        end)
-        if not ok2 then return nil, err2 end
+        end
     end
-    return out
+    return out, errs
 end
 
 -- For `sluice explain`: each route's effective chain per phase, as text.
 -- global and routes: { {name=, plugins={ {name=...}, ... }, upstream=...}, ... }.
+-- Each route also shows its match conditions, its precedence rank (sluice.router's
+-- order) and where it was written (the YAML file, or a lua_routes file).
+local function match_text(r)
+    local parts = {}
+    if #r.hosts > 0 then parts[#parts + 1] = "hosts " .. table.concat(r.hosts, ", ") end
+    if #r.paths > 0 then parts[#parts + 1] = "paths " .. table.concat(r.paths, ", ") end
+    if #r.methods > 0 then parts[#parts + 1] = "methods " .. table.concat(r.methods, ", ") end
+    for _, h in ipairs(r.headers) do parts[#parts + 1] = ("header %s: %s"):format(h[1], h[2]) end
+    if r.match_fn then parts[#parts + 1] = "a Lua match function" end
+    if #parts == 0 then return "any request" end
+    return table.concat(parts, "; ")
+end
+
 function _M.explain(paths, global, routes, only)
     local cache, out = {}, {}
+    local rank, nranked = require("sluice.router").ranks(routes)
     for _, r in ipairs(routes) do
         if not only or only == r.name then
             out[#out + 1] = ("route %s -> %s"):format(r.name, r.upstream or "(no upstream: the chain answers)")
+            out[#out + 1] = ("  %-13s %s"):format("match", match_text(r))
+            out[#out + 1] = ("  %-13s %d of %d"):format("precedence", rank[r.index] or 0, nranked)
+            out[#out + 1] = ("  %-13s %s:%d%s"):format("defined in", r.file, r.line,
+                r.lua_routes and " (lua_routes)" or "")
             local chain = {}
             for _, p in ipairs(global) do chain[#chain + 1] = { name = p.name, global = true } end
             for _, p in ipairs(r.plugins) do chain[#chain + 1] = { name = p.name } end
@@ -249,6 +370,8 @@ function _M.explain(paths, global, routes, only)
         end
     end
     if only and #out == 0 then return nil, ("no route named '%s'"):format(only) end
+    out[#out + 1] = "(precedence 1 is tried first: exact host, then wildcard host, then no host; within "
+        .. "each, the longest path prefix, then more conditions, then file order)"
     return table.concat(out, "\n") .. "\n"
 end
 

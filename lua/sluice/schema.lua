@@ -1,13 +1,19 @@
 -- sluice.schema: validates a plugin's config against the plugin's schema and fills defaults.
 --
 -- A schema is a map of field name -> field spec:
---   { type = "string" | "number" | "integer" | "boolean" | "array" | "map" | "enum" | "record",
+--   { type = "string" | "number" | "integer" | "boolean" | "array" | "map" | "enum" | "record"
+--            | "duration" | "size",
 --     required = true, default = <value>,
 --     one_of = { ... }            -- enum: the allowed values
 --     items = <field spec>        -- array: each element
 --     values = <field spec>       -- map: each value (keys are strings)
 --     fields = <schema>           -- record: a nested schema
---     min = n, max = n }          -- number/integer bounds, string/array length bounds
+--     min = n, max = n }          -- number/integer bounds, string/array length bounds;
+--                                 -- duration: seconds, size: bytes
+-- duration: "500ms", "1s", "1m", "1h" (an integer and a unit) or a plain number of seconds
+-- (`600`, `0.5`); the plugin receives seconds as a number. size: "512", "64KiB", "10MiB",
+-- "1GiB" or a plain integer of bytes; the plugin receives bytes as an integer. The units
+-- are the core config's (docs/config.md), so a user writes the same everywhere.
 -- Unknown keys are errors. Errors are { path = "a.b.2", at = "key" | "value", msg = "..." }:
 -- the caller turns a path into FILE:LINE:COL.
 local type, pairs, ipairs, tostring, floor = type, pairs, ipairs, tostring, math.floor
@@ -41,6 +47,69 @@ end
 
 local check_fields
 
+function _M.has(list, k)
+    for _, x in ipairs(list) do
+        if x == k then return true end
+    end
+    return false
+end
+
+local function edit_distance(a, b)
+    if #a > 32 or #b > 32 then return math.huge end
+    local row = {}
+    for j = 0, #b do row[j] = j end
+    for i = 1, #a do
+        local diag = row[0]
+        row[0] = i
+        for j = 1, #b do
+            local up = row[j]
+            local best = diag + (a:byte(i) == b:byte(j) and 0 or 1)
+            if up + 1 < best then best = up + 1 end
+            if row[j - 1] + 1 < best then best = row[j - 1] + 1 end
+            row[j] = best
+            diag = up
+        end
+    end
+    return row[#b]
+end
+
+-- " (did you mean 'status'?)" when one of names is close to key, else "": the core
+-- config's rule (an edit distance of 1 for keys of up to 4 characters, else 2), so
+-- plugin names and plugin config keys get the hint core keys get.
+function _M.did_you_mean(key, names)
+    local best, best_d = nil, #key <= 4 and 1 or 2
+    local sorted = {}
+    for i, n in ipairs(names) do sorted[i] = n end
+    sort(sorted) -- ties go to the first name in order, whatever the table's order
+    for _, n in ipairs(sorted) do
+        local d = edit_distance(key, n)
+        -- d < #key: a one-letter key is not "close" to every other one-letter key
+        if d <= best_d and d < #key and (not best or d < best_d) then best, best_d = n, d end
+    end
+    return best and (" (did you mean '%s'?)"):format(best) or ""
+end
+
+local DURATION_UNIT = { ms = 0.001, s = 1, m = 60, h = 3600 }
+local SIZE_UNIT = { [""] = 1, KiB = 1024, MiB = 1024 ^ 2, GiB = 1024 ^ 3 }
+
+-- "500ms" -> 0.5, 30 -> 30; nil when malformed (a negative number is left to the bounds).
+function _M.parse_duration(v)
+    if type(v) == "number" then return v end
+    if type(v) ~= "string" then return nil end
+    local n, u = v:match("^(%d+)(%a+)$")
+    local k = DURATION_UNIT[u]
+    return n and k and tonumber(n) * k or nil
+end
+
+-- "64KiB" -> 65536, 512 -> 512; nil when malformed.
+function _M.parse_size(v)
+    if type(v) == "number" then return floor(v) == v and v or nil end
+    if type(v) ~= "string" then return nil end
+    local n, u = v:match("^(%d+)(%a*)$")
+    local k = SIZE_UNIT[u]
+    return n and k and tonumber(n) * k or nil
+end
+
 -- Records a value error; returns nil so a check can `return add_bad(...)`.
 local function add_bad(errs, path, msg)
     errs[#errs + 1] = { path = path, at = "value", msg = msg }
@@ -60,6 +129,18 @@ local function check_value(spec, v, path, errs)
         if spec.min and v < spec.min then return add_bad(errs, path, ("must be >= %s"):format(spec.min)) end
         if spec.max and v > spec.max then return add_bad(errs, path, ("must be <= %s"):format(spec.max)) end
         return v
+    elseif t == "duration" or t == "size" then
+        local n = (t == "duration" and _M.parse_duration or _M.parse_size)(v)
+        if not n then
+            return add_bad(errs, path, t == "duration"
+                and "expected a duration: 500ms, 10s, 5m, 1h, or a number of seconds"
+                or "expected a size: 512, 64KiB, 10MiB, 1GiB, or a number of bytes")
+        end
+        local unit = t == "duration" and "s" or " bytes"
+        local lo = spec.min or 0 -- never negative
+        if n < lo then return add_bad(errs, path, ("must be >= %s%s"):format(lo, unit)) end
+        if spec.max and n > spec.max then return add_bad(errs, path, ("must be <= %s%s"):format(spec.max, unit)) end
+        return n
     elseif t == "boolean" then
         if type(v) ~= "boolean" then return add_bad(errs, path, "expected a boolean (true or false)") end
         return v
@@ -98,14 +179,15 @@ check_fields = function(schema, conf, path, errs)
     local keys = {}
     for k in pairs(conf) do keys[#keys + 1] = tostring(k) end
     sort(keys)
-    for _, k in ipairs(keys) do
-        if schema[k] == nil then
-            errs[#errs + 1] = { path = join(path, k), at = "key", msg = ("unknown key '%s'"):format(k) }
-        end
-    end
     local names = {}
     for k in pairs(schema) do names[#names + 1] = k end
     sort(names)
+    for _, k in ipairs(keys) do
+        if schema[k] == nil then
+            errs[#errs + 1] = { path = join(path, k), at = "key",
+                                msg = ("unknown key '%s'%s"):format(k, _M.did_you_mean(k, names)) }
+        end
+    end
     for _, k in ipairs(names) do
         local spec = schema[k]
         local v = conf[k]
@@ -137,7 +219,8 @@ end
 function _M.check_schema(schema)
     if schema == nil then return true end
     if type(schema) ~= "table" then return nil, "schema must be a table" end
-    local valid = { string = 1, number = 1, integer = 1, boolean = 1, array = 1, map = 1, enum = 1, record = 1 }
+    local valid = { string = 1, number = 1, integer = 1, boolean = 1, array = 1, map = 1, enum = 1, record = 1,
+                    duration = 1, size = 1 }
     local walk
     -- one field spec, including what it holds (record fields, array items, map values)
     local function spec_ok(spec, where)

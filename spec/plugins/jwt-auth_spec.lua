@@ -504,9 +504,9 @@ describe("jwt-auth", function()
             assert.matches("algorithms.1: expected one of: HS256", err_of({ algorithms = { "none" } }), 1, true)
             assert.matches("algorithms: needs at least 1 item", err_of({ algorithms = {} }), 1, true)
             assert.matches("missing required key 'algorithms'", err_of({ jwks_file = main() }), 1, true)
-            assert.matches("https is not supported yet",
-                err_of({ algorithms = { "RS256" }, jwks_uri = "https://idp.example/jwks" }), 1, true)
-            assert.matches("jwks_uri: expected an http:// URL",
+            assert.matches("jwks_ca is set but jwks_uri is not https://",
+                err_of({ algorithms = { "RS256" }, jwks_uri = "http://idp.example/jwks", jwks_ca = "/ca.pem" }), 1, true)
+            assert.matches("jwks_uri: expected an http:// or https:// URL",
                 err_of({ algorithms = { "RS256" }, jwks_uri = "idp.example/jwks" }), 1, true)
             assert.matches("issuer and issuers are exclusive", err_of({ algorithms = { "RS256" }, jwks_file = main(),
                 issuer = "a", issuers = { "b" } }), 1, true)

@@ -188,7 +188,7 @@ describe("plugin config errors", function()
 
     it("reports errors of the built-in plugins the same way", function()
         local errs = errors_of("redirect", { to = "/x", stauts = 301 })
-        assert.equal("route 'r', plugin 'redirect': unknown key 'stauts'", errs[1].msg)
+        assert.equal("route 'r', plugin 'redirect': unknown key 'stauts' (did you mean 'status'?)", errs[1].msg)
         errs = errors_of("response", { status = "200" })
         assert.equal("route 'r', plugin 'response': status: expected an integer", errs[1].msg)
         errs = errors_of("echo", { anything = 1 })

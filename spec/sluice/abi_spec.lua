@@ -173,7 +173,7 @@ describe("the ABI", function()
         -- the parser read the header (not an empty table that agrees with everything)
         assert.is_truthy(h.fn.sl_ffi_req_get_header)
         assert.equal(-5, h.const.SL_DECLINED)
-        assert.equal(1, h.const.SL_ABI_VERSION)
+        assert.is_true(h.const.SL_ABI_VERSION >= 1) -- read as a number (bumped with the ABI)
         assert.equal(2, h.const.SL_BREAKER_HALF_OPEN)
         -- every function the Lua side declares is checked: count them
         local n = 0

@@ -32,6 +32,55 @@ describe("sluice.schema.validate", function()
             assert.same({ path = "v", at = "value", msg = "expected a string" }, one(s, { v = { "x" } }))
         end)
 
+        it("duration: 500ms, 1s, 1m, 1h or a number of seconds, validated to seconds", function()
+            local s = { v = { type = "duration", min = 0.1, max = 7200 } }
+            assert.same({ v = 0.5 }, ok(s, { v = "500ms" }))
+            assert.same({ v = 1 }, ok(s, { v = "1s" }))
+            assert.same({ v = 60 }, ok(s, { v = "1m" }))
+            assert.same({ v = 3600 }, ok(s, { v = "1h" }))
+            assert.same({ v = 600 }, ok(s, { v = 600 }))   -- existing numeric configs keep working
+            assert.same({ v = 2.5 }, ok(s, { v = 2.5 }))
+            local bad = "expected a duration: 500ms, 10s, 5m, 1h, or a number of seconds"
+            for _, x in ipairs({ "10", "1.5s", "1m30s", "10 s", "5d", "", "-1s", true, {} }) do
+                assert.same({ path = "v", at = "value", msg = bad }, one(s, { v = x }))
+            end
+            assert.same({ path = "v", at = "value", msg = "must be >= 0.1s" }, one(s, { v = "50ms" }))
+            assert.same({ path = "v", at = "value", msg = "must be <= 7200s" }, one(s, { v = "3h" }))
+            assert.same({ path = "v", at = "value", msg = "must be >= 0s" }, one({ v = { type = "duration" } }, { v = -1 }))
+            -- a default in units goes through the spec too
+            assert.same({ v = 90 }, ok({ v = { type = "duration", default = "90s" } }, {}))
+        end)
+
+        it("size: 512, 64KiB, 10MiB, 1GiB or a number of bytes, validated to bytes", function()
+            local s = { v = { type = "size", max = 2 * 1024 ^ 3 } }
+            assert.same({ v = 512 }, ok(s, { v = 512 }))
+            assert.same({ v = 512 }, ok(s, { v = "512" }))
+            assert.same({ v = 65536 }, ok(s, { v = "64KiB" }))
+            assert.same({ v = 10 * 1024 * 1024 }, ok(s, { v = "10MiB" }))
+            assert.same({ v = 1024 ^ 3 }, ok(s, { v = "1GiB" }))
+            local bad = "expected a size: 512, 64KiB, 10MiB, 1GiB, or a number of bytes"
+            for _, x in ipairs({ "10MB", "1k", "1.5MiB", "10 MiB", 1.5, "-1", false }) do
+                assert.same({ path = "v", at = "value", msg = bad }, one(s, { v = x }))
+            end
+            assert.same({ path = "v", at = "value", msg = "must be <= 2147483648 bytes" }, one(s, { v = "3GiB" }))
+            assert.same({ path = "v", at = "value", msg = "must be >= 0 bytes" }, one(s, { v = -1 }))
+        end)
+
+        it("every built-in plugin takes its durations in units", function()
+            require("sluice.test") -- loads the core the plugins' modules bind to
+            local cases = {
+                { "cors", { max_age = "10m" }, "max_age", 600 },
+                { "jwt-auth", { algorithms = { "HS256" }, secret_env = "X", jwks_refresh = "5m",
+                                jwks_timeout = "500ms", leeway = "1m" }, "jwks_timeout", 0.5 },
+                { "rate-limit", { rate = 10, per = "1m" }, "per", 60 },
+            }
+            for _, c in ipairs(cases) do
+                local mod = dofile("plugins/" .. c[1] .. ".lua")
+                local out = ok(mod.schema, c[2])
+                assert.equal(c[4], out[c[3]], c[1])
+            end
+        end)
+
         it("number", function()
             local s = { v = { type = "number" } }
             assert.same({ v = 1.5 }, ok(s, { v = 1.5 }))
@@ -174,6 +223,15 @@ describe("sluice.schema.validate", function()
             assert.same({ path = "stauts", at = "key", msg = "unknown key 'stauts'" }, one(s, { stauts = 1 }))
             assert.same({ path = "r.inner.y", at = "key", msg = "unknown key 'y'" },
                         one(s, { r = { inner = { x = 1, y = 2 } } }))
+        end)
+
+        it("suggest a close key, as the core config does", function()
+            local s = { status = { type = "integer" }, body = { type = "string" }, to = { type = "string" } }
+            assert.same({ path = "stauts", at = "key", msg = "unknown key 'stauts' (did you mean 'status'?)" },
+                        one(s, { stauts = 1 }))
+            assert.same({ path = "bdy", at = "key", msg = "unknown key 'bdy' (did you mean 'body'?)" }, one(s, { bdy = "" }))
+            assert.same({ path = "colour", at = "key", msg = "unknown key 'colour'" }, one(s, { colour = 1 }))
+            assert.same({ path = "t", at = "key", msg = "unknown key 't'" }, one(s, { t = 1 })) -- one letter: no guess
         end)
 
         it("are all reported, sorted by name", function()

@@ -232,8 +232,16 @@ class Sluice:
         r = self.admin_get("/status")
         return json.loads(r.body)
 
-    def reload(self, timeout=10.0):
-        """POST /reload on the admin API: (status code, its JSON answer)."""
+    def reload(self, timeout=10.0, new_content=True):
+        """POST /reload on the admin API: (status code, its JSON answer).
+
+        A reload of unchanged content applies nothing, so by default a comment line is
+        appended to the config first: the reload then starts a new generation, which is
+        what a test of draining or retiring wants. new_content=False reloads as is."""
+        if new_content:
+            self.reloads_asked = getattr(self, "reloads_asked", 0) + 1
+            with open(self.config_path, "a") as f:
+                f.write("# reload %d\n" % self.reloads_asked)
         r = request(self.admin_port, "POST", "/reload", body=b"", timeout=timeout,
                     headers=[("Host", "127.0.0.1")])
         return r.status, r.json()

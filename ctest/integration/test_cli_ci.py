@@ -1,0 +1,124 @@
+"""What a CI job trips on when it drives sluice from a script: `sluice reload` finds an
+instance whose admin listens on port 0 (--ready-file PATH, --admin ADDR), the ready file
+goes away when the process exits, `sluice check` without -c says what it checked, a
+reload of unchanged content applies nothing, and /status keeps the last rejected reload."""
+
+import json
+import subprocess
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("cli_ci", budget=60)
+
+CFG = """workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners:
+  - { name: web, listen: 127.0.0.1:0 }
+routes:
+  - { name: hi, match: { paths: [/] }, plugins: [ { name: response, config: { status: 200, body: "v1\\n" } } ] }
+"""
+
+
+def test_reload_port_zero(t):
+    s = h.start_sluice(CFG, suite=t)
+    cli = h.run_cli(["reload", "-c", s.config_path])
+    t.check("reload -c on an admin at port 0 exits 1 and points at --ready-file",
+            cli.returncode == 1 and "--ready-file" in cli.stderr, 1, (cli.returncode, cli.stderr))
+    gen = s.status()["generation"]
+    with open(s.config_path, "w") as f:
+        f.write(CFG.replace("v1", "v2"))
+    cli = h.run_cli(["reload", "--ready-file", s.ready_path])
+    ans = json.loads(cli.stdout or "{}")
+    t.check("reload --ready-file reaches the instance and applies", cli.returncode == 0 and ans.get("ok") is True
+            and ans.get("generation") == gen + 1, "ok, generation %d" % (gen + 1), (cli.returncode, cli.stdout, cli.stderr))
+    with open(s.config_path, "w") as f:
+        f.write(CFG.replace("v1", "v3"))
+    cli = h.run_cli(["reload", "--admin", s.admin])
+    ans = json.loads(cli.stdout or "{}")
+    t.check("reload --admin ADDR reaches the instance and applies", cli.returncode == 0 and ans.get("ok") is True
+            and ans.get("generation") == gen + 2, "ok, generation %d" % (gen + 2), (cli.returncode, cli.stdout, cli.stderr))
+    cli = h.run_cli(["reload", "--ready-file", os.path.join(s.dir, "nope.json")])
+    t.check("reload --ready-file of a missing file exits 1 and names it",
+            cli.returncode == 1 and "nope.json" in cli.stderr, 1, (cli.returncode, cli.stderr))
+
+    t.check("the ready file exists while running", os.path.exists(s.ready_path), True, False)
+    rc = s.stop()
+    t.check("exit 0 on SIGTERM", rc == 0, 0, rc)
+    t.check("the ready file is removed when the process exits", not os.path.exists(s.ready_path), "gone",
+            os.listdir(s.dir))
+
+
+def test_unchanged_and_rejected(t):
+    s = h.start_sluice(CFG, suite=t)
+    st = s.status()
+    t.check("/status: no rejected reload yet", st.get("last_rejected_reload", "absent") is None, None,
+            st.get("last_rejected_reload", "absent"))
+    gen = st["generation"]
+    code, ans = s.reload(new_content=False)
+    t.check("a reload of unchanged content applies nothing and says so",
+            code == 200 and ans.get("unchanged") is True and ans.get("generation") == gen, "unchanged, gen %d" % gen,
+            (code, ans))
+    t.check("... the log says so", "content unchanged" in s.log() and s.status()["generation"] == gen,
+            "content unchanged", s.log()[-300:])
+    with open(s.config_path, "a") as f:
+        f.write("bogus_key: 1\n")
+    before = time.time()
+    code, ans = s.reload(new_content=False)
+    t.check("a bad config is rejected (422)", code == 422, 422, (code, ans))
+    lr = s.status().get("last_rejected_reload") or {}
+    t.check("/status shows the last rejected reload: trigger and error",
+            lr.get("trigger") == "POST /reload" and "bogus_key" in lr.get("error", ""), "POST /reload, bogus_key", lr)
+    ts = lr.get("time", "")
+    ok = False
+    try:
+        ok = abs(time.mktime(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone - before) < 5
+    except ValueError:
+        pass
+    t.check("/status: the rejection's time is UTC ISO 8601, now", ok, "~%d" % before, ts)
+    s.stop()
+
+
+def test_env_substitution(t):
+    cfg = CFG.replace("admin: { listen: 127.0.0.1:0 }", 'admin: { listen: "${T_ADMIN:-127.0.0.1:0}" }') \
+             .replace("- { name: web, listen: 127.0.0.1:0 }", "- name: web\n    listen: 127.0.0.1:${T_PORT}")
+    d = h.new_tmpdir("env")
+    path = os.path.join(d, "c.yaml")
+    with open(path, "w") as f:
+        f.write(cfg)
+    env = dict(os.environ)
+    env.pop("T_PORT", None)
+    r = subprocess.run([h.BIN, "check", "-c", path], capture_output=True, text=True, env=env)
+    t.check("an unset ${VAR} without default is an error at FILE:LINE:COL naming it",
+            r.returncode == 1 and (path + ":5:23: environment variable 'T_PORT' is not set") in r.stderr,
+            path + ":5:23: environment variable 'T_PORT' is not set", r.stderr)
+    t.check("... said once (no second error about the raw text)", len(r.stderr.strip().splitlines()) == 1, 1,
+            r.stderr)
+    env["T_PORT"] = "0"
+    s = h.start_sluice(cfg, suite=t, env=env)
+    t.check("${T_PORT} (plain) is the integer port, ${T_ADMIN:-...} took its default",
+            s.port() > 0 and s.admin.startswith("127.0.0.1:"), "a port", s.ready)
+    r = h.request(s.port(), "GET", "/")
+    t.check("the gateway serves", r.status == 200 and r.body == b"v1\n", 200, (r.status, r.body))
+    s.stop()
+
+
+def test_check_without_c(t):
+    d = h.new_tmpdir("check_default")
+    r = h.run_cli(["check"], cwd=d)
+    t.check("check without -c says it checked the embedded default",
+            r.returncode == 0 and "embedded default" in r.stdout and "built into" in r.stdout, "embedded default",
+            (r.returncode, r.stdout, r.stderr))
+    os.mkdir(os.path.join(d, "conf"))
+    with open(os.path.join(d, "conf", "sluice.yaml"), "w") as f:
+        f.write(CFG)
+    r = h.run_cli(["check"], cwd=d)
+    t.check("check without -c names ./conf/sluice.yaml when it checked that",
+            r.returncode == 0 and r.stdout.startswith("conf/sluice.yaml: ok"), "conf/sluice.yaml: ok",
+            (r.returncode, r.stdout, r.stderr))
+
+
+t.run(test_reload_port_zero, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
