@@ -274,10 +274,13 @@ static bool kv_from_range(kvset_t *s, long long *rev, const char *prefix, const 
     return ok;
 }
 
-static void kv_to_json(const kvset_t *s, long long rev, buf_t *b) {
+/* The snapshot: the same shape as a range answer, full keys. */
+static void kv_to_json(const kvset_t *s, const char *prefix, long long rev, buf_t *b) {
     bprintf(b, "{\"revision\":\"%lld\",\"kvs\":[", rev);
     for (size_t i = 0; i < s->n; i++) {
-        char *k = b64enc(s->a[i].key, strlen(s->a[i].key)), *v = b64enc(s->a[i].val, s->a[i].vlen);
+        char full[1024];
+        int fl = snprintf(full, sizeof full, "%s/%s", prefix, s->a[i].key);
+        char *k = b64enc(full, (size_t)SL_MIN(fl, (int)sizeof full - 1)), *v = b64enc(s->a[i].val, s->a[i].vlen);
         if (k && v) bprintf(b, "%s{\"key\":\"", i ? "," : ""), bputs(b, k), bputs(b, "\",\"value\":\""), bputs(b, v), bputs(b, "\"}");
         free(k);
         free(v);
@@ -815,7 +818,7 @@ static void went_down(sl_etcd_t *e, const char *why) {
 static void write_snapshot(sl_etcd_t *e) {
     if (!e->snapshot) return;
     buf_t b = {0};
-    kv_to_json(&e->kvs, e->rev, &b);
+    kv_to_json(&e->kvs, e->prefix, e->rev, &b);
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", e->snapshot);
     int fd = b.oom ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -829,6 +832,13 @@ static void write_snapshot(sl_etcd_t *e) {
 static void apply(sl_etcd_t *e) {
     uint64_t h = kv_hash(&e->kvs);
     if (e->have_built && h == e->built_hash) return; /* what is served already */
+    if (e->kvs.n == 0 && e->have_built) {
+        /* Not even a push's _push key: etcd was wiped, restored empty, or the prefix is
+         * wrong. Dropping every route of the fleet is never what that means. */
+        sl_log_warn("etcd: %s holds no keys at revision %lld: generation %llu keeps serving until a push", e->prefix,
+                    e->rev, (unsigned long long)e->srv->generation);
+        return;
+    }
     e->built_hash = h;
     e->have_built = true;
     char why[64];
@@ -1333,6 +1343,9 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
         free(ops.p);
         return 0;
     }
+    /* A testing aid: a pause between the read and the write makes two pushes race for sure. */
+    const char *pause = getenv("SLUICE_TEST_PUSH_PAUSE_MS");
+    if (pause) usleep((useconds_t)atoi(pause) * 1000);
     /* The guard: no key under the prefix changed since the read, and _push (written by
      * every push) is part of it, so of two pushes that read the same revision one fails
      * even when the other only deleted. */

@@ -478,6 +478,8 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     uint64_t code = code_hash(n);
     char *changed = changed_list(srv->cfg, n, code != srv->code_hash);
     srv->code_hash = code;
+    /* What the file watch compares with is what now runs (etcd's plugin folder included). */
+    if (srv->config_path) srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &code, sizeof code);
     srv->workers = ws;
     srv->cfg = n;
     srv->ug = ug;
