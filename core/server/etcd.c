@@ -311,6 +311,7 @@ struct ec_s {
     ec_done_cb on_done;
     ec_line_cb on_line;
     void *ud;
+    uint64_t timeout_ms; /* silence allowed: connecting, or between two reads */
     char err[256];
     char rbuf[16384];
 };
@@ -423,6 +424,8 @@ static void ec_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
 static void ec_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
     ec_t *c = s->data;
     if (c->finished || nread == 0) return;
+    /* a large answer is not a slow one: the timeout is for silence */
+    if (nread > 0 && !(c->head_done && c->on_line)) uv_timer_start(&c->timer, ec_timeout, c->timeout_ms, 0);
     if (nread < 0) {
         if (nread == UV_ENOBUFS) return ec_failf(c, "response head too large");
         if (nread == UV_EOF && c->head_done && c->head.body_kind == SL_BODY_EOF && !c->on_line)
@@ -484,6 +487,7 @@ static ec_t *ec_post(uv_loop_t *loop, const char *url, const char *path, const c
     ec_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->on_done = done, c->on_line = line, c->ud = ud;
+    c->timeout_ms = timeout_ms ? timeout_ms : 2000;
     bprintf(&c->out, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n", path,
             hostport, strlen(body));
     if (token && *token) bputs(&c->out, "Authorization: "), bputs(&c->out, token), bputs(&c->out, "\r\n");
@@ -500,7 +504,7 @@ static ec_t *ec_post(uv_loop_t *loop, const char *url, const char *path, const c
     uv_timer_init(loop, &c->timer);
     c->tcp.data = c->timer.data = c->conn.data = c;
     c->open = 2;
-    uv_timer_start(&c->timer, ec_timeout, timeout_ms ? timeout_ms : 2000, 0);
+    uv_timer_start(&c->timer, ec_timeout, c->timeout_ms, 0);
     int rc = uv_tcp_connect(&c->conn, &c->tcp, (struct sockaddr *)&ss, ec_connected);
     if (rc < 0) {
         ec_cancel(c);
@@ -1279,17 +1283,28 @@ static bool desired(const char *file, const sl_config_t *cfg, kvset_t *d) {
     return ok;
 }
 
-static void put_key(buf_t *b, const char *prefix, const char *rel) {
+/* prefix/rel in base64; `end`: the key just after it (a range's end that includes it). */
+static void put_key(buf_t *b, const char *prefix, const char *rel, bool end) {
     size_t pl = strlen(prefix), rl = strlen(rel);
     char *k = malloc(pl + rl + 2);
     if (!k) return;
     memcpy(k, prefix, pl);
     k[pl] = '/';
     memcpy(k + pl + 1, rel, rl + 1);
-    char *k64 = b64enc(k, pl + rl + 1);
+    char *k64 = b64enc(k, pl + rl + 1 + end); /* + its NUL */
     if (k64) bputs(b, k64);
     free(k64);
     free(k);
+}
+
+static bool keep(const kvset_t *want, const kv_t *kv) { return kv->key[0] == '_' || kv_get(want, kv->key); }
+
+/* Whether want holds a key strictly between a and b. */
+static bool want_between(const kvset_t *want, const char *a, const char *b) {
+    bool f;
+    size_t p = kv_pos(want, a, &f);
+    if (f) p++;
+    return p < want->n && strcmp(want->a[p].key, b) < 0;
 }
 
 int sl_etcd_push(const char *file, const char *url, const char *prefix) {
@@ -1318,23 +1333,35 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
         return 1;
     }
     buf_t ops = {0};
-    int puts_n = 0, dels = 0;
+    int puts_n = 0, dels = 0, nops = 1; /* _push */
     for (size_t i = 0; i < want.n; i++) {
         const kv_t *h = kv_get(&have, want.a[i].key);
         if (h && h->vlen == want.a[i].vlen && !memcmp(h->val, want.a[i].val, h->vlen)) continue;
         char *v64 = b64enc(want.a[i].val, want.a[i].vlen);
         bputs(&ops, ops.n ? ",{\"request_put\":{\"key\":\"" : "{\"request_put\":{\"key\":\"");
-        put_key(&ops, prefix, want.a[i].key);
+        put_key(&ops, prefix, want.a[i].key, false);
         bprintf(&ops, "\",\"value\":\""), bputs(&ops, v64 ? v64 : ""), bputs(&ops, "\"}}");
         free(v64);
         puts_n++;
+        nops++;
     }
-    for (size_t i = 0; i < have.n; i++) {
-        if (kv_get(&want, have.a[i].key) || have.a[i].key[0] == '_') continue;
+    /* Deletes: a run of keys to delete with nothing kept between them is one range delete
+     * (etcd caps a transaction's operations, --max-txn-ops, 128 by default). */
+    for (size_t i = 0; i < have.n;) {
+        if (keep(&want, &have.a[i])) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j + 1 < have.n && !keep(&want, &have.a[j + 1]) && !want_between(&want, have.a[j].key, have.a[j + 1].key))
+            j++;
         bputs(&ops, ops.n ? ",{\"request_delete_range\":{\"key\":\"" : "{\"request_delete_range\":{\"key\":\"");
-        put_key(&ops, prefix, have.a[i].key);
+        put_key(&ops, prefix, have.a[i].key, false);
+        if (j > i) bputs(&ops, "\",\"range_end\":\""), put_key(&ops, prefix, have.a[j].key, true);
         bputs(&ops, "\"}}");
-        dels++;
+        dels += (int)(j - i + 1);
+        nops++;
+        i = j + 1;
     }
     kv_clear(&want);
     kv_clear(&have);
@@ -1359,7 +1386,7 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
             r.p ? r.p : "{", rev + 1);
     bputs(&body, ops.p);
     bputs(&body, ",{\"request_put\":{\"key\":\"");
-    put_key(&body, prefix, "_push");
+    put_key(&body, prefix, "_push", false);
     bputs(&body, "\",\"value\":\""), bputs(&body, m64 ? m64 : ""), bputs(&body, "\"}}]}");
     free(m64);
     free(r.p);
@@ -1369,6 +1396,9 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
     free(body.p);
     if (!ans) {
         fprintf(stderr, "sluice push: etcd %s: %s\n", url, body.oom ? "out of memory" : s.err);
+        if (strstr(s.err, "too many operations"))
+            fprintf(stderr, "sluice push: this change is %d operations in one transaction; etcd allows 128 unless "
+                            "started with a larger --max-txn-ops: raise it, or push the change in steps\n", nops);
         return 1;
     }
     jdoc_t d;
