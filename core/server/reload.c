@@ -547,7 +547,7 @@ static void close_watches(sl_server_t *srv) {
     srv->nwatches = 0;
 }
 
-/** Records the first generation's hashes (start). */
+/** Records the first generation's hashes and starts the etcd watch (start). */
 void sl__reload_init(sl_server_t *srv) {
     srv->code_hash = code_hash(srv->cfg);
     if (srv->config_path) {
@@ -556,6 +556,7 @@ void sl__reload_init(sl_server_t *srv) {
     }
     srv->config_hash = srv->config_path ? srv->watch_hash
                                         : sl_config_hash(srv->cfg, sl_default_conf, sl_default_conf_len);
+    if (srv->cfg->source.enabled) sl_etcd_attach(srv); /* config_source: the watch runs on this loop */
 }
 
 /** Closes what reload and watch keep open (drain). */

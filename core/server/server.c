@@ -1,5 +1,4 @@
 /* server.c — process lifetime: bind, start workers, admin, signals, ready file, drain. */
-#include "server/etcd.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -235,7 +234,6 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
     if (rc == SL_OK) {
         sl__reload_init(srv);
         sl_server_watch(srv);
-        if (cfg->source.enabled) sl_etcd_attach(srv); /* config_source: the watch runs on this loop */
     }
     if (rc != SL_OK) {
         sl_log_err("%s", err ? err : "startup failed");
