@@ -813,6 +813,7 @@ static void on_retry(uv_timer_t *t) { start_read(t->data); }
 
 static void went_down(sl_etcd_t *e, const char *why) {
     stop_calls(e);
+    e->token[0] = 0; /* an expired or revoked token is the likeliest cause: authenticate again */
     set_up(e, false, why);
     e->ep = (e->ep + 1) % e->nendpoints; /* the next endpoint, if there are several */
     e->backoff_ms = e->backoff_ms ? SL_MIN(e->backoff_ms * 2, BACKOFF_MAX_MS) : BACKOFF_MIN_MS;
@@ -1176,12 +1177,42 @@ static void sync_done(ec_t *c, const char *err) {
     else if ((s->body = malloc(c->body.n + 1))) memcpy(s->body, c->body.p ? c->body.p : "", c->body.n), s->body[c->body.n] = 0, s->len = c->body.n;
 }
 
+static char *call_sync(const char *url, const char *path, const char *body, sync_t *s);
+
+/* push and pull authenticate as etcdctl does, from ETCDCTL_USER="name:password". */
+static const char *cli_token(const char *url) {
+    static char token[1024];
+    static bool done;
+    const char *up = getenv("ETCDCTL_USER");
+    if (done || !up || !strchr(up, ':')) return token;
+    done = true;
+    buf_t b = {0};
+    char *name = strndup(up, (size_t)(strchr(up, ':') - up));
+    bputs(&b, "{\"name\":"), jstr_out(&b, name ? name : ""), bputs(&b, ",\"password\":"), jstr_out(&b, strchr(up, ':') + 1);
+    bputs(&b, "}");
+    free(name);
+    sync_t s;
+    char *ans = call_sync(url, "/v3/auth/authenticate", b.p ? b.p : "{}", &s);
+    if (b.p) explicit_bzero(b.p, b.n);
+    free(b.p);
+    jdoc_t d;
+    if (ans && jparse(&d, ans, s.len)) {
+        const char *tok = jstr(jget(&d, d.root, "token"));
+        snprintf(token, sizeof token, "%s", tok ? tok : "");
+        yaml_document_delete(&d.doc);
+    }
+    if (!token[0]) fprintf(stderr, "sluice: etcd %s: authentication as ETCDCTL_USER failed: %s\n", url, ans ? ans : s.err);
+    free(ans);
+    return token;
+}
+
 /* One call, waited for. The answer's body (malloc'ed) or NULL with s->err. */
 static char *call_sync(const char *url, const char *path, const char *body, sync_t *s) {
     uv_loop_t loop;
     uv_loop_init(&loop);
+    const char *token = strcmp(path, "/v3/auth/authenticate") ? cli_token(url) : NULL;
     *s = (sync_t){0};
-    if (!ec_post(&loop, url, path, body, NULL, 5000, sync_done, NULL, s)) snprintf(s->err, sizeof s->err, "cannot reach %s", url);
+    if (!ec_post(&loop, url, path, body, token, 5000, sync_done, NULL, s)) snprintf(s->err, sizeof s->err, "cannot reach %s", url);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     if (!s->body && !s->err[0]) snprintf(s->err, sizeof s->err, "no answer");

@@ -247,6 +247,24 @@ def test_invalid_key(t):
     etcd.ctl("put", PREFIX + "/routes/bad", bad.replace("say: 5", "say: fixed"))
     ok = until(lambda: all(get(g, "/bad/") == (200, b"v2 fixed\n") for g in gws), 3)
     t.check("fixing the key applies it", ok, True, [get(g, "/bad/") for g in gws])
+    # more ways to be wrong, each rejected whole with the key named
+    cases = [
+        ("routes/bad", "name: bad\nmatch: { paths: [/bad/] \n", "etcd %s/routes/bad:3:1:" % PREFIX),
+        ("routes/bad", "name: other\nmatch: { paths: [/bad/] }\n",
+         "etcd %s/routes/bad:1:7: name 'other' is not the key's last part 'bad'" % PREFIX),
+        ("route/x", "name: x\n", "etcd %s/route/x:1:1: unknown key" % PREFIX),
+    ]
+    for key, val, want in cases:
+        n = rejected(gws[0])
+        etcd.put(PREFIX + "/" + key, val)
+        until(lambda: rejected(gws[0]) == n + 1, 3)
+        err = gws[0].status()["config_source"]["last_error"] or ""
+        t.check("rejected and named: %s" % want, want in err and get(gws[0], "/bad/") == (200, b"v2 fixed\n"),
+                want, err)
+        if key != "routes/bad":
+            etcd.ctl("del", PREFIX + "/" + key)
+    etcd.ctl("put", PREFIX + "/routes/bad", bad.replace("say: 5", "say: fixed"))
+    until(lambda: gws[0].status()["config_source"]["last_error"] is None, 3)
     t.check("/status clears the error once applied", gws[0].status()["config_source"]["last_error"] is None,
             None, gws[0].status()["config_source"]["last_error"])
 
@@ -289,6 +307,7 @@ def test_etcd_down(t):
     st = gws[0].status()["config_source"]
     t.check("/status says since when the source is down", st["up"] is False and st["since"], "up false, since",
             (st["up"], st["since"]))
+    gen_down = [g.status()["generation"] for g in gws]
     t.check("etcd stopped: all three keep serving", all(get(g, "/a/") == (200, b"v2 a\n") for g in gws), True,
             [get(g, "/a/") for g in gws])
     # a gateway started now serves from a snapshot (a copy of gw0's); one with neither is not ready
@@ -307,6 +326,10 @@ def test_etcd_down(t):
     etcd.start()
     ok = until(lambda: all(source_up(g) == [1] for g in gws), 8)
     t.check("etcd back: sluice_config_source_up 1 on all three", ok, [1], [source_up(g) for g in gws])
+    time.sleep(0.3)
+    gen_back = [g.status()["generation"] for g in gws]
+    t.check("the full read after reconnecting builds nothing when nothing changed", gen_back == gen_down, gen_down,
+            gen_back)
     p.routes.append("after")
     r = p.push()
     t.check("a push after the restart", r.returncode == 0, 0, r.stderr)
@@ -378,4 +401,36 @@ def test_race(t):
     t.check("the gateways serve the winner's config only", ok, True, None)
 
 
-t.run(test_fleet, test_plugin_code, test_invalid_key, test_compaction_behind, test_etcd_down, test_wipe, test_race)
+def test_pull(t):
+    p = S["p"]
+    d = h.new_tmpdir("pull")
+    r = subprocess.run([h.BIN, "pull", "--etcd", p.etcd.url, "--prefix", PREFIX, "--plugins", os.path.join(d, "pl")],
+                       capture_output=True, text=True, timeout=20)
+    path = os.path.join(d, "pulled.yaml")
+    with open(path, "w") as f:
+        f.write(r.stdout)
+    c = h.run_cli(["check", "-c", path])
+    t.check("sluice pull prints a file sluice check accepts (plugins written to --plugins)",
+            r.returncode == 0 and c.returncode == 0 and os.path.exists(os.path.join(d, "pl", "hello.lua")),
+            0, (r.returncode, r.stderr, c.stderr, r.stdout[:400]))
+
+
+def test_auth(t):
+    etcd, p = S["etcd"], S["p"]
+    for args in (("user", "add", "root:rootpw", "--interactive=false"), ("auth", "enable")):
+        r = etcd.ctl(*args)
+        t.check("etcdctl " + " ".join(args[:2]), r.returncode == 0, 0, r.stderr)
+    cfg = gw_conf(etcd).replace("timeout: 1s", "timeout: 1s, username_env: ETCD_U, password_env: ETCD_P")
+    g = h.start_sluice(cfg, name="gw-auth", suite=t, env=dict(os.environ, ETCD_U="root", ETCD_P="rootpw"))
+    ok = until(lambda: get(g, "/a/")[0] == 200, 5)
+    t.check("a gateway with username_env/password_env reads an etcd with auth on", ok, 200, get(g, "/a/"))
+    r = p.push(["a", "authed"])
+    t.check("push without credentials is refused by etcd", r.returncode == 1, 1, r.stdout + r.stderr)
+    r = p.push(["a", "authed"], env=dict(os.environ, ETCDCTL_USER="root:rootpw"))
+    t.check("push with ETCDCTL_USER", r.returncode == 0, 0, r.stdout + r.stderr)
+    ok = until(lambda: get(g, "/authed/")[0] == 200, 3)
+    t.check("... and the authenticated watch delivers it", ok, 200, get(g, "/authed/"))
+
+
+t.run(test_fleet, test_plugin_code, test_invalid_key, test_compaction_behind, test_etcd_down, test_wipe, test_race, test_pull,
+      test_auth)
