@@ -415,6 +415,22 @@ def test_pull(t):
             0, (r.returncode, r.stderr, c.stderr, r.stdout[:400]))
 
 
+def test_local_file_rules(t):
+    d = h.new_tmpdir("local")
+    path = os.path.join(d, "gw.yaml")
+    with open(path, "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                "routes:\n  - { name: a, match: { paths: [/] } }\n"
+                "config_source:\n  etcd: { endpoints: [http://127.0.0.1:1], prefix: /x/ }\n")
+    c = h.run_cli(["check", "-c", path])
+    t.check("with config_source, routes in the local file are an error at the key",
+            c.returncode == 1 and "gw.yaml:3:1: 'routes' lives in etcd with config_source" in c.stderr, 1, c.stderr)
+    t.check("... and a prefix ending with '/' too", "must start with '/' and not end with one" in c.stderr, True,
+            c.stderr)
+    r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url])
+    t.check("push refuses a file with config_source (it pushes ordinary configs)", r.returncode == 1, 1, r.stderr)
+
+
 def test_auth(t):
     etcd, p = S["etcd"], S["p"]
     for args in (("user", "add", "root:rootpw", "--interactive=false"), ("auth", "enable")):
@@ -433,4 +449,4 @@ def test_auth(t):
 
 
 t.run(test_fleet, test_plugin_code, test_invalid_key, test_compaction_behind, test_etcd_down, test_wipe, test_race, test_pull,
-      test_auth)
+      test_local_file_rules, test_auth)
