@@ -331,9 +331,10 @@ static void write_snapshot(sl_etcd_t *e) {
 static void apply(sl_etcd_t *e) {
     uint64_t h = sl__kv_hash(&e->kvs);
     if (e->have_built && h == e->built_hash) return; /* what is served already */
-    if (e->kvs.n == 0 && e->have_built) {
+    if (e->kvs.n == 0) {
         /* Not even a push's _push key: etcd was wiped, restored empty, or the prefix is
-         * wrong. Dropping every route of the fleet is never what that means. */
+         * wrong. Dropping every route of the fleet is never what that means, and a gateway
+         * that has no config yet is not made ready by it. */
         sl_log_warn("etcd: %s holds no keys at revision %lld: generation %llu keeps serving until a push", e->prefix,
                     e->rev, (unsigned long long)e->srv->generation);
         return;

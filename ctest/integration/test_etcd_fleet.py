@@ -370,6 +370,11 @@ def test_wipe(t):
     etcd.stop()
     etcd.start(wipe=True)
     rev = etcd.revision()
+    until(lambda: all(source_up(g) == [1] for g in gws), 8)
+    time.sleep(0.3)
+    t.check("an empty etcd is not applied: the fleet keeps its last generation until a push",
+            all(get(g, "/a/")[0] == 200 for g in gws) and "holds no keys" in gws[0].log(), True,
+            [get(g, "/a/") for g in gws])
     r = p.push(["a", "fresh"])
     t.check("a push into a wiped etcd", r.returncode == 0, 0, r.stderr)
     ok = until(lambda: all(get(g, "/fresh/")[0] == 200 and get(g, "/after/")[0] == 404 for g in gws), 8)
