@@ -125,6 +125,7 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
     sl_jdoc_t j;
     if (!text || !sl__json_parse(&j, text, len)) {
         free(text);
+        fprintf(stderr, "sluice push: cannot read %s again\n", file);
         return false;
     }
     bool ok = true;
@@ -174,6 +175,14 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
                     if (!sl__kv_put(d, key, v, vl)) ok = false;
                     break;
                 }
+                snprintf(f, sizeof f, "%s/%s/init.lua", cfg->plugin_search[s], ps[i].name);
+                if (access(f, R_OK) == 0) {
+                    fprintf(stderr,
+                            "sluice push: plugin '%s' is a folder (%s): etcd holds single-file plugins "
+                            "(plugins/NAME is one Lua source); make it one file to push it\n",
+                            ps[i].name, f);
+                    return false;
+                }
             }
         }
     }
@@ -221,7 +230,7 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
     bool ok = desired(file, cfg, &want);
     sl_config_free(cfg);
     if (!ok) {
-        fprintf(stderr, "sluice push: cannot read %s again\n", file);
+        fprintf(stderr, "sluice push: nothing was written\n");
         sl__kv_clear(&want);
         return 1;
     }

@@ -294,6 +294,8 @@ def test_compaction_behind(t):
     ok = until(lambda: want(g), 8)
     st = g.status()["config_source"]
     t.info("the behind gateway: %d compaction cancel(s), %d full read(s)" % (st["compactions"], st["full_reads"]))
+    t.check("etcd cancelled the behind watch for the compaction and the gateway read the prefix again",
+            st["compactions"] >= 1 and st["full_reads"] >= 2, ">= 1 and >= 2", (st["compactions"], st["full_reads"]))
     t.check("the gateway that was behind missed nothing across the compaction", ok, True,
             [get(g, p_) for p_ in ("/c0/", "/late/", "/c1/", "/c399/")])
     t.check("the others too", all(until(lambda x=x: want(x), 5) for x in gws[1:]), True, None)
@@ -434,6 +436,14 @@ def test_local_file_rules(t):
             c.stderr)
     r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url])
     t.check("push refuses a file with config_source (it pushes ordinary configs)", r.returncode == 1, 1, r.stderr)
+    os.makedirs(os.path.join(d, "plugins", "folded"))
+    with open(os.path.join(d, "plugins", "folded", "init.lua"), "w") as f:
+        f.write('return { name = "folded", version = "1", schema = {}, access = function() end }\n')
+    with open(path, "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                "routes:\n  - { name: a, match: { paths: [/] }, plugins: [ { name: folded } ] }\n")
+    r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url, "--prefix", "/other"])
+    t.check("push refuses a folder plugin, saying why", r.returncode == 1 and "is a folder" in r.stderr, 1, r.stderr)
 
 
 def test_auth(t):
