@@ -59,19 +59,26 @@ uint32_t sl_blockpool_trim(sl_blockpool_t *bp) {
     return n;
 }
 
-void sl_arena_init(sl_arena_t *a, sl_blockpool_t *bp) {
+void sl_arena_init_first(sl_arena_t *a, sl_blockpool_t *bp, char *first, uint32_t size) {
     a->bp = bp;
+    a->first = first;
+    a->first_size = first ? size : 0;
     a->nblocks = 0;
+    a->cur = first;
+    a->cap = a->first_size;
     a->used = 0;
 }
 
+void sl_arena_init(sl_arena_t *a, sl_blockpool_t *bp) { sl_arena_init_first(a, bp, NULL, 0); }
+
 static bool arena_room(sl_arena_t *a, size_t n) {
-    if (n > SL_BLOCK_SIZE) return false;
-    if (a->nblocks && SL_BLOCK_SIZE - a->used >= n) return true;
-    if (a->nblocks == SL_ARRAY_LEN(a->blocks)) return false;
+    if (a->cur && a->cap - a->used >= n) return true;
+    if (n > SL_BLOCK_SIZE || a->nblocks == SL_ARRAY_LEN(a->blocks)) return false;
     char *b = sl_block_get(a->bp);
     if (!b) return false;
     a->blocks[a->nblocks++] = b;
+    a->cur = b;
+    a->cap = SL_BLOCK_SIZE;
     a->used = 0;
     return true;
 }
@@ -79,24 +86,26 @@ static bool arena_room(sl_arena_t *a, size_t n) {
 void *sl_arena_alloc(sl_arena_t *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (!arena_room(a, n)) return NULL;
-    void *p = a->blocks[a->nblocks - 1] + a->used;
+    void *p = a->cur + a->used;
     a->used += (uint32_t)n;
     return p;
 }
 
 sl_wbuf_t sl_arena_wbuf(sl_arena_t *a, size_t want) {
     if (!arena_room(a, want)) return (sl_wbuf_t){NULL, 0, 0};
-    return (sl_wbuf_t){a->blocks[a->nblocks - 1] + a->used, 0, SL_BLOCK_SIZE - a->used};
+    return (sl_wbuf_t){a->cur + a->used, 0, a->cap - a->used};
 }
 
 void sl_arena_commit(sl_arena_t *a, size_t n) {
-    assert(a->nblocks && a->used + n <= SL_BLOCK_SIZE);
+    assert(a->cur && a->used + n <= a->cap);
     a->used += (uint32_t)((n + 15) & ~(size_t)15);
-    if (a->used > SL_BLOCK_SIZE) a->used = SL_BLOCK_SIZE;
+    if (a->used > a->cap) a->used = a->cap;
 }
 
 void sl_arena_reset(sl_arena_t *a) {
     for (uint8_t i = 0; i < a->nblocks; i++) sl_block_put(a->bp, a->blocks[i]);
     a->nblocks = 0;
+    a->cur = a->first;
+    a->cap = a->first_size;
     a->used = 0;
 }

@@ -53,17 +53,29 @@ uint32_t sl_blockpool_trim(sl_blockpool_t *bp);
  * A bump arena over blocks, for the bytes a request builds (rebuilt heads,
  * canned bodies). Freed in one step by sl_arena_reset. Allocations larger than
  * a block fail.
+ *
+ * An arena may start in a small chunk of its owner's (sl_arena_init_first: the request
+ * embeds one), so that a request whose bytes fit in it takes no block at all: a block
+ * held while a request waits on its upstream costs its first page (4 KiB) for ~300 bytes.
+ * An allocation that does not fit in the current chunk takes a block (the rest of the
+ * chunk is left unused).
  */
 typedef struct {
     sl_blockpool_t *bp;
-    char *blocks[8];
+    char *first;         /**< the owner's first chunk, or NULL; borrowed */
+    uint32_t first_size;
     uint8_t nblocks;
-    uint32_t used; /**< in the last block */
+    uint32_t used, cap;  /**< in the current chunk */
+    char *cur;           /**< the current chunk: `first` or blocks[nblocks - 1]; NULL: none */
+    char *blocks[8];
 } sl_arena_t;
 
 void sl_arena_init(sl_arena_t *a, sl_blockpool_t *bp);
+/** An arena whose first `size` bytes are first[] (borrowed for the arena's life). */
+void sl_arena_init_first(sl_arena_t *a, sl_blockpool_t *bp, char *first, uint32_t size);
 void *sl_arena_alloc(sl_arena_t *a, size_t n);
-/** Room left in the current block, for building output in place (0 when no block yet). */
+/** Room left in the current chunk, at least `want` bytes, for building output in place
+ *  ({NULL, 0, 0} when out of memory). */
 sl_wbuf_t sl_arena_wbuf(sl_arena_t *a, size_t want);
 /** Commits `n` bytes of the last sl_arena_wbuf. */
 void sl_arena_commit(sl_arena_t *a, size_t n);

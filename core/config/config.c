@@ -186,6 +186,7 @@ void sl_config_free(sl_config_t *cfg) {
     explicit_bzero(cfg->admin_token, sizeof cfg->admin_token); /* a secret: not left in freed memory */
     free(cfg->path);
     free(cfg->consumer_header);
+    free(cfg->run_user);
     addr_free(&cfg->redis_address);
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
         free(cfg->consumers[i].name);
@@ -227,12 +228,18 @@ void sl_config_free(sl_config_t *cfg) {
         free(u->hash_name);
         free(u->health.path);
         for (size_t j = 0; u->targets && j < u->ntargets; j++) {
-            addr_free(&u->targets[j].addr);
-            sl_tls_target_conf_free(u->targets[j].tls);
+            if (u->targets[j].kind == SL_TARGET_STATIC) addr_free(&u->targets[j].addr);
+            if (!u->targets[j].tls_borrowed) sl_tls_target_conf_free(u->targets[j].tls);
         }
         free(u->targets);
+        for (size_t j = 0; u->names && j < u->nnames; j++) {
+            free(u->names[j].host);
+            free(u->names[j].entry);
+        }
+        free(u->names);
     }
     free(cfg->upstreams);
+    free(cfg->resolver.nameservers);
     for (size_t i = 0; cfg->routes && i < cfg->nroutes; i++) {
         sl_route_conf_t *r = &cfg->routes[i];
         free(r->name);

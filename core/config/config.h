@@ -15,10 +15,12 @@
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 enum { SL_PROTO_HTTP = 1, SL_PROTO_TCP = 2 };
 
@@ -84,11 +86,54 @@ typedef struct {
     char *upstream_name;
 } sl_listener_conf_t;
 
+/** Where a target slot's address comes from: written as an IP, a DNS name's answer, or a
+ *  backend's registration (`registry:`). */
+enum { SL_TARGET_STATIC = 0, SL_TARGET_DNS, SL_TARGET_REGISTERED };
+
+/** Addresses one DNS name of an upstream may have at once (slots it reserves); an answer
+ *  with more uses its first ones. */
+#define SL_DNS_SLOTS 16
+/** Size of a slot's address text: the longest "[v6]:port" and its NUL. */
+#define SL_TARGET_TEXT_MAX 64
+
+/**
+ * A target slot. Static slots are what `address: IP:PORT` says. Dynamic slots (a DNS
+ * name's, the registry's) start empty; the main thread fills one (addr, weight, text) while
+ * `up` is 0 and then release-stores `up` = 1, and empties it by storing 0 (upstream/
+ * upstreams.c, sl_upgen_fill). Workers read addr, weight and text only of a slot they saw
+ * up (acquire), which is refilled with another address only after a long quiet time.
+ */
 typedef struct {
-    sl_addr_t addr;
+    sl_addr_t addr;  /**< dynamic slots: addr.text points at `text` */
     uint32_t weight; /**< default 1 */
-    sl_tls_target_conf_t *tls; /**< TLS to this target (`tls:`), else NULL */
+    sl_tls_target_conf_t *tls; /**< TLS to this target (`tls:`), else NULL; a name's slots share
+                                    the first one's */
+    uint8_t kind;    /**< SL_TARGET_* */
+    bool tls_borrowed; /**< tls belongs to another slot (freed with that one) */
+    int32_t name;    /**< SL_TARGET_DNS: index into the upstream's names */
+    _Atomic uint8_t up; /**< 1: holds an address and may be picked (static slots: always) */
+    uint64_t vacated_ms; /**< main thread: when it was last emptied */
+    char text[SL_TARGET_TEXT_MAX]; /**< a dynamic slot's address ("" before its first) */
 } sl_target_conf_t;
+
+/** One `address: NAME:PORT` entry of an upstream: resolved at run time into its slots. */
+typedef struct {
+    char *host;      /**< the name, lower-cased */
+    char *entry;     /**< "name:port" as written (after lower-casing) */
+    uint16_t port;
+    uint32_t weight; /**< each address gets the entry's weight */
+    size_t first;    /**< its slots: targets[first .. first + SL_DNS_SLOTS) */
+    int line, col;
+} sl_dns_name_conf_t;
+
+/** `resolver:` (DNS names of targets). */
+typedef struct {
+    char *nameservers;   /**< "IP:PORT,IP:PORT" (c-ares's csv form); NULL: /etc/resolv.conf */
+    uint64_t timeout_ms; /**< per try, default 1s */
+    uint32_t attempts;   /**< default 2 */
+    uint64_t min_ttl_ms, max_ttl_ms; /**< re-resolution clamps; default 1s, 300s */
+    bool ipv6;           /**< AAAA records too; default false */
+} sl_resolver_conf_t;
 
 typedef struct {
     char *name;
@@ -99,8 +144,14 @@ typedef struct {
     sl_health_conf_t health;
     sl_breaker_conf_t breaker;   /**< enabled when `circuit_breaker:` is present */
     sl_retry_conf_t retry;
-    sl_target_conf_t *targets;
-    size_t ntargets;             /**< at least 1 */
+    sl_target_conf_t *targets;   /**< slots: static ones, then each name's SL_DNS_SLOTS, then
+                                      the registry's */
+    size_t ntargets;             /**< slots in all; at least 1 */
+    sl_dns_name_conf_t *names; size_t nnames; /**< `address: NAME:PORT` entries */
+    bool registry;               /**< `registry.enabled`: backends register on the admin API */
+    uint64_t registry_max_ttl_ms;/**< `registry.max_ttl`, default 60s */
+    uint32_t registry_slots;     /**< `registry.max_targets`, default 32 */
+    size_t registry_first;       /**< the registry's slots: targets[registry_first ..] */
     uint32_t keepalive_max_idle; /**< per worker, per target; default 64; 0 disables reuse */
     uint64_t keepalive_idle_timeout_ms; /**< default 60s */
     uint64_t connect_timeout_ms; /**< default 2s */
@@ -198,6 +249,13 @@ typedef struct {
     bool redis_enabled;          /**< `redis:` present */
     sl_addr_t redis_address;     /**< default 127.0.0.1:6379 */
     uint64_t redis_timeout_ms;   /**< default 50ms */
+    sl_resolver_conf_t resolver; /**< `resolver:` */
+    /** `user:` / `group:`: started as root, sluice binds its sockets then switches to
+     *  run_uid/run_gid (setgroups to run_gid alone, setgid, setuid) before serving.
+     *  run_user NULL: no switch. run_gid is the user's primary group unless `group:`. */
+    char *run_user;
+    uid_t run_uid;
+    gid_t run_gid;
 } sl_config_t;
 
 /** Collected error lines, each "FILE:LINE:COL: message", owned by the list. */

@@ -1,6 +1,6 @@
 /* root.c — the document: sl_config_parse (YAML text to a node graph, the walk, the errors
  * sorted by position) and the top-level mapping: process keys (workers, watch,
- * shutdown_timeout), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
+ * shutdown_timeout, user, group), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
  * and the walk into each section in the order references need (upstreams before
  * listeners and routes). */
 
@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <grp.h>
+#include <pwd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -34,6 +36,9 @@ enum {
     G_CONSUMERS,
     G_CONSUMER_HEADER,
     G_REDIS,
+    G_RESOLVER,
+    G_USER,
+    G_GROUP,
     G_CONFIG_SOURCE,
     G_N
 };
@@ -51,13 +56,48 @@ static const char *const top_keys[G_N] = {
     [G_CONSUMERS] = "consumers",
     [G_CONSUMER_HEADER] = "consumer_header",
     [G_REDIS] = "redis",
+    [G_RESOLVER] = "resolver",
+    [G_USER] = "user",
+    [G_GROUP] = "group",
     [G_CONFIG_SOURCE] = "config_source",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
 static const char *const redis_keys[RD_N] = {"address", "timeout"};
+enum { RS_NAMESERVERS, RS_TIMEOUT, RS_ATTEMPTS, RS_MIN_TTL, RS_MAX_TTL, RS_IPV6, RS_N };
+static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attempts",
+                                                "min_ttl",     "max_ttl", "ipv6"};
 enum { AD_LISTEN, AD_TOKEN_ENV, AD_N };
 static const char *const admin_keys[AD_N] = {"listen", "token_env"};
+
+/* `resolver:`: how targets' DNS names are resolved (net/resolver.c). */
+static void parse_resolver(sl__cx_t *cx, const yaml_node_t *v, sl_resolver_conf_t *r) {
+    sl__field_t f[RS_N];
+    sl__cfg_scan_map(cx, v, "'resolver'", resolver_keys, f, RS_N, NULL);
+    int64_t n;
+    size_t len;
+    if (f[RS_NAMESERVERS].val && sl__cfg_list_len(cx, &f[RS_NAMESERVERS], &len) && len) {
+        /* c-ares takes "IP:PORT,[IPv6]:PORT" */
+        size_t cap = len * 64 + 1, at = 0;
+        char *csv = sl__cx_calloc(cx, cap, 1);
+        for (size_t i = 0; csv && i < len; i++) {
+            const yaml_node_t *it = sl__cfg_seq_at(cx, f[RS_NAMESERVERS].val, i);
+            sl_addr_t a = {0};
+            if (!it || !sl__cfg_get_addr(cx, it, "nameservers", true, &a)) continue;
+            at += (size_t)snprintf(csv + at, cap - at, "%s%s", at ? "," : "", a.text);
+            free(a.text);
+        }
+        r->nameservers = csv;
+    }
+    if (f[RS_TIMEOUT].val) sl__cfg_get_duration(cx, f[RS_TIMEOUT].val, "timeout", false, &r->timeout_ms);
+    if (f[RS_ATTEMPTS].val && sl__cfg_get_int(cx, f[RS_ATTEMPTS].val, "attempts", 1, 10, &n))
+        r->attempts = (uint32_t)n;
+    if (f[RS_MIN_TTL].val) sl__cfg_get_duration(cx, f[RS_MIN_TTL].val, "min_ttl", false, &r->min_ttl_ms);
+    if (f[RS_MAX_TTL].val) sl__cfg_get_duration(cx, f[RS_MAX_TTL].val, "max_ttl", false, &r->max_ttl_ms);
+    if (f[RS_IPV6].val) sl__cfg_get_bool(cx, f[RS_IPV6].val, "ipv6", &r->ipv6);
+    if (r->max_ttl_ms < r->min_ttl_ms)
+        sl__cx_err(cx, f[RS_MAX_TTL].val ? f[RS_MAX_TTL].val : v, "resolver.max_ttl must be at least min_ttl");
+}
 
 enum { ES_ENDPOINTS, ES_PREFIX, ES_TIMEOUT, ES_SNAPSHOT, ES_USER_ENV, ES_PASS_ENV, ES_N };
 static const char *const etcd_keys[ES_N] = {"endpoints", "prefix",       "timeout",
@@ -165,6 +205,45 @@ static bool admin_token(sl__cx_t *cx, const yaml_node_t *v, sl_config_t *cfg) {
     return true;
 }
 
+/* user: / group: (names or numeric ids), resolved here so `sluice check` on the host names
+ * a missing account at its line; the switch itself happens at start (server/privileges.c). */
+static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, sl_config_t *cfg) {
+    const char *u = uv ? sl__cfg_get_text(cx, uv, "user", "a user name or id") : NULL;
+    const char *g = gv ? sl__cfg_get_text(cx, gv, "group", "a group name or id") : NULL;
+    if (gv && !uv) {
+        sl__cx_err(cx, gv, "'group' needs 'user': sluice switches both or neither");
+        return;
+    }
+    if (!u || (gv && !g)) return;
+    char *end;
+    const struct passwd *pw = getpwnam(u);
+    if (pw) {
+        cfg->run_uid = pw->pw_uid;
+        cfg->run_gid = pw->pw_gid;
+    } else {
+        unsigned long id = strtoul(u, &end, 10);
+        if (!*u || *end || id >= UINT32_MAX) {
+            sl__cx_err(cx, uv, "user '%s' does not exist on this host", u);
+            return;
+        }
+        cfg->run_uid = (uid_t)id;
+        pw = getpwuid(cfg->run_uid);
+        cfg->run_gid = pw ? pw->pw_gid : (gid_t)id;
+    }
+    if (g) {
+        const struct group *gr = getgrnam(g);
+        unsigned long id = gr ? gr->gr_gid : strtoul(g, &end, 10);
+        if (!gr && (!*g || *end || id >= UINT32_MAX)) {
+            sl__cx_err(cx, gv, "group '%s' does not exist on this host", g);
+            return;
+        }
+        cfg->run_gid = (gid_t)id;
+    }
+    if (cfg->run_uid == 0)
+        sl__cx_err(cx, uv, "user '%s' is root: name an unprivileged account, or leave 'user' out", u);
+    cfg->run_user = sl__cx_strdup(cx, u);
+}
+
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     sl_config_t *cfg = cx->cfg;
     const char *where = "the top level";
@@ -241,6 +320,11 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             cfg->consumer_header = sl__cx_strdup(cx, h);
         }
     }
+    cfg->resolver = (sl_resolver_conf_t){.timeout_ms = 1000, .attempts = 2, .min_ttl_ms = 1000,
+                                         .max_ttl_ms = 300 * 1000};
+    if ((v = f[G_RESOLVER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "resolver"))
+        parse_resolver(cx, v, &cfg->resolver);
+    run_as(cx, f[G_USER].val, f[G_GROUP].val, cfg);
     if ((v = f[G_CONFIG_SOURCE].val)) parse_source(cx, v, root);
     cfg->redis_timeout_ms = 50;
     if ((v = f[G_REDIS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "redis")) {

@@ -4,6 +4,8 @@
  * error at its line. */
 
 #include "config/parse.h"
+
+#include <arpa/inet.h>
 #include "base/common.h"
 
 #include <stdio.h>
@@ -137,8 +139,13 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf
     }
     snprintf(ip, sizeof ip, "%.*s", (int)SL_MIN(hl, sizeof ip - 1), a);
     if (strcmp(ip, "localhost") == 0) snprintf(ip, sizeof ip, "127.0.0.1");
+    /* A DNS name (`address: NAME:PORT`): the name is what is sent as SNI and verified,
+     * unless `sni:` says otherwise. */
+    struct in6_addr any;
+    bool literal = inet_pton(AF_INET, ip, &any) == 1 || inet_pton(AF_INET6, ip, &any) == 1;
+    if (!literal && !c->sni && !(c->sni = sl__cx_strdup(cx, ip))) return;
     char err[512];
-    if (!(c->rt = sl_tls_client_build(c, ip, err, sizeof err)))
+    if (!(c->rt = sl_tls_client_build(c, literal ? ip : NULL, err, sizeof err)))
         sl__cx_at(cx, c->line, c->col, "%s", err);
 }
 

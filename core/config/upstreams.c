@@ -11,18 +11,53 @@
 
 enum { T_ADDRESS, T_WEIGHT, T_TLS, T_N };
 static const char *const target_keys[T_N] = {"address", "weight", "tls"};
+
+/* A DNS name as a target's host: letters, digits, '-', '_' and dots, at most 253. */
+static bool host_name(const char *h, size_t n) {
+    if (n == 0 || n > 253 || h[0] == '.' || h[0] == '-') return false;
+    bool letter = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!sl__cfg_name_char(h[i], true)) return false;
+        letter |= (h[i] < '0' || h[i] > '9') && h[i] != '.';
+    }
+    return letter; /* "10.0.0" is a mistyped IP, not a name */
+}
+
+/* One entry of `targets:`: an IP address (static), or NAME:PORT (*host set, owned: the
+ * caller makes its slots). t->addr.text is the address as written either way. */
 static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstream, size_t idx,
-                         sl_upstream_conf_t *u) {
-    sl_target_conf_t *t = &u->targets[idx];
+                         sl_target_conf_t *ents, char **host, uint16_t *port,
+                         const sl_upstream_conf_t *u) {
+    sl_target_conf_t *t = &ents[idx];
     char where[192];
     snprintf(where, sizeof where, "targets[%zu] of %s", idx, upstream);
     sl__field_t f[T_N];
     sl__cfg_scan_map(cx, m, where, target_keys, f, T_N, NULL);
     t->weight = 1;
     const yaml_node_t *v = sl__cfg_required(cx, m, &f[T_ADDRESS], where);
-    if (v && sl__cfg_get_addr(cx, v, "address", true, &t->addr)) {
+    const char *s = v ? sl__cfg_get_text(cx, v, "address", "an address") : NULL;
+    const char *colon = s ? strrchr(s, ':') : NULL;
+    sl_addr_t probe = {0};
+    const char *why;
+    if (s && colon && s[0] != '[' && sl__cfg_parse_addr(s, &probe, &why) != 0 &&
+        host_name(s, (size_t)(colon - s))) {
+        /* NAME:PORT: resolved at run time */
+        char *end;
+        long p = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || p < 1 || p > 65535) {
+            sl__cx_err(cx, v, "target address '%s' needs a port from 1 to 65535", s);
+        } else if ((*host = sl__cx_strdup(cx, s))) {
+            (*host)[colon - s] = 0;
+            for (char *c = *host; *c; c++) *c = (char)tolower((unsigned char)*c);
+            *port = (uint16_t)p;
+            t->addr.text = sl__cx_strdup(cx, s);
+            for (size_t i = 0; i < idx; i++)
+                if (ents[i].addr.text && strcasecmp(ents[i].addr.text, s) == 0)
+                    sl__cx_err(cx, v, "target %s is listed twice in %s", s, upstream);
+        }
+    } else if (v && sl__cfg_get_addr(cx, v, "address", true, &t->addr)) {
         for (size_t i = 0; i < idx; i++)
-            if (sl__cfg_addr_same(&u->targets[i].addr, &t->addr))
+            if (sl__cfg_addr_same(&ents[i].addr, &t->addr))
                 sl__cx_err(cx, v, "target %s is listed twice in %s", t->addr.text, upstream);
     }
     int64_t w;
@@ -36,6 +71,65 @@ static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstrea
                    (long long)w);
     }
     if ((v = f[T_TLS].val)) sl__cfg_parse_target_tls(cx, v, t);
+}
+
+/* Lays out the slots: each static entry's, each name's SL_DNS_SLOTS (empty until it
+ * resolves) and the registry's (empty until a backend registers). Takes the entries'
+ * fields over; frees the entry arrays. */
+static void make_slots(sl__cx_t *cx, sl_upstream_conf_t *u, sl_target_conf_t *ents, char **hosts,
+                       const uint16_t *ports, const int *lines, const int *cols, size_t n) {
+    size_t nslots = 0, nnames = 0;
+    for (size_t i = 0; i < n; i++) {
+        nslots += hosts[i] ? SL_DNS_SLOTS : 1;
+        nnames += hosts[i] != NULL;
+    }
+    u->registry_first = nslots;
+    if (u->registry) nslots += u->registry_slots;
+    u->targets = nslots ? sl__cx_calloc(cx, nslots, sizeof *u->targets) : NULL;
+    u->names = nnames ? sl__cx_calloc(cx, nnames, sizeof *u->names) : NULL;
+    if ((nslots && !u->targets) || (nnames && !u->names)) {
+        for (size_t i = 0; i < n; i++) {
+            free(ents[i].addr.text);
+            free(hosts[i]);
+            if (!u->targets) sl_tls_target_conf_free(ents[i].tls);
+        }
+        return;
+    }
+    u->ntargets = nslots;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!hosts[i]) {
+            u->targets[k++] = ents[i];
+            continue;
+        }
+        sl_dns_name_conf_t *nm = &u->names[u->nnames];
+        nm->host = hosts[i];
+        nm->entry = ents[i].addr.text;
+        nm->port = ports[i];
+        nm->weight = ents[i].weight;
+        nm->first = k;
+        nm->line = lines[i];
+        nm->col = cols[i];
+        for (size_t j = 0; j < SL_DNS_SLOTS; j++, k++) {
+            sl_target_conf_t *t = &u->targets[k];
+            t->kind = SL_TARGET_DNS;
+            t->name = (int32_t)u->nnames;
+            t->weight = ents[i].weight;
+            t->tls = ents[i].tls;
+            t->tls_borrowed = j > 0;
+            t->addr.text = t->text;
+        }
+        u->nnames++;
+    }
+    for (; k < nslots; k++) {
+        sl_target_conf_t *t = &u->targets[k];
+        t->kind = SL_TARGET_REGISTERED;
+        t->name = -1;
+        t->weight = 1;
+        t->addr.text = t->text;
+    }
+    for (size_t i = 0; i < u->ntargets; i++)
+        if (u->targets[i].kind == SL_TARGET_STATIC) atomic_init(&u->targets[i].up, 1);
 }
 
 static const char *const balancer_names[] = {
@@ -213,11 +307,14 @@ static const char *const keepalive_keys[K_N] = {"max_idle", "idle_timeout"};
 enum { TO_CONNECT, TO_READ, TO_WRITE, TO_N };
 static const char *const timeout_keys[TO_N] = {"connect", "read", "write"};
 
+enum { RG_ENABLED, RG_MAX_TTL, RG_MAX_TARGETS, RG_N };
+static const char *const registry_keys[RG_N] = {"enabled", "max_ttl", "max_targets"};
+
 enum { U_NAME, U_BALANCER, U_HASH_ON, U_HASH_EPS, U_TARGETS, U_KEEPALIVE, U_TIMEOUTS, U_HEALTH,
-       U_BREAKER, U_RETRY, U_N };
+       U_BREAKER, U_RETRY, U_REGISTRY, U_N };
 static const char *const upstream_keys[U_N] = {"name",     "balancer",  "hash_on", "hash_epsilon",
                                                "targets",  "keepalive", "timeouts", "health",
-                                               "circuit_breaker", "retry"};
+                                               "circuit_breaker", "retry", "registry"};
 
 void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_upstream_conf_t *u = &cx->cfg->upstreams[idx];
@@ -274,17 +371,43 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         sl__cfg_get_number(cx, v, "hash_epsilon", 0.0, 100.0, &u->hash_epsilon) &&
         u->balancer != SL_LB_CONSISTENT_HASH)
         sl__cx_err(cx, v, "hash_epsilon needs balancer consistent-hash");
+    u->registry_max_ttl_ms = 60 * 1000;
+    u->registry_slots = 32;
+    if ((v = f[U_REGISTRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "registry")) {
+        sl__field_t r[RG_N];
+        sl__cfg_scan_sub(cx, v, "registry", where, registry_keys, r, RG_N);
+        u->registry = true;
+        if (r[RG_ENABLED].val) sl__cfg_get_bool(cx, r[RG_ENABLED].val, "enabled", &u->registry);
+        if (r[RG_MAX_TTL].val)
+            sl__cfg_get_duration(cx, r[RG_MAX_TTL].val, "max_ttl", false, &u->registry_max_ttl_ms);
+        int64_t n;
+        if (r[RG_MAX_TARGETS].val &&
+            sl__cfg_get_int(cx, r[RG_MAX_TARGETS].val, "max_targets", 1, 1024, &n))
+            u->registry_slots = (uint32_t)n;
+    }
     size_t len;
     if ((v = sl__cfg_required(cx, m, &f[U_TARGETS], where)) &&
         sl__cfg_list_len(cx, &f[U_TARGETS], &len)) {
-        if (len == 0) sl__cx_err(cx, v, "%s needs at least one target", where);
-        if ((u->targets = sl__cx_calloc(cx, len, sizeof *u->targets))) {
-            u->ntargets = len;
+        if (len == 0 && !u->registry)
+            sl__cx_err(cx, v, "%s needs at least one target (or registry: { enabled: true })", where);
+        sl_target_conf_t *ents = sl__cx_calloc(cx, len + 1, sizeof *ents);
+        char **hosts = sl__cx_calloc(cx, len + 1, sizeof *hosts);
+        uint16_t *ports = sl__cx_calloc(cx, len + 1, sizeof *ports);
+        int *lines = sl__cx_calloc(cx, 2 * (len + 1), sizeof *lines);
+        if (ents && hosts && ports && lines) {
             for (size_t i = 0; i < len; i++) {
                 const yaml_node_t *t = sl__cfg_list_map(cx, &f[U_TARGETS], i);
-                if (t) parse_target(cx, t, where, i, u);
+                if (!t) continue;
+                lines[i] = sl__cfg_line_of(t);
+                lines[len + 1 + i] = sl__cfg_col_of(t);
+                parse_target(cx, t, where, i, ents, &hosts[i], &ports[i], u);
             }
+            make_slots(cx, u, ents, hosts, ports, lines, lines + len + 1, len);
         }
+        free(ents);
+        free(hosts);
+        free(ports);
+        free(lines);
     }
     if ((v = f[U_KEEPALIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "keepalive")) {
         sl__field_t k[K_N];

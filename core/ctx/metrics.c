@@ -162,7 +162,9 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                 SL_COUNTER_ADD(to->retries[v * SL_RETRY_REASONS + k], from->retries[u * SL_RETRY_REASONS + k]);
             for (size_t a = 0; a < fu->ntargets; a++)
                 for (size_t b = 0; b < tu->ntargets; b++) {
-                    if (strcmp(fu->targets[a].addr.text, tu->targets[b].addr.text) != 0) continue;
+                    if (!fu->targets[a].addr.text[0] ||
+                        strcmp(fu->targets[a].addr.text, tu->targets[b].addr.text) != 0)
+                        continue;
                     size_t ft = from->target_base[u] + a, tt = to->target_base[v] + b;
                     for (size_t c = 0; c < SL_METRIC_CODES; c++)
                         SL_COUNTER_ADD(to->up_codes[tt * SL_METRIC_CODES + c], from->up_codes[ft * SL_METRIC_CODES + c]);
@@ -329,6 +331,7 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
         for (size_t k = 0; k < uc->ntargets; k++) {
+            if (!uc->targets[k].addr.text[0]) continue; /* a DNS or registry slot never filled */
             size_t ti = ms[0]->target_base[u] + k;
             uint64_t none = 0;
             for (size_t w = 0; w < n; w++) none += SL_COUNTER_GET(ms[w]->up_noresp[ti]);
@@ -347,6 +350,7 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
         for (size_t k = 0; k < uc->ntargets; k++) {
+            if (!uc->targets[k].addr.text[0]) continue;
             sl_hist_t h;
             sum_hist(&h, ms, n, true, ms[0]->target_base[u] + k);
             snprintf(labels, sizeof(labels), "upstream=\"%s\",target=\"%s\"", uc->name, uc->targets[k].addr.text);

@@ -148,6 +148,10 @@ void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
         sl__req_respond_error(r, 503, "circuit breaker open", false);
         return;
     }
+    if (sl_upstream_empty(uc)) { /* a name not resolved yet, a registry nobody registered with */
+        sl__req_respond_error(r, 503, "no upstream target resolved or registered", false);
+        return;
+    }
     sl__req_respond_error(r, 502, "no upstream target available", false);
 }
 

@@ -64,6 +64,25 @@ static void conn_release_buffer(sl_conn_t *c) {
     }
 }
 
+/* A request that has all its bytes, with none after them, waits on its upstream without the
+ * connection's read block: its head moves to its own arena (sl__req_detach_head) and the
+ * block goes back to the worker; a read takes one again. A block held for an 80-byte head
+ * costs its first page, 4 KiB per request in flight (docs/BENCHMARKS.md, "Memory after a
+ * spike"). A request with a body keeps the block to its end: body bytes queued toward the
+ * upstream are slices of it. So does an upgrade, whose tunnel reads the block. */
+static void conn_park_buffer(sl_conn_t *c) {
+    sl_req_t *r = c->ds.req;
+    if (!r || !c->rbuf || c->rpos != c->rlen || c->takeover || r->head.body_kind != SL_BODY_NONE ||
+        (r->head.flags & SL_H1_CONN_UPGRADE) || r->mode == SL_MODE_TUNNEL)
+        return;
+    if (sl__req_detach_head(r, c->rbuf) != SL_OK) return;
+    r->head_end -= r->head_off;
+    r->head_off = 0;
+    sl_block_put(&c->w->blocks, c->rbuf);
+    c->rbuf = NULL;
+    c->rlen = c->rpos = 0;
+}
+
 static void conn_on_close(uv_handle_t *h) {
     sl_conn_t *c = h->data;
     if (--c->nclose) return;
@@ -281,6 +300,7 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (c->rlen == SL_BLOCK_SIZE) sl__conn_stop_reading(c);
     if (c->ds.req) {
         sl__req_on_client_data(c->ds.req);
+        if (c->state != SL_CONN_CLOSED) conn_park_buffer(c);
         return;
     }
     conn_process(c);
@@ -447,6 +467,7 @@ static void conn_process(sl_conn_t *c) {
     c->rpos = (uint32_t)used;
     r->keep_alive = sl__h1_client_keeps_alive(r);
     sl__req_begin(r);
+    if (c->state != SL_CONN_CLOSED) conn_park_buffer(c);
 }
 
 /* How long an idle keep-alive connection of a replaced generation may wait for its next

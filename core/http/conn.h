@@ -3,9 +3,11 @@
  *
  * Ownership: a connection is owned by its worker and lives from accept to close; it owns
  * the request it serves (ds.req). Its read buffer (`rbuf`, a block) holds the current
- * request head at [0, req->head_end) for the whole request, body bytes after it, and
- * pipelined bytes after the message end. It is released whenever the connection is idle
- * with nothing buffered, so an idle keep-alive connection holds no buffer.
+ * request head at [0, req->head_end), body bytes after it, and pipelined bytes after the
+ * message end. It is released whenever the connection is idle with nothing buffered, so an
+ * idle keep-alive connection holds no buffer; and once a request without a body has all
+ * its bytes and nothing follows them, its head is copied into the request's arena and the
+ * block released while the request waits on its upstream (conn.c, conn_park_buffer).
  */
 #ifndef SL_CONN_H
 #define SL_CONN_H

@@ -11,12 +11,31 @@ static bool put_header(sl_wbuf_t *b, sl_str_t name, sl_str_t value) {
            SL_WBUF_LIT(b, "\r\n");
 }
 
+/* Builds a head with fill() in whatever room the arena's current chunk has left, and once
+ * more in a fresh block when it did not fit there: the current chunk may be the request's
+ * small first one (block.h), which most heads fit. Asking for a head's worst case up front
+ * would take a block every time. The head is committed to the arena; *out is where it is.
+ * fill() may run twice. */
+#define SL_HEAD_MIN 128 /* less room than this in the chunk: straight to a block */
+
+static int arena_build(sl_req_t *r, bool (*fill)(sl_req_t *r, sl_wbuf_t *b, const void *arg), const void *arg,
+                       sl_wbuf_t *out) {
+    for (size_t want = SL_HEAD_MIN;; want = SL_BLOCK_SIZE) {
+        *out = sl_arena_wbuf(&r->arena, want);
+        if (!out->p) return SL_ERROR;
+        if (fill(r, out, arg)) break;
+        if (want == SL_BLOCK_SIZE) return SL_ERROR;
+    }
+    sl_arena_commit(&r->arena, out->len);
+    return SL_OK;
+}
+
 /* The head sent upstream: method, path (prefix stripped), the client's end-to-end
  * headers, X-Forwarded-*, X-Request-ID and our own framing. */
-int sl__h1_upstream_head(sl_req_t *r) {
+static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
+    (void)arg;
     const sl_h1_head_t *h = &r->head;
-    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
-    if (!b.p) return SL_ERROR;
+    sl_wbuf_t b = *bp;
     sl_str_t path = r->path_override.p ? r->path_override : h->path;
     if (r->strip) {
         path.p += r->strip;
@@ -98,8 +117,13 @@ int sl__h1_upstream_head(sl_req_t *r) {
         ok = ok && SL_WBUF_LIT(&b, "Connection: close\r\n");
     }
     ok = ok && SL_WBUF_LIT(&b, "\r\n");
-    if (!ok) return SL_ERROR;
-    sl_arena_commit(&r->arena, b.len);
+    *bp = b;
+    return ok;
+}
+
+int sl__h1_upstream_head(sl_req_t *r) {
+    sl_wbuf_t b;
+    if (arena_build(r, fill_upstream_head, NULL, &b) != SL_OK) return SL_ERROR;
     r->uphead = uv_buf_init(b.p, (unsigned)b.len);
     return SL_OK;
 }
@@ -119,10 +143,10 @@ static bool put_conn_header(sl_wbuf_t *b, sl_req_t *r) {
 }
 
 /* The head sent to the client, rebuilt from the upstream's parsed response. */
-int sl__h1_client_head(sl_req_t *r) {
+static bool fill_client_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
+    (void)arg;
     const sl_h1_head_t *h = &r->rhead;
-    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 1024);
-    if (!b.p) return SL_ERROR;
+    sl_wbuf_t b = *bp;
     bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)h->status) &&
               SL_WBUF_LIT(&b, " ") && sl_wbuf_str(&b, h->reason.len ? h->reason : sl_h1_reason(h->status)) &&
               SL_WBUF_LIT(&b, "\r\n");
@@ -158,8 +182,13 @@ int sl__h1_client_head(sl_req_t *r) {
     } else {
         ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
     }
-    if (!ok) return SL_ERROR;
-    sl_arena_commit(&r->arena, b.len);
+    *bp = b;
+    return ok;
+}
+
+int sl__h1_client_head(sl_req_t *r) {
+    sl_wbuf_t b;
+    if (arena_build(r, fill_client_head, NULL, &b) != SL_OK) return SL_ERROR;
     sl_outq_add(&r->clq, b.p, b.len);
     return SL_OK;
 }
@@ -211,12 +240,17 @@ bool sl__h1_upgrade_allowed(const sl_req_t *r) {
 
 /* The head of a gateway-made answer (sl__req_respond): status, the content type unless a
  * plugin set or removed one, the plugins' headers, the length, Retry-After on a 503. */
-int sl__h1_answer_head(sl_req_t *r, sl_str_t ctype, uint64_t content_length) {
+typedef struct {
+    sl_str_t ctype;
+    uint64_t content_length;
+} answer_t;
+
+static bool fill_answer_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
+    const answer_t *an = arg;
+    sl_str_t ctype = an->ctype;
+    uint64_t content_length = an->content_length;
     int status = r->status;
-    sl_outq_reset(&r->clq);
-    r->clq.chunked = 0;
-    sl_wbuf_t b = sl_arena_wbuf(&r->arena, 512);
-    if (!b.p) return SL_ERROR;
+    sl_wbuf_t b = *bp;
     bool ok = SL_WBUF_LIT(&b, "HTTP/1.1 ") && sl_wbuf_u64(&b, (uint64_t)status) && SL_WBUF_LIT(&b, " ") &&
               sl_wbuf_str(&b, sl_h1_reason(status)) && SL_WBUF_LIT(&b, "\r\n");
     const sl_hdr_edits_t *ed = &r->resp_edits;
@@ -230,8 +264,16 @@ int sl__h1_answer_head(sl_req_t *r, sl_str_t ctype, uint64_t content_length) {
         ok = ok && SL_WBUF_LIT(&b, "Retry-After: ") && sl_wbuf_u64(&b, r->retry_after_s ? r->retry_after_s : 1) &&
              SL_WBUF_LIT(&b, "\r\n");
     ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
-    if (!ok) return SL_ERROR;
-    sl_arena_commit(&r->arena, b.len);
+    *bp = b;
+    return ok;
+}
+
+int sl__h1_answer_head(sl_req_t *r, sl_str_t ctype, uint64_t content_length) {
+    sl_outq_reset(&r->clq);
+    r->clq.chunked = 0;
+    answer_t an = {ctype, content_length};
+    sl_wbuf_t b;
+    if (arena_build(r, fill_answer_head, &an, &b) != SL_OK) return SL_ERROR;
     sl_outq_add(&r->clq, b.p, b.len);
     return SL_OK;
 }

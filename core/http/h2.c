@@ -302,11 +302,11 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
         st->status_err = on_pseudo(st, r, nm, value, valuelen);
         return 0;
     }
-    if (hd->nheaders == SL_H1_MAX_HEADERS) {
+    sl_h1_header_t *x = sl_h1_push(hd);
+    if (!x) {
         st->status_err = 431;
         return 0;
     }
-    sl_h1_header_t *x = &hd->headers[hd->nheaders];
     if (!copy_str(r, name, namelen, &x->name) || !copy_str(r, value, valuelen, &x->value)) {
         st->status_err = 431;
         return 0;
@@ -326,7 +326,6 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     } else if (SL_IEQ(nm, "cookie")) {
         st->ncookies++;
     }
-    hd->nheaders++;
     return 0;
 }
 
@@ -375,8 +374,9 @@ static uint16_t head_finish(sl_h2_stream_t *st, sl_req_t *r) {
     }
     hd->nheaders = keep;
     if (st->authority.p) {
-        if (hd->nheaders == SL_H1_MAX_HEADERS) return 431;
-        hd->headers[hd->nheaders++] = (sl_h1_header_t){SL_LIT("host"), st->authority, 0};
+        sl_h1_header_t *x = sl_h1_push(hd);
+        if (!x) return 431;
+        *x = (sl_h1_header_t){SL_LIT("host"), st->authority, 0};
         host = st->authority;
     }
     if (!host.len) return 400;
@@ -419,7 +419,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
         free(st);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
-    memset(&r->head, 0, offsetof(sl_h1_head_t, headers));
+    sl_h1_head_clear(&r->head);
     r->head.major = 2;
     r->head.query = (sl_str_t){"", 0};
     r->keep_alive = 1;
@@ -1020,15 +1020,21 @@ static void h2_finish(sl_downstream_t *d) {
     d->req = NULL;
     st->q = NULL;
     st->due = 0;
+    /* The head's header list (st->nva) lives in the request's arena: it is submitted (nghttp2
+     * copies it) before the request and its arena go. */
+    bool refused = false;
+    if (!st->nclosed) {
+        st->eof_due = 1;
+        refused = !st->submitted && !stream_submit(st);
+    }
     if (r) sl__req_free(r);
     stream_release_body(st);
     if (st->nclosed) {
         stream_free(st);
         return;
     }
-    st->eof_due = 1;
-    if (!st->submitted) {
-        if (!stream_submit(st)) nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    if (refused) {
+        nghttp2_submit_rst_stream(h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
     } else if (st->deferred) {
         st->deferred = 0;
         nghttp2_session_resume_data(h->ss, st->id);

@@ -52,6 +52,7 @@ typedef struct sl_http_call_s {
     sl_h1_t h1;
     sl_h1_limits_t limits;
     sl_h1_head_t head;
+    sl_h1_header_t spill[SL_H1_MAX_HEADERS]; /**< the head's fields beyond its inline room */
     char rbuf[16384]; /**< body reads (the head's bytes stay put in `in`) */
 } sl_http_call_t;
 
@@ -396,6 +397,8 @@ int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port
     c->limits = (sl_h1_limits_t){.max_header_size = HC_MAX_HEAD, .max_request_line = HC_MAX_HEAD};
     sl_h1_init(&c->h1, HTTP_RESPONSE, &c->limits);
     c->h1.req_was_head = c->req_was_head;
+    c->head.spill = sl_h1_spill_array;
+    c->head.spill_ud = c->spill;
 
     uv_timer_init(&r->w->loop, &c->timer);
     c->timer.data = c;

@@ -526,6 +526,10 @@ static void req_finish(sl_req_t *r) {
         if (clean) {
             u->nreqs++;
             sl_deadline_clear(&u->timer);
+            /* Everything read was used: an idle connection holds no block (a read takes
+             * one again). Left to the next EAGAIN, a block stays with each pooled
+             * connection whose answer came in one read: 4 KiB each after a spike. */
+            sl__upconn_release_buffer(u);
             sl__pool_put(w, u);
             if (u->state == SL_UP_IDLE) sl__upconn_start_reading(u); /* to see the upstream close it */
         } else {

@@ -20,6 +20,11 @@ const sl_upstream_conf_t sl__address_upstream = {
     .retry = {.attempts = 1},
 };
 
+/* A head's fields beyond its inline room go to the request's arena (http1.h). */
+static sl_h1_header_t *head_spill(void *arena) {
+    return sl_arena_alloc(arena, SL_H1_MAX_HEADERS * sizeof(sl_h1_header_t));
+}
+
 sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
     sl_req_t *r = w->free_reqs;
     if (r) {
@@ -38,10 +43,36 @@ sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
     r->upstream = -1;
     r->att.target = -1;
     r->next_target = -1;
-    sl_arena_init(&r->arena, &w->blocks);
+    r->host = "";
+    sl_arena_init_first(&r->arena, &w->blocks, r->arena_first, sizeof(r->arena_first));
+    r->head.spill = r->rhead.spill = head_spill;
+    r->head.spill_ud = r->rhead.spill_ud = &r->arena;
+    r->head.nheaders = r->rhead.nheaders = 0;
+    r->head.headers = r->head.inline_headers;
+    r->rhead.headers = r->rhead.inline_headers;
     return r;
 }
 
+
+static void rebase(sl_str_t *s, const char *from, size_t n, char *to) {
+    if (s->p >= from && s->p <= from + n) s->p = to + (s->p - from);
+}
+
+int sl__req_detach_head(sl_req_t *r, const char *base) {
+    sl_h1_head_t *h = &r->head;
+    const char *from = base + r->head_off;
+    size_t n = r->head_end - r->head_off;
+    char *to = sl_arena_alloc(&r->arena, n);
+    if (!to) return SL_ERROR;
+    memcpy(to, from, n);
+    sl_str_t *fields[] = {&h->method, &h->target, &h->path, &h->query, &h->authority, &h->reason, &h->host};
+    for (size_t i = 0; i < SL_ARRAY_LEN(fields); i++) rebase(fields[i], from, n, to);
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        rebase(&h->headers[i].name, from, n, to);
+        rebase(&h->headers[i].value, from, n, to);
+    }
+    return SL_OK;
+}
 
 /* ---- request start ---- */
 
@@ -80,8 +111,11 @@ static void normalize_host(sl_req_t *r) {
         const char *colon = memchr(h.p, ':', n);
         if (colon) n = (size_t)(colon - h.p);
     }
-    if (n >= sizeof(r->host)) n = sizeof(r->host) - 1;
-    for (size_t i = 0; i < n; i++) r->host[i] = sl_lower(h.p[i]);
+    if (n > SL_REQ_HOST_MAX) n = SL_REQ_HOST_MAX;
+    char *lower = n ? sl_arena_alloc(&r->arena, n) : NULL;
+    if (!lower) n = 0; /* out of memory: matched as no Host, which routes by path alone */
+    for (size_t i = 0; i < n; i++) lower[i] = sl_lower(h.p[i]);
+    r->host = lower ? lower : "";
     r->host_len = (uint16_t)n;
 }
 

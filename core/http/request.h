@@ -30,6 +30,13 @@
 
 /* SL_MODE_TUNNEL: the upstream answered 101 to an upgrade; the request object stays as the
  * owner of the byte tunnel (tunnel.c) until the connection ends. */
+/* The request's embedded arena chunk: a proxied request's two rebuilt heads (~250 bytes
+ * each without plugins), the copy of its client head (sl__req_detach_head) and its
+ * lower-cased Host fit for an API client's request; a browser's ~1 KiB heads take a block. */
+#define SL_REQ_ARENA_FIRST 1024
+/* The longest Host the router sees (a longer one is cut). */
+#define SL_REQ_HOST_MAX 255
+
 enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL, SL_MODE_TUNNEL };
 /* Where a request is in its life: the Lua phases run between routing and content. */
 enum { SL_STAGE_REWRITE = 0, SL_STAGE_ACCESS, SL_STAGE_CONTENT, SL_STAGE_RESPONSE };
@@ -40,6 +47,9 @@ struct sl_req_s {
     sl_req_t *free_next;
     sl_h1_head_t head;  /**< the client's request; slices of the downstream's buffer */
     sl_h1_head_t rhead; /**< the upstream's response; slices of up->rbuf until rebuilt */
+    /** The arena's first chunk (block.h): the rebuilt heads of most requests fit in it, so
+     *  a request waiting on its upstream holds no arena block. Not cleared by sl__req_new. */
+    char arena_first[SL_REQ_ARENA_FIRST];
     uint32_t head_off, head_end;
     int route;          /**< index into cfg->routes, -1 when none */
     uint32_t strip;     /**< bytes of path removed by strip_prefix */
@@ -101,7 +111,8 @@ struct sl_req_s {
     uint8_t consumer_len;
     char rid[33];       /**< X-Request-ID */
     uint8_t rid_len;
-    char host[256];     /**< Host, lower-cased, port removed: what the router matches */
+    const char *host;   /**< Host, lower-cased, port removed (in the arena; at most
+                             SL_REQ_HOST_MAX bytes): what the router matches */
     uint16_t host_len;
     /* plugin runtime */
     uint8_t stage;      /**< SL_STAGE_* */
@@ -154,6 +165,10 @@ void sl__req_on_client_data(sl_req_t *r);
 void sl__req_on_written(sl_req_t *r, int status);
 /** Answers with a gateway-made response (status, JSON body). */
 void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close);
+/** Moves the request head's bytes, base[head_off..head_end), into the request's arena and
+ *  points its fields at the copy, so that the downstream may reuse or release `base`.
+ *  SL_OK, or SL_ERROR (out of memory: nothing changed). */
+int sl__req_detach_head(sl_req_t *r, const char *base);
 /** Releases a request that is over: upstream connection, arena, object. */
 void sl__req_free(sl_req_t *r);
 /** The client side went away: abandon the request and its upstream. */

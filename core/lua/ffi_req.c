@@ -443,7 +443,7 @@ int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out) {
     sl_tstate_t *ts = r->w->ug->ups[r->upstream].ts[i];
     uint64_t now = sl_now_ms();
     *out = (sl_target_info_t){
-        .address = uc->targets[i].addr.text,
+        .address = sl_slot_up(uc, (size_t)i) ? uc->targets[i].addr.text : "", /* "": an empty DNS/registry slot */
         .weight = (int)uc->targets[i].weight,
         .healthy = sl_tstate_healthy(ts, now),
         .breaker = sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now),

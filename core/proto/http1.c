@@ -39,11 +39,12 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t len) {
     sl_h1_head_t *hd = h->head;
     if (!hd) return 0; /* trailers of a chunked body: parsed by llhttp, dropped by us */
     if (h->last_was_value || hd->nheaders == 0) {
-        if (hd->nheaders == SL_H1_MAX_HEADERS) {
-            h->status_err = h->type == HTTP_REQUEST ? 431 : 502; /* an upstream's fault is 502 */
+        sl_h1_header_t *x = sl_h1_push(hd);
+        if (!x) {
+            /* over the limit, or no spill room: an upstream's fault is 502 */
+            h->status_err = h->type == HTTP_REQUEST ? 431 : 502;
             return -1;
         }
-        sl_h1_header_t *x = &hd->headers[hd->nheaders++];
         x->name = (sl_str_t){at, len};
         x->value = (sl_str_t){NULL, 0};
         x->hop = 0;
@@ -393,12 +394,7 @@ int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd, size_t *us
     int rc = scan_head(h, p, n, &start, &end, status);
     if (rc != SL_OK) return rc;
 
-    hd->method = hd->target = hd->path = hd->query = hd->authority = hd->reason = hd->host =
-        (sl_str_t){NULL, 0};
-    hd->nheaders = 0;
-    hd->flags = 0;
-    hd->content_length = 0;
-    hd->body_kind = SL_BODY_NONE;
+    sl_h1_head_clear(hd);
     h->head = hd;
     h->last_was_value = 0;
     h->status_err = 0;
@@ -578,6 +574,33 @@ int sl_h1_body(sl_h1_t *h, const char *p, size_t n, size_t *used) {
     }
     return SL_ERROR;
 }
+
+void sl_h1_head_clear(sl_h1_head_t *hd) {
+    hd->method = hd->target = hd->path = hd->query = hd->authority = hd->reason = hd->host =
+        (sl_str_t){NULL, 0};
+    hd->status = 0;
+    hd->major = hd->minor = hd->method_id = 0;
+    hd->nheaders = 0;
+    hd->flags = 0;
+    hd->content_length = 0;
+    hd->body_kind = SL_BODY_NONE;
+    hd->headers = hd->inline_headers;
+    hd->cap = SL_H1_INLINE_HEADERS;
+}
+
+sl_h1_header_t *sl_h1_push(sl_h1_head_t *hd) {
+    if (hd->nheaders == hd->cap) {
+        if (hd->cap == SL_H1_MAX_HEADERS || !hd->spill) return NULL;
+        sl_h1_header_t *room = hd->spill(hd->spill_ud);
+        if (!room) return NULL;
+        memcpy(room, hd->headers, hd->nheaders * sizeof(*room));
+        hd->headers = room;
+        hd->cap = SL_H1_MAX_HEADERS;
+    }
+    return &hd->headers[hd->nheaders++];
+}
+
+sl_h1_header_t *sl_h1_spill_array(void *ud) { return ud; }
 
 bool sl_h1_next_token(sl_str_t *list, sl_str_t *tok) { return next_token(list, tok); }
 

@@ -19,7 +19,10 @@
 
 #include "base/common.h"
 
+/** Header fields a head holds at most (one more: 431, or 502 from an upstream). */
 #define SL_H1_MAX_HEADERS 100
+/** Fields held in the head itself; the rest go to its spill (below). */
+#define SL_H1_INLINE_HEADERS 16
 
 enum {
     SL_BODY_NONE = 0, /**< no body (or a reply to HEAD, 1xx, 204, 304) */
@@ -43,6 +46,21 @@ typedef struct {
     uint8_t hop; /**< 1 when hop-by-hop: never forwarded */
 } sl_h1_header_t;
 
+/**
+ * Room for all SL_H1_MAX_HEADERS fields of a head whose inline room is full, or NULL. The
+ * room is the caller's and must last as long as the head is read (a request's arena).
+ */
+typedef sl_h1_header_t *(*sl_h1_spill_fn)(void *ud);
+
+/**
+ * A parsed head. Its fields are `headers[0..nheaders)`: the first SL_H1_INLINE_HEADERS in
+ * the head itself, and once there are more, all of them in the room `spill` gave (a request
+ * with 17 fields or more is rare; 100 inline fields made a request object 8 KiB larger).
+ * `headers` may point into the head itself: a copy of the struct reads the original's
+ * fields, so heads are passed by pointer, never copied. `spill` and `spill_ud` are the
+ * owner's to set, once; nothing here clears them. Without a spill a head holds at most
+ * SL_H1_INLINE_HEADERS fields.
+ */
 typedef struct {
     sl_str_t method, target, path, query; /**< request; path/query split from target */
     sl_str_t authority;                   /**< absolute-form target's host[:port] */
@@ -55,7 +73,11 @@ typedef struct {
     uint64_t content_length;
     sl_str_t host; /**< Host header value as sent; empty when absent */
     uint16_t nheaders;
-    sl_h1_header_t headers[SL_H1_MAX_HEADERS];
+    uint16_t cap;             /**< room at `headers` */
+    sl_h1_header_t *headers;  /**< `inline_headers`, or the spill's room */
+    sl_h1_spill_fn spill;
+    void *spill_ud;
+    sl_h1_header_t inline_headers[SL_H1_INLINE_HEADERS];
 } sl_h1_head_t;
 
 typedef struct sl_h1_limits_s {
@@ -96,6 +118,17 @@ void sl_h1_init(sl_h1_t *h, int type, const sl_h1_limits_t *limits);
  *           for responses any failure is reported as 502.
  */
 int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *head, size_t *used, int *status);
+
+/** Empties a head before it is filled (sl_h1_head() does it; HTTP/2 fills heads itself):
+ *  every field but the spill is reset. */
+void sl_h1_head_clear(sl_h1_head_t *head);
+
+/** The next field at the end of the head (nheaders grows by one), moved to the spill when
+ *  the inline room is full; NULL at SL_H1_MAX_HEADERS or when there is no spill room. */
+sl_h1_header_t *sl_h1_push(sl_h1_head_t *head);
+
+/** A spill for a caller's array of SL_H1_MAX_HEADERS fields (ud): HTTP clients, tests. */
+sl_h1_header_t *sl_h1_spill_array(void *ud);
 
 /**
  * Frames body bytes from p[0..n) and passes the payload to on_data.

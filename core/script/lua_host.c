@@ -3,19 +3,56 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
+/* The Lua trees of an installed binary are at PREFIX/share/sluice next to PREFIX/bin/sluice,
+ * whatever PREFIX is (/usr, /usr/local, a DESTDIR); a binary run from its build tree finds
+ * no such folder and uses the source tree it was built from. Resolved once, from
+ * /proc/self/exe, so a relative argv[0] or a later chdir changes nothing. Only a program
+ * named sluice* looks next to itself: luajit running the specs through the build tree's
+ * libsluice.so is /usr/bin/luajit, and must not pick up an installed package's files. */
+static char lua_dir[4096], plugin_dir[4096];
+static pthread_once_t dirs_once = PTHREAD_ONCE_INIT;
+
+static void resolve_dirs(void) {
+    const char *lua = getenv("SLUICE_LUA_DIR"), *plugins = getenv("SLUICE_PLUGIN_DIR");
+    char share[4096] = "";
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0; /* PREFIX/bin */
+        struct stat st;
+        int k = -1;
+        if (slash && strncmp(slash + 1, "sluice", 6) == 0)
+            k = snprintf(share, sizeof(share), "%s/../share/sluice", exe);
+        if (k <= 0 || (size_t)k >= sizeof(share) || stat(share, &st) != 0 || !S_ISDIR(st.st_mode)) share[0] = 0;
+        char real[PATH_MAX];
+        if (share[0] && realpath(share, real)) snprintf(share, sizeof(share), "%s", real);
+    }
+    if (lua && *lua) snprintf(lua_dir, sizeof(lua_dir), "%s", lua);
+    else snprintf(lua_dir, sizeof(lua_dir), "%s/lua", share[0] ? share : SL_SOURCE_DIR);
+    if (plugins && *plugins) snprintf(plugin_dir, sizeof(plugin_dir), "%s", plugins);
+    else snprintf(plugin_dir, sizeof(plugin_dir), "%s/plugins", share[0] ? share : SL_SOURCE_DIR);
+}
+
 const char *sl_lua_dir(void) {
-    const char *d = getenv("SLUICE_LUA_DIR");
-    return d && *d ? d : SL_SOURCE_DIR "/lua";
+    pthread_once(&dirs_once, resolve_dirs);
+    return lua_dir;
 }
 
 const char *sl_builtin_plugin_dir(void) {
-    const char *d = getenv("SLUICE_PLUGIN_DIR");
-    return d && *d ? d : SL_SOURCE_DIR "/plugins";
+    pthread_once(&dirs_once, resolve_dirs);
+    return plugin_dir;
 }
 
 lua_State *sl_lua_new_state(const char **err) {

@@ -71,9 +71,12 @@ void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t);
  */
 int sl_lua_preread(sl_worker_t *w, void *session, uint32_t lidx);
 
-/** Where lua/ lives: $SLUICE_LUA_DIR, else the source tree this binary was built from. */
+/** Where lua/ lives: $SLUICE_LUA_DIR, else PREFIX/share/sluice/lua when the running binary
+ *  is PREFIX/bin/sluice and that folder exists (an installed binary), else the source tree
+ *  this binary was built from. Resolved once per process. Any thread. */
 const char *sl_lua_dir(void);
-/** Where the built-in plugins live: $SLUICE_PLUGIN_DIR, else <source>/plugins. */
+/** Where the built-in plugins live: $SLUICE_PLUGIN_DIR, else PREFIX/share/sluice/plugins
+ *  (as for sl_lua_dir), else <source>/plugins. */
 const char *sl_builtin_plugin_dir(void);
 
 /** Opens a VM with package.path set for lua/; NULL with *err on failure. Any thread. */

@@ -8,6 +8,7 @@
  */
 #include "server/server.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@ typedef struct {
     size_t len;
     char *out;
     uv_buf_t iov[2];
+    const char *body; /* a PUT's body, in buf */
+    size_t body_len;
 } admin_conn_t;
 
 static void admin_on_close(uv_handle_t *h) {
@@ -106,6 +109,28 @@ __attribute__((format(printf, 2, 3))) static void tput(text_t *t, const char *fm
     }
 }
 
+static void tput_fn(void *ud, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tput_fn(void *ud, const char *fmt, ...) {
+    text_t *t = ud;
+    char small[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof small) {
+        tput(t, "%s", small);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) return;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    tput(t, "%s", big);
+    free(big);
+}
+
 /* Writes a JSON string literal (names from the config are plain, but escape anyway). */
 static void tjson(text_t *t, const char *s) {
     char tmp[512];
@@ -153,6 +178,7 @@ static void render_target_gauges(sl_server_t *srv, text_t *t) {
         for (int layer = 0; layer < SL_LAYERS; layer++) {
             if (layer == SL_LAYER_TCP && !tcp_upstream(cfg, u)) continue;
             for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+                if (sl_slot_up(&cfg->upstreams[u], k))
                 tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"%s\"} %d\n",
                      cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text, layer_label[layer],
                      sl_tstate_breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], layer, now));
@@ -161,8 +187,27 @@ static void render_target_gauges(sl_server_t *srv, text_t *t) {
             "# TYPE sluice_target_healthy gauge\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
         for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
+            if (sl_slot_up(&cfg->upstreams[u], k))
             tput(t, "sluice_target_healthy{upstream=\"%s\",target=\"%s\"} %d\n", cfg->upstreams[u].name,
                  cfg->upstreams[u].targets[k].addr.text, sl_tstate_healthy(srv->ug->ups[u].ts[k], now) ? 1 : 0);
+}
+
+/* DNS names and the registry (discovery.h's counters; kept across reloads). */
+static void render_discovery(sl_server_t *srv, text_t *t) {
+    static sl_discovery_stats_t last; /* what a drain's free took with it: counters never go back */
+    if (srv->disc) last = *sl_discovery_stats(srv->disc);
+    tput(t, "# HELP sluice_dns_resolutions_total DNS lookups of targets' names, by result.\n"
+            "# TYPE sluice_dns_resolutions_total counter\n");
+    for (int r = 0; r < SL_DNS_RESULTS; r++)
+        tput(t, "sluice_dns_resolutions_total{result=\"%s\"} %llu\n", sl_dns_result_names[r],
+             (unsigned long long)last.resolutions[r]);
+    tput(t, "# HELP sluice_dns_stale_total Failed re-resolutions that kept a name's last good addresses.\n"
+            "# TYPE sluice_dns_stale_total counter\nsluice_dns_stale_total %llu\n"
+            "# HELP sluice_registry_registrations_total Registry PUTs accepted (registrations and renewals).\n"
+            "# TYPE sluice_registry_registrations_total counter\nsluice_registry_registrations_total %llu\n"
+            "# HELP sluice_registry_expired_total Registered targets removed because their ttl ran out.\n"
+            "# TYPE sluice_registry_expired_total counter\nsluice_registry_expired_total %llu\n",
+         (unsigned long long)last.kept, (unsigned long long)last.registrations, (unsigned long long)last.expired);
 }
 
 static char *render_status(sl_server_t *srv, size_t *len) {
@@ -261,10 +306,13 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         tjson(&t, uc->name);
         tput(&t, ",\"balancer\":\"%s\",\"targets\":[", balancer_label[uc->balancer]);
         uint64_t now = sl_now_ms();
-        for (size_t k = 0; k < uc->ntargets; k++) {
+        for (size_t k = 0, shown = 0; k < uc->ntargets; k++) {
+            if (!sl_slot_up(uc, k)) continue; /* an empty DNS or registry slot */
             sl_tstate_t *ts = srv->ug->ups[u].ts[k];
-            tput(&t, "%s{\"address\":", k ? "," : "");
+            tput(&t, "%s{\"address\":", shown++ ? "," : "");
             tjson(&t, uc->targets[k].addr.text);
+            if (uc->targets[k].kind != SL_TARGET_STATIC)
+                tput(&t, ",\"source\":\"%s\"", uc->targets[k].kind == SL_TARGET_DNS ? "dns" : "registry");
             tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f",
                  uc->targets[k].weight, health_label(ts, now),
                  breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now)],
@@ -273,7 +321,13 @@ static char *render_status(sl_server_t *srv, size_t *len) {
                 tput(&t, ",\"breaker_tcp\":\"%s\"", breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_TCP, now)]);
             tput(&t, "}");
         }
-        tput(&t, "]}");
+        tput(&t, "]");
+        if (uc->nnames && srv->disc) {
+            tput(&t, ",\"names\":");
+            sl_discovery_names_json(srv->disc, u, tput_fn, &t);
+        }
+        if (uc->registry) tput(&t, ",\"registry\":{\"max_ttl_ms\":%llu}", (unsigned long long)uc->registry_max_ttl_ms);
+        tput(&t, "}");
     }
     tput(&t, "],\"workers\":[");
     for (int i = 0; i < srv->nworkers; i++) {
@@ -291,6 +345,170 @@ static char *render_status(sl_server_t *srv, size_t *len) {
     tput(&t, "}\n");
     *len = t.len;
     return t.p;
+}
+
+/* ---- the registry: /upstreams/NAME/targets ---- */
+
+/* A registration's body: one flat JSON object with "address" (string), "weight"
+ * (integer) and "ttl" ("10s", "500ms", "1m", or a number of seconds). NULL, or why not. */
+typedef struct {
+    char address[SL_TARGET_TEXT_MAX];
+    int64_t weight;
+    uint64_t ttl_ms;
+    bool has_address, has_ttl;
+} registration_t;
+
+static const char *skip_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    return p;
+}
+
+/* A JSON string without escapes into out; the position after it, or NULL. */
+static const char *json_string(const char *p, const char *e, char *out, size_t cap) {
+    if (p >= e || *p != '"') return NULL;
+    size_t n = 0;
+    for (p++; p < e && *p != '"'; p++) {
+        if (*p == '\\' || (unsigned char)*p < 0x20 || n + 1 >= cap) return NULL;
+        out[n++] = *p;
+    }
+    if (p >= e) return NULL;
+    out[n] = 0;
+    return p + 1;
+}
+
+static bool parse_ttl(const char *s, uint64_t *ms) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0) || v > 86400.0 * 365) return false;
+    double mult = !*end || !strcmp(end, "s") ? 1000 : !strcmp(end, "ms") ? 1 : !strcmp(end, "m") ? 60000
+                : !strcmp(end, "h") ? 3600000 : -1;
+    if (mult < 0) return false;
+    *ms = (uint64_t)(v * mult + 0.5);
+    return *ms > 0;
+}
+
+static const char *parse_registration(const char *p, size_t len, registration_t *r) {
+    const char *e = p + len;
+    *r = (registration_t){.weight = 1};
+    p = skip_ws(p, e);
+    if (p >= e || *p++ != '{') return "the body must be a JSON object";
+    for (bool first = true;; first = false) {
+        p = skip_ws(p, e);
+        if (p < e && *p == '}' && first) break;
+        char key[32], val[64];
+        if (!(p = json_string(p, e, key, sizeof key))) return "expected a key (a string without escapes)";
+        p = skip_ws(p, e);
+        if (p >= e || *p++ != ':') return "expected ':' after a key";
+        p = skip_ws(p, e);
+        bool str = p < e && *p == '"';
+        if (str) {
+            if (!(p = json_string(p, e, val, sizeof val))) return "a value is not a short string without escapes";
+        } else {
+            size_t n = 0;
+            while (p < e && n + 1 < sizeof val && (isalnum((unsigned char)*p) || *p == '.' || *p == '-')) val[n++] = *p++;
+            val[n] = 0;
+            if (!n) return "a value must be a string or a number";
+        }
+        if (!strcmp(key, "address")) {
+            if (!str) return "address must be a string";
+            snprintf(r->address, sizeof r->address, "%s", val);
+            r->has_address = true;
+        } else if (!strcmp(key, "weight")) {
+            char *end;
+            r->weight = str ? -1 : strtoll(val, &end, 10);
+            if (str || *end) return "weight must be an integer";
+        } else if (!strcmp(key, "ttl")) {
+            if (!parse_ttl(val, &r->ttl_ms)) return "ttl must be a duration such as \"10s\" or \"500ms\"";
+            r->has_ttl = true;
+        } else {
+            return "unknown key (expected address, weight and ttl)";
+        }
+        p = skip_ws(p, e);
+        if (p < e && *p == ',') {
+            p++;
+            continue;
+        }
+        if (p < e && *p == '}') break;
+        return "expected ',' or '}'";
+    }
+    if (!r->has_address) return "address is required";
+    if (!r->has_ttl) return "ttl is required";
+    if (r->weight < 1 || r->weight > 1000000) return "weight must be an integer from 1 to 1000000";
+    return NULL;
+}
+
+static void send_json_error(admin_conn_t *a, int status, const char *why) {
+    text_t t = {0};
+    tput(&t, "{\"error\":");
+    tjson(&t, why);
+    tput(&t, "}\n");
+    admin_send(a, status, "application/json", t.p, t.p ? t.len : 0);
+}
+
+/* /upstreams/NAME/targets[/ADDRESS] (p without the query). True when it was one. */
+static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
+    if (p.len <= 11 || memcmp(p.p, "/upstreams/", 11) != 0) return false;
+    const char *name = p.p + 11, *e = p.p + p.len;
+    const char *slash = memchr(name, '/', (size_t)(e - name));
+    if (!slash || (size_t)(e - slash) < 8 || memcmp(slash, "/targets", 8) != 0) return false;
+    const char *rest = slash + 8;
+    char up[128], addr[SL_TARGET_TEXT_MAX];
+    if ((size_t)(slash - name) >= sizeof up || slash == name) return false;
+    snprintf(up, sizeof up, "%.*s", (int)(slash - name), name);
+    sl_discovery_t *d = a->srv->disc;
+    if (!d) {
+        send_json_error(a, 503, "draining");
+        return true;
+    }
+    const char *err = NULL;
+    if (rest == e) {
+        if (SL_IEQ(m, "get") || SL_IEQ(m, "head")) {
+            text_t t = {0};
+            if (!sl_discovery_targets_json(d, up, tput_fn, &t)) {
+                free(t.p);
+                send_json_error(a, 404, "no upstream of that name");
+                return true;
+            }
+            admin_send(a, 200, "application/json", t.p, t.p ? t.len : 0);
+            return true;
+        }
+        if (!SL_IEQ(m, "put")) {
+            send_json_error(a, 405, "GET or PUT /upstreams/NAME/targets");
+            return true;
+        }
+        registration_t r;
+        const char *why = parse_registration(a->body ? a->body : "", a->body_len, &r);
+        if (why) {
+            send_json_error(a, 400, why);
+            return true;
+        }
+        bool created = false;
+        int st = sl_discovery_register(d, up, r.address, (uint32_t)r.weight, r.ttl_ms, &created, &err);
+        if (st != 200) {
+            send_json_error(a, st, err);
+            return true;
+        }
+        text_t t = {0};
+        tput(&t, "{\"ok\":true,\"registered\":%s,\"address\":", created ? "true" : "false");
+        tjson(&t, r.address);
+        tput(&t, ",\"ttl_ms\":%llu}\n", (unsigned long long)r.ttl_ms);
+        admin_send(a, 200, "application/json", t.p, t.p ? t.len : 0);
+        return true;
+    }
+    if (*rest != '/' || (size_t)(e - rest - 1) >= sizeof addr || e - rest < 2) return false;
+    if (!SL_IEQ(m, "delete")) {
+        send_json_error(a, 405, "DELETE /upstreams/NAME/targets/ADDRESS");
+        return true;
+    }
+    snprintf(addr, sizeof addr, "%.*s", (int)(e - rest - 1), rest + 1);
+    int st = sl_discovery_deregister(d, up, addr, &err);
+    if (st != 200)
+        send_json_error(a, st, err);
+    else {
+        char *b = strdup("{\"ok\":true}\n");
+        admin_send(a, 200, "application/json", b, b ? strlen(b) : 0);
+    }
+    return true;
 }
 
 static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const char *path, size_t plen) {
@@ -332,6 +550,7 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
                  (unsigned long long)srv->generation, (unsigned long long)srv->reloads_ok,
                  (unsigned long long)srv->reloads_rejected);
         tput(&gauges, "%s", extra);
+        render_discovery(srv, &gauges);
         char *src = sl_etcd_metrics(srv->etcd);
         if (src) tput(&gauges, "%s", src);
         free(src);
@@ -352,7 +571,7 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
             if (!body) body = strdup("{\"ok\":false}\n");
             admin_send(a, rc == SL_OK ? 200 : 422, "application/json", body, body ? strlen(body) : 0);
         }
-    } else {
+    } else if (!admin_registry(a, m, p)) {
         SEND_LIT(404, "{\"error\":\"not found\"}\n");
     }
 #undef SEND_LIT
@@ -382,6 +601,20 @@ static bool admin_authorization(const char *head, size_t len, sl_str_t *out) {
         p = eol;
     }
     return found == 1;
+}
+
+/* The head's Content-Length (0 when absent or unreadable). */
+static size_t admin_content_length(const char *head, size_t len) {
+    const char *p = memchr(head, '\n', len), *end = head + len;
+    while (p && ++p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol) break;
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (colon && sl_str_ieq((sl_str_t){p, (size_t)(colon - p)}, "content-length", 14))
+            return (size_t)strtoull(colon + 1, NULL, 10);
+        p = eol;
+    }
+    return 0;
 }
 
 /* Whether the head carries `Authorization: Bearer <the configured token>`. The
@@ -424,6 +657,17 @@ static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     size_t head_len = (size_t)(blank + 2 - a->buf); /* what follows is a body, not headers */
+    /* a body (a registration's JSON) is read whole when Content-Length announces one */
+    size_t cl = admin_content_length(a->buf, head_len);
+    if (cl > sizeof(a->buf) - head_len - 2) {
+        char *b = strdup("{\"error\":\"body too large\"}\n");
+        uv_read_stop(s);
+        admin_send(a, 400, "application/json", b, b ? strlen(b) : 0);
+        return;
+    }
+    if (a->len < head_len + 2 + cl) return;
+    a->body = a->buf + head_len + 2;
+    a->body_len = cl;
     uv_read_stop(s);
     const char *sp1 = memchr(a->buf, ' ', a->len);
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', a->len - (size_t)(sp1 + 1 - a->buf)) : NULL;

@@ -145,6 +145,23 @@ static sl_config_t *load(const char *path, bool quiet, const char **used) {
     return cfg;
 }
 
+/* `sluice check`: a target name that does not resolve now is a warning, not an error (a
+ * running gateway answers 503 for its upstream until it does). */
+static void check_names(const sl_config_t *cfg) {
+    for (size_t u = 0; u < cfg->nupstreams; u++)
+        for (size_t k = 0; k < cfg->upstreams[u].nnames; k++) {
+            const sl_dns_name_conf_t *nc = &cfg->upstreams[u].names[k];
+            size_t n = 0;
+            const char *why = NULL;
+            int rc = sl_resolve_blocking(&cfg->resolver, nc->host, nc->port, &n, &why);
+            if (rc != SL_DNS_OK)
+                fprintf(stderr, "%s:%d:%d: warning: upstream '%s': %s does not resolve now (%s%s%s): the "
+                        "upstream answers 503 until it does\n", cfg->path ? cfg->path : "<config>", nc->line,
+                        nc->col, cfg->upstreams[u].name, nc->entry, sl_dns_result_names[rc], why ? ": " : "",
+                        why ? why : "");
+        }
+}
+
 int main(int argc, char **argv) {
     const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
     const char *etcd = NULL, *prefix = "/sluice", *plugins_dir = NULL; /* push, pull */
@@ -189,6 +206,7 @@ int main(int argc, char **argv) {
         const char *used = NULL;
         sl_config_t *cfg = load(conf, true, &used);
         if (!cfg) return 1;
+        check_names(cfg);
         /* Without -c the file checked may be ./conf/sluice.yaml or the default built into
          * the binary: say which, so a CI step that forgot -c does not pass silently. */
         if (used)

@@ -24,6 +24,7 @@
 #include "server/etcd.h"
 #include "server/listen.h"
 #include "server/server.h"
+#include "server/notify.h"
 
 extern const char sl_default_conf[];
 extern const size_t sl_default_conf_len;
@@ -117,10 +118,17 @@ static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
 
 static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     uint64_t h = fnv(1469598103934665603ULL, u->name, strlen(u->name));
-    for (size_t i = 0; i < u->ntargets; i++) {
+    for (size_t i = 0; i < u->ntargets; i++) { /* as written: a dynamic slot's address is not */
+        if (u->targets[i].kind != SL_TARGET_STATIC) continue;
         h = fnv(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
         h = fnv(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
     }
+    for (size_t i = 0; i < u->nnames; i++) {
+        h = fnv(h, u->names[i].entry, strlen(u->names[i].entry) + 1);
+        h = fnv(h, &u->names[i].weight, sizeof(u->names[i].weight));
+    }
+    uint64_t reg[3] = {u->registry, u->registry_max_ttl_ms, u->registry_slots};
+    h = fnv(h, reg, sizeof(reg));
     uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
                      u->read_timeout_ms, u->write_timeout_ms};
     h = fnv(h, v, sizeof(v));
@@ -324,7 +332,20 @@ static int reject(sl_server_t *srv, const char *why, const char *msg, char **jso
     return SL_ERROR;
 }
 
+static int reload(sl_server_t *srv, const char *why, char **json);
+
+/* The service manager hears RELOADING=1 before the build and READY=1 after it, accepted or
+ * rejected alike: either way the process is serving again (systemd's `reload` returns then).
+ * Once draining (STOPPING=1 was sent) a reload is refused and nothing more is said. */
 int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
+    bool tell = !srv->embedded && !sl_server_draining(srv);
+    if (tell) sl_notify_reloading();
+    int rc = reload(srv, why, json);
+    if (tell) sl_notify("READY=1");
+    return rc;
+}
+
+static int reload(sl_server_t *srv, const char *why, char **json) {
     if (json) *json = NULL;
     if (sl_server_draining(srv)) return reject(srv, why, "the server is shutting down", json);
 
@@ -404,6 +425,9 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     else if (n->admin_enabled != o->admin_enabled ||
              (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0))
         restart = "the admin listener changed: a restart applies it";
+    else if ((n->run_user != NULL) != (o->run_user != NULL) ||
+             (n->run_user && (n->run_uid != o->run_uid || n->run_gid != o->run_gid)))
+        restart = "'user' or 'group' changed: a restart applies it";
     if (restart) {
         sl_config_free(n);
         return reject(srv, why, restart, json);
@@ -422,6 +446,8 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
     sl_upgen_t *ug = sl_upgen_new(&srv->treg, n); /* targets kept by name and address keep their state */
     int inited = 0;
     const char *werr = ws && ug ? NULL : "out of memory";
+    /* the new slots filled from what discovery knows, before a worker can pick */
+    bool bound = !werr && srv->disc && sl_discovery_bind(srv->disc, ug, &werr) == SL_OK;
     for (int i = 0; ws && i < nw && !werr; i++) {
         if (sl_worker_init(&ws[i], srv, n, i, &werr) != SL_OK) break;
         ws[i].ug = ug;
@@ -444,6 +470,8 @@ int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
         for (int i = 0; i < started; i++) sl_worker_join(&ws[i]);
         for (int i = 0; i < inited; i++) sl_worker_destroy(&ws[i]);
         free(ws);
+        const char *berr;
+        if (bound) sl_discovery_bind(srv->disc, srv->ug, &berr); /* back to the generation served */
         sl_upgen_free(&srv->treg, ug);
         for (size_t q = 0; q < n->nlisteners * (size_t)nw; q++)
             if (fds[q] >= 0 && (int)(q % (size_t)nw) >= started) close(fds[q]);

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include "server/listen.h"
+#include "server/notify.h"
+#include "server/privileges.h"
+#include "script/lua_host.h"
 #include "base/log.h"
 
 /* One socket per (listener, worker): see sl__listen_open. */
@@ -111,9 +114,12 @@ static void on_drain_deadline(uv_timer_t *t) {
 
 static void start_drain(sl_server_t *srv, const char *why) {
     if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) return;
+    if (!srv->embedded) sl_notify("STOPPING=1");
     sl_log_info("%s: draining (shutdown_timeout %llums)", why, (unsigned long long)srv->cfg->shutdown_timeout_ms);
     sl_health_stop(&srv->health);
     sl_health_close(&srv->health);
+    sl_discovery_free(srv->disc); /* the slots stay as they are while in-flight work ends */
+    srv->disc = NULL;
     for (int i = 0; i < srv->nworkers; i++) sl_worker_drain(&srv->workers[i]);
     for (sl_retired_t *r = srv->retired; r; r = r->next)
         for (int i = 0; i < r->nworkers; i++) sl_worker_drain(&r->workers[i]); /* no-op when draining */
@@ -160,10 +166,13 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
         return SL_ERROR;
     }
     if (bind_listeners(srv, err) != SL_OK) return SL_ERROR;
-    if (!(srv->ug = sl_upgen_new(&srv->treg, cfg))) {
+    if (!(srv->ug = sl_upgen_new(&srv->treg, cfg)) || !(srv->disc = sl_discovery_new(srv->loop, &srv->treg))) {
         *err = "out of memory";
         return SL_ERROR;
     }
+    if (sl_discovery_bind(srv->disc, srv->ug, err) != SL_OK) return SL_ERROR;
+    /* Names get their first answer before the first request (or 503 until they do). */
+    sl_discovery_prime(srv->disc, cfg->resolver.timeout_ms * cfg->resolver.attempts + 500);
     for (int i = 0; i < srv->nworkers; i++) {
         if (sl_worker_init(&srv->workers[i], srv, cfg, i, err) != SL_OK) return SL_ERROR;
         srv->workers[i].ug = srv->ug;
@@ -171,6 +180,8 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
         srv->workers[i].listen_fds = srv->listen_fds;
     }
     if (sl_admin_start(srv, err) != SL_OK) return SL_ERROR;
+    /* Every socket of this generation is bound: leave root before any request is served. */
+    if (!embedded && sl_privileges_drop(cfg, err) != SL_OK) return SL_ERROR;
     sl_health_start(&srv->health, srv->loop, &srv->treg, srv->ug);
     uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
     srv->stop_async.data = srv;
@@ -193,6 +204,9 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
     for (size_t i = 0; i < cfg->nlisteners; i++)
         sl_log_info("listener %s on %s (%d workers)", cfg->listeners[i].name, srv->listen_text[i], srv->nworkers);
     if (cfg->admin_enabled) sl_log_info("admin on %s", srv->admin_text);
+    if (!embedded && cfg->run_user)
+        sl_log_info("running as user %s (uid %u, gid %u)", cfg->run_user, (unsigned)getuid(), (unsigned)getgid());
+    if (!embedded) sl_log_info("lua modules from %s, built-in plugins from %s", sl_lua_dir(), sl_builtin_plugin_dir());
     return SL_OK;
 }
 
@@ -211,6 +225,11 @@ void sl_server_cleanup(sl_server_t *srv) {
         for (size_t i = 0; i < srv->cfg->nlisteners * (size_t)srv->nworkers; i++)
             if (srv->listen_fds[i] >= 0 && (int)(i % (size_t)srv->nworkers) >= srv->started)
                 close(srv->listen_fds[i]);
+    }
+    if (srv->disc) { /* never drained (a start that failed) */
+        sl_discovery_free(srv->disc);
+        srv->disc = NULL;
+        uv_run(srv->loop, UV_RUN_NOWAIT);
     }
     if (srv->embedded) uv_loop_close(srv->loop);
     free(srv->workers);
@@ -243,6 +262,7 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
     }
     srv->ready_file = ready_file;
     if (ready_file && write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
+    if (sl_notify("READY=1") != 0) sl_log_warn("cannot notify the service manager at $NOTIFY_SOCKET");
     sl_server_loop(srv);
     /* A ready file left behind would name ports nobody listens on: the next CI step (or a
      * supervisor waiting for it) must not mistake a stopped instance for a ready one. */

@@ -11,6 +11,7 @@
 
 #include "base/addr.h"
 #include "config/config.h"
+#include "upstream/discovery.h"
 #include "upstream/health.h"
 #include "upstream/upstreams.h"
 #include "ctx/worker.h"
@@ -30,6 +31,7 @@ struct sl_server_s {
     sl_upgen_t *ug;            /**< the live side of cfg's upstreams (balancers, target states) */
     sl_tregistry_t treg;       /**< target states by (upstream, address), kept across reloads */
     sl_health_t health;        /**< active probes of the current generation */
+    sl_discovery_t *disc;      /**< DNS names and registered targets, bound to `ug` */
     uv_loop_t *loop;           /**< the main thread's loop */
     sl_worker_t *workers;
     int nworkers;

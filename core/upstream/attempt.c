@@ -51,6 +51,7 @@ typedef struct {
 static bool eligible(void *ud, uint32_t t) {
     pick_ctx_t *pc = ud;
     if (sl_tries_has(pc->tr->tried, t) || sl_tries_has(pc->tr->skip, t)) return false;
+    if (!sl_slot_up(pc->of->uc, t)) return false; /* an empty DNS or registry slot */
     if (!pc->ignore_health && !sl_tstate_healthy(pc->of->rt->ts[t], pc->now_ms)) return false;
     const sl_breaker_conf_t *bc = &pc->of->uc->breaker;
     return !bc->enabled || sl_breaker_state(breaker_of(pc->of, t), bc, pc->now_ms) != SL_BREAKER_OPEN;
@@ -95,7 +96,7 @@ int sl_attempt_pick(const sl_attempts_of_t *of, sl_tries_t *tr, const char *key,
         if (*retry_after_ms) return -1;
         bool any_open = false;
         for (size_t t = 0; uc->breaker.enabled && t < uc->ntargets; t++)
-            any_open |= !sl_tries_has(tr->tried, (uint32_t)t) &&
+            any_open |= !sl_tries_has(tr->tried, (uint32_t)t) && sl_slot_up(uc, t) &&
                         sl_breaker_state(breaker_of(of, (uint32_t)t), &uc->breaker, pc.now_ms) == SL_BREAKER_OPEN;
         if (any_open) {
             *retry_after_ms = uc->breaker.open_timeout_ms;

@@ -25,6 +25,8 @@ typedef struct sl_prober_s {
     sl_health_t *hc;
     sl_tstate_t *ts;            /**< a reference of its own: the state outlives the generation */
     const sl_upstream_conf_t *uc;
+    const sl_upstream_rt_t *rt;
+    size_t slot;                /**< the target slot probed: a dynamic one may change address */
     struct sockaddr_storage addr;
     char host[96];
     uv_timer_t timer;           /**< the interval */
@@ -177,9 +179,27 @@ static void probe_ready(sl_prober_t *p) {
         probe_done(p, false, "write failed");
 }
 
+/* The slot's address now: an empty slot is not probed; a slot refilled with another
+ * address moves the prober to that address's state. False: nothing to probe. */
+static bool probe_target(sl_prober_t *p) {
+    if (!sl_slot_up(p->uc, p->slot)) return false;
+    sl_tstate_t *cur = p->rt->ts[p->slot];
+    if (cur != p->ts) {
+        cur->refs++;
+        cur->probing = false;
+        sl_tstate_release(p->hc->reg, p->ts);
+        p->ts = cur;
+    }
+    const sl_target_conf_t *tc = &p->uc->targets[p->slot];
+    p->addr = tc->addr.ss;
+    /* a DNS name's slot: the name is the Host */
+    snprintf(p->host, sizeof p->host, "%s", tc->kind == SL_TARGET_DNS ? p->uc->names[tc->name].entry : tc->addr.text);
+    return true;
+}
+
 static void on_probe_timer(uv_timer_t *t) {
     sl_prober_t *p = t->data;
-    if (p->ts->probing || p->stopping) return;
+    if (p->ts->probing || p->stopping || !probe_target(p)) return;
     p->ts->probing = true;
     uv_tcp_init(p->hc->loop, &p->tcp);
     p->tcp.data = p;
@@ -203,12 +223,12 @@ void sl_health_start(sl_health_t *hc, uv_loop_t *loop, sl_tregistry_t *reg, cons
             if (!p) continue;
             p->hc = hc;
             p->uc = uc;
+            p->rt = &g->ups[u];
+            p->slot = i;
             p->ts = g->ups[u].ts[i];
             p->ts->refs++;
             p->ts->probing = false;
-            p->addr = uc->targets[i].addr.ss;
             p->tls = uc->targets[i].tls && uc->targets[i].tls->rt ? uc->targets[i].tls : NULL;
-            snprintf(p->host, sizeof p->host, "%s", uc->targets[i].addr.text);
             uv_timer_init(loop, &p->timer);
             uv_timer_init(loop, &p->deadline);
             p->open_handles = 2;

@@ -32,11 +32,22 @@ typedef struct sl_tstate_s {
     bool probing;             /**< a probe is in flight */
 } sl_tstate_t;
 
-typedef struct {
+/** A balancer a refill replaced: freed once no pick can still be walking it. */
+typedef struct sl_old_bal_s {
+    struct sl_old_bal_s *next;
     sl_balancer_t *bal;
-    sl_tstate_t **ts;         /**< [ntargets] */
+    uint64_t at_ms;
+} sl_old_bal_t;
+
+typedef struct {
+    sl_balancer_t *_Atomic bal; /**< swapped by sl_upgen_fill; workers load it per use */
+    sl_tstate_t *_Atomic *ts;   /**< [ntargets]: each slot's state (an empty slot's is the
+                                     upstream's shared placeholder, never picked) */
     sl_target_live_t **live;  /**< [ntargets]: &ts[i]->live, what the balancer reads */
     uint32_t *weights;        /**< [ntargets], lent to the balancer */
+    sl_tstate_t **gone;       /**< states refilled slots held, released with the generation */
+    size_t ngone, capgone;
+    sl_old_bal_t *old_bals;
 } sl_upstream_rt_t;
 
 typedef struct sl_upgen_s {
@@ -53,12 +64,48 @@ sl_upgen_t *sl_upgen_new(sl_tregistry_t *reg, const sl_config_t *cfg);
 /** Drops a generation; states no generation uses any more are freed. */
 void sl_upgen_free(sl_tregistry_t *reg, sl_upgen_t *g);
 
+/** One address for a dynamic slot group (sl_upgen_fill). */
+typedef struct {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    uint32_t weight;
+} sl_slot_addr_t;
+
+/**
+ * Main thread: makes the dynamic slots targets[first .. first + n) of upstream u hold
+ * exactly `addrs` (as many as fit). A slot whose address stays keeps its state (breaker,
+ * health, EWMA) and its place; a gone address's slot is emptied (no new picks; attempts on
+ * it finish); a new address takes an empty slot, preferring one that last held it, then
+ * one never used, then one quiet (nothing in flight) for longer than the upstream's
+ * keep-alive idle timeout plus its read timeout, so no pooled connection or late
+ * attempt of the old address outlives its reuse. The balancer is rebuilt when anything
+ * changed. Returns the addresses placed, or -1 out of memory (slots unchanged).
+ */
+int sl_upgen_fill(sl_tregistry_t *reg, sl_upgen_t *g, size_t u, size_t first, size_t n,
+                  const sl_slot_addr_t *addrs, size_t naddrs, uint64_t now_ms);
+/** Main thread: frees balancers replaced more than `grace_ms` ago. */
+void sl_upgen_sweep(sl_upgen_t *g, uint64_t now_ms, uint64_t grace_ms);
+/** Is slot t of upstream u holding an address (always, for a static one)? Any thread. */
+static inline bool sl_slot_up(const sl_upstream_conf_t *uc, size_t t) {
+    return atomic_load_explicit(&uc->targets[t].up, memory_order_acquire) != 0;
+}
+
+/** No slot of the upstream holds an address (its names do not resolve yet, nobody
+ *  registered): its requests get 503. Any thread; O(slots), for the failure path. */
+static inline bool sl_upstream_empty(const sl_upstream_conf_t *uc) {
+    for (size_t t = 0; t < uc->ntargets; t++)
+        if (sl_slot_up(uc, t)) return false;
+    return true;
+}
+
 /** Size of sl_upstream_resolve's address text: the longest "[v6]:port" and its NUL. */
 #define SL_ADDR_TEXT_MAX 64
 
 /**
  * What `upstream.set(name | "IP:PORT")` names, for a request or a tcp session: SL_OK with
- * *upstream the index of the configured upstream `name[0..len)`, or with *upstream -1 and
+ * *upstream the index of the configured upstream `name[0..len)` (or of the first upstream
+ * listing the target `NAME:PORT` it spells: that upstream's slots hold the name's
+ * addresses), or with *upstream -1 and
  * *ss / text (SL_ADDR_TEXT_MAX bytes, NUL-terminated) the IP:PORT address it spells (IP
  * literals only: nothing ever waits for a resolver). SL_ERROR with *err otherwise. Any thread.
  */

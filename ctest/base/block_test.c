@@ -103,7 +103,33 @@ static void test_arena_blocks_return_and_trim(void) {
     sl_blockpool_destroy(&bp);
 }
 
+/* An arena with a first chunk of its owner's takes a block only for what does not fit, and
+ * starts again in the chunk after a reset. */
+static void test_arena_first_chunk(void) {
+    sl_blockpool_t bp = {.max_free = 16};
+    static char first[512];
+    sl_arena_t a;
+    sl_arena_init_first(&a, &bp, first, sizeof first);
+    char *p = sl_arena_alloc(&a, 100);
+    CHECK(p == first);
+    CHECK(sl_arena_alloc(&a, 300) == first + 112);
+    CHECK_INT(a.nblocks, 0);
+    sl_wbuf_t b = sl_arena_wbuf(&a, 64);
+    CHECK(b.p == first + 416 && b.cap == 96);
+    b = sl_arena_wbuf(&a, 200); /* more than the chunk has left: a block */
+    CHECK_INT(a.nblocks, 1);
+    CHECK(b.p == a.blocks[0] && b.cap == SL_BLOCK_SIZE);
+    sl_arena_commit(&a, 200);
+    CHECK(sl_arena_alloc(&a, 10) == a.blocks[0] + 208);
+    sl_arena_reset(&a);
+    CHECK_INT(bp.nfree, 1);
+    CHECK(sl_arena_alloc(&a, 10) == first);
+    CHECK_INT(bp.mallocs, 1);
+    sl_blockpool_destroy(&bp);
+}
+
 static const check_test_t tests[] = {
+    {"arena_first_chunk", test_arena_first_chunk},
     {"trim_keeps_low_water", test_trim_keeps_low_water},
     {"trim_keeps_what_the_interval_used", test_trim_keeps_what_the_interval_used},
     {"steady_state_mallocs_nothing", test_steady_state_mallocs_nothing},

@@ -390,6 +390,49 @@ static void test_types(void) {
                  "1:35: 'listen' contains a NUL byte");
 }
 
+/* `address: NAME:PORT`, `registry:` and `resolver:`: a name reserves SL_DNS_SLOTS empty
+ * slots after the static targets, the registry its max_targets after those. */
+static void test_dynamic_targets(void) {
+    sl_config_t *c = PARSE_OK(LISTENER "resolver: { nameservers: [\"127.0.0.1:5353\"], timeout: 200ms, "
+                                       "attempts: 3, min_ttl: 2s, max_ttl: 1m, ipv6: true }\n"
+                                       "upstreams:\n  - name: u\n    registry: { enabled: true, max_ttl: 30s, "
+                                       "max_targets: 4 }\n    targets: [ { address: 10.0.0.1:80 }, "
+                                       "{ address: API.example.com:8080 } ]\n");
+    if (c) {
+        const sl_upstream_conf_t *u = &c->upstreams[0];
+        CHECK_INT(u->ntargets, 1 + SL_DNS_SLOTS + 4);
+        CHECK_INT(u->nnames, 1);
+        CHECK_STR(u->names[0].host, "api.example.com");
+        CHECK_INT(u->names[0].port, 8080);
+        CHECK_INT(u->names[0].first, 1);
+        CHECK_INT(u->targets[0].kind, SL_TARGET_STATIC);
+        CHECK_INT(atomic_load(&u->targets[0].up), 1);
+        CHECK_INT(u->targets[1].kind, SL_TARGET_DNS);
+        CHECK_INT(atomic_load(&u->targets[1].up), 0);
+        CHECK_INT(u->targets[1 + SL_DNS_SLOTS].kind, SL_TARGET_REGISTERED);
+        CHECK_INT(u->registry_first, 1 + SL_DNS_SLOTS);
+        CHECK_INT(u->registry_max_ttl_ms, 30000);
+        CHECK_STR(c->resolver.nameservers, "127.0.0.1:5353");
+        CHECK_INT(c->resolver.timeout_ms, 200);
+        CHECK_INT(c->resolver.attempts, 3);
+        CHECK_INT(c->resolver.min_ttl_ms, 2000);
+        CHECK_INT(c->resolver.max_ttl_ms, 60000);
+        CHECK_INT(c->resolver.ipv6, 1);
+        sl_config_free(c);
+    }
+    c = PARSE_OK(LISTENER "upstreams: [ { name: u, registry: { enabled: true }, targets: [] } ]\n");
+    if (c) {
+        CHECK_INT(c->upstreams[0].ntargets, 32);
+        CHECK_INT(c->resolver.min_ttl_ms, 1000);
+        CHECK_INT(c->resolver.max_ttl_ms, 300000);
+        sl_config_free(c);
+    }
+    EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { address: api:0 } ] } ]\n",
+                 "2:47: target address 'api:0' needs a port from 1 to 65535");
+    EXPECT_ERROR(LISTENER "resolver: { min_ttl: 10s, max_ttl: 1s }\n",
+                 "2:36: resolver.max_ttl must be at least min_ttl");
+}
+
 static void test_required_and_names(void) {
     EXPECT_ERROR("workers: 1\n", "1:1: missing required key 'listeners' in the top level");
     EXPECT_ERROR("", "1:1: the configuration is empty: 'listeners' is required");
@@ -407,7 +450,7 @@ static void test_required_and_names(void) {
     EXPECT_ERROR(LISTENER "upstreams: [ { name: u } ]\n",
                  "2:14: missing required key 'targets' in upstream 'u'");
     EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [] } ]\n",
-                 "2:34: upstream 'u' needs at least one target");
+                 "2:34: upstream 'u' needs at least one target (or registry: { enabled: true })");
     EXPECT_ERROR(LISTENER "upstreams: [ { name: u, targets: [ { weight: 1 } ] } ]\n",
                  "2:36: missing required key 'address' in targets[0] of upstream 'u'");
     EXPECT_ERROR(LISTENER "routes: [ { match: { paths: [/] }, plugins: [ { name: echo } ] } ]\n",
@@ -1079,6 +1122,7 @@ int main(void) {
     test_unknown_and_unsupported_keys();
     test_types();
     test_required_and_names();
+    test_dynamic_targets();
     test_values();
     test_yaml_errors_and_collection();
     test_scalar_parsers();

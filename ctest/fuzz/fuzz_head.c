@@ -162,6 +162,10 @@ static int frame(sl_h1_t *h, const char *p, size_t n, bool whole, size_t step, s
 static void run(int type, bool req_was_head, const char *p, size_t n) {
     static sl_h1_t h, h2;
     static sl_h1_head_t head, head2;
+    static sl_h1_header_t spill[SL_H1_MAX_HEADERS], spill2[SL_H1_MAX_HEADERS];
+    head.spill = head2.spill = sl_h1_spill_array;
+    head.spill_ud = spill;
+    head2.spill_ud = spill2;
     const sl_h1_limits_t *lim = type == HTTP_REQUEST ? &req_limits : &resp_limits;
     sl_h1_init(&h, type, lim);
     size_t off = 0;

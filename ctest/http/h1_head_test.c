@@ -17,7 +17,7 @@ typedef struct {
     sl_downstream_t ds;
     sl_h1_limits_t limits;
     sl_req_t *r;
-    char head[2048], resp[2048];
+    char head[8192], resp[2048];
 } fx_t;
 
 static void fx_open(fx_t *f, const char *request, bool secure) {
@@ -46,7 +46,7 @@ static void fx_open(fx_t *f, const char *request, bool secure) {
     CHECK_INT(sl_h1_head(&h1, f->head, strlen(f->head), &r->head, &used, &status), SL_OK);
     memcpy(r->rid, "rid-1", 5);
     r->rid_len = 5;
-    memcpy(r->host, "example.com", 11);
+    r->host = "example.com";
     r->host_len = 11;
     r->keep_alive = sl__h1_client_keeps_alive(r);
 }
@@ -60,7 +60,7 @@ static void fx_close(fx_t *f) {
 
 static char *upstream_head(fx_t *f) {
     CHECK_INT(sl__h1_upstream_head(f->r), SL_OK);
-    static char out[4096];
+    static char out[8192];
     snprintf(out, sizeof out, "%.*s", (int)f->r->uphead.len, f->r->uphead.base);
     return out;
 }
@@ -230,8 +230,66 @@ static void test_forwarded(void) {
     fx_close(&f);
 }
 
+/* A small request's heads are built in the request's own first arena chunk: no block. */
+static void test_small_heads_take_no_block(void) {
+    fx_t f;
+    fx_open(&f, "GET /a HTTP/1.1\r\nHost: example.com\r\n\r\n", false);
+    upstream_head(&f);
+    sl_h1_head_clear(&f.r->rhead);
+    f.r->rhead.status = 200;
+    f.r->rhead.minor = 1;
+    CHECK_INT(sl__h1_client_head(f.r), SL_OK);
+    CHECK_INT(f.r->arena.nblocks, 0);
+    CHECK(f.r->uphead.base >= f.r->arena_first && f.r->uphead.base < f.r->arena_first + SL_REQ_ARENA_FIRST);
+    fx_close(&f);
+}
+
+/* 40 fields of ~90 bytes: the fields spill to the arena (over 16), and the rebuilt head
+ * (~3.7 KiB) does not fit the first chunk, so it is built again in a block; every field
+ * goes upstream, in order. */
+static void test_big_head_spills_and_takes_a_block(void) {
+    static char req[8192];
+    size_t n = (size_t)snprintf(req, sizeof req, "GET /big HTTP/1.1\r\nHost: example.com\r\n");
+    for (int i = 0; i < 40; i++)
+        n += (size_t)snprintf(req + n, sizeof req - n, "X-Long-%02d: %080d\r\n", i, i);
+    snprintf(req + n, sizeof req - n, "\r\n");
+    fx_t f;
+    fx_open(&f, req, false);
+    CHECK_INT(f.r->head.nheaders, 41);
+    CHECK(f.r->head.headers != f.r->head.inline_headers);
+    char *h = upstream_head(&f);
+    CHECK(f.r->arena.nblocks >= 1);
+    const char *at = h;
+    for (int i = 0; i < 40; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "X-Long-%02d: %080d\r\n", i, i);
+        const char *x = strstr(h, want);
+        CHECK(x != NULL && x > at);
+        at = x;
+    }
+    fx_close(&f);
+}
+
+/* A parked request (conn.c gives its read block back): its head moves to the arena, and
+ * the head rebuilt afterwards reads none of the old buffer's bytes. */
+static void test_detached_head_outlives_its_buffer(void) {
+    fx_t f;
+    fx_open(&f, "GET /d?q=1 HTTP/1.1\r\nHost: example.com\r\nX-A: 1\r\n\r\n", false);
+    f.r->head_end = (uint32_t)strlen(f.head);
+    CHECK_INT(sl__req_detach_head(f.r, f.head), SL_OK);
+    memset(f.head, '#', sizeof f.head);
+    char *h = upstream_head(&f);
+    CHECK(strncmp(h, "GET /d?q=1 HTTP/1.1\r\n", 21) == 0);
+    CHECK(strstr(h, "Host: example.com\r\nX-A: 1\r\n") != NULL);
+    CHECK(strchr(h, '#') == NULL);
+    fx_close(&f);
+}
+
 int main(int argc, char **argv) {
     static const check_test_t tests[] = {
+        {"small_heads_take_no_block", test_small_heads_take_no_block},
+        {"big_head_spills_and_takes_a_block", test_big_head_spills_and_takes_a_block},
+        {"detached_head_outlives_its_buffer", test_detached_head_outlives_its_buffer},
         {"forwarded", test_forwarded},
         {"upstream_head_rebuilt", test_upstream_head_rebuilt},
         {"upstream_head_framing", test_upstream_head_framing},

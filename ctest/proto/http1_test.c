@@ -55,10 +55,13 @@ typedef struct {
     size_t used;
     sl_h1_t h;
     sl_h1_head_t head;
+    sl_h1_header_t spill[SL_H1_MAX_HEADERS];
 } parse_t;
 
 static void parse_with(parse_t *r, int type, const sl_h1_limits_t *lim, const char *p, size_t n) {
     sl_h1_init(&r->h, type, lim);
+    r->head.spill = sl_h1_spill_array;
+    r->head.spill_ud = r->spill;
     r->status = 0;
     r->used = 12345;
     r->rc = sl_h1_head(&r->h, p, n, &r->head, &r->used, &r->status);
@@ -652,7 +655,7 @@ static void test_reuse(void) {
                             "Connection: close\r\nContent-Length: 3\r\n\r\n";
     static const char b[] = "GET /b HTTP/1.1\r\nHost: b\r\n\r\n";
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     size_t used;
     int st = 0;
     sl_h1_init(&h, HTTP_REQUEST, &limits);
@@ -680,7 +683,7 @@ static void test_body_length(void) {
     size_t total = 1000 + sizeof(NEXT_REQ) - 1;
     for (size_t step = 1; step <= 7; step++) {
         sl_h1_t h;
-        sl_h1_head_t hd;
+        sl_h1_head_t hd = {0};
         static sink_t s;
         CHECK_INT(start_body(&h, &hd, HTTP_REQUEST,
                              "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n", &s),
@@ -699,7 +702,7 @@ static void test_body_length(void) {
     }
     /* the whole body and the next request in one buffer */
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     static sink_t s;
     static const char m[] = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello" NEXT_REQ;
     size_t used;
@@ -743,7 +746,7 @@ static void test_chunked_whole(void) {
     memcpy(m, chunked_body, bn);
     memcpy(m + bn, NEXT_REQ, sizeof(NEXT_REQ) - 1);
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     static sink_t s;
     CHECK_INT(start_body(&h, &hd, HTTP_REQUEST, POST_CHUNKED, &s), SL_OK);
     CHECK_INT(hd.body_kind, SL_BODY_CHUNKED);
@@ -761,7 +764,7 @@ static void test_chunked_whole(void) {
 
 static void test_chunked_one_byte(void) {
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     static sink_t s;
     size_t bn = sizeof(chunked_body) - 1;
     CHECK_INT(start_body(&h, &hd, HTTP_REQUEST, POST_CHUNKED, &s), SL_OK);
@@ -785,7 +788,7 @@ static void test_chunked_every_split(void) {
     int bad = 0;
     for (size_t k = 0; k <= total; k++) {
         sl_h1_t h;
-        sl_h1_head_t hd;
+        sl_h1_head_t hd = {0};
         static sink_t s;
         start_body(&h, &hd, HTTP_REQUEST, POST_CHUNKED, &s);
         size_t used = 0, off = 0;
@@ -809,7 +812,7 @@ static void test_chunked_spans_left(void) {
     static const char m[] = "3\r\nabc\r\n3;e=f\r\ndef\r\n3\r\nghi\r\n0\r\n\r\n" NEXT_REQ;
     size_t bn = strlen("3\r\nabc\r\n3;e=f\r\ndef\r\n3\r\nghi\r\n0\r\n\r\n");
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     static sink_t s;
     CHECK_INT(start_body(&h, &hd, HTTP_REQUEST, POST_CHUNKED, &s), SL_OK);
     size_t used, off = 0;
@@ -894,7 +897,7 @@ typedef struct {
 static void refuse_all(const bad_body_t *cases, size_t n) {
     for (size_t i = 0; i < n; i++) {
         sl_h1_t h;
-        sl_h1_head_t hd;
+        sl_h1_head_t hd = {0};
         static sink_t s;
         size_t end;
         start_body(&h, &hd, HTTP_REQUEST, POST_CHUNKED, &s);
@@ -935,7 +938,7 @@ static void test_chunked_errors(void) {
     refuse_all(cases, SL_ARRAY_LEN(cases));
     /* the largest size that fits is a size, not an error (the body just never ends here) */
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     static sink_t s;
     size_t used;
     start_body(&h, &hd, HTTP_REQUEST, POST_CHUNKED, &s);
@@ -1070,7 +1073,7 @@ static void test_response_errors(void) {
 
 static void test_response_bodies(void) {
     sl_h1_t h;
-    sl_h1_head_t hd;
+    sl_h1_head_t hd = {0};
     static sink_t s;
     size_t used, end;
     /* chunked, byte by byte, then whatever follows is left alone */

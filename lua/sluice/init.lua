@@ -430,17 +430,20 @@ local BREAKER = { [C.SL_BREAKER_CLOSED] = "closed", [C.SL_BREAKER_OPEN] = "open"
 local info = ffi.new("sl_target_info_t")
 
 -- The targets of the request's upstream: { address, weight, healthy, breaker, in_flight,
--- ewma_ms, tried } each, in config order (an empty list before an upstream is chosen).
+-- ewma_ms, tried } each, in config order (an empty list before an upstream is chosen); a
+-- DNS name's or the registry's targets are those holding an address now.
 function balancer.targets()
     local r = cur()
     local out = {}
     for i = 0, C.sl_ffi_balancer_count(r) - 1 do
         C.sl_ffi_balancer_target(r, i, info)
-        out[i + 1] = {
-            address = ffi_string(info.address), weight = info.weight, healthy = info.healthy ~= 0,
-            breaker = BREAKER[info.breaker], in_flight = info.in_flight, ewma_ms = info.ewma_ms,
-            tried = info.tried ~= 0,
-        }
+        if info.address[0] ~= 0 then
+            out[#out + 1] = {
+                address = ffi_string(info.address), weight = info.weight, healthy = info.healthy ~= 0,
+                breaker = BREAKER[info.breaker], in_flight = info.in_flight, ewma_ms = info.ewma_ms,
+                tried = info.tried ~= 0,
+            }
+        end
     end
     return out
 end

@@ -172,7 +172,7 @@ local function is_list_of_strings(v)
     return true
 end
 
-local function route_errors(file, fi, i, r, node, add)
+local function route_errors(fi, i, r, node, add)
     local function pos(field)
         if field then return field.line, field.col end
         if node then return node.line, node.col end
@@ -321,7 +321,7 @@ function _M.lua_routes(files)
                 if root and #root.items ~= #list then root = nil end
                 for i, r in ipairs(list) do
                     local item = root and root.items[i]
-                    local d = route_errors(file, fi, i, r, item and item.node, add)
+                    local d = route_errors(fi, i, r, item and item.node, add)
                     if d then out[#out + 1] = d end
                 end
             end

@@ -164,12 +164,6 @@ function _M.scan(src)
     return ret_name and top_assign[ret_name] or nil
 end
 
--- A value's position: field.node's when it is a constructor, else the field's value.
-function _M.value_pos(field)
-    if not field then return nil end
-    return field.line, field.col
-end
-
 -- {"a.b":[kline,kcol,vline,vcol], "a.2":[...]}: the positions of a plugin config written
 -- as a constructor, keyed like the YAML config's positions_json (list items 1-based).
 function _M.positions(node, prefix, out)

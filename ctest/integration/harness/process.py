@@ -257,8 +257,11 @@ def set_workers(config_text, workers):
 
 
 def start_sluice(config_text, workers=None, name="sluice", suite=None, args=None, cwd=None,
-                 ready_timeout=15.0, env=None):
-    """Writes the config into a fresh temp dir and runs the binary on it.
+                 ready_timeout=15.0, env=None, binary=None, shared_dir=False, prefix=None):
+    """Writes the config into a fresh temp dir and runs the binary (`binary`, default the
+    one under test) on it. shared_dir: the dir is writable by any user (a gateway that
+    switches to `user:` writes its ready file after the switch). prefix: argv put before
+    the binary's (a wrapper such as setpriv).
 
     Returns a Sluice once the ready file holds valid JSON; raises SluiceStartError
     (with the log tail) if the process exits or the ready file never appears.
@@ -267,9 +270,13 @@ def start_sluice(config_text, workers=None, name="sluice", suite=None, args=None
     cfg = os.path.join(d, "sluice.yaml")
     with open(cfg, "w") as f:
         f.write(set_workers(config_text, workers))
+    if shared_dir:
+        os.chmod(os.path.dirname(d), 0o755)
+        os.chmod(d, 0o777)
+        os.chmod(cfg, 0o644)
     ready = os.path.join(d, "ready.json")
     logp = os.path.join(d, "stderr.log")
-    argv = [BIN, "run", "-c", cfg, "--ready-file", ready] + list(args or [])
+    argv = list(prefix or []) + [binary or BIN, "run", "-c", cfg, "--ready-file", ready] + list(args or [])
     logf = open(logp, "wb")
     outf = open(os.path.join(d, "stdout.log"), "wb")
     proc = subprocess.Popen(argv, cwd=cwd or d, stdout=outf, stderr=logf,
