@@ -18,6 +18,7 @@
  */
 #include "server/etcd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -94,6 +95,19 @@ static bool check_value(const char *prefix, const sl_ekv_t *kv, const char *kind
 
 /* Writes the plugins/NAME values as NAME.lua into a folder named by their hash (written
  * once, renamed into place: a generation's code never changes under it). */
+/* `user:` in the local file: what is written before the switch from root (the snapshot's
+ * plugins, at start) is handed to that user, who writes the later generations' folders. */
+static struct {
+    bool on;
+    uid_t uid;
+    gid_t gid;
+} g_owner;
+
+static void own(const char *path) {
+    if (g_owner.on && geteuid() == 0 && chown(path, g_owner.uid, g_owner.gid) != 0)
+        sl_log_warn("etcd: cannot hand %s to uid %u: %s", path, (unsigned)g_owner.uid, strerror(errno));
+}
+
 static int plugin_dir(const char *base, const sl_ekvset_t *s, char *out, size_t outlen) {
     uint64_t h = 1469598103934665603ULL;
     size_t n = 0;
@@ -103,13 +117,14 @@ static int plugin_dir(const char *base, const sl_ekvset_t *s, char *out, size_t 
             n++;
         }
     if (!n) return 0;
-    mkdir(base, 0700);
+    if (mkdir(base, 0700) == 0) own(base);
     snprintf(out, outlen, "%s/%016llx", base, (unsigned long long)h);
     struct stat st;
     if (stat(out, &st) == 0) return 1;
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp%d", out, (int)getpid());
     if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+    own(tmp);
     for (size_t i = 0; i < s->n; i++) {
         if (strncmp(s->a[i].key, "plugins/", 8) != 0) continue;
         char f[PATH_MAX + 128];
@@ -120,9 +135,34 @@ static int plugin_dir(const char *base, const sl_ekvset_t *s, char *out, size_t 
             return -1;
         }
         fclose(fp);
+        own(f);
     }
     if (rename(tmp, out) != 0 && stat(out, &st) != 0) return -1;
     return 1;
+}
+
+/* The plugin folder of the last build (what an applied generation runs), and the pruning
+ * of the others: an applied generation's VMs hold their code, a folder is not read again. */
+static char g_last_pdir[PATH_MAX];
+
+static void prune_plugin_dirs(const char *base) {
+    DIR *d = opendir(base);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char p[PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", base, de->d_name);
+        if (de->d_name[0] == '.' || !strcmp(p, g_last_pdir)) continue;
+        DIR *sub = opendir(p);
+        struct dirent *f;
+        while (sub && (f = readdir(sub))) {
+            char q[PATH_MAX + 600];
+            snprintf(q, sizeof q, "%s/%s", p, f->d_name);
+            if (f->d_name[0] != '.') unlink(q);
+        }
+        if (sub) closedir(sub);
+        rmdir(p);
+    }
+    if (d) closedir(d);
 }
 
 static bool valid_name(const char *s) {
@@ -201,6 +241,7 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
     int rc = -1;
     if (tmp.n == 0 && sl_config_parse_composed(path, t.p, t.n, &cfg, &tmp) == 0) {
         int pd = plugin_dir(pbase, s, pdir, sizeof pdir);
+        snprintf(g_last_pdir, sizeof g_last_pdir, "%s", pd > 0 ? pdir : "");
         char **pp = pd > 0 ? realloc(cfg->plugin_paths, (cfg->nplugin_paths + 1) * sizeof(char *)) : NULL;
         if (pd < 0 || (pd > 0 && !pp)) {
             sl_errors_add(&tmp, path, 1, 1, "cannot write the plugins from etcd under %s: %s", pbase, strerror(errno));
@@ -350,6 +391,7 @@ static void apply(sl_etcd_t *e) {
         e->ready = true;
         e->last_error[0] = 0;
         write_snapshot(e);
+        prune_plugin_dirs(e->pbase);
     } else {
         e->rejected++;
         sl_jdoc_t d;
@@ -544,6 +586,9 @@ static void copy_conf(sl_etcd_t *e, const sl_source_conf_t *s) {
 sl_config_t *sl_etcd_boot(sl_config_t *local) {
     sl_etcd_t *e = &g_etcd;
     copy_conf(e, &local->source);
+    g_owner.on = local->run_user != NULL;
+    g_owner.uid = local->run_uid;
+    g_owner.gid = local->run_gid;
     size_t len = 0, tl = 0;
     char *snap = e->snapshot ? sl__etcd_read_file(e->snapshot, &len) : NULL;
     if (!snap) {
