@@ -8,13 +8,17 @@
   the error names the key and its line:col, sluice_reloads_total{result="rejected"});
   fixing the key applies it.
 - `etcdctl compact` at the current revision while a gateway's watch is behind (the
-  gateway stopped with SIGSTOP while writes and the compaction happen): nothing is missed.
+  gateway stopped with SIGSTOP while 6 MB of writes and the compaction happen): nothing is
+  missed; and, certain to hit etcd's cancel, a gateway whose first watch starts 1.5 s after
+  its read (SLUICE_TEST_WATCH_DELAY_MS) while the test writes and compacts: the watch is
+  cancelled with the compact revision, the prefix read again, nothing missed.
 - etcd stopped: all three keep serving, sluice_config_source_up goes 0; etcd back: a
   change pushed then arrives, sluice_config_source_up 1.
 - etcd wiped and reloaded from a push: the gateways follow the new history.
 - A gateway started while etcd is down serves from its snapshot; one with neither answers
   /ready 503 until etcd gives it a config.
-- Two `sluice push` runs racing: exactly one wins, the other exits 1 and says why.
+- Two `sluice push` runs racing (SLUICE_TEST_PUSH_PAUSE_MS holds each between its read and
+  its write): exactly one wins, the other exits 1 and says why.
 """
 
 import os
@@ -296,11 +300,28 @@ def test_compaction_behind(t):
     ok = until(lambda: want(g), 8)
     st = g.status()["config_source"]
     t.info("the behind gateway: %d compaction cancel(s), %d full read(s)" % (st["compactions"], st["full_reads"]))
-    t.check("etcd cancelled the behind watch for the compaction and the gateway read the prefix again",
-            st["compactions"] >= 1 and st["full_reads"] >= 2, ">= 1 and >= 2", (st["compactions"], st["full_reads"]))
     t.check("the gateway that was behind missed nothing across the compaction", ok, True,
             [get(g, p_) for p_ in ("/c0/", "/late/", "/c1/", "/c399/")])
     t.check("the others too", all(until(lambda x=x: want(x), 5) for x in gws[1:]), True, None)
+
+    # The same, certain to hit the compaction: a gateway whose first watch starts 1.5 s
+    # after its full read (a testing aid), while the test writes and compacts.
+    env = dict(os.environ, SLUICE_TEST_WATCH_DELAY_MS="1500")
+    g = h.start_sluice(gw_conf(etcd, snapshot=False), name="gw-compact", suite=t, env=env)
+    until(lambda: get(g, "/a/")[0] == 200, 5)
+    for say in ("first", "k1"):  # two revisions: the compaction then removes the watch's start
+        etcd.put(PREFIX + "/routes/k1",
+                 "name: k1\nmatch: { paths: [/k1/] }\nplugins: [ { name: hello, config: { say: %s } } ]\n" % say)
+    cr = etcd.ctl("compact", str(etcd.revision()))
+    etcd.put(PREFIX + "/routes/k2", "name: k2\nmatch: { paths: [/k2/] }\nplugins: [ { name: hello, config: { say: k2 } } ]\n")
+    ok = until(lambda: get(g, "/k1/") == (200, b"v2 k1\n") and get(g, "/k2/")[0] == 200, 6)
+    st = g.status()["config_source"]
+    t.check("a watch from before a compaction is cancelled for it and the prefix read again",
+            cr.returncode == 0 and st["compactions"] >= 1 and st["full_reads"] >= 2, ">= 1 and >= 2",
+            (cr.stderr, st["compactions"], st["full_reads"]))
+    t.check("... and nothing written before or after the compaction is missed", ok, True,
+            (get(g, "/k1/"), get(g, "/k2/")))
+    g.stop()
 
 
 def test_etcd_down(t):
