@@ -193,6 +193,12 @@ void sl_config_free(sl_config_t *cfg) {
         free(cfg->consumers[i].credentials_json);
     }
     free(cfg->consumers);
+    strs_free(cfg->source.endpoints, cfg->source.nendpoints);
+    free(cfg->source.prefix);
+    free(cfg->source.snapshot);
+    free(cfg->source.username);
+    if (cfg->source.password) explicit_bzero(cfg->source.password, strlen(cfg->source.password));
+    free(cfg->source.password);
     addr_free(&cfg->admin_listen);
     strs_free(cfg->plugin_paths, cfg->nplugin_paths);
     strs_free(cfg->plugin_search, cfg->nplugin_search);

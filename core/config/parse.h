@@ -39,6 +39,7 @@ typedef struct {
     sl__cx_err_t *errs;
     size_t nerrs, cap;
     bool oom;
+    bool composed; /* the local file with a source's entries appended (sl_config_parse_composed) */
     /* Values whose ${VAR} could not be replaced: their error is said once, so the checks
      * that would trip on the raw text stay quiet (env.c). */
     const yaml_node_t *env_bad[32];
@@ -182,9 +183,11 @@ void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list);
 void sl__cfg_expand_env(sl__cx_t *cx, yaml_document_t *doc);
 
 /* ---- root.c ---- */
-/* sl_config_parse; `partial`: with errors, *out is still the tree as far as it parsed. */
+/* sl_config_parse; SL__PARSE_PARTIAL: with errors, *out is still the tree as far as it
+ * parsed; SL__PARSE_COMPOSED: a local file with a config source's entries appended. */
+enum { SL__PARSE_PARTIAL = 1, SL__PARSE_COMPOSED = 2 };
 int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
-                     sl_errors_t *errs, bool partial);
+                     sl_errors_t *errs, unsigned flags);
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root);
 
 #endif
