@@ -485,7 +485,11 @@ void sl__proxy_pump_down(sl_req_t *r) {
                 return;
             }
             if (rc == 0) {
-                if (u) sl__upconn_stop_reading(u);
+                /* Backpressure: nothing more is read while the client's write is in flight.
+                 * A response already whole needs none, and the pool would start reading
+                 * again at once: stopping then costs two epoll_ctl (libuv re-adds the
+                 * descriptor, gets EEXIST, then modifies it) on every HTTP/2 response. */
+                if (u && !r->resp_done) sl__upconn_stop_reading(u);
                 ds->ops->arm(ds, ds->lc->idle_timeout_ms); /* a client that stops reading */
                 return;
             }
