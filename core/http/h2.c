@@ -171,6 +171,7 @@ static pthread_once_t h2_mem_once = PTHREAD_ONCE_INIT;
 
 static void h2_mem_thread_end(void *p) {
     h2_mem_t *m = p;
+    h2_mem_tls = NULL; /* runs on the ending thread: a later allocation starts a new list */
     for (int c = 0; c < H2_MEM_CLASSES; c++)
         while (m->free[c]) {
             h2_mem_free_t *f = m->free[c];
