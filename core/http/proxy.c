@@ -192,7 +192,9 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
 static void up_on_read(sl_upconn_t *u, ssize_t nread) {
     sl_req_t *r = u->req;
     if (nread == 0) {
-        if (r->resp_head) sl__upconn_release_buffer(u);
+        /* A read that found nothing: the buffer goes back, unless a write to the client
+         * still points into it (a response already whole keeps reading meanwhile). */
+        if (r->resp_head && !r->clq.writing) sl__upconn_release_buffer(u);
         return;
     }
     if (u != r->up) {
