@@ -232,7 +232,10 @@ def test_plugin_code(t):
             "1 put", r.stdout + r.stderr)
     ok = until(lambda: all(get(g, "/a/") == (200, b"v2 a\n") for g in gws), 3)
     t.check("the new plugin code answers on all three without a restart", ok, True, [get(g, "/a/") for g in gws])
-    dirs = os.listdir(os.path.join(gws[0].dir, "snap.json.plugins"))
+    pdir = os.path.join(gws[0].dir, "snap.json.plugins")
+    # removed once the reload has finished, which may be just after the new code answers
+    until(lambda: len(os.listdir(pdir)) == 1, 3)
+    dirs = os.listdir(pdir)
     t.check("the folder of the old code is removed once the new one applies", len(dirs) == 1, 1, dirs)
 
 
