@@ -38,7 +38,7 @@ sl_test_gw_t *sl_test_start(const char *text, size_t len, const char *path, char
     sl_config_t *cfg = NULL;
     err[0] = 0;
     sl_log_init_from_env();
-    if (sl_config_parse(path, text, len, &cfg, &errs) != 0 || sl_plugins_check(cfg, &errs) != 0) {
+    if (sl_config_build(path, text, len, &cfg, &errs) != 0) {
         sl_errors_write(&errs, err, errlen);
         sl_errors_free(&errs);
         if (cfg) sl_config_free(cfg);

@@ -59,6 +59,20 @@ routes:
         assert.matches(dir .. "/missing.yaml:1:1: cannot read the config", err2, 1, true)
     end)
 
+    it("reports a YAML-level error and the plugin errors behind it at once, in file order", function()
+        write(dir .. "/two.yaml", "listeners: [{ name: web, listen: \"127.0.0.1:0\" }]\n" ..
+                                  "bogus_top: 1\n" ..
+                                  "routes:\n  - name: r\n    match: { paths: [/] }\n" ..
+                                  "    plugins: [{ name: stamp, config: { valeu: x } }]\n")
+        local gw, err = test.start(dir .. "/two.yaml")
+        assert.is_nil(gw)
+        local a = err:find(dir .. "/two.yaml:2:1: unknown key 'bogus_top'", 1, true)
+        local b = err:find(dir .. "/two.yaml:6:40: route 'r', plugin 'stamp': unknown key 'valeu'", 1, true)
+        assert.truthy(a, err)
+        assert.truthy(b, err)
+        assert.truthy(a < b, err)
+    end)
+
     it("reads a table config's relative plugin_paths from the calling spec's folder", function()
         -- this spec lives in spec/sluice/: ../fixtures/plugins is spec/fixtures/plugins
         local gw, err = test.start({ plugin_paths = { "../fixtures/plugins" },
