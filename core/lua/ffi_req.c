@@ -307,6 +307,16 @@ int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **e
     return SL_OK;
 }
 
+int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
+        *err = "the body limit can be set in rewrite and access only";
+        return SL_ERROR;
+    }
+    /* A body already read whole keeps its buffer; the caller compares its length. */
+    if (!r->body_buffered) r->buffer_max = max ? max : 1; /* 0 means the default: 1 byte is too many */
+    return SL_OK;
+}
+
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err) {
     if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS &&
         r->lua.phase != SL_PHASE_PREREAD) {

@@ -33,6 +33,7 @@ int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **
 int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err);
 int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err);
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
+int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err);
 typedef struct {
     int status;
     uint64_t bytes_in, bytes_out;
@@ -274,6 +275,27 @@ function request.get_body()
         else
             return nil, ffi_string(err_p[0])
         end
+    end
+end
+
+-- Reads the whole body into the gateway, at most max bytes (the listener's max_body still
+-- applies), without copying it into Lua: its length (0 when there is none), or nil, err
+-- ("request body too large" past max). The body then goes upstream from that buffer;
+-- get_body returns it. Rewrite/access only.
+function request.read_body(max)
+    local r = cur()
+    if type(max) ~= "number" or max < 0 then error("max must be a number of bytes >= 0", 2) end
+    local rc = C.sl_ffi_req_set_body_max(r, max, err_p)
+    if rc ~= OK then return nil, ffi_string(err_p[0]) end
+    while true do
+        rc = C.sl_ffi_req_get_body(r, str_p, len_p, err_p)
+        if rc == OK then
+            local n = tonumber(len_p[0])
+            if n > max then return nil, "request body too large" end -- read before the cap was set
+            return n
+        end
+        if rc ~= C.SL_EAGAIN then return nil, ffi_string(err_p[0]) end
+        base.wait()
     end
 end
 
