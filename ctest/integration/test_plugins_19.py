@@ -5,6 +5,8 @@ the client got.
   * request-size-limit: 413 before any byte reaches the upstream, for a Content-Length
     over max (answered from the head alone, no body sent) and for a chunked body sent
     slowly in pieces (the upstream never connected); a body within max arrives whole.
+  * fault-injection: an abort answers without asking the upstream; a delay holds the
+    request that long before the upstream sees it.
 """
 
 import json
@@ -99,4 +101,34 @@ def test_request_size_limit(t):
         up.stop()
 
 
-t.run(test_request_size_limit)
+FAULT_ROUTES = """\
+  - name: abort
+    match: { paths: [/abort] }
+    upstream: up
+    plugins: [ { name: fault-injection, config: { abort: { status: 503, body: "chaos", percentage: 100 } } } ]
+  - name: delay
+    match: { paths: [/delay] }
+    upstream: up
+    plugins: [ { name: fault-injection, config: { delay: { duration: 300ms } } } ]
+"""
+
+
+def test_fault_injection(t):
+    s, up = start(t, FAULT_ROUTES)
+    try:
+        p = s.port()
+        r = h.request(p, "GET", "/abort")
+        t.check("abort: the configured status and body", (r.status, r.body) == (503, b"chaos"),
+                (503, b"chaos"), (r.status, r.body))
+        t.check("abort: the upstream is never asked", up.snapshot()[2] == 0, 0, up.snapshot()[2])
+        t0 = time.monotonic()
+        r = h.request(p, "GET", "/delay")
+        took = time.monotonic() - t0
+        t.check("delay: the request reaches the upstream after the delay",
+                r.status == 200 and seen(r)["path"] == "/delay" and took >= 0.29, ">= 0.3 s", took)
+    finally:
+        s.stop()
+        up.stop()
+
+
+t.run(test_request_size_limit, test_fault_injection)
