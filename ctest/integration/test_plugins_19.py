@@ -28,7 +28,7 @@ def seen(r):
     return json.loads(r.body)
 
 
-def start(t, routes, extra=""):
+def start(t, routes, extra="", ret_conf=False):
     up = h.MockUpstream(handler, name="up")
     conf = """\
 workers: 1
@@ -39,6 +39,9 @@ listeners: [ { name: web, listen: 127.0.0.1:0 } ]
 upstreams: [ { name: up, targets: [ { address: %s } ] } ]
 routes:
 %s""" % (extra, up.address, routes)
+    if ret_conf:
+        up.stop()
+        return conf
     s = h.start_sluice(conf, suite=t, name="p19")
     return s, up
 
@@ -131,4 +134,45 @@ def test_fault_injection(t):
         up.stop()
 
 
-t.run(test_request_size_limit, test_fault_injection)
+ACL_CONSUMERS = """\
+consumers:
+  - { name: alice, groups: [admin, staff], credentials: { key-auth: { key: ka } } }
+  - { name: bob, groups: [staff], credentials: { key-auth: { key: kb } } }
+"""
+ACL_ROUTES = """\
+  - name: admin
+    match: { paths: [/admin] }
+    upstream: up
+    plugins: [ { name: key-auth }, { name: acl, config: { allow: [admin] } } ]
+"""
+
+
+def test_acl(t):
+    s, up = start(t, ACL_ROUTES, ACL_CONSUMERS)
+    try:
+        p = s.port()
+        r = h.request(p, "GET", "/admin", headers=[("apikey", "ka"), ("X-Consumer-Groups", "root")])
+        hs = [tuple(x) for x in seen(r)["headers"]] if r.status == 200 else []
+        t.check("a consumer in an allowed group passes; the upstream sees its groups, not the client's",
+                r.status == 200 and h.hall(hs, "X-Consumer-Groups") == ["admin, staff"],
+                (200, ["admin, staff"]), (r.status, h.hall(hs, "X-Consumer-Groups")))
+        n = up.snapshot()[2]
+        r = h.request(p, "GET", "/admin", headers=[("apikey", "kb")])
+        t.check("a consumer outside the allowed groups: 403, the upstream not asked",
+                r.status == 403 and up.snapshot()[2] == n, (403, n), (r.status, up.snapshot()[2]))
+    finally:
+        s.stop()
+        up.stop()
+    wrong = ACL_ROUTES.replace("[ { name: key-auth }, { name: acl, config: { allow: [admin] } } ]",
+                               "[ { name: acl, config: { allow: [admin] } }, { name: key-auth } ]")
+    path = os.path.join(h.new_tmpdir("acl"), "wrong.yaml")
+    with open(path, "w") as f:
+        f.write(start(t, wrong, ACL_CONSUMERS, ret_conf=True))
+    cp = h.run_cli(["check", "-c", path])
+    out = cp.stdout + cp.stderr
+    t.check("sluice check: acl before key-auth is an error naming both, at the acl's line",
+            cp.returncode != 0 and "wrong.yaml:14:" in out and "must come after 'key-auth'" in out,
+            "exit != 0 and wrong.yaml:14: ... must come after 'key-auth'", (cp.returncode, h.short(out)))
+
+
+t.run(test_request_size_limit, test_fault_injection, test_acl)
