@@ -121,6 +121,9 @@ int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **e
  *  listener's max_body still applies; a body already read is left as it is. Rewrite/access;
  *  0 or SL_ERROR with *err. */
 int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err);
+/** Replaces the body sent upstream by len bytes at p (copied; sent with a Content-Length).
+ *  Only after the body was read whole (get_body/read_body), in rewrite/access. */
+int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err);
 
 /** The authenticated consumer (ctx.consumer after access): sent upstream in the config's
  *  consumer_header (X-Consumer), which clients can never set themselves. */

@@ -317,6 +317,29 @@ int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err) {
     return SL_OK;
 }
 
+int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
+        *err = "the body can be set in rewrite and access only";
+        return SL_ERROR;
+    }
+    if (!r->body_buffered) {
+        *err = "read the body (get_body) before replacing it";
+        return SL_ERROR;
+    }
+    if (len > r->heap_cap) {
+        char *np = realloc(r->heap, len);
+        if (!np) {
+            *err = "out of memory";
+            return SL_ERROR;
+        }
+        r->heap = np;
+        r->heap_cap = len;
+    }
+    if (len) memcpy(r->heap, p, len);
+    r->heap_len = len;
+    return SL_OK;
+}
+
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err) {
     if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS &&
         r->lua.phase != SL_PHASE_PREREAD) {

@@ -175,4 +175,41 @@ def test_acl(t):
             "exit != 0 and wrong.yaml:14: ... must come after 'key-auth'", (cp.returncode, h.short(out)))
 
 
-t.run(test_request_size_limit, test_fault_injection, test_acl)
+RT_ROUTES = """\
+  - name: rt
+    match: { paths: [/api] }
+    upstream: up
+    plugins:
+      - name: request-transformer
+        config:
+          remove: { headers: [Cookie], querystring: [debug], body: [password] }
+          add: { headers: ["X-Env:prod"], body: ["source:gateway"] }
+          append: { querystring: ["via:sluice"] }
+          regex_uri: ["^/api/v1/(.*)$", "/v2/$1"]
+"""
+
+
+def test_request_transformer(t):
+    s, up = start(t, RT_ROUTES)
+    try:
+        p = s.port()
+        body = json.dumps({"user": "u", "password": "p"}).encode()
+        r = h.request(p, "POST", "/api/v1/items/7?debug=1&a=b", body=body,
+                      headers=[("Content-Type", "application/json"), ("Cookie", "c=1")])
+        d = seen(r) if r.status == 200 else {"headers": [], "body": "null", "target": ""}
+        hs = [tuple(x) for x in d["headers"]]
+        got = json.loads(d["body"])
+        t.check("the upstream gets the rewritten path and query", d["target"] == "/v2/items/7?a=b&via=sluice",
+                "/v2/items/7?a=b&via=sluice", d["target"])
+        t.check("... the edited headers", h.hget(hs, "Cookie") is None and h.hget(hs, "X-Env") == "prod",
+                (None, "prod"), (h.hget(hs, "Cookie"), h.hget(hs, "X-Env")))
+        t.check("... the edited JSON body, with its own Content-Length",
+                got == {"user": "u", "source": "gateway"} and
+                h.hget(hs, "Content-Length") == str(len(d["body"].encode())),
+                {"user": "u", "source": "gateway"}, (got, h.hget(hs, "Content-Length")))
+    finally:
+        s.stop()
+        up.stop()
+
+
+t.run(test_request_size_limit, test_fault_injection, test_acl, test_request_transformer)

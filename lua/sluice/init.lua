@@ -34,6 +34,7 @@ int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err
 int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err);
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
 int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err);
+int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err);
 typedef struct {
     int status;
     uint64_t bytes_in, bytes_out;
@@ -297,6 +298,12 @@ function request.read_body(max)
         if rc ~= C.SL_EAGAIN then return nil, ffi_string(err_p[0]) end
         base.wait()
     end
+end
+
+-- Replaces the body sent upstream (after get_body or read_body; rewrite/access only).
+function request.set_body(body)
+    check_str(body, "body")
+    ffi_err(C.sl_ffi_req_set_body(cur(), body, #body, err_p))
 end
 
 local stats = ffi.new("sl_req_stats_t")
