@@ -2,9 +2,10 @@
 -- arguments and top-level JSON body fields in the order remove, rename, replace, add,
 -- append; `replace.uri` or `regex_uri` rewrite the path. Runs in access.
 local sluice = require("sluice")
+local transform = require("sluice.transform")
 
 local request, log, json = sluice.request, sluice.log, sluice.json
-local ipairs, type, tostring, tonumber, next = ipairs, type, tostring, tonumber, next
+local ipairs, tostring, tonumber = ipairs, tostring, tonumber
 local concat, char, byte, format = table.concat, string.char, string.byte, string.format
 
 local list = { type = "array", items = { type = "string" }, default = {} }
@@ -28,64 +29,23 @@ local M = {
     },
 }
 
-local SECTIONS = { "remove", "rename", "replace", "add", "append" }
+local WHATS = { "headers", "querystring", "body" }
 local OWNED = { ["content-length"] = true, ["transfer-encoding"] = true, connection = true,
                 ["keep-alive"] = true, te = true, trailer = true, upgrade = true, host = true }
 
--- "name:value" -> name, value (the value may hold ':'); for remove, the name alone.
-local function split(entry, with_value)
-    if not with_value then return entry end
-    local k, v = entry:match("^([^:]+):(.*)$")
-    return k, v
-end
-
 function M.check(conf)
-    for _, sec in ipairs(SECTIONS) do
-        for _, what in ipairs({ "headers", "querystring", "body" }) do
-            for i, e in ipairs(conf[sec][what]) do
-                local k, v = split(e, sec ~= "remove")
-                if not k or k == "" or (sec ~= "remove" and not v) then
-                    return nil, ("%s.%s.%d: '%s' is not %s"):format(sec, what, i, e,
-                        sec == "remove" and "a name" or "name:value")
-                end
-                if what == "headers" then
-                    local names = { k }
-                    if sec == "rename" then names[2] = v end
-                    for _, n in ipairs(names) do
-                        if not n:match("^[!#$%%&'*+.^_`|~0-9A-Za-z-]+$") then
-                            return nil, ("%s.headers.%d: '%s' is not a header name"):format(sec, i, n)
-                        end
-                        if OWNED[n:lower()] then
-                            return nil, ("%s.headers.%d: '%s' is set by the gateway"):format(sec, i, n)
-                        end
-                    end
-                    if sec ~= "rename" and v and v:find("[%z\1-\8\10-\31\127]") then
-                        return nil, ("%s.headers.%d: the value has control characters"):format(sec, i)
-                    end
-                end
-            end
-        end
-    end
+    local ok, err = transform.check(conf, WHATS, OWNED)
+    if not ok then return nil, err end
     local uri = conf.replace.uri
     if uri and not uri:match("^/[^%s?#]*$") then
         return nil, "replace.uri: must start with '/' and hold no spaces, '?' or '#'"
     end
     if uri and conf.regex_uri then return nil, "replace.uri and regex_uri cannot both be set" end
     if conf.regex_uri then
-        local ok, err = pcall(string.find, "", conf.regex_uri[1])
-        if not ok then return nil, "regex_uri: bad pattern: " .. tostring(err) end
+        local pok, perr = pcall(string.find, "", conf.regex_uri[1])
+        if not pok then return nil, "regex_uri: bad pattern: " .. tostring(perr) end
     end
     return true
-end
-
--- Each section's lists split once: { {k, v}, ... }.
-local function pairs_of(entries, with_value)
-    local out = {}
-    for i, e in ipairs(entries) do
-        local k, v = split(e, with_value)
-        out[i] = { k, v }
-    end
-    return out
 end
 
 local function hex_byte(h) return char(tonumber(h, 16)) end
@@ -97,16 +57,10 @@ local function escape_byte(c) return format("%%%02X", byte(c)) end
 local function escape(s) return (s:gsub("[^%w%-%._~]", escape_byte)) end
 
 function M.prepare(conf)
-    local p = { logged = false, query = false, body = false, headers = false }
-    for _, sec in ipairs(SECTIONS) do
-        local o = conf[sec]
-        local with_value = sec ~= "remove"
-        p[sec] = { headers = pairs_of(o.headers, with_value), querystring = pairs_of(o.querystring, with_value),
-                   body = pairs_of(o.body, with_value) }
-        if #o.headers > 0 then p.headers = true end
-        if #o.querystring > 0 then p.query = true end
-        if #o.body > 0 then p.body = true end
-        -- the query is compared decoded and written encoded
+    local p = transform.compile(conf, WHATS)
+    p.logged = false
+    -- the query is compared decoded and written encoded
+    for _, sec in ipairs(transform.SECTIONS) do
         for _, kv in ipairs(p[sec].querystring) do
             kv[3] = escape(kv[1])
             if kv[2] then kv[4] = escape(kv[2]) end
@@ -118,27 +72,6 @@ function M.prepare(conf)
         p.template = conf.regex_uri[2]:gsub("%%", "%%%%"):gsub("%$(%d)", "%%%1")
     end
     return p
-end
-
--- ---------------------------------------------------------------- headers
-
-local function headers(p)
-    local get, set, add, clear = request.get_header, request.set_header, request.add_header, request.clear_header
-    for _, kv in ipairs(p.remove.headers) do clear(kv[1]) end
-    for _, kv in ipairs(p.rename.headers) do
-        local v = get(kv[1])
-        if v then
-            clear(kv[1])
-            set(kv[2], v)
-        end
-    end
-    for _, kv in ipairs(p.replace.headers) do
-        if get(kv[1]) then set(kv[1], kv[2]) end
-    end
-    for _, kv in ipairs(p.add.headers) do
-        if not get(kv[1]) then set(kv[1], kv[2]) end
-    end
-    for _, kv in ipairs(p.append.headers) do add(kv[1], kv[2]) end
 end
 
 -- ---------------------------------------------------------------- query
@@ -195,61 +128,27 @@ end
 
 -- ---------------------------------------------------------------- body
 
-local function is_json(ct)
-    if not ct then return false end
-    ct = ct:lower()
-    return ct:find("^application/json") ~= nil or ct:find("^application/[%w.%-]+%+json") ~= nil
-end
-
-local function skip(p, why)
-    if not p.logged then
-        p.logged = true
-        log.info("request body left as it is:", why, "(said once per worker)")
-    end
-end
+local function skip(p, why) transform.skip(p, log, "request body", why) end
 
 local function body(conf, p)
-    if not is_json(request.get_header("Content-Type")) then return skip(p, "not JSON") end
+    if not transform.is_json(request.get_header("Content-Type")) then return skip(p, "not JSON") end
     local cl = tonumber(request.get_header("Content-Length") or "")
     if not cl then return skip(p, "no Content-Length (its size is not known before it is read)") end
     if cl > conf.max_body then return skip(p, "larger than max_body") end
     if cl == 0 then return end
     local raw, err = request.get_body()
     if not raw then return skip(p, err or "empty") end
-    local doc = json.decode(raw)
-    if type(doc) ~= "table" or doc[1] ~= nil then return skip(p, "not a JSON object") end
-    for _, kv in ipairs(p.remove.body) do doc[kv[1]] = nil end
-    for _, kv in ipairs(p.rename.body) do
-        local v = doc[kv[1]]
-        if v ~= nil then
-            doc[kv[1]] = nil
-            doc[kv[2]] = v
-        end
-    end
-    for _, kv in ipairs(p.replace.body) do
-        if doc[kv[1]] ~= nil then doc[kv[1]] = kv[2] end
-    end
-    for _, kv in ipairs(p.add.body) do
-        if doc[kv[1]] == nil then doc[kv[1]] = kv[2] end
-    end
-    for _, kv in ipairs(p.append.body) do
-        local v = doc[kv[1]]
-        if v == nil then
-            doc[kv[1]] = kv[2]
-        elseif type(v) == "table" and (v[1] ~= nil or next(v) == nil) then
-            v[#v + 1] = kv[2]
-        else
-            doc[kv[1]] = { v, kv[2] }
-        end
-    end
+    local doc = transform.object(json.decode, raw)
+    if not doc then return skip(p, "not a JSON object") end
+    transform.fields(doc, p, "body")
     request.set_body(json.encode(doc))
 end
 
 -- ---------------------------------------------------------------- access
 
 function M.access(conf, _, p)
-    if p.headers then headers(p) end
-    if p.query then query(p) end
+    if p.headers then transform.headers(request, p) end
+    if p.querystring then query(p) end
     if p.body then body(conf, p) end
     local uri = conf.replace.uri
     if uri then

@@ -28,8 +28,8 @@ def seen(r):
     return json.loads(r.body)
 
 
-def start(t, routes, extra="", ret_conf=False):
-    up = h.MockUpstream(handler, name="up")
+def start(t, routes, extra="", ret_conf=False, on_request=handler):
+    up = h.MockUpstream(on_request, name="up")
     conf = """\
 workers: 1
 shutdown_timeout: 2s
@@ -212,4 +212,48 @@ def test_request_transformer(t):
         up.stop()
 
 
-t.run(test_request_size_limit, test_fault_injection, test_acl, test_request_transformer)
+RESP_ROUTES = """\
+  - name: resp
+    match: { paths: [/resp] }
+    upstream: up
+    plugins:
+      - name: response-transformer
+        config:
+          remove: { headers: [Server], json: [internal] }
+          add: { headers: ["X-Via:sluice"], json: ["gateway:sluice"] }
+          max_body: 4KiB
+"""
+BIG = b'{"internal":"' + b"x" * 8192 + b'"}'
+
+
+def json_pieces(req):
+    hs = [("Content-Type", "application/json"), ("Server", "mock")]
+    if req.path == "/resp/big":
+        return h.Response(200, headers=hs, stream=[BIG[:4000], BIG[4000:]], chunk_delay=0.05)
+    pieces = [b'{"user":', b'"u","inter', b'nal":{"a":1}}']
+    return h.Response(200, headers=hs, stream=pieces, chunk_delay=0.05)
+
+
+def test_response_transformer(t):
+    s, up = start(t, RESP_ROUTES, on_request=json_pieces)
+    try:
+        p = s.port()
+        r = h.request(p, "GET", "/resp")
+        try:
+            got = json.loads(r.body)
+        except ValueError:
+            got = r.body
+        t.check("a JSON body streamed in pieces arrives edited whole", got == {"user": "u", "gateway": "sluice"},
+                {"user": "u", "gateway": "sluice"}, got)
+        t.check("... with the edited headers", h.hget(r.headers, "Server") is None and
+                h.hget(r.headers, "X-Via") == "sluice", (None, "sluice"),
+                (h.hget(r.headers, "Server"), h.hget(r.headers, "X-Via")))
+        r = h.request(p, "GET", "/resp/big")
+        t.check("a body over max_body streams through unchanged", r.body == BIG, len(BIG), len(r.body))
+    finally:
+        s.stop()
+        up.stop()
+
+
+t.run(test_request_size_limit, test_fault_injection, test_acl, test_request_transformer,
+      test_response_transformer)
