@@ -28,6 +28,14 @@ def seen(r):
     return json.loads(r.body)
 
 
+def body_json(r):
+    """The response body decoded, or the raw bytes when it is not JSON (for the report)."""
+    try:
+        return json.loads(r.body)
+    except ValueError:
+        return r.body
+
+
 def start(t, routes, extra="", ret_conf=False, on_request=handler):
     up = h.MockUpstream(on_request, name="up")
     conf = """\
@@ -239,10 +247,7 @@ def test_response_transformer(t):
     try:
         p = s.port()
         r = h.request(p, "GET", "/resp")
-        try:
-            got = json.loads(r.body)
-        except ValueError:
-            got = r.body
+        got = body_json(r)
         t.check("a JSON body streamed in pieces arrives edited whole", got == {"user": "u", "gateway": "sluice"},
                 {"user": "u", "gateway": "sluice"}, got)
         t.check("... with the edited headers", h.hget(r.headers, "Server") is None and
@@ -255,5 +260,42 @@ def test_response_transformer(t):
         up.stop()
 
 
+RV_ROUTES = """\
+  - name: rv
+    match: { paths: [/rv] }
+    upstream: up
+    plugins:
+      - name: request-validation
+        config:
+          body_schema:
+            type: object
+            required: [name]
+            properties:
+              name: { type: string }
+              items: { type: array, items: { type: object, required: [id] } }
+"""
+
+
+def test_request_validation(t):
+    s, up = start(t, RV_ROUTES)
+    try:
+        p = s.port()
+        good = b'{"name":"n","items":[{"id":1}]}'
+        r = h.request(p, "POST", "/rv", body=good, headers=[("Content-Type", "application/json")])
+        t.check("a valid body reaches the upstream unchanged",
+                r.status == 200 and seen(r)["body"] == good.decode(), 200, r.status)
+        n = up.snapshot()[2]
+        r = h.request(p, "POST", "/rv", body=b'{"name":"n","items":[{"id":1},{}]}',
+                      headers=[("Content-Type", "application/json")])
+        d = body_json(r)
+        t.check("an invalid body: 400 naming the first failing path",
+                r.status == 400 and d == {"error": "request validation failed", "path": "body.items[1].id",
+                                          "reason": "is required"}, 400, (r.status, d))
+        t.check("... and the upstream is not asked", up.snapshot()[2] == n, n, up.snapshot()[2])
+    finally:
+        s.stop()
+        up.stop()
+
+
 t.run(test_request_size_limit, test_fault_injection, test_acl, test_request_transformer,
-      test_response_transformer)
+      test_response_transformer, test_request_validation)
