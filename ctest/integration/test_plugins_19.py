@@ -297,5 +297,43 @@ def test_request_validation(t):
         up.stop()
 
 
+REALIP_ROUTES = """\
+  - name: rip
+    match: { paths: [/rip] }
+    upstream: up
+    plugins:
+      - { name: real-ip, config: { trusted: [127.0.0.1] } }
+      - { name: ip-restriction, config: { deny: [203.0.113.0/24] } }
+      - { name: access-log, config: { path: %s, fields: [path, client] } }
+"""
+
+
+def test_real_ip(t):
+    log = os.path.join(h.new_tmpdir("rip"), "access.log")
+    s, up = start(t, REALIP_ROUTES % log)
+    try:
+        p = s.port()
+        r = h.request(p, "GET", "/rip/a", headers=[("X-Forwarded-For", "127.0.0.9"),
+                                                   ("X-Forwarded-For", "198.51.100.7")])
+        hs = [tuple(x) for x in seen(r)["headers"]] if r.status == 200 else []
+        xff = h.hget(hs, "X-Forwarded-For") or ""
+        t.check("the upstream's X-Forwarded-For still ends with the socket peer (real-ip does not edit it)",
+                xff.endswith("198.51.100.7, 127.0.0.1"), "..., 198.51.100.7, 127.0.0.1", xff)
+        r = h.request(p, "GET", "/rip/b", headers=[("X-Forwarded-For", "203.0.113.5")])
+        t.check("ip-restriction judges the real client", r.status == 403, 403, r.status)
+        lines = []
+        deadline = time.monotonic() + 3
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            with open(log) as f:
+                lines = [json.loads(x) for x in f if x.strip()]
+        t.check("access-log writes the real client (the proxy's own field, added last, decides)",
+                lines == [{"path": "/rip/a", "client": "198.51.100.7"}, {"path": "/rip/b", "client": "203.0.113.5"}],
+                "198.51.100.7 then 203.0.113.5", lines)
+    finally:
+        s.stop()
+        up.stop()
+
+
 t.run(test_request_size_limit, test_fault_injection, test_acl, test_request_transformer,
-      test_response_transformer, test_request_validation)
+      test_response_transformer, test_request_validation, test_real_ip)

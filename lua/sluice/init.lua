@@ -35,6 +35,7 @@ int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **er
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
 int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err);
 int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_set_client_ip(sl_req_t *r, const char *ip, size_t len, const char **err);
 typedef struct {
     int status;
     uint64_t bytes_in, bytes_out;
@@ -139,6 +140,13 @@ request.get_host = getter(C.sl_ffi_req_get_host)
 request.get_client_ip = getter(C.sl_ffi_req_client_ip)
 request.get_id = getter(C.sl_ffi_req_id)
 request.get_route = getter(C.sl_ffi_req_route)
+
+-- Replaces the client address every later plugin, log line and hash_on ip sees (the
+-- real-ip plugin); an IPv4 or IPv6 address. Rewrite/access only.
+function request.set_client_ip(ip)
+    check_str(ip, "ip")
+    ffi_err(C.sl_ffi_req_set_client_ip(cur(), ip, #ip, err_p))
+end
 
 -- Replaces the request's id (what log lines carry as request_id); 1..32 characters.
 function request.set_id(id)
