@@ -57,20 +57,18 @@ function M.access(conf, ctx, p)
     elseif any_in(groups, p.deny) then
         return response.exit(403, FORBIDDEN)
     end
-    if conf.hide_groups_header then
+    if conf.hide_groups_header or #groups == 0 then
         request.clear_header("X-Consumer-Groups")
-    else
-        local joined = p.joined[name]
-        if not joined then
-            joined = concat(groups, ", ")
-            p.joined[name] = joined
-        end
-        if joined == "" then
-            request.clear_header("X-Consumer-Groups")
-        else
-            request.set_header("X-Consumer-Groups", joined)
-        end
+        return
     end
+    -- joined once per listed consumer (a name without groups, e.g. a jwt claim, is never
+    -- memoised: the table stays bounded by the config)
+    local joined = p.joined[name]
+    if not joined then
+        joined = concat(groups, ", ")
+        p.joined[name] = joined
+    end
+    request.set_header("X-Consumer-Groups", joined)
 end
 
 return M

@@ -20,10 +20,10 @@ local TOO_LARGE = { error = "request body too large" }
 
 function M.rewrite(conf)
     local max = conf.max
-    local cl = request.get_header("Content-Length")
+    -- the core has already refused a malformed or conflicting length
+    local cl = tonumber(request.get_header("Content-Length") or "")
     if cl then
-        -- the core has already refused a malformed or conflicting length
-        if tonumber(cl) > max then return response.exit(413, TOO_LARGE) end
+        if cl > max then return response.exit(413, TOO_LARGE) end
         return
     end
     -- No length announced: chunked, HTTP/2 without content-length, or no body at all (read
