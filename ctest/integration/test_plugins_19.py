@@ -4,13 +4,15 @@ the client got.
 
   * request-size-limit: 413 before any byte reaches the upstream, for a Content-Length
     over max (answered from the head alone, no body sent) and for a chunked body sent
-    slowly in pieces (the upstream never connected); a body within max arrives whole.
+    slowly in pieces (the upstream never connected); a body within max arrives whole; the
+    same over HTTP/2 for a body without content-length in two DATA frames.
   * fault-injection: an abort answers without asking the upstream; a delay holds the
     request that long before the upstream sees it.
 """
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -68,6 +70,47 @@ def slow_chunked(port, path, byte, last):
         c.close()
 
 
+# python3-h2 imports only under /usr/bin/python3: this client runs there. One POST on a
+# prior-knowledge connection, its body in the DATA frames given (no content-length);
+# prints the status and the body.
+H2_POST = r"""
+import json, socket, sys
+import h2.config, h2.connection, h2.events
+port, path, pieces = json.loads(sys.stdin.read())
+sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+c.initiate_connection()
+c.send_headers(1, [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "x")])
+for i, p in enumerate(pieces):
+    c.send_data(1, p.encode(), end_stream=i == len(pieces) - 1)
+sock.sendall(c.data_to_send())
+status, body, done = None, b"", False
+while not done:
+    d = sock.recv(65536)
+    if not d:
+        break
+    for e in c.receive_data(d):
+        if isinstance(e, h2.events.ResponseReceived):
+            status = dict(e.headers)[b":status"].decode()
+        elif isinstance(e, h2.events.DataReceived):
+            body += e.data
+            c.acknowledge_received_data(e.flow_controlled_length, 1)
+        elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+            done = True
+    sock.sendall(c.data_to_send())
+print(json.dumps([status, body.decode("latin-1")]))
+"""
+
+
+def h2_post(port, path, pieces):
+    p = subprocess.run(["/usr/bin/python3", "-c", H2_POST], input=json.dumps([port, path, pieces]),
+                       capture_output=True, text=True, timeout=20)
+    if p.returncode != 0:
+        return None, p.stderr[-300:]
+    status, body = json.loads(p.stdout)
+    return status, body
+
+
 SIZE_ROUTES = """\
   - name: limited
     match: { paths: [/limited] }
@@ -100,6 +143,17 @@ def test_request_size_limit(t):
         time.sleep(0.1)
         t.check("no byte of either refused request reached the upstream (no connection, no bytes)",
                 up.snapshot() == before, before, up.snapshot())
+
+        before = up.snapshot()
+        status, body = h2_post(p, "/limited", ["a" * 1000, "b" * 25])
+        t.check("HTTP/2, no content-length, over max in the second DATA frame: 413", status == "413", "413",
+                (status, body))
+        time.sleep(0.1)
+        t.check("... and the upstream saw nothing", up.snapshot() == before, before, up.snapshot())
+        status, body = h2_post(p, "/limited", ["a" * 1000, "b" * 24])
+        d = json.loads(body) if status == "200" else {}
+        t.check("HTTP/2 within max: the upstream gets the whole body", d.get("body") == "a" * 1000 + "b" * 24,
+                1024, (status, len(d.get("body") or "")))
 
         r = slow_chunked(p, "/limited", b"d", b"0\r\n\r\n")
         d = seen(r) if r.status == 200 else {}
