@@ -241,15 +241,14 @@ local function coerce(c, v)
 end
 
 local function coerce_all(c, t)
-    if not c.by_name then return t end
-    for k, v in pairs(t) do
-        local sub = c.by_name[k]
-        if sub then
-            if type(v) == "table" then
-                for i, x in ipairs(v) do v[i] = coerce(sub.items, x) end
-            else
-                t[k] = coerce(sub, v)
-            end
+    if not c.props then return t end
+    for _, kv in ipairs(c.props) do -- the declared names only: no walk over every header
+        local k, sub = kv[1], kv[2]
+        local v = t[k]
+        if type(v) == "table" then
+            for i, x in ipairs(v) do v[i] = coerce(sub.items, x) end
+        elseif v ~= nil then
+            t[k] = coerce(sub, v)
         end
     end
     return t
