@@ -61,6 +61,12 @@ typedef struct {
 
 #define PATH_MAX_LEN 512 /* the longest key path in positions_json */
 
+/* ---- root.c ---- */
+/* Records the parser's error (a syntax error at its line and column). */
+void sl__cfg_yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len);
+/* qsort order of errors: line, column, then the order found. */
+int sl__cfg_cmp_err(const void *a, const void *b);
+
 /* ---- parse.c ---- */
 /* Fills out->ss/len from s, or returns -1 with *why set to a static explanation. */
 int sl__cfg_parse_addr(const char *s, sl_addr_t *out, const char **why);

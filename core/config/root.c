@@ -363,7 +363,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points                                                                                */
 
-static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
+void sl__cfg_yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
     if (p->error == YAML_MEMORY_ERROR) {
         cx->oom = true;
         return;
@@ -390,7 +390,7 @@ static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, s
         sl__cx_at(cx, line, col, "YAML syntax error: %s", p->problem ? p->problem : "invalid YAML");
 }
 
-static int cmp_err(const void *a, const void *b) {
+int sl__cfg_cmp_err(const void *a, const void *b) {
     const sl__cx_err_t *x = a, *y = b;
     if (x->line != y->line) return x->line < y->line ? -1 : 1;
     if (x->col != y->col) return x->col < y->col ? -1 : 1;
@@ -425,7 +425,7 @@ int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t
         !(cx.cfg->path = sl__cx_strdup(&cx, path ? path : "<config>")))
         goto done;
     if (!yaml_parser_load(&parser, &doc)) {
-        yaml_error(&cx, &parser, text, len);
+        sl__cfg_yaml_error(&cx, &parser, text, len);
         goto done;
     }
     have_doc = true;
@@ -440,7 +440,7 @@ int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t
 
     yaml_document_t extra;
     if (!yaml_parser_load(&parser, &extra)) {
-        yaml_error(&cx, &parser, text, len);
+        sl__cfg_yaml_error(&cx, &parser, text, len);
     } else {
         yaml_node_t *r2 = yaml_document_get_root_node(&extra);
         if (r2) sl__cx_err(&cx, r2, "only one YAML document is allowed in a configuration");
@@ -452,7 +452,7 @@ done:
         *out = cx.cfg;
         rc = 0;
     } else {
-        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, cmp_err);
+        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, sl__cfg_cmp_err);
         for (size_t i = 0; i < cx.nerrs; i++)
             sl_errors_add(errs, path, cx.errs[i].line, cx.errs[i].col, "%s", cx.errs[i].msg);
         if (cx.oom) sl_errors_add(errs, path, 1, 1, "out of memory");

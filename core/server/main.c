@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "base/log.h"
 #include "script/plugin.h"
+#include "server/cli_lua.h"
 #include "server/server.h"
 
 extern const char sl_default_conf[];
@@ -21,6 +22,9 @@ static void usage(FILE *f) {
                "       sluice check [-c FILE]\n"
                "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR]\n"
                "       sluice explain [-c FILE] [ROUTE]\n"
+               "       sluice test SPEC.yaml|DIR... [--junit FILE] [-v]\n"
+               "       sluice spec [DIR] [BUSTED ARGS...]\n"
+               "       sluice new plugin NAME [--dir D]\n"
                "       sluice version\n");
 }
 
@@ -164,6 +168,7 @@ int main(int argc, char **argv) {
     sl_target_opts_t target = {0};
     int i = 1;
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
+    if (sl_cli_lua_has(cmd)) return sl_cli_lua(cmd, argc - i, argv + i);
     for (; i < argc; i++) {
         if (strcmp(cmd, "explain") == 0 && argv[i][0] != '-' && !explain_route) {
             explain_route = argv[i];

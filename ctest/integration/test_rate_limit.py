@@ -51,10 +51,13 @@ routes:
         expect = 1 + 100 * span[0]
         t.info("local, 2 workers: %d of %d admitted at 100/s over %.3f s (the bucket allows %.1f)"
                % (len(ok), len(res), span[0], expect))
-        t.check("1,000 requests over ~1 s at 100/s, burst 0: 100 +- 2 admitted (within 2 of what the "
+        # +-4: on a loaded machine a send can reach the worker a few ms after the client's
+        # clock says (and a burst-0 bucket drops what a stall leaves unused); an unlimited
+        # route admits all 1,000, a per-worker bucket 200.
+        t.check("1,000 requests over ~1 s at 100/s, burst 0: 100 +- 4 admitted (within 4 of what the "
                 "bucket allows over the span the requests really took)",
-                abs(len(ok) - expect) <= 2 and 95 <= len(ok) <= 105 and len(ok) + len(limited) == 1000,
-                "within 2 of %.1f" % expect, (len(ok), len(limited)))
+                abs(len(ok) - expect) <= 4 and 92 <= len(ok) <= 108 and len(ok) + len(limited) == 1000,
+                "within 4 of %.1f" % expect, (len(ok), len(limited)))
         bad_ra = [x for x in limited if not (x[1] and x[1].isdigit() and int(x[1]) >= 1)]
         t.check("every 429 has Retry-After (whole seconds >= 1)", not bad_ra and limited, "Retry-After: N",
                 bad_ra[:3])
