@@ -3,8 +3,8 @@
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local test = require("sluice.test")
 
--- relative to the specs' config path (spec/<sluice.test>.yaml): spec/fixtures/plugins
-local FIXTURES = "fixtures/plugins"
+-- relative to this spec's folder (test.start anchors plugin_paths there): spec/fixtures/plugins
+local FIXTURES = "../fixtures/plugins"
 
 describe("real-ip", function()
     local gw
