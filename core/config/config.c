@@ -191,6 +191,7 @@ void sl_config_free(sl_config_t *cfg) {
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
         free(cfg->consumers[i].name);
         free(cfg->consumers[i].credentials_json);
+        strs_free(cfg->consumers[i].groups, cfg->consumers[i].ngroups);
     }
     free(cfg->consumers);
     strs_free(cfg->source.endpoints, cfg->source.nendpoints);

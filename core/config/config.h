@@ -207,6 +207,7 @@ typedef struct {
 typedef struct {
     char *name;
     char *credentials_json;
+    char **groups; size_t ngroups; /**< `groups:` names (the acl plugin's), NULL entries after errors */
     int line, col;
 } sl_consumer_conf_t;
 
