@@ -117,6 +117,17 @@ int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err
 int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err);
 /** The whole body: 0 (*p NULL when empty), SL_EAGAIN (yield, then call again), SL_ERROR. */
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
+/** Caps the body this request may buffer (get_body) at max bytes instead of 8 MiB; the
+ *  listener's max_body still applies; a body already read is left as it is. Rewrite/access;
+ *  0 or SL_ERROR with *err. */
+int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err);
+/** Replaces the body sent upstream by len bytes at p (copied; sent with a Content-Length).
+ *  Only after the body was read whole (get_body/read_body), in rewrite/access. */
+int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err);
+/** Replaces the client address the request reports from then on (get_client_ip,
+ *  client.get_ip, hash_on ip): an IPv4 or IPv6 address as text. X-Forwarded-For still
+ *  appends the socket's peer. Rewrite/access; 0 or SL_ERROR with *err. */
+int sl_ffi_req_set_client_ip(sl_req_t *r, const char *ip, size_t len, const char **err);
 
 /** The authenticated consumer (ctx.consumer after access): sent upstream in the config's
  *  consumer_header (X-Consumer), which clients can never set themselves. */

@@ -20,6 +20,7 @@ local tostring = tostring
 local M = {
     name = "basic-auth",
     version = "1.0",
+    auth = true, -- sets ctx.consumer: an after_auth plugin (acl) must come later
     schema = {
         realm = { type = "string", default = "sluice" },
         hide_credentials = { type = "boolean", default = true },

@@ -41,6 +41,7 @@ local FIRST_RETRY = 1
 local M = {
     name = "jwt-auth",
     version = "1.0",
+    auth = true, -- sets ctx.consumer: an after_auth plugin (acl) must come later
     schema = {
         algorithms = { type = "array", required = true, min = 1,
                        items = { type = "enum", one_of = ALG_NAMES } },

@@ -12,6 +12,7 @@ local tostring, tonumber, char = tostring, tonumber, string.char
 local M = {
     name = "key-auth",
     version = "1.0",
+    auth = true, -- sets ctx.consumer: an after_auth plugin (acl) must come later
     schema = {
         header = { type = "string", default = "apikey" },          -- "": not from a header
         query = { type = "string", default = "apikey" },           -- "": not from the query

@@ -200,8 +200,15 @@ void sl_config_free(sl_config_t *cfg) {
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
         free(cfg->consumers[i].name);
         free(cfg->consumers[i].credentials_json);
+        strs_free(cfg->consumers[i].groups, cfg->consumers[i].ngroups);
     }
     free(cfg->consumers);
+    strs_free(cfg->source.endpoints, cfg->source.nendpoints);
+    free(cfg->source.prefix);
+    free(cfg->source.snapshot);
+    free(cfg->source.username);
+    if (cfg->source.password) explicit_bzero(cfg->source.password, strlen(cfg->source.password));
+    free(cfg->source.password);
     addr_free(&cfg->admin_listen);
     strs_free(cfg->plugin_paths, cfg->nplugin_paths);
     strs_free(cfg->plugin_search, cfg->nplugin_search);

@@ -207,6 +207,7 @@ typedef struct {
 typedef struct {
     char *name;
     char *credentials_json;
+    char **groups; size_t ngroups; /**< `groups:` names (the acl plugin's), NULL entries after errors */
     int line, col;
 } sl_consumer_conf_t;
 
@@ -223,9 +224,20 @@ typedef struct {
     double sample_ratio; /**< traces started here: the share recorded; default 0.01 */
     bool plugin_spans;   /**< an INTERNAL span per plugin phase call of sampled requests */
 } sl_telemetry_conf_t;
+/** `config_source: { etcd: {...} }`: the fleet's routes, upstreams, consumers, global chain
+ *  and plugin code come from etcd (server/etcd.c); the local file keeps the process keys. */
+typedef struct {
+    bool enabled;
+    char **endpoints; size_t nendpoints; /**< "http://host:port", tried in turn */
+    char *prefix;                /**< default "/sluice", no trailing '/' */
+    uint64_t timeout_ms;         /**< one etcd request, default 2s */
+    char *snapshot;              /**< resolved path, or NULL: no snapshot */
+    char *username, *password;   /**< read from username_env/password_env at load, or NULL */
+} sl_source_conf_t;
 
 typedef struct {
     char *path;                  /**< file name used in errors */
+    sl_source_conf_t source;     /**< config_source (enabled false when absent) */
     int workers;                 /**< resolved: "auto" becomes the CPU count */
     bool watch;
     uint64_t shutdown_timeout_ms;/**< default 30s */
@@ -302,6 +314,14 @@ int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t 
  */
 int sl_config_parse_partial(const char *path, const char *text, size_t len, sl_config_t **out,
                             sl_errors_t *errs);
+
+/**
+ * sl_config_parse for a text composed of a local file with `config_source` and the
+ * source's routes, upstreams, consumers and global chain appended (server/etcd.c): those
+ * sections are then allowed next to `config_source`.
+ */
+int sl_config_parse_composed(const char *path, const char *text, size_t len, sl_config_t **out,
+                             sl_errors_t *errs);
 
 /** Reads `path` and calls sl_config_parse. An unreadable file is one error line. */
 int sl_config_load(const char *path, sl_config_t **out, sl_errors_t *errs);

@@ -1,5 +1,5 @@
 /* consumers.c — `consumers:`: the auth plugins' credentials, checked for the built-in
- * kinds and unique across consumers, kept as JSON text. */
+ * kinds and unique across consumers, kept as JSON text; and each consumer's groups. */
 
 #include "config/parse.h"
 #include "base/common.h"
@@ -40,8 +40,16 @@ static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_n
     }
 }
 
-enum { CO_NAME, CO_CREDENTIALS, CO_N };
-static const char *const consumer_keys[CO_N] = {"name", "credentials"};
+enum { CO_NAME, CO_CREDENTIALS, CO_GROUPS, CO_N };
+static const char *const consumer_keys[CO_N] = {"name", "credentials", "groups"};
+
+/* A group name is matched by the acl plugin's allow/deny lists: plain like other names. */
+static bool check_group(sl__cx_t *cx, const yaml_node_t *v, char *s) {
+    bool ok = *s != 0;
+    for (const char *c = s; ok && *c; c++) ok = sl__cfg_name_char(*c, true);
+    if (!ok) sl__cx_err(cx, v, "group '%s' must be letters, digits, '-', '_' or '.'", s);
+    return ok;
+}
 
 void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_consumer_conf_t *c = &cx->cfg->consumers[idx];
@@ -57,6 +65,7 @@ void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
             if (cx->cfg->consumers[i].name && strcmp(cx->cfg->consumers[i].name, c->name) == 0)
                 sl__cx_err(cx, v, "duplicate consumer name '%s' (first defined at line %d)",
                            c->name, cx->cfg->consumers[i].line);
+    if (f[CO_GROUPS].val) sl__cfg_get_str_list(cx, &f[CO_GROUPS], check_group, &c->groups, &c->ngroups);
     if (!(v = f[CO_CREDENTIALS].val)) {
         c->credentials_json = sl__cx_strdup(cx, "{}");
         return;

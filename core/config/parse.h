@@ -39,6 +39,7 @@ typedef struct {
     sl__cx_err_t *errs;
     size_t nerrs, cap;
     bool oom;
+    bool composed; /* the local file with a source's entries appended (sl_config_parse_composed) */
     /* Values whose ${VAR} could not be replaced: their error is said once, so the checks
      * that would trip on the raw text stay quiet (env.c). */
     const yaml_node_t *env_bad[32];
@@ -60,6 +61,12 @@ typedef struct {
 } sl__jbuf_t;
 
 #define PATH_MAX_LEN 512 /* the longest key path in positions_json */
+
+/* ---- root.c ---- */
+/* Records the parser's error (a syntax error at its line and column). */
+void sl__cfg_yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len);
+/* qsort order of errors: line, column, then the order found. */
+int sl__cfg_cmp_err(const void *a, const void *b);
 
 /* ---- parse.c ---- */
 /* Fills out->ss/len from s, or returns -1 with *why set to a static explanation. */
@@ -176,9 +183,11 @@ void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list);
 void sl__cfg_expand_env(sl__cx_t *cx, yaml_document_t *doc);
 
 /* ---- root.c ---- */
-/* sl_config_parse; `partial`: with errors, *out is still the tree as far as it parsed. */
+/* sl_config_parse; SL__PARSE_PARTIAL: with errors, *out is still the tree as far as it
+ * parsed; SL__PARSE_COMPOSED: a local file with a config source's entries appended. */
+enum { SL__PARSE_PARTIAL = 1, SL__PARSE_COMPOSED = 2 };
 int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
-                     sl_errors_t *errs, bool partial);
+                     sl_errors_t *errs, unsigned flags);
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root);
 
 #endif

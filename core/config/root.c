@@ -41,6 +41,7 @@ enum {
     G_GROUP,
     G_METRICS,
     G_TELEMETRY,
+    G_CONFIG_SOURCE,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -62,6 +63,7 @@ static const char *const top_keys[G_N] = {
     [G_GROUP] = "group",
     [G_METRICS] = "metrics",
     [G_TELEMETRY] = "telemetry",
+    [G_CONFIG_SOURCE] = "config_source",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
@@ -191,6 +193,64 @@ static void parse_telemetry(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_con
     if (f[TM_SAMPLE_RATIO].val)
         sl__cfg_get_number(cx, f[TM_SAMPLE_RATIO].val, "sample_ratio", 0, 1, &t->sample_ratio);
     if (f[TM_PLUGIN_SPANS].val) sl__cfg_get_bool(cx, f[TM_PLUGIN_SPANS].val, "plugin_spans", &t->plugin_spans);
+}
+
+enum { ES_ENDPOINTS, ES_PREFIX, ES_TIMEOUT, ES_SNAPSHOT, ES_USER_ENV, ES_PASS_ENV, ES_N };
+static const char *const etcd_keys[ES_N] = {"endpoints", "prefix",       "timeout",
+                                            "snapshot",  "username_env", "password_env"};
+
+/* An environment variable's value (credentials never sit in the file), or NULL after an error. */
+static char *env_secret(sl__cx_t *cx, const yaml_node_t *v, const char *key) {
+    const char *name = sl__cfg_get_text(cx, v, key, "an environment variable name");
+    if (!name) return NULL;
+    const char *val = getenv(name);
+    if (!val || !*val) {
+        sl__cx_err(cx, v, "%s: the environment variable %s is %s", key, name, val ? "empty" : "not set");
+        return NULL;
+    }
+    return sl__cx_strdup(cx, val);
+}
+
+/* config_source: { etcd: { endpoints, prefix, timeout, snapshot, username_env, password_env } } */
+static void parse_source(sl__cx_t *cx, const yaml_node_t *v, const yaml_node_t *root) {
+    sl_source_conf_t *s = &cx->cfg->source;
+    static const char *const src_keys[1] = {"etcd"};
+    sl__field_t sf[1], f[ES_N];
+    if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "config_source")) return;
+    sl__cfg_scan_map(cx, v, "'config_source'", src_keys, sf, 1, NULL);
+    const yaml_node_t *e = sl__cfg_required(cx, v, &sf[0], "'config_source'");
+    if (!e || !sl__cfg_want_type(cx, e, YAML_MAPPING_NODE, "etcd")) return;
+    sl__cfg_scan_map(cx, e, "'config_source.etcd'", etcd_keys, f, ES_N, NULL);
+    s->enabled = true;
+    if (f[ES_ENDPOINTS].val) sl__cfg_get_str_list(cx, &f[ES_ENDPOINTS], NULL, &s->endpoints, &s->nendpoints);
+    if (!s->nendpoints) sl__cx_err(cx, e, "config_source.etcd needs endpoints (e.g. [http://127.0.0.1:2379])");
+    for (size_t i = 0; i < s->nendpoints; i++)
+        if (strncmp(s->endpoints[i], "http://", 7) != 0)
+            sl__cx_err(cx, f[ES_ENDPOINTS].val, "etcd endpoint '%s' is not an http:// URL", s->endpoints[i]);
+    const char *pfx = f[ES_PREFIX].val ? sl__cfg_get_text(cx, f[ES_PREFIX].val, "prefix", "a key prefix") : "/sluice";
+    if (pfx && (pfx[0] != '/' || (strlen(pfx) > 1 && pfx[strlen(pfx) - 1] == '/')))
+        sl__cx_err(cx, f[ES_PREFIX].val, "etcd prefix '%s' must start with '/' and not end with one", pfx);
+    else if (pfx)
+        s->prefix = sl__cx_strdup(cx, pfx);
+    s->timeout_ms = 2000;
+    if (f[ES_TIMEOUT].val) sl__cfg_get_duration(cx, f[ES_TIMEOUT].val, "timeout", false, &s->timeout_ms);
+    const char *snap;
+    if (f[ES_SNAPSHOT].val && (snap = sl__cfg_get_text(cx, f[ES_SNAPSHOT].val, "snapshot", "a file path")))
+        s->snapshot = sl__cfg_resolve_path(cx, snap);
+    if (f[ES_USER_ENV].val) s->username = env_secret(cx, f[ES_USER_ENV].val, "username_env");
+    if (f[ES_PASS_ENV].val) s->password = env_secret(cx, f[ES_PASS_ENV].val, "password_env");
+    if (!s->username != !s->password)
+        sl__cx_err(cx, e, "config_source.etcd: username_env and password_env go together");
+    /* With a source, what it provides is not in the local file: one place for each thing. */
+    static const char *const shared[] = {"routes", "upstreams", "consumers", "plugins"};
+    for (size_t i = 0; i < (size_t)(root->data.mapping.pairs.top - root->data.mapping.pairs.start); i++) {
+        const yaml_node_pair_t *pr = &root->data.mapping.pairs.start[i];
+        const yaml_node_t *k = sl__cfg_get_node(cx, pr->key);
+        for (size_t j = 0; k && j < 4; j++)
+            if (sl__cfg_scalar_is(k, shared[j]) && !cx->composed)
+                sl__cx_err(cx, k, "'%s' lives in etcd with config_source: write it with `sluice push`",
+                           shared[j]);
+    }
 }
 
 /* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: only this host can reach the address. */
@@ -370,6 +430,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     if ((v = f[G_RESOLVER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "resolver"))
         parse_resolver(cx, v, &cfg->resolver);
     run_as(cx, f[G_USER].val, f[G_GROUP].val, cfg);
+    if ((v = f[G_CONFIG_SOURCE].val)) parse_source(cx, v, root);
     cfg->redis_timeout_ms = 50;
     if ((v = f[G_REDIS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "redis")) {
         sl__field_t rf[RD_N];
@@ -468,7 +529,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
 /* ------------------------------------------------------------------------------------------ */
 /* Entry points                                                                                */
 
-static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
+void sl__cfg_yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, size_t len) {
     if (p->error == YAML_MEMORY_ERROR) {
         cx->oom = true;
         return;
@@ -495,7 +556,7 @@ static void yaml_error(sl__cx_t *cx, const yaml_parser_t *p, const char *text, s
         sl__cx_at(cx, line, col, "YAML syntax error: %s", p->problem ? p->problem : "invalid YAML");
 }
 
-static int cmp_err(const void *a, const void *b) {
+int sl__cfg_cmp_err(const void *a, const void *b) {
     const sl__cx_err_t *x = a, *y = b;
     if (x->line != y->line) return x->line < y->line ? -1 : 1;
     if (x->col != y->col) return x->col < y->col ? -1 : 1;
@@ -504,20 +565,21 @@ static int cmp_err(const void *a, const void *b) {
 
 int sl_config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
                     sl_errors_t *errs) {
-    return sl__config_parse(path, text, len, out, errs, false);
+    return sl__config_parse(path, text, len, out, errs, 0);
 }
 
 int sl_config_parse_partial(const char *path, const char *text, size_t len, sl_config_t **out,
                             sl_errors_t *errs) {
-    return sl__config_parse(path, text, len, out, errs, true);
+    return sl__config_parse(path, text, len, out, errs, SL__PARSE_PARTIAL);
 }
 
 int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t **out,
-                     sl_errors_t *errs, bool partial) {
+                     sl_errors_t *errs, unsigned flags) {
     yaml_parser_t parser;
     yaml_document_t doc;
     bool have_doc = false;
-    sl__cx_t cx = {0};
+    sl__cx_t cx = {.composed = (flags & SL__PARSE_COMPOSED) != 0};
+    bool partial = (flags & SL__PARSE_PARTIAL) != 0;
     int rc = -1;
 
     *out = NULL;
@@ -530,7 +592,7 @@ int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t
         !(cx.cfg->path = sl__cx_strdup(&cx, path ? path : "<config>")))
         goto done;
     if (!yaml_parser_load(&parser, &doc)) {
-        yaml_error(&cx, &parser, text, len);
+        sl__cfg_yaml_error(&cx, &parser, text, len);
         goto done;
     }
     have_doc = true;
@@ -545,7 +607,7 @@ int sl__config_parse(const char *path, const char *text, size_t len, sl_config_t
 
     yaml_document_t extra;
     if (!yaml_parser_load(&parser, &extra)) {
-        yaml_error(&cx, &parser, text, len);
+        sl__cfg_yaml_error(&cx, &parser, text, len);
     } else {
         yaml_node_t *r2 = yaml_document_get_root_node(&extra);
         if (r2) sl__cx_err(&cx, r2, "only one YAML document is allowed in a configuration");
@@ -557,7 +619,7 @@ done:
         *out = cx.cfg;
         rc = 0;
     } else {
-        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, cmp_err);
+        qsort(cx.errs, cx.nerrs, sizeof *cx.errs, sl__cfg_cmp_err);
         for (size_t i = 0; i < cx.nerrs; i++)
             sl_errors_add(errs, path, cx.errs[i].line, cx.errs[i].col, "%s", cx.errs[i].msg);
         if (cx.oom) sl_errors_add(errs, path, 1, 1, "out of memory");
@@ -571,4 +633,9 @@ done:
     if (have_doc) yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return rc;
+}
+
+int sl_config_parse_composed(const char *path, const char *text, size_t len, sl_config_t **out,
+                             sl_errors_t *errs) {
+    return sl__config_parse(path, text, len, out, errs, SL__PARSE_COMPOSED);
 }

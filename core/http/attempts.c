@@ -24,7 +24,10 @@ static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
     case SL_HASH_HEADER: return sl__req_header_value(r, uc->hash_name);
     case SL_HASH_COOKIE: return sl__req_cookie_value(r, uc->hash_name);
     case SL_HASH_PATH: return r->head.path;
-    default: return (sl_str_t){r->ds->peer, strlen(r->ds->peer)};
+    default: {
+        const char *a = r->client_ip ? r->client_ip : r->ds->peer; /* real-ip's, when set */
+        return (sl_str_t){a, strlen(a)};
+    }
     }
 }
 

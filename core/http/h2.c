@@ -26,6 +26,8 @@
 
 #include <assert.h>
 #include <nghttp2/nghttp2.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +129,136 @@ struct sl_h2_s {
 static const sl_downstream_ops_t h2_ops;
 static void h2_run(sl_h2_t *h);
 
+/* ---- memory: nghttp2's and the streams', from per-thread freelists ----
+ *
+ * A request costs nghttp2 about five allocations (its stream, the outbound HEADERS and
+ * DATA items, the response's header list, decoded header buffers) and the session one
+ * stream: with glibc's malloc and free that was 7% of the instructions of an h2load
+ * request (scripts/bench-instr --h2). Small pieces come from size classes kept on lists
+ * of the worker's thread instead (h2o's per-thread recycle allocators do the same);
+ * each piece carries its class in a 16-byte header, as nghttp2's free passes no size.
+ * A list keeps at most H2_MEM_KEEP bytes, so a spike of streams gives its memory back;
+ * the lists go when the thread ends. */
+#define H2_MEM_HDR 16
+#define H2_MEM_CLASSES 7 /* 64 .. 4096 bytes with the header */
+#define H2_MEM_BIG 0xff
+#define H2_MEM_KEEP (256 * 1024)
+/* Under AddressSanitizer every piece goes back to free(): a recycled one would hide a use
+ * after free from it (the fuzzer's and the ASan suite's reason to exist). */
+#if defined(__SANITIZE_ADDRESS__)
+#define H2_MEM_RECYCLE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define H2_MEM_RECYCLE 0
+#endif
+#endif
+#ifndef H2_MEM_RECYCLE
+#define H2_MEM_RECYCLE 1
+#endif
+
+typedef struct h2_mem_free_s {
+    struct h2_mem_free_s *next;
+} h2_mem_free_t;
+
+typedef struct {
+    h2_mem_free_t *free[H2_MEM_CLASSES];
+    uint32_t nfree[H2_MEM_CLASSES];
+} h2_mem_t;
+
+static __thread h2_mem_t *h2_mem_tls;
+static pthread_key_t h2_mem_key;
+static pthread_once_t h2_mem_once = PTHREAD_ONCE_INIT;
+
+static void h2_mem_thread_end(void *p) {
+    h2_mem_t *m = p;
+    h2_mem_tls = NULL; /* runs on the ending thread: a later allocation starts a new list */
+    for (int c = 0; c < H2_MEM_CLASSES; c++)
+        while (m->free[c]) {
+            h2_mem_free_t *f = m->free[c];
+            m->free[c] = f->next;
+            free(f);
+        }
+    free(m);
+}
+
+static void h2_mem_key_init(void) { pthread_key_create(&h2_mem_key, h2_mem_thread_end); }
+
+static h2_mem_t *h2_mem(void) {
+    if (SL_LIKELY(h2_mem_tls)) return h2_mem_tls;
+    pthread_once(&h2_mem_once, h2_mem_key_init);
+    h2_mem_t *m = calloc(1, sizeof(*m));
+    if (m && pthread_setspecific(h2_mem_key, m) != 0) {
+        free(m);
+        m = NULL;
+    }
+    return h2_mem_tls = m;
+}
+
+static size_t h2_mem_size(unsigned c) { return (size_t)64 << c; }
+
+static void *h2_malloc(size_t n, void *ud) {
+    (void)ud;
+    unsigned c = 0;
+    while (c < H2_MEM_CLASSES && n + H2_MEM_HDR > h2_mem_size(c)) c++;
+    h2_mem_t *m = c < H2_MEM_CLASSES ? h2_mem() : NULL;
+    uint8_t *p;
+    if (m && m->free[c]) {
+        p = (uint8_t *)m->free[c];
+        m->free[c] = m->free[c]->next;
+        m->nfree[c]--;
+    } else {
+        p = malloc(m ? h2_mem_size(c) : n + H2_MEM_HDR);
+        if (!p) return NULL;
+    }
+    p[0] = m ? (uint8_t)c : H2_MEM_BIG;
+    return p + H2_MEM_HDR;
+}
+
+static void h2_free(void *ptr, void *ud) {
+    (void)ud;
+    if (!ptr) return;
+    uint8_t *p = (uint8_t *)ptr - H2_MEM_HDR;
+    unsigned c = p[0];
+    h2_mem_t *m = c == H2_MEM_BIG ? NULL : h2_mem();
+    if (!H2_MEM_RECYCLE || !m || m->nfree[c] * h2_mem_size(c) >= H2_MEM_KEEP) {
+        free(p);
+        return;
+    }
+    h2_mem_free_t *f = (h2_mem_free_t *)p;
+    f->next = m->free[c];
+    m->free[c] = f;
+    m->nfree[c]++;
+}
+
+static void *h2_calloc(size_t k, size_t n, void *ud) {
+    if (n && k > SIZE_MAX / n) return NULL;
+    void *p = h2_malloc(k * n, ud);
+    if (p) memset(p, 0, k * n);
+    return p;
+}
+
+static void *h2_realloc(void *ptr, size_t n, void *ud) {
+    if (!ptr) return h2_malloc(n, ud);
+    if (!n) {
+        h2_free(ptr, ud);
+        return NULL;
+    }
+    uint8_t *p = (uint8_t *)ptr - H2_MEM_HDR;
+    if (p[0] == H2_MEM_BIG) {
+        p = realloc(p, n + H2_MEM_HDR);
+        return p ? p + H2_MEM_HDR : NULL;
+    }
+    size_t have = h2_mem_size(p[0]) - H2_MEM_HDR;
+    if (n <= have) return ptr;
+    void *q = h2_malloc(n, ud);
+    if (!q) return NULL;
+    memcpy(q, ptr, have);
+    h2_free(ptr, ud);
+    return q;
+}
+
+static nghttp2_mem h2_nghttp2_mem = {NULL, h2_malloc, h2_free, h2_calloc, h2_realloc};
+
 /* The final GOAWAY of a drain, naming the last stream the session took. */
 static void h2_goaway_final(sl_h2_t *h) {
     h->draining = 2;
@@ -215,7 +347,7 @@ static void stream_free(sl_h2_stream_t *st) {
         h->streams = st->next;
     if (st->next) st->next->prev = st->prev;
     if (!st->nclosed && !h->closed) nghttp2_session_set_stream_user_data(h->ss, st->id, NULL);
-    free(st);
+    h2_free(st, NULL);
     SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], -1);
     if (--h->nstreams == 0 && !h->closed) {
         h->conn_due = h2_now(h) + h->tmpl.lc->idle_timeout_ms;
@@ -405,7 +537,7 @@ static bool stream_ready(sl_h2_stream_t *st) {
 static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
     sl_h2_t *h = ud;
     if (h->closed || frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    sl_h2_stream_t *st = calloc(1, sizeof(*st));
+    sl_h2_stream_t *st = h2_calloc(1, sizeof(*st), NULL);
     if (!st) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     h->opened++;
     st->h = h;
@@ -416,7 +548,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     st->ds.can_upgrade = 0;
     sl_req_t *r = sl__req_new(h->w, &st->ds);
     if (!r) {
-        free(st);
+        h2_free(st, NULL);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
     sl_h1_head_clear(&r->head);
@@ -743,7 +875,7 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     nghttp2_option_set_no_auto_window_update(opt, 1); /* the requests give the windows back */
     nghttp2_option_set_max_outbound_ack(opt, 1000);   /* SETTINGS/PING floods */
     nghttp2_option_set_max_settings(opt, 32);
-    if (nghttp2_session_server_new2(&h->ss, cb, h, opt) != 0) goto fail;
+    if (nghttp2_session_server_new3(&h->ss, cb, h, opt, &h2_nghttp2_mem) != 0) goto fail;
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
     const sl_listener_conf_t *lc = tmpl->lc;

@@ -191,7 +191,9 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
 static void up_on_read(sl_upconn_t *u, ssize_t nread) {
     sl_req_t *r = u->req;
     if (nread == 0) {
-        if (r->resp_head) sl__upconn_release_buffer(u);
+        /* A read that found nothing: the buffer goes back, unless a write to the client
+         * still points into it (a response already whole keeps reading meanwhile). */
+        if (r->resp_head && !r->clq.writing) sl__upconn_release_buffer(u);
         return;
     }
     if (u != r->up) {
@@ -486,7 +488,11 @@ void sl__proxy_pump_down(sl_req_t *r) {
                 return;
             }
             if (rc == 0) {
-                if (u) sl__upconn_stop_reading(u);
+                /* Backpressure: nothing more is read while the client's write is in flight.
+                 * A response already whole needs none, and the pool would start reading
+                 * again at once: stopping then costs two epoll_ctl (libuv re-adds the
+                 * descriptor, gets EEXIST, then modifies it) on every HTTP/2 response. */
+                if (u && !r->resp_done) sl__upconn_stop_reading(u);
                 ds->ops->arm(ds, ds->lc->idle_timeout_ms); /* a client that stops reading */
                 return;
             }

@@ -97,7 +97,10 @@ static void make_request_id(sl_req_t *r) {
     }
     v[1] ^= ++w->rid_seq;
     static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) r->rid[i] = hex[(v[i / 16] >> ((i % 16) * 4)) & 15];
+    for (int k = 0; k < 2; k++) {
+        uint64_t n = v[k]; /* lowest nibble first, as before: 14 instructions a digit became 4 */
+        for (int i = 0; i < 16; i++, n >>= 4) r->rid[16 * k + i] = hex[n & 15];
+    }
     r->rid_len = 32;
 }
 

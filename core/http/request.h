@@ -114,6 +114,8 @@ struct sl_req_s {
     const char *host;   /**< Host, lower-cased, port removed (in the arena; at most
                              SL_REQ_HOST_MAX bytes): what the router matches */
     uint16_t host_len;
+    const char *client_ip; /**< the real-ip plugin's client address (arena, NUL-terminated);
+                                NULL: the peer's, ds->peer */
     /* plugin runtime */
     uint8_t stage;      /**< SL_STAGE_* */
     uint8_t body_buffered; /**< the whole body is in heap (a plugin read it, or a retry may replay it) */

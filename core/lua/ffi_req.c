@@ -32,9 +32,13 @@ int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) {
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
 }
-int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) {
-    return out((sl_str_t){r->ds->peer, strlen(r->ds->peer)}, p, len);
+/* The client address: the real-ip plugin's when it set one, else the socket's peer. */
+static sl_str_t client_addr(const sl_req_t *r) {
+    const char *a = r->client_ip ? r->client_ip : r->ds->peer;
+    return (sl_str_t){a, strlen(a)};
 }
+
+int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) { return out(client_addr(r), p, len); }
 int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len) { return out((sl_str_t){r->rid, r->rid_len}, p, len); }
 
 int sl_ffi_req_is_tls(sl_req_t *r) { return r->ds->secure ? 1 : 0; }
@@ -155,6 +159,7 @@ static bool parse_ip(sl_str_t s, sl_str_t *ip, struct sockaddr_storage *ss) {
 int sl_ffi_client_get_ip(sl_req_t *r, const char **p, size_t *len) {
     const sl_downstream_t *ds = r->ds;
     sl_str_t best = {ds->peer, strlen(ds->peer)};
+    if (r->client_ip) return out(client_addr(r), p, len); /* real-ip decided already */
     if (!ds->trusted) return out(best, p, len);
     static const sl_str_t xff = {"X-Forwarded-For", 15};
     for (int i = (int)r->head.nheaders - 1; i >= 0; i--) {
@@ -304,6 +309,66 @@ int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **e
     }
     *p = r->heap_len ? r->heap : NULL;
     *len = r->heap_len;
+    return SL_OK;
+}
+
+int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
+        *err = "the body limit can be set in rewrite and access only";
+        return SL_ERROR;
+    }
+    /* A body already read whole keeps its buffer; the caller compares its length. */
+    if (!r->body_buffered) r->buffer_max = max ? max : 1; /* 0 means the default: 1 byte is too many */
+    return SL_OK;
+}
+
+int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
+        *err = "the body can be set in rewrite and access only";
+        return SL_ERROR;
+    }
+    if (!r->body_buffered) {
+        *err = "read the body (get_body) before replacing it";
+        return SL_ERROR;
+    }
+    if (len > r->heap_cap) {
+        char *np = realloc(r->heap, len);
+        if (!np) {
+            *err = "out of memory";
+            return SL_ERROR;
+        }
+        r->heap = np;
+        r->heap_cap = len;
+    }
+    if (len) memcpy(r->heap, p, len);
+    r->heap_len = len;
+    return SL_OK;
+}
+
+int sl_ffi_req_set_client_ip(sl_req_t *r, const char *ip, size_t len, const char **err) {
+    if (r->lua.phase != SL_PHASE_REWRITE && r->lua.phase != SL_PHASE_ACCESS) {
+        *err = "the client address can be set in rewrite and access only";
+        return SL_ERROR;
+    }
+    char tmp[INET6_ADDRSTRLEN];
+    unsigned char bin[sizeof(struct in6_addr)];
+    if (len == 0 || len >= sizeof tmp) {
+        *err = "not an IP address";
+        return SL_ERROR;
+    }
+    memcpy(tmp, ip, len);
+    tmp[len] = 0;
+    if (inet_pton(AF_INET, tmp, bin) != 1 && inet_pton(AF_INET6, tmp, bin) != 1) {
+        *err = "not an IP address";
+        return SL_ERROR;
+    }
+    char *copy = sl_arena_alloc(&r->arena, len + 1);
+    if (!copy) {
+        *err = "out of memory";
+        return SL_ERROR;
+    }
+    memcpy(copy, tmp, len + 1);
+    r->client_ip = copy;
     return SL_OK;
 }
 

@@ -114,6 +114,14 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
     int too_big = h->type == HTTP_REQUEST ? 431 : 502;
 
     for (; i < n; i++) {
+        /* Inside a line other than a request line, a run of bytes that are neither CR, LF
+         * nor a control other than HTAB needs none of the checks below: skip it whole (the
+         * head limit still ends it). Most of a head is such runs; this halves the scan. */
+        if (i > line_start && (first_line_end || h->type != HTTP_REQUEST)) {
+            size_t lim = SL_MIN(n, s + max_head);
+            while (i < lim && ((unsigned char)p[i] >= 0x20 ? (unsigned char)p[i] != 0x7f : p[i] == '\t')) i++;
+            if (i == n) break;
+        }
         unsigned char c = (unsigned char)p[i];
         if (i - s >= max_head) {
             *status = first_line_end == 0 && h->type == HTTP_REQUEST ? 414 : too_big;

@@ -128,11 +128,13 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
     lua_setfield(L, -2, "timed");
     lua_createtable(L, (int)cfg->nconsumers, 0);
     for (size_t i = 0; i < cfg->nconsumers; i++) {
-        lua_createtable(L, 0, 2);
+        lua_createtable(L, 0, 3);
         lua_pushstring(L, cfg->consumers[i].name);
         lua_setfield(L, -2, "name");
         lua_pushstring(L, cfg->consumers[i].credentials_json ? cfg->consumers[i].credentials_json : "{}");
         lua_setfield(L, -2, "credentials_json");
+        push_strings(L, cfg->consumers[i].groups, cfg->consumers[i].ngroups);
+        lua_setfield(L, -2, "groups");
         lua_rawseti(L, -2, (int)i + 1);
     }
     lua_setfield(L, -2, "consumers");

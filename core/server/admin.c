@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "server/etcd.h"
 
 #define ADMIN_HEAD_MAX 8192
 #define ADMIN_IO_TIMEOUT_MS 5000
@@ -338,7 +339,11 @@ static char *render_status(sl_server_t *srv, size_t *len) {
              i, (unsigned long long)SL_COUNTER_GET(m->accepted), (long long)active,
              (unsigned long long)SL_COUNTER_GET(m->requests));
     }
-    tput(&t, "]}\n");
+    tput(&t, "]");
+    char *src = sl_etcd_status(srv->etcd);
+    if (src) tput(&t, "%s", src);
+    free(src);
+    tput(&t, "}\n");
     *len = t.len;
     return t.p;
 }
@@ -583,6 +588,8 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
     } else if (sl_str_ieq(p, "/ready", 6) && get) {
         if (sl_server_draining(srv))
             SEND_LIT(503, "{\"ready\":false,\"reason\":\"draining\"}\n");
+        else if (!sl_etcd_ready(srv->etcd))
+            SEND_LIT(503, "{\"ready\":false,\"reason\":\"no config from etcd or a snapshot yet\"}\n");
         else
             SEND_LIT(200, "{\"ready\":true}\n");
     } else if (sl_str_ieq(p, "/metrics", 8) && get) {
@@ -612,6 +619,9 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
              "# TYPE sluice_telemetry_exports_failed_total counter\nsluice_telemetry_exports_failed_total %llu\n",
              (unsigned long long)tdrop, (unsigned long long)texp, (unsigned long long)tfail);
         render_discovery(srv, &gauges);
+        char *src = sl_etcd_metrics(srv->etcd);
+        if (src) tput(&gauges, "%s", src);
+        free(src);
         int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;
         free(gauges.p);
         if (rc != SL_OK)

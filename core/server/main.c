@@ -11,6 +11,8 @@
 #include "config/config.h"
 #include "base/log.h"
 #include "script/plugin.h"
+#include "server/cli_lua.h"
+#include "server/etcd.h"
 #include "server/server.h"
 
 extern const char sl_default_conf[];
@@ -22,6 +24,11 @@ static void usage(FILE *f) {
                "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR]\n"
                "       sluice explain [-c FILE] [ROUTE]\n"
                "       sluice explain --costs [-c FILE] [--ready-file PATH | --admin ADDR] [ROUTE]\n"
+               "       sluice test SPEC.yaml|DIR... [--junit FILE] [-v]\n"
+               "       sluice spec [DIR] [BUSTED ARGS...]\n"
+               "       sluice new plugin NAME [--dir D]\n"
+               "       sluice push -c FILE --etcd URL [--prefix P]\n"
+               "       sluice pull --etcd URL [--prefix P] [--plugins DIR]\n"
                "       sluice version\n");
 }
 
@@ -251,9 +258,11 @@ static void check_names(const sl_config_t *cfg) {
 int main(int argc, char **argv) {
     const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
     bool costs = false;
+    const char *etcd = NULL, *prefix = "/sluice", *plugins_dir = NULL; /* push, pull */
     sl_target_opts_t target = {0};
     int i = 1;
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
+    if (sl_cli_lua_has(cmd)) return sl_cli_lua(cmd, argc - i, argv + i);
     for (; i < argc; i++) {
         if (strcmp(cmd, "explain") == 0 && argv[i][0] != '-' && !explain_route) {
             explain_route = argv[i];
@@ -261,6 +270,12 @@ int main(int argc, char **argv) {
         }
         if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc) {
             conf = argv[++i];
+        } else if (strcmp(argv[i], "--etcd") == 0 && i + 1 < argc) {
+            etcd = argv[++i];
+        } else if (strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) {
+            prefix = argv[++i];
+        } else if (strcmp(argv[i], "--plugins") == 0 && i + 1 < argc) {
+            plugins_dir = argv[++i];
         } else if (strcmp(argv[i], "--ready-file") == 0 && i + 1 < argc) {
             ready = argv[++i]; /* run writes it; reload reads the instance's admin address from it */
         } else if (strcmp(argv[i], "--admin") == 0 && i + 1 < argc &&
@@ -320,6 +335,14 @@ int main(int argc, char **argv) {
         sl_config_free(cfg);
         return rc;
     }
+    if (strcmp(cmd, "push") == 0 || strcmp(cmd, "pull") == 0) {
+        if (!etcd || (cmd[1] == 'u' && cmd[2] == 's' && !conf)) {
+            fprintf(stderr, "sluice %s: %s\n", cmd, etcd ? "-c FILE is required" : "--etcd URL is required");
+            usage(stderr);
+            return 2;
+        }
+        return cmd[2] == 's' ? sl_etcd_push(conf, etcd, prefix) : sl_etcd_pull(etcd, prefix, plugins_dir);
+    }
     if (strcmp(cmd, "run") != 0) {
         fprintf(stderr, "sluice: unknown command '%s'\n", cmd);
         usage(stderr);
@@ -328,6 +351,7 @@ int main(int argc, char **argv) {
     const char *used = NULL;
     sl_config_t *cfg = load(conf, false, &used);
     if (!cfg) return 1;
+    if (cfg->source.enabled) cfg = sl_etcd_boot(cfg); /* the snapshot's generation, if any */
     int rc = sl_server_run(cfg, used, ready);
     sl_config_free(cfg);
     return rc;

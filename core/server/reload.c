@@ -21,6 +21,7 @@
 
 #include "base/log.h"
 #include "script/plugin.h"
+#include "server/etcd.h"
 #include "server/listen.h"
 #include "server/server.h"
 #include "ctx/telemetry.h"
@@ -377,7 +378,11 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     sl_config_t *n = NULL;
     const char *src = text ? text : sl_default_conf;
     size_t srclen = text ? len : sl_default_conf_len;
-    int rc = sl_config_build(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
+    int rc;
+    if (srv->etcd) /* the local file's process keys and etcd's entries, plugins checked */
+        rc = sl__etcd_build(srv->etcd, srv->config_path, src, srclen, &n, &errs);
+    else
+        rc = sl_config_build(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
     if (rc != 0) {
         size_t total = 1;
         for (size_t i = 0; i < errs.n; i++) total += strlen(errs.lines[i]) + 1;
@@ -397,6 +402,10 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     }
     sl_errors_free(&errs);
     uint64_t hash = sl_config_hash(n, src, srclen);
+    if (srv->etcd) {
+        uint64_t k = sl__etcd_hash(srv->etcd);
+        hash = fnv(hash, &k, sizeof k);
+    }
     free(text);
     /* The same content as the running generation (config text and every file it reads):
      * starting a new worker set would only churn VMs and keep-alive connections. */
@@ -499,6 +508,8 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     uint64_t code = code_hash(n);
     char *changed = changed_list(srv->cfg, n, code != srv->code_hash);
     srv->code_hash = code;
+    /* What the file watch compares with is what now runs (etcd's plugin folder included). */
+    if (srv->config_path) srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &code, sizeof code);
     srv->workers = ws;
     srv->cfg = n;
     srv->ug = ug;
@@ -567,7 +578,7 @@ static void close_watches(sl_server_t *srv) {
     srv->nwatches = 0;
 }
 
-/** Records the first generation's hashes (start). */
+/** Records the first generation's hashes and starts the etcd watch (start). */
 void sl__reload_init(sl_server_t *srv) {
     srv->code_hash = code_hash(srv->cfg);
     if (srv->config_path) {
@@ -577,11 +588,13 @@ void sl__reload_init(sl_server_t *srv) {
     srv->config_hash = srv->config_path ? srv->watch_hash
                                         : sl_config_hash(srv->cfg, sl_default_conf, sl_default_conf_len);
     sl__server_note_generation(srv, NULL);
+    if (srv->cfg->source.enabled) sl_etcd_attach(srv); /* config_source: the watch runs on this loop */
 }
 
 /** Closes what reload and watch keep open (drain). */
 void sl__reload_close(sl_server_t *srv) {
     close_watches(srv);
+    sl_etcd_close(srv);
     if (srv->watch_on) {
         uv_close((uv_handle_t *)&srv->watch_debounce, NULL);
         srv->watch_on = false;

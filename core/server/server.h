@@ -79,6 +79,7 @@ struct sl_server_s {
     size_t nwatches;
     uv_timer_t watch_debounce;
     bool watch_on;
+    struct sl_etcd_s *etcd;    /**< config_source: etcd (server/etcd.h), else NULL */
 };
 
 /** Runs the server on `cfg` until it is told to stop; returns the process exit code. */

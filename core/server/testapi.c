@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "config/yaml_json.h"
 #include "script/plugin.h"
 #include "server/server.h"
+#include "server/testapi.h"
 
 typedef struct {
     sl_server_t srv;
@@ -36,13 +38,8 @@ sl_test_gw_t *sl_test_start(const char *text, size_t len, const char *path, char
     sl_config_t *cfg = NULL;
     err[0] = 0;
     sl_log_init_from_env();
-    if (sl_config_parse(path, text, len, &cfg, &errs) != 0 || sl_plugins_check(cfg, &errs) != 0) {
-        size_t off = 0;
-        for (size_t i = 0; i < errs.n && off + 1 < errlen; i++) {
-            int n = snprintf(err + off, errlen - off, "%s\n", errs.lines[i]);
-            if (n < 0) break;
-            off += (size_t)n;
-        }
+    if (sl_config_build(path, text, len, &cfg, &errs) != 0) {
+        sl_errors_write(&errs, err, errlen);
         sl_errors_free(&errs);
         if (cfg) sl_config_free(cfg);
         return NULL;
@@ -96,14 +93,9 @@ void sl_test_stop(sl_test_gw_t *g) {
     free(g);
 }
 
-/**
- * Sends req to host:port and reads until the peer closes or timeout_ms passes (requests
- * built by sluice.test say Connection: close). Returns the bytes read, or -1.
- */
-long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
-                  int timeout_ms);
-long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
-                  int timeout_ms) {
+/* ---- a raw client for `sluice test`'s tcp and websocket cases ---- */
+
+int sl_test_connect(const char *host, int port) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -112,28 +104,50 @@ long sl_test_http(const char *host, int port, const char *req, size_t len, char 
         close(fd);
         return -1;
     }
-    size_t sent = 0;
-    while (sent < len) {
-        ssize_t w = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
-        if (w <= 0) {
-            close(fd);
-            return -1;
-        }
-        sent += (size_t)w;
+    return fd;
+}
+
+int sl_test_send(int fd, const char *buf, size_t len) {
+    while (len) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        buf += w;
+        len -= (size_t)w;
     }
+    return 0;
+}
+
+/**
+ * Reads into out until `want` bytes came (0: until the peer closes), or `until`
+ * (a NUL-terminated marker, or NULL) appears, or timeout_ms passes. Returns
+ * the bytes read; *closed says whether the peer closed.
+ */
+long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until, int timeout_ms,
+                  int *closed);
+long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until, int timeout_ms,
+                  int *closed) {
     size_t got = 0;
+    *closed = 0;
     uint64_t deadline = sl_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
+    while (got < cap && !(want && got >= want) &&
+           !(until && got && memmem(out, got, until, strlen(until)))) {
         uint64_t now = sl_now_ms();
-        if (now >= deadline || got == cap) break;
+        if (now >= deadline) break;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int rc = poll(&p, 1, (int)(deadline - now));
         if (rc < 0 && errno == EINTR) continue;
         if (rc <= 0) break;
         ssize_t r = recv(fd, out + got, cap - got, 0);
-        if (r <= 0) break;
+        if (r <= 0) {
+            *closed = 1;
+            break;
+        }
         got += (size_t)r;
     }
-    close(fd);
     return (long)got;
 }
+
+/** Closes a client fd. */
+void sl_test_close(int fd);
+void sl_test_close(int fd) { close(fd); }

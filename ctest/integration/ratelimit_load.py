@@ -15,9 +15,10 @@ def ok_handler(req):
     return h.Response(200, b"ok")
 
 
-def fire(port, n, seconds, path="/", headers=None, conns=10, span=None):
+def fire(port, n, seconds, path="/", headers=None, conns=10, span=None, times=None):
     """n requests spread evenly over `seconds` on `conns` keep-alive connections. When
-    `span` (a list) is given, it gets the seconds from the first send to the last."""
+    `span` (a list) is given, it gets the seconds from the first send to the last; when
+    `times` (a list) is given, it gets every send's time (time.monotonic())."""
     statuses, lock = [], threading.Lock()
     sends = []
     per = n // conns
@@ -49,6 +50,8 @@ def fire(port, n, seconds, path="/", headers=None, conns=10, span=None):
         th.join(60)
     if span is not None and sends:
         span.append(max(sends) - min(sends))
+    if times is not None:
+        times.extend(sends)
     return statuses
 
 

@@ -6,7 +6,9 @@ and upstreams (HTTP/1.1) serve it unchanged. Checked with real peers:
   1. curl --http2 over TLS (ALPN h2) and curl --http2-prior-knowledge on a plaintext port
      that still answers HTTP/1.1; GET and POST of 10 MiB, checksummed both ways.
   2. The upstream (an HTTP/1.1 mock) sees lower-case header names and :authority as Host;
-     the echo route, built-in plugins, a no-route 404 and an upstream's 502 answer over h2;
+     the echo route, every built-in plugin (access-log, basic-auth, cors, echo, headers,
+     ip-restriction, jwt-auth, key-auth, rate-limit, redirect, request-id, response,
+     traceparent), a no-route 404 and an upstream's 502 answer over h2;
      upstream framings (chunked, close-delimited, 204/304, cut off) become DATA and
      END_STREAM or a reset.
   3. 100 concurrent streams on one connection (h2load), and 100 streams of python3-h2 each
@@ -30,7 +32,9 @@ python3-h2 imports only under /usr/bin/python3: the raw-frame client below runs 
 a subprocess and reports JSON.
 """
 
+import base64
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -45,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
 t = h.Suite("http2", budget=240)
+JWT_SECRET = "h2-secret-0123456789abcdefghijklmnopqrstuvwxyz"
 S = {}
 BIG = 10 << 20
 PIECE = b"p" * 65536
@@ -260,6 +265,7 @@ def setup(t):
     S["big_sha"] = hashlib.sha256(S["big"]).hexdigest()
     S["up"] = h.MockUpstream(handler=handler)
     S["dead_sock"], dead = h.refused_port()
+    S["alog"] = os.path.join(d, "access.log")
     S["sl"] = h.start_sluice(f"""
 workers: 1
 admin: {{ listen: 127.0.0.1:0 }}
@@ -307,9 +313,24 @@ routes:
   - {{ name: deny, match: {{ paths: [/deny] }}, upstream: up, plugins: [ {{ name: ip-restriction, config: {{ deny: [127.0.0.1] }} }} ] }}
   - {{ name: resp, match: {{ paths: [/resp] }}, plugins: [ {{ name: response, config: {{ status: 201, body: "made it" }} }} ] }}
   - {{ name: tp, match: {{ paths: [/tp] }}, upstream: up, plugins: [ {{ name: traceparent }} ] }}
+  - name: al
+    match: {{ paths: [/al] }}
+    upstream: up
+    plugins:
+      - {{ name: access-log, config: {{ path: {S["alog"]}, fields: [request_id, method, path, query, status, bytes_out, host, consumer] }} }}
+  - {{ name: ba, match: {{ paths: [/ba] }}, upstream: up, plugins: [ {{ name: basic-auth }} ] }}
+  - name: jwt
+    match: {{ paths: [/jwt] }}
+    upstream: up
+    plugins: [ {{ name: jwt-auth, config: {{ algorithms: [HS256], secret_env: SLUICE_IT_JWT_SECRET }} }} ]
+  - {{ name: rid, match: {{ paths: [/rid] }}, upstream: up, plugins: [ {{ name: request-id }} ] }}
 consumers:
-  - {{ name: alice, credentials: {{ key-auth: {{ key: k1 }} }} }}
-""", suite=t)
+  # basic-auth's hash: openssl passwd -6 -salt saltsalt secret
+  - name: alice
+    credentials:
+      key-auth: {{ key: k1 }}
+      basic-auth: {{ username: alice, password_hash: "$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1" }}
+""", suite=t, env=dict(os.environ, SLUICE_IT_JWT_SECRET=JWT_SECRET))
     S["plain"] = S["sl"].port("web")
 
 
@@ -414,6 +435,88 @@ def test_plugins(t):
     tq = [r for r in S["up"].requests[n0:] if r.path == "/tp/t"]
     t.check("traceparent: the upstream gets one", tq and (tq[0].header("traceparent") or "").startswith("00-"),
             "00-...", tq and tq[0].header("traceparent"))
+
+
+def hs256(claims):
+    def b64u(b):
+        return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+    signing = b64u(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + b64u(json.dumps(claims).encode())
+    return signing + "." + b64u(hmac.new(JWT_SECRET.encode(), signing.encode(), hashlib.sha256).digest())
+
+
+def test_plugins_more(t):
+    # the other built-ins over HTTP/2 streams, all on one connection: access-log,
+    # basic-auth, jwt-auth and request-id (echo, headers, key-auth, redirect, rate-limit,
+    # cors, ip-restriction, response and traceparent are above)
+    n0 = len(S["up"].requests)
+    basic = "Basic " + base64.b64encode(b"alice:secret").decode()
+    wrong = "Basic " + base64.b64encode(b"alice:guess").decode()
+    token = hs256({"sub": "alice", "exp": int(time.time()) + 300})
+    res = h2run(S["plain"], [req("/al/x?q=1"),
+                             req("/ba/a"), req("/ba/b", extra=[["authorization", wrong]]),
+                             req("/ba/c", extra=[["authorization", basic], ["x-consumer", "mallory"]]),
+                             req("/jwt/a"), req("/jwt/b", extra=[["authorization", "Bearer " + token + "x"]]),
+                             req("/jwt/c", extra=[["authorization", "Bearer " + token], ["x-consumer", "mallory"]]),
+                             req("/rid/a"), req("/rid/b", extra=[["x-request-id", "client-id-1"]])])
+    st = res["streams"]
+    got = [s["status"] for s in st]
+    hd = [dict((k, v) for k, v in s["headers"]) for s in st]
+    seen = dict((r.path, r) for r in S["up"].requests[n0:])
+
+    # access-log: the stream's line says what the same request over HTTP/1.1 says
+    h1 = h.request(S["plain"], "GET", "/al/h1?q=1")
+
+    def logged(path):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if os.path.exists(S["alog"]):
+                with open(S["alog"]) as f:
+                    for x in f:
+                        if x.strip() and json.loads(x).get("path") == path:
+                            return json.loads(x)
+            time.sleep(0.05)
+        return {}
+    l2, l1 = logged("/al/x"), logged("/al/h1")
+    keys = ("method", "query", "status", "host")
+    t.check("access-log: one line for the HTTP/2 stream, as over HTTP/1.1 (method, query, status, host)",
+            got[0] == 200 and h1.status == 200 and l2 and [l2.get(k) for k in keys] == [l1.get(k) for k in keys] ==
+            ["GET", "q=1", 200, "127.0.0.1"], ["GET", "q=1", 200, "127.0.0.1"], (got[0], l2, l1))
+    t.check("access-log: the HTTP/2 line has its request id and the bytes sent",
+            l2.get("request_id") and l2.get("bytes_out", 0) > 0 and l2.get("request_id") != l1.get("request_id"),
+            "request_id, bytes_out > 0", l2)
+
+    # basic-auth
+    t.check("basic-auth: 401 with the challenge without credentials, and with a wrong password",
+            got[1:3] == [401, 401] and "basic" in hd[1].get("www-authenticate", "").lower(),
+            [401, 401, "Basic realm"], (got[1:3], hd[1].get("www-authenticate")))
+    t.check("basic-auth: the upstream saw neither refused stream", "/ba/a" not in seen and "/ba/b" not in seen,
+            "not forwarded", sorted(seen))
+    bq = seen.get("/ba/c")
+    t.check("basic-auth: 200 with alice's password; the upstream gets X-Consumer: alice only, no Authorization",
+            got[3] == 200 and bq is not None and bq.header_all("x-consumer") == ["alice"] and
+            bq.header("authorization") is None,
+            (200, ["alice"], None), (got[3], bq and bq.header_all("x-consumer"), bq and bq.header("authorization")))
+
+    # jwt-auth
+    t.check("jwt-auth: 401 Bearer without a token and with a bad signature",
+            got[4:6] == [401, 401] and "bearer" in hd[4].get("www-authenticate", "").lower(),
+            [401, 401, "Bearer"], (got[4:6], hd[4].get("www-authenticate")))
+    jq = seen.get("/jwt/c")
+    t.check("jwt-auth: 200 with an HS256 token; the upstream gets X-Consumer: alice only",
+            got[6] == 200 and jq is not None and jq.header_all("x-consumer") == ["alice"] and
+            "/jwt/a" not in seen and "/jwt/b" not in seen,
+            (200, ["alice"]), (got[6], jq and jq.header_all("x-consumer"), sorted(seen)))
+
+    # request-id
+    ra, rb = seen.get("/rid/a"), seen.get("/rid/b")
+    ida = ra.header("x-request-id") if ra else None
+    t.check("request-id: the upstream and the client get the same generated id",
+            got[7] == 200 and ida and hd[7].get("x-request-id") == ida, ("200", "id", "same id"),
+            (got[7], ida, hd[7].get("x-request-id")))
+    t.check("request-id: a client's id is kept, upstream and back",
+            got[8] == 200 and rb is not None and rb.header("x-request-id") == "client-id-1" and
+            hd[8].get("x-request-id") == "client-id-1", "client-id-1",
+            (got[8], rb and rb.header("x-request-id"), hd[8].get("x-request-id")))
 
 
 def test_framing(t):
@@ -725,4 +828,4 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     t.check("drain: the gateway exits", sl.wait(10) is not None, "exited", sl.alive())
 
 
-t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_framing, test_malformed, test_concurrency, test_both_ways, test_rate_reader, test_limits, test_abuse, test_slow_reader, test_long_download, test_off, test_drain)
+t.run(setup, test_curl_both_ways, test_semantics, test_plugins, test_plugins_more, test_framing, test_malformed, test_concurrency, test_both_ways, test_rate_reader, test_limits, test_abuse, test_slow_reader, test_long_download, test_off, test_drain)

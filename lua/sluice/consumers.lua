@@ -9,14 +9,15 @@ local cjson = require("cjson.safe")
 
 local _M = {}
 
-local by_name, index = {}, {}
+local by_name, index, groups = {}, {}, {}
 
--- gen_consumers: { { name = ..., credentials_json = ... }, ... } from the core.
+-- gen_consumers: { { name = ..., credentials_json = ..., groups = {...} }, ... } from the core.
 function _M.load(gen_consumers)
-    by_name, index = {}, {}
+    by_name, index, groups = {}, {}, {}
     for _, c in ipairs(gen_consumers or {}) do
         local creds = cjson.decode(c.credentials_json or "{}") or {}
         by_name[c.name] = creds
+        groups[c.name] = c.groups or {}
         for kind, fields in pairs(creds) do
             if type(fields) == "table" then
                 for field, value in pairs(fields) do
@@ -40,6 +41,12 @@ end
 function _M.credential(name, kind)
     local c = by_name[name]
     return c and c[kind] or nil
+end
+
+-- The consumer's `groups:` as a list (empty when none or unknown); shared: read-only.
+local NONE = {}
+function _M.groups(name)
+    return groups[name] or NONE
 end
 
 -- true when the config lists a consumer of that name.

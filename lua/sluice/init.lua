@@ -34,6 +34,9 @@ int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **
 int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err);
 int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **err);
 int sl_ffi_req_get_body(sl_req_t *r, const char **p, size_t *len, const char **err);
+int sl_ffi_req_set_body_max(sl_req_t *r, uint64_t max, const char **err);
+int sl_ffi_req_set_body(sl_req_t *r, const char *p, size_t len, const char **err);
+int sl_ffi_req_set_client_ip(sl_req_t *r, const char *ip, size_t len, const char **err);
 typedef struct {
     int status;
     uint64_t bytes_in, bytes_out;
@@ -138,6 +141,13 @@ request.get_host = getter(C.sl_ffi_req_get_host)
 request.get_client_ip = getter(C.sl_ffi_req_client_ip)
 request.get_id = getter(C.sl_ffi_req_id)
 request.get_route = getter(C.sl_ffi_req_route)
+
+-- Replaces the client address every later plugin, log line and hash_on ip sees (the
+-- real-ip plugin); an IPv4 or IPv6 address. Rewrite/access only.
+function request.set_client_ip(ip)
+    check_str(ip, "ip")
+    ffi_err(C.sl_ffi_req_set_client_ip(cur(), ip, #ip, err_p))
+end
 
 -- Replaces the request's id (what log lines carry as request_id); 1..32 characters.
 function request.set_id(id)
@@ -276,6 +286,33 @@ function request.get_body()
             return nil, ffi_string(err_p[0])
         end
     end
+end
+
+-- Reads the whole body into the gateway, at most max bytes (the listener's max_body still
+-- applies), without copying it into Lua: its length (0 when there is none), or nil, err
+-- ("request body too large" past max). The body then goes upstream from that buffer;
+-- get_body returns it. Rewrite/access only.
+function request.read_body(max)
+    local r = cur()
+    if type(max) ~= "number" or max < 0 then error("max must be a number of bytes >= 0", 2) end
+    local rc = C.sl_ffi_req_set_body_max(r, max, err_p)
+    if rc ~= OK then return nil, ffi_string(err_p[0]) end
+    while true do
+        rc = C.sl_ffi_req_get_body(r, str_p, len_p, err_p)
+        if rc == OK then
+            local n = tonumber(len_p[0])
+            if n > max then return nil, "request body too large" end -- read before the cap was set
+            return n
+        end
+        if rc ~= C.SL_EAGAIN then return nil, ffi_string(err_p[0]) end
+        base.wait()
+    end
+end
+
+-- Replaces the body sent upstream (after get_body or read_body; rewrite/access only).
+function request.set_body(body)
+    check_str(body, "body")
+    ffi_err(C.sl_ffi_req_set_body(cur(), body, #body, err_p))
 end
 
 local stats = ffi.new("sl_req_stats_t")

@@ -113,12 +113,52 @@ local function layer_error(mod, layer)
     return nil
 end
 
+-- A plugin marked `after_auth` (acl) decides from ctx.consumer in access, so every plugin
+-- marked `auth` (those that set it) must run before it: the global chain first, then the
+-- route's, each in list order. Returns { [use] = message } for the misplaced ones.
+local function order_errors(uses, cache)
+    local bad, global, chains = {}, {}, {}
+    for _, u in ipairs(uses) do
+        if u.layer == "http" then
+            if u.where == "the global chain" then
+                global[#global + 1] = u
+            else
+                local c = chains[u.where]
+                if not c then c = {}; chains[u.where] = c; chains[#chains + 1] = c end
+                c[#c + 1] = u
+            end
+        end
+    end
+    if #chains == 0 then chains[1] = {} end
+    for _, c in ipairs(chains) do
+        local seq = {}
+        for _, u in ipairs(global) do seq[#seq + 1] = u end
+        for _, u in ipairs(c) do seq[#seq + 1] = u end
+        for i, u in ipairs(seq) do
+            local mod = cache[u.name]
+            if mod and mod.after_auth and not bad[u] then
+                for j = i + 1, #seq do
+                    local later = cache[seq[j].name]
+                    if later and later.auth then
+                        bad[u] = ("runs in access on the consumer an auth plugin set, so it must come after '%s' (%s)")
+                            :format(seq[j].name, seq[j].where)
+                        break
+                    end
+                end
+            end
+        end
+    end
+    return bad
+end
+
 function _M.validate_all(paths, uses, known)
     local cache, out = {}, {}
+    for _, u in ipairs(uses) do _M.load(paths, u.name, cache, known) end
+    local misplaced = order_errors(uses, cache)
     for _, u in ipairs(uses) do
         local _, errs = _M.prepare(paths, u.name, u.config_json, cache, known)
         local mod = not errs and cache[u.name]
-        local lerr = mod and layer_error(mod, u.layer)
+        local lerr = mod and (layer_error(mod, u.layer) or misplaced[u])
         if lerr then errs = { { path = "@name", at = "value", msg = lerr } } end
         if errs then
             local pos = cjson.decode(u.positions_json or "{}") or {}

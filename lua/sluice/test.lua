@@ -1,4 +1,4 @@
--- sluice.test: in-process gateways for busted specs.
+-- sluice.test: in-process gateways for busted specs (and for `sluice test`).
 --
 --   local test = require("sluice.test")
 --   local up = test.upstream()                       -- an echo server: answers with what it got
@@ -9,10 +9,17 @@
 --   assert.equal(200, res.status); local seen = res:json()   -- what the upstream received
 --   gw:stop(); up:stop()
 --
+--   local gw = assert(test.start("gw.yaml"))         -- or the user's own config file: its
+--                                                    -- plugin_paths are relative to it
+--
 -- The gateway runs on threads of the busted process through libsluice.so (loaded
 -- once, globally, so worker VMs find the FFI ABI): no external process, ready in
--- milliseconds. Config tables are sent as JSON (a subset of YAML); defaults:
+-- milliseconds. Inside the sluice binary (`sluice test`) the same symbols come from the
+-- binary itself. Config tables are sent as JSON (a subset of YAML); defaults:
 -- workers 1, one listener "web" on 127.0.0.1:0, admin on 127.0.0.1:0.
+--
+-- Log lines are kept in memory (test.logs()) instead of on stderr, unless
+-- SLUICE_TEST_VERBOSE=1.
 local ffi = require("ffi")
 local cjson = require("cjson.safe")
 
@@ -22,11 +29,30 @@ ffi.cdef[[
 void *sl_test_start(const char *text, size_t len, const char *path, char *err, size_t errlen);
 int sl_test_addr(void *g, const char *name, char *out, size_t cap);
 void sl_test_stop(void *g);
-long sl_test_http(const char *host, int port, const char *req, size_t len, char *out, size_t cap,
-                  int timeout_ms);
 void sl_log_capture(int on);
 size_t sl_log_captured(char *out, size_t cap);
 uint64_t sl_now_ns(void);
+int setenv(const char *name, const char *value, int overwrite);
+int poll(void *fds, unsigned long n, int timeout);
+char *sl_ffi_yaml_decode(const char *path, const char *text, size_t len, char **pos, char *err,
+                         size_t errlen);
+void free(void *p);
+void *malloc(size_t n);
+typedef struct sl_mock sl_mock_t;
+sl_mock_t *sl_mock_start(void);
+int sl_mock_port(sl_mock_t *m);
+int sl_mock_add_port(sl_mock_t *m);
+void sl_mock_set(sl_mock_t *m, int mode, int status, int delay_ms, const char *head, size_t headlen,
+                 const char *body, size_t bodylen);
+void sl_mock_times(sl_mock_t *m, int n, int after_mode);
+uint64_t sl_mock_count(sl_mock_t *m);
+size_t sl_mock_last(sl_mock_t *m, char *out, size_t cap);
+void sl_mock_stop(sl_mock_t *m);
+int sl_test_connect(const char *host, int port);
+int sl_test_send(int fd, const char *buf, size_t len);
+long sl_test_recv(int fd, char *out, size_t cap, size_t want, const char *until, int timeout_ms,
+                  int *closed);
+void sl_test_close(int fd);
 ]]
 
 local function source_dir()
@@ -35,8 +61,20 @@ local function source_dir()
 end
 
 _M.SOURCE_DIR = source_dir()
-local lib = ffi.load(os.getenv("SLUICE_LIB") or (_M.SOURCE_DIR .. "/build/libsluice.so"), true)
+-- The core's symbols: the sluice binary's own (it exports them), else libsluice.so.
+local lib
+if pcall(function() return ffi.C.sl_test_start end) then
+    lib = ffi.C
+else
+    lib = ffi.load(os.getenv("SLUICE_LIB") or (_M.SOURCE_DIR .. "/build/libsluice.so"), true)
+end
 _M.lib = lib
+
+local quiet = os.getenv("SLUICE_TEST_VERBOSE") ~= "1"
+if quiet then
+    ffi.C.setenv("SLUICE_TEST_QUIET", "1", 1)
+    lib.sl_log_capture(1)
+end
 
 local errbuf = ffi.new("char[16384]")
 local addrbuf = ffi.new("char[128]")
@@ -53,17 +91,51 @@ end
 local GW = {}
 GW.__index = GW
 
--- Starts a gateway. opts.path names the config in errors and anchors relative
--- plugin_paths (default: the spec's folder is not known; pass absolute paths or opts.path).
--- Returns the gateway and its start time in ms, or nil and the config errors.
+local function read_file(path)
+    local f, err = io.open(path, "rb")
+    if not f then return nil, err end
+    local text = f:read("*a")
+    f:close()
+    return text
+end
+_M.read_file = read_file
+
+-- The folder of the spec file calling start: a table config's relative plugin_paths are
+-- relative to it.
+local function caller_dir()
+    local src = debug.getinfo(3, "S").source
+    local dir = src:sub(1, 1) == "@" and (src:sub(2):match("^(.*)/[^/]*$") or ".") or "."
+    if dir:sub(1, 1) ~= "/" then
+        dir = (os.getenv("PWD") or ".") .. (dir == "." and "" or ("/" .. dir:gsub("^%./", "")))
+    end
+    return dir
+end
+
+-- Starts a gateway from a config table or from a YAML file's path. opts.path names the
+-- config in errors and anchors relative plugin_paths (a file's own path by default; for
+-- a table, the calling spec file's folder); opts.text is YAML text to use instead.
+-- A file is used as written: its listeners and admin, so write port 0 for a test.
+-- Returns the gateway and its start time in ms, or nil and the config errors
+-- ("FILE:LINE:COL: message" lines).
 function _M.start(conf, opts)
     opts = opts or {}
-    conf = copy(conf or {})
-    conf.workers = conf.workers or 1
-    conf.admin = conf.admin or { listen = "127.0.0.1:0" }
-    conf.listeners = conf.listeners or { { name = "web", listen = "127.0.0.1:0" } }
-    local text = assert(cjson.encode(conf))
-    local path = opts.path or (_M.SOURCE_DIR .. "/spec/<sluice.test>.yaml")
+    local text, path
+    if type(conf) == "string" or opts.text then
+        path = opts.path or conf
+        text = opts.text
+        if not text then
+            local err
+            text, err = read_file(conf)
+            if not text then return nil, conf .. ":1:1: cannot read the config: " .. tostring(err) end
+        end
+    else
+        conf = copy(conf or {})
+        conf.workers = conf.workers or 1
+        conf.admin = conf.admin or { listen = "127.0.0.1:0" }
+        conf.listeners = conf.listeners or { { name = "web", listen = "127.0.0.1:0" } }
+        text = assert(cjson.encode(conf))
+        path = opts.path or (caller_dir() .. "/<sluice.test>.yaml")
+    end
     local t0 = lib.sl_now_ns()
     local g = lib.sl_test_start(text, #text, path, errbuf, ffi.sizeof(errbuf))
     local ms = tonumber(lib.sl_now_ns() - t0) / 1e6
@@ -81,7 +153,7 @@ local function parse_response(raw)
     local head_end = raw:find("\r\n\r\n", 1, true)
     if not head_end then return nil, "no complete response head in " .. #raw .. " bytes" end
     local head = raw:sub(1, head_end - 1)
-    local status = tonumber(head:match("^HTTP/1%.%d (%d%d%d)"))
+    local status = tonumber(head:match("^HTTP/[%d%.]+ (%d%d%d)"))
     if not status then return nil, "bad status line: " .. head:sub(1, 80) end
     local headers, list = {}, {}
     for line in head:gmatch("\r\n([^\r\n]*)") do
@@ -115,6 +187,48 @@ local function parse_response(raw)
     function res.json() return cjson.decode(body) end
     return res
 end
+_M.parse_response = parse_response
+
+-- Reads one response from fd into respbuf: the head, then as much body as it announces
+-- (Content-Length, the end of chunked framing, else until the peer closes), so a
+-- keep-alive connection does not wait for the timeout. The bytes read.
+local closed = ffi.new("int[1]")
+local function read_response(fd, head_only, timeout_ms)
+    local deadline = tonumber(lib.sl_now_ns()) / 1e6 + timeout_ms
+    local function left() return math.max(0, math.floor(deadline - tonumber(lib.sl_now_ns()) / 1e6)) end
+    local n = tonumber(lib.sl_test_recv(fd, respbuf, RESP_MAX, 0, "\r\n\r\n", timeout_ms, closed))
+    while true do
+        local got = ffi.string(respbuf, n)
+        local eoh = got:find("\r\n\r\n", 1, true)
+        if not eoh or closed[0] == 1 then return n end
+        local head = got:sub(1, eoh):lower()
+        local status = tonumber(head:match("^http/[%d%.]+ (%d+)"))
+        if status and status >= 100 and status < 200 and status ~= 101 then
+            -- an interim answer: the final one follows
+            if not got:find("\r\n\r\n", eoh + 4, true) then
+                n = n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, 0, "\r\n\r\n", left(), closed))
+            else
+                return n
+            end
+        else
+            if head_only or status == 204 or status == 304 or status == 101 then return n end
+            local cl = tonumber(head:match("\ncontent%-length:%s*(%d+)"))
+            if cl then
+                local want = eoh + 3 + cl
+                if n < want then
+                    n = n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, want - n, nil, left(), closed))
+                end
+                return n
+            elseif head:find("\ntransfer%-encoding:[^\n]*chunked") then
+                if got:find("\r\n0\r\n\r\n", eoh, true) then return n end
+                n = n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, 0, "\r\n0\r\n\r\n", left(), closed))
+                return n
+            else
+                return n + tonumber(lib.sl_test_recv(fd, respbuf + n, RESP_MAX - n, 0, nil, left(), closed))
+            end
+        end
+    end
+end
 
 -- Sends one request and returns { status, headers (lower-case names), body, raw, json() }.
 -- req: { method = "GET", path = "/", headers = { name = value }, body = "...", host = ...,
@@ -137,10 +251,16 @@ function GW:request(req)
         if not has.connection then lines[#lines + 1] = "Connection: close" end
         raw = table.concat(lines, "\r\n") .. "\r\n\r\n" .. (req.body or "")
     end
-    respbuf = respbuf or ffi.new("char[?]", RESP_MAX)
-    local n = lib.sl_test_http(host, tonumber(port), raw, #raw, respbuf, RESP_MAX,
-                               math.floor((req.timeout or 5) * 1000))
-    if n < 0 then return nil, "cannot connect to " .. hostport end
+    -- malloc, not ffi.new: 16 MiB zero-filled took 10 ms of the first request
+    respbuf = respbuf or ffi.gc(ffi.cast("char *", ffi.C.malloc(RESP_MAX)), ffi.C.free)
+    local fd = lib.sl_test_connect(host, tonumber(port))
+    if fd < 0 then return nil, "cannot connect to " .. hostport end
+    if lib.sl_test_send(fd, raw, #raw) ~= 0 then
+        lib.sl_test_close(fd)
+        return nil, "cannot send to " .. hostport
+    end
+    local n = read_response(fd, req.method == "HEAD", math.floor((req.timeout or 5) * 1000))
+    lib.sl_test_close(fd)
     return parse_response(ffi.string(respbuf, n))
 end
 
@@ -160,9 +280,10 @@ function _M.upstream()
     }))
 end
 
--- Log capture: lines every gateway of this process writes, decoded from JSON.
+-- Log capture: lines every gateway of this process writes, decoded from JSON. Turning it
+-- on empties the buffer; turning it off shows lines on stderr again, unless quiet.
 function _M.capture_logs(on)
-    lib.sl_log_capture(on == false and 0 or 1)
+    lib.sl_log_capture((on == false and not quiet) and 0 or 1)
 end
 
 function _M.logs()

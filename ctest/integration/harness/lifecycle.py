@@ -31,6 +31,8 @@ def tmp_root():
 
 
 def new_tmpdir(prefix="t"):
+    # made again if something outside the test removed it (a /tmp cleaner on a shared machine)
+    os.makedirs(tmp_root(), exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix + "-", dir=tmp_root())
 
 

@@ -1,0 +1,131 @@
+/* etcd_wire.h — talking to etcd's HTTP/JSON gateway: bytes, base64, JSON read with
+ * libyaml, the set of keys under a prefix, and one HTTP/1.1 exchange on a libuv loop.
+ *
+ * Internal to the etcd config source (server/etcd.c, the watch; server/etcd_cli.c,
+ * push and pull). Every function here runs on the thread that owns the loop it is
+ * given (the main thread, or the command line's private loop).
+ */
+#ifndef SL_ETCD_WIRE_H
+#define SL_ETCD_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+#include <yaml.h>
+
+#include "proto/http1.h"
+
+/** A growing byte buffer, always NUL-terminated; `oom` sticks after a failed growth. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sl_ebuf_t;
+
+/** A parsed JSON text (libyaml: JSON is YAML's flow style); root NULL when empty. */
+typedef struct {
+    yaml_document_t doc;
+    yaml_node_t *root;
+} sl_jdoc_t;
+
+/** One key under the prefix and its value (both owned by the set). */
+typedef struct {
+    char *key; /* relative to prefix + '/' */
+    char *val; /* NUL-terminated */
+    size_t vlen;
+} sl_ekv_t;
+
+/** Keys sorted by name (relative to PREFIX/). */
+typedef struct {
+    sl_ekv_t *a;
+    size_t n, cap;
+} sl_ekvset_t;
+
+typedef struct sl_ec_s sl_ec_t;
+/** A unary call ended: err NULL and c->body the answer, or err. c is freed after it. */
+typedef void (*sl_ec_done_cb)(sl_ec_t *c, const char *err);
+/** A streamed call (watch): one line (one JSON message) of the body. */
+typedef void (*sl_ec_line_cb)(sl_ec_t *c, const char *line, size_t n);
+
+/** One exchange: POST, then the answer (whole in `body`, or streamed line by line). */
+struct sl_ec_s {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_connect_t conn;
+    uv_write_t wr;
+    int open; /* handles not closed yet */
+    bool finished, head_done;
+    sl_ebuf_t out, in, body;
+    size_t scanned;
+    sl_h1_t h1;
+    sl_h1_limits_t lim;
+    sl_h1_head_t head;
+    sl_ec_done_cb on_done;
+    sl_ec_line_cb on_line;
+    void *ud;
+    uint64_t timeout_ms; /* silence allowed: connecting, or between two reads */
+    char err[256];
+    char rbuf[16384];
+};
+
+bool sl__eb_put(sl_ebuf_t *b, const void *s, size_t n);
+bool sl__eb_puts(sl_ebuf_t *b, const char *s);
+bool sl__eb_printf(sl_ebuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** base64 of p[0..n), malloc'ed and NUL-terminated. */
+char *sl__b64_enc(const void *p, size_t n);
+/** The bytes of s, malloc'ed (NUL-terminated, *n their length); NULL when malformed. */
+char *sl__b64_dec(const char *s, size_t *n);
+
+/** Parses s[0..n); on success the caller deletes d->doc (yaml_document_delete). */
+bool sl__json_parse(sl_jdoc_t *d, const char *s, size_t n);
+/** The value of `key` in mapping `map`, or NULL. */
+yaml_node_t *sl__json_get(sl_jdoc_t *d, const yaml_node_t *map, const char *key);
+/** A scalar's text (borrowed from the document), or NULL. */
+const char *sl__json_str(const yaml_node_t *n);
+/** A scalar as an integer (etcd writes int64 as strings); 0 when absent. */
+long long sl__json_int(const yaml_node_t *n);
+size_t sl__json_len(const yaml_node_t *n);
+yaml_node_t *sl__json_at(sl_jdoc_t *d, const yaml_node_t *n, size_t i);
+/** Appends s as a JSON string. */
+void sl__json_quote(sl_ebuf_t *b, const char *s);
+
+size_t sl__kv_pos(const sl_ekvset_t *s, const char *key, bool *found);
+const sl_ekv_t *sl__kv_get(const sl_ekvset_t *s, const char *key);
+/** Sets key to val (taken: malloc'ed, NUL-terminated). False when out of memory. */
+bool sl__kv_put(sl_ekvset_t *s, const char *key, char *val, size_t vlen);
+void sl__kv_del(sl_ekvset_t *s, const char *key);
+void sl__kv_clear(sl_ekvset_t *s);
+uint64_t sl__fnv64(uint64_t h, const void *p, size_t n);
+/** The content hash of every key and value. */
+uint64_t sl__kv_hash(const sl_ekvset_t *s);
+/** Reads a range answer (or a snapshot: the same shape) into s, keys made relative to
+ *  prefix; *rev its revision. */
+bool sl__kv_from_range(sl_ekvset_t *s, long long *rev, const char *prefix, const char *text, size_t len);
+/** A snapshot: the shape of a range answer, full keys. */
+void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_ebuf_t *b);
+
+/**
+ * POSTs `body` to `path` at `url` ("http://host:port"; a name is resolved here, on the
+ * calling thread) with `token` as Authorization when set. `line` set: the answer is a
+ * stream handed over line by line, and `done` is called when it ends. `timeout_ms` bounds
+ * silence (connecting, or between reads). NULL when nothing could start (no callback
+ * then); else the exchange is freed after `done` returned, or after sl__ec_cancel.
+ */
+sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const char *body, const char *token,
+                     uint64_t timeout_ms, sl_ec_done_cb done, sl_ec_line_cb line, void *ud);
+/** Ends an exchange without calling it back (NULL: nothing). */
+void sl__ec_cancel(sl_ec_t *c);
+
+/** "upstreams", "routes", "consumers": the list kinds under the prefix, in build order. */
+extern const char *const sl__etcd_kinds[3];
+/** {"key":PREFIX/,"range_end":PREFIX0[,"count_only":true]}: the whole prefix. */
+void sl__etcd_range_body(const char *prefix, bool count_only, sl_ebuf_t *b);
+/** A whole file, malloc'ed and NUL-terminated, or NULL. */
+char *sl__etcd_read_file(const char *path, size_t *len);
+/** Appends a value as an item of a block list (indent 4: "  - " then its lines indented),
+ *  or as it is (indent 0). Returns the number of lines written. */
+int sl__etcd_put_item(sl_ebuf_t *t, const char *v, size_t vl, int indent);
+
+#endif
