@@ -201,6 +201,12 @@ static void attempt_swap(sl_req_t *r) {
     SWAP(r->up, r->hedge.up);
     SWAP(r->att, r->hedge.att);
     SWAP(r->req_sent, r->hedge.sent);
+    SWAP(r->trace.attempt_n, r->hedge.span_n);
+    SWAP(r->trace.attempt_start_ns, r->hedge.span_start_ns);
+    uint8_t span[8];
+    memcpy(span, r->trace.attempt, 8);
+    memcpy(r->trace.attempt, r->hedge.span, 8);
+    memcpy(r->hedge.span, span, 8);
 #undef SWAP
 }
 
@@ -214,6 +220,7 @@ void sl__hedge_end(sl_req_t *r, int outcome) {
     if (r->wait && r->wait->kind == SL_WAIT_HEDGE) sl__req_cancel_wait(r);
     if (!r->hedge.up && !r->hedge.att.outcome_due && !r->hedge.att.in_flight) return;
     attempt_swap(r);
+    if (r->trace.on && outcome == SL_OUT_CANCEL) sl__trace_attempt_cancelled(r);
     sl__attempt_outcome(r, outcome);
     sl__attempt_release(r);
     close_upconn(r->up);
@@ -222,6 +229,7 @@ void sl__hedge_end(sl_req_t *r, int outcome) {
 }
 
 void sl__hedge_promote(sl_req_t *r, int lost) {
+    if (r->trace.on && lost == SL_OUT_CANCEL) sl__trace_attempt_cancelled(r);
     sl__attempt_outcome(r, lost);
     sl__attempt_release(r);
     close_upconn(r->up);

@@ -93,6 +93,9 @@ struct sl_req_s {
         sl_upconn_t *up;
         sl_attempt_t att;
         uint8_t sent;
+        uint8_t span_n;          /**< its trace.attempt_n, span id and start, swapped too */
+        uint8_t span[8];
+        uint64_t span_start_ns;
     } hedge;
     int status;         /**< status sent to the client */
     int upstream;       /**< cfg upstream index or -1 */
@@ -146,6 +149,7 @@ struct sl_req_s {
         uint8_t sampled;   /**< spans are recorded (flags bit 0 sent upstream) */
         uint8_t has_parent;/**< the client sent a valid traceparent */
         uint8_t nattempts; /**< attempts begun */
+        uint8_t attempt_n; /**< the current attempt's number (1: the first) */
         uint8_t trace_id[16], parent[8], server[8], attempt[8];
         uint64_t attempt_start_ns;
     } trace;
@@ -242,6 +246,8 @@ void sl__trace_begin(sl_req_t *r);
 void sl__trace_attempt_begin(sl_req_t *r);
 /** The current attempt ended: its CLIENT span (status 0: no response). */
 void sl__trace_attempt_end(sl_req_t *r, int status);
+/** The current attempt lost a hedge race: its CLIENT span, error.type "cancelled". */
+void sl__trace_attempt_cancelled(sl_req_t *r);
 /** A plugin call (chain position, SL_PHASE_*) of `ns` just ended: its INTERNAL span
  *  (telemetry.plugin_spans, sampled requests). */
 void sl__trace_plugin(sl_req_t *r, int pos, int phase, uint64_t ns);

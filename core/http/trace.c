@@ -83,7 +83,8 @@ static char *head_span_digits(sl_req_t *r) {
 
 void sl__trace_attempt_begin(sl_req_t *r) {
     r->trace.attempt_start_ns = sl_now_ns();
-    if (r->trace.nattempts++ == 0) return; /* the first uses the id already in the head */
+    r->trace.attempt_n = ++r->trace.nattempts;
+    if (r->trace.attempt_n == 1) return; /* the first uses the id already in the head */
     random_id(r->trace.attempt, 8);
     char *d = head_span_digits(r);
     if (d) sl_hex_lower(d, r->trace.attempt, 8);
@@ -110,8 +111,14 @@ static void span_common(sl_req_t *r, sl_span_t *s) {
     }
 }
 
-void sl__trace_attempt_end(sl_req_t *r, int status) {
-    if (!r->trace.sampled || !r->trace.nattempts) return;
+static void attempt_span(sl_req_t *r, int status, bool cancelled);
+
+void sl__trace_attempt_end(sl_req_t *r, int status) { attempt_span(r, status, false); }
+
+void sl__trace_attempt_cancelled(sl_req_t *r) { attempt_span(r, 0, true); }
+
+static void attempt_span(sl_req_t *r, int status, bool cancelled) {
+    if (!r->trace.sampled || !r->trace.attempt_n) return;
     sl_span_t s;
     span_common(r, &s);
     memcpy(s.span_id, r->trace.attempt, 8);
@@ -119,14 +126,16 @@ void sl__trace_attempt_end(sl_req_t *r, int status) {
     s.has_parent = 1;
     s.kind = SL_SPAN_CLIENT;
     s.status = (uint16_t)status;
-    s.attempt = r->trace.nattempts;
-    const char *reason = r->trace.nattempts == 1 ? "first" : r->hedged ? "hedge" : "retry";
+    s.attempt = r->trace.attempt_n;
+    /* the hedge is the attempt begun while the first raced (hedge_after); later ones retry */
+    const char *reason = r->trace.attempt_n == 1 ? "first" : r->hedged && r->trace.attempt_n == 2 ? "hedge" : "retry";
     sl_span_str(s.reason, sizeof s.reason, reason, strlen(reason));
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     int t = r->att.target;
     const char *target = r->to_address ? r->address_text : t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text : "";
     sl_span_str(s.target, sizeof s.target, target, strlen(target));
-    if (!status) sl_span_str(s.error_type, sizeof s.error_type, "no_response", 11);
+    if (cancelled) sl_span_str(s.error_type, sizeof s.error_type, "cancelled", 9);
+    else if (!status) sl_span_str(s.error_type, sizeof s.error_type, "no_response", 11);
     else if (status >= 500) snprintf(s.error_type, sizeof s.error_type, "%d", status);
     uint64_t now = sl_now_ns(), wall = realtime_ns();
     s.start_unix_ns = unix_ns(r->trace.attempt_start_ns, now, wall);

@@ -335,4 +335,66 @@ def test_plugin_spans(t):
     up.stop()
 
 
-t.run(test_spans, test_sampling, test_collector_down_and_slow, test_plugin_spans)
+HEDGE_CONF = """
+workers: 1
+watch: false
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+telemetry:
+  otlp: { endpoint: "http://127.0.0.1:%d/v1/traces", timeout: 2s }
+  sample_ratio: 1.0
+upstreams:
+  - name: raced
+    targets: [ { address: %s }, { address: %s } ]
+    balancer: round-robin
+    retry: { hedge_after: 50ms }
+routes:
+  - { name: raced, match: { paths: [/] }, upstream: raced }
+"""
+
+
+def test_hedge_spans(t):
+    """A hedged request: two sibling CLIENT spans with their own ids — the first attempt
+    (the slow target, reason first, error.type cancelled) and the hedge (the fast target,
+    reason hedge, 200), and the fast upstream got the hedge's span as its parent."""
+    col = Collector()
+    slow = h.start_fault_upstream(name="slow", delay_ms=500)
+    fast = h.MockUpstream(lambda req: h.Response(200, b"fast"), name="fast")
+    s = h.start_sluice(HEDGE_CONF % (col.port, slow.address, fast.address), suite=t, name="hedge")
+    try:
+        for i in range(4):  # round robin starts on the slow target; its hedge takes the fast one
+            r = h.request(s.port(), "GET", "/h%d" % i)
+            t.check("hedged request %d answered 200" % i, r.status == 200, 200, r.status)
+        col.wait(lambda sp: len([x for x in sp if x["kind"] == 2]) >= 4)
+        # the cancelled attempt's span is made when its connection is dropped: allow a flush
+        col.wait(lambda sp: len([x for x in sp if x["kind"] == 3]) >= 6)
+        with col.lock:
+            spans = list(col.spans)
+        client = [sp for sp in spans if sp["kind"] == 3]
+        raced = [srv for srv in spans if srv["kind"] == 2 and
+                 len([c for c in client if c["parentSpanId"] == srv["spanId"]]) == 2]
+        t.check("requests that raced: two sibling CLIENT spans each", len(raced) >= 2, ">= 2",
+                [len([c for c in client if c["parentSpanId"] == srv["spanId"]]) for srv in spans if srv["kind"] == 2])
+        got = [req.header("traceparent") for req in fast.requests]
+        for srv in raced:
+            kids = sorted((c for c in client if c["parentSpanId"] == srv["spanId"]),
+                          key=lambda c: int(attrs(c)["sluice.attempt"]))
+            a0, a1 = attrs(kids[0]), attrs(kids[1])
+            t.check("their span ids differ", kids[0]["spanId"] != kids[1]["spanId"], "two ids",
+                    [k["spanId"] for k in kids])
+            t.check("attempt 1: the slow target, reason first, cancelled",
+                    (a0.get("sluice.target"), a0.get("sluice.attempt.reason"), a0.get("error.type")) ==
+                    (slow.address, "first", "cancelled"), (slow.address, "first", "cancelled"), a0)
+            t.check("attempt 2: the fast target, reason hedge, 200",
+                    (a1.get("sluice.target"), a1.get("sluice.attempt.reason"), a1.get("http.response.status_code"))
+                    == (fast.address, "hedge", "200"), (fast.address, "hedge", "200"), a1)
+            want = "00-%s-%s-01" % (kids[1]["traceId"], kids[1]["spanId"])
+            t.check("the fast upstream got the hedge's span as its parent", want in got, want, got)
+    finally:
+        s.stop()
+        col.stop()
+        slow.stop()
+        fast.stop()
+
+
+t.run(test_spans, test_hedge_spans, test_sampling, test_collector_down_and_slow, test_plugin_spans)
