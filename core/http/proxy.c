@@ -17,7 +17,7 @@
 #include "http/tunnel.h"
 #include "http/request.h"
 
-static void req_finish(sl_req_t *r);
+static void req_finish(sl_req_t *r, uint64_t now);
 
 static int on_body_to_upstream(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
@@ -80,16 +80,17 @@ void sl__proxy_start(sl_req_t *r) {
 
 void sl__proxy_connect(sl_req_t *r) {
     if (r->to_address) {
-        sl__attempt_begin(r, -1, 0);
+        sl__attempt_begin(r, -1, 0, sl_now_ns());
         sl__proxy_connect_target(r);
         return;
     }
     int t = r->next_target;
     uint8_t admit = r->next_admit;
     r->next_target = -1;
+    uint64_t now = 0; /* one clock read for the pick and the attempt's start */
     if (t < 0) {
         uint64_t ra = 0;
-        t = sl__attempt_pick(r, &admit, &ra);
+        t = sl__attempt_pick(r, &admit, &ra, &now);
         if (t == SL_PICK_PLUGIN_ERROR) {
             sl__req_answer_plugin_error(r);
             return;
@@ -99,7 +100,7 @@ void sl__proxy_connect(sl_req_t *r) {
             return;
         }
     }
-    sl__attempt_begin(r, t, admit);
+    sl__attempt_begin(r, t, admit, now ? now : sl_now_ns());
     sl__proxy_connect_target(r);
     if (r->up) sl__hedge_arm(r);
 }
@@ -367,8 +368,9 @@ static void tunnel_switch(sl_req_t *r) {
 
 /* The upstream's response head, parsed from u's buffer and rebuilt for the client: SL_OK
  * once queued, SL_EAGAIN while more bytes are needed (reading goes on), SL_DONE when the
- * request went elsewhere (a failure answered, a retry, a tunnel, a plugin error). */
-static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
+ * request went elsewhere (a failure answered, a retry, a tunnel, a plugin error). *now
+ * gets the clock read when the head was whole. */
+static int pump_response_head(sl_req_t *r, sl_upconn_t *u, uint64_t *now) {
     while (u->rpos < u->rlen) {
         size_t used = 0;
         int st = 0;
@@ -390,7 +392,8 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
             continue; /* interim responses end here: the gateway sent its own 100 */
         }
         r->status = r->rhead.status;
-        if (sl__attempt_answered(r)) return SL_DONE; /* a retry took over */
+        *now = sl_now_ns();
+        if (sl__attempt_answered(r, *now)) return SL_DONE; /* a retry took over */
         /* An answer that came before the whole body was sent ends the exchange. */
         if (!r->body_done) r->keep_alive = 0;
         if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
@@ -439,11 +442,15 @@ static void response_body_ended(sl_req_t *r) {
 
 void sl__proxy_pump_down(sl_req_t *r) {
     sl_downstream_t *ds = r->ds;
+    /* The head's clock read, when head and end come in this one callback (a small
+     * response): the request's end too, unless a filter plugin ran in between. */
+    uint64_t head_at = 0;
     for (;;) {
         if (r->clq.writing) return;
         sl_upconn_t *u = r->up;
         if (u && !r->resp_head) {
-            if (pump_response_head(r, u) != SL_OK) return;
+            if (pump_response_head(r, u, &head_at) != SL_OK) return;
+            if (r->phases & (1u << SL_PHASE_HEADER_FILTER | 1u << SL_PHASE_BODY_FILTER)) head_at = 0;
             continue;
         }
         /* A filtered body moves one piece at a time: a plugin's output lives in one buffer. */
@@ -499,7 +506,7 @@ void sl__proxy_pump_down(sl_req_t *r) {
             continue;
         }
         if (r->resp_done) {
-            req_finish(r);
+            req_finish(r, head_at ? head_at : sl_now_ns());
             return;
         }
         if (!u) return;
@@ -518,9 +525,8 @@ void sl__proxy_pump_down(sl_req_t *r) {
     }
 }
 
-static void req_finish(sl_req_t *r) {
+static void req_finish(sl_req_t *r, uint64_t now) {
     sl_worker_t *w = r->w;
-    uint64_t now = sl_now_ns();
     sl_upconn_t *u = r->up;
     if (u) {
         const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
