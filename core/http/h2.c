@@ -122,7 +122,6 @@ struct sl_h2_s {
     uint64_t data_sent, opened;   /* DATA frames sent, streams opened by the client */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
-    uint64_t feed_ns;             /* sl_now_ns of this read's bytes, read by its first new stream (0: not yet) */
     sl_h2_stream_t *streams;
     sl_h2_stream_t *ev_head, *ev_tail;
 };
@@ -556,9 +555,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     r->head.major = 2;
     r->head.query = (sl_str_t){"", 0};
     r->keep_alive = 1;
-    /* the streams that begin in one read arrived together: one clock read starts them all */
-    if (!h->feed_ns) h->feed_ns = sl_now_ns();
-    r->start_ns = h->feed_ns;
+    r->start_ns = sl_wake_ns(); /* its HEADERS arrived by the loop's wake */
     st->ds.req = r;
     st->next = h->streams;
     if (h->streams) h->streams->prev = st;
@@ -907,7 +904,6 @@ bool sl__h2_feed(sl_h2_t *h, const char *p, size_t n) {
     if (h->closed) return false;
     /* the client's last frames, or bytes after a connection error: nothing more is answered */
     if (h->lingering || h->fatal) return true;
-    h->feed_ns = 0;
     ssize_t rv = nghttp2_session_mem_recv(h->ss, (const uint8_t *)p, n);
     if (rv < 0) {
         sl_log_debug("listener %s: HTTP/2 from %s: %s", h->tmpl.lc->name, h->tmpl.peer, nghttp2_strerror((int)rv));

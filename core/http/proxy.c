@@ -17,7 +17,7 @@
 #include "http/tunnel.h"
 #include "http/request.h"
 
-static void req_finish(sl_req_t *r, uint64_t now);
+static void req_finish(sl_req_t *r);
 
 static int on_body_to_upstream(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
@@ -368,9 +368,8 @@ static void tunnel_switch(sl_req_t *r) {
 
 /* The upstream's response head, parsed from u's buffer and rebuilt for the client: SL_OK
  * once queued, SL_EAGAIN while more bytes are needed (reading goes on), SL_DONE when the
- * request went elsewhere (a failure answered, a retry, a tunnel, a plugin error). *now
- * gets the clock read when the head was whole. */
-static int pump_response_head(sl_req_t *r, sl_upconn_t *u, uint64_t *now) {
+ * request went elsewhere (a failure answered, a retry, a tunnel, a plugin error). */
+static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
     while (u->rpos < u->rlen) {
         size_t used = 0;
         int st = 0;
@@ -392,8 +391,9 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u, uint64_t *now) {
             continue; /* interim responses end here: the gateway sent its own 100 */
         }
         r->status = r->rhead.status;
-        *now = sl_now_ns();
-        if (sl__attempt_answered(r, *now)) return SL_DONE; /* a retry took over */
+        /* The head arrived by the loop's wake, but never before the attempt began (a reused
+         * connection's attempt may begin in the same wakeup, after the wake clock's read). */
+        if (sl__attempt_answered(r, SL_MAX(sl_wake_ns(), r->att.start_ns))) return SL_DONE; /* a retry took over */
         /* An answer that came before the whole body was sent ends the exchange. */
         if (!r->body_done) r->keep_alive = 0;
         if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
@@ -442,15 +442,11 @@ static void response_body_ended(sl_req_t *r) {
 
 void sl__proxy_pump_down(sl_req_t *r) {
     sl_downstream_t *ds = r->ds;
-    /* The head's clock read, when head and end come in this one callback (a small
-     * response): the request's end too, unless a filter plugin ran in between. */
-    uint64_t head_at = 0;
     for (;;) {
         if (r->clq.writing) return;
         sl_upconn_t *u = r->up;
         if (u && !r->resp_head) {
-            if (pump_response_head(r, u, &head_at) != SL_OK) return;
-            if (r->phases & (1u << SL_PHASE_HEADER_FILTER | 1u << SL_PHASE_BODY_FILTER)) head_at = 0;
+            if (pump_response_head(r, u) != SL_OK) return;
             continue;
         }
         /* A filtered body moves one piece at a time: a plugin's output lives in one buffer. */
@@ -506,7 +502,7 @@ void sl__proxy_pump_down(sl_req_t *r) {
             continue;
         }
         if (r->resp_done) {
-            req_finish(r, head_at ? head_at : sl_now_ns());
+            req_finish(r);
             return;
         }
         if (!u) return;
@@ -525,8 +521,9 @@ void sl__proxy_pump_down(sl_req_t *r) {
     }
 }
 
-static void req_finish(sl_req_t *r, uint64_t now) {
+static void req_finish(sl_req_t *r) {
     sl_worker_t *w = r->w;
+    uint64_t now = sl_now_ns(); /* the end is when the last bytes went to the client: read, not the wake clock */
     sl_upconn_t *u = r->up;
     if (u) {
         const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
