@@ -88,6 +88,8 @@ uint64_t sl_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+__thread sl_wake_clock_t sl__wake;
+
 bool sl__ticks_tsc;
 double sl__ns_per_tick = 1.0;
 

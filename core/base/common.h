@@ -89,6 +89,25 @@ uint64_t sl_rand64(void);
 uint64_t sl_now_ms(void);
 uint64_t sl_now_ns(void);
 
+/* The wake clock: sl_now_ns read once per event-loop wakeup, for the times things
+ * arrived (a request's first bytes, an upstream's response head). Whatever arrived was
+ * there when the loop woke, so the first read after the wake is nearer the arrival than a
+ * read later in the same wakeup, and later reads there reuse it (docs/DECISIONS.md, clock
+ * reads). A worker thread turns it on and clears it before and after each poll
+ * (sl_wake_clear); on other threads, or once off, every call reads the clock. */
+typedef struct {
+    bool on;
+    uint64_t ns; /**< 0: not read since the last clear */
+} sl_wake_clock_t;
+extern __thread sl_wake_clock_t sl__wake;
+static inline uint64_t sl_wake_ns(void) {
+    if (!sl__wake.on) return sl_now_ns();
+    if (!sl__wake.ns) sl__wake.ns = sl_now_ns();
+    return sl__wake.ns;
+}
+static inline void sl_wake_clear(void) { sl__wake.ns = 0; }
+static inline void sl_wake_enable(bool on) { sl__wake.on = on, sl__wake.ns = 0; }
+
 /* Ticks: a cheaper clock for timing short calls (plugin phases), read where a
  * clock_gettime per call would cost more than what it measures. The invariant TSC on
  * x86-64 (rdtsc, no system call and no vDSO page), else sl_now_ns. */

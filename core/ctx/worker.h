@@ -45,6 +45,8 @@ typedef struct sl_worker_s {
     uint16_t *listen_ports; /**< [cfg->nlisteners] each listener's bound port (X-Forwarded-Port) */
     sl_blockpool_t blocks;
     uv_timer_t block_trim;  /**< trims `blocks` every SL_BLOCK_TRIM_INTERVAL_MS (unref'd) */
+    uv_prepare_t wake_pre;  /**< clear the wake clock (sl_wake_ns) before the poll (unref'd) */
+    uv_check_t wake_post;   /**< and after its callbacks (unref'd) */
     struct sl_h1_limits_s *limits; /**< [cfg->nlisteners] request-head limits */
     struct sl_h1_limits_s *resp_limits; /**< upstream response heads */
     sl_req_t *free_reqs;    /**< recycled request objects */

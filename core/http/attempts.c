@@ -31,27 +31,31 @@ static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
     }
 }
 
-int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms) {
+int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms, uint64_t *now_ns) {
     *retry_after_ms = 0;
     /* A plugin's balancer phase may name the target; an ineligible or refused choice
-     * falls back to the balancer. */
+     * falls back to the balancer. The clock is read after the phase: the attempt that
+     * begins now does not count the plugin's time. */
     if (r->phases & (1u << SL_PHASE_BALANCER)) {
         r->lua_target = 0;
         if (sl__req_phase(r, SL_PHASE_BALANCER) == SL_ERROR) return SL_PICK_PLUGIN_ERROR;
         int t = (int)r->lua_target - 1;
-        if (sl_attempt_take(&r->of, &r->tries, t, admit)) return t;
+        *now_ns = sl_now_ns();
+        if (sl_attempt_take(&r->of, &r->tries, t, admit, *now_ns / 1000000u)) return t;
+    } else {
+        *now_ns = sl_now_ns();
     }
     sl_str_t key = r->of.uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, r->of.uc) : (sl_str_t){"", 0};
-    return sl_attempt_pick(&r->of, &r->tries, key.p, key.len, admit, retry_after_ms);
+    return sl_attempt_pick(&r->of, &r->tries, key.p, key.len, admit, retry_after_ms, *now_ns / 1000000u);
 }
 
-void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit) {
+void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit, uint64_t now_ns) {
     if (r->trace.on) sl__trace_attempt_begin(r);
     if (r->to_address) {
-        r->att.start_ns = sl_now_ns();
+        r->att.start_ns = now_ns;
         return;
     }
-    sl_attempt_begin(&r->of, &r->tries, &r->att, t, admit);
+    sl_attempt_begin(&r->of, &r->tries, &r->att, t, admit, now_ns);
 }
 
 /* An attempt ended: what request debugging (and tracing) record of it. */
@@ -67,7 +71,7 @@ void sl__attempt_timed(sl_req_t *r, int status, uint64_t now) {
 
 void sl__attempt_outcome(sl_req_t *r, int outcome) {
     if (!r->att.outcome_due || r->to_address) return;
-    sl_attempt_outcome(&r->of, &r->att, outcome);
+    sl_attempt_outcome(&r->of, &r->att, outcome, sl_now_ms());
 }
 
 void sl__attempt_release(sl_req_t *r) {
@@ -122,9 +126,9 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     if (!never_connected && (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered)))
         return false;
     sl__attempt_outcome(r, SL_OUT_FAILURE);
-    uint64_t ra;
+    uint64_t ra, picked_at;
     uint8_t admit = 0;
-    int t = sl__attempt_pick(r, &admit, &ra);
+    int t = sl__attempt_pick(r, &admit, &ra, &picked_at);
     if (t < 0) return false; /* nothing left to try: the client gets this failure */
     /* an answer retried for its status is not an upstream exchange counted by the metrics
      * (the failures of sl__proxy_failed were counted there), but it was an attempt */
@@ -173,13 +177,13 @@ void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
     sl__req_respond_error(r, 502, "no upstream target available", false);
 }
 
-bool sl__attempt_answered(sl_req_t *r) {
+bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
     int st = r->rhead.status;
     if (r->to_address) return false;
     sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
-    sl_attempt_observe(&r->of, &r->att, sl_now_ns());
+    sl_attempt_observe(&r->of, &r->att, now_ns);
     if (st >= 500 && sl__attempt_retry(r, SL_FAIL_STATUS, st)) return true;
-    sl__attempt_outcome(r, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS);
+    sl_attempt_outcome(&r->of, &r->att, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS, now_ns / 1000000u);
     return false;
 }
 
@@ -304,13 +308,13 @@ void sl__hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread) {
 
 static void hedge_fire(sl_req_t *r) {
     if (r->resp_head || !r->up || r->hedge.up) return;
-    uint64_t ra;
+    uint64_t ra, now;
     uint8_t admit = 0;
-    int t = sl__attempt_pick(r, &admit, &ra);
+    int t = sl__attempt_pick(r, &admit, &ra, &now);
     if (t < 0) return; /* no other target: the first attempt runs alone */
     r->hedged = 1;
     attempt_swap(r);
-    sl__attempt_begin(r, t, admit);
+    sl__attempt_begin(r, t, admit, now);
     sl_worker_t *w = r->w;
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     sl_upconn_t *u = sl__upconn_reuse(w, r, &sl__proxy_upconn_cb, (uint32_t)r->upstream, (uint32_t)t);

@@ -452,7 +452,7 @@ static void conn_process(sl_conn_t *c) {
     sl_deadline_clear(&c->timer);
     c->state = SL_CONN_ACTIVE;
     c->ds.req = r;
-    r->start_ns = sl_now_ns();
+    r->start_ns = sl_wake_ns(); /* the head arrived by the loop's wake */
     if (rc == SL_ERROR) {
         /* Nothing after a bad head can be trusted to be a request: answer and close. */
         sl__conn_stop_reading(c);

@@ -48,7 +48,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     if (query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, query);
     ok = ok && SL_WBUF_LIT(&b, " HTTP/1.1\r\n");
 
-    const sl_h1_header_t *xff = NULL;
+    bool has_xff = false;
     bool has_rid = false;
     int kept = 0; /* X-Forwarded-Proto (1), -Host (2), -Port (4) kept from a trusted proxy */
     const sl_hdr_edits_t *ed = &r->req_edits;
@@ -63,7 +63,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
         /* Only X- names need a closer look: most headers pass at the first two bytes. */
         if (x->name.len > 2 && (x->name.p[0] | 0x20) == 'x' && x->name.p[1] == '-') {
             if (SL_IEQ(x->name, "x-forwarded-for")) {
-                xff = x;
+                has_xff = true; /* every field, joined below with the peer's address */
                 continue;
             }
             /* A client's own X-Forwarded-Proto/-Host/-Port are kept only from a trusted proxy
@@ -87,7 +87,13 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     if (!h->host.len && !sl_edits_find(ed, SL_LIT("host")))
         ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
-    if (xff) ok = ok && sl_wbuf_str(&b, xff->value) && SL_WBUF_LIT(&b, ", ");
+    /* Several X-Forwarded-For fields are one list (RFC 9110 5.3): all of them, in order. */
+    for (uint16_t i = 0; has_xff && i < h->nheaders && ok; i++) {
+        const sl_h1_header_t *x = &h->headers[i];
+        if (x->hop || !SL_IEQ(x->name, "x-forwarded-for") || (ed->nremoved && sl_edits_removed(ed, x->name)))
+            continue;
+        if (x->value.len) ok = sl_wbuf_str(&b, x->value) && SL_WBUF_LIT(&b, ", ");
+    }
     ok = ok && sl_wbuf_put(&b, r->ds->peer, strlen(r->ds->peer)) && SL_WBUF_LIT(&b, "\r\n");
     if (!(kept & 1))
         ok = ok && (r->ds->secure ? SL_WBUF_LIT(&b, "X-Forwarded-Proto: https\r\n")

@@ -555,7 +555,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     r->head.major = 2;
     r->head.query = (sl_str_t){"", 0};
     r->keep_alive = 1;
-    r->start_ns = sl_now_ns();
+    r->start_ns = sl_wake_ns(); /* its HEADERS arrived by the loop's wake */
     st->ds.req = r;
     st->next = h->streams;
     if (h->streams) h->streams->prev = st;

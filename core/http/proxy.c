@@ -80,16 +80,17 @@ void sl__proxy_start(sl_req_t *r) {
 
 void sl__proxy_connect(sl_req_t *r) {
     if (r->to_address) {
-        sl__attempt_begin(r, -1, 0);
+        sl__attempt_begin(r, -1, 0, sl_now_ns());
         sl__proxy_connect_target(r);
         return;
     }
     int t = r->next_target;
     uint8_t admit = r->next_admit;
     r->next_target = -1;
+    uint64_t now = 0; /* one clock read for the pick and the attempt's start */
     if (t < 0) {
         uint64_t ra = 0;
-        t = sl__attempt_pick(r, &admit, &ra);
+        t = sl__attempt_pick(r, &admit, &ra, &now);
         if (t == SL_PICK_PLUGIN_ERROR) {
             sl__req_answer_plugin_error(r);
             return;
@@ -99,7 +100,7 @@ void sl__proxy_connect(sl_req_t *r) {
             return;
         }
     }
-    sl__attempt_begin(r, t, admit);
+    sl__attempt_begin(r, t, admit, now ? now : sl_now_ns());
     sl__proxy_connect_target(r);
     if (r->up) sl__hedge_arm(r);
 }
@@ -390,7 +391,9 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
             continue; /* interim responses end here: the gateway sent its own 100 */
         }
         r->status = r->rhead.status;
-        if (sl__attempt_answered(r)) return SL_DONE; /* a retry took over */
+        /* The head arrived by the loop's wake, but never before the attempt began (a reused
+         * connection's attempt may begin in the same wakeup, after the wake clock's read). */
+        if (sl__attempt_answered(r, SL_MAX(sl_wake_ns(), r->att.start_ns))) return SL_DONE; /* a retry took over */
         /* An answer that came before the whole body was sent ends the exchange. */
         if (!r->body_done) r->keep_alive = 0;
         if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
@@ -520,7 +523,7 @@ void sl__proxy_pump_down(sl_req_t *r) {
 
 static void req_finish(sl_req_t *r) {
     sl_worker_t *w = r->w;
-    uint64_t now = sl_now_ns();
+    uint64_t now = sl_now_ns(); /* the end is when the last bytes went to the client: read, not the wake clock */
     sl_upconn_t *u = r->up;
     if (u) {
         const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);

@@ -298,19 +298,21 @@ enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER, SL_FAIL_S
 /** pick's answer when the balancer phase raised an error (logged and counted). */
 #define SL_PICK_PLUGIN_ERROR (-2)
 /** The next attempt's target with its admission in *admit, or -1 (open breakers:
- *  *retry_after_ms > 0), or SL_PICK_PLUGIN_ERROR. */
-int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms);
+ *  *retry_after_ms > 0), or SL_PICK_PLUGIN_ERROR. *now_ns gets the clock read for the
+ *  pick (after a balancer plugin ran), for the attempt's begin in the same callback. */
+int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms, uint64_t *now_ns);
 /** Sizes the request's tries and notes its upstream for the attempts (before the first). */
 void sl__attempt_init(sl_req_t *r);
-void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit);
+/** The attempt starts at now_ns (sl_now_ns, or sl__attempt_pick's read). */
+void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit, uint64_t now_ns);
 void sl__attempt_outcome(sl_req_t *r, int outcome);
 void sl__attempt_release(sl_req_t *r);
 /** The request ends or is answered by the gateway while an attempt is open or a retry's
  *  target is admitted: neither is the target's failure. */
 void sl__attempt_abandon(sl_req_t *r);
-/** The response head arrived: outcome and latency; true when a retry took over (a 5xx
- *  the retry policy names). */
-bool sl__attempt_answered(sl_req_t *r);
+/** The response head arrived (read at now_ns): outcome and latency; true when a retry
+ *  took over (a 5xx the retry policy names). */
+bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns);
 /** Tries the request again on another target when the config and the request allow it. */
 bool sl__attempt_retry(sl_req_t *r, int kind, int status);
 /** No target can take the request: open breakers answer 503 with Retry-After, else 502. */

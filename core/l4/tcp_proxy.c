@@ -209,7 +209,7 @@ static int pick_target(sl_tcp_sess_t *s, uint8_t *admit) {
                   s->peer.sa.sa_family == AF_INET ? (void *)&s->peer.in.sin_addr : (void *)&s->peer.in6.sin6_addr,
                   key, sizeof key);
     uint64_t retry_after_ms;
-    return sl_attempt_pick(&of, &s->tries, key, strlen(key), admit, &retry_after_ms);
+    return sl_attempt_pick(&of, &s->tries, key, strlen(key), admit, &retry_after_ms, sl_now_ms());
 }
 
 /* The connect's verdict, once: established is a success (and its time the target's
@@ -217,8 +217,9 @@ static int pick_target(sl_tcp_sess_t *s, uint8_t *admit) {
 static void attempt_outcome(sl_tcp_sess_t *s, int outcome) {
     if (!s->att.outcome_due || s->upstream == SL_TCP_DIRECT) return;
     sl_attempts_of_t of = attempts_of(s);
-    sl_attempt_outcome(&of, &s->att, outcome);
-    if (outcome == SL_OUT_SUCCESS) sl_attempt_observe(&of, &s->att, sl_now_ns());
+    uint64_t now = sl_now_ns();
+    sl_attempt_outcome(&of, &s->att, outcome, now / 1000000u);
+    if (outcome == SL_OUT_SUCCESS) sl_attempt_observe(&of, &s->att, now);
 }
 
 /* The session no longer holds its target (least-conn and p2c count open sessions). */
@@ -543,7 +544,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
             return;
         }
         sl_attempts_of_t of = attempts_of(s);
-        sl_attempt_begin(&of, &s->tries, &s->att, t, admit);
+        sl_attempt_begin(&of, &s->tries, &s->att, t, admit, sl_now_ns());
         sa = (const struct sockaddr *)&uc->targets[t].addr.ss;
         salen = uc->targets[t].addr.len;
         timeout_ms = uc->connect_timeout_ms;

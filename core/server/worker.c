@@ -69,6 +69,9 @@ static void on_async(uv_async_t *a) {
     sl__tcp_drain(w);
     uv_close((uv_handle_t *)&w->async, NULL);
     uv_close((uv_handle_t *)&w->block_trim, NULL);
+    uv_close((uv_handle_t *)&w->wake_pre, NULL);
+    uv_close((uv_handle_t *)&w->wake_post, NULL);
+    sl_wake_enable(false); /* nothing clears it any more */
     sl_http_drain(w);
     sl__redis_close(w);
 }
@@ -85,13 +88,18 @@ static void on_block_trim(uv_timer_t *t) {
     malloc_trim(0);
 }
 
+static void on_wake_pre(uv_prepare_t *p) { (void)p, sl_wake_clear(); }
+static void on_wake_post(uv_check_t *c) { (void)c, sl_wake_clear(); }
+
 static void *worker_main(void *arg) {
     sl_worker_t *w = arg;
     char name[16];
     snprintf(name, sizeof(name), "sl-worker-%d", w->id);
     pthread_setname_np(pthread_self(), name);
     __atomic_store_n(&w->running, true, __ATOMIC_RELEASE);
+    sl_wake_enable(!w->draining);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    sl_wake_enable(false);
     __atomic_store_n(&w->stopped, true, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -105,6 +113,12 @@ int sl_worker_start(sl_worker_t *w) {
     w->block_trim.data = w;
     uv_timer_start(&w->block_trim, on_block_trim, SL_BLOCK_TRIM_INTERVAL_MS, SL_BLOCK_TRIM_INTERVAL_MS);
     uv_unref((uv_handle_t *)&w->block_trim);
+    uv_prepare_init(&w->loop, &w->wake_pre);
+    uv_prepare_start(&w->wake_pre, on_wake_pre);
+    uv_unref((uv_handle_t *)&w->wake_pre);
+    uv_check_init(&w->loop, &w->wake_post);
+    uv_check_start(&w->wake_post, on_wake_post);
+    uv_unref((uv_handle_t *)&w->wake_post);
     sl_tls_pump_init(&w->tls_pump, &w->loop, &w->blocks);
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         uv_tcp_t *t = &w->listeners[i];

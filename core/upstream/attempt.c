@@ -69,18 +69,18 @@ static bool admit_target(const sl_attempts_of_t *of, uint32_t t, uint64_t now_ms
 
 static void clear_skip(sl_tries_t *tr) { memset(tr->skip, 0, tr->words * sizeof(uint64_t)); }
 
-bool sl_attempt_take(const sl_attempts_of_t *of, sl_tries_t *tr, int t, uint8_t *admit) {
+bool sl_attempt_take(const sl_attempts_of_t *of, sl_tries_t *tr, int t, uint8_t *admit, uint64_t now_ms) {
     if (t < 0 || (size_t)t >= of->uc->ntargets) return false;
-    pick_ctx_t pc = {of, tr, sl_now_ms(), false};
+    pick_ctx_t pc = {of, tr, now_ms, false};
     clear_skip(tr);
     uint64_t ra = 0;
     return eligible(&pc, (uint32_t)t) && admit_target(of, (uint32_t)t, pc.now_ms, admit, &ra);
 }
 
 int sl_attempt_pick(const sl_attempts_of_t *of, sl_tries_t *tr, const char *key, size_t key_len, uint8_t *admit,
-                    uint64_t *retry_after_ms) {
+                    uint64_t *retry_after_ms, uint64_t now_ms) {
     const sl_upstream_conf_t *uc = of->uc;
-    pick_ctx_t pc = {of, tr, sl_now_ms(), false};
+    pick_ctx_t pc = {of, tr, now_ms, false};
     *retry_after_ms = 0;
     for (int pass = 0; pass < 2; pass++, pc.ignore_health = true) {
         clear_skip(tr);
@@ -106,8 +106,9 @@ int sl_attempt_pick(const sl_attempts_of_t *of, sl_tries_t *tr, const char *key,
     return -1;
 }
 
-void sl_attempt_begin(const sl_attempts_of_t *of, sl_tries_t *tr, sl_attempt_t *a, int t, uint8_t admit) {
-    a->start_ns = sl_now_ns();
+void sl_attempt_begin(const sl_attempts_of_t *of, sl_tries_t *tr, sl_attempt_t *a, int t, uint8_t admit,
+                      uint64_t now_ns) {
+    a->start_ns = now_ns;
     a->target = t;
     a->admit = admit;
     a->outcome_due = 1;
@@ -117,12 +118,11 @@ void sl_attempt_begin(const sl_attempts_of_t *of, sl_tries_t *tr, sl_attempt_t *
     sl_balancer_begin(of->rt->bal, (uint32_t)t);
 }
 
-void sl_attempt_outcome(const sl_attempts_of_t *of, sl_attempt_t *a, int outcome) {
+void sl_attempt_outcome(const sl_attempts_of_t *of, sl_attempt_t *a, int outcome, uint64_t now) {
     if (!a->outcome_due) return;
     a->outcome_due = 0;
     const sl_upstream_conf_t *uc = of->uc;
     sl_tstate_t *ts = of->rt->ts[a->target];
-    uint64_t now = sl_now_ms();
     if (uc->breaker.enabled) {
         if (outcome == SL_OUT_CANCEL)
             sl_breaker_cancel(&ts->breaker[of->layer], (sl_admit_t)a->admit);

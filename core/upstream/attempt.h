@@ -62,16 +62,20 @@ static inline bool sl_tries_has(const uint64_t *set, uint32_t t) { return set[t 
  * the target, or -1; *retry_after_ms > 0 (ms until a breaker half-opens) when open
  * breakers were the reason. When every untried target is unhealthy they are tried
  * anyway: a guess beats a certain error (Envoy's "panic" routing at a 0% threshold).
- * `key` is what consistent-hash hashes.
+ * `key` is what consistent-hash hashes. `now_ms` is sl_now_ms() or a time the caller read
+ * in the same callback (the breakers' clock; docs/DECISIONS.md, clock reads).
  */
 int sl_attempt_pick(const sl_attempts_of_t *of, sl_tries_t *tr, const char *key, size_t key_len, uint8_t *admit,
-                    uint64_t *retry_after_ms);
+                    uint64_t *retry_after_ms, uint64_t now_ms);
 /** Takes target t when it is eligible and its breaker admits it (a plugin's choice). */
-bool sl_attempt_take(const sl_attempts_of_t *of, sl_tries_t *tr, int t, uint8_t *admit);
-/** Starts attempt a on target t (admitted by pick or take): tried, in flight, timed. */
-void sl_attempt_begin(const sl_attempts_of_t *of, sl_tries_t *tr, sl_attempt_t *a, int t, uint8_t admit);
-/** Records the outcome, once: the breaker, passive health. Later calls do nothing. */
-void sl_attempt_outcome(const sl_attempts_of_t *of, sl_attempt_t *a, int outcome);
+bool sl_attempt_take(const sl_attempts_of_t *of, sl_tries_t *tr, int t, uint8_t *admit, uint64_t now_ms);
+/** Starts attempt a on target t (admitted by pick or take) at now_ns (sl_now_ns): tried,
+ *  in flight, timed. */
+void sl_attempt_begin(const sl_attempts_of_t *of, sl_tries_t *tr, sl_attempt_t *a, int t, uint8_t admit,
+                      uint64_t now_ns);
+/** Records the outcome at now_ms (sl_now_ms), once: the breaker, passive health. Later
+ *  calls do nothing. */
+void sl_attempt_outcome(const sl_attempts_of_t *of, sl_attempt_t *a, int outcome, uint64_t now_ms);
 /** The attempt was answered after `ns`: the target's latency EWMA. */
 void sl_attempt_observe(const sl_attempts_of_t *of, const sl_attempt_t *a, uint64_t now_ns);
 /** The attempt no longer holds its target (its connection went back or closed). */

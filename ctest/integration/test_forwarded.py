@@ -101,6 +101,12 @@ def test_trusted_proxy_kept(t):
             r.header_all("x-forwarded-port"))
     t.check("X-Forwarded-For gains the proxy's address", r.header("x-forwarded-for") == "203.0.113.9, 127.0.0.1",
             "203.0.113.9, 127.0.0.1", r.header("x-forwarded-for"))
+    code, _ = curl("http://127.0.0.1:%d/z2" % port, "-H", "X-Forwarded-For: 203.0.113.9, 10.0.0.1",
+                   "-H", "X-Forwarded-For: 10.0.0.2")
+    r = last_request()
+    t.check("two X-Forwarded-For fields are one list: both, in order, then the peer",
+            r.header_all("x-forwarded-for") == ["203.0.113.9, 10.0.0.1, 10.0.0.2, 127.0.0.1"],
+            ["203.0.113.9, 10.0.0.1, 10.0.0.2, 127.0.0.1"], r.header_all("x-forwarded-for"))
     code, _ = curl("http://127.0.0.1:%d/z" % port)
     r = last_request()
     t.check("without its headers the gateway's own are set",

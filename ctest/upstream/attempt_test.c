@@ -60,14 +60,14 @@ static void each_target_once(const char *balancer) {
     for (;;) {
         uint8_t admit = 0;
         uint64_t ra = 0;
-        int t = sl_attempt_pick(&f.of, &tr, "", 0, &admit, &ra);
+        int t = sl_attempt_pick(&f.of, &tr, "", 0, &admit, &ra, sl_now_ms());
         if (t < 0) break;
         CHECK(t < 100);
         seen[t]++;
         picks++;
         sl_attempt_t a = {.target = -1};
-        sl_attempt_begin(&f.of, &tr, &a, t, admit);
-        sl_attempt_outcome(&f.of, &a, SL_OUT_FAILURE);
+        sl_attempt_begin(&f.of, &tr, &a, t, admit, sl_now_ns());
+        sl_attempt_outcome(&f.of, &a, SL_OUT_FAILURE, sl_now_ms());
         sl_attempt_release(&f.of, &a);
         if (picks > 200) break;
     }
@@ -92,13 +92,13 @@ static void test_no_aliasing(void) {
     sl_tries_t tr;
     sl_tries_init(&tr, 100, NULL);
     sl_attempt_t a = {.target = -1};
-    sl_attempt_begin(&f.of, &tr, &a, 64, SL_ADMIT_CLOSED);
+    sl_attempt_begin(&f.of, &tr, &a, 64, SL_ADMIT_CLOSED, sl_now_ns());
     CHECK(sl_tries_has(tr.tried, 64));
     CHECK(!sl_tries_has(tr.tried, 0));
     uint8_t admit;
-    CHECK(sl_attempt_take(&f.of, &tr, 0, &admit));
-    CHECK(!sl_attempt_take(&f.of, &tr, 64, &admit));
-    CHECK(!sl_attempt_take(&f.of, &tr, 100, &admit)); /* out of range */
+    CHECK(sl_attempt_take(&f.of, &tr, 0, &admit, sl_now_ms()));
+    CHECK(!sl_attempt_take(&f.of, &tr, 64, &admit, sl_now_ms()));
+    CHECK(!sl_attempt_take(&f.of, &tr, 100, &admit, sl_now_ms())); /* out of range */
     sl_attempt_release(&f.of, &a);
     sl_tries_free(&tr);
     fx_close(&f);
@@ -131,16 +131,16 @@ static void test_open_breaker_answers_retry_after(void) {
     sl_tries_init(&tr, 1, NULL);
     uint8_t admit = 0;
     uint64_t ra = 0;
-    int t = sl_attempt_pick(&f.of, &tr, "", 0, &admit, &ra);
+    int t = sl_attempt_pick(&f.of, &tr, "", 0, &admit, &ra, sl_now_ms());
     CHECK_INT(t, 0);
     sl_attempt_t a = {.target = -1};
-    sl_attempt_begin(&f.of, &tr, &a, t, admit);
-    sl_attempt_outcome(&f.of, &a, SL_OUT_FAILURE);
-    sl_attempt_outcome(&f.of, &a, SL_OUT_SUCCESS); /* once only: this one is ignored */
+    sl_attempt_begin(&f.of, &tr, &a, t, admit, sl_now_ns());
+    sl_attempt_outcome(&f.of, &a, SL_OUT_FAILURE, sl_now_ms());
+    sl_attempt_outcome(&f.of, &a, SL_OUT_SUCCESS, sl_now_ms()); /* once only: this one is ignored */
     sl_attempt_release(&f.of, &a);
     sl_tries_t fresh;
     sl_tries_init(&fresh, 1, NULL);
-    t = sl_attempt_pick(&f.of, &fresh, "", 0, &admit, &ra);
+    t = sl_attempt_pick(&f.of, &fresh, "", 0, &admit, &ra, sl_now_ms());
     CHECK_INT(t, -1);
     CHECK(ra > 0 && ra <= 5000);
     sl_tries_free(&tr);
@@ -155,7 +155,7 @@ static void test_in_flight(void) {
     sl_tries_t tr;
     sl_tries_init(&tr, 2, NULL);
     sl_attempt_t a = {.target = -1};
-    sl_attempt_begin(&f.of, &tr, &a, 1, SL_ADMIT_CLOSED);
+    sl_attempt_begin(&f.of, &tr, &a, 1, SL_ADMIT_CLOSED, sl_now_ns());
     CHECK_INT(f.of.rt->live[1]->in_flight, 1);
     sl_attempt_release(&f.of, &a);
     sl_attempt_release(&f.of, &a);

@@ -71,7 +71,7 @@ static void test_empty_until_filled(void) {
     CHECK_INT(sl_tries_init(&tr, (uint32_t)uc->ntargets, NULL), SL_OK);
     uint8_t admit;
     uint64_t ra;
-    for (int i = 0; i < 20; i++) CHECK_INT(sl_attempt_pick(&of, &tr, "", 0, &admit, &ra), 0); /* never an empty slot */
+    for (int i = 0; i < 20; i++) CHECK_INT(sl_attempt_pick(&of, &tr, "", 0, &admit, &ra, sl_now_ms()), 0); /* never an empty slot */
     sl_tries_free(&tr);
     fx_close(&f);
 }
