@@ -574,7 +574,7 @@ int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err) {
         r->bf_buf = nb;
         r->bf_cap = cap;
     }
-    memcpy(r->bf_buf, p, len);
+    if (len) memcpy(r->bf_buf, p, len); /* an empty piece may come before any buffer exists */
     r->bf_len = len;
     r->bf_set = 1;
     return SL_OK;
