@@ -114,7 +114,9 @@ sl_upgen_t *sl_upgen_new(sl_tregistry_t *reg, const sl_config_t *cfg) {
             atomic_init(&rt->ts[i], ts);
             rt->live[i] = &ts->live;
         }
-        if (!(rt->bal = build_balancer(uc, rt))) goto fail;
+        sl_balancer_t *bal = build_balancer(uc, rt);
+        if (!bal) goto fail;
+        atomic_init(&rt->bal, bal); /* not yet seen by any worker */
     }
     return g;
 fail:
