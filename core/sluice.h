@@ -269,6 +269,21 @@ int sl_ffi_limit_take(const char *key, size_t key_len, double rate, double burst
 int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double window_s, double cost,
                         sl_limit_result_t *out, const char **err);
 
+/* ---- limit-conn (core/upstream/conn_limit.c): requests in flight per key, all workers.
+ * The request holds its slots and releases them when it ends, however it ends. */
+
+/** What an acquire decided (sluice_limit_conn_total{result}). */
+enum { SL_CONN_ADMITTED = 0, SL_CONN_BURST = 1, SL_CONN_REJECTED = 2, SL_CONN_FAILOPEN = 3 };
+/** The metrics index of route `name` (once per config generation, not per request). */
+int sl_ffi_limit_conn_route(const char *name, size_t len);
+/** Takes a slot of key[0..len) for the running request when the key has fewer than
+ *  max + burst requests in flight (max >= 1, burst >= 0): SL_CONN_ADMITTED or SL_CONN_BURST
+ *  (the request releases it when it ends); SL_CONN_REJECTED or SL_CONN_FAILOPEN (too many
+ *  keys held) take nothing; SL_ERROR with *err (misuse, or more than 4 slots per request).
+ *  *in_flight: the key's count after the call. Rewrite/access. */
+int sl_ffi_limit_conn_acquire(sl_req_t *r, int route, const char *key, size_t len, int max, int burst,
+                              int *in_flight, const char **err);
+
 /* ======================== shared dict (sluice.shared) */
 
 /** What sl_ffi_shdict_get found. */

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "http/request.h"
+#include "upstream/conn_limit.h"
 
 /* A plugin's upstream.set(address): the request goes to that address on a connection of
  * its own (no pool, balancer, breaker or retry: none of them know the address), with the
@@ -312,6 +313,7 @@ void sl__req_free(sl_req_t *r) {
     assert(!r->up);
     sl__req_cancel_wait(r);
     sl_lua_task_end(r->w, &r->lua);
+    while (r->nconn_slots) sl_conn_limit_release(r->conn_slots[--r->nconn_slots]);
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;

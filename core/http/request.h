@@ -36,6 +36,8 @@
 #define SL_REQ_ARENA_FIRST 1024
 /* The longest Host the router sees (a longer one is cut). */
 #define SL_REQ_HOST_MAX 255
+/* The most limit-conn slots one request holds (one per limit-conn plugin in its chain). */
+#define SL_REQ_CONN_SLOTS 4
 
 enum { SL_MODE_PROXY = 1, SL_MODE_BUFFER, SL_MODE_LOCAL, SL_MODE_TUNNEL };
 /* Where a request is in its life: the Lua phases run between routing and content. */
@@ -158,6 +160,11 @@ struct sl_req_s {
     int exit_status;    /**< response.exit: status (0: none) */
     sl_str_t exit_body;
     char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */
+    /** limit-conn slots the request holds (conn_limit.h), released in sl__req_free: the
+     *  one place every request ends, whatever ended it (response done, client abort, h2
+     *  RST_STREAM, upstream error, timeout, plugin error or exit). */
+    struct sl_conn_slot_s *conn_slots[SL_REQ_CONN_SLOTS];
+    uint8_t nconn_slots;
 };
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its

@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "server/etcd.h"
+#include "upstream/conn_limit.h"
 
 #define ADMIN_HEAD_MAX 8192
 #define ADMIN_IO_TIMEOUT_MS 5000
@@ -620,6 +621,10 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
              (unsigned long long)tdrop, (unsigned long long)texp, (unsigned long long)tfail);
         render_discovery(srv, &gauges);
         char *src = sl_etcd_metrics(srv->etcd);
+        if (src) tput(&gauges, "%s", src);
+        free(src);
+        /* the built-in plugins' process-wide counters (limit-conn, mirror, http-logger) */
+        src = sl_conn_limit_metrics();
         if (src) tput(&gauges, "%s", src);
         free(src);
         int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;

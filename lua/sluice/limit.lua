@@ -22,6 +22,16 @@
 --
 -- count: records what a rate-limiting plugin decided for the running request, in the
 -- metric sluice_ratelimit_total{route, result} (rewrite/access/... of a request).
+--
+--   local route = limit.conn_route(name)                 -- once per config generation
+--   local result, in_flight = limit.conn_acquire(route, key, max, burst)
+--
+-- conn_acquire: takes a slot of `key` for the running request when the key has fewer than
+-- max + burst requests in flight, in the core's table shared by every worker
+-- (core/upstream/conn_limit.h). result is "admitted" (under max), "burst" (within burst),
+-- "rejected" or "failopen" (the table of keys is full: let through, uncounted); in_flight
+-- is the key's count after the call. The slot is released by the core when the request
+-- ends, however it ends; Lua never releases it. Rewrite and access.
 local ffi = require("ffi")
 local base = require("sluice.base")
 
@@ -39,6 +49,10 @@ int sl_ffi_limit_window(const char *key, size_t key_len, double limit, double wi
                         sl_limit_result_t *out, const char **err);
 enum { SL_RL_ALLOWED = 0, SL_RL_LIMITED = 1, SL_RL_FAILOPEN = 2 };
 void sl_ffi_ratelimit_count(sl_req_t *r, int result);
+enum { SL_CONN_ADMITTED = 0, SL_CONN_BURST = 1, SL_CONN_REJECTED = 2, SL_CONN_FAILOPEN = 3 };
+int sl_ffi_limit_conn_route(const char *name, size_t len);
+int sl_ffi_limit_conn_acquire(sl_req_t *r, int route, const char *key, size_t len, int max, int burst,
+                              int *in_flight, const char **err);
 ]]
 
 -- The namespace, not its functions: LuaJIT calls a C function looked up in ffi.C directly,
@@ -125,6 +139,27 @@ function _M.count(result)
     local r = base.req
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     C.sl_ffi_ratelimit_count(r, code)
+end
+
+local CONN_RESULT = { [C.SL_CONN_ADMITTED] = "admitted", [C.SL_CONN_BURST] = "burst",
+                      [C.SL_CONN_REJECTED] = "rejected", [C.SL_CONN_FAILOPEN] = "failopen" }
+local in_flight_p = ffi.new("int[1]")
+
+-- The core's index of a route's name, for conn_acquire and the limit-conn metrics.
+function _M.conn_route(name)
+    if type(name) ~= "string" then error("route must be a string", 2) end
+    return C.sl_ffi_limit_conn_route(name, #name)
+end
+
+-- One more request in flight for key, when there is room (max + burst).
+function _M.conn_acquire(route, key, max, burst)
+    check_key(key)
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    local rc = C.sl_ffi_limit_conn_acquire(r, route, key, #key, max, burst or 0, in_flight_p, err_p)
+    local res = CONN_RESULT[rc]
+    if not res then error(ffi_string(err_p[0]), 2) end
+    return res, in_flight_p[0]
 end
 
 return _M

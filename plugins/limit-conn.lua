@@ -1,0 +1,46 @@
+-- limit-conn: at most `max` requests in flight at once for each key (client IP, a header,
+-- the consumer, or the whole route), `burst` more admitted and counted apart; the rest
+-- get `status` (503).
+--
+-- The count lives in the core (core/upstream/conn_limit.c), one table for all workers. A
+-- request's slot is released by the core when the request ends, whatever ended it (its
+-- response, a client abort or RST_STREAM, an upstream error, a timeout, a plugin's error
+-- or exit): not by a log phase here, which a request that never ran one would skip.
+local sluice = require("sluice")
+local limit_key = require("sluice.limit_key")
+
+local request, response, limit = sluice.request, sluice.response, sluice.limit
+
+local M = {
+    name = "limit-conn",
+    version = "1.0",
+    schema = limit_key.schema({
+        max = { type = "integer", required = true, min = 1 },
+        burst = { type = "integer", default = 0, min = 0 },
+        status = { type = "integer", default = 503, min = 200, max = 599 },
+    }),
+}
+
+function M.check(conf)
+    return limit_key.check(conf)
+end
+
+-- Once per config generation and worker: the key's parts and a cache of route indexes.
+function M.prepare(conf)
+    return { key = limit_key.prepare(conf), routes = {} }
+end
+
+function M.access(conf, ctx, c)
+    local rname = request.get_route()
+    local route = c.routes[rname]
+    if not route then
+        route = limit.conn_route(rname)
+        c.routes[rname] = route
+    end
+    local result = limit.conn_acquire(route, limit_key.of(c.key, ctx), conf.max, conf.burst)
+    if result == "rejected" then
+        return response.exit(conf.status, { error = "too many requests in flight" })
+    end
+end
+
+return M
