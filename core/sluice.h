@@ -225,6 +225,24 @@ int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_le
                           size_t *value_len);
 void sl_ffi_http_done(sl_req_t *r);
 
+/* ---- mirror (core/http/mirror.c): a copy of the request to another address, on the
+ * worker's loop through the same client, its answer dropped; nothing waits for it. */
+
+/** What became of a copy (sluice_mirror_requests_total{result}): SENT handed to the
+ *  client (counted as sent once the mirror answered, else failed), FAILED, DROPPED (the
+ *  worker's cap of copies in flight was reached), TOO_LARGE (a body over max_body). */
+enum { SL_MIRROR_SENT = 0, SL_MIRROR_FAILED = 1, SL_MIRROR_DROPPED = 2, SL_MIRROR_TOO_LARGE = 3 };
+/** Sends a copy of the running request (method, target, headers, and the body when it was
+ *  read whole) to the first target of upstream `up` (ul > 0) or to `address` (HOST:PORT),
+ *  within timeout_ms, unless this worker has max_in_flight copies on their way:
+ *  SL_MIRROR_SENT, SL_MIRROR_DROPPED, SL_MIRROR_FAILED, or SL_MIRROR_TOO_LARGE (a body
+ *  that was not read whole: nothing sent); SL_ERROR with *err (no such upstream target, a
+ *  bad address). Never waits. */
+int sl_ffi_mirror_send(sl_req_t *r, const char *up, size_t ul, const char *address, size_t al, int max_in_flight,
+                       double timeout_ms, const char **err);
+/** Counts an outcome decided in Lua (SL_MIRROR_TOO_LARGE). */
+int sl_ffi_mirror_count(int result);
+
 /* ======================== redis (sluice.redis) */
 
 /** Reply types of sl_ffi_redis_reply. */

@@ -11,8 +11,14 @@
  * first). It is freed when three things are over: its handles are closed, a
  * pending getaddrinfo has called back, and the request no longer holds it
  * (sl_ffi_http_done after Lua copied the result, or the request ended).
+ *
+ * The same call also runs detached from any request (sl_http_send, http_client.h): the
+ * core's own fire-and-forget senders (the mirror plugin's copies, http-logger's batches)
+ * get a C callback instead of a wakeup, and the response body is read and discarded.
  */
 #include <stdlib.h>
+
+#include "http/http_client.h"
 
 #include "proto/http1.h"
 #include "http/request.h"
@@ -39,6 +45,9 @@ typedef struct sl_http_call_s {
     uint8_t tcp_open, timer_open, gai_pending, held; /* see the lifetime note above */
     uint8_t finished, head_done, req_was_head, too_big;
     uint8_t starting; /**< inside sl_ffi_http_request: a failure is returned, not woken up */
+    uint8_t discard;  /**< detached: the body is read and dropped */
+    sl_http_done_fn done; /**< detached: called once when the exchange is over */
+    void *done_ud;
     uint16_t port;
     int status;
     const char *err;           /**< static text, or errbuf */
@@ -96,6 +105,12 @@ static void finish(sl_http_call_t *c, const char *err) {
     c->finished = 1;
     c->err = err;
     close_handles(c);
+    if (c->done) { /* detached: nothing waits; the call goes once its handles are closed */
+        if (!c->starting) c->done(c->done_ud, err ? 0 : c->status, err);
+        c->held = 0;
+        call_maybe_free(c);
+        return;
+    }
     sl_req_t *r = c->base.r;
     if (r && !c->starting) sl__req_wakeup(r);
 }
@@ -111,6 +126,7 @@ static void on_timeout(uv_timer_t *t) { finish(t->data, "timeout"); }
 
 static int on_body(void *ud, const char *p, size_t n) {
     sl_http_call_t *c = ud;
+    if (c->discard) return 0;
     if (c->body_len + n > c->max_body) {
         c->too_big = 1;
         return -1;
@@ -349,6 +365,47 @@ static sl_tls_client_t *https_context(sl_http_call_t *c, int verify, const char 
     return *slot;
 }
 
+/* A call's state with its request bytes copied and its timer armed; NULL with *err. */
+static sl_http_call_t *call_new(sl_worker_t *w, const char *name, int port, const char *req, size_t req_len,
+                                int is_head, double timeout_ms, double max_body, int tls, int verify,
+                                const char *ca, const char **err) {
+    sl_http_call_t *c = calloc(1, sizeof(*c));
+    char *out = malloc(req_len ? req_len : 1);
+    if (!c || !out) {
+        free(c);
+        free(out);
+        *err = "out of memory";
+        return NULL;
+    }
+    memcpy(out, req, req_len);
+    c->w = w;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    if (tls && !(c->tls_ctx = https_context(c, verify, ca, err))) {
+        sl_tls_client_free(c->own_ctx);
+        free(c);
+        free(out);
+        return NULL;
+    }
+    c->held = 1;
+    c->out = out;
+    c->out_len = req_len;
+    c->port = (uint16_t)port;
+    c->req_was_head = is_head ? 1 : 0;
+    c->max_body = max_body > 0 ? (size_t)max_body : 0;
+    c->limits = (sl_h1_limits_t){.max_header_size = HC_MAX_HEAD, .max_request_line = HC_MAX_HEAD};
+    sl_h1_init(&c->h1, HTTP_RESPONSE, &c->limits);
+    c->h1.req_was_head = c->req_was_head;
+    c->head.spill = sl_h1_spill_array;
+    c->head.spill_ud = c->spill;
+
+    uv_timer_init(&w->loop, &c->timer);
+    c->timer.data = c;
+    c->timer_open = 1;
+    uv_update_time(&w->loop); /* the cached loop time may be a whole iteration old */
+    uv_timer_start(&c->timer, on_timeout, timeout_ms > 0 ? (uint64_t)timeout_ms : 1, 0);
+    return c;
+}
+
 int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port, const char *req,
                         size_t req_len, int is_head, double timeout_ms, double max_body, int tls, int verify,
                         const char *ca, const char **err) {
@@ -368,43 +425,11 @@ int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port
     }
     memcpy(name, host, host_len);
     name[host_len] = 0;
-    sl_http_call_t *c = calloc(1, sizeof(*c));
-    char *out = malloc(req_len ? req_len : 1);
-    if (!c || !out) {
-        free(c);
-        free(out);
-        *err = "out of memory";
-        return SL_ERROR;
-    }
-    memcpy(out, req, req_len);
-    c->w = r->w;
-    memcpy(c->name, name, host_len + 1);
-    if (tls && !(c->tls_ctx = https_context(c, verify, ca, err))) {
-        sl_tls_client_free(c->own_ctx);
-        free(c);
-        free(out);
-        return SL_ERROR;
-    }
+    sl_http_call_t *c = call_new(r->w, name, port, req, req_len, is_head, timeout_ms, max_body, tls, verify, ca, err);
+    if (!c) return SL_ERROR;
     c->base.r = r;
     c->base.kind = SL_WAIT_HTTP;
     c->base.cancel = cancel_call;
-    c->held = 1;
-    c->out = out;
-    c->out_len = req_len;
-    c->port = (uint16_t)port;
-    c->req_was_head = is_head ? 1 : 0;
-    c->max_body = max_body > 0 ? (size_t)max_body : 0;
-    c->limits = (sl_h1_limits_t){.max_header_size = HC_MAX_HEAD, .max_request_line = HC_MAX_HEAD};
-    sl_h1_init(&c->h1, HTTP_RESPONSE, &c->limits);
-    c->h1.req_was_head = c->req_was_head;
-    c->head.spill = sl_h1_spill_array;
-    c->head.spill_ud = c->spill;
-
-    uv_timer_init(&r->w->loop, &c->timer);
-    c->timer.data = c;
-    c->timer_open = 1;
-    uv_update_time(&r->w->loop); /* the cached loop time may be a whole iteration old */
-    uv_timer_start(&c->timer, on_timeout, timeout_ms > 0 ? (uint64_t)timeout_ms : 1, 0);
     r->wait = &c->base;
     c->starting = 1;
     start(c, name);
@@ -413,6 +438,34 @@ int sl_ffi_http_request(sl_req_t *r, const char *host, size_t host_len, int port
         snprintf(msg, sizeof(msg), "%s", c->err);
         *err = msg;
         sl_ffi_http_done(r);
+        return SL_ERROR;
+    }
+    return SL_OK;
+}
+
+int sl_http_send(sl_worker_t *w, const char *host, size_t host_len, int port, const char *req, size_t req_len,
+                 uint64_t timeout_ms, sl_http_done_fn done, void *ud, const char **err) {
+    char name[256];
+    if (host_len == 0 || host_len >= sizeof(name) || port < 1 || port > 65535) {
+        *err = "bad host or port";
+        return SL_ERROR;
+    }
+    memcpy(name, host, host_len);
+    name[host_len] = 0;
+    sl_http_call_t *c = call_new(w, name, port, req, req_len, 0, (double)timeout_ms, 0, 0, 0, NULL, err);
+    if (!c) return SL_ERROR;
+    c->held = 1;
+    c->discard = 1;
+    c->done = done;
+    c->done_ud = ud;
+    c->starting = 1;
+    start(c, name);
+    c->starting = 0;
+    if (c->finished) { /* failed at once (socket, connect): no callback comes, and c goes
+                          * once its handles are closed */
+        static __thread char msg[160];
+        snprintf(msg, sizeof msg, "%s", c->err);
+        *err = msg;
         return SL_ERROR;
     }
     return SL_OK;

@@ -21,6 +21,10 @@ int sl_ffi_http_result(sl_req_t *r, int *status, int *nheaders, const char **bod
 int sl_ffi_http_header_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                           size_t *value_len);
 void sl_ffi_http_done(sl_req_t *r);
+enum { SL_MIRROR_SENT = 0, SL_MIRROR_FAILED = 1, SL_MIRROR_DROPPED = 2, SL_MIRROR_TOO_LARGE = 3 };
+int sl_ffi_mirror_send(sl_req_t *r, const char *up, size_t ul, const char *address, size_t al, int max_in_flight,
+                       double timeout_ms, const char **err);
+int sl_ffi_mirror_count(int result);
 ]]
 
 local C = ffi.C
@@ -158,6 +162,31 @@ function _M.request(opts, more)
     res.headers = headers
     C.sl_ffi_http_done(r)
     return res
+end
+
+-- A copy of the running request (method, target, headers, and its body when it was read
+-- whole: get_body first) to upstream `up`'s first target or to `address` ("HOST:PORT"),
+-- sent on the worker's loop by the core; its answer is dropped and nothing waits for it.
+-- Returns "sent" (on its way), "dropped" (this worker already has max_in_flight copies on
+-- their way), "too_large" (a body that was not read: nothing sent) or "failed"; nil, err
+-- for an upstream without a target or a bad address. Counted in
+-- sluice_mirror_requests_total{result}. Rewrite/access.
+local MIRROR_RESULT = { [C.SL_MIRROR_SENT] = "sent", [C.SL_MIRROR_FAILED] = "failed",
+                        [C.SL_MIRROR_DROPPED] = "dropped", [C.SL_MIRROR_TOO_LARGE] = "too_large" }
+function _M.mirror(up, address, max_in_flight, timeout)
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    up, address = up or "", address or ""
+    local rc = C.sl_ffi_mirror_send(r, up, #up, address, #address, max_in_flight or 64,
+                                    (timeout or _M.DEFAULT_TIMEOUT) * 1000, err_p)
+    local res = MIRROR_RESULT[rc]
+    if not res then return nil, ffi_string(err_p[0]) end
+    return res
+end
+
+-- Counts a copy not made because the body is over max_body (sluice_mirror_requests_total).
+function _M.mirror_too_large()
+    C.sl_ffi_mirror_count(C.SL_MIRROR_TOO_LARGE)
 end
 
 return _M
