@@ -14,11 +14,13 @@ local request, response, limit = sluice.request, sluice.response, sluice.limit
 local M = {
     name = "limit-conn",
     version = "1.0",
-    schema = limit_key.schema({
+    schema = {
         max = { type = "integer", required = true, min = 1 },
         burst = { type = "integer", default = 0, min = 0 },
         status = { type = "integer", default = 503, min = 200, max = 599 },
-    }),
+        key = { type = "string", default = "ip" }, -- sluice.limit_key
+        trusted_proxies = { type = "array", items = { type = "string" }, default = {} },
+    },
 }
 
 function M.check(conf)

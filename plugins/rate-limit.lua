@@ -16,14 +16,16 @@ local ceil, floor, max, tostring = math.ceil, math.floor, math.max, tostring
 local M = {
     name = "rate-limit",
     version = "1.0",
-    schema = limit_key.schema({
+    schema = {
         rate = { type = "number", required = true, min = 0.001 },
         per = { type = "duration", default = "1s", min = 0.001 }, -- seconds once validated
         burst = { type = "integer", default = 0, min = 0 },
         store = { type = "enum", one_of = { "local", "redis" }, default = "local" },
         policy = { type = "string", default = "default" },
         headers = { type = "boolean", default = true },
-    }),
+        key = { type = "string", default = "ip" }, -- sluice.limit_key
+        trusted_proxies = { type = "array", items = { type = "string" }, default = {} },
+    },
 }
 
 function M.check(conf)

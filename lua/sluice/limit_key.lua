@@ -1,5 +1,6 @@
 -- sluice.limit_key: what a limiting plugin counts a request under (rate-limit, limit-conn):
--- `key` is ip, consumer, route or header:NAME, shared by both plugins' schemas.
+-- `key` is ip, consumer, route or header:NAME (each plugin's schema has `key` and
+-- `trusted_proxies`, written out there for the docs checker).
 --
 --   local limit_key = require("sluice.limit_key")
 --   local ok, err = limit_key.check(conf)        -- conf.key and conf.trusted_proxies
@@ -17,13 +18,6 @@ local request = sluice.request
 local tostring = tostring
 
 local _M = {}
-
--- Adds the schema keys both plugins take (key, trusted_proxies) to a plugin's schema.
-function _M.schema(schema)
-    schema.key = { type = "string", default = "ip" }
-    schema.trusted_proxies = { type = "array", items = { type = "string" }, default = {} }
-    return schema
-end
 
 local function kind(k)
     if k == "ip" or k == "consumer" or k == "route" then return k end
