@@ -243,6 +243,23 @@ int sl_ffi_mirror_send(sl_req_t *r, const char *up, size_t ul, const char *addre
 /** Counts an outcome decided in Lua (SL_MIRROR_TOO_LARGE). */
 int sl_ffi_mirror_count(int result);
 
+/* ---- http-logger (core/http/http_logger.c): log lines batched to an HTTP collector by
+ * the worker's loop, off the request's path. */
+
+/** A worker's queue and sender for one collector and config (opaque). */
+typedef struct sl_httplog_s sl_httplog_t;
+/** The worker's logger for host:port (an IP or a name), the request head `head` (request
+ *  line, Host and other fields, each ending in CRLF, no framing) and bounds, made on first
+ *  use and found again by the same arguments: NULL with *err (bad bounds, no memory).
+ *  Valid for the worker's life. Any phase of a request. */
+sl_httplog_t *sl_ffi_httplog_open(sl_req_t *r, const char *host, size_t hl, int port, const char *head,
+                                  size_t head_len, int batch_max, int queue_max, double flush_ms, double timeout_ms,
+                                  int retries, const char **err);
+/** Queues one line (a JSON value without newlines; copied) on the worker's thread: SL_OK,
+ *  or SL_DECLINED when the queue holds queue_max lines (or out of memory): dropped and
+ *  counted. Never waits. */
+int sl_ffi_httplog_push(sl_httplog_t *lg, const char *line, size_t len);
+
 /* ======================== redis (sluice.redis) */
 
 /** Reply types of sl_ffi_redis_reply. */

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "http/http_logger.h"
 #include "http/mirror.h"
 #include "server/etcd.h"
 #include "upstream/conn_limit.h"
@@ -629,6 +630,9 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         if (src) tput(&gauges, "%s", src);
         free(src);
         src = sl_mirror_metrics();
+        if (src) tput(&gauges, "%s", src);
+        free(src);
+        src = sl_httplog_metrics();
         if (src) tput(&gauges, "%s", src);
         free(src);
         int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;

@@ -25,6 +25,11 @@ enum { SL_MIRROR_SENT = 0, SL_MIRROR_FAILED = 1, SL_MIRROR_DROPPED = 2, SL_MIRRO
 int sl_ffi_mirror_send(sl_req_t *r, const char *up, size_t ul, const char *address, size_t al, int max_in_flight,
                        double timeout_ms, const char **err);
 int sl_ffi_mirror_count(int result);
+typedef struct sl_httplog_s sl_httplog_t;
+sl_httplog_t *sl_ffi_httplog_open(sl_req_t *r, const char *host, size_t hl, int port, const char *head,
+                                  size_t head_len, int batch_max, int queue_max, double flush_ms, double timeout_ms,
+                                  int retries, const char **err);
+int sl_ffi_httplog_push(sl_httplog_t *lg, const char *line, size_t len);
 ]]
 
 local C = ffi.C
@@ -71,7 +76,9 @@ local function parse_url(url)
     return host, port, target, authority, scheme == "https"
 end
 
-local function build(opts)
+-- The request's bytes; with head_only, the request line and fields only (each ending in
+-- CRLF), without framing, for a sender that frames each body itself.
+local function build(opts, head_only)
     if type(opts.url) ~= "string" then error("http.request needs url", 3) end
     local host, port, target, authority, tls = parse_url(opts.url)
     local body = opts.body
@@ -96,6 +103,7 @@ local function build(opts)
     end
     if not has_host then lines[#lines + 1] = "Host: " .. authority end
     if not has_ua then lines[#lines + 1] = "User-Agent: sluice" end
+    if head_only then return host, port, concat(lines, "\r\n") .. "\r\n", tls end
     if body or method == "POST" or method == "PUT" or method == "PATCH" then
         lines[#lines + 1] = "Content-Length: " .. (body and #body or 0)
     end
@@ -187,6 +195,36 @@ end
 -- Counts a copy not made because the body is over max_body (sluice_mirror_requests_total).
 function _M.mirror_too_large()
     C.sl_ffi_mirror_count(C.SL_MIRROR_TOO_LARGE)
+end
+
+-- A batching sender of log lines to an HTTP collector, run by the core on the worker's
+-- loop (core/http/http_logger.c): opts.url (http only), opts.headers, opts.batch_max,
+-- opts.queue_max, opts.flush and opts.timeout (seconds), opts.retries. Lines are POSTed
+-- as a JSON array with Content-Type: application/json. Returns the worker's logger for
+-- these options (the same one for the same options), or nil, err. Any phase of a request.
+function _M.logger(opts)
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    local hdrs = { ["Content-Type"] = "application/json" }
+    for k, v in pairs(opts.headers or {}) do hdrs[k] = v end
+    local host, port, head, tls = build({ url = opts.url, method = "POST", headers = hdrs }, true)
+    if tls then return nil, "https collectors are not supported yet" end
+    local lg = C.sl_ffi_httplog_open(r, host, #host, port, head, #head, opts.batch_max, opts.queue_max,
+                                     opts.flush * 1000, opts.timeout * 1000, opts.retries, err_p)
+    if lg == nil then return nil, ffi_string(err_p[0]) end
+    return lg
+end
+
+-- Queues one line (JSON text without newlines) on a logger: true, or false when its queue
+-- is full (the line is dropped and counted in sluice_http_logger_lines_total).
+function _M.logger_push(lg, line)
+    return C.sl_ffi_httplog_push(lg, line, #line) == 0
+end
+
+-- Raises (at the caller's caller) when url is not a usable absolute http:// URL.
+function _M.check_url(url)
+    local _, _, _, _, tls = parse_url(url)
+    return not tls
 end
 
 return _M
