@@ -11,6 +11,10 @@ local log_fields = require("sluice.log_fields")
 local http, json = sluice.http, sluice.json
 local pcall, pairs, tostring = pcall, pairs, tostring
 
+-- Framing and the connection are the sender's (as for sluice.http.request).
+local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true, connection = true,
+                  ["keep-alive"] = true, te = true, upgrade = true, trailer = true }
+
 local M = {
     name = "http-logger",
     version = "1.0",
@@ -36,6 +40,7 @@ function M.check(conf)
         if not k:match("^[!#$%%&'*+%-.^_`|~%w]+$") or v:find("[%z\r\n]") then
             return nil, ("headers: '%s' is not a valid header"):format(k)
         end
+        if FRAMING[k:lower()] then return nil, ("headers: '%s' is set by the sender itself"):format(k) end
     end
     return true
 end

@@ -205,8 +205,12 @@ end
 function _M.logger(opts)
     local r = base.req
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
-    local hdrs = { ["Content-Type"] = "application/json" }
-    for k, v in pairs(opts.headers or {}) do hdrs[k] = v end
+    local hdrs, typed = {}, false
+    for k, v in pairs(opts.headers or {}) do
+        hdrs[k] = v
+        typed = typed or lower(k) == "content-type"
+    end
+    if not typed then hdrs["Content-Type"] = "application/json" end
     local host, port, head, tls = build({ url = opts.url, method = "POST", headers = hdrs }, true)
     if tls then return nil, "https collectors are not supported yet" end
     local lg = C.sl_ffi_httplog_open(r, host, #host, port, head, #head, opts.batch_max, opts.queue_max,

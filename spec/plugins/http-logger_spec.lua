@@ -97,5 +97,7 @@ describe("http-logger", function()
         assert.matches("endpoint", err_of({ endpoint = "not a url" }))
         assert.matches("https collectors", err_of({ endpoint = "https://127.0.0.1/" }))
         assert.matches("unknown field 'nope'", err_of({ endpoint = "http://127.0.0.1/", fields = { "nope" } }))
+        assert.matches("set by the sender", err_of({ endpoint = "http://127.0.0.1/",
+                                                     headers = { ["Content-Length"] = "1" } }))
     end)
 end)
