@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/chain.h"
 #include "base/common.h"
 
 #define SHARD_BITS 6
@@ -103,19 +104,8 @@ static void count_result(int route, int result) {
 
 /* Doubles the chain heads (load factor 1). On failure the chains just get longer. */
 static void grow(shard_t *s) {
-    size_t nb = s->nbuckets ? s->nbuckets * 2 : 16;
-    entry_t **b = calloc(nb, sizeof *b);
-    if (!b) return;
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        for (entry_t *e = s->buckets[i], *next; e; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = nb;
+    _Static_assert(offsetof(entry_t, next) == 0, "the chain link comes first (base/chain.h)");
+    sl_chain_grow(&s->buckets, &s->nbuckets, offsetof(entry_t, hash));
 }
 
 static entry_t *find(shard_t *s, uint64_t hash, const char *key, size_t len) {

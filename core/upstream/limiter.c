@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/chain.h"
 #include "base/common.h"
 
 #define SHARD_BITS 6
@@ -190,19 +191,8 @@ static entry_t *evict_oldest(shard_t *s) {
 
 /* Doubles the chain heads (load factor 1). On failure the chains just get longer. */
 static void grow(shard_t *s) {
-    size_t nb = s->nbuckets ? s->nbuckets * 2 : 16;
-    entry_t **b = calloc(nb, sizeof *b);
-    if (!b) return;
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        for (entry_t *e = s->buckets[i], *next; e; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = nb;
+    _Static_assert(offsetof(entry_t, next) == 0, "the chain link comes first (base/chain.h)");
+    sl_chain_grow(&s->buckets, &s->nbuckets, offsetof(entry_t, hash));
 }
 
 /* A fresh state for k, its time set to t (the callers': a full bucket, empty windows),
