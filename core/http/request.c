@@ -312,6 +312,7 @@ void sl__req_free(sl_req_t *r) {
     assert(!r->up);
     sl__req_cancel_wait(r);
     sl_lua_task_end(r->w, &r->lua);
+    if (r->cache) sl__cache_req_free(r); /* before the arena it lives in is reset */
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;

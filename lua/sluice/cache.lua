@@ -1,0 +1,100 @@
+-- sluice.cache: the proxy-cache store (core/upstream/cache.c), one for all workers, as the
+-- proxy-cache plugin uses it. A lookup that hits answers the request from C (the entry's
+-- head and body are never made into Lua strings); one that misses arms the request so
+-- that its response is stored when cacheable (decided in C at the upstream's head).
+--
+--   local cache = require("sluice.cache")
+--   local pol = cache.policy{ ttl = 60, stale_if_error = 0, lock_timeout = 5,
+--                             max_body = 1048576, cache_set_cookie = false,
+--                             statuses = { 200, 301, 404 } }      -- once per config
+--   local st = cache.lookup(key, pol)  -- "HIT" | "MISS" | "EXPIRED", waiting meanwhile
+--   cache.bypass()                     -- X-Cache-Status: BYPASS, counted
+local ffi = require("ffi")
+local base = require("sluice.base")
+
+ffi.cdef[[
+enum {
+    SL_CACHE_MISS = 0,
+    SL_CACHE_HIT = 1,
+    SL_CACHE_EXPIRED = 2,
+    SL_CACHE_BYPASS = 3,
+    SL_CACHE_STALE = 4,
+    SL_CACHE_WAIT = 5
+};
+typedef struct {
+    double ttl;
+    double stale_if_error;
+    double lock_timeout;
+    uint64_t max_body;
+    int cache_set_cookie;
+    int nstatuses;
+    int statuses[16];
+} sl_cache_policy_t;
+int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache_policy_t *pol,
+                        int may_wait, const char **err);
+void sl_ffi_cache_bypass(sl_req_t *r);
+]]
+
+local C = ffi.C
+local ffi_string, error, type, min = ffi.string, error, type, math.min
+local err_p = base.err_p
+local HIT, WAIT, ERROR = C.SL_CACHE_HIT, C.SL_CACHE_WAIT, C.SL_ERROR
+local NAMES = { [C.SL_CACHE_MISS] = "MISS", [HIT] = "HIT", [C.SL_CACHE_EXPIRED] = "EXPIRED" }
+local POLICY = ffi.typeof("sl_cache_policy_t")
+
+local _M = {}
+
+_M.MAX_STATUSES = 16
+
+-- The C policy of a plugin config (once per config generation: keep it).
+function _M.policy(t)
+    local p = POLICY()
+    p.ttl, p.stale_if_error, p.lock_timeout = t.ttl, t.stale_if_error or 0, t.lock_timeout or 5
+    p.max_body = t.max_body
+    p.cache_set_cookie = t.cache_set_cookie and 1 or 0
+    local s = t.statuses or {}
+    if #s > _M.MAX_STATUSES then error("at most 16 statuses", 2) end
+    p.nstatuses = #s
+    for i = 1, #s do p.statuses[i - 1] = s[i] end
+    return p
+end
+
+local function req()
+    local r = base.req
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", 3) end
+    return r
+end
+
+local sleep, now -- sluice's, bound on first use (sluice requires this module's peers)
+
+-- Looks key up. "HIT": the request is answered from the store once the plugin returns.
+-- "MISS" or "EXPIRED": it goes upstream, and its response is stored when cacheable. While
+-- another request fetches the same key the call waits for it (sleeps of 1 to 16 ms) up to
+-- pol.lock_timeout, then goes upstream itself.
+function _M.lookup(key, pol)
+    if type(key) ~= "string" then error("key must be a string", 2) end
+    local r = req()
+    local rc = C.sl_ffi_cache_lookup(r, key, #key, pol, 1, err_p)
+    if rc == WAIT then
+        if not sleep then
+            local sluice = require("sluice")
+            sleep, now = sluice.sleep, sluice.time.now
+        end
+        local deadline, step = now() + pol.lock_timeout, 0.001
+        repeat
+            sleep(step)
+            step = min(step * 2, 0.016)
+            rc = C.sl_ffi_cache_lookup(req(), key, #key, pol, now() < deadline and 1 or 0, err_p)
+        until rc ~= WAIT
+    end
+    if rc == ERROR then error(ffi_string(err_p[0]), 2) end
+    if rc == HIT then base.exited = true end
+    return NAMES[rc] or "BYPASS"
+end
+
+-- The request does not use the cache: X-Cache-Status BYPASS, counted.
+function _M.bypass()
+    C.sl_ffi_cache_bypass(req())
+end
+
+return _M
