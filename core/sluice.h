@@ -306,10 +306,13 @@ typedef struct {
     double lock_timeout;   /**< seconds concurrent misses of a key wait for the first one */
     uint64_t max_body;     /**< a longer response streams through and is not stored */
     int cache_set_cookie;  /**< 1: a response with Set-Cookie may be stored */
+    char methods[64];      /**< the methods looked up, each followed by a space ("GET HEAD ") */
     int nstatuses;         /**< statuses[0..nstatuses) may be stored (at most 16) */
     int statuses[16];
 } sl_cache_policy_t;
-/** Looks key[0..len) up. SL_CACHE_HIT: the request is answered from the entry once the
+/** Looks key[0..len) up (key NULL: the default key, "METHOD host/path?query", built here).
+ *  SL_CACHE_BYPASS: the request's method is not in pol->methods (X-Cache-Status BYPASS,
+ *  counted). SL_CACHE_HIT: the request is answered from the entry once the
  *  plugin returns (as by response.exit: the chain stops; header_filter and body_filter
  *  run), X-Cache-Status HIT. SL_CACHE_MISS or SL_CACHE_EXPIRED: the request goes upstream
  *  and its response is stored under pol (copied) when cacheable; X-Cache-Status then says
@@ -318,9 +321,6 @@ typedef struct {
  *  pol->lock_timeout has passed. SL_ERROR with *err outside access. */
 int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache_policy_t *pol,
                         int may_wait, const char **err);
-/** The request does not use the cache (a method not cached): X-Cache-Status BYPASS,
- *  counted. */
-void sl_ffi_cache_bypass(sl_req_t *r);
 
 /* ======================== crypto (sluice.crypto, core/lua/crypto.c)
  * OpenSSL's libcrypto through the core, so Lua never loads libcrypto itself. Any thread,

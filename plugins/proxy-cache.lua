@@ -98,10 +98,7 @@ end
 
 function M.prepare(conf)
     local parts, default = M.compile(conf)
-    local methods = {}
-    for _, m in ipairs(conf.methods) do methods[m] = true end
-    return { parts = parts, default = default, methods = methods, buf = {},
-             policy = cache.policy(conf) }
+    return { parts = parts, default = default, buf = {}, policy = cache.policy(conf) }
 end
 
 -- The request as build_key reads it (ctx for the consumer, set by an auth plugin before).
@@ -112,19 +109,13 @@ local getters = {
     consumer = function() return cur_ctx and cur_ctx.consumer end,
 }
 
+-- The method check (pol.methods) and the default key are the core's: the common case is
+-- one call.
 function M.access(conf, ctx, p)
-    local method = request.get_method()
-    if not p.methods[method] then return cache.bypass() end
-    local key
-    if p.default then
-        -- the common key without the generic walk: one concatenation
-        local q = request.get_query()
-        key = method .. " " .. request.get_host() .. request.get_path() .. (q ~= "" and "?" .. q or "")
-    else
-        cur_ctx = ctx
-        key = M.build_key(p.parts, getters, p.buf)
-        cur_ctx = nil
-    end
+    if p.default then return cache.lookup(nil, p.policy) end
+    cur_ctx = ctx
+    local key = M.build_key(p.parts, getters, p.buf)
+    cur_ctx = nil
     cache.lookup(key, p.policy)
 end
 

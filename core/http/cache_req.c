@@ -74,36 +74,76 @@ static sl_cache_req_t *state(sl_req_t *r) {
 }
 
 /* Answers from entry e (held by the request until it ends), as response.exit would: its
- * fields are the response's, its body is sent from the entry without a copy. */
+ * fields are the response's, its body is sent from the entry. Nothing is copied or checked
+ * again: the fields were checked when the upstream's head was parsed, and the entry
+ * outlives the request. */
 static void answer_from(sl_req_t *r, sl_cache_entry_t *e, int status) {
-    const char *err;
     r->cache->held = e;
     for (uint16_t i = 0; i < e->nfields; i++)
-        sl_edits_add(&r->resp_edits, &r->arena, e->fields[i].name, e->fields[i].value, &err);
-    char *age = sl_arena_alloc(&r->arena, 24);
+        sl_edits_add_borrowed(&r->resp_edits, &r->arena, e->fields[i].name, e->fields[i].value);
+    char *age = sl_arena_alloc(&r->arena, 20), *p = age + 20;
     if (age) {
-        uint64_t now = sl_now_ns(), s = now > e->stored_at ? (now - e->stored_at) / 1000000000u : 0;
-        int n = snprintf(age, 24, "%llu", (unsigned long long)s);
-        sl_edits_set(&r->resp_edits, &r->arena, SL_LIT("Age"), (sl_str_t){age, (size_t)n}, &err);
+        uint64_t now = sl_wake_ns(), s = now > e->stored_at ? (now - e->stored_at) / 1000000000u : 0;
+        do *--p = (char)('0' + s % 10);
+        while (s /= 10);
+        sl_edits_add_borrowed(&r->resp_edits, &r->arena, SL_LIT("Age"), (sl_str_t){p, (size_t)(age + 20 - p)});
     }
-    say(r, status);
+    sl_edits_add_borrowed(&r->resp_edits, &r->arena, SL_LIT("X-Cache-Status"), status_text[status]);
+    count(r, status);
+}
+
+/* Whether the request's method is one of pol->methods ("GET HEAD "). */
+static bool method_listed(const sl_req_t *r, const sl_cache_policy_t *pol) {
+    sl_str_t m = r->head.method;
+    const char *l = pol->methods, *e = l + strnlen(l, sizeof pol->methods);
+    for (const char *p = l; p + m.len < e; p++)
+        if ((p == l || p[-1] == ' ') && p[m.len] == ' ' && memcmp(p, m.p, m.len) == 0) return true;
+    return false;
+}
+
+/* The default key, "METHOD host/path?query", in the request's arena. */
+static sl_str_t default_key(sl_req_t *r) {
+    sl_str_t m = r->head.method, h = {r->host, r->host_len};
+    sl_str_t path = r->path_override.p ? r->path_override : r->head.path;
+    sl_str_t q = r->query_set ? r->query_override : r->head.query;
+    size_t n = m.len + 1 + h.len + path.len + (q.len ? 1 + q.len : 0);
+    char *k = sl_arena_alloc(&r->arena, n);
+    if (!k) return (sl_str_t){NULL, 0};
+    sl_wbuf_t b = {k, 0, n};
+    sl_wbuf_str(&b, m);
+    sl_wbuf_put(&b, " ", 1);
+    sl_wbuf_str(&b, h);
+    sl_wbuf_str(&b, path);
+    if (q.len) {
+        sl_wbuf_put(&b, "?", 1);
+        sl_wbuf_str(&b, q);
+    }
+    return (sl_str_t){k, b.len};
 }
 
 int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol, bool may_wait) {
+    if (!method_listed(r, pol)) {
+        say(r, SL_CACHE_BYPASS);
+        return SL_CACHE_BYPASS;
+    }
     sl_cache_req_t *c = state(r);
     if (!c) return SL_CACHE_BYPASS;
-    if (!c->key.len || !(c->key.len == key.len && memcmp(c->key.p, key.p, key.len) == 0)) {
-        char *k = sl_arena_alloc(&r->arena, key.len ? key.len : 1);
-        if (!k) return SL_CACHE_BYPASS;
-        memcpy(k, key.p, key.len);
-        c->key = (sl_str_t){k, key.len};
+    if (!c->key.p) {
+        /* the first lookup of the request: its key (a retry after WAIT has the same) */
+        if (!key.p) {
+            c->key = default_key(r);
+        } else {
+            char *k = sl_arena_alloc(&r->arena, key.len ? key.len : 1);
+            if (k) memcpy(k, key.p, key.len);
+            c->key = (sl_str_t){k, key.len};
+        }
+        if (!c->key.p) return SL_CACHE_BYPASS;
     }
     sl_cache_release(c->stale);
     c->stale = NULL;
     sl_cache_entry_t *hit, *stale;
     bool locked;
-    uint64_t now = sl_now_ns();
-    int rc = sl_cache_lookup(c->key, req_header, r, now, secs_ns(pol->lock_timeout), c->token, may_wait,
+    int rc = sl_cache_lookup(c->key, req_header, r, sl_wake_ns(), secs_ns(pol->lock_timeout), c->token, may_wait,
                              &hit, &stale, &locked);
     if (rc == SL_CACHE_HIT) {
         r->exit_status = hit->status;
@@ -119,12 +159,6 @@ int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol
     c->status = (uint8_t)rc;
     c->armed = 1;
     return rc;
-}
-
-void sl__cache_req_bypass(sl_req_t *r) {
-    const char *err;
-    sl_edits_set(&r->resp_edits, &r->arena, SL_LIT("X-Cache-Status"), status_text[SL_CACHE_BYPASS], &err);
-    count(r, SL_CACHE_BYPASS);
 }
 
 /* The lock goes: with a pass mark when the response is not cacheable (the next requests go

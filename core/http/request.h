@@ -335,10 +335,9 @@ void sl__hedge_failed(sl_req_t *r, const char *why);
  * deciding at the upstream's response head whether the response may be stored, copying
  * its body as it goes to the client, and storing it once it ended whole. Its state
  * (r->cache) lives in the request's arena and ends with it. */
-/** The access phase's lookup (sl_ffi_cache_lookup): SL_CACHE_*. */
+/** The access phase's lookup (sl_ffi_cache_lookup): SL_CACHE_*. key.p NULL: the default
+ *  key (method, host, path and query). */
 int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol, bool may_wait);
-/** The request bypasses the cache (sl_ffi_cache_bypass). */
-void sl__cache_req_bypass(sl_req_t *r);
 /** The upstream's response head arrived (r->rhead, r->status), before header_filter:
  *  decides MISS/EXPIRED/BYPASS and starts the copy. SL_DONE when the response is a 5xx
  *  and a stale entry should answer instead (the caller answers with sl__req_respond). */

@@ -1,5 +1,5 @@
 /* ffi_cache.c — the proxy-cache's functions of the FFI ABI (core/sluice.h, section cache):
- * the access phase's lookup and bypass. The store is upstream/cache.c, the request's side
+ * the access phase's lookup. The store is upstream/cache.c, the request's side
  * http/cache_req.c. Worker thread, during the request's access phase. */
 #include "http/request.h"
 #include "sluice.h"
@@ -10,7 +10,5 @@ int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache
         *err = "the cache is looked up in rewrite or access only";
         return SL_ERROR;
     }
-    return sl__cache_req_lookup(r, (sl_str_t){key, len}, pol, may_wait != 0);
+    return sl__cache_req_lookup(r, key ? (sl_str_t){key, len} : (sl_str_t){NULL, 0}, pol, may_wait != 0);
 }
-
-void sl_ffi_cache_bypass(sl_req_t *r) { sl__cache_req_bypass(r); }

@@ -7,8 +7,9 @@
 --   local pol = cache.policy{ ttl = 60, stale_if_error = 0, lock_timeout = 5,
 --                             max_body = 1048576, cache_set_cookie = false,
 --                             statuses = { 200, 301, 404 } }      -- once per config
---   local st = cache.lookup(key, pol)  -- "HIT" | "MISS" | "EXPIRED", waiting meanwhile
---   cache.bypass()                     -- X-Cache-Status: BYPASS, counted
+--   local st = cache.lookup(key, pol)  -- "HIT" | "MISS" | "EXPIRED" | "BYPASS" (a method
+--                                      -- not in pol's), waiting meanwhile; key nil: the
+--                                      -- default "METHOD host/path?query", built in C
 local ffi = require("ffi")
 local base = require("sluice.base")
 
@@ -27,19 +28,20 @@ typedef struct {
     double lock_timeout;
     uint64_t max_body;
     int cache_set_cookie;
+    char methods[64];
     int nstatuses;
     int statuses[16];
 } sl_cache_policy_t;
 int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache_policy_t *pol,
                         int may_wait, const char **err);
-void sl_ffi_cache_bypass(sl_req_t *r);
 ]]
 
 local C = ffi.C
 local ffi_string, error, type, min = ffi.string, error, type, math.min
 local err_p = base.err_p
 local HIT, WAIT, ERROR = C.SL_CACHE_HIT, C.SL_CACHE_WAIT, C.SL_ERROR
-local NAMES = { [C.SL_CACHE_MISS] = "MISS", [HIT] = "HIT", [C.SL_CACHE_EXPIRED] = "EXPIRED" }
+local NAMES = { [C.SL_CACHE_MISS] = "MISS", [HIT] = "HIT", [C.SL_CACHE_EXPIRED] = "EXPIRED",
+                [C.SL_CACHE_BYPASS] = "BYPASS" }
 local POLICY = ffi.typeof("sl_cache_policy_t")
 
 local _M = {}
@@ -52,6 +54,9 @@ function _M.policy(t)
     p.ttl, p.stale_if_error, p.lock_timeout = t.ttl, t.stale_if_error or 0, t.lock_timeout or 5
     p.max_body = t.max_body
     p.cache_set_cookie = t.cache_set_cookie and 1 or 0
+    local m = table.concat(t.methods or { "GET", "HEAD" }, " ") .. " "
+    if #m >= 64 then error("methods: at most 63 characters in all", 2) end
+    ffi.copy(p.methods, m)
     local s = t.statuses or {}
     if #s > _M.MAX_STATUSES then error("at most 16 statuses", 2) end
     p.nstatuses = #s
@@ -72,9 +77,13 @@ local sleep, now -- sluice's, bound on first use (sluice requires this module's 
 -- another request fetches the same key the call waits for it (sleeps of 1 to 16 ms) up to
 -- pol.lock_timeout, then goes upstream itself.
 function _M.lookup(key, pol)
-    if type(key) ~= "string" then error("key must be a string", 2) end
+    local kl = 0
+    if key ~= nil then
+        if type(key) ~= "string" then error("key must be a string or nil", 2) end
+        kl = #key
+    end
     local r = req()
-    local rc = C.sl_ffi_cache_lookup(r, key, #key, pol, 1, err_p)
+    local rc = C.sl_ffi_cache_lookup(r, key, kl, pol, 1, err_p)
     if rc == WAIT then
         if not sleep then
             local sluice = require("sluice")
@@ -84,17 +93,12 @@ function _M.lookup(key, pol)
         repeat
             sleep(step)
             step = min(step * 2, 0.016)
-            rc = C.sl_ffi_cache_lookup(req(), key, #key, pol, now() < deadline and 1 or 0, err_p)
+            rc = C.sl_ffi_cache_lookup(req(), key, kl, pol, now() < deadline and 1 or 0, err_p)
         until rc ~= WAIT
     end
     if rc == ERROR then error(ffi_string(err_p[0]), 2) end
     if rc == HIT then base.exited = true end
-    return NAMES[rc] or "BYPASS"
-end
-
--- The request does not use the cache: X-Cache-Status BYPASS, counted.
-function _M.bypass()
-    C.sl_ffi_cache_bypass(req())
+    return NAMES[rc]
 end
 
 return _M
