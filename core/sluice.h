@@ -321,6 +321,10 @@ typedef struct {
  *  pol->lock_timeout has passed. SL_ERROR with *err outside access. */
 int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache_policy_t *pol,
                         int may_wait, const char **err);
+/** After SL_CACHE_WAIT: waits at most ms for the request fetching the key, on any worker,
+ *  to finish (then the caller yields, and calls sl_ffi_cache_lookup again when resumed).
+ *  SL_OK, or SL_ERROR with *err. */
+int sl_ffi_cache_wait(sl_req_t *r, uint64_t ms, const char **err);
 
 /* ======================== crypto (sluice.crypto, core/lua/crypto.c)
  * OpenSSL's libcrypto through the core, so Lua never loads libcrypto itself. Any thread,

@@ -353,5 +353,10 @@ void sl__cache_req_finish(sl_req_t *r);
 bool sl__cache_req_stale(sl_req_t *r, int *status, sl_str_t *ctype, sl_str_t *body);
 /** The request ends (sl__req_free). */
 void sl__cache_req_free(sl_req_t *r);
+/** Waits up to ms for the key's lock to be released (sl_ffi_cache_wait): the worker's
+ *  doorbell or the timer resumes the request. SL_OK (yield), SL_ERROR out of memory. */
+int sl__cache_req_wait(sl_req_t *r, uint64_t ms);
+/** The worker drains: its doorbell goes (waiting requests fall back to their timers). */
+void sl__cache_bell_close(sl_worker_t *w);
 
 #endif

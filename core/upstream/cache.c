@@ -15,7 +15,8 @@ typedef struct lock_s {
     struct lock_s *hnext;
     struct lock_s *older, *newer; /* FIFO by creation: expired locks go from the oldest end */
     uint64_t hash, token, until;
-    uint8_t pass; /* released without an entry: lookups go upstream unlocked until `until` */
+    uint8_t pass;    /* released without an entry: lookups go upstream unlocked until `until` */
+    uint8_t waiters; /* a lookup answered WAIT: ring the doorbells on release */
     size_t klen;
     char key[];
 } lock_t;
@@ -29,6 +30,11 @@ static struct {
     lock_t **lbuckets;
     lock_t *oldest, *newest;
     size_t nlocks;
+    struct {
+        void (*ring)(void *ud);
+        void *ud;
+    } bells[SL_CACHE_MAX_BELLS];
+    size_t nbells;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER, .size = SL_CACHE_DEFAULT_SIZE};
 
 #define LOCK_BUCKETS 4096
@@ -263,6 +269,7 @@ int sl_cache_lookup(sl_str_t key, sl_cache_header_fn hdr, void *ud, uint64_t now
         if (!l->pass && may_wait) {
             if (*stale) unref(*stale);
             *stale = NULL;
+            l->waiters = 1;
             rc = SL_CACHE_WAIT;
         }
     } else {
@@ -279,15 +286,44 @@ void sl_cache_release(sl_cache_entry_t *e) {
     pthread_mutex_unlock(&S.mu);
 }
 
+static void ring_bells(void) {
+    for (size_t i = 0; i < S.nbells; i++) S.bells[i].ring(S.bells[i].ud);
+}
+
 static void unlock_locked(sl_str_t key, uint64_t token, uint64_t now, uint64_t lock_ns, bool pass) {
     lock_t **pp = lslot(hash_bytes(key.p, key.len), key);
     if (!pp || !*pp || (*pp)->token != token || (*pp)->pass) return;
+    if ((*pp)->waiters) ring_bells();
     if (!pass) {
         lock_remove(pp);
         return;
     }
     (*pp)->pass = 1;
+    (*pp)->waiters = 0;
     (*pp)->until = now + lock_ns;
+}
+
+int sl_cache_bell_add(void (*ring)(void *ud), void *ud) {
+    int rc = SL_ERROR;
+    pthread_mutex_lock(&S.mu);
+    if (S.nbells < SL_CACHE_MAX_BELLS) {
+        S.bells[S.nbells].ring = ring;
+        S.bells[S.nbells++].ud = ud;
+        rc = SL_OK;
+    }
+    pthread_mutex_unlock(&S.mu);
+    return rc;
+}
+
+void sl_cache_bell_remove(void *ud) {
+    pthread_mutex_lock(&S.mu);
+    for (size_t i = 0; i < S.nbells; i++) {
+        if (S.bells[i].ud == ud) {
+            S.bells[i] = S.bells[--S.nbells];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&S.mu);
 }
 
 void sl_cache_unlock(sl_str_t key, uint64_t token, uint64_t now, uint64_t pass_ns) {

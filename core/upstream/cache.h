@@ -21,7 +21,9 @@
  * An insert releases it (waiters then HIT); sl_cache_unlock releases it without an entry
  * and leaves a *pass* mark for lock_ns: lookups then go upstream at once, without the
  * lock, so a key whose response is not cacheable is not fetched one request at a time.
- * A lock is a token (the caller's, any unique number): only its owner releases it.
+ * A lock is a token (the caller's, any unique number): only its owner releases it. Its
+ * release rings the registered doorbells when someone waited (below), so waiters on any
+ * worker look again at once instead of at their next poll.
  *
  * Times are the caller's monotonic nanoseconds (sl_now_ns), passed in: tests inject them.
  * Threads: every function may be called from any thread (one mutex, held for a lookup,
@@ -117,6 +119,15 @@ int sl_cache_insert(const sl_cache_put_t *put, sl_cache_header_fn hdr, void *ud,
  *  cacheable: lookups go upstream unlocked meanwhile); 0 removes it (the fetch was
  *  abandoned: the next lookup takes the lock). */
 void sl_cache_unlock(sl_str_t key, uint64_t token, uint64_t now, uint64_t pass_ns);
+
+/** Doorbells: a worker that has requests waiting for a key's lock registers ring(ud) once;
+ *  the release of a lock that had waiters (an insert, sl_cache_unlock) calls every
+ *  registered ring, under the store's lock, from whatever thread released it (ring must be
+ *  thread-safe and quick: uv_async_send). After sl_cache_bell_remove returns, ud is never
+ *  rung again. At most SL_CACHE_MAX_BELLS; SL_ERROR past that. */
+#define SL_CACHE_MAX_BELLS 256
+int sl_cache_bell_add(void (*ring)(void *ud), void *ud);
+void sl_cache_bell_remove(void *ud);
 
 /** Purges: the entry of `key` (and every variant of it); every entry a route stored; all.
  *  Returns the entries removed. */

@@ -2,7 +2,8 @@
  * EXPIRED and stale windows, LRU eviction under the size bound (never above it), entries
  * larger than the store refused, held entries surviving eviction and purge, Vary nodes,
  * purge by key (with variants), route and all, the lock (WAIT, pass marks, expiry, only
- * the owner releases it), and the concurrency tests: 32 threads released at once on one
+ * the owner releases it), the doorbells (rung once per released lock that had a waiter,
+ * never after removal), and the concurrency tests: 32 threads released at once on one
  * missing key (exactly one takes the lock, the rest WAIT), 500 trials; and 16 threads
  * hammering lookups, inserts, releases and purges of a few keys while every HIT's body is
  * checked against its key (invariant violations counted, 0 expected).
@@ -216,6 +217,39 @@ static void test_locks(void) {
     sl_cache_unlock(S("l"), 8, T0 + 5 * SEC, 0);
 }
 
+static int rings;
+static void count_ring(void *ud) { (void)ud, rings++; }
+
+static void test_bells(void) {
+    reset(1 << 20);
+    int tag;
+    CHECK_INT(sl_cache_bell_add(count_ring, &tag), SL_OK);
+    sl_cache_entry_t *hit, *stale;
+    bool locked;
+    rings = 0;
+    /* a lock nobody waited for rings nothing when released */
+    look("b1", T0, 1, true, &hit, &stale, &locked, NULL);
+    CHECK_INT(put_at("b1", "r", NULL, "x", T0, 60 * SEC, 0, 1, NULL), SL_OK);
+    CHECK_INT(rings, 0);
+    /* one that had a waiter rings once, whether stored or given up */
+    look("b2", T0, 2, true, &hit, &stale, &locked, NULL);
+    CHECK_INT(look("b2", T0, 3, true, &hit, &stale, &locked, NULL), SL_CACHE_WAIT);
+    CHECK_INT(put_at("b2", "r", NULL, "x", T0, 60 * SEC, 0, 2, NULL), SL_OK);
+    CHECK_INT(rings, 1);
+    look("b3", T0, 4, true, &hit, &stale, &locked, NULL);
+    CHECK_INT(look("b3", T0, 5, true, &hit, &stale, &locked, NULL), SL_CACHE_WAIT);
+    sl_cache_unlock(S("b3"), 5, T0, SEC); /* not the owner: no release, no ring */
+    CHECK_INT(rings, 1);
+    sl_cache_unlock(S("b3"), 4, T0, SEC);
+    CHECK_INT(rings, 2);
+    /* removed: never rung again */
+    sl_cache_bell_remove(&tag);
+    look("b4", T0, 6, true, &hit, &stale, &locked, NULL);
+    look("b4", T0, 7, true, &hit, &stale, &locked, NULL);
+    sl_cache_unlock(S("b4"), 6, T0, 0);
+    CHECK_INT(rings, 2);
+}
+
 /* ---- concurrency ---- */
 
 #define NTH 32
@@ -316,6 +350,7 @@ int main(int argc, char **argv) {
         {"hit_miss_expired", test_hit_miss_expired}, {"lru_size_bound", test_lru_size_bound},
         {"held_survives", test_held_survives},       {"vary", test_vary},
         {"purge", test_purge},                       {"locks", test_locks},
+        {"bells", test_bells},
         {"stampede", test_stampede},                 {"hammer", test_hammer},
     };
     for (size_t i = 0; i < SL_ARRAY_LEN(tests); i++) {

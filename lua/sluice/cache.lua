@@ -34,6 +34,7 @@ typedef struct {
 } sl_cache_policy_t;
 int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache_policy_t *pol,
                         int may_wait, const char **err);
+int sl_ffi_cache_wait(sl_req_t *r, uint64_t ms, const char **err);
 ]]
 
 local C = ffi.C
@@ -70,12 +71,18 @@ local function req()
     return r
 end
 
-local sleep, now -- sluice's, bound on first use (sluice requires this module's peers)
+local now -- sluice.time.now, bound on first use
+
+-- The longest a waiter sleeps before it looks again without being rung: a safety net
+-- only (a lock that expires instead of being released rings nothing, and a draining
+-- worker has no doorbell); the doorbell is what wakes waiters.
+local POLL_S = 1
 
 -- Looks key up. "HIT": the request is answered from the store once the plugin returns.
 -- "MISS" or "EXPIRED": it goes upstream, and its response is stored when cacheable. While
--- another request fetches the same key the call waits for it (sleeps of 1 to 16 ms) up to
--- pol.lock_timeout, then goes upstream itself.
+-- another request (on any worker) fetches the same key, the call waits until that one is
+-- done (its worker rings this one's: no polling) up to pol.lock_timeout, then goes
+-- upstream itself.
 function _M.lookup(key, pol)
     local kl = 0
     if key ~= nil then
@@ -85,14 +92,14 @@ function _M.lookup(key, pol)
     local r = req()
     local rc = C.sl_ffi_cache_lookup(r, key, kl, pol, 1, err_p)
     if rc == WAIT then
-        if not sleep then
-            local sluice = require("sluice")
-            sleep, now = sluice.sleep, sluice.time.now
-        end
-        local deadline, step = now() + pol.lock_timeout, 0.001
+        if not now then now = require("sluice").time.now end
+        local deadline = now() + pol.lock_timeout
         repeat
-            sleep(step)
-            step = min(step * 2, 0.016)
+            local left = min(deadline - now(), POLL_S)
+            if left > 0 then
+                if C.sl_ffi_cache_wait(req(), left * 1000, err_p) ~= 0 then error(ffi_string(err_p[0]), 2) end
+                base.wait()
+            end
             rc = C.sl_ffi_cache_lookup(req(), key, kl, pol, now() < deadline and 1 or 0, err_p)
         until rc ~= WAIT
     end
