@@ -27,6 +27,10 @@ import harness as h  # noqa: E402
 
 t = h.Suite("proxy_cache", budget=150)
 
+# Under the ASan build (SLUICE_SANITIZE) freed memory sits in the sanitizer's quarantine:
+# evicted entries still count in RSS there, so the RSS bound is the plain build's.
+SANITIZED = os.environ.get("SLUICE_SANITIZE", "").upper() in ("1", "ON", "TRUE")
+
 TOKEN = "cache-admin-token"
 
 
@@ -354,7 +358,10 @@ def test_size_bound(t):
         t.check("the most recent entry hits, the oldest was evicted", (xcs(last), xcs(first)) == ("HIT", "MISS"),
                 ("HIT", "MISS"), (xcs(last), xcs(first)))
         rss = s.rss_kb()
-        t.check("RSS grew by less than 8 MiB", rss - rss0 < 8 * 1024, "< 8192 KiB", rss - rss0)
+        if SANITIZED:
+            t.info("RSS grew by %d KiB (not checked under ASan: its quarantine keeps evicted entries)" % (rss - rss0))
+        else:
+            t.check("RSS grew by less than 8 MiB", rss - rss0 < 8 * 1024, "< 8192 KiB", rss - rss0)
     finally:
         s.stop()
         up.stop()
