@@ -2,7 +2,8 @@
 is asked (the count is the truth: a HIT never reaches it).
 
   * MISS then HIT (same status, fields and body; Age; X-Cache-Status), HEAD apart.
-  * 100 concurrent misses of one key on 2 workers: exactly 1 upstream request.
+  * 100 concurrent misses of one key on 2 workers: exactly 1 upstream request, and the
+    waiters are woken when the response is stored (not by their 1 s safety timer).
   * Cache-Control private / no-store / no-cache and Set-Cookie: never stored (BYPASS);
     cache_set_cookie stores Set-Cookie; max-age overrides ttl.
   * ttl expiry -> EXPIRED; stale_if_error -> STALE for an upstream 503 and a refused one.
@@ -10,7 +11,8 @@ is asked (the count is the truth: a HIT never reaches it).
   * purge: DELETE /cache?key=..., ?route=NAME (the admin token is required).
   * a 1 GiB body streams through with bounded RSS and is not stored; a chunked body over
     max_body likewise.
-  * the store stays under cache.size when filled past it (sluice_cache_bytes, RSS).
+  * the store stays under cache.size when filled past it (sluice_cache_bytes, RSS); a
+    reload to a smaller size evicts down to it.
   * HTTP/2 (curl --http2-prior-knowledge): MISS then HIT.
   * sluice_cache_total{route,status}.
 """
@@ -357,6 +359,17 @@ def test_size_bound(t):
         last, first = get(s, "/c/fill59"), get(s, "/c/fill0")
         t.check("the most recent entry hits, the oldest was evicted", (xcs(last), xcs(first)) == ("HIT", "MISS"),
                 ("HIT", "MISS"), (xcs(last), xcs(first)))
+        # a reload with a smaller size evicts down to it at once, and keeps what fits
+        with open(s.config_path) as f:
+            text = f.read()
+        with open(s.config_path, "w") as f:
+            f.write(text.replace("cache: { size: 1MiB }", "cache: { size: 300KiB }"))
+        r = admin(s, "POST", "/reload")
+        after = h.metric_values(metrics(s), "sluice_cache_bytes")[0]
+        hit = get(s, "/c/fill59")
+        t.check("a reload to cache.size 300KiB evicts down to it and keeps the most recent",
+                (r.status, after <= 300 * 1024, after > 0, xcs(hit)) == (200, True, True, "HIT"),
+                (200, "<= 307200", "HIT"), (r.status, after, xcs(hit)))
         rss = s.rss_kb()
         if SANITIZED:
             t.info("RSS grew by %d KiB (not checked under ASan: its quarantine keeps evicted entries)" % (rss - rss0))
