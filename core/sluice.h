@@ -7,7 +7,7 @@
  * the ABI has a name here (an enum, so the Lua side can declare the same text).
  *
  * Sections, each under a banner: result codes, phases, request, response, upstream and
- * balancer, breaker, http client, redis, limit, shared dict, crypto, tcp session, log,
+ * balancer, breaker, http client, redis, limit, shared dict, cache, crypto, tcp session, log,
  * time and randomness.
  *
  * Each module of lua/sluice/ declares (ffi.cdef) the functions and constants it uses,
@@ -334,6 +334,47 @@ int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const ch
 int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl,
                        double *out, const char **err);
 int sl_ffi_shdict_delete(const char *k, size_t kl);
+
+/* ======================== cache (sluice.cache, the proxy-cache plugin; core/upstream/cache.c)
+ * The response store shared by all workers (top-level `cache: { size }`). Worker thread,
+ * during the request's access phase. */
+
+/** What the cache did for a request: its X-Cache-Status and the `status` label of
+ *  sluice_cache_total. SL_CACHE_WAIT is a lookup's answer only. */
+enum {
+    SL_CACHE_MISS = 0,
+    SL_CACHE_HIT = 1,
+    SL_CACHE_EXPIRED = 2,
+    SL_CACHE_BYPASS = 3,
+    SL_CACHE_STALE = 4,
+    SL_CACHE_WAIT = 5
+};
+/** How a route's proxy-cache stores responses (its config, once per generation). */
+typedef struct {
+    double ttl;            /**< seconds a response stays fresh without max-age/s-maxage */
+    double stale_if_error; /**< seconds past freshness an entry may answer a failed upstream */
+    double lock_timeout;   /**< seconds concurrent misses of a key wait for the first one */
+    uint64_t max_body;     /**< a longer response streams through and is not stored */
+    int cache_set_cookie;  /**< 1: a response with Set-Cookie may be stored */
+    char methods[64];      /**< the methods looked up, each followed by a space ("GET HEAD ") */
+    int nstatuses;         /**< statuses[0..nstatuses) may be stored (at most 16) */
+    int statuses[16];
+} sl_cache_policy_t;
+/** Looks key[0..len) up (key NULL: the default key, "METHOD host/path?query", built here).
+ *  SL_CACHE_BYPASS: the request's method is not in pol->methods (X-Cache-Status BYPASS,
+ *  counted). SL_CACHE_HIT: the request is answered from the entry once the
+ *  plugin returns (as by response.exit: the chain stops; header_filter and body_filter
+ *  run), X-Cache-Status HIT. SL_CACHE_MISS or SL_CACHE_EXPIRED: the request goes upstream
+ *  and its response is stored under pol (copied) when cacheable; X-Cache-Status then says
+ *  MISS, EXPIRED or BYPASS (not cacheable). SL_CACHE_WAIT (may_wait 1 only): another
+ *  request is fetching the key; wait a little (sleep) and ask again, with may_wait 0 once
+ *  pol->lock_timeout has passed. SL_ERROR with *err outside access. */
+int sl_ffi_cache_lookup(sl_req_t *r, const char *key, size_t len, const sl_cache_policy_t *pol,
+                        int may_wait, const char **err);
+/** After SL_CACHE_WAIT: waits at most ms for the request fetching the key, on any worker,
+ *  to finish (then the caller yields, and calls sl_ffi_cache_lookup again when resumed).
+ *  SL_OK, or SL_ERROR with *err. */
+int sl_ffi_cache_wait(sl_req_t *r, uint64_t ms, const char **err);
 
 /* ======================== crypto (sluice.crypto, core/lua/crypto.c)
  * OpenSSL's libcrypto through the core, so Lua never loads libcrypto itself. Any thread,

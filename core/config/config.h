@@ -270,6 +270,7 @@ typedef struct {
     bool redis_enabled;          /**< `redis:` present */
     sl_addr_t redis_address;     /**< default 127.0.0.1:6379 */
     uint64_t redis_timeout_ms;   /**< default 50ms */
+    uint64_t cache_size;         /**< `cache.size`: the proxy-cache store's bytes (default 64 MiB) */
     sl_resolver_conf_t resolver; /**< `resolver:` */
     /** `user:` / `group:`: started as root, sluice binds its sockets then switches to
      *  run_uid/run_gid (setgroups to run_gid alone, setgid, setuid) before serving.

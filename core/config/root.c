@@ -42,6 +42,7 @@ enum {
     G_METRICS,
     G_TELEMETRY,
     G_CONFIG_SOURCE,
+    G_CACHE,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -64,6 +65,7 @@ static const char *const top_keys[G_N] = {
     [G_METRICS] = "metrics",
     [G_TELEMETRY] = "telemetry",
     [G_CONFIG_SOURCE] = "config_source",
+    [G_CACHE] = "cache",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
@@ -71,6 +73,8 @@ static const char *const redis_keys[RD_N] = {"address", "timeout"};
 enum { RS_NAMESERVERS, RS_TIMEOUT, RS_ATTEMPTS, RS_MIN_TTL, RS_MAX_TTL, RS_IPV6, RS_N };
 static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attempts",
                                                 "min_ttl",     "max_ttl", "ipv6"};
+enum { CA_SIZE, CA_N };
+static const char *const cache_keys[CA_N] = {"size"};
 enum { AD_LISTEN, AD_TOKEN_ENV, AD_DEBUG_TOKEN_ENV, AD_N };
 static const char *const admin_keys[AD_N] = {"listen", "token_env", "debug_token_env"};
 enum { TM_OTLP, TM_SERVICE_NAME, TM_SAMPLE_RATIO, TM_PLUGIN_SPANS, TM_N };
@@ -431,6 +435,12 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
         parse_resolver(cx, v, &cfg->resolver);
     run_as(cx, f[G_USER].val, f[G_GROUP].val, cfg);
     if ((v = f[G_CONFIG_SOURCE].val)) parse_source(cx, v, root);
+    cfg->cache_size = UINT64_C(64) << 20; /* upstream/cache.h SL_CACHE_DEFAULT_SIZE */
+    if ((v = f[G_CACHE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "cache")) {
+        sl__field_t cf[CA_N];
+        sl__cfg_scan_map(cx, v, "'cache'", cache_keys, cf, CA_N, NULL);
+        if (cf[CA_SIZE].val) sl__cfg_get_size(cx, cf[CA_SIZE].val, "size", 0, UINT64_C(1) << 40, &cfg->cache_size);
+    }
     cfg->redis_timeout_ms = 50;
     if ((v = f[G_REDIS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "redis")) {
         sl__field_t rf[RD_N];

@@ -42,6 +42,7 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->nupstreams = cfg->nupstreams;
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
+    m->cache = calloc(m->nroutes * SL_CACHE_STATUSES, sizeof(uint64_t));
     m->plugin_base = calloc(m->nroutes, sizeof(size_t));
     m->plugin_len = calloc(m->nroutes, 1);
     size_t rows = 0;
@@ -54,7 +55,7 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
-    if (!m->retries || !m->ratelimit || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
+    if (!m->retries || !m->ratelimit || !m->cache || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
         !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -79,6 +80,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->lplugin_errors);
     free(m->retries);
     free(m->ratelimit);
+    free(m->cache);
     free(m->plugin_base);
     free(m->plugin_len);
     free(m->plugin_dur);
@@ -145,6 +147,14 @@ void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result) {
     SL_COUNTER_ADD(m->ratelimit[r * SL_RL_RESULTS + (size_t)result], 1);
 }
 
+static const char *const cache_statuses[SL_CACHE_STATUSES] = {"MISS", "HIT", "EXPIRED", "BYPASS", "STALE"};
+
+void sl_metrics_cache(sl_wmetrics_t *m, int route, int status) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    if (status < 0 || status >= SL_CACHE_STATUSES) return;
+    SL_COUNTER_ADD(m->cache[r * SL_CACHE_STATUSES + (size_t)status], 1);
+}
+
 static int route_named(const sl_config_t *c, const char *name) {
     for (size_t i = 0; i < c->nroutes; i++)
         if (strcmp(c->routes[i].name, name) == 0) return (int)i;
@@ -168,6 +178,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
         fold_hist(&to->req_dur[tr], &from->req_dur[r]);
         for (size_t k = 0; k < SL_RL_RESULTS; k++)
             SL_COUNTER_ADD(to->ratelimit[(size_t)tr * SL_RL_RESULTS + k], from->ratelimit[r * SL_RL_RESULTS + k]);
+        for (size_t k = 0; k < SL_CACHE_STATUSES; k++)
+            SL_COUNTER_ADD(to->cache[(size_t)tr * SL_CACHE_STATUSES + k], from->cache[r * SL_CACHE_STATUSES + k]);
         if (r + 1 == from->nroutes) continue;
         const sl_route_conf_t *fr = &fcfg->routes[r], *trc = &tcfg->routes[tr];
         for (size_t pos = 0; pos < SL_METRIC_MAX_CHAIN; pos++) {
@@ -384,6 +396,23 @@ static void render_chain_durations(text_t *t, const char *owner, const chain_t *
     }
 }
 
+/* A per-route counter array of the workers' metrics (the uint64_t * at `field`, [nroutes][nk])
+ * as `name{route, label}`, the non-zero ones. */
+static void render_route_counts(text_t *t, const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n,
+                                size_t field, const char *name, const char *label,
+                                const char *const *values, size_t nk) {
+    for (size_t r = 0; r < cfg->nroutes; r++)
+        for (size_t k = 0; k < nk; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) {
+                const uint64_t *a = *(uint64_t *const *)((const char *)ms[w] + field);
+                v += SL_COUNTER_GET(a[r * nk + k]);
+            }
+            if (v) tprintf(t, "%s{route=\"%s\",%s=\"%s\"} %llu\n", name, cfg->routes[r].name, label, values[k],
+                           (unsigned long long)v);
+        }
+}
+
 int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
                       char **out, size_t *len) {
     text_t t = {malloc(16384), 0, 16384, false};
@@ -443,13 +472,12 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     }
     tprintf(&t, "# HELP sluice_ratelimit_total Rate-limit decisions by route: allowed, limited, or failopen (store down).\n"
                 "# TYPE sluice_ratelimit_total counter\n");
-    for (size_t r = 0; r < cfg->nroutes; r++)
-        for (size_t k = 0; k < SL_RL_RESULTS; k++) {
-            uint64_t v = 0;
-            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->ratelimit[r * SL_RL_RESULTS + k]);
-            if (v) tprintf(&t, "sluice_ratelimit_total{route=\"%s\",result=\"%s\"} %llu\n", cfg->routes[r].name,
-                           rl_results[k], (unsigned long long)v);
-        }
+    render_route_counts(&t, cfg, ms, n, offsetof(sl_wmetrics_t, ratelimit), "sluice_ratelimit_total", "result",
+                        rl_results, SL_RL_RESULTS);
+    tprintf(&t, "# HELP sluice_cache_total What the proxy-cache did, by route: HIT, MISS, EXPIRED, BYPASS, STALE.\n"
+                "# TYPE sluice_cache_total counter\n");
+    render_route_counts(&t, cfg, ms, n, offsetof(sl_wmetrics_t, cache), "sluice_cache_total", "status",
+                        cache_statuses, SL_CACHE_STATUSES);
     tprintf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
                 "# TYPE sluice_retries_total counter\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)

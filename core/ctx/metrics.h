@@ -42,6 +42,9 @@ enum {
 /** A rate-limit decision: the `result` label of sluice_ratelimit_total. */
 /* SL_RL_ALLOWED, _LIMITED, _FAILOPEN are in sluice.h (plugins count through the ABI). */
 #define SL_RL_RESULTS (SL_RL_FAILOPEN + 1)
+/** What the proxy-cache did: the `status` label of sluice_cache_total (SL_CACHE_MISS ..
+ *  SL_CACHE_STALE of sluice.h). */
+#define SL_CACHE_STATUSES (SL_CACHE_STALE + 1)
 
 #define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -75,6 +78,7 @@ typedef struct {
     uint64_t *lplugin_errors; /**< [nlisteners][SL_METRIC_MAX_CHAIN]: tcp listeners' preread chains */
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
     uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
+    uint64_t *cache;       /**< [nroutes][SL_CACHE_STATUSES] */
     size_t *plugin_base;   /**< [nroutes]: first row of each route's chain in plugin_dur */
     uint8_t *plugin_len;   /**< [nroutes]: its chain's length (global + own, capped) */
     sl_hist_t *plugin_dur; /**< [sum of chain lengths][SL_METRIC_PHASES]; NULL when
@@ -96,6 +100,8 @@ void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason);
 
 /** Counts a rate-limit decision on `route` (SL_RL_*). Worker thread only. */
 void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result);
+/** Counts what the proxy-cache did for a request on `route` (SL_CACHE_*). Worker thread only. */
+void sl_metrics_cache(sl_wmetrics_t *m, int route, int status);
 
 /** Records one call of the plugin at chain position `pos` of `route` in `phase`
  *  (SL_PHASE_*) that took `ns`: sluice_plugin_duration_seconds. No lock, no allocation.

@@ -73,6 +73,8 @@ typedef struct sl_worker_s {
     struct sl_tls_client_s *http_tls[2]; /**< http.request's https contexts (system CAs): [verify] */
     struct sl_redis_s *redis; /**< the worker's Redis connection (redis.c); NULL without redis: */
     struct sl_tcpw_s *tcp;  /**< tcp listeners, sessions and pipe pool (tcp_proxy.c); NULL without them */
+    struct sl_cache_bell_s *cache_bell; /**< the proxy-cache's doorbell and its waiting requests
+                                             (http/cache_req.c); NULL until one waits */
 } sl_worker_t;
 
 /** Prepares worker `id` of config `cfg` (loop, pools, Lua) on the calling thread. 0 or -1 with *err. */

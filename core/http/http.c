@@ -10,6 +10,7 @@
 void sl_http_on_accept(uv_stream_t *server, int status) { sl__conn_on_accept(server, status); }
 
 void sl_http_drain(sl_worker_t *w) {
+    sl__cache_bell_close(w);
     sl__conn_close_idle(w);
     sl__pool_close_all(w);
 }

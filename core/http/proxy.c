@@ -313,12 +313,14 @@ void sl__proxy_pump_up(sl_req_t *r) {
 
 static int on_body_to_client(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
+    if (SL_UNLIKELY(r->cache != NULL)) sl__cache_req_piece(r, p, n);
     return sl_outq_span(&r->clq, p, n) ? 0 : 1;
 }
 
 static int on_body_filtered(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
     sl_str_t o;
+    if (SL_UNLIKELY(r->cache != NULL)) sl__cache_req_piece(r, p, n);
     if (sl__req_filter_piece(r, p, n, false, &o) != SL_OK) return 1;
     return sl_outq_span(&r->clq, o.p, o.len) ? 0 : 1;
 }
@@ -396,6 +398,12 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
         if (sl__attempt_answered(r, SL_MAX(sl_wake_ns(), r->att.start_ns))) return SL_DONE; /* a retry took over */
         /* An answer that came before the whole body was sent ends the exchange. */
         if (!r->body_done) r->keep_alive = 0;
+        if (SL_UNLIKELY(r->cache != NULL) && sl__cache_req_head(r) == SL_DONE) {
+            /* a 5xx with a stale entry to answer instead (stale_if_error) */
+            sl__attempt_timed(r, r->status, sl_now_ns());
+            sl__req_respond_error(r, r->status, "bad gateway", false);
+            return SL_DONE;
+        }
         if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
             r->in_header_filter = 1;
             if (sl__req_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR) {
@@ -432,6 +440,7 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
 /* The upstream's body ended (its framing, or its close for a close-delimited body): the
  * last piece goes through the body_filter, or the last chunk is queued. */
 static void response_body_ended(sl_req_t *r) {
+    if (SL_UNLIKELY(r->cache != NULL)) sl__cache_req_ended(r);
     if (sl__req_body_filtered(r)) {
         r->bf_end = 1;
     } else {
@@ -546,6 +555,7 @@ static void req_finish(sl_req_t *r) {
             sl__upconn_close(u);
         }
     }
+    if (SL_UNLIKELY(r->cache != NULL)) sl__cache_req_finish(r);
     sl_metrics_request(&w->metrics, r->route, r->status, now - r->start_ns);
     if (r->trace.on) sl__trace_end(r, now);
     sl__req_run_log_phase(r);

@@ -314,6 +314,7 @@ void sl__req_free(sl_req_t *r) {
     sl__req_cancel_wait(r);
     sl_lua_task_end(r->w, &r->lua);
     while (r->nconn_slots) sl_conn_limit_release(r->conn_slots[--r->nconn_slots]);
+    if (r->cache) sl__cache_req_free(r); /* before the arena it lives in is reset */
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;

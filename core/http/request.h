@@ -25,6 +25,7 @@
 #include "proto/hdr_edit.h"
 #include "proto/http1.h"
 #include "script/lua_host.h"
+#include "sluice.h"
 #include "upstream/attempt.h"
 #include "http/upconn.h"
 
@@ -165,6 +166,7 @@ struct sl_req_s {
      *  RST_STREAM, upstream error, timeout, plugin error or exit). */
     struct sl_conn_slot_s *conn_slots[SL_REQ_CONN_SLOTS];
     uint8_t nconn_slots;
+    struct sl_cache_req_s *cache; /**< the proxy-cache's state (cache_req.h); NULL unless it looked up */
 };
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
@@ -334,5 +336,34 @@ void sl__hedge_promote(sl_req_t *r, int lost);
 void sl__hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread);
 void sl__hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status, const char *why);
 void sl__hedge_failed(sl_req_t *r, const char *why);
+
+/* cache_req.c: the request's side of the proxy-cache (the store is upstream/cache.h): the
+ * access phase's lookup, answering a HIT or a STALE from an entry the request holds,
+ * deciding at the upstream's response head whether the response may be stored, copying
+ * its body as it goes to the client, and storing it once it ended whole. Its state
+ * (r->cache) lives in the request's arena and ends with it. */
+/** The access phase's lookup (sl_ffi_cache_lookup): SL_CACHE_*. key.p NULL: the default
+ *  key (method, host, path and query). */
+int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol, bool may_wait);
+/** The upstream's response head arrived (r->rhead, r->status), before header_filter:
+ *  decides MISS/EXPIRED/BYPASS and starts the copy. SL_DONE when the response is a 5xx
+ *  and a stale entry should answer instead (the caller answers with sl__req_respond). */
+int sl__cache_req_head(sl_req_t *r);
+/** A piece of the upstream's body, before body_filter. */
+void sl__cache_req_piece(sl_req_t *r, const char *p, size_t n);
+/** The upstream's body ended whole. */
+void sl__cache_req_ended(sl_req_t *r);
+/** The response went out whole (req_finish): stores a captured response. */
+void sl__cache_req_finish(sl_req_t *r);
+/** A gateway answer of `*status` (>= 500) is about to go out: when a stale entry may
+ *  answer instead, replaces status and body (and sets the entry's fields): true. */
+bool sl__cache_req_stale(sl_req_t *r, int *status, sl_str_t *ctype, sl_str_t *body);
+/** The request ends (sl__req_free). */
+void sl__cache_req_free(sl_req_t *r);
+/** Waits up to ms for the key's lock to be released (sl_ffi_cache_wait): the worker's
+ *  doorbell or the timer resumes the request. SL_OK (yield), SL_ERROR out of memory. */
+int sl__cache_req_wait(sl_req_t *r, uint64_t ms);
+/** The worker drains: its doorbell goes (waiting requests fall back to their timers). */
+void sl__cache_bell_close(sl_worker_t *w);
 
 #endif

@@ -45,6 +45,8 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
         sl__upconn_close(r->up);
         r->up = NULL;
     }
+    /* stale_if_error: a failed upstream's answer is replaced by an expired entry */
+    if (SL_UNLIKELY(r->cache != NULL) && status >= 500) sl__cache_req_stale(r, &status, &ctype, &body);
     r->mode = SL_MODE_LOCAL;
     r->status = status;
     if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && ds->req == r) {

@@ -67,6 +67,15 @@ oom:
     return SL_ERROR;
 }
 
+int sl_edits_add_borrowed(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, sl_str_t value) {
+    if (e->nadded >= 512) return SL_ERROR;
+    sl_field_t *arr = grow(a, e->added, e->nadded, &e->cap_added, sizeof(sl_field_t));
+    if (!arr) return SL_ERROR;
+    e->added = arr;
+    e->added[e->nadded++] = (sl_field_t){name, value};
+    return SL_OK;
+}
+
 int sl_edits_clear(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, const char **err) {
     if (check_name(name, err)) return SL_ERROR;
     uint16_t k = 0;

@@ -25,6 +25,9 @@ typedef struct {
 /** Adds a field. SL_ERROR with *err for a name that is not a token, a value with CR/LF/NUL,
  *  a framing or hop-by-hop name, or no memory. */
 int sl_edits_add(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, sl_str_t value, const char **err);
+/** Adds a field without checking or copying it: for fields already checked whose bytes
+ *  outlive the request (a cache entry the request holds). SL_ERROR: too many, or no memory. */
+int sl_edits_add_borrowed(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, sl_str_t value);
 /** Removes every field of that name (original and added). */
 int sl_edits_clear(sl_hdr_edits_t *e, sl_arena_t *a, sl_str_t name, const char **err);
 /** clear + add. */

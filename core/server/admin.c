@@ -20,6 +20,7 @@
 #include "http/mirror.h"
 #include "server/etcd.h"
 #include "upstream/conn_limit.h"
+#include "upstream/cache.h"
 
 #define ADMIN_HEAD_MAX 8192
 #define ADMIN_IO_TIMEOUT_MS 5000
@@ -572,6 +573,64 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
     return true;
 }
 
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The value of query argument `name` in q[0..n) (after '?'), form-decoded into out[0..cap):
+ *  its length, or -1 when absent or longer than cap. */
+static long query_arg(const char *q, size_t n, const char *name, char *out, size_t cap) {
+    size_t nl = strlen(name);
+    for (const char *p = q, *e = q + n; p < e;) {
+        const char *amp = memchr(p, '&', (size_t)(e - p));
+        const char *end = amp ? amp : e;
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        const char *ke = eq ? eq : end;
+        if ((size_t)(ke - p) == nl && memcmp(p, name, nl) == 0) {
+            size_t o = 0;
+            for (const char *v = eq ? eq + 1 : end; v < end; v++) {
+                if (o == cap) return -1;
+                int hi, lo;
+                if (*v == '%' && end - v >= 3 && (hi = hexval(v[1])) >= 0 && (lo = hexval(v[2])) >= 0) {
+                    out[o++] = (char)(hi * 16 + lo);
+                    v += 2;
+                } else {
+                    out[o++] = *v == '+' ? ' ' : *v;
+                }
+            }
+            return (long)o;
+        }
+        p = end + 1;
+    }
+    return -1;
+}
+
+/* DELETE /cache?key=KEY | ?route=NAME | ?all: purges the proxy-cache store. */
+static void admin_cache(admin_conn_t *a, sl_str_t m, const char *q, size_t qlen) {
+    char v[4096];
+    long n;
+    size_t purged;
+    if (!SL_IEQ(m, "delete")) {
+        send_json_error(a, 405, "DELETE /cache?key=KEY, ?route=NAME or ?all");
+        return;
+    }
+    if ((n = query_arg(q, qlen, "key", v, sizeof v)) >= 0)
+        purged = sl_cache_purge_key((sl_str_t){v, (size_t)n});
+    else if ((n = query_arg(q, qlen, "route", v, sizeof v)) >= 0)
+        purged = sl_cache_purge_route((sl_str_t){v, (size_t)n});
+    else if (query_arg(q, qlen, "all", v, sizeof v) >= 0)
+        purged = sl_cache_purge_all();
+    else {
+        send_json_error(a, 400, "DELETE /cache needs ?key=KEY, ?route=NAME or ?all");
+        return;
+    }
+    text_t t = {0};
+    tput(&t, "{\"ok\":true,\"purged\":%zu}\n", purged);
+    admin_send(a, 200, "application/json", t.p, t.p ? t.len : 0);
+}
+
 static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const char *path, size_t plen) {
     sl_server_t *srv = a->srv;
     sl_str_t m = {method, mlen}, p = {path, plen};
@@ -622,6 +681,12 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
              "# TYPE sluice_telemetry_exports_failed_total counter\nsluice_telemetry_exports_failed_total %llu\n",
              (unsigned long long)tdrop, (unsigned long long)texp, (unsigned long long)tfail);
         render_discovery(srv, &gauges);
+        tput(&gauges,
+             "# HELP sluice_cache_bytes Bytes the proxy-cache store holds (cache.size bounds them).\n"
+             "# TYPE sluice_cache_bytes gauge\nsluice_cache_bytes %llu\n"
+             "# HELP sluice_cache_entries Entries the proxy-cache store holds.\n"
+             "# TYPE sluice_cache_entries gauge\nsluice_cache_entries %llu\n",
+             (unsigned long long)sl_cache_bytes(), (unsigned long long)sl_cache_count());
         char *src = sl_etcd_metrics(srv->etcd);
         if (src) tput(&gauges, "%s", src);
         free(src);
@@ -660,6 +725,8 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
             if (!body) body = strdup("{\"ok\":false}\n");
             admin_send(a, rc == SL_OK ? 200 : 422, "application/json", body, body ? strlen(body) : 0);
         }
+    } else if (sl_str_ieq(p, "/cache", 6)) {
+        admin_cache(a, m, q ? q + 1 : "", q ? plen - (size_t)(q + 1 - path) : 0);
     } else if (!admin_registry(a, m, p)) {
         SEND_LIT(404, "{\"error\":\"not found\"}\n");
     }

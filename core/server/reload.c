@@ -23,6 +23,7 @@
 #include "script/plugin.h"
 #include "server/etcd.h"
 #include "server/listen.h"
+#include "upstream/cache.h"
 #include "server/server.h"
 #include "ctx/telemetry.h"
 #include "server/notify.h"
@@ -512,6 +513,7 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     if (srv->config_path) srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &code, sizeof code);
     srv->workers = ws;
     srv->cfg = n;
+    sl_cache_set_size(n->cache_size);
     srv->ug = ug;
     sl_health_stop(&srv->health); /* probers of the old generation; states carry over */
     sl_health_start(&srv->health, srv->loop, &srv->treg, ug);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "server/listen.h"
+#include "upstream/cache.h"
 #include "server/notify.h"
 #include "server/privileges.h"
 #include "script/lua_host.h"
@@ -147,6 +148,7 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
     memset(srv, 0, sizeof(*srv));
     srv->cfg = cfg;
     srv->boot_cfg = cfg;
+    sl_cache_set_size(cfg->cache_size);
     srv->embedded = embedded;
     if (embedded) {
         if (uv_loop_init(&srv->own_loop) != 0) {

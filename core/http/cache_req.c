@@ -1,0 +1,478 @@
+/* cache_req.c — a request's side of the proxy-cache (request.h, section cache_req.c; the
+ * store is upstream/cache.h). Worker thread only. */
+#include "http/request.h"
+#include "upstream/cache.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+/* A link of a worker's list of requests waiting for a lock (a sentinel heads each list). */
+typedef struct wlink_s {
+    struct wlink_s *prev, *next;
+} wlink_t;
+
+/* A request's cache state, in its arena (r->cache). */
+typedef struct sl_cache_req_s {
+    wlink_t wl;             /**< in the worker's bell's waiters while it waits; else unlinked */
+    sl_req_t *r;
+    sl_str_t key;           /**< in the request's arena */
+    sl_cache_policy_t pol;
+    uint64_t token;         /**< the lock's owner id */
+    uint8_t armed;          /**< looked up, not answered from the store: the response may be stored */
+    uint8_t status;         /**< SL_CACHE_MISS or SL_CACHE_EXPIRED until the head decides */
+    uint8_t locked;         /**< this request holds the key's lock */
+    uint8_t capturing;      /**< the response is cacheable: its body is being copied */
+    uint8_t ended;          /**< the body ended whole */
+    sl_cache_entry_t *held; /**< the entry a HIT or STALE answer is sent from */
+    sl_cache_entry_t *stale;/**< an expired entry for stale_if_error */
+    /* the capture: the upstream's head, then its body */
+    int rstatus;
+    uint64_t fresh_ns;
+    sl_cache_field_t *fields;
+    uint16_t nfields;
+    sl_str_t vary;
+    char *fbuf;             /**< malloc'ed: fields' bytes and array */
+    char *body;             /**< malloc'ed: the body so far */
+    size_t len, cap;
+} sl_cache_req_t;
+
+#define NS_PER_S 1000000000.0
+
+static _Atomic uint64_t next_token = 1;
+
+static uint64_t secs_ns(double s) { return s <= 0 ? 0 : (uint64_t)(s * NS_PER_S); }
+
+void sl__cache_req_ended(sl_req_t *r) { r->cache->ended = 1; }
+
+/* The request's value of header `name` ("" when absent), for Vary keys. */
+static sl_str_t req_header(void *ud, sl_str_t name) {
+    const sl_req_t *r = ud;
+    for (uint16_t i = 0; i < r->head.nheaders; i++)
+        if (sl_str_ieq2(r->head.headers[i].name, name)) return r->head.headers[i].value;
+    return (sl_str_t){"", 0};
+}
+
+static void count(sl_req_t *r, int status) { sl_metrics_cache(&r->w->metrics, r->route, status); }
+
+static const sl_str_t status_text[] = {
+    [SL_CACHE_MISS] = SL_LIT("MISS"),       [SL_CACHE_HIT] = SL_LIT("HIT"),
+    [SL_CACHE_EXPIRED] = SL_LIT("EXPIRED"), [SL_CACHE_BYPASS] = SL_LIT("BYPASS"),
+    [SL_CACHE_STALE] = SL_LIT("STALE"),
+};
+
+static void say(sl_req_t *r, int status) {
+    const char *err;
+    sl_edits_set(&r->resp_edits, &r->arena, SL_LIT("X-Cache-Status"), status_text[status], &err);
+    count(r, status);
+}
+
+static sl_cache_req_t *state(sl_req_t *r) {
+    if (r->cache) return r->cache;
+    sl_cache_req_t *c = sl_arena_alloc(&r->arena, sizeof *c);
+    if (!c) return NULL;
+    memset(c, 0, sizeof *c);
+    c->r = r;
+    c->token = atomic_fetch_add_explicit(&next_token, 1, memory_order_relaxed);
+    r->cache = c;
+    return c;
+}
+
+/* Answers from entry e (held by the request until it ends), as response.exit would: its
+ * fields are the response's, its body is sent from the entry. Nothing is copied or checked
+ * again: the fields were checked when the upstream's head was parsed, and the entry
+ * outlives the request. */
+static void answer_from(sl_req_t *r, sl_cache_entry_t *e, int status) {
+    r->cache->held = e;
+    for (uint16_t i = 0; i < e->nfields; i++)
+        sl_edits_add_borrowed(&r->resp_edits, &r->arena, e->fields[i].name, e->fields[i].value);
+    char *age = sl_arena_alloc(&r->arena, 20), *p = age + 20;
+    if (age) {
+        uint64_t now = sl_wake_ns(), s = now > e->stored_at ? (now - e->stored_at) / 1000000000u : 0;
+        do *--p = (char)('0' + s % 10);
+        while (s /= 10);
+        sl_edits_add_borrowed(&r->resp_edits, &r->arena, SL_LIT("Age"), (sl_str_t){p, (size_t)(age + 20 - p)});
+    }
+    sl_edits_add_borrowed(&r->resp_edits, &r->arena, SL_LIT("X-Cache-Status"), status_text[status]);
+    count(r, status);
+}
+
+/* Whether the request's method is one of pol->methods ("GET HEAD "). */
+static bool method_listed(const sl_req_t *r, const sl_cache_policy_t *pol) {
+    sl_str_t m = r->head.method;
+    const char *l = pol->methods, *e = l + strnlen(l, sizeof pol->methods);
+    for (const char *p = l; p + m.len < e; p++)
+        if ((p == l || p[-1] == ' ') && p[m.len] == ' ' && memcmp(p, m.p, m.len) == 0) return true;
+    return false;
+}
+
+/* The default key, "METHOD host/path?query", in the request's arena. */
+static sl_str_t default_key(sl_req_t *r) {
+    sl_str_t m = r->head.method, h = {r->host, r->host_len};
+    sl_str_t path = r->path_override.p ? r->path_override : r->head.path;
+    sl_str_t q = r->query_set ? r->query_override : r->head.query;
+    size_t n = m.len + 1 + h.len + path.len + (q.len ? 1 + q.len : 0);
+    char *k = sl_arena_alloc(&r->arena, n);
+    if (!k) return (sl_str_t){NULL, 0};
+    sl_wbuf_t b = {k, 0, n};
+    sl_wbuf_str(&b, m);
+    sl_wbuf_put(&b, " ", 1);
+    sl_wbuf_str(&b, h);
+    sl_wbuf_str(&b, path);
+    if (q.len) {
+        sl_wbuf_put(&b, "?", 1);
+        sl_wbuf_str(&b, q);
+    }
+    return (sl_str_t){k, b.len};
+}
+
+int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol, bool may_wait) {
+    if (!method_listed(r, pol)) {
+        say(r, SL_CACHE_BYPASS);
+        return SL_CACHE_BYPASS;
+    }
+    sl_cache_req_t *c = state(r);
+    if (!c) return SL_CACHE_BYPASS;
+    if (!c->key.p) {
+        /* the first lookup of the request: its key (a retry after WAIT has the same) */
+        if (!key.p) {
+            c->key = default_key(r);
+        } else {
+            char *k = sl_arena_alloc(&r->arena, key.len ? key.len : 1);
+            if (k) memcpy(k, key.p, key.len);
+            c->key = (sl_str_t){k, key.len};
+        }
+        if (!c->key.p) return SL_CACHE_BYPASS;
+    }
+    sl_cache_release(c->stale);
+    c->stale = NULL;
+    sl_cache_entry_t *hit, *stale;
+    bool locked;
+    int rc = sl_cache_lookup(c->key, req_header, r, sl_wake_ns(), secs_ns(pol->lock_timeout), c->token, may_wait,
+                             &hit, &stale, &locked);
+    if (rc == SL_CACHE_HIT) {
+        r->exit_status = hit->status;
+        r->exit_body = hit->body;
+        answer_from(r, hit, SL_CACHE_HIT);
+        return rc;
+    }
+    if (rc == SL_CACHE_WAIT) return rc;
+    c->pol = *pol;
+    if (c->pol.nstatuses > 16) c->pol.nstatuses = 16;
+    c->stale = stale;
+    c->locked = locked;
+    c->status = (uint8_t)rc;
+    c->armed = 1;
+    return rc;
+}
+
+/* The lock goes: with a pass mark when the response is not cacheable (the next requests go
+ * upstream at once), plainly when this fetch was abandoned (the next one takes it). */
+static void unlock(sl_cache_req_t *c, bool pass) {
+    if (!c->locked) return;
+    c->locked = 0;
+    sl_cache_unlock(c->key, c->token, sl_now_ns(), pass ? secs_ns(c->pol.lock_timeout) : 0);
+}
+
+static void capture_drop(sl_cache_req_t *c) {
+    c->capturing = 0;
+    free(c->body);
+    free(c->fbuf);
+    c->body = c->fbuf = NULL;
+    c->len = c->cap = 0;
+}
+
+/* ---- what the upstream said ---- */
+
+/* Cache-Control's delta-seconds: 0 and *ok, or !*ok for a malformed value. */
+static uint64_t delta_seconds(sl_str_t v, bool *ok) {
+    if (v.len >= 2 && v.p[0] == '"' && v.p[v.len - 1] == '"') v = (sl_str_t){v.p + 1, v.len - 2};
+    uint64_t n = 0;
+    *ok = v.len > 0;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.p[i] < '0' || v.p[i] > '9') {
+            *ok = false;
+            return 0;
+        }
+        if (n < 1000000000000ull) n = n * 10 + (uint64_t)(v.p[i] - '0');
+    }
+    return n;
+}
+
+/* Reads the response's Cache-Control: false when it forbids a shared cache to store it
+ * (no-store, private, no-cache); *ttl_s gets s-maxage, else max-age, else stays. */
+static bool cache_control(const sl_h1_head_t *h, double *ttl_s) {
+    bool have_s = false;
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        if (!SL_IEQ(h->headers[i].name, "cache-control")) continue;
+        sl_str_t list = h->headers[i].value, tok;
+        while (sl_h1_next_token(&list, &tok)) {
+            sl_str_t name = tok, val = {NULL, 0};
+            const char *eq = memchr(tok.p, '=', tok.len);
+            if (eq) {
+                name.len = (size_t)(eq - tok.p);
+                val = (sl_str_t){eq + 1, tok.len - name.len - 1};
+            }
+            while (name.len && (name.p[name.len - 1] == ' ' || name.p[name.len - 1] == '\t')) name.len--;
+            bool ok;
+            if (SL_IEQ(name, "no-store") || SL_IEQ(name, "private") || SL_IEQ(name, "no-cache")) return false;
+            if (SL_IEQ(name, "s-maxage")) {
+                uint64_t n = delta_seconds(val, &ok);
+                if (!ok) return false; /* unreadable: not stored */
+                *ttl_s = (double)n;
+                have_s = true;
+            } else if (SL_IEQ(name, "max-age") && !have_s) {
+                uint64_t n = delta_seconds(val, &ok);
+                if (!ok) return false;
+                *ttl_s = (double)n;
+            }
+        }
+    }
+    return *ttl_s > 0;
+}
+
+/* Whether the response may be stored; *ttl_s its freshness, *vary its Vary value. */
+static bool cacheable(const sl_req_t *r, const sl_cache_policy_t *pol, double *ttl_s, sl_str_t *vary) {
+    const sl_h1_head_t *h = &r->rhead;
+    bool listed = false;
+    for (int i = 0; i < pol->nstatuses; i++) listed |= pol->statuses[i] == h->status;
+    if (!listed || h->status == 101) return false;
+    if (h->body_kind == SL_BODY_LENGTH && h->content_length > pol->max_body) return false;
+    *ttl_s = pol->ttl;
+    if (!cache_control(h, ttl_s)) return false;
+    *vary = (sl_str_t){NULL, 0};
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        sl_str_t n = h->headers[i].name;
+        if (SL_IEQ(n, "set-cookie") && !pol->cache_set_cookie) return false;
+        if (SL_IEQ(n, "vary")) {
+            if (vary->len) return false; /* several Vary lines: not worth joining */
+            *vary = h->headers[i].value;
+            if (memchr(vary->p, '*', vary->len)) return false;
+        }
+    }
+    return true;
+}
+
+/* Fields an entry keeps: not hop-by-hop, not framing, not the ones answers set afresh. */
+static bool kept(const sl_h1_header_t *f) {
+    return !f->hop && !SL_IEQ(f->name, "content-length") && !SL_IEQ(f->name, "transfer-encoding") &&
+           !SL_IEQ(f->name, "age") && !SL_IEQ(f->name, "x-cache-status");
+}
+
+/* Copies the head's kept fields (and the Vary value) into one malloc'ed buffer. */
+static bool snapshot(sl_cache_req_t *c, const sl_h1_head_t *h, sl_str_t vary) {
+    size_t n = 0, bytes = vary.len;
+    for (uint16_t i = 0; i < h->nheaders; i++)
+        if (kept(&h->headers[i])) n++, bytes += h->headers[i].name.len + h->headers[i].value.len;
+    char *buf = malloc(n * sizeof(sl_cache_field_t) + bytes + 1);
+    if (!buf) return false;
+    sl_cache_field_t *f = (sl_cache_field_t *)buf;
+    char *p = buf + n * sizeof(sl_cache_field_t);
+    size_t k = 0;
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        const sl_h1_header_t *x = &h->headers[i];
+        if (!kept(x)) continue;
+        memcpy(p, x->name.p, x->name.len);
+        f[k].name = (sl_str_t){p, x->name.len};
+        p += x->name.len;
+        memcpy(p, x->value.p, x->value.len);
+        f[k].value = (sl_str_t){p, x->value.len};
+        p += x->value.len;
+        k++;
+    }
+    if (vary.len) memcpy(p, vary.p, vary.len);
+    c->vary = (sl_str_t){p, vary.len};
+    c->fbuf = buf;
+    c->fields = f;
+    c->nfields = (uint16_t)n;
+    return true;
+}
+
+int sl__cache_req_head(sl_req_t *r) {
+    sl_cache_req_t *c = r->cache;
+    if (!c || !c->armed || c->held) return SL_OK;
+    capture_drop(c); /* a retry's response replaces an earlier attempt's */
+    c->ended = 0;
+    if (r->status >= 500 && c->stale) return SL_DONE;
+    double ttl_s;
+    sl_str_t vary;
+    if (!cacheable(r, &c->pol, &ttl_s, &vary) || !snapshot(c, &r->rhead, vary)) {
+        unlock(c, true);
+        say(r, SL_CACHE_BYPASS);
+        return SL_OK;
+    }
+    c->rstatus = r->status;
+    c->fresh_ns = secs_ns(ttl_s);
+    c->capturing = 1;
+    if (r->rhead.body_kind == SL_BODY_NONE) c->ended = 1;
+    say(r, c->status);
+    return SL_OK;
+}
+
+void sl__cache_req_piece(sl_req_t *r, const char *p, size_t n) {
+    sl_cache_req_t *c = r->cache;
+    if (!c->capturing || !n) return;
+    if (c->len + n > c->pol.max_body) {
+        /* longer than max_body (a chunked or close-delimited body): streams on, not stored */
+        capture_drop(c);
+        unlock(c, true);
+        return;
+    }
+    if (c->len + n > c->cap) {
+        size_t cap = SL_MAX(c->cap * 2, SL_MAX(c->len + n, (size_t)4096));
+        if (cap > c->pol.max_body) cap = c->pol.max_body;
+        char *b = realloc(c->body, cap);
+        if (!b) {
+            capture_drop(c);
+            unlock(c, true);
+            return;
+        }
+        c->body = b;
+        c->cap = cap;
+    }
+    memcpy(c->body + c->len, p, n);
+    c->len += n;
+}
+
+void sl__cache_req_finish(sl_req_t *r) {
+    sl_cache_req_t *c = r->cache;
+    if (!c || !c->capturing || !c->ended || r->mode != SL_MODE_PROXY) return;
+    uint64_t now = sl_now_ns();
+    const sl_route_conf_t *rc = sl__req_route_conf(r);
+    sl_cache_put_t put = {
+        .key = c->key,
+        .route = rc ? (sl_str_t){rc->name, strlen(rc->name)} : (sl_str_t){"", 0},
+        .vary = c->vary,
+        .status = c->rstatus,
+        .fields = c->fields,
+        .nfields = c->nfields,
+        .body = {c->body, c->len},
+        .body_owned = true,
+        .fresh_until = now + c->fresh_ns,
+        .stale_until = now + c->fresh_ns + secs_ns(c->pol.stale_if_error),
+        .stored_at = now,
+    };
+    c->body = NULL; /* the store owns it now, whatever the outcome */
+    c->len = c->cap = 0;
+    c->locked = 0; /* the insert releases the lock */
+    sl_cache_insert(&put, req_header, r, now, secs_ns(c->pol.lock_timeout), c->token);
+    capture_drop(c);
+}
+
+bool sl__cache_req_stale(sl_req_t *r, int *status, sl_str_t *ctype, sl_str_t *body) {
+    sl_cache_req_t *c = r->cache;
+    if (!c || !c->stale || c->held || *status < 500 || r->mode != SL_MODE_PROXY) return false;
+    sl_cache_entry_t *e = c->stale;
+    c->stale = NULL;
+    capture_drop(c);
+    unlock(c, false);
+    memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+    answer_from(r, e, SL_CACHE_STALE);
+    *status = e->status;
+    *ctype = (sl_str_t){NULL, 0};
+    *body = e->body;
+    return true;
+}
+
+
+/* ---- waiting for a lock: the worker's doorbell ----
+ *
+ * A request whose lookup answered WAIT sleeps on a timer (the plugin's safety-net step)
+ * and sits in its worker's list of waiters. The store rings every worker's doorbell (an
+ * uv_async_t, thread-safe to send) when a lock some request waited for is released, on
+ * whichever worker released it; the rung worker wakes all its waiters, which look again.
+ * The list is the worker's own: only its thread touches it. */
+
+typedef struct sl_cache_bell_s {
+    uv_async_t async;
+    wlink_t waiters; /* sentinel */
+} sl_cache_bell_t;
+
+static void wl_unlink(wlink_t *l) {
+    if (!l->next) return;
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+static void wl_push(wlink_t *head, wlink_t *l) {
+    l->next = head;
+    l->prev = head->prev;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static void bell_ring(void *ud) { uv_async_send(&((sl_cache_bell_t *)ud)->async); }
+
+/* Wakes every waiter of this worker. The list is moved to a local sentinel first: a waiter
+ * that waits again joins the worker's list, and one freed meanwhile (a connection closed
+ * by another's wakeup) unlinks itself from the local list. */
+static void bell_rung(uv_async_t *a) {
+    sl_cache_bell_t *b = a->data;
+    wlink_t local = {&local, &local};
+    if (b->waiters.next == &b->waiters) return;
+    local.next = b->waiters.next;
+    local.prev = b->waiters.prev;
+    local.next->prev = &local;
+    local.prev->next = &local;
+    b->waiters.next = b->waiters.prev = &b->waiters;
+    while (local.next != &local) {
+        sl_cache_req_t *c = SL_CONTAINER_OF(local.next, sl_cache_req_t, wl);
+        sl_req_t *r = c->r;
+        wl_unlink(&c->wl);
+        sl__req_cancel_wait(r);
+        sl__req_wakeup(r);
+    }
+}
+
+static void bell_closed(uv_handle_t *h) { free(h->data); }
+
+static sl_cache_bell_t *bell_of(sl_worker_t *w) {
+    if (w->cache_bell || w->draining) return w->cache_bell;
+    sl_cache_bell_t *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->waiters.next = b->waiters.prev = &b->waiters;
+    uv_async_init(&w->loop, &b->async, bell_rung);
+    b->async.data = b;
+    uv_unref((uv_handle_t *)&b->async); /* never keeps a draining loop alive */
+    if (sl_cache_bell_add(bell_ring, b) != SL_OK) {
+        uv_close((uv_handle_t *)&b->async, bell_closed);
+        return NULL;
+    }
+    w->cache_bell = b;
+    return b;
+}
+
+void sl__cache_bell_close(sl_worker_t *w) {
+    sl_cache_bell_t *b = w->cache_bell;
+    if (!b) return;
+    w->cache_bell = NULL;
+    sl_cache_bell_remove(b); /* from here on nobody rings it */
+    while (b->waiters.next != &b->waiters) wl_unlink(b->waiters.next); /* their timers go on */
+    uv_close((uv_handle_t *)&b->async, bell_closed);
+}
+
+static void wait_timed_out(sl_req_t *r) {
+    wl_unlink(&r->cache->wl);
+    sl__req_wakeup(r);
+}
+
+int sl__cache_req_wait(sl_req_t *r, uint64_t ms) {
+    if (sl__req_wait_ms(r, ms, SL_WAIT_SLEEP, wait_timed_out) != SL_OK) return SL_ERROR;
+    sl_cache_bell_t *b = bell_of(r->w);
+    if (b) wl_push(&b->waiters, &r->cache->wl); /* without one (draining), the timer alone */
+    return SL_OK;
+}
+
+void sl__cache_req_free(sl_req_t *r) {
+    sl_cache_req_t *c = r->cache;
+    wl_unlink(&c->wl);
+    capture_drop(c);
+    unlock(c, false);
+    sl_cache_release(c->held);
+    sl_cache_release(c->stale);
+    r->cache = NULL;
+}

@@ -1,0 +1,122 @@
+-- proxy-cache: answers repeated requests from one response store shared by all workers
+-- (top-level `cache: { size }`; core/upstream/cache.c). This file is the thin part: the
+-- config, the cache key, and the access-phase lookup. What may be stored (status,
+-- Cache-Control, Set-Cookie, Vary, max_body), the copy of the body, the HIT answer and
+-- stale_if_error are the core's (core/http/cache_req.c), so a HIT never builds a Lua
+-- string of the response.
+--
+-- Keys. The parts of `key` in order: method, host, path, query, consumer, header:NAME;
+-- then the `vary` headers. The default key reads "GET example.com/path?query"; a
+-- consumer or header part appends "\nconsumer:NAME" or "\nname:value" (the name
+-- lower-cased). DELETE /cache?key=... on the admin API takes that text.
+local sluice = require("sluice")
+local cache = require("sluice.cache")
+
+local request = sluice.request
+local lower, concat, ipairs, tostring = string.lower, table.concat, ipairs, tostring
+
+local M = {
+    name = "proxy-cache",
+    version = "1.0",
+    schema = {
+        ttl = { type = "duration", default = "60s" },
+        methods = { type = "array", items = { type = "string" }, default = { "GET", "HEAD" } },
+        statuses = { type = "array", items = { type = "integer", min = 200, max = 599 },
+                     default = { 200, 301, 404 } },
+        key = { type = "array", items = { type = "string" },
+                default = { "method", "host", "path", "query" } },
+        vary = { type = "array", items = { type = "string" }, default = {} },
+        max_body = { type = "size", default = "1MiB" },
+        stale_if_error = { type = "duration", default = "0s" },
+        lock_timeout = { type = "duration", default = "5s" },
+        cache_set_cookie = { type = "boolean", default = false },
+    },
+}
+
+local TOKEN = "^[!#$%%&'*+%-.^_`|~%w]+$"
+local SIMPLE = { method = true, host = true, path = true, query = true, consumer = true }
+
+-- A `key` entry as { kind, header name }, or nil and why.
+local function part(s)
+    if SIMPLE[s] then return { s } end
+    local h = s:match("^header:(.+)$")
+    if h and h:match(TOKEN) then return { "header", lower(h) } end
+    return nil, ("key: '%s' is not method, host, path, query, consumer or header:NAME"):format(s)
+end
+
+function M.check(conf)
+    if #conf.key == 0 then return nil, "key needs at least one part" end
+    for _, s in ipairs(conf.key) do
+        local ok, err = part(s)
+        if not ok then return nil, err end
+    end
+    for _, h in ipairs(conf.vary) do
+        if not h:match(TOKEN) then return nil, ("vary: '%s' is not a header name"):format(h) end
+    end
+    for _, m in ipairs(conf.methods) do
+        if not m:match("^[A-Z]+$") then return nil, ("methods: '%s' is not a method"):format(m) end
+    end
+    if #conf.statuses > cache.MAX_STATUSES then return nil, "statuses: at most 16" end
+    return true
+end
+
+-- The key's parts compiled from conf: `key` then `vary` (as header parts).
+function M.compile(conf)
+    local parts = {}
+    for _, s in ipairs(conf.key) do parts[#parts + 1] = assert(part(s)) end
+    for _, h in ipairs(conf.vary) do parts[#parts + 1] = { "header", lower(h) } end
+    local default = #parts == 4 and parts[1][1] == "method" and parts[2][1] == "host"
+        and parts[3][1] == "path" and parts[4][1] == "query"
+    return parts, default
+end
+
+-- The key of a request: `get` reads it (get.method(), get.host(), get.path(), get.query(),
+-- get.header(name), get.consumer(): strings, or nil when absent).
+function M.build_key(parts, get, buf)
+    buf = buf or {}
+    local n = 0
+    for i = 1, #parts do
+        local k, v = parts[i][1], nil
+        if k == "method" then
+            v = get.method() .. " "
+        elseif k == "host" or k == "path" then
+            v = get[k]()
+        elseif k == "query" then
+            local q = get.query()
+            v = q ~= "" and "?" .. q or ""
+        elseif k == "consumer" then
+            v = "\nconsumer:" .. tostring(get.consumer() or "")
+        else
+            v = "\n" .. parts[i][2] .. ":" .. (get.header(parts[i][2]) or "")
+        end
+        n = n + 1
+        buf[n] = v
+    end
+    for i = n + 1, #buf do buf[i] = nil end
+    return concat(buf, "", 1, n)
+end
+
+function M.prepare(conf)
+    local parts, default = M.compile(conf)
+    return { parts = parts, default = default, buf = {}, policy = cache.policy(conf) }
+end
+
+-- The request as build_key reads it (ctx for the consumer, set by an auth plugin before).
+local cur_ctx
+local getters = {
+    method = request.get_method, host = request.get_host, path = request.get_path,
+    query = request.get_query, header = request.get_header,
+    consumer = function() return cur_ctx and cur_ctx.consumer end,
+}
+
+-- The method check (pol.methods) and the default key are the core's: the common case is
+-- one call.
+function M.access(conf, ctx, p)
+    if p.default then return cache.lookup(nil, p.policy) end
+    cur_ctx = ctx
+    local key = M.build_key(p.parts, getters, p.buf)
+    cur_ctx = nil
+    cache.lookup(key, p.policy)
+end
+
+return M
