@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "http/request.h"
+#include "proto/compress.h"
 
 /* A plugin's upstream.set(address): the request goes to that address on a connection of
  * its own (no pool, balancer, breaker or retry: none of them know the address), with the
@@ -319,6 +320,8 @@ void sl__req_free(sl_req_t *r) {
     r->exit_alloc = NULL;
     free(r->bf_buf);
     r->bf_buf = NULL;
+    sl_compress_free(r->compress);
+    r->compress = NULL;
     if (w->nfree_reqs < 1024) {
         r->free_next = w->free_reqs;
         w->free_reqs = r;
