@@ -192,6 +192,10 @@ int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, uint64_t size_hint
  *  valid until the next call. SL_OK, or SL_ERROR with *err (static). */
 int sl_ffi_compress_piece(sl_req_t *r, const char *p, size_t len, int eof, const char **out, size_t *out_len,
                           const char **err);
+/** header_filter: the response body's length when known before it streams (the
+ *  upstream's Content-Length, which plugins do not see as a header, or a plugin's answer's
+ *  body), else -1 (chunked, close-delimited, a gateway-made answer). */
+int64_t sl_ffi_resp_body_length(sl_req_t *r);
 
 /* ======================== upstream and balancer */
 

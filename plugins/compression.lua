@@ -6,7 +6,7 @@ local sluice = require("sluice")
 local compress = require("sluice.compress")
 
 local request, response, log = sluice.request, sluice.response, sluice.log
-local tonumber, pcall, lower, find, sub = tonumber, pcall, string.lower, string.find, string.sub
+local pcall, lower, find, sub = pcall, string.lower, string.find, string.sub
 
 local M = {
     name = "compression",
@@ -71,7 +71,7 @@ local function ineligible(conf, p)
     if not p.match(ct) then return "type" end
     -- a stream of events must reach the client as each is sent: never held by an encoder
     if find(lower(ct), "text/event-stream", 1, true) then return "event stream" end
-    local cl = tonumber(response.get_header("Content-Length") or "")
+    local cl = compress.body_length()
     if cl and cl < conf.min_length then return "short" end
     return nil, cl
 end

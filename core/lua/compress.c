@@ -30,3 +30,12 @@ int sl_ffi_compress_piece(sl_req_t *r, const char *p, size_t len, int eof, const
     *out_len = o.len;
     return SL_OK;
 }
+
+int64_t sl_ffi_resp_body_length(sl_req_t *r) {
+    if (r->mode == SL_MODE_PROXY && r->status) {
+        if (r->rhead.body_kind == SL_BODY_LENGTH) return (int64_t)r->rhead.content_length;
+        return r->rhead.body_kind == SL_BODY_NONE ? 0 : -1;
+    }
+    if (r->exit_status) return (int64_t)r->exit_body.len; /* a plugin's answer (response.exit) */
+    return -1;
+}

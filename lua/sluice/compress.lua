@@ -7,6 +7,7 @@
 --   local coding = compress.choose(accept_encoding, { "br", "gzip" })  -- "br", "gzip" or nil
 --   local match = compress.types({ "text/*", "application/json" })
 --   match(content_type)                                                 -- true / false
+--   local n = compress.body_length()                                    -- header_filter
 --   local ok, err = compress.begin("gzip", 5, size_hint)                -- header_filter
 --   local out = compress.piece(chunk, eof)                              -- body_filter
 --
@@ -25,6 +26,7 @@ enum { SL_CODING_GZIP = 1, SL_CODING_BR = 2 };
 int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, uint64_t size_hint, const char **err);
 int sl_ffi_compress_piece(sl_req_t *r, const char *p, size_t len, int eof, const char **out, size_t *out_len,
                           const char **err);
+int64_t sl_ffi_resp_body_length(sl_req_t *r);
 ]]
 
 local C = ffi.C
@@ -48,8 +50,8 @@ local function weights(ae)
             name = lower(name)
             name = ALIAS[name] or name
             local q = 1
-            local qs = match(params, "^;.-[qQ]%s*=%s*([%d%.]+)")
-            if qs then q = tonumber(qs) end
+            local qs = match(params, ";%s*[qQ]%s*=%s*([^;%s]*)")
+            if qs then q = match(qs, "^[%d%.]+$") and tonumber(qs) end
             if q and q >= 0 and q <= 1 and (w[name] == nil or q > w[name]) then w[name] = q end
         end
     end
@@ -120,6 +122,15 @@ function _M.types(list)
         end
         return false
     end
+end
+
+-- The running response's body length when known before it streams (header_filter): the
+-- upstream's Content-Length (hidden from response.get_header as a framing field) or a
+-- plugin answer's body; nil when unknown.
+function _M.body_length()
+    local n = C.sl_ffi_resp_body_length(base.req)
+    if n < 0 then return nil end
+    return tonumber(n)
 end
 
 -- Starts the running response's encoder (header_filter). true, or nil, err.
