@@ -184,9 +184,8 @@ int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out);
 /** The content codings an encoder makes. */
 enum { SL_CODING_GZIP = 1, SL_CODING_BR = 2 };
 /** header_filter: starts the response's encoder, SL_CODING_* at `level` (gzip 1-9, br
- *  0-11); size_hint: the body's length when known, else 0. A second call replaces the
- *  first encoder. SL_OK, or SL_ERROR with *err (static). */
-int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, uint64_t size_hint, const char **err);
+ *  0-11). A second call replaces the first encoder. SL_OK, or SL_ERROR with *err (static). */
+int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, const char **err);
 /** body_filter: encodes the next piece of the body (eof 1: the last; the stream is
  *  finished). *out: the encoded bytes to send now (possibly none), owned by the encoder and
  *  valid until the next call. SL_OK, or SL_ERROR with *err (static). */

@@ -73,17 +73,17 @@ local function ineligible(conf, p)
     if find(lower(ct), "text/event-stream", 1, true) then return "event stream" end
     local cl = compress.body_length()
     if cl and cl < conf.min_length then return "short" end
-    return nil, cl
+    return nil
 end
 
 function M.header_filter(conf, ctx, p)
-    local why, length = ineligible(conf, p)
+    local why = ineligible(conf, p)
     if why then return end
     -- From here the response depends on Accept-Encoding, compressed or not: caches must key on it.
     vary()
     local coding = compress.choose(request.get_header("Accept-Encoding"), p.prefer)
     if not coding then return end
-    local ok, err = compress.begin(coding, p.level[coding], length)
+    local ok, err = compress.begin(coding, p.level[coding])
     if not ok then
         log.warn("not compressed: ", err)
         return

@@ -6,12 +6,12 @@
 #include "proto/compress.h"
 #include "sluice.h"
 
-int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, uint64_t size_hint, const char **err) {
+int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, const char **err) {
     if (r->lua.phase != SL_PHASE_HEADER_FILTER) {
         *err = "an encoder starts in header_filter only";
         return SL_ERROR;
     }
-    sl_compress_t *z = sl_compress_new(coding, level, size_hint, &r->w->blocks, err);
+    sl_compress_t *z = sl_compress_new(coding, level, &r->w->blocks, err);
     if (!z) return SL_ERROR;
     sl_compress_free(r->compress); /* a response that replaced one begun for (a 502 after a head) */
     r->compress = z;

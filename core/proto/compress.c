@@ -81,7 +81,7 @@ static bool out_room(sl_compress_t *z, size_t used, size_t want) {
 
 /* ---- the encoder ---- */
 
-sl_compress_t *sl_compress_new(int coding, int level, uint64_t size_hint, sl_blockpool_t *bp, const char **err) {
+sl_compress_t *sl_compress_new(int coding, int level, sl_blockpool_t *bp, const char **err) {
     if (coding == SL_COMPRESS_GZIP && (level < 1 || level > 9)) {
         *err = "gzip level must be 1 to 9";
         return NULL;
@@ -110,7 +110,6 @@ sl_compress_t *sl_compress_new(int coding, int level, uint64_t size_hint, sl_blo
         if (!z->br) goto nomem;
         BrotliEncoderSetParameter(z->br, BROTLI_PARAM_QUALITY, (uint32_t)level);
         BrotliEncoderSetParameter(z->br, BROTLI_PARAM_LGWIN, SL_COMPRESS_BR_LGWIN);
-        if (size_hint) BrotliEncoderSetParameter(z->br, BROTLI_PARAM_SIZE_HINT, (uint32_t)SL_MIN(size_hint, 1u << 30));
     }
     return z;
 nomem:

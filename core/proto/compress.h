@@ -20,16 +20,17 @@
 /** The codings (also in sluice.h: SL_CODING_GZIP, SL_CODING_BR). */
 enum { SL_COMPRESS_GZIP = 1, SL_COMPRESS_BR = 2 };
 
-/** Brotli's window: 2^19 bytes (512 KiB), ngx_brotli's default, instead of the library's
- *  4 MiB, so that an encoder's memory stays near zlib's. */
-#define SL_COMPRESS_BR_LGWIN 19
+/** Brotli's window: 2^18 bytes (256 KiB) instead of the library's 4 MiB: at level 4 an
+ *  encoder then peaks near 2 MiB for a 100 KB body and 4 MiB for a large one (13 MiB with
+ *  the default window), for the same output on web-sized text (docs/DECISIONS.md). */
+#define SL_COMPRESS_BR_LGWIN 18
 
 typedef struct sl_compress_s sl_compress_t;
 
-/** A new encoder for `coding` at `level` (gzip 1-9, br 0-11). size_hint: the body's
- *  length when known (brotli sizes its tables by it), else 0. bp: the worker's blocks, or
- *  NULL (malloc only). NULL with *err (static) for a bad argument or no memory. */
-sl_compress_t *sl_compress_new(int coding, int level, uint64_t size_hint, sl_blockpool_t *bp, const char **err);
+/** A new encoder for `coding` at `level` (gzip 1-9, br 0-11). bp: the worker's blocks, or
+ *  NULL (malloc only). NULL with *err (static) for a bad argument or no memory. (No size
+ *  hint reaches brotli: given one above 1 MiB it picks larger tables, +3 MiB.) */
+sl_compress_t *sl_compress_new(int coding, int level, sl_blockpool_t *bp, const char **err);
 
 /** Encodes the next n bytes of the body; eof: they are the last (the stream is finished).
  *  *out is what to send now (possibly empty), owned by z and valid until the next call or

@@ -75,7 +75,7 @@ static bool decode(int coding, const buf_t *enc, const char *want, size_t n) {
 static bool round_trip(int coding, int level, const char *in, size_t n, size_t step, bool last_empty,
                        sl_blockpool_t *bp, size_t *enc_len) {
     const char *err = NULL;
-    sl_compress_t *z = sl_compress_new(coding, level, n, bp, &err);
+    sl_compress_t *z = sl_compress_new(coding, level, bp, &err);
     if (!z) return false;
     buf_t enc = {0};
     sl_str_t o;
@@ -154,7 +154,7 @@ static void test_blocks_returned(void) {
         sl_blockpool_t bp = {.max_free = 64};
         const char *err;
         char *in = make_input(200000, true);
-        sl_compress_t *z = sl_compress_new(coding, coding == SL_COMPRESS_GZIP ? 5 : 4, 0, &bp, &err);
+        sl_compress_t *z = sl_compress_new(coding, coding == SL_COMPRESS_GZIP ? 5 : 4, &bp, &err);
         sl_str_t o;
         CHECK_INT(sl_compress_piece(z, in, 200000, false, &o, &err), SL_OK);
         uint64_t taken = bp.mallocs;
@@ -163,7 +163,7 @@ static void test_blocks_returned(void) {
         sl_compress_free(z); /* unfinished: the client went away */
         CHECK_INT(bp.nfree, taken);
         for (int round = 0; round < 2; round++) {
-            z = sl_compress_new(coding, coding == SL_COMPRESS_GZIP ? 5 : 4, 0, &bp, &err);
+            z = sl_compress_new(coding, coding == SL_COMPRESS_GZIP ? 5 : 4, &bp, &err);
             CHECK_INT(sl_compress_piece(z, in, 200000, true, &o, &err), SL_OK);
             sl_compress_free(z);
             if (round == 0) taken = bp.mallocs;
@@ -177,12 +177,12 @@ static void test_blocks_returned(void) {
 
 static void test_bad_arguments(void) {
     const char *err = NULL;
-    CHECK(sl_compress_new(SL_COMPRESS_GZIP, 0, 0, NULL, &err) == NULL);
+    CHECK(sl_compress_new(SL_COMPRESS_GZIP, 0, NULL, &err) == NULL);
     CHECK_STR(err, "gzip level must be 1 to 9");
-    CHECK(sl_compress_new(SL_COMPRESS_GZIP, 10, 0, NULL, &err) == NULL);
-    CHECK(sl_compress_new(SL_COMPRESS_BR, 12, 0, NULL, &err) == NULL);
+    CHECK(sl_compress_new(SL_COMPRESS_GZIP, 10, NULL, &err) == NULL);
+    CHECK(sl_compress_new(SL_COMPRESS_BR, 12, NULL, &err) == NULL);
     CHECK_STR(err, "brotli level must be 0 to 11");
-    CHECK(sl_compress_new(7, 5, 0, NULL, &err) == NULL);
+    CHECK(sl_compress_new(7, 5, NULL, &err) == NULL);
     CHECK_STR(err, "unknown content coding");
     sl_compress_free(NULL);
     /* the ABI's constants are the encoder's */

@@ -8,7 +8,7 @@
 --   local match = compress.types({ "text/*", "application/json" })
 --   match(content_type)                                                 -- true / false
 --   local n = compress.body_length()                                    -- header_filter
---   local ok, err = compress.begin("gzip", 5, size_hint)                -- header_filter
+--   local ok, err = compress.begin("gzip", 5)                           -- header_filter
 --   local out = compress.piece(chunk, eof)                              -- body_filter
 --
 -- choose: the rule is RFC 9110 12.5.3's. Each coding's weight is its own q, else the q of
@@ -23,7 +23,7 @@ local base = require("sluice.base")
 
 ffi.cdef[[
 enum { SL_CODING_GZIP = 1, SL_CODING_BR = 2 };
-int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, uint64_t size_hint, const char **err);
+int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, const char **err);
 int sl_ffi_compress_piece(sl_req_t *r, const char *p, size_t len, int eof, const char **out, size_t *out_len,
                           const char **err);
 int64_t sl_ffi_resp_body_length(sl_req_t *r);
@@ -134,10 +134,10 @@ function _M.body_length()
 end
 
 -- Starts the running response's encoder (header_filter). true, or nil, err.
-function _M.begin(coding, level, size_hint)
+function _M.begin(coding, level)
     local c = CODING[coding]
     if not c then error("unknown coding: " .. tostring(coding), 2) end
-    if C.sl_ffi_compress_begin(base.req, c, level, size_hint or 0, err_p) ~= OK then
+    if C.sl_ffi_compress_begin(base.req, c, level, err_p) ~= OK then
         return nil, ffi_string(err_p[0])
     end
     return true
