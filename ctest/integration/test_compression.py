@@ -27,6 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
 t = h.Suite("compression", budget=240)
+# Under the ASan build freed memory sits in the sanitizer's quarantine: the RSS bounds are
+# not checked there (its leak check at exit covers encoders not freed).
+SANITIZED = os.environ.get("SLUICE_SANITIZE", "").upper() in ("1", "ON", "TRUE")
 
 SIZES = [1, 859, 860, 64 << 10, 1 << 20, 10 << 20]
 BIG = 100 << 20
@@ -190,8 +193,9 @@ def test_big_bounded_rss(t):
         peak, base, (ce, size) = rss_during("/big", ["-H", "Accept-Encoding: " + coding, "--compressed"])
         t.info("100 MiB %s: RSS %d kB before, %d kB peak (+%d kB)" % (coding, base, peak, peak - base))
         t.check("100 MiB %s: all of it decoded" % coding, ce == coding and size == BIG, (coding, BIG), (ce, size))
-        t.check("100 MiB %s: RSS grew by less than 16 MiB" % coding, peak - base < 16 << 10, "< 16384 kB",
-                peak - base)
+        if not SANITIZED:
+            t.check("100 MiB %s: RSS grew by less than 16 MiB" % coding, peak - base < 16 << 10, "< 16384 kB",
+                    peak - base)
 
 
 def test_client_aborts(t):
@@ -214,7 +218,9 @@ def test_client_aborts(t):
     time.sleep(0.3)
     after = gw.rss_kb()
     t.info("RSS after 6 aborts %d kB, after 30 more %d kB" % (before, after))
-    t.check("30 aborted responses leave no growth (< 8 MiB)", after - before < 8 << 10, "< 8192 kB", after - before)
+    if not SANITIZED:
+        t.check("30 aborted responses leave no growth (< 8 MiB)", after - before < 8 << 10, "< 8192 kB",
+                after - before)
     hs, got = curl("/text/%d" % (64 << 10), "-H", "Accept-Encoding: gzip", "--compressed")
     t.check("the gateway serves after aborts", got == BODIES[("text", 64 << 10)], True, len(got))
     log = gw.log()
