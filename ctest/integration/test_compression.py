@@ -12,9 +12,13 @@ with real decoders on the client side:
   * already Content-Encoded and Cache-Control: no-transform responses untouched, HEAD,
     204 and 304 untouched; Vary: Accept-Encoding set, appended to the upstream's Vary;
     the q-value rule (br before gzip at equal q, q=0 refused, identity preferred when
-    weighted higher).
+    weighted higher);
+  * with proxy-cache before it (when plugins/proxy-cache.lua is in the tree): the cache
+    stores the identity response and compression encodes on the way out of a HIT as of a
+    MISS: one entry serves gzip, br and identity clients, each decoding to the same bytes.
 """
 
+import gzip
 import hashlib
 import os
 import random
@@ -268,4 +272,52 @@ def test_q_values(t):
                     body == TEXT_MIB[:4000] and hs.get("vary") == "Accept-Encoding", True, hs)
 
 
-t.run(setup, test_round_trips, test_untouched, test_q_values, test_big_bounded_rss, test_client_aborts)
+def test_with_proxy_cache(t):
+    if not os.path.exists(os.path.join(h.SRC, "plugins", "proxy-cache.lua")):
+        t.info("no proxy-cache plugin in this tree: skipped")
+        return
+    up2 = h.MockUpstream(handler, name="up2")
+    cgw = h.start_sluice("""\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+cache: { size: 16MiB }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams: [ { name: up, targets: [ { address: %s } ] } ]
+routes:
+  - name: c
+    match: { paths: [ / ] }
+    upstream: up
+    plugins: [ { name: proxy-cache }, { name: compression } ]
+""" % up2.address, suite=t, name="cache")
+    global port
+    saved, port = port, cgw.port()
+    try:
+        path = "/text/%d" % (64 << 10)
+        body = BODIES[("text", 64 << 10)]
+        seen = []
+        for ae in ("gzip", "br", "gzip", "identity", "br"):
+            hs, raw = curl(path, "-H", "Accept-Encoding: " + ae)
+            got = brotli_decode(raw) if hs.get("content-encoding") == "br" else raw
+            if hs.get("content-encoding") == "gzip":
+                got = gzip.decompress(raw)
+            seen.append((ae, hs.get("x-cache-status"), hs.get("content-encoding")))
+            t.check("cache + compression, %s (%s): decoded body identical" % (ae, hs.get("x-cache-status")),
+                    got == body, sha(body), sha(got))
+        t.check("one upstream request for all five, each encoded as asked",
+                seen == [("gzip", "MISS", "gzip"), ("br", "HIT", "br"), ("gzip", "HIT", "gzip"),
+                         ("identity", "HIT", None), ("br", "HIT", "br")] and up2.snapshot()[2] == 1,
+                "MISS then HITs, 1 upstream request", (seen, up2.snapshot()[2]))
+        # a HIT shorter than min_length goes out as it is, as its MISS did
+        short = [curl("/text/859", "-H", "Accept-Encoding: gzip") for _ in range(2)]
+        t.check("cache + compression: 859 B MISS and HIT both identity",
+                [(hs.get("x-cache-status"), hs.get("content-encoding"), b == BODIES[("text", 859)])
+                 for hs, b in short] == [("MISS", None, True), ("HIT", None, True)], "MISS, HIT identity",
+                [(hs.get("x-cache-status"), hs.get("content-encoding"), len(b)) for hs, b in short])
+    finally:
+        port = saved
+        cgw.stop()
+        up2.stop()
+
+
+t.run(setup, test_round_trips, test_untouched, test_q_values, test_big_bounded_rss, test_client_aborts,
+      test_with_proxy_cache)
