@@ -129,9 +129,8 @@ static int piece_gzip(sl_compress_t *z, const char *p, size_t n, bool eof, size_
         left -= slice;
         int f = left ? Z_NO_FLUSH : flush;
         for (;;) {
-            /* deflate's worst case for what it holds is a few KiB past its input: with 4 KiB
-             * of room left it may need another round, never a stall. */
-            if (!out_room(z, *used, 4096)) return SL_ERROR;
+            /* any room will do: deflate stops when it is full, and the next round grows it */
+            if (!out_room(z, *used, 1)) return SL_ERROR;
             z->zs.next_out = (Bytef *)z->obuf + *used;
             z->zs.avail_out = (uInt)SL_MIN(z->ocap - *used, (size_t)UINT32_MAX);
             uInt room = z->zs.avail_out;
@@ -152,7 +151,7 @@ static int piece_br(sl_compress_t *z, const char *p, size_t n, bool eof, size_t 
     size_t avail_in = n;
     BrotliEncoderOperation op = eof ? BROTLI_OPERATION_FINISH : BROTLI_OPERATION_PROCESS;
     for (;;) {
-        if (!out_room(z, *used, 4096)) return SL_ERROR;
+        if (!out_room(z, *used, 1)) return SL_ERROR;
         uint8_t *next_out = (uint8_t *)z->obuf + *used;
         size_t avail_out = z->ocap - *used;
         if (!BrotliEncoderCompressStream(z->br, op, &avail_in, &next_in, &avail_out, &next_out, NULL)) return SL_ERROR;
