@@ -85,7 +85,7 @@ function M.header_filter(conf, ctx, p)
     if not coding then return end
     local ok, err = compress.begin(coding, p.level[coding])
     if not ok then
-        log.warn("not compressed: ", err)
+        log.warn("not compressed:", err)
         return
     end
     local st = { first = true, etag = response.get_header("ETag"), ranges = response.get_header("Accept-Ranges") }
