@@ -97,7 +97,9 @@ function _M.choose(ae, prefer)
 end
 
 -- A matcher for a list of media types: "type/subtype" exactly, "type/*" any subtype,
--- "*/*" or "*" anything; case-insensitive; a Content-Type's parameters are ignored.
+-- "*/*" or "*" anything; case-insensitive; a Content-Type's parameters are ignored. The
+-- answer per Content-Type value is kept (a route sees a few distinct values; the table is
+-- dropped when it grows past 256), so the steady state is one table lookup.
 function _M.types(list)
     local exact, prefixes, any = {}, {}, false
     for i = 1, #list do
@@ -110,8 +112,7 @@ function _M.types(list)
             exact[t] = true
         end
     end
-    return function(ctype)
-        if ctype == nil then return false end
+    local function decide_type(ctype)
         local semi = find(ctype, ";", 1, true)
         local t = lower(match(semi and sub(ctype, 1, semi - 1) or ctype, "^%s*(.-)%s*$"))
         if t == "" then return false end
@@ -121,6 +122,17 @@ function _M.types(list)
             if sub(t, 1, #p) == p then return true end
         end
         return false
+    end
+    local seen, n = {}, 0
+    return function(ctype)
+        if ctype == nil then return false end
+        local d = seen[ctype]
+        if d == nil then
+            d = decide_type(ctype)
+            if n >= 256 then seen, n = {}, 0 end
+            seen[ctype], n = d, n + 1
+        end
+        return d
     end
 end
 

@@ -82,6 +82,13 @@ describe("compression: matching types", function()
         assert.is_false(m(nil))
     end)
 
+    it("answers repeated values the same as the first time, its memory bounded", function()
+        for _ = 1, 3 do assert.is_true(m("text/html; charset=utf-8")) end
+        for i = 1, 600 do assert.is_false(m("image/x-" .. i)) end
+        assert.is_true(m("text/html; charset=utf-8"))
+        assert.is_false(m("image/png"))
+    end)
+
     it("takes */* and * as anything", function()
         assert.is_true(compress.types({ "*/*" })("application/octet-stream"))
         assert.is_true(compress.types({ "*" })("image/png"))
