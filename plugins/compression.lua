@@ -11,6 +11,7 @@ local pcall, lower, find, sub = pcall, string.lower, string.find, string.sub
 local M = {
     name = "compression",
     version = "1.0",
+    body_last = true, -- encodes the body: a config with a body_filter after it is refused
     schema = {
         types = { type = "array", items = { type = "string" },
                   default = { "text/*", "application/json", "application/javascript", "image/svg+xml" } },

@@ -176,4 +176,17 @@ describe("compression plugin", function()
         assert.is_false(starts({ types = { "html" } }))
         assert.is_false(starts({ encodings = {} }))
     end)
+
+    it("refuses a chain with a body_filter after it", function()
+        local function chain(plugins)
+            local g, errs = test.start({ routes = { { name = "r", match = { paths = { "/" } }, plugins = plugins } } })
+            if g then g:stop() end
+            return g ~= nil, errs
+        end
+        local answer = { name = "response", config = {} }
+        assert.is_true(chain({ { name = "response-transformer" }, { name = "compression" }, answer }))
+        local ok, errs = chain({ { name = "compression" }, { name = "response-transformer" }, answer })
+        assert.is_false(ok)
+        assert.matches("must come after 'response%-transformer'", tostring(errs))
+    end)
 end)
