@@ -13,7 +13,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config file dpkg-dev \
       libuv1-dev node-llhttp libssl-dev libyaml-dev libhiredis-dev libcrypt-dev \
-      libnghttp2-dev libluajit2-5.1-dev libc-ares-dev \
+      libnghttp2-dev libluajit2-5.1-dev libc-ares-dev zlib1g-dev libbrotli-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

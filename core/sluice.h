@@ -177,6 +177,25 @@ void sl_ffi_plugin_timed(sl_req_t *r, int pos);
  *  the span id (16 hex) into out (48 bytes). SL_OK. */
 int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out);
 
+/* ---- compression (sluice.compress, the compression plugin; core/lua/compress.c) ----
+ * A streaming gzip or br encoder per response (core/proto/compress.h), owned by the
+ * request: freed when it ends, on every path (the body's end, an error, the client gone). */
+
+/** The content codings an encoder makes. */
+enum { SL_CODING_GZIP = 1, SL_CODING_BR = 2 };
+/** header_filter: starts the response's encoder, SL_CODING_* at `level` (gzip 1-9, br
+ *  0-11). A second call replaces the first encoder. SL_OK, or SL_ERROR with *err (static). */
+int sl_ffi_compress_begin(sl_req_t *r, int coding, int level, const char **err);
+/** body_filter: encodes the next piece of the body (eof 1: the last; the stream is
+ *  finished). *out: the encoded bytes to send now (possibly none), owned by the encoder and
+ *  valid until the next call. SL_OK, or SL_ERROR with *err (static). */
+int sl_ffi_compress_piece(sl_req_t *r, const char *p, size_t len, int eof, const char **out, size_t *out_len,
+                          const char **err);
+/** header_filter: the response body's length when known before it streams (the
+ *  upstream's Content-Length, which plugins do not see as a header, or a plugin's answer's
+ *  body), else -1 (chunked, close-delimited, a gateway-made answer). */
+int64_t sl_ffi_resp_body_length(sl_req_t *r);
+
 /* ======================== upstream and balancer */
 
 /** Picks the configured upstream `name` for this request (rewrite/access). */

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "http/request.h"
+#include "proto/compress.h"
 #include "upstream/conn_limit.h"
 
 /* A plugin's upstream.set(address): the request goes to that address on a connection of
@@ -322,6 +323,8 @@ void sl__req_free(sl_req_t *r) {
     r->exit_alloc = NULL;
     free(r->bf_buf);
     r->bf_buf = NULL;
+    sl_compress_free(r->compress);
+    r->compress = NULL;
     if (w->nfree_reqs < 1024) {
         r->free_next = w->free_reqs;
         w->free_reqs = r;

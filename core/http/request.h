@@ -145,6 +145,9 @@ struct sl_req_s {
     uint8_t bf_set;     /**< a plugin replaced the piece: bf_buf holds the output */
     uint8_t bf_failed;  /**< a body_filter raised: the response is cut off */
     uint8_t bf_end;     /**< the upstream body ended: the last (eof) call is due */
+    /** The compression plugin's streaming encoder for this response (lua/compress.c):
+     *  owned, freed by sl__req_free on every exit path (finished, failed, client gone). */
+    struct sl_compress_s *compress;
     /** Tracing (trace.c), when the generation has `telemetry:`: the W3C context the
      *  request continues or starts, its SERVER span and the current attempt's span. */
     struct {

@@ -114,8 +114,10 @@ local function layer_error(mod, layer)
 end
 
 -- A plugin marked `after_auth` (acl) decides from ctx.consumer in access, so every plugin
--- marked `auth` (those that set it) must run before it: the global chain first, then the
--- route's, each in list order. Returns { [use] = message } for the misplaced ones.
+-- marked `auth` (those that set it) must run before it; one marked `body_last`
+-- (compression) encodes the body, so no other body_filter may run after it: the global
+-- chain first, then the route's, each in list order. Returns { [use] = message } for the
+-- misplaced ones.
 local function order_errors(uses, cache)
     local bad, global, chains = {}, {}, {}
     for _, u in ipairs(uses) do
@@ -142,6 +144,16 @@ local function order_errors(uses, cache)
                     if later and later.auth then
                         bad[u] = ("runs in access on the consumer an auth plugin set, so it must come after '%s' (%s)")
                             :format(seq[j].name, seq[j].where)
+                        break
+                    end
+                end
+            end
+            if mod and mod.body_last and not bad[u] then
+                for j = i + 1, #seq do
+                    local later = cache[seq[j].name]
+                    if later and later.body_filter then
+                        bad[u] = ("encodes the response body, so it must come after '%s' (%s), whose body_filter "
+                                  .. "would see encoded bytes"):format(seq[j].name, seq[j].where)
                         break
                     end
                 end
