@@ -39,7 +39,7 @@ The modules, one section each (lower ones never import higher ones):
   data            pattern_blocks, pattern_sha256
 """
 
-from .certs import make_ca, make_leaf, openssl
+from .certs import make_ca, make_leaf, openssl, s_client_request
 from .client import Client, build_request, request
 from .data import pattern_blocks, pattern_sha256
 from .fault_upstream import FAULT_BIN, FaultUpstream, start_fault_upstream
