@@ -368,8 +368,9 @@ typedef struct {
     size_t serial_len;
     const char *fingerprint; /**< SHA-256 of the DER certificate, lower-case hex */
     size_t fingerprint_len;
-    const char *sans;        /**< subjectAltNames, one per line: "DNS:a.example", "URI:spiffe://x/y",
-                                  "email:a@example.com" (other kinds are left out) */
+    const char *sans;        /**< subjectAltNames, one per line: "DNS:a.example",
+                                  "URI:spiffe://x/y", "email:a@example.com" (other kinds
+                                  are left out) */
     size_t sans_len;
     int64_t not_before;      /**< validity, Unix seconds */
     int64_t not_after;

@@ -154,7 +154,8 @@ void sl__cfg_check_mtls_users(sl__cx_t *cx) {
     check_mtls_chain(cx, cfg->plugins, cfg->nplugins, "the global chain");
     for (size_t r = 0; r < cfg->nroutes; r++) {
         char where[128];
-        snprintf(where, sizeof where, "route '%s'", cfg->routes[r].name ? cfg->routes[r].name : "?");
+        const char *name = cfg->routes[r].name ? cfg->routes[r].name : "?";
+        snprintf(where, sizeof where, "route '%s'", name);
         check_mtls_chain(cx, cfg->routes[r].plugins, cfg->routes[r].nplugins, where);
     }
 }

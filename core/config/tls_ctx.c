@@ -1,7 +1,7 @@
 /* tls_ctx.c — TLS contexts built with the config: a listener's certificates chosen by SNI
  * and the client certificates it asks for (mTLS), a target's client context with its
- * session slot, and the process-wide session-ticket keys. See tls_ctx.h for the model; the sessions that use these run on workers
- * (net/tls.c). */
+ * session slot, and the process-wide session-ticket keys. See tls_ctx.h for the model;
+ * the sessions that use these run on workers (net/tls.c). */
 #include "config/tls_ctx.h"
 
 #include <openssl/core_names.h>
@@ -273,7 +273,8 @@ static bool client_auth_sid(const sl_tls_client_auth_conf_t *a, unsigned char si
     int hl = snprintf(head, sizeof head, "sluice-mtls %d %d", a->mode, a->depth);
     bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
               EVP_DigestUpdate(md, head, (size_t)hl) == 1 && digest_file(md, a->ca_path) &&
-              (!a->crl_path || digest_file(md, a->crl_path)) && EVP_DigestFinal_ex(md, sid, &n) == 1;
+              (!a->crl_path || digest_file(md, a->crl_path)) &&
+              EVP_DigestFinal_ex(md, sid, &n) == 1;
     EVP_MD_CTX_free(md);
     return ok && n == 32;
 }
