@@ -254,11 +254,12 @@ sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pu
 }
 
 static void tls_set_error(sl_tls_t *t, int e, const char *when) {
-    long v = t->client ? SSL_get_verify_result(t->ssl) : X509_V_OK;
+    /* a server's is its client certificate's verdict (tls.client_auth), else X509_V_OK */
+    long v = SSL_get_verify_result(t->ssl);
     unsigned long code = ERR_peek_last_error();
     if (v != X509_V_OK) {
-        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when,
-                 X509_verify_cert_error_string(v));
+        snprintf(t->err, sizeof t->err, "%s: %scertificate verify failed: %s", when,
+                 t->client ? "" : "client ", X509_verify_cert_error_string(v));
     } else if (code) {
         char buf[160];
         ERR_error_string_n(code, buf, sizeof buf);

@@ -221,7 +221,7 @@ def start(t):
     os.makedirs(os.path.join(DIR, "plugins"), exist_ok=True)
     with open(os.path.join(DIR, "plugins", "certinfo.lua"), "w") as f:
         f.write(CERTINFO)
-    s = h.start_sluice(conf_text(up), suite=t, name="mtls")
+    s = h.start_sluice(conf_text(up), suite=t, name="mtls", env=dict(os.environ, SLUICE_LOG_LEVEL="debug"))
     return s, up
 
 
@@ -242,6 +242,10 @@ def test_required(t, s):
         time.sleep(0.05)
     got = failed_handshakes(s, "req") - before
     t.check("... each counted in sluice_tls_handshakes_total{result=\"failed\"}", got >= 4, ">= 4", got)
+    log = s.log()
+    why = [w for w in ("peer did not return a certificate", "client certificate verify failed: certificate has expired",
+                       "client certificate verify failed: certificate revoked") if w not in log]
+    t.check("... with the reason in the debug log", not why, "every reason", why)
     # the second certificate, chosen by SNI, asks for the client certificate the same way
     code, body, _, _ = curl(p, "/who", "alice", host="b.test")
     c = json.loads(body)["cert"] if code == "200" else None
