@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The credentials each built-in auth plugin reads: checked here, where the YAML positions
- * are known. Other kinds (a user's own auth plugin) pass through as they are. */
 /* mtls-auth's: `subject`, `san` or both (each a certificate's field that names the
  * consumer), at least one. */
 static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char *where) {
@@ -27,6 +25,8 @@ static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char
     }
 }
 
+/* The credentials each built-in auth plugin reads: checked here, where the YAML positions
+ * are known. Other kinds (a user's own auth plugin) pass through as they are. */
 static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_node_t *v,
                              const char *where) {
     if (sl__cfg_scalar_is(kind, "mtls-auth")) {

@@ -1,7 +1,7 @@
 /* tls_conf.c — the `tls:` sections: an http listener's (certificates, versions, ciphers,
- * tickets, client certificates) and a target's (verification, CA, SNI). Each builds its contexts
- * (tls_ctx.c) as it is parsed, so an unreadable file or a mismatched key is a config
- * error at its line. */
+ * tickets, client certificates) and a target's (verification, CA, SNI). Each builds its
+ * contexts (tls_ctx.c) as it is parsed, so an unreadable file or a mismatched key is a
+ * config error at its line. */
 
 #include "config/parse.h"
 
@@ -135,7 +135,7 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
 /* mtls-auth reads the certificate tls.client_auth verified: a config using it where no http
  * listener asks for one would answer every request 401. Routes are reachable from every
  * http listener, so one listener with client_auth is enough (requests arriving on the
- * others get the 401). Lua routes' chains are checked when they load, not here. */
+ * others get the 401). Lua routes load after this check and are not part of it. */
 static void check_mtls_chain(sl__cx_t *cx, const sl_plugin_conf_t *p, size_t n, const char *where) {
     for (size_t i = 0; i < n; i++)
         if (p[i].name && strcmp(p[i].name, "mtls-auth") == 0)

@@ -659,7 +659,9 @@ static int64_t asn1_unix(const ASN1_TIME *a) {
     return a && ASN1_TIME_to_tm(a, &tm) == 1 ? (int64_t)timegm(&tm) : 0;
 }
 
-/* Appends the SANs a plugin can match on (DNS, URI, email), "KIND:value\n" each. */
+/* The SANs a plugin can match on (DNS, URI, email), "KIND:value" each, one per line. A
+ * value holding a NUL or a line break is left out: printed, it would read as another name
+ * (the NUL-in-certificate trick: "good.example\0.evil.example" signed for evil.example). */
 static void sans_print(BIO *b, X509 *x) {
     GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
     for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
@@ -669,8 +671,10 @@ static void sans_print(BIO *b, X509 *x) {
                                                                          : NULL;
         if (!kind) continue;
         const ASN1_IA5STRING *s = g->d.ia5;
-        BIO_printf(b, "%s%s:%.*s", BIO_pending(b) ? "\n" : "", kind, ASN1_STRING_length(s),
-                   (const char *)ASN1_STRING_get0_data(s));
+        const unsigned char *v = ASN1_STRING_get0_data(s);
+        size_t n = (size_t)ASN1_STRING_length(s);
+        if (memchr(v, 0, n) || memchr(v, '\n', n) || memchr(v, '\r', n)) continue;
+        BIO_printf(b, "%s%s:%.*s", BIO_pending(b) ? "\n" : "", kind, (int)n, (const char *)v);
     }
     GENERAL_NAMES_free(gens);
 }

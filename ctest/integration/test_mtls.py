@@ -15,7 +15,9 @@ second client CA signing mallory.
      listener.
   3. mtls-auth: alice (by subject) reaches the upstream as consumer alice with
      X-Client-Cert-Subject set by sluice (the client's own copies gone); bob (by SAN) is
-     stopped by acl (not in the group); carol (verified, no consumer) 401.
+     stopped by acl (not in the group); carol (verified, no consumer) 401; a certificate
+     whose DNS SAN hides a NUL ("bob.example.org\0.evil.example", made with
+     python3-cryptography) does not pass for bob.
   4. optional: no certificate reaches the plugin as nil and mtls-auth answers 401; another
      CA's, the expired and the revoked certificates complete the handshake, get_client_cert
      reports verified false with OpenSSL's reason, and mtls-auth answers 401.
@@ -88,6 +90,31 @@ def client_cert(name, subj, san, start=None, end=None):
     C[name], C[name + ".key"] = crt, key
 
 
+# python3-cryptography imports only under /usr/bin/python3. A client certificate whose DNS
+# SAN hides a NUL ("bob.example.org\0.evil.example"): the openssl CLI cannot write one.
+NUL_SAN = r"""
+import datetime, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+d = sys.argv[1]
+ca_key = serialization.load_pem_private_key(open(d + "/clientca.key", "rb").read(), None)
+ca = x509.load_pem_x509_certificate(open(d + "/clientca.crt", "rb").read())
+key = ec.generate_private_key(ec.SECP256R1())
+now = datetime.datetime.utcnow()
+cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nul")]))
+        .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("bob.example.org\x00.evil.example"),
+                                                    x509.DNSName("ok.example")]), critical=False)
+        .sign(ca_key, hashes.SHA256()))
+open(d + "/nul.crt", "wb").write(cert.public_bytes(serialization.Encoding.PEM))
+open(d + "/nul.key", "wb").write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()))
+"""
+
+
 def gencrl(out):
     h.openssl("ca", "-config", C["ca.cnf"], "-gencrl", "-out", out)
 
@@ -118,6 +145,11 @@ def setup():
     h.openssl("ca", "-config", C["ca.cnf"], "-revoke", C["revoked"])
     C["crl"] = os.path.join(DIR, "client.crl")
     gencrl(C["crl"])
+    r = subprocess.run(["/usr/bin/python3", "-c", NUL_SAN, DIR], capture_output=True, text=True, timeout=60)
+    if r.returncode == 0:
+        C["nul"], C["nul.key"] = os.path.join(DIR, "nul.crt"), os.path.join(DIR, "nul.key")
+    else:
+        print("note: no NUL-SAN certificate (python3-cryptography): %s" % r.stderr[-200:], flush=True)
     h.make_ca(DIR, "otherca")
     C["mallory"], C["mallory.key"] = h.make_leaf(DIR, "mallory", "alice", "DNS:alice", "otherca")
 
@@ -293,6 +325,14 @@ def test_mtls_auth(t, s, up):
             code == "403", "403", (code, body[:200]))
     code, body, _, _ = curl(p, "/api", "carol")
     t.check("carol (verified, named by no consumer): 401", code == "401", "401", (code, body[:200]))
+    if "nul" in C:
+        code, c = cert_of(p, who="nul")
+        dns = c.get("sans", {}).get("dns") if isinstance(c, dict) else None
+        t.check("a DNS SAN hiding a NUL byte is left out of get_client_cert's SANs", dns == ["ok.example"],
+                ["ok.example"], (code, c))
+        code, body, _, _ = curl(p, "/api", "nul")
+        t.check("... so it cannot pass for bob's SAN (bob.example.org\\0.evil.example): 401", code == "401",
+                "401", (code, body[:200]))
     r = h.request(s.port("plain"), "GET", "/api", headers=[("X-Client-Cert-Subject", "CN=alice,O=Example")])
     t.check("plain listener with a forged X-Client-Cert-Subject: 401", r.status == 401, 401, r.status)
 
