@@ -7,8 +7,8 @@
  * the ABI has a name here (an enum, so the Lua side can declare the same text).
  *
  * Sections, each under a banner: result codes, phases, request, response, upstream and
- * balancer, breaker, http client, redis, limit, shared dict, cache, crypto, tcp session, log,
- * time and randomness.
+ * balancer, breaker, http client, redis, limit, shared dict, cache, crypto, client
+ * certificates, tcp session, log, time and randomness.
  *
  * Each module of lua/sluice/ declares (ffi.cdef) the functions and constants it uses,
  * copied from here; spec/sluice/abi_spec.lua fails when one differs. lua/sluice/base.lua
@@ -463,6 +463,37 @@ int sl_ffi_crypto_password_verify(const char *password, size_t password_len, con
  *  hashing anything (for a config loader): 0, or SL_ERROR with *err. libcrypt may still
  *  refuse a well-formed crypt(3) setting when verifying (SHA-crypt rounds below 1000). */
 int sl_ffi_crypto_password_check(const char *hash, size_t hash_len, const char **err);
+
+/* ======================== client certificates (sluice.tls, a listener's tls.client_auth) */
+
+/** The certificate a client presented on the request's connection. Strings are not
+ *  NUL-terminated; they point into connection memory and stay valid during the phase
+ *  call. */
+typedef struct {
+    const char *subject;     /**< RFC 2253 text, most specific first: "CN=alice,O=Example" */
+    size_t subject_len;
+    const char *issuer;      /**< the same form */
+    size_t issuer_len;
+    const char *serial;      /**< upper-case hex */
+    size_t serial_len;
+    const char *fingerprint; /**< SHA-256 of the DER certificate, lower-case hex */
+    size_t fingerprint_len;
+    const char *sans;        /**< subjectAltNames, one per line: "DNS:a.example",
+                                  "URI:spiffe://x/y", "email:a@example.com" (other kinds
+                                  are left out) */
+    size_t sans_len;
+    int64_t not_before;      /**< validity, Unix seconds */
+    int64_t not_after;
+    int32_t verify;          /**< 0: verified against client_auth.ca (and crl); else OpenSSL's
+                                  X509_V_ERR_* code (mode: optional lets such clients in) */
+    const char *verify_error; /**< "" when verified, else OpenSSL's text for the code */
+    size_t verify_error_len;
+} sl_client_cert_t;
+
+/** The request's client certificate: SL_OK with *out filled; SL_DECLINED when the
+ *  connection has none (no client_auth on the listener, or the client sent none: mode
+ *  optional); SL_ERROR when out of memory. Worker thread, during a phase call. */
+int sl_ffi_req_client_cert(sl_req_t *r, sl_client_cert_t *out);
 
 /* ======================== tcp session (preread) */
 

@@ -9,10 +9,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* mtls-auth's: `subject`, `san` or both (each a certificate's field that names the
+ * consumer), at least one. */
+static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char *where) {
+    static const char *const keys[2] = {"subject", "san"};
+    if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "mtls-auth")) return;
+    char sub[256];
+    snprintf(sub, sizeof sub, "'mtls-auth' credentials of %s", where);
+    sl__field_t f[2];
+    sl__cfg_scan_map(cx, v, sub, keys, f, 2, NULL);
+    if (!f[0].val && !f[1].val) sl__cx_err(cx, v, "%s need 'subject' or 'san'", sub);
+    for (int k = 0; k < 2; k++) {
+        const char *s = f[k].val ? sl__cfg_get_text(cx, f[k].val, keys[k], "a string") : NULL;
+        if (s && !*s) sl__cx_err(cx, f[k].val, "'%s' must not be empty", keys[k]);
+    }
+}
+
 /* The credentials each built-in auth plugin reads: checked here, where the YAML positions
  * are known. Other kinds (a user's own auth plugin) pass through as they are. */
 static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_node_t *v,
                              const char *where) {
+    if (sl__cfg_scalar_is(kind, "mtls-auth")) {
+        check_mtls_credential(cx, v, where);
+        return;
+    }
     static const struct {
         const char *kind;
         const char *keys[3];
@@ -84,10 +104,13 @@ void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     free(pos.p);
 }
 
-/* Two consumers may not share a key-auth key or a basic-auth username: the plugin could
- * not tell them apart. */
+/* Two consumers may not share a key-auth key, a basic-auth username or an mtls-auth
+ * subject or SAN: the plugin could not tell them apart. */
 void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list) {
-    static const char *const unique[][2] = {{"key-auth", "key"}, {"basic-auth", "username"}};
+    static const char *const unique[][2] = {{"key-auth", "key"},
+                                            {"basic-auth", "username"},
+                                            {"mtls-auth", "subject"},
+                                            {"mtls-auth", "san"}};
     size_t n = sl__cfg_seq_len(list);
     for (size_t u = 0; u < SL_ARRAY_LEN(unique); u++)
         for (size_t i = 0; i < n; i++)

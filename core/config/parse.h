@@ -154,6 +154,8 @@ void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner
 
 /* ---- tls_conf.c ---- */
 void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l);
+/* An error at every mtls-auth plugin when no http listener has tls.client_auth. */
+void sl__cfg_check_mtls_users(sl__cx_t *cx);
 /* A target's `tls:` (a mapping, or `true` for the defaults). */
 void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf_t *t);
 

@@ -534,6 +534,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             if (m) sl__cfg_parse_route(cx, m, i);
         }
     }
+    sl__cfg_check_mtls_users(cx);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,7 +1,7 @@
 /* tls_conf.c — the `tls:` sections: an http listener's (certificates, versions, ciphers,
- * tickets) and a target's (verification, CA, SNI). Each builds its contexts
- * (tls_ctx.c) as it is parsed, so an unreadable file or a mismatched key is a config
- * error at its line. */
+ * tickets, client certificates) and a target's (verification, CA, SNI). Each builds its
+ * contexts (tls_ctx.c) as it is parsed, so an unreadable file or a mismatched key is a
+ * config error at its line. */
 
 #include "config/parse.h"
 
@@ -13,9 +13,11 @@
 
 enum { TC_CERT, TC_KEY, TC_SNI, TC_DEFAULT, TC_N };
 static const char *const tls_cert_keys[TC_N] = {"cert", "key", "sni", "default"};
-enum { TL_CERTS, TL_MIN_VERSION, TL_CIPHERS, TL_TICKETS, TL_HS_TIMEOUT, TL_N };
-static const char *const tls_keys[TL_N] = {"certificates", "min_version", "ciphers",
-                                           "session_tickets", "handshake_timeout"};
+enum { TL_CERTS, TL_MIN_VERSION, TL_CIPHERS, TL_TICKETS, TL_HS_TIMEOUT, TL_CLIENT_AUTH, TL_N };
+static const char *const tls_keys[TL_N] = {"certificates",    "min_version",       "ciphers",
+                                           "session_tickets", "handshake_timeout", "client_auth"};
+enum { CA_CA, CA_MODE, CA_DEPTH, CA_CRL, CA_N };
+static const char *const client_auth_keys[CA_N] = {"ca", "mode", "depth", "crl"};
 
 static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
@@ -43,6 +45,35 @@ static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, sl_tl
         c->key_path = sl__cfg_resolve_path(cx, c->key);
     if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], check_sni_name, &c->sni, &c->nsni);
     if ((v = f[TC_DEFAULT].val)) sl__cfg_get_bool(cx, v, "default", &c->is_default);
+}
+
+/* `client_auth:` (mTLS). The files are read when the contexts are built. */
+static void parse_client_auth(sl__cx_t *cx, const yaml_node_t *m, sl_tls_listener_conf_t *t) {
+    if (!sl__cfg_want_type(cx, m, YAML_MAPPING_NODE, "client_auth")) return;
+    sl_tls_client_auth_conf_t *a = sl__cx_calloc(cx, 1, sizeof *a);
+    if (!a) return;
+    t->client_auth = a;
+    a->line = sl__cfg_line_of(m);
+    a->col = sl__cfg_col_of(m);
+    a->depth = 1;
+    sl__field_t f[CA_N];
+    sl__cfg_scan_map(cx, m, "'client_auth'", client_auth_keys, f, CA_N, NULL);
+    const yaml_node_t *v;
+    if ((v = sl__cfg_required(cx, m, &f[CA_CA], "'client_auth'")) &&
+        sl__cfg_get_string(cx, v, "ca", &a->ca))
+        a->ca_path = sl__cfg_resolve_path(cx, a->ca);
+    if ((v = f[CA_CRL].val) && sl__cfg_get_string(cx, v, "crl", &a->crl))
+        a->crl_path = sl__cfg_resolve_path(cx, a->crl);
+    if ((v = f[CA_MODE].val)) {
+        const char *s = sl__cfg_get_text(cx, v, "mode", "a string");
+        if (s && strcmp(s, "optional") == 0)
+            a->mode = SL_CLIENT_AUTH_OPTIONAL;
+        else if (s && strcmp(s, "required") != 0)
+            sl__cx_err(cx, v, "mode '%s' is not one of required, optional", s);
+    }
+    int64_t depth;
+    if ((v = f[CA_DEPTH].val) && sl__cfg_get_int(cx, v, "depth", 0, 32, &depth))
+        a->depth = (int)depth;
 }
 
 void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l) {
@@ -84,6 +115,7 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
     if ((v = f[TL_TICKETS].val)) sl__cfg_get_bool(cx, v, "session_tickets", &t->session_tickets);
     if ((v = f[TL_HS_TIMEOUT].val))
         sl__cfg_get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);
+    if ((v = f[TL_CLIENT_AUTH].val)) parse_client_auth(cx, v, t);
     if ((int)cx->nerrs != errs_before || cx->oom) return;
     char err[512];
     int bad = -1;
@@ -93,8 +125,38 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
             sl__cx_at(cx, t->certs[bad].line, t->certs[bad].col, "%s", err);
         else if (bad == -2 && f[TL_CIPHERS].val)
             sl__cx_err(cx, f[TL_CIPHERS].val, "%s", err);
+        else if (bad == -3 && t->client_auth)
+            sl__cx_at(cx, t->client_auth->line, t->client_auth->col, "client_auth: %s", err);
         else
             sl__cx_at(cx, t->line, t->col, "%s", err);
+    }
+}
+
+/* mtls-auth reads the certificate tls.client_auth verified: a config using it where no http
+ * listener asks for one would answer every request 401. Routes are reachable from every
+ * http listener, so one listener with client_auth is enough (requests arriving on the
+ * others get the 401). Lua routes load after this check and are not part of it. */
+static void check_mtls_chain(sl__cx_t *cx, const sl_plugin_conf_t *p, size_t n, const char *where) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i].name && strcmp(p[i].name, "mtls-auth") == 0)
+            sl__cx_at(cx, p[i].name_line, p[i].name_col,
+                      "%s, plugin 'mtls-auth': no http listener has tls.client_auth, so no "
+                      "request carries a verified client certificate (every one would get 401)",
+                      where);
+}
+
+void sl__cfg_check_mtls_users(sl__cx_t *cx) {
+    const sl_config_t *cfg = cx->cfg;
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (l->protocol == SL_PROTO_HTTP && l->tls && l->tls->client_auth) return;
+    }
+    check_mtls_chain(cx, cfg->plugins, cfg->nplugins, "the global chain");
+    for (size_t r = 0; r < cfg->nroutes; r++) {
+        char where[128];
+        const char *name = cfg->routes[r].name ? cfg->routes[r].name : "?";
+        snprintf(where, sizeof where, "route '%s'", name);
+        check_mtls_chain(cx, cfg->routes[r].plugins, cfg->routes[r].nplugins, where);
     }
 }
 

@@ -1,7 +1,7 @@
-/* tls_ctx.c — TLS contexts built with the config: a listener's certificates chosen by SNI,
- * a target's client context with its session slot, and the process-wide session-ticket
- * keys. See tls_ctx.h for the model; the sessions that use these run on workers
- * (net/tls.c). */
+/* tls_ctx.c — TLS contexts built with the config: a listener's certificates chosen by SNI
+ * and the client certificates it asks for (mTLS), a target's client context with its
+ * session slot, and the process-wide session-ticket keys. See tls_ctx.h for the model;
+ * the sessions that use these run on workers (net/tls.c). */
 #include "config/tls_ctx.h"
 
 #include <openssl/core_names.h>
@@ -109,6 +109,8 @@ struct sl_tls_server_s {
     size_t nnames;
     uint32_t def;
     bool h2; /**< ALPN: h2 is offered first (the listener's http2) */
+    X509_STORE *ca_store; /**< client_auth: the trusted CAs and CRLs, one for every context */
+    STACK_OF(X509_NAME) *ca_names; /**< client_auth: the CA names sent in CertificateRequest */
 };
 
 /* The built-in TLS 1.2 list: forward-secret AEAD suites only. */
@@ -237,8 +239,101 @@ static bool add_cert_names(sl_tls_server_t *s, size_t *cap, SSL_CTX *ctx, uint32
     return ok;
 }
 
+/* ---- client certificates (mTLS) ---- */
+
+/* `optional`: any certificate (or none) completes the handshake; the verdict stays in
+ * SSL_get_verify_result for sluice.tls.get_client_cert. */
+static int verify_keep(int ok, X509_STORE_CTX *x) {
+    (void)ok;
+    (void)x;
+    return 1;
+}
+
+static bool digest_file(EVP_MD_CTX *md, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char buf[4096];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) ok = EVP_DigestUpdate(md, buf, n) == 1;
+    ok = ok && !ferror(f);
+    fclose(f);
+    return ok;
+}
+
+/* The session id context of a listener asking for client certificates: a digest of its
+ * client_auth settings and files. A session (ticket) carries the client's certificate and
+ * verdict from the handshake that made it, and OpenSSL resumes only a session whose
+ * context matches: so after a reload with another CA, CRL or mode no client resumes
+ * past the new rules (a revoked certificate must do a full handshake, and fails). */
+static bool client_auth_sid(const sl_tls_client_auth_conf_t *a, unsigned char sid[32]) {
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned int n = 0;
+    char head[64];
+    int hl = snprintf(head, sizeof head, "sluice-mtls %d %d", a->mode, a->depth);
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+              EVP_DigestUpdate(md, head, (size_t)hl) == 1 && digest_file(md, a->ca_path) &&
+              (!a->crl_path || digest_file(md, a->crl_path)) &&
+              EVP_DigestFinal_ex(md, sid, &n) == 1;
+    EVP_MD_CTX_free(md);
+    return ok && n == 32;
+}
+
+/* Loads the CA file (and CRL file) into one store every context of the listener shares. */
+static bool client_auth_load(sl_tls_server_t *s, const sl_tls_client_auth_conf_t *a, char *err,
+                             size_t errlen) {
+    char what[600];
+    if (!readable(a->ca_path, "CA file", a->ca, err, errlen) ||
+        (a->crl_path && !readable(a->crl_path, "CRL file", a->crl, err, errlen)))
+        return false;
+    if (!(s->ca_store = X509_STORE_new())) {
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
+    if (X509_STORE_load_file(s->ca_store, a->ca_path) != 1 ||
+        sk_X509_OBJECT_num(X509_STORE_get0_objects(s->ca_store)) == 0) {
+        snprintf(what, sizeof what, "cannot load CA file %s (PEM certificates)", a->ca);
+        ssl_err_text(err, errlen, what);
+        return false;
+    }
+    if (a->crl_path) {
+        X509_LOOKUP *lk = X509_STORE_add_lookup(s->ca_store, X509_LOOKUP_file());
+        if (!lk || X509_load_crl_file(lk, a->crl_path, X509_FILETYPE_PEM) <= 0) {
+            snprintf(what, sizeof what, "cannot load CRL file %s (PEM CRLs)", a->crl);
+            ssl_err_text(err, errlen, what);
+            return false;
+        }
+        /* the leaf's issuer must have a CRL in the file; the CAs above it are not checked */
+        X509_STORE_set_flags(s->ca_store, X509_V_FLAG_CRL_CHECK);
+    }
+    if (!(s->ca_names = SSL_load_client_CA_file(a->ca_path))) {
+        snprintf(what, sizeof what, "cannot read the CA names of %s", a->ca);
+        ssl_err_text(err, errlen, what);
+        return false;
+    }
+    return true;
+}
+
+/* Asks for client certificates on one context (every certificate entry's: SNI may switch
+ * to any of them mid-handshake, and the store, names and depth must be the same). */
+static bool client_auth_apply(sl_tls_server_t *s, const sl_tls_client_auth_conf_t *a, SSL_CTX *ctx,
+                              const unsigned char sid[32]) {
+    STACK_OF(X509_NAME) *names = SSL_dup_CA_list(s->ca_names);
+    if (!names) return false;
+    SSL_CTX_set_client_CA_list(ctx, names);
+    SSL_CTX_set1_cert_store(ctx, s->ca_store);
+    if (a->mode == SL_CLIENT_AUTH_OPTIONAL)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_keep);
+    else
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    SSL_CTX_set_verify_depth(ctx, a->depth);
+    return SSL_CTX_set_session_id_context(ctx, sid, 32) == 1;
+}
+
 void sl_tls_server_free(sl_tls_server_t *s) {
     if (!s) return;
+    X509_STORE_free(s->ca_store);
+    sk_X509_NAME_pop_free(s->ca_names, X509_NAME_free);
     for (size_t i = 0; i < s->nctx; i++) SSL_CTX_free(s->ctx[i]);
     for (size_t i = 0; i < s->nnames; i++) free(s->names[i].name);
     free(s->ctx);
@@ -256,7 +351,17 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
         return NULL;
     }
     size_t cap = 0;
+    unsigned char sid[32];
     ERR_clear_error();
+    if (c->client_auth) {
+        *bad = -3;
+        if (!client_auth_load(s, c->client_auth, err, errlen)) goto fail;
+        if (!client_auth_sid(c->client_auth, sid)) {
+            snprintf(err, errlen, "cannot read %s or %s", c->client_auth->ca,
+                     c->client_auth->crl ? c->client_auth->crl : "(no crl)");
+            goto fail;
+        }
+    }
     for (size_t i = 0; i < c->ncerts; i++) {
         const sl_tls_cert_conf_t *cc = &c->certs[i];
         *bad = (int)i;
@@ -319,6 +424,11 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             goto fail;
         }
         if (cc->is_default) s->def = (uint32_t)i;
+        if (c->client_auth && !client_auth_apply(s, c->client_auth, ctx, sid)) {
+            *bad = -3;
+            ssl_err_text(err, errlen, "cannot set up client certificate verification");
+            goto fail;
+        }
     }
     *bad = -1;
     return s;
@@ -404,6 +514,13 @@ fail:
 void sl_tls_listener_conf_free(sl_tls_listener_conf_t *t) {
     if (!t) return;
     sl_tls_server_free(t->rt);
+    if (t->client_auth) {
+        free(t->client_auth->ca);
+        free(t->client_auth->ca_path);
+        free(t->client_auth->crl);
+        free(t->client_auth->crl_path);
+        free(t->client_auth);
+    }
     for (size_t i = 0; t->certs && i < t->ncerts; i++) {
         sl_tls_cert_conf_t *c = &t->certs[i];
         free(c->cert);

@@ -35,6 +35,18 @@ typedef struct {
 
 enum { SL_TLS_V12 = 0, SL_TLS_V13 = 1 };
 
+enum { SL_CLIENT_AUTH_REQUIRED = 0, SL_CLIENT_AUTH_OPTIONAL = 1 };
+
+/** A listener's `tls.client_auth:` (mTLS): which client certificates are asked for and
+ *  trusted. Shared by every certificate of the listener, whichever SNI selects. */
+typedef struct {
+    char *ca, *ca_path;        /**< PEM file of the CAs client certificates must chain to */
+    char *crl, *crl_path;      /**< PEM file of CRLs (checked for the leaf); NULL: none */
+    int mode;                  /**< SL_CLIENT_AUTH_REQUIRED (default) or _OPTIONAL */
+    int depth;                 /**< verification depth (OpenSSL's), default 1 as nginx's */
+    int line, col;
+} sl_tls_client_auth_conf_t;
+
 /** A listener's `tls:`. */
 typedef struct {
     sl_tls_cert_conf_t *certs; size_t ncerts;
@@ -42,6 +54,7 @@ typedef struct {
     char *ciphers;             /**< TLS 1.2 cipher list; NULL: the built-in AEAD list */
     bool session_tickets;      /**< default true */
     uint64_t handshake_timeout_ms; /**< default 10s */
+    sl_tls_client_auth_conf_t *client_auth; /**< mTLS; NULL: no client certificate asked for */
     sl_tls_server_t *rt;       /**< built contexts, owned */
     int line, col;
 } sl_tls_listener_conf_t;
@@ -56,7 +69,7 @@ typedef struct {
 } sl_tls_target_conf_t;
 
 /** Builds a listener's contexts. NULL with a message in err (and *bad set to the index of
- *  the certificates entry at fault, or -1). */
+ *  the certificates entry at fault, -2 for the cipher list, -3 for client_auth, or -1). */
 sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err, size_t errlen,
                                      int *bad);
 void sl_tls_server_free(sl_tls_server_t *s);

@@ -88,6 +88,7 @@ static void conn_on_close(uv_handle_t *h) {
     if (--c->nclose) return;
     sl_worker_t *w = c->w;
     if (c->h2) sl__h2_free(c->h2);
+    sl_tls_peer_free(c->ds.client_cert); /* after the streams: their log phases read it */
     if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
     free(c);
     w->nconns--;
@@ -173,6 +174,7 @@ void sl__conn_shutdown(sl_conn_t *c) {
 static void conn_tls_established(sl_tls_t *t) {
     sl_conn_t *c = sl_tls_owner(t);
     tls_count(c, SL_TLS_HS_OK);
+    if (c->ds.lc->tls->client_auth) c->ds.client_cert = sl_tls_peer_take(t);
     sl_deadline_set(&c->timer, c->ds.lc->idle_timeout_ms);
 }
 

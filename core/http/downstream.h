@@ -74,6 +74,9 @@ struct sl_downstream_s {
     uint8_t port_len;               /**< port_text's length */
     char port_text[6];              /**< port as decimal text, made once per connection */
     char peer[48];                  /**< client address as text (X-Forwarded-For, logs) */
+    /** mTLS: the certificate the client presented (net/tls.h), owned by the connection
+     *  and freed after its last stream; NULL when none (or no tls.client_auth). */
+    struct sl_tls_peer_s *client_cert;
 };
 
 /** Sets d->port and its text (X-Forwarded-Port), once per connection. */

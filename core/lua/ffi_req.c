@@ -10,6 +10,7 @@
 
 #include "http/request.h"
 #include "base/log.h"
+#include "net/tls.h"
 #include "script/lua_host.h"
 #include "sluice.h"
 #include "upstream/upstreams.h"
@@ -42,6 +43,10 @@ int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len) { return out(
 int sl_ffi_req_id(sl_req_t *r, const char **p, size_t *len) { return out((sl_str_t){r->rid, r->rid_len}, p, len); }
 
 int sl_ffi_req_is_tls(sl_req_t *r) { return r->ds->secure ? 1 : 0; }
+
+int sl_ffi_req_client_cert(sl_req_t *r, sl_client_cert_t *out) {
+    return r->ds->client_cert ? sl_tls_peer_describe(r->ds->client_cert, out) : SL_DECLINED;
+}
 
 /* ---- the query string, decoded on demand into the caller's buffer ---- */
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/common.h"
 
@@ -253,11 +254,12 @@ sl_tls_t *sl_tls_connect(sl_tls_client_t *cli, uv_stream_t *s, sl_tls_pump_t *pu
 }
 
 static void tls_set_error(sl_tls_t *t, int e, const char *when) {
-    long v = t->client ? SSL_get_verify_result(t->ssl) : X509_V_OK;
+    /* a server's is its client certificate's verdict (tls.client_auth), else X509_V_OK */
+    long v = SSL_get_verify_result(t->ssl);
     unsigned long code = ERR_peek_last_error();
     if (v != X509_V_OK) {
-        snprintf(t->err, sizeof t->err, "%s: certificate verify failed: %s", when,
-                 X509_verify_cert_error_string(v));
+        snprintf(t->err, sizeof t->err, "%s: %scertificate verify failed: %s", when,
+                 t->client ? "" : "client ", X509_verify_cert_error_string(v));
     } else if (code) {
         char buf[160];
         ERR_error_string_n(code, buf, sizeof buf);
@@ -622,3 +624,110 @@ const char *sl_tls_servername(const sl_tls_t *t) {
     return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
 }
 void *sl_tls_owner(const sl_tls_t *t) { return t->owner; }
+
+/* ---- the client's certificate ---- */
+
+struct sl_tls_peer_s {
+    X509 *x;
+    long verify;
+    char *text; /**< the fields as text, made on the first describe */
+    sl_client_cert_t info;
+};
+
+sl_tls_peer_t *sl_tls_peer_take(sl_tls_t *t) {
+    X509 *x = SSL_get1_peer_certificate(t->ssl);
+    if (!x) return NULL;
+    sl_tls_peer_t *p = calloc(1, sizeof *p);
+    if (!p) {
+        X509_free(x);
+        return NULL;
+    }
+    p->x = x;
+    p->verify = SSL_get_verify_result(t->ssl);
+    return p;
+}
+
+void sl_tls_peer_free(sl_tls_peer_t *p) {
+    if (!p) return;
+    X509_free(p->x);
+    free(p->text);
+    free(p);
+}
+
+static int64_t asn1_unix(const ASN1_TIME *a) {
+    struct tm tm;
+    return a && ASN1_TIME_to_tm(a, &tm) == 1 ? (int64_t)timegm(&tm) : 0;
+}
+
+/* The SANs a plugin can match on (DNS, URI, email), "KIND:value" each, one per line. A
+ * value holding a NUL or a line break is left out: printed, it would read as another name
+ * (the NUL-in-certificate trick: "good.example\0.evil.example" signed for evil.example). */
+static void sans_print(BIO *b, X509 *x) {
+    GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+        const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+        const char *kind = g->type == GEN_DNS ? "DNS" : g->type == GEN_URI ? "URI"
+                                                : g->type == GEN_EMAIL   ? "email"
+                                                                         : NULL;
+        if (!kind) continue;
+        const ASN1_IA5STRING *s = g->d.ia5;
+        const unsigned char *v = ASN1_STRING_get0_data(s);
+        size_t n = (size_t)ASN1_STRING_length(s);
+        if (memchr(v, 0, n) || memchr(v, '\n', n) || memchr(v, '\r', n)) continue;
+        BIO_printf(b, "%s%s:%.*s", BIO_pending(b) ? "\n" : "", kind, (int)n, (const char *)v);
+    }
+    GENERAL_NAMES_free(gens);
+}
+
+/* The fields, each printed into its own memory BIO, then copied into one buffer. */
+static int peer_text(sl_tls_peer_t *p) {
+    enum { SUBJ, ISS, SER, FP, SANS, NF };
+    BIO *b[NF] = {0};
+    int rc = SL_ERROR;
+    for (int i = 0; i < NF; i++)
+        if (!(b[i] = BIO_new(BIO_s_mem()))) goto done;
+    X509_NAME_print_ex(b[SUBJ], X509_get_subject_name(p->x), 0, XN_FLAG_RFC2253);
+    X509_NAME_print_ex(b[ISS], X509_get_issuer_name(p->x), 0, XN_FLAG_RFC2253);
+    BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(p->x), NULL);
+    char *hex = bn ? BN_bn2hex(bn) : NULL;
+    if (hex) BIO_puts(b[SER], hex);
+    OPENSSL_free(hex);
+    BN_free(bn);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (X509_digest(p->x, EVP_sha256(), md, &mdlen) == 1)
+        for (unsigned i = 0; i < mdlen; i++) BIO_printf(b[FP], "%02x", md[i]);
+    sans_print(b[SANS], p->x);
+    char *data[NF];
+    long len[NF], total = 0;
+    for (int i = 0; i < NF; i++) total += len[i] = BIO_get_mem_data(b[i], &data[i]);
+    if (!(p->text = malloc((size_t)total + 1))) goto done;
+    const char *at[NF];
+    char *w = p->text;
+    for (int i = 0; i < NF; i++) {
+        if (len[i]) memcpy(w, data[i], (size_t)len[i]);
+        at[i] = w;
+        w += len[i];
+    }
+    sl_client_cert_t *c = &p->info;
+    c->subject = at[SUBJ], c->subject_len = (size_t)len[SUBJ];
+    c->issuer = at[ISS], c->issuer_len = (size_t)len[ISS];
+    c->serial = at[SER], c->serial_len = (size_t)len[SER];
+    c->fingerprint = at[FP], c->fingerprint_len = (size_t)len[FP];
+    c->sans = at[SANS], c->sans_len = (size_t)len[SANS];
+    c->not_before = asn1_unix(X509_get0_notBefore(p->x));
+    c->not_after = asn1_unix(X509_get0_notAfter(p->x));
+    c->verify = (int32_t)p->verify;
+    c->verify_error = p->verify == X509_V_OK ? "" : X509_verify_cert_error_string(p->verify);
+    c->verify_error_len = strlen(c->verify_error);
+    rc = SL_OK;
+done:
+    for (int i = 0; i < NF; i++) BIO_free(b[i]);
+    return rc;
+}
+
+int sl_tls_peer_describe(sl_tls_peer_t *p, sl_client_cert_t *out) {
+    if (!p->text && peer_text(p) != SL_OK) return SL_ERROR;
+    *out = p->info;
+    return SL_OK;
+}

@@ -25,6 +25,7 @@
 
 #include "base/block.h"
 #include "config/tls_ctx.h" /* the contexts a session starts from */
+#include "sluice.h"          /* sl_client_cert_t */
 
 typedef struct sl_tls_s sl_tls_t;
 
@@ -77,5 +78,21 @@ const char *sl_tls_error(const sl_tls_t *t);
 const char *sl_tls_servername(const sl_tls_t *t);
 /** The owner's pointer, as given to the stream's `data` before the session attached. */
 void *sl_tls_owner(const sl_tls_t *t);
+
+/* ---- the client's certificate (a listener's tls.client_auth) ---- */
+
+/** A client certificate with its verification result, as a connection keeps it: taken
+ *  from an established server session, owned by the connection, outliving the session
+ *  (an abandoned HTTP/2 stream's log phase runs after the TLS session ended). Worker
+ *  thread only. */
+typedef struct sl_tls_peer_s sl_tls_peer_t;
+
+/** The certificate the client sent, or NULL (none sent, or out of memory). */
+sl_tls_peer_t *sl_tls_peer_take(sl_tls_t *t);
+/** Fills `out` with the certificate's fields (made into text on the first call, kept with
+ *  the peer): SL_OK, or SL_ERROR when out of memory. Pointers are valid while p is. */
+int sl_tls_peer_describe(sl_tls_peer_t *p, sl_client_cert_t *out);
+/** NULL is fine. */
+void sl_tls_peer_free(sl_tls_peer_t *p);
 
 #endif

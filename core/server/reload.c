@@ -71,7 +71,7 @@ static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
 }
 
 /* The files a config reads besides itself: every .lua file of its plugin folders, its
- * lua_routes files, and its TLS certificates, keys and CA files. */
+ * lua_routes files, and its TLS certificates, keys, CA and CRL files. */
 static uint64_t code_hash(const sl_config_t *cfg) {
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < cfg->nplugin_search; i++) h = hash_dir(h, cfg->plugin_search[i], 0);
@@ -82,6 +82,9 @@ static uint64_t code_hash(const sl_config_t *cfg) {
             if (t->certs[j].cert_path) h = hash_file(h, t->certs[j].cert_path);
             if (t->certs[j].key_path) h = hash_file(h, t->certs[j].key_path);
         }
+        const sl_tls_client_auth_conf_t *a = t ? t->client_auth : NULL; /* a replaced CRL */
+        if (a && a->ca_path) h = hash_file(h, a->ca_path);
+        if (a && a->crl_path) h = hash_file(h, a->crl_path);
     }
     for (size_t u = 0; u < cfg->nupstreams; u++)
         for (size_t j = 0; j < cfg->upstreams[u].ntargets; j++) {

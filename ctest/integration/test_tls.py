@@ -138,21 +138,7 @@ def s_client(port, *args, stdin=b"", timeout=30):
 
 
 def s_client_request(port, args, wait=0.7, timeout=30):
-    """s_client that sends one request and keeps its stdin open `wait` s (tickets arrive)."""
-    p = subprocess.Popen(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port] + list(args),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        p.stdin.write(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        p.stdin.flush()
-        time.sleep(wait)
-        p.stdin.close()
-        out = p.stdout.read()
-        p.wait(timeout)
-        return out.decode(errors="replace")
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    return h.s_client_request(port, args, wait, timeout)
 
 
 def body_path(raw):

@@ -569,9 +569,9 @@ function _M.time.now() return tonumber(C.sl_ffi_now()) end
 
 _M.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
 
--- sluice.crypto and sluice.http load on first use.
+-- sluice.crypto, sluice.http, sluice.tls and the others below load on first use.
 local lazy = { crypto = "sluice.crypto", http = "sluice.http", consumers = "sluice.consumers",
-               limit = "sluice.limit", redis = "sluice.redis" }
+               limit = "sluice.limit", redis = "sluice.redis", tls = "sluice.tls" }
 setmetatable(_M, { __index = function(t, k)
     local mod = lazy[k]
     if mod then

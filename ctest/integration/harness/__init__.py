@@ -40,7 +40,7 @@ The modules, one section each (lower ones never import higher ones):
   latency         keepalive_load, percentile
 """
 
-from .certs import make_ca, make_leaf, openssl
+from .certs import make_ca, make_leaf, openssl, s_client_request
 from .client import Client, build_request, request
 from .data import pattern_blocks, pattern_sha256
 from .latency import keepalive_load, percentile

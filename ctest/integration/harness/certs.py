@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import time
 
 
 def openssl(*args, cwd=None):
@@ -35,3 +36,22 @@ def make_leaf(d, name, cn, san, ca="ca"):
     openssl("x509", "-req", "-in", csr, "-CA", os.path.join(d, ca + ".crt"), "-CAkey", os.path.join(d, ca + ".key"),
             "-CAcreateserial", "-out", crt, "-days", "30", "-extfile", ext)
     return crt, key
+
+
+def s_client_request(port, args, wait=0.7, timeout=30, path="/", host="a.test"):
+    """openssl s_client to 127.0.0.1:port with `args` that sends one GET and keeps its stdin
+    open `wait` s (TLS 1.3 tickets arrive after the handshake); its output as text."""
+    p = subprocess.Popen(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port] + list(args),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        p.stdin.write(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+        p.stdin.flush()
+        time.sleep(wait)
+        p.stdin.close()
+        out = p.stdout.read()
+        p.wait(timeout)
+        return out.decode(errors="replace")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
