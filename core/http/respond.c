@@ -40,11 +40,7 @@ static void respond_plain_500(sl_req_t *r, bool close) {
 void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
     sl_downstream_t *ds = r->ds;
     sl__attempt_abandon(r);
-    if (r->up) {
-        r->up->req = NULL;
-        sl__upconn_close(r->up);
-        r->up = NULL;
-    }
+    sl__proxy_drop_upstream(r);
     r->mode = SL_MODE_LOCAL;
     r->status = status;
     if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && ds->req == r) {
