@@ -12,7 +12,8 @@ misbehaves on purpose (grpc_fixture/h2_upstream.py); curl and h2load.
      previous reply arrived); 4 MiB messages in every kind, checksummed.
   3. grpc-timeout: a silent upstream -> DEADLINE_EXCEEDED from the gateway at the
      deadline (trailers-only), one that stops mid-stream -> the message, then trailers
-     DEADLINE_EXCEEDED; the grpcio client's own call gets DEADLINE_EXCEEDED.
+     DEADLINE_EXCEEDED; the grpcio client's own call gets DEADLINE_EXCEEDED. An upstream
+     that closes mid-stream: the message, then UNAVAILABLE.
   4. Translation: an HTTP/1.1 curl client to an h2c upstream (gRPC framed body back,
      chunked), plain requests with and without bodies.
   5. GOAWAY: an upstream that retires each connection after 20 streams (GOAWAY naming
@@ -197,6 +198,19 @@ routes: [ {{ name: hang, match: {{ paths: [/] }}, upstream: hang }} ]
     r = client("deadline", "127.0.0.1:%d" % sl.port())
     t.check("a grpcio call with a deadline through the gateway ends DEADLINE_EXCEEDED", r.get("code") ==
             "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", r)
+    sl.stop()
+    # an upstream that dies mid-stream: what was sent, then UNAVAILABLE (not a reset's INTERNAL)
+    _, cut = spawn("h2_upstream.py", "--mode", "cut")
+    sl = h.start_sluice(f"""
+workers: 1
+admin: {{ listen: 127.0.0.1:0 }}
+listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
+upstreams: [ {{ name: cut, protocol: h2c, targets: [ {{ address: 127.0.0.1:{cut} }} ] }} ]
+routes: [ {{ name: cut, match: {{ paths: [/] }}, upstream: cut }} ]
+""", suite=t)
+    r = client("stream", "127.0.0.1:%d" % sl.port())
+    t.check("an upstream that closes mid-stream: the message, then UNAVAILABLE",
+            r.get("code") == "UNAVAILABLE" and r.get("got") == ["6669727374"], "first, UNAVAILABLE", r)
     sl.stop()
 
 
