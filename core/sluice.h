@@ -369,6 +369,9 @@ long sl_ffi_grpcweb_b64_decode(const char *in, size_t n, char *out);
 int sl_ffi_grpcweb_trailer_count(sl_req_t *r);
 int sl_ffi_grpcweb_trailer_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                               size_t *value_len);
+/** The trailers went into the body (gRPC-Web's final frame): the client gets no HTTP
+ *  trailers (HTTP/2) besides them. Their grpc-status is counted (sluice_grpc_responses_total). */
+void sl_ffi_grpcweb_trailers_drop(sl_req_t *r);
 
 /* ======================== tcp session (preread) */
 

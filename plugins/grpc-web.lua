@@ -66,7 +66,7 @@ function M.body_filter(conf, ctx, chunk, eof)
     if not st then return nil end
     local out = chunk
     if eof and not st.done then
-        local tr = gw.trailers()
+        local tr = gw.trailers(true)
         if #tr > 0 then out = out .. gw.trailer_frame(tr) end
     end
     if st.enc then return st.enc:push(out, eof) end

@@ -51,6 +51,10 @@ typedef struct {
     uint64_t hedge_after_ms;    /**< 0: no hedging */
 } sl_retry_conf_t;
 
+/** The protocol spoken to an upstream's targets (`protocol:`): HTTP/1.1, HTTP/2 over TLS
+ *  (ALPN h2), or HTTP/2 over cleartext with prior knowledge (http/h2_up.c). */
+enum { SL_UP_HTTP1 = 0, SL_UP_H2, SL_UP_H2C };
+
 enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP, SL_PROBE_GRPC };
 
 typedef struct {

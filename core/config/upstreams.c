@@ -315,6 +315,34 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
                    "max_backoff must be at least backoff");
 }
 
+/* `protocol:`. HTTP/2 over TLS needs every target's `tls:` (h2c is the cleartext one), and
+ * its client contexts offer ALPN h2 alone: a target that answers without it is refused
+ * when it connects (h2_up.c), never spoken HTTP/1.1 to. */
+static void parse_protocol(sl__cx_t *cx, const yaml_node_t *v, sl_upstream_conf_t *u) {
+    static const char *const names[] = {"http1", "h2", "h2c"};
+    const char *s = sl__cfg_get_text(cx, v, "protocol", "a string");
+    size_t i = 0;
+    while (s && i < SL_ARRAY_LEN(names) && strcmp(s, names[i]) != 0) i++;
+    if (!s) return;
+    if (i == SL_ARRAY_LEN(names)) {
+        sl__cx_err(cx, v, "unknown protocol '%s' (expected http1, h2 or h2c)", s);
+        return;
+    }
+    u->protocol = (uint8_t)i;
+    for (size_t k = 0; k < u->ntargets && u->targets; k++) {
+        sl_target_conf_t *t = &u->targets[k];
+        if (u->protocol == SL_UP_H2 && !t->tls && t->kind != SL_TARGET_REGISTERED) {
+            sl__cx_err(cx, v, "protocol h2 needs tls: on every target (h2c is HTTP/2 without TLS)");
+            return;
+        }
+        if (u->protocol == SL_UP_H2C && t->tls) {
+            sl__cx_err(cx, v, "protocol h2c is cleartext: a target with tls: wants protocol h2");
+            return;
+        }
+        if (u->protocol == SL_UP_H2 && t->tls && !t->tls_borrowed && t->tls->rt) sl_tls_client_offer_h2(t->tls->rt);
+    }
+}
+
 enum { K_MAX_IDLE, K_IDLE_TO, K_N };
 static const char *const keepalive_keys[K_N] = {"max_idle", "idle_timeout"};
 enum { TO_CONNECT, TO_READ, TO_WRITE, TO_N };
@@ -324,10 +352,10 @@ enum { RG_ENABLED, RG_MAX_TTL, RG_MAX_TARGETS, RG_N };
 static const char *const registry_keys[RG_N] = {"enabled", "max_ttl", "max_targets"};
 
 enum { U_NAME, U_BALANCER, U_HASH_ON, U_HASH_EPS, U_TARGETS, U_KEEPALIVE, U_TIMEOUTS, U_HEALTH,
-       U_BREAKER, U_RETRY, U_REGISTRY, U_N };
+       U_BREAKER, U_RETRY, U_REGISTRY, U_PROTOCOL, U_N };
 static const char *const upstream_keys[U_N] = {"name",     "balancer",  "hash_on", "hash_epsilon",
                                                "targets",  "keepalive", "timeouts", "health",
-                                               "circuit_breaker", "retry", "registry"};
+                                               "circuit_breaker", "retry", "registry", "protocol"};
 
 void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_upstream_conf_t *u = &cx->cfg->upstreams[idx];
@@ -449,6 +477,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         parse_breaker(cx, v, where, &u->breaker);
     if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
         parse_retry(cx, v, where, &u->retry);
+    if ((v = f[U_PROTOCOL].val)) parse_protocol(cx, v, u);
     if (u->health.active_type == SL_PROBE_HTTP && !u->health.path)
         u->health.path = sl__cx_strdup(cx, "/health");
 }

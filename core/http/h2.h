@@ -37,6 +37,13 @@ typedef struct {
     void (*linger)(void *owner);
 } sl_h2_owner_t;
 
+/** nghttp2's allocator over the calling thread's freelists (nghttp2_mem *): every session
+ *  of a worker uses it, the upstream ones too (h2_up.c). */
+void *sl__h2_mem(void);
+/** A zeroed piece from those freelists, and its return. */
+void *sl__h2_calloc(size_t n);
+void sl__h2_mem_free(void *p);
+
 /** The 24 bytes every HTTP/2 connection starts with (RFC 9113 3.4). */
 #define SL_H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define SL_H2_PREFACE_LEN 24

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "http/conn.h"
+#include "http/h2_up.h"
 #include "http/request.h"
 #include "http/upconn.h"
 
@@ -12,6 +13,7 @@ void sl_http_on_accept(uv_stream_t *server, int status) { sl__conn_on_accept(ser
 void sl_http_drain(sl_worker_t *w) {
     sl__conn_close_idle(w);
     sl__pool_close_all(w);
+    sl__h2up_drain(w);
 }
 
 void sl_http_trim(sl_worker_t *w, uint32_t keep) {

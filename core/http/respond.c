@@ -50,6 +50,18 @@ void sl__req_grpc_status(sl_req_t *r, sl_str_t value) {
     if (code >= 0) sl_metrics_grpc(&r->w->metrics, r->route, code);
 }
 
+static const sl_h1_header_t *find_field(const sl_h1_header_t *f, uint16_t n, const char *lower, size_t len) {
+    for (uint16_t i = 0; i < n; i++)
+        if (sl_str_ieq(f[i].name, lower, len)) return &f[i];
+    return NULL;
+}
+
+void sl__req_grpc_passed(sl_req_t *r) {
+    const sl_h1_header_t *gs = find_field(r->trailers, r->ntrailers, "grpc-status", 11);
+    if (!gs) gs = find_field(r->rhead.headers, r->rhead.nheaders, "grpc-status", 11);
+    if (gs) sl__req_grpc_status(r, gs->value);
+}
+
 /* Turns a gateway-made answer to a gRPC request into a trailers-only gRPC error: HTTP 200,
  * the gRPC content type, grpc-status (the plugin's own when it set one, else `code`, else
  * the HTTP status mapped) and grpc-message (the plugin's, else the answer's body as text).
@@ -90,11 +102,7 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
                     sl_str_t grpc_msg) {
     sl_downstream_t *ds = r->ds;
     sl__attempt_abandon(r);
-    if (r->up) {
-        r->up->req = NULL;
-        sl__upconn_close(r->up);
-        r->up = NULL;
-    }
+    sl__proxy_drop_upstream(r);
     r->mode = SL_MODE_LOCAL;
     if (!r->grpc_answer && sl__req_is_grpc(r)) {
         if (status != 200 && !grpc_error(r, status, grpc_code, grpc_msg)) {

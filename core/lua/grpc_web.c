@@ -7,16 +7,23 @@
 #include "http/request.h"
 #include "sluice.h"
 
-/* The upstream's trailers: r->trailers once HTTP/2 upstreams keep them (request.h). */
-int sl_ffi_grpcweb_trailer_count(sl_req_t *r) {
-    (void)r;
-    return 0;
-}
+/* The upstream's trailers (an HTTP/2 upstream's, kept in r->trailers by h2_up.c). */
+int sl_ffi_grpcweb_trailer_count(sl_req_t *r) { return r->ntrailers; }
 
 int sl_ffi_grpcweb_trailer_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                               size_t *value_len) {
-    (void)r, (void)i, (void)name, (void)name_len, (void)value, (void)value_len;
-    return SL_DECLINED;
+    if (i < 0 || i >= r->ntrailers) return SL_DECLINED;
+    *name = r->trailers[i].name.p;
+    *name_len = r->trailers[i].name.len;
+    *value = r->trailers[i].value.p;
+    *value_len = r->trailers[i].value.len;
+    return SL_OK;
+}
+
+void sl_ffi_grpcweb_trailers_drop(sl_req_t *r) {
+    if (!r->ntrailers) return;
+    sl__req_grpc_passed(r); /* counted now: the client gets them in the body */
+    r->ntrailers = 0;
 }
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

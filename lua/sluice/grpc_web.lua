@@ -4,7 +4,7 @@
 --   gw.b64_encode(s), gw.b64_decode(s)       -- base64 (decode takes padded segments in a row)
 --   local enc = gw.encoder(); enc:push(piece, eof)  -- a streamed body as base64, 3-byte aligned
 --   gw.trailer_frame({ {name, value}, ... })  -- the final frame: flag 0x80, length, "k:v\r\n"...
---   gw.trailers()                             -- the upstream response's trailers (body_filter)
+--   gw.trailers(take)                         -- the upstream response's trailers (body_filter)
 --
 -- The byte work (base64) is C (core/lua/grpc_web.c): a LuaJIT loop goes a byte at a time.
 local ffi = require("ffi")
@@ -16,6 +16,7 @@ long sl_ffi_grpcweb_b64_decode(const char *in, size_t n, char *out);
 int sl_ffi_grpcweb_trailer_count(sl_req_t *r);
 int sl_ffi_grpcweb_trailer_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
                               size_t *value_len);
+void sl_ffi_grpcweb_trailers_drop(sl_req_t *r);
 ]]
 
 local C = ffi.C
@@ -93,7 +94,8 @@ end
 local np, nl, vp, vl = ffi_new("const char *[1]"), ffi_new("size_t[1]"), ffi_new("const char *[1]"), ffi_new("size_t[1]")
 
 -- The upstream response's trailers as { {name, value}, ... } (body_filter of a request).
-function _M.trailers()
+-- take = true: they go into the body, the client gets no HTTP trailers (HTTP/2) besides.
+function _M.trailers(take)
     local r = base.req
     if not r then error("no request is running", 2) end
     local out = {}
@@ -102,6 +104,7 @@ function _M.trailers()
             out[#out + 1] = { ffi_string(np[0], nl[0]), ffi_string(vp[0], vl[0]) }
         end
     end
+    if take then C.sl_ffi_grpcweb_trailers_drop(r) end
     return out
 end
 
