@@ -1,8 +1,9 @@
 /* h2.h — an HTTP/2 server connection (nghttp2 for framing, HPACK and flow control): the
  * second implementation of the downstream a request talks to (downstream.h). Each HTTP/2
  * stream embeds an sl_downstream_t, so routing, plugins, balancers, retries, limits, logs
- * and metrics serve it unchanged; upstreams stay HTTP/1.1 (h1_head.c builds their heads
- * from r->head, which a stream fills from its HEADERS). Internal: sl__ names.
+ * and metrics serve it unchanged; h1_head.c builds the upstream head from r->head, which a
+ * stream fills from its HEADERS (an HTTP/2 upstream gets it translated: h2_up.c), and
+ * the response's trailers (r->trailers) follow its last DATA. Internal: sl__ names.
  *
  * Ownership: the client connection that recognised HTTP/2 (conn.c: the connection preface
  * after ALPN h2 or with prior knowledge) keeps its socket, its timer, its reads and its

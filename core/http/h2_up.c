@@ -38,8 +38,6 @@
 #define H2UP_FIRST_STREAMS 100
 /* Trailer fields kept for the client. */
 #define H2UP_MAX_TRAILERS 32
-/* Replays of a request whose streams were refused (GOAWAY, REFUSED_STREAM). */
-#define H2UP_MAX_REFUSED 3
 
 enum { C_CONNECTING = 1, C_READY, C_RETIRED, C_CLOSING };
 enum { EV_HEAD = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
@@ -80,6 +78,7 @@ struct sl_h2up_s {
     uint8_t state;              /**< C_* */
     uint8_t writing, in_run, nclose, counted;
     uint8_t handles_closed;     /**< closing: freed once no request holds one of its streams */
+    uint8_t settings_known;     /**< the peer's SETTINGS arrived */
     uint32_t nstreams;          /**< streams with a request */
     uint32_t max_streams;       /**< the peer's SETTINGS_MAX_CONCURRENT_STREAMS */
     int32_t last_id;            /**< a GOAWAY's last-stream-id; INT32_MAX before */
@@ -341,8 +340,10 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *
     sl_h2up_t *c = ud;
     switch (frame->hd.type) {
     case NGHTTP2_SETTINGS:
-        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK)) {
             c->max_streams = nghttp2_session_get_remote_settings(ss, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+            c->settings_known = 1;
+        }
         return 0;
     case NGHTTP2_GOAWAY:
         /* Retired: no new stream; nghttp2 closes the ones above last-stream-id with
@@ -572,8 +573,9 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     conn_close(c);
 }
 
+/* The handle's address is the connection's (through TLS, its data is the session's). */
 static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
-    sl_h2up_t *c = h->data;
+    sl_h2up_t *c = (sl_h2up_t *)h;
     (void)hint;
     if (!c->rbuf && !(c->rbuf = sl_block_get(&c->w->blocks))) {
         *buf = uv_buf_init(NULL, 0);
@@ -583,7 +585,7 @@ static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-    sl_h2up_t *c = s->data;
+    sl_h2up_t *c = (sl_h2up_t *)s;
     (void)buf;
     if (c->state == C_CLOSING) return;
     if (nread < 0) {
@@ -742,7 +744,14 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     c->upstream = upstream;
     c->target = t;
     c->state = C_CONNECTING;
+    /* until its own SETTINGS arrive, a connection takes what its siblings were allowed:
+     * the streams past the first connection's limit open a second one at once */
     c->max_streams = H2UP_FIRST_STREAMS;
+    for (sl_h2up_t *o = w->ups[upstream].idle[t].h2; o; o = o->next)
+        if (o->settings_known) {
+            c->max_streams = o->max_streams;
+            break;
+        }
     c->last_id = INT32_MAX;
     c->ts = atomic_load(&w->ug->ups[upstream].ts[t]);
     uv_tcp_init(&w->loop, &c->s.tcp);

@@ -28,6 +28,11 @@
 
 typedef struct sl_h2up_stream_s sl_h2up_stream_t;
 
+/** Replays of one request whose streams were refused unprocessed (a GOAWAY's
+ *  last-stream-id below them, REFUSED_STREAM): safe whatever the method, bounded against
+ *  an upstream that refuses everything. */
+#define SL_H2UP_MAX_REFUSED 10
+
 /** Starts r's current attempt (r->att.target of r->upstream) on a stream: a connection with
  *  room, or a new one. SL_OK (events follow), or <0 at once (no event follows). */
 int sl__h2up_start(sl_req_t *r);

@@ -37,18 +37,7 @@ static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
         r->heap_len = r->heap_cap = 0;
         return;
     }
-    if (r->heap_len + n > r->heap_cap) {
-        size_t cap = SL_MAX(r->heap_cap * 2, SL_MAX(r->heap_len + n, (size_t)4096));
-        char *np = realloc(r->heap, cap);
-        if (!np) {
-            r->h2_replay = 0;
-            return;
-        }
-        r->heap = np;
-        r->heap_cap = cap;
-    }
-    memcpy(r->heap + r->heap_len, p, n);
-    r->heap_len += n;
+    if (sl__req_heap_append(r, p, n) != SL_OK) r->h2_replay = 0;
 }
 
 static int on_body_to_upstream(void *ud, const char *p, size_t n) {
@@ -673,7 +662,7 @@ void sl__proxy_h2_written(sl_req_t *r) {
 
 void sl__proxy_h2_refused(sl_req_t *r, const char *why) {
     bool replayable = r->body_buffered || r->h2_replay || r->head.body_kind == SL_BODY_NONE;
-    if (r->resp_head || !replayable || r->h2_refused >= 3) {
+    if (r->resp_head || !replayable || r->h2_refused >= SL_H2UP_MAX_REFUSED) {
         sl__proxy_failed(r, 502, SL_FAIL_RESET, why);
         return;
     }
@@ -683,7 +672,7 @@ void sl__proxy_h2_refused(sl_req_t *r, const char *why) {
     sl__h2up_detach(r);
     r->req_sent = 0;
     sl__proxy_requeue(r);
-    sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+    sl_log_kv(SL_LOG_DEBUG, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
               "%s: sent again on another connection", why);
     sl__proxy_connect_target(r);
 }

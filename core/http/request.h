@@ -292,6 +292,8 @@ void sl__req_answer_exit(sl_req_t *r);
 void sl__req_answer_plugin_error(sl_req_t *r);
 /** Runs the body_filter chain over one piece of the response body (respond.c). */
 int sl__req_filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_t *out);
+/** Appends n bytes to r->heap (grown by doubling): SL_OK, or SL_ERROR out of memory. */
+int sl__req_heap_append(sl_req_t *r, const char *p, size_t n);
 /** Tells the client to send its body, when it waits for that (Expect: 100-continue). */
 void sl__req_send_continue(sl_req_t *r);
 /** Reads what the client sent of the body into r->heap: SL_OK whole, SL_EAGAIN waiting,

@@ -190,16 +190,20 @@ static int on_body_to_buffer(void *ud, const char *p, size_t n) {
         r->body_err = 413;
         return 1;
     }
+    return sl__req_heap_append(r, p, n) == SL_OK ? 0 : 1;
+}
+
+int sl__req_heap_append(sl_req_t *r, const char *p, size_t n) {
     if (r->heap_len + n > r->heap_cap) {
         size_t cap = SL_MAX(r->heap_cap * 2, SL_MAX(r->heap_len + n, (size_t)4096));
         char *np = realloc(r->heap, cap);
-        if (!np) return 1;
+        if (!np) return SL_ERROR;
         r->heap = np;
         r->heap_cap = cap;
     }
     memcpy(r->heap + r->heap_len, p, n);
     r->heap_len += n;
-    return 0;
+    return SL_OK;
 }
 
 int sl__req_buffer_pump(sl_req_t *r) {

@@ -7,7 +7,8 @@ gracefully: GOAWAY to its clients, in-flight calls finish within the grace.
   /t.S/Unary         echoes the request; "err:CODE:MSG" aborts with that status and the
                      trailers x-custom: kept, x-bin-bin: bytes; "sleep:MS" answers after MS
   /t.S/Collect       client streaming: answers "<messages>:<bytes>" of what it got
-  /t.S/Spray         server streaming: "N:SIZE" -> N messages of SIZE bytes, then trailers
+  /t.S/Spray         server streaming: "N:SIZE[:MS]" -> N messages of SIZE bytes (MS apart),
+                     then trailers
   /t.S/Echo          bidi: each message is answered as it arrives
 Every call gets the trailing metadata x-served-by: <port>.
 """
@@ -57,8 +58,11 @@ def collect(it, ctx):
 
 
 def spray(req, ctx):
-    n, size = (int(x) for x in req.decode().split(":"))
+    parts = [int(x) for x in req.decode().split(":")]
+    n, size, delay = parts[0], parts[1], parts[2] if len(parts) > 2 else 0
     for i in range(n):
+        if delay:
+            time.sleep(delay / 1000.0)
         yield (b"%08d" % i) + b"s" * max(0, size - 8)
     served(ctx, (("x-custom", "spray"),))
 
