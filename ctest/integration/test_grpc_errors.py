@@ -7,6 +7,11 @@ whose grpc-status follows gRPC's HTTP-to-gRPC mapping:
   (503) -> UNAVAILABLE; the upstream's read timeout (the gateway's 504) -> DEADLINE_EXCEEDED;
   key-auth and jwt-auth (401) -> UNAUTHENTICATED; rate-limit (429) -> UNAVAILABLE; an exit
   with status 403 -> PERMISSION_DENIED; a plugin's explicit grpc-status/grpc-message win.
+With an h2c upstream (a real grpcio server), jwt-auth, key-auth and rate-limit on gRPC
+routes read their credentials from gRPC metadata (headers): the call passes with a valid
+key or token (the reply and the upstream's trailers arrive) and is refused with
+UNAUTHENTICATED without (or with an expired token); the rate-limited call is UNAVAILABLE
+(429 in gRPC's table).
 Over HTTP/2 the answer is one HEADERS frame with END_STREAM (h2 library); over HTTP/1.1
 (grpc-web clients) a 200 head with grpc-status, Content-Length 0. A non-gRPC request on
 the same route still gets its HTTP error. sluice_grpc_responses_total counts them.
@@ -14,12 +19,17 @@ the same route still gets its HTTP error. sluice_grpc_responses_total counts the
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc_util as g  # noqa: E402
 
 g.reexec_under_debian_python()
 
+import base64  # noqa: E402
+import hashlib  # noqa: E402
+import hmac  # noqa: E402
+import json  # noqa: E402
 import socket  # noqa: E402
 
 import h2.config  # noqa: E402
@@ -27,6 +37,7 @@ import h2.connection  # noqa: E402
 import h2.events  # noqa: E402
 
 import harness as h  # noqa: E402
+from grpc_inproc import Service  # noqa: E402
 
 t = h.Suite("grpc_errors", budget=90)
 
@@ -173,4 +184,70 @@ def test_errors(t):
         dead_sock.close()
 
 
-t.run(test_errors)
+AUTH_CONF = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+consumers:
+  - name: alice
+    credentials:
+      key-auth: { key: k-alice }
+upstreams:
+  - { name: svc, protocol: h2c, targets: [ { address: 127.0.0.1:%(port)d } ] }
+routes:
+  - { name: keyed, match: { paths: [/w.S/Unary], headers: { x-route: keyed } }, upstream: svc,
+      plugins: [ { name: key-auth } ] }
+  - { name: jwt, match: { paths: [/w.S/Unary], headers: { x-route: jwt } }, upstream: svc,
+      plugins: [ { name: jwt-auth, config: { algorithms: [HS256], secret_env: SL_GRPC_JWT } } ] }
+  - { name: limited, match: { paths: [/w.S/Unary], headers: { x-route: limited } }, upstream: svc,
+      plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, burst: 0 } } ] }
+"""
+SECRET = "k" * 32
+
+
+def hs256(claims):
+    b64u = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()  # noqa: E731
+    signing = b64u(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + b64u(json.dumps(claims).encode())
+    return signing + "." + b64u(hmac.new(SECRET.encode(), signing.encode(), hashlib.sha256).digest())
+
+
+def test_auth_metadata(t):
+    svc = Service()
+    s = h.start_sluice(AUTH_CONF % {"port": svc.port}, suite=t, name="grpc-auth",
+                       env=dict(os.environ, SL_GRPC_JWT=SECRET))
+    try:
+        p = s.port()
+        code, _, reply, tr = g.unary(p, "/w.S/Unary", b"hi", [("x-route", "keyed"), ("apikey", "k-alice")])
+        t.check("key-auth: a valid apikey in the metadata passes (reply and the upstream's trailer)",
+                code == "OK" and reply == b"hi" and tr.get("x-custom") == "unary", ("OK", b"hi"), (code, reply, tr))
+        t.check("key-auth: the key is hidden from the upstream, the consumer named",
+                "apikey" not in svc.metadata and svc.metadata.get("x-consumer") == "alice", "no apikey, alice",
+                svc.metadata)
+        code, details, _, _ = g.unary(p, "/w.S/Unary", b"hi", [("x-route", "keyed")])
+        t.check("key-auth: no apikey -> UNAUTHENTICATED", code == "UNAUTHENTICATED", "UNAUTHENTICATED", (code, details))
+
+        token = hs256({"sub": "alice", "exp": int(time.time()) + 300})
+        code, _, reply, _ = g.unary(p, "/w.S/Unary", b"jw", [("x-route", "jwt"), ("authorization", "Bearer " + token)])
+        t.check("jwt-auth: a valid bearer token in the metadata passes", code == "OK" and reply == b"jw", "OK",
+                (code, reply))
+        bad = hs256({"sub": "alice", "exp": int(time.time()) - 300})
+        code, details, _, _ = g.unary(p, "/w.S/Unary", b"jw", [("x-route", "jwt"), ("authorization", "Bearer " + bad)])
+        t.check("jwt-auth: an expired token -> UNAUTHENTICATED", code == "UNAUTHENTICATED", "UNAUTHENTICATED",
+                (code, details))
+
+        first = g.unary(p, "/w.S/Unary", b"1", [("x-route", "limited")])
+        second = g.unary(p, "/w.S/Unary", b"2", [("x-route", "limited")])
+        t.check("rate-limit: the first call passes, the second is UNAVAILABLE (429's mapping)",
+                first[0] == "OK" and second[0] == "UNAVAILABLE", ("OK", "UNAVAILABLE"), (first[:2], second[:2]))
+        _, samples = s.metrics()
+        got = {(lab.get("route"), lab.get("grpc_status")): float(v) for n, lab, v in samples
+               if n == "sluice_grpc_responses_total"}
+        t.check("sluice_grpc_responses_total counts passed-through OKs and the gateway's refusals",
+                got.get(("keyed", "0")) == 1 and got.get(("keyed", "16")) == 1 and got.get(("jwt", "0")) == 1 and
+                got.get(("limited", "14")) == 1 and got.get(("limited", "0")) == 1, "each 1", got)
+    finally:
+        s.stop()
+        svc.stop()
+
+
+t.run(test_errors, test_auth_metadata)
