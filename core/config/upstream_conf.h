@@ -55,11 +55,12 @@ typedef struct {
  *  (ALPN h2), or HTTP/2 over cleartext with prior knowledge (http/h2_up.c). */
 enum { SL_UP_HTTP1 = 0, SL_UP_H2, SL_UP_H2C };
 
-enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP };
+enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP, SL_PROBE_GRPC };
 
 typedef struct {
     int active_type;            /**< SL_PROBE_*; NONE: no active probes */
     char *path;                 /**< http probe path; default /health */
+    char *service;              /**< grpc probe: the HealthCheckRequest's service; NULL: "" (the server) */
     int expect_status;          /**< 0: any 2xx/3xx */
     uint64_t interval_ms, timeout_ms;   /**< default 2s, 1s */
     uint32_t healthy_threshold, unhealthy_threshold; /**< default 2, 3 */

@@ -169,10 +169,10 @@ static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int
     return true;
 }
 
-enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_N };
+enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_SERVICE, HA_N };
 static const char *const active_keys[HA_N] = {
     "type", "path", "expect_status", "interval", "timeout", "healthy_threshold",
-    "unhealthy_threshold"};
+    "unhealthy_threshold", "service"};
 enum { HP_MAX_FAILURES, HP_WINDOW, HP_N };
 static const char *const passive_keys[HP_N] = {"max_failures", "window"};
 enum { H_ACTIVE, H_PASSIVE, H_N };
@@ -192,8 +192,18 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
             const char *t = sl__cfg_get_text(cx, a[HA_TYPE].val, "type", "a string");
             if (t && strcmp(t, "tcp") == 0)
                 h->active_type = SL_PROBE_TCP;
+            else if (t && strcmp(t, "grpc") == 0)
+                h->active_type = SL_PROBE_GRPC;
             else if (t && strcmp(t, "http") != 0)
-                sl__cx_err(cx, a[HA_TYPE].val, "unknown probe type '%s' (expected http or tcp)", t);
+                sl__cx_err(cx, a[HA_TYPE].val, "unknown probe type '%s' (expected http, tcp or grpc)", t);
+        }
+        if ((v = a[HA_SERVICE].val)) {
+            free(h->service);
+            h->service = NULL;
+            if (h->active_type != SL_PROBE_GRPC)
+                sl__cx_err(cx, v, "service is for a grpc probe (type: grpc)");
+            else if (sl__cfg_get_string(cx, v, "service", &h->service) && strlen(h->service) > 200)
+                sl__cx_err(cx, v, "service name longer than 200 bytes");
         }
         if ((v = a[HA_PATH].val)) {
             free(h->path);
@@ -203,9 +213,12 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
                 sl__cx_err(cx, v, "probe path '%s' must start with '/' and contain no spaces",
                            h->path);
             if (h->active_type == SL_PROBE_TCP) sl__cx_err(cx, v, "a tcp probe has no path");
+            if (h->active_type == SL_PROBE_GRPC)
+                sl__cx_err(cx, v, "a grpc probe has no path (it calls grpc.health.v1.Health/Check; service: names what it checks)");
         }
         if ((v = a[HA_EXPECT].val) && sl__cfg_get_int(cx, v, "expect_status", 100, 599, &n))
             h->expect_status = (int)n;
+        if (v && h->active_type == SL_PROBE_GRPC) sl__cx_err(cx, v, "expect_status is for an http probe");
         if ((v = a[HA_INTERVAL].val))
             sl__cfg_get_duration(cx, v, "interval", false, &h->interval_ms);
         if ((v = a[HA_TIMEOUT].val)) sl__cfg_get_duration(cx, v, "timeout", false, &h->timeout_ms);

@@ -1124,7 +1124,9 @@ static int h2_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_
     }
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = nv_add(r, nva, &n, ed->added[i].name, ed->added[i].value);
     if (answer) {
-        if (status != 204) ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
+        /* A gRPC error is trailers-only: one HEADERS frame, no length (respond.c). */
+        if (status != 204 && !r->grpc_answer)
+            ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
         if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
             ok = ok && nv_num(r, nva, &n, SL_LIT("retry-after"), r->retry_after_s ? r->retry_after_s : 1);
         st->bodiless = content_length == 0 || status == 204 || status == 304 || r->head.method_id == HTTP_HEAD;

@@ -195,9 +195,7 @@ void sl__proxy_connect_target(sl_req_t *r) {
  * INTERNAL to a gRPC client). The stream stays attached, cut short, until the response
  * ends: what the client is being written points into its block. */
 static bool grpc_fail_mid_response(sl_req_t *r, const char *why) {
-    if (!r->h2s || !r->resp_head || r->head.major != 2) return false;
-    sl_str_t ct = sl__req_header_value(r, "content-type");
-    if (ct.len < 16 || !sl_str_ieq((sl_str_t){ct.p, 16}, "application/grpc", 16)) return false;
+    if (!r->h2s || !r->resp_head || r->head.major != 2 || !sl__req_is_grpc(r)) return false;
     sl_h1_header_t *t = sl_arena_alloc(&r->arena, 2 * sizeof(*t));
     char *msg = sl_arena_alloc(&r->arena, strlen(why) + 1);
     if (!t || !msg) return false;
@@ -674,6 +672,8 @@ static void req_finish(sl_req_t *r) {
             sl__upconn_close(u);
         }
     }
+    /* gRPC's status is counted where the response ends (only HTTP/2 upstreams carry one) */
+    if (r->h2s || r->ntrailers) sl__req_grpc_passed(r);
     if (r->h2s) {
         sl__attempt_timed(r, r->status, now);
         sl__attempt_release(r);
@@ -711,45 +711,16 @@ void sl__proxy_h2_refused(sl_req_t *r, const char *why) {
     sl__proxy_connect_target(r);
 }
 
-/* A gRPC status the gateway says for the upstream, trailers-only (HTTP 200, the status in
- * the head, no body): gRPC's own form for a call that ends before any message. */
-static void grpc_answer(sl_req_t *r, const char *code, const char *msg) {
-    sl_h1_head_t *h = &r->rhead;
-    sl_h1_head_clear(h);
-    h->status = 200;
-    h->major = 2;
-    h->body_kind = SL_BODY_NONE;
-    static const struct {
-        const char *n;
-        size_t nl;
-    } names[] = {{"content-type", 12}, {"grpc-status", 11}, {"grpc-message", 12}};
-    const char *values[] = {"application/grpc", code, msg};
-    for (size_t i = 0; i < SL_ARRAY_LEN(names); i++) {
-        sl_h1_header_t *x = sl_h1_push(h);
-        if (!x) break;
-        *x = (sl_h1_header_t){{names[i].n, names[i].nl}, {values[i], strlen(values[i])}, 0};
-    }
-    r->status = 200;
-    if (r->ds->ops->write_head(r->ds, r, (sl_str_t){NULL, 0}, -1) != SL_OK) {
-        r->ds->ops->abort(r->ds);
-        return;
-    }
-    r->resp_head = 1;
-    r->resp_done = 1;
-    sl__proxy_pump_down(r);
-}
-
 void sl__proxy_grpc_deadline(sl_req_t *r) {
     sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
               "grpc-timeout passed: DEADLINE_EXCEEDED");
     r->grpc_due = 0;
     if (!r->resp_head) {
-        /* the client's deadline, not the target's failure */
+        /* the client's deadline, not the target's failure (the answer abandons the attempt):
+         * a gRPC request gets it as a trailers-only DEADLINE_EXCEEDED (respond.c) */
         sl__attempt_timed(r, 0, sl_now_ns());
-        sl__attempt_abandon(r);
-        sl__proxy_drop_upstream(r);
         sl__req_cancel_wait(r); /* a retry's backoff */
-        grpc_answer(r, "4", "deadline exceeded");
+        sl__req_respond_error(r, 504, "deadline exceeded", false);
         return;
     }
     /* the head went: the status goes in the trailers, after what the client already has */

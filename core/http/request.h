@@ -166,6 +166,9 @@ struct sl_req_s {
                              stream's replay (cleared past retry.max_body) */
     uint8_t h2_refused; /**< streams refused so far (GOAWAY, REFUSED_STREAM): replays are capped */
     uint64_t grpc_due;  /**< loop ms when the request's grpc-timeout passes; 0: none */
+    /** The gateway's answer to a gRPC request went out as a trailers-only gRPC error
+     *  (respond.c): HTTP 200, grpc-status in the head, no body and (HTTP/2) no length. */
+    uint8_t grpc_answer;
 };
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
@@ -272,6 +275,17 @@ void sl__req_run_log_phase(sl_req_t *r);
 /* respond.c */
 /** A gateway-made JSON error: {"error": msg}. */
 void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close);
+/** The request is a gRPC one (content-type application/grpc*): gateway-made answers to it
+ *  are gRPC errors. */
+bool sl__req_is_grpc(const sl_req_t *r);
+/** Counts a grpc-status value the client gets (a passed-through trailer or header, or a
+ *  gateway-made one) in sluice_grpc_responses_total; values that are not a code 0..16 are
+ *  not counted. Call once per response, where the response's trailers (or its trailers-only
+ *  head) are sent. */
+void sl__req_grpc_status(sl_req_t *r, sl_str_t value);
+/** A proxied response ends (or hands its trailers to a plugin): the grpc-status of its
+ *  trailers, or of its head when it was trailers-only, is counted. */
+void sl__req_grpc_passed(sl_req_t *r);
 /** A plugin's sluice.response.exit. */
 void sl__req_answer_exit(sl_req_t *r);
 /** 500 for a plugin that raised. */
