@@ -273,12 +273,7 @@ static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int
     (void)ss;
     (void)flags;
     if (c->writing || c->state == C_CLOSING) return NGHTTP2_ERR_WOULDBLOCK;
-    if (!c->out && !(c->out = sl_block_get(&c->w->blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
-    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - c->olen));
-    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
-    memcpy(c->out + c->olen, data, n);
-    c->olen += (uint32_t)n;
-    return (ssize_t)n;
+    return sl__h2_out_put(&c->w->blocks, &c->out, &c->olen, data, len);
 }
 
 static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
@@ -429,7 +424,6 @@ static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t
                            nghttp2_data_source *src, void *ud) {
     sl_h2up_stream_t *st = src->ptr;
     sl_outq_t *q = st->q;
-    size_t n = 0;
     (void)ss;
     (void)id;
     (void)ud;
@@ -437,14 +431,7 @@ static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t
         st->deferred = 1;
         return NGHTTP2_ERR_DEFERRED; /* the reset that goes with the detach follows */
     }
-    while (q && st->qi < q->niov && n < len) {
-        const uv_buf_t *b = &q->iov[st->qi];
-        size_t k = SL_MIN(len - n, b->len - st->qoff);
-        memcpy(buf + n, b->base + st->qoff, k);
-        n += k;
-        st->qoff += k;
-        if (st->qoff == b->len) st->qi++, st->qoff = 0;
-    }
+    size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
     if (q && st->qi == q->niov) {
         st->q = NULL;
         ev_push(st, EV_WRITTEN);
