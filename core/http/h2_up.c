@@ -29,6 +29,7 @@
 
 #include "base/log.h"
 #include "http/h2.h"
+#include "proto/grpc_timeout.h"
 
 /* A stream's window: its response body block. */
 #define H2UP_STREAM_WINDOW (SL_BLOCK_SIZE - 1)
@@ -780,28 +781,12 @@ static sl_h2up_t *conn_pick(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     return NULL;
 }
 
-/* The request's grpc-timeout ("1S", "250m": RFC-less but gRPC's PROTOCOL-HTTP2.md), as
- * a loop time; 0 when absent or malformed. */
+/* The request's grpc-timeout as a loop time, counted from when the request arrived, not
+ * from this attempt; 0 when absent or malformed. */
 static uint64_t grpc_due(sl_req_t *r, uint64_t now) {
     const sl_h1_header_t *x = sl_h1_find(&r->head, "grpc-timeout", 12);
-    if (!x || x->value.len < 2 || x->value.len > 9) return 0;
-    uint64_t v = 0;
-    for (size_t i = 0; i + 1 < x->value.len; i++) {
-        char d = x->value.p[i];
-        if (d < '0' || d > '9') return 0;
-        v = v * 10 + (uint64_t)(d - '0');
-    }
     uint64_t ms;
-    switch (x->value.p[x->value.len - 1]) {
-    case 'H': ms = v * 3600000; break;
-    case 'M': ms = v * 60000; break;
-    case 'S': ms = v * 1000; break;
-    case 'm': ms = v; break;
-    case 'u': ms = (v + 999) / 1000; break;
-    case 'n': ms = (v + 999999) / 1000000; break;
-    default: return 0;
-    }
-    /* counted from when the request arrived, not from this attempt */
+    if (!x || !sl_grpc_timeout_ms(x->value, &ms)) return 0;
     uint64_t spent = (sl_now_ns() - r->start_ns) / 1000000;
     return now + (ms > spent ? ms - spent : 1);
 }
