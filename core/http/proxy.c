@@ -28,26 +28,49 @@ static bool h2_upstream(const sl_req_t *r) {
     return !r->to_address && r->upstream >= 0 && sl__req_upstream_conf(r)->protocol != SL_UP_HTTP1;
 }
 
-/* A streamed body going to an HTTP/2 upstream is kept, up to retry.max_body, so that a
- * stream the upstream refused unprocessed (a GOAWAY) can go again on another connection. */
-static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
-    if (r->heap_len + n > sl__req_upstream_conf(r)->retry.max_body) {
-        r->h2_replay = 0;
-        free(r->heap);
-        r->heap = NULL;
-        r->heap_len = r->heap_cap = 0;
-        return;
-    }
-    uintptr_t old = (uintptr_t)r->heap, old_end = old + r->heap_len;
-    if (sl__req_heap_append(r, p, n) != SL_OK) {
-        r->h2_replay = 0;
-        return;
-    }
-    /* a replay queued the kept body itself: its slices follow the buffer if it moved */
-    if ((uintptr_t)r->heap == old) return;
+/* The upstream queue's slices into [old, old + len) now point into `to` (a kept body that
+ * moved while a replay had queued it). */
+static void upq_rebase(sl_req_t *r, uintptr_t old, size_t len, char *to) {
     for (uint16_t i = 0; i < r->upq.niov; i++) {
         uintptr_t b = (uintptr_t)r->upq.iov[i].base;
-        if (b >= old && b < old_end) r->upq.iov[i].base = r->heap + (b - old);
+        if (b >= old && b < old + len) r->upq.iov[i].base = to + (b - old);
+    }
+}
+
+/* A streamed body going to an HTTP/2 upstream is kept, up to retry.max_body, so that a
+ * stream the upstream refused unprocessed (a GOAWAY) can go again on another connection:
+ * in a worker block while it fits one (no allocation for a gRPC call's message), then in
+ * the heap buffer. Past the limit it is no longer kept (the buffer stays until the request
+ * ends: a replay may have queued it). */
+static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
+    size_t kept = r->replay ? r->replay_len : r->heap_len;
+    if (kept + n > sl__req_upstream_conf(r)->retry.max_body) {
+        r->h2_replay = 0;
+        return;
+    }
+    if (!r->heap && kept + n <= SL_BLOCK_SIZE) {
+        if (!r->replay && !(r->replay = sl_block_get(&r->w->blocks))) {
+            r->h2_replay = 0;
+            return;
+        }
+        memcpy(r->replay + r->replay_len, p, n);
+        r->replay_len += (uint32_t)n;
+        return;
+    }
+    uintptr_t old = (uintptr_t)r->heap;
+    size_t old_len = r->heap_len;
+    if ((r->replay && sl__req_heap_append(r, r->replay, r->replay_len) != SL_OK) ||
+        sl__req_heap_append(r, p, n) != SL_OK) {
+        r->h2_replay = 0;
+        return;
+    }
+    if (r->replay) { /* the block's bytes moved to the heap buffer */
+        upq_rebase(r, (uintptr_t)r->replay, r->replay_len, r->heap);
+        sl_block_put(&r->w->blocks, r->replay);
+        r->replay = NULL;
+        r->replay_len = 0;
+    } else if ((uintptr_t)r->heap != old) {
+        upq_rebase(r, old, old_len, r->heap);
     }
 }
 
@@ -77,7 +100,10 @@ void sl__proxy_requeue(sl_req_t *r) {
     r->upq.writing = 0;
     sl_outq_reset(&r->upq);
     if (!h2_upstream(r)) sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
-    if ((r->body_buffered || r->h2_replay) && r->heap_len) sl_outq_add(&r->upq, r->heap, r->heap_len);
+    if (r->h2_replay && r->replay_len)
+        sl_outq_add(&r->upq, r->replay, r->replay_len);
+    else if ((r->body_buffered || r->h2_replay) && r->heap_len)
+        sl_outq_add(&r->upq, r->heap, r->heap_len);
 }
 
 void sl__proxy_start(sl_req_t *r) {
