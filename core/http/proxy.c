@@ -415,7 +415,10 @@ void sl__proxy_pump_up(sl_req_t *r) {
             return;
         }
         if (h2) {
-            sl__h2up_write(r, &r->upq); /* sl__proxy_h2_written follows */
+            /* sl__proxy_h2_written follows; an upstream whose windows stay shut is a
+             * write timeout, as a blocked write is over HTTP/1.1 */
+            sl__h2up_write(r, &r->upq);
+            sl__h2up_arm(r, sl__req_upstream_conf(r)->write_timeout_ms);
             return;
         }
         int rc = sl__upconn_write(u, &r->upq);
