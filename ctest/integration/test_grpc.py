@@ -24,7 +24,9 @@ misbehaves on purpose (grpc_fixture/h2_upstream.py); curl and h2load.
      connection under 6 concurrent calls; /status shows connections and streams.
   7. protocol h2 to a target that does not negotiate h2: 502 and a log line; config
      errors for a bad protocol, h2 without tls, h2c with tls.
-  8. Steady state through an h2c upstream allocates nothing per request (the allocation
+  8. Per attempt: a silent target's read timeout is retried on the other, its breaker
+     opens, the metrics count the exchanges.
+  9. Steady state through an h2c upstream allocates nothing per request (the allocation
      counting shim of test_alloc_free): GETs, and POSTs whose body is kept for a replay.
 """
 
@@ -145,6 +147,9 @@ def test_kinds(t):
             t.check("/status: the upstream's protocol and its target's HTTP/2 connection",
                     st.get("protocol") == "h2" and st["targets"][0].get("h2_connections") == 1,
                     "h2, 1 connection", st)
+            _, samples = sl.metrics()
+            got = sum(h.metric_values(samples, "sluice_upstream_requests_total", upstream="g", code=200))
+            t.check("each call is an upstream exchange in the metrics (7 answered 200)", got == 7, 7, got)
         else:
             r = client("bidi", "127.0.0.1:%d" % port, "--n", 1000)
             t.check("a 1,000-message bidi stream interleaves (each reply before the next request)",
@@ -281,6 +286,38 @@ def test_multiplex(t):
     sl.stop()
 
 
+def test_attempts(t):
+    """Retries, breakers and timeouts per attempt: a silent target and a good one."""
+    _, hang = spawn("h2_upstream.py", "--mode", "hang")
+    _, good = spawn("h2_upstream.py", "--mode", "goaway", "--serve", 0)
+    sl = h.start_sluice(f"""
+workers: 1
+admin: {{ listen: 127.0.0.1:0 }}
+listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
+upstreams:
+  - name: g
+    protocol: h2c
+    timeouts: {{ read: 300ms }}
+    retry: {{ attempts: 2 }}
+    circuit_breaker: {{ min_requests: 3, failure_ratio: 0.5, open_timeout: 30s }}
+    targets: [ {{ address: 127.0.0.1:{hang} }}, {{ address: 127.0.0.1:{good} }} ]
+routes: [ {{ name: g, match: {{ paths: [/] }}, upstream: g }} ]
+""", suite=t)
+    codes = [h.request(sl.port(), "GET", "/a/%d" % i, timeout=10).status for i in range(10)]
+    t.check("a read timeout on the silent target is retried on the good one: 10 x 200", codes == [200] * 10,
+            [200] * 10, codes)
+    targets = {x["address"]: x for x in sl.status()["upstreams"][0]["targets"]}
+    t.check("the silent target's breaker opened, the good one's is closed",
+            targets["127.0.0.1:%d" % hang]["breaker"] == "open" and
+            targets["127.0.0.1:%d" % good]["breaker"] == "closed", "open / closed",
+            {k: v["breaker"] for k, v in targets.items()})
+    _, samples = sl.metrics()
+    t.check("the timed-out attempts count as exchanges without a response (code 0)",
+            sum(h.metric_values(samples, "sluice_upstream_requests_total", target="127.0.0.1:%d" % hang,
+                                code=0)) >= 3, ">= 3", "")
+    sl.stop()
+
+
 def test_no_h2_and_config(t):
     h1port = h.free_port()
     sl = h.start_sluice(f"""
@@ -352,7 +389,8 @@ def test_alloc_free(t):
 
 
 try:
-    t.run(test_kinds, test_deadline, test_goaway, test_multiplex, test_no_h2_and_config, test_alloc_free)
+    t.run(test_kinds, test_deadline, test_goaway, test_multiplex, test_attempts, test_no_h2_and_config,
+          test_alloc_free)
 finally:
     for p in PROCS:
         stop(p)
