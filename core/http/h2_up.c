@@ -135,9 +135,21 @@ static void on_idle(uv_idle_t *i) {
     h2up_run(c);
 }
 
-/* Something changed outside the connection's own callbacks: it runs on the loop's next turn. */
+static bool conn_flush(sl_h2up_t *c, bool soft);
+
+/* Something changed outside the connection's own callbacks (a request wrote, read, ended):
+ * what nghttp2 has to send goes now, but no event is acted on from here, the caller's
+ * request being on the stack. Events that sending made (a request body taken), an error,
+ * or a connection left without streams run on the loop's next turn (the idle handle). */
 static void conn_kick(sl_h2up_t *c) {
-    if (!c->in_run && c->state != C_CLOSING) uv_idle_start(&c->idle, on_idle);
+    if (c->in_run || c->state == C_CLOSING) return;
+    if (c->state != C_CONNECTING) {
+        c->in_run = 1;
+        bool ok = conn_flush(c, true);
+        c->in_run = 0;
+        if (ok && !c->ev_head && (c->nstreams || c->idle_due)) return;
+    }
+    uv_idle_start(&c->idle, on_idle);
 }
 
 /* ---- the timer: connect, read timeouts, grpc deadlines, idle ---- */
@@ -463,19 +475,19 @@ static void on_written(uv_write_t *wr, int status) {
 }
 
 /* Moves what nghttp2 has to send into the output block and writes it: false when the
- * connection failed. */
-static bool conn_flush(sl_h2up_t *c) {
+ * connection failed (soft: left to h2up_run, which meets the failure again and acts). */
+static bool conn_flush(sl_h2up_t *c, bool soft) {
     while (c->state != C_CLOSING && !c->writing) {
         int rv = nghttp2_session_send(c->ss);
         if (rv != 0) {
-            conn_fail(c, 502, SL_FAIL_RESET, nghttp2_strerror(rv));
+            if (!soft) conn_fail(c, 502, SL_FAIL_RESET, nghttp2_strerror(rv));
             return false;
         }
         if (!c->olen) break;
         uv_buf_t b = uv_buf_init(c->out, c->olen);
         int rc = sl_stream_writev(&c->s, &c->wreq, &b, 1, on_written);
         if (rc < 0) {
-            conn_fail(c, 502, SL_FAIL_RESET, "upstream write failed");
+            if (!soft) conn_fail(c, 502, SL_FAIL_RESET, "upstream write failed");
             return false;
         }
         if (rc == 0) {
@@ -525,7 +537,7 @@ static void h2up_run(sl_h2up_t *c) {
     for (;;) {
         while (c->ev_head && c->state != C_CLOSING) stream_run(c->ev_head);
         if (c->state == C_CLOSING || c->state == C_CONNECTING) break;
-        if (!conn_flush(c)) break;
+        if (!conn_flush(c, false)) break;
         if (!c->ev_head) break;
     }
     c->in_run = 0;
