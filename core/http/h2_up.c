@@ -4,8 +4,9 @@
  * (its response head is complete, body bytes or the end arrived, its request body was
  * taken, it closed) and the connection acts on the events after nghttp2 returned
  * (h2up_run), from the loop's own callbacks (a read, a write's end, the timer, the idle
- * handle) and never from inside a request's call: an operation a request calls only
- * records and kicks the idle handle, so no request is ever re-entered from below itself.
+ * handle) and never from inside a request's call: an operation a request calls records,
+ * sends what nghttp2 then has to send (conn_kick), and leaves any event that made to the
+ * idle handle, so no request is ever re-entered from below itself.
  *
  * The request's head is the one proxy.c rebuilt for an HTTP/1.1 upstream (h1_head.c:
  * header edits, X-Forwarded-*, the path a plugin set, the request id, traceparent),
