@@ -620,7 +620,7 @@ static bool stream_submit(sl_h2up_stream_t *st) {
     sl_req_t *r = st->r;
     const char *p = r->uphead.base, *end = p + r->uphead.len;
     size_t lines = 0;
-    for (const char *x = p; x < end; x++) lines += *x == '\n';
+    for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))); x++) lines++;
     nghttp2_nv *nva = sl_arena_alloc(&r->arena, (lines + 4) * sizeof(*nva));
     if (!nva) return false;
     size_t n = 0;
@@ -645,18 +645,44 @@ static bool stream_submit(sl_h2up_stream_t *st) {
         sl_str_t name = {p, (size_t)(colon - p)}, value = {colon + 1, (size_t)(eol - colon - 1)};
         while (value.len && value.p[0] == ' ') value.p++, value.len--;
         p = eol + 2;
-        if (SL_IEQ(name, "host")) {
-            nva[authority].value = (uint8_t *)value.p;
-            nva[authority].valuelen = value.len;
-            continue;
+        uint8_t flags = NGHTTP2_NV_FLAG_NONE;
+        switch (name.len) { /* the names that are the connection's, by length first */
+        case 2:
+            if (SL_IEQ(name, "te")) continue;
+            break;
+        case 4:
+            if (SL_IEQ(name, "host")) {
+                nva[authority].value = (uint8_t *)value.p;
+                nva[authority].valuelen = value.len;
+                continue;
+            }
+            break;
+        case 7:
+            if (SL_IEQ(name, "upgrade")) continue;
+            break;
+        case 10:
+            if (SL_IEQ(name, "connection") || SL_IEQ(name, "keep-alive")) continue;
+            break;
+        case 11:
+            /* a value new on every request never enters HPACK's dynamic table: it would
+             * evict the fields that repeat and make each request's header block longer */
+            if (SL_IEQ(name, "traceparent")) flags = NGHTTP2_NV_FLAG_NO_INDEX;
+            break;
+        case 12:
+            if (SL_IEQ(name, "x-request-id")) flags = NGHTTP2_NV_FLAG_NO_INDEX;
+            break;
+        case 16:
+            if (SL_IEQ(name, "proxy-connection")) continue;
+            break;
+        case 17:
+            if (SL_IEQ(name, "transfer-encoding")) continue;
+            break;
         }
-        if (SL_IEQ(name, "connection") || SL_IEQ(name, "keep-alive") || SL_IEQ(name, "proxy-connection") ||
-            SL_IEQ(name, "transfer-encoding") || SL_IEQ(name, "upgrade") || SL_IEQ(name, "te"))
-            continue;
         char *lower = sl_arena_alloc(&r->arena, name.len);
         if (!lower) return false;
         for (size_t i = 0; i < name.len; i++) lower[i] = sl_lower(name.p[i]);
         NV(lower, name.len, value.p, value.len);
+        nva[n - 1].flags = flags;
     }
 #undef NV
     st->has_body = r->body_buffered ? r->heap_len > 0 : r->head.body_kind != SL_BODY_NONE;
