@@ -494,6 +494,24 @@ typedef struct {
  *  connection has none (no client_auth on the listener, or the client sent none: mode
  *  optional); SL_ERROR when out of memory. Worker thread, during a phase call. */
 int sl_ffi_req_client_cert(sl_req_t *r, sl_client_cert_t *out);
+/* ======================== grpc-web (sluice.grpc_web, core/lua/grpc_web.c) */
+
+/** Base64 (RFC 4648 section 4, padded) of in[0..n) into out, which holds 4 * ((n + 2) / 3)
+ *  bytes: the bytes written. */
+size_t sl_ffi_grpcweb_b64_encode(const char *in, size_t n, char *out);
+/** Decodes base64 into out (3 * (n / 4) + 2 bytes): padded segments may follow one another
+ *  (grpc-web-text clients send one per message), a last unpadded quantum is accepted. The
+ *  bytes written, or SL_ERROR for a character or padding out of place. */
+long sl_ffi_grpcweb_b64_decode(const char *in, size_t n, char *out);
+/** The upstream response's trailer fields (an HTTP/2 upstream's; an HTTP/1 upstream has
+ *  none), in body_filter: how many, and the i-th (names lower-case, valid until the phase
+ *  call returns; SL_DECLINED past the last). */
+int sl_ffi_grpcweb_trailer_count(sl_req_t *r);
+int sl_ffi_grpcweb_trailer_at(sl_req_t *r, int i, const char **name, size_t *name_len, const char **value,
+                              size_t *value_len);
+/** The trailers went into the body (gRPC-Web's final frame): the client gets no HTTP
+ *  trailers (HTTP/2) besides them. Their grpc-status is counted (sluice_grpc_responses_total). */
+void sl_ffi_grpcweb_trailers_drop(sl_req_t *r);
 
 /* ======================== tcp session (preread) */
 

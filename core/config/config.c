@@ -237,6 +237,7 @@ void sl_config_free(sl_config_t *cfg) {
         free(u->name);
         free(u->hash_name);
         free(u->health.path);
+        free(u->health.service);
         for (size_t j = 0; u->targets && j < u->ntargets; j++) {
             if (u->targets[j].kind == SL_TARGET_STATIC) addr_free(&u->targets[j].addr);
             if (!u->targets[j].tls_borrowed) sl_tls_target_conf_free(u->targets[j].tls);

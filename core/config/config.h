@@ -157,6 +157,7 @@ typedef struct {
     uint64_t connect_timeout_ms; /**< default 2s */
     uint64_t read_timeout_ms;    /**< default 30s */
     uint64_t write_timeout_ms;   /**< default 30s */
+    uint8_t protocol;            /**< SL_UP_HTTP1 (default), SL_UP_H2, SL_UP_H2C */
     int line, col;
 } sl_upstream_conf_t;
 

@@ -467,6 +467,11 @@ void sl_tls_client_free(sl_tls_client_t *c) {
     free(c);
 }
 
+void sl_tls_client_offer_h2(sl_tls_client_t *c) {
+    static const unsigned char alpn[] = "\x02h2";
+    SSL_CTX_set_alpn_protos(c->ctx, alpn, sizeof alpn - 1);
+}
+
 sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char *ip, char *err,
                                      size_t errlen) {
     sl_tls_client_t *c = calloc(1, sizeof *c);

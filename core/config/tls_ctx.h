@@ -79,6 +79,8 @@ void sl_tls_server_offer_h2(sl_tls_server_t *s, bool on);
 sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *c, const char *ip, char *err,
                                      size_t errlen);
 void sl_tls_client_free(sl_tls_client_t *c);
+/** ALPN offers h2 alone instead of http/1.1 (an upstream's `protocol: h2`). Before use. */
+void sl_tls_client_offer_h2(sl_tls_client_t *c);
 
 /** Frees a listener's `tls:` with the contexts it owns. NULL is fine. */
 void sl_tls_listener_conf_free(sl_tls_listener_conf_t *t);

@@ -51,11 +51,16 @@ typedef struct {
     uint64_t hedge_after_ms;    /**< 0: no hedging */
 } sl_retry_conf_t;
 
-enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP };
+/** The protocol spoken to an upstream's targets (`protocol:`): HTTP/1.1, HTTP/2 over TLS
+ *  (ALPN h2), or HTTP/2 over cleartext with prior knowledge (http/h2_up.c). */
+enum { SL_UP_HTTP1 = 0, SL_UP_H2, SL_UP_H2C };
+
+enum { SL_PROBE_NONE = 0, SL_PROBE_HTTP, SL_PROBE_TCP, SL_PROBE_GRPC };
 
 typedef struct {
     int active_type;            /**< SL_PROBE_*; NONE: no active probes */
     char *path;                 /**< http probe path; default /health */
+    char *service;              /**< grpc probe: the HealthCheckRequest's service; NULL: "" (the server) */
     int expect_status;          /**< 0: any 2xx/3xx */
     uint64_t interval_ms, timeout_ms;   /**< default 2s, 1s */
     uint32_t healthy_threshold, unhealthy_threshold; /**< default 2, 3 */

@@ -169,10 +169,10 @@ static bool get_hash_on(sl__cx_t *cx, const yaml_node_t *v, const char *key, int
     return true;
 }
 
-enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_N };
+enum { HA_TYPE, HA_PATH, HA_EXPECT, HA_INTERVAL, HA_TIMEOUT, HA_HEALTHY, HA_UNHEALTHY, HA_SERVICE, HA_N };
 static const char *const active_keys[HA_N] = {
     "type", "path", "expect_status", "interval", "timeout", "healthy_threshold",
-    "unhealthy_threshold"};
+    "unhealthy_threshold", "service"};
 enum { HP_MAX_FAILURES, HP_WINDOW, HP_N };
 static const char *const passive_keys[HP_N] = {"max_failures", "window"};
 enum { H_ACTIVE, H_PASSIVE, H_N };
@@ -192,8 +192,18 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
             const char *t = sl__cfg_get_text(cx, a[HA_TYPE].val, "type", "a string");
             if (t && strcmp(t, "tcp") == 0)
                 h->active_type = SL_PROBE_TCP;
+            else if (t && strcmp(t, "grpc") == 0)
+                h->active_type = SL_PROBE_GRPC;
             else if (t && strcmp(t, "http") != 0)
-                sl__cx_err(cx, a[HA_TYPE].val, "unknown probe type '%s' (expected http or tcp)", t);
+                sl__cx_err(cx, a[HA_TYPE].val, "unknown probe type '%s' (expected http, tcp or grpc)", t);
+        }
+        if ((v = a[HA_SERVICE].val)) {
+            free(h->service);
+            h->service = NULL;
+            if (h->active_type != SL_PROBE_GRPC)
+                sl__cx_err(cx, v, "service is for a grpc probe (type: grpc)");
+            else if (sl__cfg_get_string(cx, v, "service", &h->service) && strlen(h->service) > 200)
+                sl__cx_err(cx, v, "service name longer than 200 bytes");
         }
         if ((v = a[HA_PATH].val)) {
             free(h->path);
@@ -203,9 +213,12 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
                 sl__cx_err(cx, v, "probe path '%s' must start with '/' and contain no spaces",
                            h->path);
             if (h->active_type == SL_PROBE_TCP) sl__cx_err(cx, v, "a tcp probe has no path");
+            if (h->active_type == SL_PROBE_GRPC)
+                sl__cx_err(cx, v, "a grpc probe has no path (it calls grpc.health.v1.Health/Check; service: names what it checks)");
         }
         if ((v = a[HA_EXPECT].val) && sl__cfg_get_int(cx, v, "expect_status", 100, 599, &n))
             h->expect_status = (int)n;
+        if (v && h->active_type == SL_PROBE_GRPC) sl__cx_err(cx, v, "expect_status is for an http probe");
         if ((v = a[HA_INTERVAL].val))
             sl__cfg_get_duration(cx, v, "interval", false, &h->interval_ms);
         if ((v = a[HA_TIMEOUT].val)) sl__cfg_get_duration(cx, v, "timeout", false, &h->timeout_ms);
@@ -302,6 +315,34 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
                    "max_backoff must be at least backoff");
 }
 
+/* `protocol:`. HTTP/2 over TLS needs every target's `tls:` (h2c is the cleartext one), and
+ * its client contexts offer ALPN h2 alone: a target that answers without it is refused
+ * when it connects (h2_up.c), never spoken HTTP/1.1 to. */
+static void parse_protocol(sl__cx_t *cx, const yaml_node_t *v, sl_upstream_conf_t *u) {
+    static const char *const names[] = {"http1", "h2", "h2c"};
+    const char *s = sl__cfg_get_text(cx, v, "protocol", "a string");
+    size_t i = 0;
+    while (s && i < SL_ARRAY_LEN(names) && strcmp(s, names[i]) != 0) i++;
+    if (!s) return;
+    if (i == SL_ARRAY_LEN(names)) {
+        sl__cx_err(cx, v, "unknown protocol '%s' (expected http1, h2 or h2c)", s);
+        return;
+    }
+    u->protocol = (uint8_t)i;
+    for (size_t k = 0; k < u->ntargets && u->targets; k++) {
+        sl_target_conf_t *t = &u->targets[k];
+        if (u->protocol == SL_UP_H2 && !t->tls && t->kind != SL_TARGET_REGISTERED) {
+            sl__cx_err(cx, v, "protocol h2 needs tls: on every target (h2c is HTTP/2 without TLS)");
+            return;
+        }
+        if (u->protocol == SL_UP_H2C && t->tls) {
+            sl__cx_err(cx, v, "protocol h2c is cleartext: a target with tls: wants protocol h2");
+            return;
+        }
+        if (u->protocol == SL_UP_H2 && t->tls && !t->tls_borrowed && t->tls->rt) sl_tls_client_offer_h2(t->tls->rt);
+    }
+}
+
 enum { K_MAX_IDLE, K_IDLE_TO, K_N };
 static const char *const keepalive_keys[K_N] = {"max_idle", "idle_timeout"};
 enum { TO_CONNECT, TO_READ, TO_WRITE, TO_N };
@@ -311,10 +352,10 @@ enum { RG_ENABLED, RG_MAX_TTL, RG_MAX_TARGETS, RG_N };
 static const char *const registry_keys[RG_N] = {"enabled", "max_ttl", "max_targets"};
 
 enum { U_NAME, U_BALANCER, U_HASH_ON, U_HASH_EPS, U_TARGETS, U_KEEPALIVE, U_TIMEOUTS, U_HEALTH,
-       U_BREAKER, U_RETRY, U_REGISTRY, U_N };
+       U_BREAKER, U_RETRY, U_REGISTRY, U_PROTOCOL, U_N };
 static const char *const upstream_keys[U_N] = {"name",     "balancer",  "hash_on", "hash_epsilon",
                                                "targets",  "keepalive", "timeouts", "health",
-                                               "circuit_breaker", "retry", "registry"};
+                                               "circuit_breaker", "retry", "registry", "protocol"};
 
 void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     sl_upstream_conf_t *u = &cx->cfg->upstreams[idx];
@@ -436,6 +477,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         parse_breaker(cx, v, where, &u->breaker);
     if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
         parse_retry(cx, v, where, &u->retry);
+    if ((v = f[U_PROTOCOL].val)) parse_protocol(cx, v, u);
     if (u->health.active_type == SL_PROBE_HTTP && !u->health.path)
         u->health.path = sl__cx_strdup(cx, "/health");
 }

@@ -43,6 +43,7 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->retries = calloc((cfg->nupstreams + 1) * SL_RETRY_REASONS, sizeof(uint64_t));
     m->ratelimit = calloc(m->nroutes * SL_RL_RESULTS, sizeof(uint64_t));
     m->cache = calloc(m->nroutes * SL_CACHE_STATUSES, sizeof(uint64_t));
+    m->grpc = calloc(m->nroutes * SL_METRIC_GRPC_CODES, sizeof(uint64_t));
     m->plugin_base = calloc(m->nroutes, sizeof(size_t));
     m->plugin_len = calloc(m->nroutes, 1);
     size_t rows = 0;
@@ -55,7 +56,7 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
-    if (!m->retries || !m->ratelimit || !m->cache || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
+    if (!m->retries || !m->ratelimit || !m->cache || !m->grpc || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
         !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -81,6 +82,7 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->retries);
     free(m->ratelimit);
     free(m->cache);
+    free(m->grpc);
     free(m->plugin_base);
     free(m->plugin_len);
     free(m->plugin_dur);
@@ -155,6 +157,12 @@ void sl_metrics_cache(sl_wmetrics_t *m, int route, int status) {
     SL_COUNTER_ADD(m->cache[r * SL_CACHE_STATUSES + (size_t)status], 1);
 }
 
+void sl_metrics_grpc(sl_wmetrics_t *m, int route, int code) {
+    size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
+    if (code < 0 || code >= SL_METRIC_GRPC_CODES) return;
+    SL_COUNTER_ADD(m->grpc[r * SL_METRIC_GRPC_CODES + (size_t)code], 1);
+}
+
 static int route_named(const sl_config_t *c, const char *name) {
     for (size_t i = 0; i < c->nroutes; i++)
         if (strcmp(c->routes[i].name, name) == 0) return (int)i;
@@ -180,6 +188,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
             SL_COUNTER_ADD(to->ratelimit[(size_t)tr * SL_RL_RESULTS + k], from->ratelimit[r * SL_RL_RESULTS + k]);
         for (size_t k = 0; k < SL_CACHE_STATUSES; k++)
             SL_COUNTER_ADD(to->cache[(size_t)tr * SL_CACHE_STATUSES + k], from->cache[r * SL_CACHE_STATUSES + k]);
+        for (size_t k = 0; k < SL_METRIC_GRPC_CODES; k++)
+            SL_COUNTER_ADD(to->grpc[(size_t)tr * SL_METRIC_GRPC_CODES + k], from->grpc[r * SL_METRIC_GRPC_CODES + k]);
         if (r + 1 == from->nroutes) continue;
         const sl_route_conf_t *fr = &fcfg->routes[r], *trc = &tcfg->routes[tr];
         for (size_t pos = 0; pos < SL_METRIC_MAX_CHAIN; pos++) {
@@ -478,6 +488,16 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
                 "# TYPE sluice_cache_total counter\n");
     render_route_counts(&t, cfg, ms, n, offsetof(sl_wmetrics_t, cache), "sluice_cache_total", "status",
                         cache_statuses, SL_CACHE_STATUSES);
+    tprintf(&t, "# HELP sluice_grpc_responses_total gRPC responses by route and the grpc-status the client got "
+                "(passed through from the upstream, or made by the gateway).\n"
+                "# TYPE sluice_grpc_responses_total counter\n");
+    for (size_t r = 0; r < nroutes; r++)
+        for (size_t k = 0; k < SL_METRIC_GRPC_CODES; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->grpc[r * SL_METRIC_GRPC_CODES + k]);
+            if (v) tprintf(&t, "sluice_grpc_responses_total{route=\"%s\",grpc_status=\"%zu\"} %llu\n",
+                           r < cfg->nroutes ? cfg->routes[r].name : "none", k, (unsigned long long)v);
+        }
     tprintf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
                 "# TYPE sluice_retries_total counter\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)

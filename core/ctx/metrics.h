@@ -17,6 +17,7 @@ enum { SL_TLS_HS_OK = 0, SL_TLS_HS_FAILED, SL_TLS_HS_TIMEOUT, SL_TLS_HS_RESULTS 
 #define SL_METRIC_CODES 500 /* status 100..599 */
 #define SL_METRIC_BUCKETS 14
 #define SL_METRIC_MAX_CHAIN 32
+#define SL_METRIC_GRPC_CODES 17 /* gRPC status 0..16 (proto/grpc_status.h) */
 
 /** Why a request was retried: the `reason` label of sluice_retries_total. */
 enum { SL_RETRY_CONNECT, SL_RETRY_TIMEOUT, SL_RETRY_RESET, SL_RETRY_STATUS, SL_RETRY_REASONS };
@@ -79,6 +80,7 @@ typedef struct {
     uint64_t *retries;     /**< [nupstreams][SL_RETRY_REASONS] */
     uint64_t *ratelimit;   /**< [nroutes][SL_RL_RESULTS] */
     uint64_t *cache;       /**< [nroutes][SL_CACHE_STATUSES] */
+    uint64_t *grpc;        /**< [nroutes][SL_METRIC_GRPC_CODES]: grpc-status values clients got */
     size_t *plugin_base;   /**< [nroutes]: first row of each route's chain in plugin_dur */
     uint8_t *plugin_len;   /**< [nroutes]: its chain's length (global + own, capped) */
     sl_hist_t *plugin_dur; /**< [sum of chain lengths][SL_METRIC_PHASES]; NULL when
@@ -102,6 +104,10 @@ void sl_metrics_retry(sl_wmetrics_t *m, int upstream, int reason);
 void sl_metrics_ratelimit(sl_wmetrics_t *m, int route, int result);
 /** Counts what the proxy-cache did for a request on `route` (SL_CACHE_*). Worker thread only. */
 void sl_metrics_cache(sl_wmetrics_t *m, int route, int status);
+
+/** Counts a gRPC response with status `code` (0..16) on `route` (-1: none):
+ *  sluice_grpc_responses_total. Worker thread only. */
+void sl_metrics_grpc(sl_wmetrics_t *m, int route, int code);
 
 /** Records one call of the plugin at chain position `pos` of `route` in `phase`
  *  (SL_PHASE_*) that took `ns`: sluice_plugin_duration_seconds. No lock, no allocation.

@@ -25,6 +25,7 @@ typedef struct sl_req_s sl_req_t;
 typedef struct {
     sl_upconn_t *head;
     uint32_t n;
+    struct sl_h2up_s *h2; /**< HTTP/2 connections to the target, busy or idle (http/h2_up.c) */
 } sl_idle_list_t;
 
 typedef struct {

@@ -123,7 +123,8 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
      * again, and its queued bytes are still unsent. Otherwise only an idempotent request
      * whose body (if any) can be replayed from the buffer. */
     bool never_connected = kind == SL_FAIL_CONNECT;
-    if (!never_connected && (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered)))
+    if (!never_connected &&
+        (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered && !r->h2_replay)))
         return false;
     sl__attempt_outcome(r, SL_OUT_FAILURE);
     uint64_t ra, picked_at;
@@ -141,19 +142,11 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
                      : kind == SL_FAIL_RESET   ? SL_RETRY_RESET
                                                : SL_RETRY_STATUS);
     sl__attempt_release(r);
-    if (r->up) {
-        r->up->req = NULL;
-        sl__upconn_close(r->up);
-        r->up = NULL;
-    }
+    sl__proxy_drop_upstream(r);
     r->status = 0;
     r->req_sent = 0;
     r->upq.writing = 0;
-    if (!never_connected) {
-        sl_outq_reset(&r->upq);
-        sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
-        if (r->body_buffered && r->heap_len) sl_outq_add(&r->upq, r->heap, r->heap_len);
-    }
+    if (!never_connected) sl__proxy_requeue(r);
     uint64_t cap = rc->backoff_ms << SL_MIN(r->tries.attempts - 1, 20);
     cap = SL_MIN(cap, rc->max_backoff_ms);
     uint64_t delay = cap ? sl_rand64() % (cap + 1) : 0;

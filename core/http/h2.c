@@ -87,6 +87,8 @@ struct sl_h2_stream_s {
     uint8_t submitted, bodiless, deferred, eof_due;
     nghttp2_nv *nva;
     size_t nvlen;
+    nghttp2_nv *tnv;        /**< the response's trailers (one h2_malloc piece), or NULL */
+    size_t tnvlen;
     sl_outq_t *q;           /**< the queue being taken by the data provider */
     uint16_t qi;
     size_t qoff;
@@ -259,6 +261,10 @@ static void *h2_realloc(void *ptr, size_t n, void *ud) {
 
 static nghttp2_mem h2_nghttp2_mem = {NULL, h2_malloc, h2_free, h2_calloc, h2_realloc};
 
+void *sl__h2_mem(void) { return &h2_nghttp2_mem; }
+void *sl__h2_calloc(size_t n) { return h2_calloc(1, n, NULL); }
+void sl__h2_mem_free(void *p) { h2_free(p, NULL); }
+
 /* The final GOAWAY of a drain, naming the last stream the session took. */
 static void h2_goaway_final(sl_h2_t *h) {
     h->draining = 2;
@@ -341,6 +347,7 @@ static void stream_free(sl_h2_stream_t *st) {
     sl_h2_t *h = st->h;
     ev_unlink(st);
     stream_release_body(st);
+    h2_free(st->tnv, NULL);
     if (st->prev)
         st->prev->next = st->next;
     else
@@ -699,36 +706,50 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame, void *
     return 0;
 }
 
+ssize_t sl__h2_out_put(sl_blockpool_t *blocks, char **out, uint32_t *olen, const uint8_t *data, size_t len) {
+    if (!*out && !(*out = sl_block_get(blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - *olen));
+    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
+    memcpy(*out + *olen, data, n);
+    *olen += (uint32_t)n;
+    return (ssize_t)n;
+}
+
 static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *ud) {
     sl_h2_t *h = ud;
     (void)ss;
     (void)flags;
     if (h->writing || h->closed) return NGHTTP2_ERR_WOULDBLOCK;
-    if (!h->out && !(h->out = sl_block_get(&h->w->blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
-    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - h->olen));
-    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
-    memcpy(h->out + h->olen, data, n);
-    h->olen += (uint32_t)n;
-    return (ssize_t)n;
+    return sl__h2_out_put(&h->w->blocks, &h->out, &h->olen, data, len);
 }
 
-/* The data provider: the response body from r->clq, then the end. */
+/* The response's trailers (an HTTP/2 upstream's: gRPC's status) are copied out of the
+ * request, which may be gone when the last DATA frame is made. */
+static void stream_keep_trailers(sl_h2_stream_t *st, const sl_req_t *r) {
+    if (!r || !r->ntrailers || st->tnv) return;
+    size_t bytes = r->ntrailers * sizeof(nghttp2_nv);
+    for (uint16_t i = 0; i < r->ntrailers; i++) bytes += r->trailers[i].name.len + r->trailers[i].value.len;
+    nghttp2_nv *nv = h2_malloc(bytes, NULL);
+    if (!nv) return; /* the stream ends without them */
+    uint8_t *p = (uint8_t *)(nv + r->ntrailers);
+    for (uint16_t i = 0; i < r->ntrailers; i++) {
+        const sl_h1_header_t *x = &r->trailers[i];
+        nv[i] = (nghttp2_nv){p, p + x->name.len, x->name.len, x->value.len, NGHTTP2_NV_FLAG_NONE};
+        for (size_t k = 0; k < x->name.len; k++) p[k] = (uint8_t)sl_lower(x->name.p[k]);
+        memcpy(p + x->name.len, x->value.p, x->value.len);
+        p += x->name.len + x->value.len;
+    }
+    st->tnv = nv;
+    st->tnvlen = r->ntrailers;
+}
+
+/* The data provider: the response body from r->clq, then the end (and the trailers). */
 static ssize_t on_read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
                             nghttp2_data_source *src, void *ud) {
     sl_h2_stream_t *st = src->ptr;
     sl_outq_t *q = st->q;
-    size_t n = 0;
-    (void)ss;
-    (void)id;
     (void)ud;
-    while (q && st->qi < q->niov && n < len) {
-        const uv_buf_t *b = &q->iov[st->qi];
-        size_t k = SL_MIN(len - n, b->len - st->qoff);
-        memcpy(buf + n, b->base + st->qoff, k);
-        n += k;
-        st->qoff += k;
-        if (st->qoff == b->len) st->qi++, st->qoff = 0;
-    }
+    size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
     if (q && st->qi == q->niov) {
         st->q = NULL;
         ev_push(st, EV_WRITTEN);
@@ -736,6 +757,9 @@ static ssize_t on_read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_
     }
     if (!st->q && st->eof_due) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        stream_keep_trailers(st, st->ds.req);
+        if (st->tnv && nghttp2_submit_trailer(ss, id, st->tnv, st->tnvlen) == 0)
+            *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
         return (ssize_t)n;
     }
     if (!n) {
@@ -1094,7 +1118,9 @@ static int h2_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_
     }
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = nv_add(r, nva, &n, ed->added[i].name, ed->added[i].value);
     if (answer) {
-        if (status != 204) ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
+        /* A gRPC error is trailers-only: one HEADERS frame, no length (respond.c). */
+        if (status != 204 && !r->grpc_answer)
+            ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
         if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
             ok = ok && nv_num(r, nva, &n, SL_LIT("retry-after"), r->retry_after_s ? r->retry_after_s : 1);
         st->bodiless = content_length == 0 || status == 204 || status == 304 || r->head.method_id == HTTP_HEAD;
@@ -1157,6 +1183,7 @@ static void h2_finish(sl_downstream_t *d) {
     bool refused = false;
     if (!st->nclosed) {
         st->eof_due = 1;
+        stream_keep_trailers(st, r);
         refused = !st->submitted && !stream_submit(st);
     }
     if (r) sl__req_free(r);

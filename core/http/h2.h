@@ -1,8 +1,9 @@
 /* h2.h — an HTTP/2 server connection (nghttp2 for framing, HPACK and flow control): the
  * second implementation of the downstream a request talks to (downstream.h). Each HTTP/2
  * stream embeds an sl_downstream_t, so routing, plugins, balancers, retries, limits, logs
- * and metrics serve it unchanged; upstreams stay HTTP/1.1 (h1_head.c builds their heads
- * from r->head, which a stream fills from its HEADERS). Internal: sl__ names.
+ * and metrics serve it unchanged; h1_head.c builds the upstream head from r->head, which a
+ * stream fills from its HEADERS (an HTTP/2 upstream gets it translated: h2_up.c), and
+ * the response's trailers (r->trailers) follow its last DATA. Internal: sl__ names.
  *
  * Ownership: the client connection that recognised HTTP/2 (conn.c: the connection preface
  * after ALPN h2 or with prior knowledge) keeps its socket, its timer, its reads and its
@@ -36,6 +37,19 @@ typedef struct {
      *  closes it at the latest when its timer fires next. */
     void (*linger)(void *owner);
 } sl_h2_owner_t;
+
+/** nghttp2's allocator over the calling thread's freelists (nghttp2_mem *): every session
+ *  of a worker uses it, the upstream ones too (h2_up.c). */
+void *sl__h2_mem(void);
+/** A zeroed piece from those freelists, and its return. */
+void *sl__h2_calloc(size_t n);
+void sl__h2_mem_free(void *p);
+
+/** nghttp2's send callback for a session writing through one output block at a time:
+ *  copies what fits into *out (a block taken from `blocks` when NULL) after *olen bytes.
+ *  The bytes taken, NGHTTP2_ERR_WOULDBLOCK when the block is full, or
+ *  NGHTTP2_ERR_CALLBACK_FAILURE without memory. */
+ssize_t sl__h2_out_put(sl_blockpool_t *blocks, char **out, uint32_t *olen, const uint8_t *data, size_t len);
 
 /** The 24 bytes every HTTP/2 connection starts with (RFC 9113 3.4). */
 #define SL_H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "http/conn.h"
+#include "http/h2_up.h"
 #include "http/request.h"
 #include "http/upconn.h"
 
@@ -13,6 +14,7 @@ void sl_http_drain(sl_worker_t *w) {
     sl__cache_bell_close(w);
     sl__conn_close_idle(w);
     sl__pool_close_all(w);
+    sl__h2up_drain(w);
 }
 
 void sl_http_trim(sl_worker_t *w, uint32_t keep) {

@@ -11,13 +11,68 @@
  */
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "http/h1_head.h"
+#include "http/h2_up.h"
 #include "http/tunnel.h"
 #include "http/request.h"
 
 static void req_finish(sl_req_t *r);
+static int response_head(sl_req_t *r);
+
+/* The request's upstream speaks HTTP/2 (h2_up.c): its attempts are streams. A plugin's
+ * address (upstream.set) is always HTTP/1.1. */
+static bool h2_upstream(const sl_req_t *r) {
+    return !r->to_address && r->upstream >= 0 && sl__req_upstream_conf(r)->protocol != SL_UP_HTTP1;
+}
+
+/* The upstream queue's slices into [old, old + len) now point into `to` (a kept body that
+ * moved while a replay had queued it). */
+static void upq_rebase(sl_req_t *r, uintptr_t old, size_t len, char *to) {
+    for (uint16_t i = 0; i < r->upq.niov; i++) {
+        uintptr_t b = (uintptr_t)r->upq.iov[i].base;
+        if (b >= old && b < old + len) r->upq.iov[i].base = to + (b - old);
+    }
+}
+
+/* A streamed body going to an HTTP/2 upstream is kept, up to retry.max_body, so that a
+ * stream the upstream refused unprocessed (a GOAWAY) can go again on another connection:
+ * in a worker block while it fits one (no allocation for a gRPC call's message), then in
+ * the heap buffer. Past the limit it is no longer kept (the buffer stays until the request
+ * ends: a replay may have queued it). */
+static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
+    size_t kept = r->replay ? r->replay_len : r->heap_len;
+    if (kept + n > sl__req_upstream_conf(r)->retry.max_body) {
+        r->h2_replay = 0;
+        return;
+    }
+    if (!r->heap && kept + n <= SL_BLOCK_SIZE) {
+        if (!r->replay && !(r->replay = sl_block_get(&r->w->blocks))) {
+            r->h2_replay = 0;
+            return;
+        }
+        memcpy(r->replay + r->replay_len, p, n);
+        r->replay_len += (uint32_t)n;
+        return;
+    }
+    uintptr_t old = (uintptr_t)r->heap;
+    size_t old_len = r->heap_len;
+    if ((r->replay && sl__req_heap_append(r, r->replay, r->replay_len) != SL_OK) ||
+        sl__req_heap_append(r, p, n) != SL_OK) {
+        r->h2_replay = 0;
+        return;
+    }
+    if (r->replay) { /* the block's bytes moved to the heap buffer */
+        upq_rebase(r, (uintptr_t)r->replay, r->replay_len, r->heap);
+        sl_block_put(&r->w->blocks, r->replay);
+        r->replay = NULL;
+        r->replay_len = 0;
+    } else if ((uintptr_t)r->heap != old) {
+        upq_rebase(r, old, old_len, r->heap);
+    }
+}
 
 static int on_body_to_upstream(void *ud, const char *p, size_t n) {
     sl_req_t *r = ud;
@@ -27,7 +82,28 @@ static int on_body_to_upstream(void *ud, const char *p, size_t n) {
         r->body_err = 413;
         return 1;
     }
-    return sl_outq_span(&r->upq, p, n) ? 0 : 1;
+    if (!sl_outq_span(&r->upq, p, n)) return 1;
+    if (r->h2_replay) keep_for_replay(r, p, n);
+    return 0;
+}
+
+void sl__proxy_drop_upstream(sl_req_t *r) {
+    if (r->h2s) sl__h2up_detach(r);
+    if (r->up) {
+        r->up->req = NULL;
+        sl__upconn_close(r->up);
+        r->up = NULL;
+    }
+}
+
+void sl__proxy_requeue(sl_req_t *r) {
+    r->upq.writing = 0;
+    sl_outq_reset(&r->upq);
+    if (!h2_upstream(r)) sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
+    if (r->h2_replay && r->replay_len)
+        sl_outq_add(&r->upq, r->replay, r->replay_len);
+    else if ((r->body_buffered || r->h2_replay) && r->heap_len)
+        sl_outq_add(&r->upq, r->heap, r->heap_len);
 }
 
 void sl__proxy_start(sl_req_t *r) {
@@ -58,13 +134,16 @@ void sl__proxy_start(sl_req_t *r) {
     }
     r->mode = SL_MODE_PROXY;
     r->stage = SL_STAGE_RESPONSE;
-    r->upgrade = sl__h1_upgrade_allowed(r);
-    r->upq.chunked = !r->body_buffered && r->head.body_kind == SL_BODY_CHUNKED;
+    bool h2 = h2_upstream(r);
+    r->upgrade = !h2 && sl__h1_upgrade_allowed(r);
+    /* HTTP/2 frames the body itself: the head is translated from the rebuilt one (h2_up.c) */
+    r->upq.chunked = !h2 && !r->body_buffered && r->head.body_kind == SL_BODY_CHUNKED;
+    r->h2_replay = h2 && !r->body_buffered && r->head.body_kind != SL_BODY_NONE;
     if (sl__h1_upstream_head(r) != SL_OK) {
         sl__req_respond_error(r, 431, "request head too large", true);
         return;
     }
-    sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
+    if (!h2) sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
     if (r->body_buffered) {
         if (r->heap_len) sl_outq_add(&r->upq, r->heap, r->heap_len);
     } else {
@@ -110,6 +189,14 @@ void sl__proxy_connect_target(sl_req_t *r) {
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     uint32_t up = r->to_address ? UINT32_MAX : (uint32_t)r->upstream;
     uint32_t t = (uint32_t)r->att.target;
+    if (h2_upstream(r)) {
+        int rc = sl__h2up_start(r);
+        if (rc < 0)
+            sl__proxy_failed(r, 502, SL_FAIL_CONNECT, uv_strerror(rc));
+        else
+            sl__proxy_pump_up(r);
+        return;
+    }
     sl_upconn_t *u = r->to_address ? NULL : sl__upconn_reuse(w, r, &sl__proxy_upconn_cb, up, t);
     if (u) {
         r->up = u;
@@ -129,11 +216,35 @@ void sl__proxy_connect_target(sl_req_t *r) {
     if (rc < 0) sl__proxy_failed(r, 502, SL_FAIL_CONNECT, uv_strerror(rc));
 }
 
+/* A gRPC call whose response began over HTTP/2 and whose upstream stream then failed:
+ * the client gets what it was sent, then UNAVAILABLE as trailers (a reset would read as
+ * INTERNAL to a gRPC client). The stream stays attached, cut short, until the response
+ * ends: what the client is being written points into its block. */
+static bool grpc_fail_mid_response(sl_req_t *r, const char *why) {
+    if (!r->h2s || !r->resp_head || r->head.major != 2 || !sl__req_is_grpc(r)) return false;
+    sl_h1_header_t *t = sl_arena_alloc(&r->arena, 2 * sizeof(*t));
+    char *msg = sl_arena_alloc(&r->arena, strlen(why) + 1);
+    if (!t || !msg) return false;
+    memcpy(msg, why, strlen(why) + 1);
+    t[0] = (sl_h1_header_t){SL_LIT("grpc-status"), SL_LIT("14"), 0};
+    t[1] = (sl_h1_header_t){SL_LIT("grpc-message"), {msg, strlen(msg)}, 0};
+    r->trailers = t;
+    r->ntrailers = 2;
+    sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+              "upstream failed mid-response: %s (UNAVAILABLE to the gRPC client)", why);
+    sl__attempt_outcome(r, SL_OUT_FAILURE);
+    sl__h2up_expire(r);
+    sl__proxy_pump_down(r);
+    return true;
+}
+
 void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
+    if (grpc_fail_mid_response(r, why)) return;
     sl_upconn_t *u = r->up;
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     bool reused = u && u->nreqs > 0;
     bool got_bytes = u && (r->resp_head || u->rlen > 0);
+    if (r->h2s) sl__h2up_detach(r);
     if (u) {
         u->req = NULL;
         sl__upconn_close(u);
@@ -161,9 +272,7 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
     if (reused && !got_bytes && !r->retried && r->head.body_kind == SL_BODY_NONE && status == 502) {
         r->retried = 1;
         r->req_sent = 0;
-        r->upq.writing = 0;
-        sl_outq_reset(&r->upq);
-        sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
+        sl__proxy_requeue(r);
         sl__proxy_connect_target(r);
         return;
     }
@@ -279,20 +388,37 @@ void sl__proxy_pump_up(sl_req_t *r) {
             continue;
         }
         sl_upconn_t *u = r->up;
-        if (!u || u->state != SL_UP_ACTIVE) return; /* what arrives meanwhile is buffered */
+        bool h2 = r->h2s != NULL; /* a stream takes bytes before its connection is up */
+        if (!h2 && (!u || u->state != SL_UP_ACTIVE)) return; /* what arrives meanwhile is buffered */
         if (r->upq.niov == 0) {
             if (r->body_done) {
                 if (!r->req_sent) {
                     r->req_sent = 1;
                     if (!r->clq.writing) ds->ops->arm(ds, 0);
-                    if (!r->resp_head) sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
+                    uint64_t rto = sl__req_upstream_conf(r)->read_timeout_ms;
+                    if (h2) {
+                        sl__h2up_end(r);
+                        if (!r->resp_head) sl__h2up_arm(r, rto);
+                    } else if (!r->resp_head) {
+                        sl__upconn_arm(u, rto);
+                    }
                 }
                 return;
             }
             /* Waiting on the client, not the upstream: the downstream's inactivity timer
              * covers a client that stops sending, and a slow upload is no upstream timeout. */
-            sl_deadline_clear(&u->timer);
+            if (h2)
+                sl__h2up_arm(r, 0);
+            else
+                sl_deadline_clear(&u->timer);
             ds->ops->wait_body(ds);
+            return;
+        }
+        if (h2) {
+            /* sl__proxy_h2_written follows; an upstream whose windows stay shut is a
+             * write timeout, as a blocked write is over HTTP/1.1 */
+            sl__h2up_write(r, &r->upq);
+            sl__h2up_arm(r, sl__req_upstream_conf(r)->write_timeout_ms);
             return;
         }
         int rc = sl__upconn_write(u, &r->upq);
@@ -392,38 +518,7 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
         } else if (r->rhead.status < 200) {
             continue; /* interim responses end here: the gateway sent its own 100 */
         }
-        r->status = r->rhead.status;
-        /* The head arrived by the loop's wake, but never before the attempt began (a reused
-         * connection's attempt may begin in the same wakeup, after the wake clock's read). */
-        if (sl__attempt_answered(r, SL_MAX(sl_wake_ns(), r->att.start_ns))) return SL_DONE; /* a retry took over */
-        /* An answer that came before the whole body was sent ends the exchange. */
-        if (!r->body_done) r->keep_alive = 0;
-        if (SL_UNLIKELY(r->cache != NULL) && sl__cache_req_head(r) == SL_DONE) {
-            /* a 5xx with a stale entry to answer instead (stale_if_error) */
-            sl__attempt_timed(r, r->status, sl_now_ns());
-            sl__req_respond_error(r, r->status, "bad gateway", false);
-            return SL_DONE;
-        }
-        if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
-            r->in_header_filter = 1;
-            if (sl__req_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR) {
-                sl__req_answer_plugin_error(r);
-                return SL_DONE;
-            }
-        }
-        if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_emit(r);
-        if (r->ds->ops->write_head(r->ds, r, (sl_str_t){NULL, 0}, -1) != SL_OK) {
-            sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
-            return SL_DONE;
-        }
-        r->resp_head = 1;
-        if (r->rhead.status == 101) {
-            tunnel_switch(r);
-            return SL_DONE;
-        }
-        r->resp_eof_body = r->rhead.body_kind == SL_BODY_EOF;
-        if (r->rhead.body_kind == SL_BODY_NONE) r->resp_done = 1;
-        return SL_OK;
+        return response_head(r);
     }
     if (u->eof) {
         sl__proxy_failed(r, 502, SL_FAIL_RESET, "upstream closed before answering");
@@ -435,6 +530,44 @@ static int pump_response_head(sl_req_t *r, sl_upconn_t *u) {
     }
     sl__upconn_start_reading(u);
     return SL_EAGAIN;
+}
+
+/* The upstream's response head is in r->rhead (HTTP/1.1: parsed; HTTP/2: from HEADERS):
+ * the attempt's outcome, the header_filter, and the head for the client. SL_OK once queued,
+ * SL_DONE when the request went elsewhere. */
+static int response_head(sl_req_t *r) {
+    r->status = r->rhead.status;
+    /* The head arrived by the loop's wake, but never before the attempt began (a reused
+     * connection's attempt may begin in the same wakeup, after the wake clock's read). */
+    if (sl__attempt_answered(r, SL_MAX(sl_wake_ns(), r->att.start_ns))) return SL_DONE; /* a retry took over */
+    /* An answer that came before the whole body was sent ends the exchange. */
+    if (!r->body_done) r->keep_alive = 0;
+    if (SL_UNLIKELY(r->cache != NULL) && sl__cache_req_head(r) == SL_DONE) {
+        /* a 5xx with a stale entry to answer instead (stale_if_error) */
+        sl__attempt_timed(r, r->status, sl_now_ns());
+        sl__req_respond_error(r, r->status, "bad gateway", false);
+        return SL_DONE;
+    }
+    if (r->phases & (1u << SL_PHASE_HEADER_FILTER)) {
+        r->in_header_filter = 1;
+        if (sl__req_phase(r, SL_PHASE_HEADER_FILTER) == SL_ERROR) {
+            sl__req_answer_plugin_error(r);
+            return SL_DONE;
+        }
+    }
+    if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_emit(r);
+    if (r->ds->ops->write_head(r->ds, r, (sl_str_t){NULL, 0}, -1) != SL_OK) {
+        sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream response head too large");
+        return SL_DONE;
+    }
+    r->resp_head = 1;
+    if (r->rhead.status == 101) {
+        tunnel_switch(r);
+        return SL_DONE;
+    }
+    r->resp_eof_body = r->rhead.body_kind == SL_BODY_EOF;
+    if (r->rhead.body_kind == SL_BODY_NONE) r->resp_done = 1;
+    return SL_OK;
 }
 
 /* The upstream's body ended (its framing, or its close for a close-delimited body): the
@@ -454,6 +587,10 @@ void sl__proxy_pump_down(sl_req_t *r) {
     for (;;) {
         if (r->clq.writing) return;
         sl_upconn_t *u = r->up;
+        if (r->h2s && !r->resp_head) {
+            if (!sl__h2up_head_ready(r) || response_head(r) != SL_OK) return;
+            continue;
+        }
         if (u && !r->resp_head) {
             if (pump_response_head(r, u) != SL_OK) return;
             continue;
@@ -491,6 +628,20 @@ void sl__proxy_pump_down(sl_req_t *r) {
             if (rc == SL_DONE) response_body_ended(r);
             continue;
         }
+        if (r->h2s && r->resp_head && !r->resp_done && !r->bf_end && sl_outq_room(&r->clq) &&
+            (!filtered || !r->clq.niov)) {
+            int rc = sl__h2up_read(r, filtered ? 1 : sl_outq_room(&r->clq), filtered ? on_body_filtered : on_body_to_client, r);
+            if (r->bf_failed) {
+                ds->ops->abort(ds);
+                return;
+            }
+            if (rc == SL_ERROR) {
+                sl__proxy_failed(r, 502, SL_FAIL_OTHER, "response body refused");
+                return;
+            }
+            if (rc == SL_DONE) response_body_ended(r);
+            if (rc != SL_EAGAIN) continue;
+        }
         if (r->clq.niov) {
             r->resp_written = r->resp_written || r->resp_head;
             for (uint16_t i = 0; i < r->clq.niov; i++) r->bytes_out += r->clq.iov[i].len;
@@ -512,6 +663,10 @@ void sl__proxy_pump_down(sl_req_t *r) {
         }
         if (r->resp_done) {
             req_finish(r);
+            return;
+        }
+        if (r->h2s) {
+            sl__h2up_wait(r); /* everything handed went to the client: the window goes back */
             return;
         }
         if (!u) return;
@@ -556,9 +711,67 @@ static void req_finish(sl_req_t *r) {
         }
     }
     if (SL_UNLIKELY(r->cache != NULL)) sl__cache_req_finish(r);
+    /* gRPC's status is counted where the response ends (only HTTP/2 upstreams carry one) */
+    if (r->h2s || r->ntrailers) sl__req_grpc_passed(r);
+    if (r->h2s) {
+        sl__attempt_timed(r, r->status, now);
+        sl__attempt_release(r);
+        sl__h2up_detach(r);
+    }
     sl_metrics_request(&w->metrics, r->route, r->status, now - r->start_ns);
     if (r->trace.on) sl__trace_end(r, now);
     sl__req_run_log_phase(r);
     if (!r->body_done) r->keep_alive = 0;
     r->ds->ops->finish(r->ds);
+}
+
+/* ---- HTTP/2 upstream streams (h2_up.c) ---- */
+
+void sl__proxy_h2_written(sl_req_t *r) {
+    r->upq.writing = 0;
+    sl_outq_reset(&r->upq);
+    sl__proxy_pump_up(r);
+}
+
+void sl__proxy_h2_refused(sl_req_t *r, const char *why) {
+    bool replayable = r->body_buffered || r->h2_replay || r->head.body_kind == SL_BODY_NONE;
+    if (r->resp_head || !replayable || r->h2_refused >= SL_H2UP_MAX_REFUSED) {
+        sl__proxy_failed(r, 502, SL_FAIL_RESET, why);
+        return;
+    }
+    /* The upstream never processed it: the same attempt goes again on another connection
+     * (a new one when the target has none with room), whatever its method. */
+    r->h2_refused++;
+    sl__h2up_detach(r);
+    r->req_sent = 0;
+    sl__proxy_requeue(r);
+    sl_log_kv(SL_LOG_DEBUG, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+              "%s: sent again on another connection", why);
+    sl__proxy_connect_target(r);
+}
+
+void sl__proxy_grpc_deadline(sl_req_t *r) {
+    sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+              "grpc-timeout passed: DEADLINE_EXCEEDED");
+    r->grpc_due = 0;
+    if (!r->resp_head) {
+        /* the client's deadline, not the target's failure (the answer abandons the attempt):
+         * a gRPC request gets it as a trailers-only DEADLINE_EXCEEDED (respond.c) */
+        sl__attempt_timed(r, 0, sl_now_ns());
+        sl__req_cancel_wait(r); /* a retry's backoff */
+        sl__req_respond_error(r, 504, "deadline exceeded", false);
+        return;
+    }
+    /* the head went: the status goes in the trailers, after what the client already has */
+    sl_h1_header_t *t = sl_arena_alloc(&r->arena, 2 * sizeof(*t));
+    if (!t) {
+        r->ds->ops->abort(r->ds);
+        return;
+    }
+    t[0] = (sl_h1_header_t){SL_LIT("grpc-status"), SL_LIT("4"), 0};
+    t[1] = (sl_h1_header_t){SL_LIT("grpc-message"), SL_LIT("deadline exceeded"), 0};
+    r->trailers = t;
+    r->ntrailers = 2;
+    sl__h2up_expire(r);
+    sl__proxy_pump_down(r);
 }

@@ -292,11 +292,7 @@ void sl__req_run_log_phase(sl_req_t *r) {
 
 void sl__req_abort(sl_req_t *r) {
     sl__attempt_abandon(r);
-    if (r->up) {
-        r->up->req = NULL;
-        sl__upconn_close(r->up);
-        r->up = NULL;
-    }
+    sl__proxy_drop_upstream(r);
     if (r->status == 0) r->status = 499; /* the client left before an answer (nginx's 499) */
     /* A tunnel's request was counted (and logged) at its 101. */
     if (r->mode != SL_MODE_TUNNEL) {
@@ -311,7 +307,7 @@ void sl__req_abort(sl_req_t *r) {
 
 void sl__req_free(sl_req_t *r) {
     sl_worker_t *w = r->w;
-    assert(!r->up);
+    assert(!r->up && !r->h2s);
     sl__req_cancel_wait(r);
     sl_lua_task_end(r->w, &r->lua);
     while (r->nconn_slots) sl_conn_limit_release(r->conn_slots[--r->nconn_slots]);
@@ -319,6 +315,8 @@ void sl__req_free(sl_req_t *r) {
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;
+    if (r->replay) sl_block_put(&w->blocks, r->replay);
+    r->replay = NULL;
     free(r->exit_alloc);
     r->exit_alloc = NULL;
     free(r->bf_buf);

@@ -170,6 +170,19 @@ struct sl_req_s {
     struct sl_conn_slot_s *conn_slots[SL_REQ_CONN_SLOTS];
     uint8_t nconn_slots;
     struct sl_cache_req_s *cache; /**< the proxy-cache's state (cache_req.h); NULL unless it looked up */
+    /* An HTTP/2 upstream (h2_up.c): the stream of the current attempt, instead of r->up */
+    struct sl_h2up_stream_s *h2s;
+    sl_h1_header_t *trailers; /**< the response's trailer fields (arena): an HTTP/2 client gets them */
+    uint16_t ntrailers;
+    uint8_t h2_replay;  /**< a streamed body is copied into heap as it goes up, for a refused
+                             stream's replay (cleared past retry.max_body) */
+    uint8_t h2_refused; /**< streams refused so far (GOAWAY, REFUSED_STREAM): replays are capped */
+    char *replay;       /**< the kept body while it fits a worker block (then it moves to heap) */
+    uint32_t replay_len;
+    uint64_t grpc_due;  /**< loop ms when the request's grpc-timeout passes; 0: none */
+    /** The gateway's answer to a gRPC request went out as a trailers-only gRPC error
+     *  (respond.c): HTTP 200, grpc-status in the head, no body and (HTTP/2) no length. */
+    uint8_t grpc_answer;
 };
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
@@ -276,12 +289,25 @@ void sl__req_run_log_phase(sl_req_t *r);
 /* respond.c */
 /** A gateway-made JSON error: {"error": msg}. */
 void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close);
+/** The request is a gRPC one (content-type application/grpc*): gateway-made answers to it
+ *  are gRPC errors. */
+bool sl__req_is_grpc(const sl_req_t *r);
+/** Counts a grpc-status value the client gets (a passed-through trailer or header, or a
+ *  gateway-made one) in sluice_grpc_responses_total; values that are not a code 0..16 are
+ *  not counted. Call once per response, where the response's trailers (or its trailers-only
+ *  head) are sent. */
+void sl__req_grpc_status(sl_req_t *r, sl_str_t value);
+/** A proxied response ends (or hands its trailers to a plugin): the grpc-status of its
+ *  trailers, or of its head when it was trailers-only, is counted. */
+void sl__req_grpc_passed(sl_req_t *r);
 /** A plugin's sluice.response.exit. */
 void sl__req_answer_exit(sl_req_t *r);
 /** 500 for a plugin that raised. */
 void sl__req_answer_plugin_error(sl_req_t *r);
 /** Runs the body_filter chain over one piece of the response body (respond.c). */
 int sl__req_filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_t *out);
+/** Appends n bytes to r->heap (grown by doubling): SL_OK, or SL_ERROR out of memory. */
+int sl__req_heap_append(sl_req_t *r, const char *p, size_t n);
 /** Tells the client to send its body, when it waits for that (Expect: 100-continue). */
 void sl__req_send_continue(sl_req_t *r);
 /** Reads what the client sent of the body into r->heap: SL_OK whole, SL_EAGAIN waiting,
@@ -303,6 +329,19 @@ void sl__proxy_pump_down(sl_req_t *r);
 void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why);
 /** The upstream connection callbacks of a request's attempts. */
 extern const sl_upconn_cb_t sl__proxy_upconn_cb;
+/** The current attempt's upstream connection (or HTTP/2 stream) goes: closed, or reset. */
+void sl__proxy_drop_upstream(sl_req_t *r);
+/** The request's queue toward the upstream starts over for another try: the rebuilt head
+ *  (HTTP/1 upstreams) and the body kept for a replay. */
+void sl__proxy_requeue(sl_req_t *r);
+/* Events of an HTTP/2 upstream stream (h2_up.c), each after nghttp2 returned. */
+/** The upstream took everything r->upq held (the stream's data provider copied it). */
+void sl__proxy_h2_written(sl_req_t *r);
+/** The stream was refused before the upstream processed it (a GOAWAY's last-stream-id
+ *  below it, REFUSED_STREAM): the request goes again on another connection when it can. */
+void sl__proxy_h2_refused(sl_req_t *r, const char *why);
+/** The request's grpc-timeout passed: DEADLINE_EXCEEDED to the client, as trailers. */
+void sl__proxy_grpc_deadline(sl_req_t *r);
 
 /* attempts.c */
 /* How an upstream attempt failed: decides whether a retry may follow (retry.on). */

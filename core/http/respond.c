@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "http/request.h"
+#include "proto/grpc_status.h"
 
 /* A body a plugin asked for is buffered whole, up to this (or the listener's max_body). */
 #define SL_BUFFER_MAX_BODY (8u << 20)
@@ -37,17 +38,87 @@ static void respond_plain_500(sl_req_t *r, bool close) {
     sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), close);
 }
 
-void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
+/* ---- gateway-made answers to gRPC requests ---- */
+
+/* The longest grpc-message the gateway makes (after percent-encoding). */
+#define SL_GRPC_MESSAGE_MAX 512
+
+bool sl__req_is_grpc(const sl_req_t *r) { return sl_grpc_is_ctype(sl__req_header_value(r, "content-type")); }
+
+void sl__req_grpc_status(sl_req_t *r, sl_str_t value) {
+    int code = sl_grpc_code_parse(value);
+    if (code >= 0) sl_metrics_grpc(&r->w->metrics, r->route, code);
+}
+
+static const sl_h1_header_t *find_field(const sl_h1_header_t *f, uint16_t n, const char *lower, size_t len) {
+    for (uint16_t i = 0; i < n; i++)
+        if (sl_str_ieq(f[i].name, lower, len)) return &f[i];
+    return NULL;
+}
+
+void sl__req_grpc_passed(sl_req_t *r) {
+    const sl_h1_header_t *gs = find_field(r->trailers, r->ntrailers, "grpc-status", 11);
+    if (!gs) gs = find_field(r->rhead.headers, r->rhead.nheaders, "grpc-status", 11);
+    if (gs) sl__req_grpc_status(r, gs->value);
+}
+
+/* Turns a gateway-made answer to a gRPC request into a trailers-only gRPC error: HTTP 200,
+ * the gRPC content type, grpc-status (the plugin's own when it set one, else `code`, else
+ * the HTTP status mapped) and grpc-message (the plugin's, else the answer's body as text).
+ * A gRPC client reads an HTTP error status only as "UNKNOWN/UNAVAILABLE: received http
+ * status", and a body as a malformed message: the gateway says what it means instead.
+ * Headers plugins set (WWW-Authenticate, Retry-After, X-RateLimit-*) go along as
+ * metadata; the Content-Type a JSON exit set is replaced. False when out of memory. */
+static bool grpc_error(sl_req_t *r, int status, int code, sl_str_t msg) {
+    sl_hdr_edits_t *ed = &r->resp_edits;
+    const char *err = NULL;
+    sl_str_t ct = sl__req_header_value(r, "content-type");
+    /* grpc-web clients want their own type back (the grpc-web plugin's header_filter may
+     * still change it); gRPC's variants (+proto) are all application/grpc to a client. */
+    sl_str_t rct = ct.len > 20 && sl_str_ieq((sl_str_t){ct.p, 20}, "application/grpc-web", 20) ? ct
+                                                                                         : SL_LIT("application/grpc");
+    if (sl_edits_set(ed, &r->arena, SL_LIT("content-type"), rct, &err) != SL_OK) return false;
+    if (!sl_edits_find(ed, SL_LIT("grpc-status"))) {
+        char num[4];
+        sl_wbuf_t b = {num, 0, sizeof num};
+        sl_wbuf_u64(&b, (uint64_t)(code >= 0 ? code : sl_grpc_code_of_http(status)));
+        if (sl_edits_set(ed, &r->arena, SL_LIT("grpc-status"), (sl_str_t){num, b.len}, &err) != SL_OK) return false;
+        if (!sl_edits_find(ed, SL_LIT("grpc-message"))) {
+            while (msg.len && (msg.p[msg.len - 1] == '\n' || msg.p[msg.len - 1] == '\r')) msg.len--;
+            if (!msg.len) msg = sl_h1_reason(status);
+            char *enc = sl_arena_alloc(&r->arena, SL_GRPC_MESSAGE_MAX);
+            if (!enc) return false;
+            size_t n = sl_grpc_message_encode(msg, enc, SL_GRPC_MESSAGE_MAX);
+            if (n && sl_edits_set(ed, &r->arena, SL_LIT("grpc-message"), (sl_str_t){enc, n}, &err) != SL_OK)
+                return false;
+        }
+    }
+    r->grpc_answer = 1;
+    return true;
+}
+
+/* sl__req_respond, with the gRPC code a gRPC request gets (-1: the status's mapping). */
+static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close, int grpc_code,
+                    sl_str_t grpc_msg) {
     sl_downstream_t *ds = r->ds;
     sl__attempt_abandon(r);
-    if (r->up) {
-        r->up->req = NULL;
-        sl__upconn_close(r->up);
-        r->up = NULL;
-    }
+    sl__proxy_drop_upstream(r);
     /* stale_if_error: a failed upstream's answer is replaced by an expired entry */
     if (SL_UNLIKELY(r->cache != NULL) && status >= 500) sl__cache_req_stale(r, &status, &ctype, &body);
     r->mode = SL_MODE_LOCAL;
+    if (!r->grpc_answer && sl__req_is_grpc(r)) {
+        if (status != 200 && !grpc_error(r, status, grpc_code, grpc_msg)) {
+            ds->ops->abort(ds);
+            return;
+        }
+        if (r->grpc_answer) {
+            status = 200;
+            ctype = (sl_str_t){NULL, 0};
+            body.len = 0;
+        }
+        const sl_field_t *gs = sl_edits_find(&r->resp_edits, SL_LIT("grpc-status"));
+        if (gs) sl__req_grpc_status(r, gs->value);
+    }
     r->status = status;
     if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && ds->req == r) {
         r->in_header_filter = 1;
@@ -81,6 +152,10 @@ void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, boo
     sl__proxy_pump_down(r);
 }
 
+void sl__req_respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool close) {
+    respond(r, status, ctype, body, close, -1, body);
+}
+
 void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close) {
     char *body = sl_arena_alloc(&r->arena, 128);
     if (!body) {
@@ -88,7 +163,10 @@ void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close)
         return;
     }
     int n = snprintf(body, 128, "{\"error\":\"%s\"}\n", msg);
-    sl__req_respond(r, status, SL_LIT("application/json"), (sl_str_t){body, (size_t)n}, close);
+    /* The gateway's own 504 is its deadline passing (the route's timeout, or the client's
+     * grpc-timeout when smaller): DEADLINE_EXCEEDED, not the mapping's UNAVAILABLE. */
+    respond(r, status, SL_LIT("application/json"), (sl_str_t){body, (size_t)n}, close,
+            status == 504 ? SL_GRPC_DEADLINE_EXCEEDED : -1, (sl_str_t){msg, strlen(msg)});
 }
 
 void sl__req_answer_exit(sl_req_t *r) {
@@ -114,16 +192,20 @@ static int on_body_to_buffer(void *ud, const char *p, size_t n) {
         r->body_err = 413;
         return 1;
     }
+    return sl__req_heap_append(r, p, n) == SL_OK ? 0 : 1;
+}
+
+int sl__req_heap_append(sl_req_t *r, const char *p, size_t n) {
     if (r->heap_len + n > r->heap_cap) {
         size_t cap = SL_MAX(r->heap_cap * 2, SL_MAX(r->heap_len + n, (size_t)4096));
         char *np = realloc(r->heap, cap);
-        if (!np) return 1;
+        if (!np) return SL_ERROR;
         r->heap = np;
         r->heap_cap = cap;
     }
     memcpy(r->heap + r->heap_len, p, n);
     r->heap_len += n;
-    return 0;
+    return SL_OK;
 }
 
 int sl__req_buffer_pump(sl_req_t *r) {

@@ -619,6 +619,12 @@ void sl_tls_close(sl_tls_t *t) {
 
 bool sl_tls_established(const sl_tls_t *t) { return t->established; }
 bool sl_tls_session_reused(const sl_tls_t *t) { return SSL_session_reused(t->ssl) == 1; }
+bool sl_tls_alpn_h2(const sl_tls_t *t) {
+    const unsigned char *p = NULL;
+    unsigned n = 0;
+    SSL_get0_alpn_selected(t->ssl, &p, &n);
+    return n == 2 && memcmp(p, "h2", 2) == 0;
+}
 const char *sl_tls_error(const sl_tls_t *t) { return t->err; }
 const char *sl_tls_servername(const sl_tls_t *t) {
     return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);

@@ -76,6 +76,8 @@ bool sl_tls_session_reused(const sl_tls_t *t);
 const char *sl_tls_error(const sl_tls_t *t);
 /** The server name the client asked for (SNI), or NULL. */
 const char *sl_tls_servername(const sl_tls_t *t);
+/** Whether ALPN chose h2 (an HTTP/2 upstream's handshake). */
+bool sl_tls_alpn_h2(const sl_tls_t *t);
 /** The owner's pointer, as given to the stream's `data` before the session attached. */
 void *sl_tls_owner(const sl_tls_t *t);
 

@@ -309,7 +309,9 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
         tput(&t, "%s{\"name\":", u ? "," : "");
         tjson(&t, uc->name);
-        tput(&t, ",\"balancer\":\"%s\",\"targets\":[", balancer_label[uc->balancer]);
+        static const char *const protocol_label[] = {"http1", "h2", "h2c"};
+        tput(&t, ",\"balancer\":\"%s\",\"protocol\":\"%s\",\"targets\":[", balancer_label[uc->balancer],
+             protocol_label[uc->protocol]);
         uint64_t now = sl_now_ms();
         for (size_t k = 0, shown = 0; k < uc->ntargets; k++) {
             if (!sl_slot_up(uc, k)) continue; /* an empty DNS or registry slot */
@@ -324,6 +326,9 @@ static char *render_status(sl_server_t *srv, size_t *len) {
                  (int)atomic_load(&ts->live.in_flight), (double)atomic_load(&ts->live.ewma_ns) / 1e6);
             if (tcp_upstream(cfg, u))
                 tput(&t, ",\"breaker_tcp\":\"%s\"", breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_TCP, now)]);
+            if (uc->protocol != SL_UP_HTTP1)
+                tput(&t, ",\"h2_connections\":%d,\"h2_streams\":%d", (int)atomic_load(&ts->h2_conns),
+                     (int)atomic_load(&ts->h2_streams));
             tput(&t, "}");
         }
         tput(&t, "]");

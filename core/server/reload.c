@@ -154,6 +154,7 @@ static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     h = fnv(h, rt->statuses, rt->nstatuses * sizeof(rt->statuses[0]));
     if (u->hash_name) h = fnv(h, u->hash_name, strlen(u->hash_name) + 1);
     if (hc->path) h = fnv(h, hc->path, strlen(hc->path) + 1);
+    if (hc->service) h = fnv(h, hc->service, strlen(hc->service) + 1);
     return h;
 }
 

@@ -8,6 +8,10 @@
  * row mark the target down, `healthy_threshold` successes in a row bring it back (and
  * end a passive ejection). Workers only read the outcome (sl_tstate_t atomics).
  *
+ * A `grpc` probe calls grpc.health.v1.Health/Check over HTTP/2 (prior knowledge, or TLS
+ * for a TLS target) on that fresh connection (grpc_probe.c): SERVING passes, any other
+ * status, grpc-status or failure fails.
+ *
  * Startup posture: a target is healthy until probes say otherwise, so a gateway
  * serves from its first request; a dead target is found within
  * unhealthy_threshold x interval (and sooner by the breaker and passive ejection).
@@ -19,6 +23,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "upstream/grpc_probe.h"
 
 typedef struct sl_prober_s {
     struct sl_prober_s *next;
@@ -41,7 +46,15 @@ typedef struct sl_prober_s {
     size_t resp_len;
     uint8_t tcp_open, stopping;
     uint8_t open_handles;       /**< timers and the probe connection not yet closed */
+    sl_grpc_probe_t *gp;        /**< a grpc probe's exchange, while its connection is open */
 } sl_prober_t;
+
+/* A grpc probe's write: its bytes follow the request, freed by its callback. */
+typedef struct {
+    uv_write_t w;
+    sl_prober_t *p;
+    char *data;
+} probe_write_t;
 
 /* A prober is freed once it was stopped and its last handle closed. */
 static void prober_closed(uv_handle_t *h) {
@@ -54,6 +67,8 @@ static void prober_closed(uv_handle_t *h) {
 static void probe_close_conn(sl_prober_t *p) {
     if (!p->tcp_open) return;
     p->tcp_open = 0;
+    sl_grpc_probe_free(p->gp);
+    p->gp = NULL;
     if (p->t) {
         sl_tls_close(p->t);
         p->t = NULL;
@@ -125,6 +140,67 @@ static void probe_written(uv_write_t *w, int status) {
 
 static void probe_ready(sl_prober_t *p);
 
+static void grpc_written(uv_write_t *w, int status) {
+    probe_write_t *pw = SL_CONTAINER_OF(w, probe_write_t, w);
+    sl_prober_t *p = pw->p;
+    free(pw->data);
+    free(pw);
+    if (status < 0 && p->tcp_open && p->gp) probe_done(p, false, uv_strerror(status));
+}
+
+/* Sends what the grpc exchange has due (its request, SETTINGS ACKs, window updates).
+ * False when the probe failed (and is done). */
+static bool grpc_flush(sl_prober_t *p) {
+    char *data;
+    long n = sl_grpc_probe_take(p->gp, &data);
+    if (n <= 0) {
+        if (n < 0) probe_done(p, false, "out of memory");
+        return n == 0;
+    }
+    probe_write_t *pw = malloc(sizeof(*pw));
+    if (!pw) {
+        free(data);
+        probe_done(p, false, "out of memory");
+        return false;
+    }
+    pw->p = p;
+    pw->data = data;
+    uv_buf_t b = uv_buf_init(data, (unsigned)n);
+    int rc = p->t ? sl_tls_write(p->t, &pw->w, &b, 1, grpc_written)
+                  : uv_write(&pw->w, (uv_stream_t *)&p->tcp, &b, 1, grpc_written);
+    if (rc < 0) {
+        free(data);
+        free(pw);
+        probe_done(p, false, "write failed");
+        return false;
+    }
+    return true;
+}
+
+static void grpc_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    (void)hint;
+    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)h, sl_prober_t, tcp);
+    *buf = uv_buf_init(p->resp, sizeof p->resp);
+}
+
+static void grpc_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)s, sl_prober_t, tcp);
+    if (n == 0 || !p->gp) return;
+    if (n < 0) {
+        probe_done(p, false, n == UV_EOF ? "closed before an answer" : uv_strerror((int)n));
+        return;
+    }
+    const char *why = NULL;
+    int rc = sl_grpc_probe_feed(p->gp, buf->base, (size_t)n, &why);
+    if (rc == SL_EAGAIN) {
+        grpc_flush(p);
+        return;
+    }
+    char text[128];
+    snprintf(text, sizeof text, "grpc health: %s", why ? why : "");
+    probe_done(p, rc == SL_OK, text);
+}
+
 static void probe_tls_done(sl_tls_t *t, int status) {
     sl_prober_t *p = sl_tls_owner(t);
     if (status < 0) {
@@ -161,6 +237,18 @@ static void probe_connected(uv_connect_t *c, int status) {
 static void probe_ready(sl_prober_t *p) {
     if (p->uc->health.active_type == SL_PROBE_TCP) {
         probe_done(p, true, NULL);
+        return;
+    }
+    if (p->uc->health.active_type == SL_PROBE_GRPC) {
+        p->gp = sl_grpc_probe_new(p->host, p->t != NULL, p->uc->health.service);
+        if (!p->gp) {
+            probe_done(p, false, "out of memory");
+            return;
+        }
+        if (!grpc_flush(p)) return;
+        int rc = p->t ? sl_tls_read_start(p->t, grpc_alloc, grpc_read)
+                      : uv_read_start((uv_stream_t *)&p->tcp, grpc_alloc, grpc_read);
+        if (rc != 0) probe_done(p, false, "read failed");
         return;
     }
     int n = snprintf(p->req, sizeof p->req,

@@ -24,6 +24,8 @@ typedef struct sl_tstate_s {
     sl_target_live_t live;
     sl_breaker_t breaker[SL_LAYERS];
     _Atomic int probe_down;   /**< active probes say down (1) */
+    _Atomic int h2_conns, h2_streams; /**< HTTP/2 connections open to it, streams open on them
+                                           (every worker's; http/h2_up.c) */
     _Atomic uint64_t ejected_until_ms; /**< passive ejection; UINT64_MAX: until probes restore it */
     _Atomic uint32_t pfails;  /**< passive failures in the current window */
     _Atomic uint64_t pwindow_start_ms;

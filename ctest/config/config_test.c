@@ -960,7 +960,7 @@ static void test_resilience(void) {
     EXPECT_ERROR(UP("retry: { on: [reset] }"),
                  "5:19: unknown retry condition 'reset' (expected a 5xx status, connect_error or timeout)");
     EXPECT_ERROR(UP("retry: { attempts: 0 }"), "5:24: 'attempts' must be between 1 and 10");
-    EXPECT_ERROR(UP("health: { active: { type: udp } }"), "5:31: unknown probe type 'udp' (expected http or tcp)");
+    EXPECT_ERROR(UP("health: { active: { type: udp } }"), "5:31: unknown probe type 'udp' (expected http, tcp or grpc)");
     EXPECT_ERROR(UP("health: { active: { type: tcp, path: /h } }"), "5:42: a tcp probe has no path");
     EXPECT_ERROR(UP("health: { active: { path: health } }"),
                  "5:31: probe path 'health' must start with '/' and contain no spaces");

@@ -1,0 +1,969 @@
+/* h2_up.c — HTTP/2 connections to upstream targets, nghttp2 in client mode (h2_up.h).
+ *
+ * As on the server side (h2.c), nghttp2's callbacks only record what happened on a stream
+ * (its response head is complete, body bytes or the end arrived, its request body was
+ * taken, it closed) and the connection acts on the events after nghttp2 returned
+ * (h2up_run), from the loop's own callbacks (a read, a write's end, the timer, the idle
+ * handle) and never from inside a request's call: an operation a request calls records,
+ * sends what nghttp2 then has to send (conn_kick), and leaves any event that made to the
+ * idle handle, so no request is ever re-entered from below itself.
+ *
+ * The request's head is the one proxy.c rebuilt for an HTTP/1.1 upstream (h1_head.c:
+ * header edits, X-Forwarded-*, the path a plugin set, the request id, traceparent),
+ * translated into an HTTP/2 header list: one builder of upstream heads, whatever the
+ * protocol (docs/DECISIONS.md, "Upstream HTTP/2").
+ *
+ * Flow control: the response body of a stream is copied into one block (its window is the
+ * block's size); it is given back to the upstream (nghttp2_session_consume) once the client
+ * took what was handed, so a slow client backpressures its upstream stream and no other.
+ * The connection's window is given back as DATA arrives. The request body goes up from
+ * r->upq through a data provider; the upstream's windows pause it, and through it the
+ * client's.
+ */
+#include "http/h2_up.h"
+
+#include <nghttp2/nghttp2.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "http/h2.h"
+#include "proto/grpc_timeout.h"
+
+/* A stream's window: its response body block. */
+#define H2UP_STREAM_WINDOW (SL_BLOCK_SIZE - 1)
+/* The connection's window, given back as DATA arrives. */
+#define H2UP_CONN_WINDOW (1 << 24)
+/* Streams a connection takes before the peer's SETTINGS said how many it allows. */
+#define H2UP_FIRST_STREAMS 100
+/* Trailer fields kept for the client. */
+#define H2UP_MAX_TRAILERS 32
+
+enum { C_CONNECTING = 1, C_READY, C_RETIRED, C_CLOSING };
+enum { EV_HEAD = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
+
+typedef struct sl_h2up_s sl_h2up_t;
+
+struct sl_h2up_stream_s {
+    sl_h2up_t *c;
+    sl_req_t *r;            /**< NULL once the request left */
+    int32_t id;             /**< 0 until submitted */
+    uint8_t ev;
+    uint8_t interim;        /**< the HEADERS being received is a 1xx */
+    uint8_t head_done, remote_done, nclosed, refused, expired;
+    uint8_t has_body, body_eof, deferred;
+    uint32_t hdr_bytes;     /**< the response head's size so far (RFC 9113's count) */
+    uint32_t close_code;
+    char *body;             /**< response body block, or NULL */
+    uint32_t blen, bpos;
+    sl_outq_t *q;           /**< the request body being taken by the data provider */
+    uint16_t qi;
+    size_t qoff;
+    uint64_t due;           /**< read timeout (loop ms); 0: none */
+    sl_h2up_stream_t *prev, *next;
+    sl_h2up_stream_t *eprev, *enext;
+};
+
+struct sl_h2up_s {
+    sl_stream_t s; /* first: the handle's address is the connection's */
+    sl_deadline_t timer;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    uv_idle_t idle;
+    sl_worker_t *w;
+    uint32_t upstream, target;
+    sl_tstate_t *ts;            /**< the target's shared state: /status counts */
+    nghttp2_session *ss;
+    char *out, *rbuf;
+    uint32_t olen;
+    uint8_t state;              /**< C_* */
+    uint8_t writing, in_run, nclose, counted;
+    uint8_t handles_closed;     /**< closing: freed once no request holds one of its streams */
+    uint8_t settings_known;     /**< the peer's SETTINGS arrived */
+    uint32_t nstreams;          /**< streams with a request */
+    uint32_t max_streams;       /**< the peer's SETTINGS_MAX_CONCURRENT_STREAMS */
+    int32_t last_id;            /**< a GOAWAY's last-stream-id; INT32_MAX before */
+    uint64_t idle_due;          /**< loop ms when an idle connection closes; 0: busy */
+    uint64_t connect_due;       /**< loop ms when connecting gives up */
+    uint64_t next_due;          /**< when the timer is set to fire; 0: not set */
+    sl_h2up_t *prev, *next;     /**< the target's list */
+    sl_h2up_stream_t *streams;
+    sl_h2up_stream_t *ev_head, *ev_tail;
+};
+
+static void h2up_run(sl_h2up_t *c);
+static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why);
+
+static const sl_upstream_conf_t *conn_uc(const sl_h2up_t *c) { return &c->w->cfg->upstreams[c->upstream]; }
+static uint64_t loop_now(const sl_h2up_t *c) { return uv_now(&c->w->loop); }
+
+/* ---- events ---- */
+
+static void ev_unlink(sl_h2up_stream_t *st) {
+    sl_h2up_t *c = st->c;
+    if (!st->ev) return;
+    if (st->eprev)
+        st->eprev->enext = st->enext;
+    else
+        c->ev_head = st->enext;
+    if (st->enext)
+        st->enext->eprev = st->eprev;
+    else
+        c->ev_tail = st->eprev;
+    st->eprev = st->enext = NULL;
+    st->ev = 0;
+}
+
+static void ev_push(sl_h2up_stream_t *st, uint8_t ev) {
+    sl_h2up_t *c = st->c;
+    if (!st->ev) {
+        st->eprev = c->ev_tail;
+        st->enext = NULL;
+        if (c->ev_tail)
+            c->ev_tail->enext = st;
+        else
+            c->ev_head = st;
+        c->ev_tail = st;
+    }
+    st->ev |= ev;
+}
+
+static void on_idle(uv_idle_t *i) {
+    sl_h2up_t *c = SL_CONTAINER_OF(i, sl_h2up_t, idle);
+    uv_idle_stop(i);
+    h2up_run(c);
+}
+
+static bool conn_flush(sl_h2up_t *c, bool soft);
+
+/* Something changed outside the connection's own callbacks (a request wrote, read, ended):
+ * what nghttp2 has to send goes now, but no event is acted on from here, the caller's
+ * request being on the stack. Events that sending made (a request body taken), an error,
+ * or a connection left without streams run on the loop's next turn (the idle handle). */
+static void conn_kick(sl_h2up_t *c) {
+    if (c->in_run || c->state == C_CLOSING) return;
+    if (c->state != C_CONNECTING) {
+        c->in_run = 1;
+        bool ok = conn_flush(c, true);
+        c->in_run = 0;
+        if (ok && !c->ev_head && (c->nstreams || c->idle_due)) return;
+    }
+    uv_idle_start(&c->idle, on_idle);
+}
+
+/* ---- the timer: connect, read timeouts, grpc deadlines, idle ---- */
+
+/* The timer fires at the earliest of the connection's deadlines (on_timer finds which). */
+static void conn_schedule(sl_h2up_t *c, uint64_t due) {
+    if (c->state == C_CLOSING || (c->next_due && c->next_due <= due)) return;
+    c->next_due = due;
+    uint64_t now = loop_now(c);
+    sl_deadline_set(&c->timer, due > now ? due - now : 1);
+}
+
+static void stream_free(sl_h2up_stream_t *st) {
+    sl_h2up_t *c = st->c;
+    ev_unlink(st);
+    if (st->body) sl_block_put(&c->w->blocks, st->body);
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        c->streams = st->next;
+    if (st->next) st->next->prev = st->prev;
+    if (c->ss && st->id && !st->nclosed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
+    sl__h2_mem_free(st);
+}
+
+/* ---- the connection's life ---- */
+
+static void conn_free(sl_h2up_t *c) {
+    sl_worker_t *w = c->w;
+    while (c->streams) stream_free(c->streams);
+    if (c->ss) nghttp2_session_del(c->ss);
+    if (c->out) sl_block_put(&w->blocks, c->out);
+    if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
+    free(c);
+    w->nupconns--;
+}
+
+/* A request whose response was whole may still be reading a stream's block: the
+ * connection's memory waits for the last one to leave (sl__h2up_detach). */
+static void conn_on_close(uv_handle_t *h) {
+    sl_h2up_t *c = h->data;
+    if (--c->nclose) return;
+    c->handles_closed = 1;
+    if (!c->nstreams) conn_free(c);
+}
+
+static void conn_unlink(sl_h2up_t *c) {
+    sl_idle_list_t *l = &c->w->ups[c->upstream].idle[c->target];
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (l->h2 == c)
+        l->h2 = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+/* Closes the connection now; its streams have no request left (conn_fail detached them). */
+static void conn_close(sl_h2up_t *c) {
+    if (c->state == C_CLOSING) return;
+    c->state = C_CLOSING;
+    conn_unlink(c);
+    if (c->counted) atomic_fetch_sub(&c->ts->h2_conns, 1);
+    c->nclose = 3;
+    uv_idle_stop(&c->idle);
+    sl_stream_end_tls(&c->s);
+    uv_close((uv_handle_t *)&c->s.tcp, conn_on_close);
+    uv_close((uv_handle_t *)&c->timer.timer, conn_on_close);
+    uv_close((uv_handle_t *)&c->idle, conn_on_close);
+}
+
+/* No stream left: the idle timeout starts (or a retired or draining connection closes). */
+static void conn_went_idle(sl_h2up_t *c) {
+    const sl_upstream_conf_t *uc = conn_uc(c);
+    if (c->state == C_RETIRED || c->w->draining || !uc->keepalive_max_idle) {
+        if (c->state != C_CONNECTING) nghttp2_session_terminate_session(c->ss, NGHTTP2_NO_ERROR);
+        c->state = C_RETIRED;
+        c->idle_due = loop_now(c) + 1000; /* the GOAWAY goes out, then the close */
+        conn_schedule(c, c->idle_due);
+        conn_kick(c);
+        return;
+    }
+    c->idle_due = loop_now(c) + uc->keepalive_idle_timeout_ms;
+    conn_schedule(c, c->idle_due);
+}
+
+static void on_timer(uv_timer_t *t) {
+    sl_h2up_t *c = t->data;
+    if (c->state == C_CLOSING) return;
+    uint64_t now = loop_now(c), next = 0;
+    c->next_due = 0;
+    if (c->state == C_CONNECTING) {
+        if (c->connect_due <= now) {
+            conn_fail(c, 504, SL_FAIL_CONNECT, "upstream connect timed out");
+            return;
+        }
+        next = c->connect_due;
+    }
+    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
+        nx = st->next;
+        sl_req_t *r = st->r;
+        if (!r) continue;
+        if (r->grpc_due && r->grpc_due <= now && !st->expired) {
+            sl__proxy_grpc_deadline(r);
+            continue;
+        }
+        if (r->grpc_due) next = next && next < r->grpc_due ? next : r->grpc_due;
+        if (!st->due) continue;
+        if (st->due > now) {
+            next = next && next < st->due ? next : st->due;
+            continue;
+        }
+        st->due = 0;
+        sl__proxy_failed(r, 504, SL_FAIL_TIMEOUT, "upstream timed out");
+    }
+    if (c->state == C_CLOSING) return;
+    if (!c->nstreams && c->idle_due && c->state != C_CONNECTING) {
+        if (c->idle_due <= now) {
+            conn_close(c);
+            return;
+        }
+        next = next && next < c->idle_due ? next : c->idle_due;
+    }
+    if (next) conn_schedule(c, next);
+}
+
+/* ---- nghttp2's callbacks: they record, h2up_run acts ---- */
+
+static sl_h2up_stream_t *stream_of(nghttp2_session *ss, int32_t id) {
+    return id > 0 ? nghttp2_session_get_stream_user_data(ss, id) : NULL;
+}
+
+static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *ud) {
+    sl_h2up_t *c = ud;
+    (void)ss;
+    (void)flags;
+    if (c->writing || c->state == C_CLOSING) return NGHTTP2_ERR_WOULDBLOCK;
+    return sl__h2_out_put(&c->w->blocks, &c->out, &c->olen, data, len);
+}
+
+static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
+    char *s = n ? sl_arena_alloc(&r->arena, n) : (char *)"";
+    if (!s) return false;
+    if (n) memcpy(s, p, n);
+    *out = (sl_str_t){s, n};
+    return true;
+}
+
+/* A trailer field for the client; past H2UP_MAX_TRAILERS they are dropped. */
+static int push_trailer(sl_req_t *r, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+    if (!r->trailers && !(r->trailers = sl_arena_alloc(&r->arena, H2UP_MAX_TRAILERS * sizeof(sl_h1_header_t))))
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (r->ntrailers == H2UP_MAX_TRAILERS) return 0;
+    sl_h1_header_t *x = &r->trailers[r->ntrailers];
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value))
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    x->hop = 0;
+    r->ntrailers++;
+    return 0;
+}
+
+static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint8_t *name, size_t nl,
+                     const uint8_t *value, size_t vl, uint8_t flags, void *ud) {
+    (void)flags;
+    (void)ud;
+    sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
+    if (!st || !st->r || frame->hd.type != NGHTTP2_HEADERS) return 0;
+    sl_req_t *r = st->r;
+    st->hdr_bytes += (uint32_t)(nl + vl + 32);
+    if (st->hdr_bytes > st->c->w->resp_limits->max_header_size) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (st->head_done) return push_trailer(r, name, nl, value, vl);
+    if (nl == 7 && memcmp(name, ":status", 7) == 0) {
+        int status = 0;
+        for (size_t i = 0; i < vl; i++) status = status * 10 + (value[i] - '0'); /* nghttp2 checked it */
+        st->interim = status < 200;
+        if (!st->interim) {
+            sl_h1_head_clear(&r->rhead);
+            r->rhead.status = status;
+            r->rhead.major = 2;
+        }
+        return 0;
+    }
+    if (st->interim || (nl && name[0] == ':')) return 0;
+    sl_h1_header_t *x = sl_h1_push(&r->rhead);
+    if (!x) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* past SL_H1_MAX_HEADERS: the stream is reset */
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value))
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    x->hop = 0;
+    if (nl == 14 && memcmp(name, "content-length", 14) == 0) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < vl; i++) n = n * 10 + (uint64_t)(value[i] - '0');
+        r->rhead.content_length = n;
+        r->rhead.flags |= SL_H1_HAS_CL;
+        x->hop = 1; /* the client's framing is rebuilt */
+    }
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
+    sl_h2up_t *c = ud;
+    switch (frame->hd.type) {
+    case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK)) {
+            c->max_streams = nghttp2_session_get_remote_settings(ss, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+            c->settings_known = 1;
+        }
+        return 0;
+    case NGHTTP2_GOAWAY:
+        /* Retired: no new stream; nghttp2 closes the ones above last-stream-id with
+         * REFUSED_STREAM, and they go again elsewhere. */
+        c->last_id = frame->goaway.last_stream_id;
+        if (c->state == C_READY) c->state = C_RETIRED;
+        sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", conn_uc(c)->name}, 1,
+                  "upstream %s sent GOAWAY (last stream %d, code %u): connection retired",
+                  conn_uc(c)->targets[c->target].addr.text, (int)c->last_id, frame->goaway.error_code);
+        return 0;
+    case NGHTTP2_HEADERS:
+    case NGHTTP2_DATA: break;
+    default: return 0;
+    }
+    sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
+    if (!st || !st->r) return 0;
+    bool end = frame->hd.flags & NGHTTP2_FLAG_END_STREAM;
+    if (frame->hd.type == NGHTTP2_HEADERS && !st->head_done) {
+        if (st->interim) {
+            st->interim = 0; /* a 1xx ends here: the gateway sent its own 100 */
+            return 0;
+        }
+        sl_h1_head_t *h = &st->r->rhead;
+        st->head_done = 1;
+        h->body_kind = end                                                  ? SL_BODY_NONE
+                       : (h->flags & SL_H1_HAS_CL) && h->content_length == 0 ? SL_BODY_NONE
+                       : (h->flags & SL_H1_HAS_CL)                          ? SL_BODY_LENGTH
+                                                                            : SL_BODY_CHUNKED;
+        ev_push(st, EV_HEAD);
+    }
+    if (end) {
+        st->remote_done = 1;
+        ev_push(st, EV_DATA);
+    }
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *ud) {
+    sl_h2up_t *c = ud;
+    (void)flags;
+    nghttp2_session_consume_connection(ss, len);
+    sl_h2up_stream_t *st = stream_of(ss, id);
+    if (!st || !st->r || st->expired) {
+        if (st) nghttp2_session_consume_stream(ss, id, len);
+        return 0;
+    }
+    if (!st->body && !(st->body = sl_block_get(&c->w->blocks))) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (len > SL_BLOCK_SIZE - st->blen) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* past its window */
+    memcpy(st->body + st->blen, data, len);
+    st->blen += (uint32_t)len;
+    ev_push(st, EV_DATA);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *ud) {
+    (void)ud;
+    sl_h2up_stream_t *st = stream_of(ss, id);
+    if (!st) return 0;
+    st->nclosed = 1;
+    st->close_code = code;
+    if (code == NGHTTP2_REFUSED_STREAM) st->refused = 1;
+    if (st->r)
+        ev_push(st, EV_CLOSED);
+    else
+        stream_free(st);
+    return 0;
+}
+
+/* A request HEADERS that never left (the session is going away): never processed. */
+static int on_frame_not_send(nghttp2_session *ss, const nghttp2_frame *frame, int err, void *ud) {
+    (void)ud;
+    (void)err;
+    sl_h2up_stream_t *st = frame->hd.type == NGHTTP2_HEADERS ? stream_of(ss, frame->hd.stream_id) : NULL;
+    if (st) st->refused = 1;
+    return 0;
+}
+
+/* The data provider: the request body from r->upq, then the end. */
+static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                           nghttp2_data_source *src, void *ud) {
+    sl_h2up_stream_t *st = src->ptr;
+    sl_outq_t *q = st->q;
+    (void)ss;
+    (void)id;
+    (void)ud;
+    if (!st->r) {
+        st->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED; /* the reset that goes with the detach follows */
+    }
+    size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
+    if (q && st->qi == q->niov) {
+        st->q = NULL;
+        ev_push(st, EV_WRITTEN);
+    }
+    if (!st->q && st->body_eof) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return (ssize_t)n;
+    }
+    if (!n) {
+        st->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    return (ssize_t)n;
+}
+
+/* ---- running the connection ---- */
+
+static void on_written(uv_write_t *wr, int status) {
+    sl_h2up_t *c = SL_CONTAINER_OF(wr, sl_h2up_t, wreq);
+    if (c->state == C_CLOSING) return;
+    c->writing = 0;
+    c->olen = 0;
+    if (status < 0) {
+        conn_fail(c, 502, SL_FAIL_RESET, "upstream write failed");
+        return;
+    }
+    h2up_run(c);
+}
+
+/* Moves what nghttp2 has to send into the output block and writes it: false when the
+ * connection failed (soft: left to h2up_run, which meets the failure again and acts). */
+static bool conn_flush(sl_h2up_t *c, bool soft) {
+    while (c->state != C_CLOSING && !c->writing) {
+        int rv = nghttp2_session_send(c->ss);
+        if (rv != 0) {
+            if (!soft) conn_fail(c, 502, SL_FAIL_RESET, nghttp2_strerror(rv));
+            return false;
+        }
+        if (!c->olen) break;
+        uv_buf_t b = uv_buf_init(c->out, c->olen);
+        int rc = sl_stream_writev(&c->s, &c->wreq, &b, 1, on_written);
+        if (rc < 0) {
+            if (!soft) conn_fail(c, 502, SL_FAIL_RESET, "upstream write failed");
+            return false;
+        }
+        if (rc == 0) {
+            c->writing = 1;
+            return true;
+        }
+        c->olen = 0;
+    }
+    if (c->state != C_CLOSING && !c->writing && c->out) {
+        sl_block_put(&c->w->blocks, c->out);
+        c->out = NULL;
+    }
+    return c->state != C_CLOSING;
+}
+
+/* Acts on one stream's events. The stream (and its request) may be gone afterwards. */
+static void stream_run(sl_h2up_stream_t *st) {
+    uint8_t ev = st->ev;
+    ev_unlink(st);
+    sl_req_t *r = st->r;
+    if (!r) return;
+    if (ev & EV_WRITTEN) {
+        if (ev & ~EV_WRITTEN) ev_push(st, ev & ~EV_WRITTEN);
+        sl__proxy_h2_written(r);
+        return;
+    }
+    if ((ev & EV_CLOSED) && !st->remote_done && !st->expired) {
+        if (st->refused) {
+            sl__proxy_h2_refused(r, "upstream refused the stream");
+            return;
+        }
+        char why[96];
+        snprintf(why, sizeof why, "upstream reset the stream (%s)", nghttp2_http2_strerror(st->close_code));
+        sl__proxy_failed(r, 502, SL_FAIL_RESET, why);
+        return;
+    }
+    if (ev & (EV_HEAD | EV_DATA)) {
+        if (st->due && !st->remote_done) st->due = loop_now(st->c) + sl__req_upstream_conf(r)->read_timeout_ms;
+        if (st->remote_done) st->due = 0;
+        sl__proxy_pump_down(r);
+    }
+}
+
+static void h2up_run(sl_h2up_t *c) {
+    if (c->in_run || c->state == C_CLOSING) return;
+    c->in_run = 1;
+    for (;;) {
+        while (c->ev_head && c->state != C_CLOSING) stream_run(c->ev_head);
+        if (c->state == C_CLOSING || c->state == C_CONNECTING) break;
+        if (!conn_flush(c, false)) break;
+        if (!c->ev_head) break;
+    }
+    c->in_run = 0;
+    if (c->state == C_CLOSING || c->state == C_CONNECTING) return;
+    if (!nghttp2_session_want_read(c->ss) && !nghttp2_session_want_write(c->ss) && !c->writing) {
+        conn_fail(c, 502, SL_FAIL_RESET, "upstream closed the HTTP/2 session");
+        return;
+    }
+    if (!c->nstreams && !c->idle_due) conn_went_idle(c);
+}
+
+/* The connection is gone (an error, the upstream's close, a timeout): every request on it
+ * fails, or goes again when its stream was never processed. */
+static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
+    if (c->state == C_CLOSING) return;
+    bool connecting = c->state == C_CONNECTING;
+    c->state = C_RETIRED; /* picked by no one from here */
+    conn_unlink(c);
+    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
+        nx = st->next;
+        sl_req_t *r = st->r;
+        if (!r || st->remote_done || st->expired) continue;
+        /* a stream never sent, or above a GOAWAY's last-stream-id, reached no application */
+        if (!connecting && (!st->id || st->id > c->last_id))
+            sl__proxy_h2_refused(r, why);
+        else
+            sl__proxy_failed(r, status, kind, why);
+    }
+    /* requests that completed their response still point at their streams: they leave as
+     * they finish (detach frees a stream of a closing connection) */
+    for (sl_h2up_stream_t *st = c->streams; st; st = st->next)
+        if (st->r) {
+            st->nclosed = 1;
+            st->remote_done = 1;
+        }
+    conn_close(c);
+}
+
+/* The handle's address is the connection's (through TLS, its data is the session's). */
+static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+    sl_h2up_t *c = (sl_h2up_t *)h;
+    (void)hint;
+    if (!c->rbuf && !(c->rbuf = sl_block_get(&c->w->blocks))) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->rbuf, SL_BLOCK_SIZE);
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    sl_h2up_t *c = (sl_h2up_t *)s;
+    (void)buf;
+    if (c->state == C_CLOSING) return;
+    if (nread < 0) {
+        conn_fail(c, 502, SL_FAIL_RESET, nread == UV_EOF ? "upstream closed the connection" : uv_strerror((int)nread));
+        return;
+    }
+    if (nread > 0) {
+        ssize_t rv = nghttp2_session_mem_recv(c->ss, (const uint8_t *)c->rbuf, (size_t)nread);
+        if (rv < 0) {
+            conn_fail(c, 502, SL_FAIL_RESET, nghttp2_strerror((int)rv));
+            return;
+        }
+    }
+    /* an idle connection holds no read block */
+    if (!c->nstreams && c->rbuf) {
+        sl_block_put(&c->w->blocks, c->rbuf);
+        c->rbuf = NULL;
+    }
+    h2up_run(c);
+}
+
+/* ---- connecting ---- */
+
+/* Submits a stream's request: the rebuilt HTTP/1.1 head (h1_head.c) as an HTTP/2 header
+ * list. Connection-specific fields go (RFC 9113 8.2.2), Host becomes :authority, and
+ * `te: trailers` says the upstream may answer with trailers (gRPC needs it). */
+static bool stream_submit(sl_h2up_stream_t *st) {
+    sl_req_t *r = st->r;
+    const char *p = r->uphead.base, *end = p + r->uphead.len;
+    size_t lines = 0;
+    for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))); x++) lines++;
+    nghttp2_nv *nva = sl_arena_alloc(&r->arena, (lines + 4) * sizeof(*nva));
+    if (!nva) return false;
+    size_t n = 0;
+    const char *eol = memchr(p, '\r', (size_t)(end - p));
+    const char *sp1 = eol ? memchr(p, ' ', (size_t)(eol - p)) : NULL;
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+    if (!sp2) return false;
+    bool tls = conn_uc(st->c)->protocol == SL_UP_H2;
+#define NV(np, nl, vp, vl) \
+    (nva[n++] = (nghttp2_nv){(uint8_t *)(np), (uint8_t *)(vp), (nl), (vl), NGHTTP2_NV_FLAG_NONE})
+    NV(":method", 7, p, (size_t)(sp1 - p));
+    NV(":scheme", 7, tls ? "https" : "http", tls ? 5u : 4u);
+    size_t authority = n++; /* filled from Host */
+    nva[authority] = (nghttp2_nv){(uint8_t *)":authority", (uint8_t *)"", 10, 0, NGHTTP2_NV_FLAG_NONE};
+    NV(":path", 5, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+    NV("te", 2, "trailers", 8);
+    for (p = eol + 2; p < end;) {
+        eol = memchr(p, '\r', (size_t)(end - p));
+        if (!eol || eol == p) break;
+        const char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (!colon) return false;
+        sl_str_t name = {p, (size_t)(colon - p)}, value = {colon + 1, (size_t)(eol - colon - 1)};
+        while (value.len && value.p[0] == ' ') value.p++, value.len--;
+        p = eol + 2;
+        uint8_t flags = NGHTTP2_NV_FLAG_NONE;
+        switch (name.len) { /* the names that are the connection's, by length first */
+        case 2:
+            if (SL_IEQ(name, "te")) continue;
+            break;
+        case 4:
+            if (SL_IEQ(name, "host")) {
+                nva[authority].value = (uint8_t *)value.p;
+                nva[authority].valuelen = value.len;
+                continue;
+            }
+            break;
+        case 7:
+            if (SL_IEQ(name, "upgrade")) continue;
+            break;
+        case 10:
+            if (SL_IEQ(name, "connection") || SL_IEQ(name, "keep-alive")) continue;
+            break;
+        case 11:
+            /* a value new on every request never enters HPACK's dynamic table: it would
+             * evict the fields that repeat and make each request's header block longer */
+            if (SL_IEQ(name, "traceparent")) flags = NGHTTP2_NV_FLAG_NO_INDEX;
+            break;
+        case 12:
+            if (SL_IEQ(name, "x-request-id")) flags = NGHTTP2_NV_FLAG_NO_INDEX;
+            break;
+        case 16:
+            if (SL_IEQ(name, "proxy-connection")) continue;
+            break;
+        case 17:
+            if (SL_IEQ(name, "transfer-encoding")) continue;
+            break;
+        }
+        char *lower = sl_arena_alloc(&r->arena, name.len);
+        if (!lower) return false;
+        for (size_t i = 0; i < name.len; i++) lower[i] = sl_lower(name.p[i]);
+        NV(lower, name.len, value.p, value.len);
+        nva[n - 1].flags = flags;
+    }
+#undef NV
+    st->has_body = r->body_buffered ? r->heap_len > 0 : r->head.body_kind != SL_BODY_NONE;
+    nghttp2_data_provider prd = {.source = {.ptr = st}, .read_callback = on_read_req};
+    int32_t id = nghttp2_submit_request(st->c->ss, NULL, nva, n, st->has_body ? &prd : NULL, st);
+    if (id < 0) return false;
+    st->id = id;
+    atomic_fetch_add(&st->c->ts->h2_streams, 1);
+    return true;
+}
+
+/* The connection is ready for HTTP/2 (TCP, then TLS with ALPN h2): the preface and
+ * SETTINGS go, and the streams waiting for it are submitted. */
+static void conn_ready(sl_h2up_t *c) {
+    c->state = C_READY;
+    uv_tcp_nodelay(&c->s.tcp, 1);
+    if (sl_stream_read_start(&c->s, conn_alloc, conn_on_read) != 0) {
+        conn_fail(c, 502, SL_FAIL_CONNECT, "upstream read failed");
+        return;
+    }
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2UP_STREAM_WINDOW},
+    };
+    nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, iv, SL_ARRAY_LEN(iv));
+    nghttp2_session_set_local_window_size(c->ss, NGHTTP2_FLAG_NONE, 0, H2UP_CONN_WINDOW);
+    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
+        nx = st->next;
+        if (st->r && !st->id && !stream_submit(st)) sl__proxy_failed(st->r, 502, SL_FAIL_OTHER, "out of memory");
+    }
+    h2up_run(c);
+}
+
+static void conn_on_tls(sl_tls_t *t, int status) {
+    sl_h2up_t *c = sl_tls_owner(t);
+    if (c->state == C_CLOSING) return;
+    char why[300];
+    if (status < 0) {
+        snprintf(why, sizeof why, "upstream TLS %s", sl_tls_error(t));
+        conn_fail(c, 502, SL_FAIL_CONNECT, why);
+        return;
+    }
+    if (!sl_tls_alpn_h2(t)) {
+        const sl_upstream_conf_t *uc = conn_uc(c);
+        snprintf(why, sizeof why, "upstream %s did not negotiate h2 (ALPN): protocol h2 needs an HTTP/2 target",
+                 uc->targets[c->target].addr.text);
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"upstream", uc->name}, 1, "%s", why);
+        conn_fail(c, 502, SL_FAIL_OTHER, why);
+        return;
+    }
+    conn_ready(c);
+}
+
+static void conn_on_connect(uv_connect_t *creq, int status) {
+    sl_h2up_t *c = SL_CONTAINER_OF(creq, sl_h2up_t, creq);
+    if (c->state == C_CLOSING) return;
+    if (status < 0) {
+        conn_fail(c, status == UV_ETIMEDOUT ? 504 : 502, SL_FAIL_CONNECT, uv_strerror(status));
+        return;
+    }
+    const sl_tls_target_conf_t *tc = conn_uc(c)->targets[c->target].tls;
+    if (tc && tc->rt) {
+        c->s.tls = sl_tls_connect(tc->rt, (uv_stream_t *)&c->s.tcp, &c->w->tls_pump, NULL);
+        if (c->s.tls && sl_tls_handshake(c->s.tls, conn_on_tls) == 0) return;
+        conn_fail(c, 502, SL_FAIL_CONNECT, "upstream TLS handshake failed");
+        return;
+    }
+    conn_ready(c);
+}
+
+static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
+    const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream];
+    nghttp2_session_callbacks *cb = NULL;
+    nghttp2_option *opt = NULL;
+    sl_h2up_t *c = calloc(1, sizeof(*c));
+    if (!c || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
+    nghttp2_session_callbacks_set_send_callback(cb, on_send);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_not_send_callback(cb, on_frame_not_send);
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* the requests give the windows back */
+    nghttp2_option_set_peer_max_concurrent_streams(opt, H2UP_FIRST_STREAMS);
+    if (nghttp2_session_client_new3(&c->ss, cb, c, opt, sl__h2_mem()) != 0) goto fail;
+    nghttp2_option_del(opt);
+    nghttp2_session_callbacks_del(cb);
+    c->w = w;
+    c->upstream = upstream;
+    c->target = t;
+    c->state = C_CONNECTING;
+    /* until its own SETTINGS arrive, a connection takes what its siblings were allowed:
+     * the streams past the first connection's limit open a second one at once */
+    c->max_streams = H2UP_FIRST_STREAMS;
+    for (sl_h2up_t *o = w->ups[upstream].idle[t].h2; o; o = o->next)
+        if (o->settings_known) {
+            c->max_streams = o->max_streams;
+            break;
+        }
+    c->last_id = INT32_MAX;
+    c->ts = atomic_load(&w->ug->ups[upstream].ts[t]);
+    uv_tcp_init(&w->loop, &c->s.tcp);
+    c->s.tcp.data = c;
+    sl_deadline_init(&w->loop, &c->timer, c, on_timer);
+    uv_idle_init(&w->loop, &c->idle);
+    c->idle.data = c;
+    w->nupconns++;
+    atomic_fetch_add(&c->ts->h2_conns, 1);
+    c->counted = 1;
+    sl_idle_list_t *l = &w->ups[upstream].idle[t];
+    c->next = l->h2;
+    if (l->h2) l->h2->prev = c;
+    l->h2 = c;
+    int rc = uv_tcp_connect(&c->creq, &c->s.tcp, (const struct sockaddr *)&uc->targets[t].addr.ss, conn_on_connect);
+    if (rc < 0) {
+        conn_close(c);
+        return NULL;
+    }
+    c->connect_due = loop_now(c) + uc->connect_timeout_ms;
+    conn_schedule(c, c->connect_due);
+    return c;
+fail:
+    if (opt) nghttp2_option_del(opt);
+    if (cb) nghttp2_session_callbacks_del(cb);
+    free(c);
+    return NULL;
+}
+
+/* ---- what a request asks of its stream ---- */
+
+/* A connection to the target with a stream free, the most recent first. */
+static sl_h2up_t *conn_pick(sl_worker_t *w, uint32_t upstream, uint32_t t) {
+    for (sl_h2up_t *c = w->ups[upstream].idle[t].h2; c; c = c->next)
+        if ((c->state == C_READY || c->state == C_CONNECTING) && c->nstreams < c->max_streams) return c;
+    return NULL;
+}
+
+/* The request's grpc-timeout as a loop time, counted from when the request arrived, not
+ * from this attempt; 0 when absent or malformed. */
+static uint64_t grpc_due(sl_req_t *r, uint64_t now) {
+    const sl_h1_header_t *x = sl_h1_find(&r->head, "grpc-timeout", 12);
+    uint64_t ms;
+    if (!x || !sl_grpc_timeout_ms(x->value, &ms)) return 0;
+    uint64_t spent = (sl_now_ns() - r->start_ns) / 1000000;
+    return now + (ms > spent ? ms - spent : 1);
+}
+
+int sl__h2up_start(sl_req_t *r) {
+    sl_worker_t *w = r->w;
+    uint32_t up = (uint32_t)r->upstream, t = (uint32_t)r->att.target;
+    sl_h2up_t *c = conn_pick(w, up, t);
+    if (!c && !(c = conn_new(w, up, t))) return UV_ENOMEM;
+    sl_h2up_stream_t *st = sl__h2_calloc(sizeof(*st));
+    if (!st) return UV_ENOMEM;
+    st->c = c;
+    st->r = r;
+    st->next = c->streams;
+    if (c->streams) c->streams->prev = st;
+    c->streams = st;
+    c->nstreams++;
+    c->idle_due = 0;
+    r->h2s = st;
+    if (!r->grpc_due && sl_h1_find(&r->head, "grpc-timeout", 12)) r->grpc_due = grpc_due(r, loop_now(c));
+    if (r->grpc_due) conn_schedule(c, r->grpc_due);
+    if (c->state == C_READY) {
+        if (!stream_submit(st)) {
+            r->h2s = NULL;
+            st->r = NULL;
+            c->nstreams--;
+            stream_free(st);
+            return UV_ENOMEM;
+        }
+        conn_kick(c);
+    }
+    return 0;
+}
+
+bool sl__h2up_head_ready(const sl_req_t *r) { return r->h2s->head_done; }
+
+void sl__h2up_write(sl_req_t *r, sl_outq_t *q) {
+    sl_h2up_stream_t *st = r->h2s;
+    st->q = q;
+    st->qi = 0;
+    st->qoff = 0;
+    q->writing = 1;
+    if (st->deferred && st->id && !st->nclosed) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(st->c->ss, st->id);
+    }
+    conn_kick(st->c);
+}
+
+void sl__h2up_end(sl_req_t *r) {
+    sl_h2up_stream_t *st = r->h2s;
+    if (st->body_eof) return;
+    st->body_eof = 1;
+    if (st->deferred && st->id && !st->nclosed) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(st->c->ss, st->id);
+    }
+    conn_kick(st->c);
+}
+
+int sl__h2up_read(sl_req_t *r, uint32_t room, sl_body_cb cb, void *ud) {
+    sl_h2up_stream_t *st = r->h2s;
+    (void)room; /* one piece per call: what the block holds */
+    if (st->expired) return SL_DONE;
+    if (st->bpos < st->blen) {
+        uint32_t n = st->blen - st->bpos;
+        if (cb(ud, st->body + st->bpos, n)) return SL_ERROR;
+        st->bpos += n;
+        return SL_OK;
+    }
+    return st->remote_done ? SL_DONE : SL_EAGAIN;
+}
+
+void sl__h2up_wait(sl_req_t *r) {
+    sl_h2up_stream_t *st = r->h2s;
+    if (st->bpos != st->blen || !st->blen) return;
+    if (!st->nclosed) nghttp2_session_consume_stream(st->c->ss, st->id, st->blen);
+    st->blen = st->bpos = 0;
+    if (st->body) {
+        sl_block_put(&st->c->w->blocks, st->body);
+        st->body = NULL;
+    }
+    conn_kick(st->c);
+}
+
+void sl__h2up_arm(sl_req_t *r, uint64_t ms) {
+    sl_h2up_stream_t *st = r->h2s;
+    st->due = ms ? loop_now(st->c) + ms : 0;
+    if (ms) conn_schedule(st->c, st->due);
+}
+
+void sl__h2up_expire(sl_req_t *r) {
+    sl_h2up_stream_t *st = r->h2s;
+    st->expired = 1;
+    st->due = 0;
+    if (st->id && !st->nclosed && st->c->state != C_CLOSING) {
+        nghttp2_submit_rst_stream(st->c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        conn_kick(st->c);
+    }
+}
+
+void sl__h2up_detach(sl_req_t *r) {
+    sl_h2up_stream_t *st = r->h2s;
+    sl_h2up_t *c = st->c;
+    r->h2s = NULL;
+    st->r = NULL;
+    st->q = NULL;
+    c->nstreams--;
+    if (st->id) atomic_fetch_sub(&c->ts->h2_streams, 1);
+    if (c->state == C_CLOSING) { /* freed with the connection */
+        if (c->handles_closed && !c->nstreams) conn_free(c);
+        return;
+    }
+    if (st->body) {
+        sl_block_put(&c->w->blocks, st->body);
+        st->body = NULL;
+    }
+    if (!st->id || st->nclosed) {
+        stream_free(st);
+    } else {
+        /* a stream still open on either side is cancelled; nghttp2 closes it (and it is
+         * freed) once the RST_STREAM went */
+        if (!nghttp2_session_get_stream_local_close(c->ss, st->id) || !st->remote_done)
+            nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+    }
+    if (!c->nstreams) c->idle_due = 0; /* h2up_run starts the idle timeout */
+    conn_kick(c);
+}
+
+void sl__h2up_drain(sl_worker_t *w) {
+    for (size_t i = 0; i < w->cfg->nupstreams; i++)
+        for (size_t t = 0; t < w->cfg->upstreams[i].ntargets; t++)
+            for (sl_h2up_t *c = w->ups[i].idle[t].h2, *nx; c; c = nx) {
+                nx = c->next;
+                if (c->nstreams) continue; /* it closes when its last stream ends */
+                if (c->state == C_CONNECTING)
+                    conn_close(c);
+                else
+                    conn_went_idle(c);
+            }
+}

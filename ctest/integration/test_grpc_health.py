@@ -1,0 +1,110 @@
+"""health.active.type: grpc (issue 14): probes call grpc.health.v1.Health/Check over h2c.
+
+A real grpcio server (grpc_health_server.py: the Health service on a generic handler)
+flips between SERVING and NOT_SERVING: sluice_target_healthy goes 1 -> 0 -> 1, and the
+warning names the status. `service:` is sent in the request (the server saw it); a service
+the server does not know (grpc-status NOT_FOUND) and a target that is not a gRPC server (an
+HTTP/1.1-only mock) are down. `sluice check` refuses `path:` and `expect_status` on a grpc
+probe and `service:` on an http one.
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc_util as g  # noqa: E402
+
+g.reexec_under_debian_python()
+
+import harness as h  # noqa: E402
+from grpc_health_server import NOT_SERVING, SERVING, HealthServer  # noqa: E402
+
+t = h.Suite("grpc_health", budget=90)
+
+CONF = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - { name: whole, targets: [ { address: 127.0.0.1:%(g)d } ],
+      health: { active: { type: grpc, interval: 150ms, timeout: 1s, healthy_threshold: 1, unhealthy_threshold: 1 } } }
+  - { name: named, targets: [ { address: 127.0.0.1:%(g)d } ],
+      health: { active: { type: grpc, service: svc.A, interval: 150ms, healthy_threshold: 1, unhealthy_threshold: 1 } } }
+  - { name: unknown, targets: [ { address: 127.0.0.1:%(g)d } ],
+      health: { active: { type: grpc, service: nope, interval: 150ms, healthy_threshold: 1, unhealthy_threshold: 1 } } }
+  - { name: http1, targets: [ { address: %(h1)s } ],
+      health: { active: { type: grpc, interval: 150ms, healthy_threshold: 1, unhealthy_threshold: 1 } } }
+routes:
+  - { name: r, match: { paths: [/] }, upstream: whole }
+"""
+
+
+def healthy(s):
+    _, samples = s.metrics()
+    return {lab["upstream"]: float(v) for n, lab, v in samples if n == "sluice_target_healthy"}
+
+
+def wait_for(s, pred, timeout=6.0):
+    end = time.monotonic() + timeout
+    st = healthy(s)
+    while time.monotonic() < end and not pred(st):
+        time.sleep(0.1)
+        st = healthy(s)
+    return st
+
+
+def test_probes(t):
+    srv = HealthServer({"": SERVING, "svc.A": SERVING})
+    h1 = h.MockUpstream(name="h1")
+    s = h.start_sluice(CONF % {"g": srv.port, "h1": h1.address}, suite=t, name="grpc-health")
+    try:
+        st = wait_for(s, lambda st: st.get("unknown") == 0 and st.get("http1") == 0 and len(srv.calls) >= 6)
+        t.check("SERVING: the target stays up", st.get("whole") == 1 and st.get("named") == 1, (1, 1), st)
+        t.check("a service the server does not know (NOT_FOUND) is down", st.get("unknown") == 0, 0, st)
+        t.check("a target that is not a gRPC server (HTTP/1.1 only) is down", st.get("http1") == 0, 0, st)
+        t.check("the probes carried their service (\"\", svc.A, nope)",
+                {"", "svc.A", "nope"} <= set(srv.calls), ["", "svc.A", "nope"], sorted(set(srv.calls)))
+
+        srv.set("", NOT_SERVING)
+        st = wait_for(s, lambda st: st.get("whole") == 0)
+        t.check("NOT_SERVING: the target goes down", st.get("whole") == 0, 0, st)
+        t.check("svc.A, still SERVING, stays up", st.get("named") == 1, 1, st)
+        time.sleep(0.2)
+        log = s.log()
+        t.check("the warning names the status", "NOT_SERVING (2)" in log, "NOT_SERVING (2)",
+                [ln for ln in log.splitlines() if "unhealthy" in ln][-2:])
+
+        srv.set("", SERVING)
+        st = wait_for(s, lambda st: st.get("whole") == 1)
+        t.check("SERVING again: the target comes back up", st.get("whole") == 1, 1, st)
+
+        srv.stop()
+        st = wait_for(s, lambda st: st.get("whole") == 0 and st.get("named") == 0)
+        t.check("the server gone: both go down", st.get("whole") == 0 and st.get("named") == 0, (0, 0), st)
+    finally:
+        s.stop()
+        h1.stop()
+        srv.stop()
+
+
+def test_check(t):
+    bad = [
+        ("path on a grpc probe", "{ type: grpc, path: /x }", "grpc probe has no path"),
+        ("expect_status on a grpc probe", "{ type: grpc, expect_status: 200 }", "expect_status is for an http probe"),
+        ("service on an http probe", "{ type: http, service: a }", "service is for a grpc probe"),
+    ]
+    for name, active, words in bad:
+        conf = ("listeners: [ { name: web, listen: 127.0.0.1:0 } ]\n"
+                "upstreams: [ { name: u, targets: [ { address: 127.0.0.1:1 } ], health: { active: %s } } ]\n"
+                "routes: [ { name: r, match: { paths: [/] }, upstream: u } ]\n" % active)
+        d = h.new_tmpdir("grpc-health-check")
+        path = os.path.join(d, "c.yaml")
+        with open(path, "w") as f:
+            f.write(conf)
+        cp = h.run_cli(["check", "-c", path])
+        out = (cp.stdout or "") + (cp.stderr or "")
+        t.check("sluice check refuses %s" % name, cp.returncode == 1 and words in out, words, (cp.returncode, out[-300:]))
+
+
+t.run(test_probes, test_check)
