@@ -52,6 +52,7 @@ struct sl_h2up_stream_s {
     uint8_t interim;        /**< the HEADERS being received is a 1xx */
     uint8_t head_done, remote_done, nclosed, refused, expired;
     uint8_t has_body, body_eof, deferred;
+    uint32_t hdr_bytes;     /**< the response head's size so far (RFC 9113's count) */
     uint32_t close_code;
     char *body;             /**< response body block, or NULL */
     uint32_t blen, bpos;
@@ -308,6 +309,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
     if (!st || !st->r || frame->hd.type != NGHTTP2_HEADERS) return 0;
     sl_req_t *r = st->r;
+    st->hdr_bytes += (uint32_t)(nl + vl + 32);
+    if (st->hdr_bytes > st->c->w->resp_limits->max_header_size) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (st->head_done) return push_trailer(r, name, nl, value, vl);
     if (nl == 7 && memcmp(name, ":status", 7) == 0) {
         int status = 0;

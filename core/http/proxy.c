@@ -11,6 +11,7 @@
  */
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "http/h1_head.h"
@@ -37,7 +38,17 @@ static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
         r->heap_len = r->heap_cap = 0;
         return;
     }
-    if (sl__req_heap_append(r, p, n) != SL_OK) r->h2_replay = 0;
+    uintptr_t old = (uintptr_t)r->heap, old_end = old + r->heap_len;
+    if (sl__req_heap_append(r, p, n) != SL_OK) {
+        r->h2_replay = 0;
+        return;
+    }
+    /* a replay queued the kept body itself: its slices follow the buffer if it moved */
+    if ((uintptr_t)r->heap == old) return;
+    for (uint16_t i = 0; i < r->upq.niov; i++) {
+        uintptr_t b = (uintptr_t)r->upq.iov[i].base;
+        if (b >= old && b < old_end) r->upq.iov[i].base = r->heap + (b - old);
+    }
 }
 
 static int on_body_to_upstream(void *ud, const char *p, size_t n) {
@@ -179,7 +190,32 @@ void sl__proxy_connect_target(sl_req_t *r) {
     if (rc < 0) sl__proxy_failed(r, 502, SL_FAIL_CONNECT, uv_strerror(rc));
 }
 
+/* A gRPC call whose response began over HTTP/2 and whose upstream stream then failed:
+ * the client gets what it was sent, then UNAVAILABLE as trailers (a reset would read as
+ * INTERNAL to a gRPC client). The stream stays attached, cut short, until the response
+ * ends: what the client is being written points into its block. */
+static bool grpc_fail_mid_response(sl_req_t *r, const char *why) {
+    if (!r->h2s || !r->resp_head || r->head.major != 2) return false;
+    sl_str_t ct = sl__req_header_value(r, "content-type");
+    if (ct.len < 16 || !sl_str_ieq((sl_str_t){ct.p, 16}, "application/grpc", 16)) return false;
+    sl_h1_header_t *t = sl_arena_alloc(&r->arena, 2 * sizeof(*t));
+    char *msg = sl_arena_alloc(&r->arena, strlen(why) + 1);
+    if (!t || !msg) return false;
+    memcpy(msg, why, strlen(why) + 1);
+    t[0] = (sl_h1_header_t){SL_LIT("grpc-status"), SL_LIT("14"), 0};
+    t[1] = (sl_h1_header_t){SL_LIT("grpc-message"), {msg, strlen(msg)}, 0};
+    r->trailers = t;
+    r->ntrailers = 2;
+    sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+              "upstream failed mid-response: %s (UNAVAILABLE to the gRPC client)", why);
+    sl__attempt_outcome(r, SL_OUT_FAILURE);
+    sl__h2up_expire(r);
+    sl__proxy_pump_down(r);
+    return true;
+}
+
 void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
+    if (grpc_fail_mid_response(r, why)) return;
     sl_upconn_t *u = r->up;
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     bool reused = u && u->nreqs > 0;

@@ -230,7 +230,7 @@ int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len
 }
 
 static bool head_editable(sl_req_t *r, const char **err) {
-    if (r->upq.niov || r->req_sent || r->up) {
+    if (r->upq.niov || r->req_sent || r->up || r->h2s) {
         *err = "the request head was already sent upstream";
         return false;
     }
@@ -465,7 +465,7 @@ int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char *
 }
 
 int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err) {
-    if (r->up || r->stage > SL_STAGE_ACCESS) {
+    if (r->up || r->h2s || r->stage > SL_STAGE_ACCESS) {
         *err = "the upstream was already chosen";
         return SL_ERROR;
     }

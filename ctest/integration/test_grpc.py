@@ -12,7 +12,8 @@ misbehaves on purpose (grpc_fixture/h2_upstream.py); curl and h2load.
      previous reply arrived); 4 MiB messages in every kind, checksummed.
   3. grpc-timeout: a silent upstream -> DEADLINE_EXCEEDED from the gateway at the
      deadline (trailers-only), one that stops mid-stream -> the message, then trailers
-     DEADLINE_EXCEEDED; the grpcio client's own call gets DEADLINE_EXCEEDED.
+     DEADLINE_EXCEEDED; the grpcio client's own call gets DEADLINE_EXCEEDED. An upstream
+     that closes mid-stream: the message, then UNAVAILABLE.
   4. Translation: an HTTP/1.1 curl client to an h2c upstream (gRPC framed body back,
      chunked), plain requests with and without bodies.
   5. GOAWAY: an upstream that retires each connection after 20 streams (GOAWAY naming
@@ -90,6 +91,17 @@ upstreams:
 {upstreams}
 routes:
   - {{ name: g, match: {{ paths: [/] }}, upstream: g }}
+"""
+
+
+def one_upstream(port, name="g"):
+    """A gateway config with one h2c upstream routed from every path."""
+    return f"""
+workers: 1
+admin: {{ listen: 127.0.0.1:0 }}
+listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
+upstreams: [ {{ name: {name}, protocol: h2c, targets: [ {{ address: 127.0.0.1:{port} }} ] }} ]
+routes: [ {{ name: {name}, match: {{ paths: [/] }}, upstream: {name} }} ]
 """
 
 
@@ -187,28 +199,23 @@ routes:
             0.3 < took < 3, "first + grpc-status 4", (took, body, err[-600:]))
     sl.stop()
     # the grpcio client against the silent upstream: its call ends DEADLINE_EXCEEDED
-    sl = h.start_sluice(f"""
-workers: 1
-admin: {{ listen: 127.0.0.1:0 }}
-listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
-upstreams: [ {{ name: hang, protocol: h2c, targets: [ {{ address: 127.0.0.1:{hang} }} ] }} ]
-routes: [ {{ name: hang, match: {{ paths: [/] }}, upstream: hang }} ]
-""", suite=t)
+    sl = h.start_sluice(one_upstream(hang, "hang"), suite=t)
     r = client("deadline", "127.0.0.1:%d" % sl.port())
     t.check("a grpcio call with a deadline through the gateway ends DEADLINE_EXCEEDED", r.get("code") ==
             "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", r)
+    sl.stop()
+    # an upstream that dies mid-stream: what was sent, then UNAVAILABLE (not a reset's INTERNAL)
+    _, cut = spawn("h2_upstream.py", "--mode", "cut")
+    sl = h.start_sluice(one_upstream(cut, "cut"), suite=t)
+    r = client("stream", "127.0.0.1:%d" % sl.port())
+    t.check("an upstream that closes mid-stream: the message, then UNAVAILABLE",
+            r.get("code") == "UNAVAILABLE" and r.get("got") == ["6669727374"], "first, UNAVAILABLE", r)
     sl.stop()
 
 
 def test_goaway(t):
     p, port = spawn("h2_upstream.py", "--mode", "goaway", "--serve", 20)
-    sl = h.start_sluice(f"""
-workers: 1
-admin: {{ listen: 127.0.0.1:0 }}
-listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
-upstreams: [ {{ name: g, protocol: h2c, targets: [ {{ address: 127.0.0.1:{port} }} ] }} ]
-routes: [ {{ name: g, match: {{ paths: [/] }}, upstream: g }} ]
-""", suite=t)
+    sl = h.start_sluice(one_upstream(port, "g"), suite=t)
     body = os.path.join(D, "post")
     with open(body, "wb") as f:
         f.write(b"b" * 3000)

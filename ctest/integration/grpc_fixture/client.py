@@ -108,6 +108,14 @@ elif a.scenario == "deadline":
         out["code"] = "OK"
     except grpc.RpcError as e:
         out = err(e)
+elif a.scenario == "stream":
+    got = []
+    try:
+        for m in spray(b"3:8", timeout=T):
+            got.append(m.hex())
+        out = {"got": got, "code": "OK"}
+    except grpc.RpcError as e:
+        out = dict(err(e), got=got)
 elif a.scenario == "concurrent":
     res = []
 

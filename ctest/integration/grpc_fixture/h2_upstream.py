@@ -7,6 +7,7 @@
                  shortly after. Answers: 200, "<connection number>:<request body length>".
   --mode hang    never answers.
   --mode head    answers a gRPC response head and one message, then nothing more.
+  --mode cut     answers a gRPC response head and one message, then closes the connection.
 """
 import argparse
 import json
@@ -24,7 +25,7 @@ from hyperframe.frame import GoAwayFrame
 ap = argparse.ArgumentParser()
 ap.add_argument("--serve", type=int, default=5)
 ap.add_argument("--max-streams", type=int, default=100)
-ap.add_argument("--mode", default="goaway", choices=["goaway", "hang", "head"])
+ap.add_argument("--mode", default="goaway", choices=["goaway", "hang", "head", "cut"])
 a = ap.parse_args()
 
 stats = {"conns": 0, "answered": 0, "unanswered": 0}
@@ -62,12 +63,18 @@ def handle(sock, n):
                 c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
             elif isinstance(ev, h2.events.StreamEnded):
                 done.append(ev.stream_id)
-        while done and a.mode == "head":
+        while done and a.mode in ("head", "cut"):
             sid = done.pop(0)
             c.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
             c.send_data(sid, b"\x00\x00\x00\x00\x05first")
+            if a.mode == "cut":
+                sock.sendall(c.data_to_send())
+                time.sleep(0.2)
+                gone = True
         if a.mode != "goaway":
             done.clear()
+        if gone and a.mode == "cut":
+            break
         while done and not gone:
             sid = done.pop(0)
             if last < a.serve:
