@@ -706,17 +706,21 @@ static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *frame, void *
     return 0;
 }
 
+ssize_t sl__h2_out_put(sl_blockpool_t *blocks, char **out, uint32_t *olen, const uint8_t *data, size_t len) {
+    if (!*out && !(*out = sl_block_get(blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - *olen));
+    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
+    memcpy(*out + *olen, data, n);
+    *olen += (uint32_t)n;
+    return (ssize_t)n;
+}
+
 static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *ud) {
     sl_h2_t *h = ud;
     (void)ss;
     (void)flags;
     if (h->writing || h->closed) return NGHTTP2_ERR_WOULDBLOCK;
-    if (!h->out && !(h->out = sl_block_get(&h->w->blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
-    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - h->olen));
-    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
-    memcpy(h->out + h->olen, data, n);
-    h->olen += (uint32_t)n;
-    return (ssize_t)n;
+    return sl__h2_out_put(&h->w->blocks, &h->out, &h->olen, data, len);
 }
 
 /* The response's trailers (an HTTP/2 upstream's: gRPC's status) are copied out of the
@@ -744,18 +748,8 @@ static ssize_t on_read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_
                             nghttp2_data_source *src, void *ud) {
     sl_h2_stream_t *st = src->ptr;
     sl_outq_t *q = st->q;
-    size_t n = 0;
-    (void)ss;
-    (void)id;
     (void)ud;
-    while (q && st->qi < q->niov && n < len) {
-        const uv_buf_t *b = &q->iov[st->qi];
-        size_t k = SL_MIN(len - n, b->len - st->qoff);
-        memcpy(buf + n, b->base + st->qoff, k);
-        n += k;
-        st->qoff += k;
-        if (st->qoff == b->len) st->qi++, st->qoff = 0;
-    }
+    size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
     if (q && st->qi == q->niov) {
         st->q = NULL;
         ev_push(st, EV_WRITTEN);

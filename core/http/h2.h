@@ -45,6 +45,12 @@ void *sl__h2_mem(void);
 void *sl__h2_calloc(size_t n);
 void sl__h2_mem_free(void *p);
 
+/** nghttp2's send callback for a session writing through one output block at a time:
+ *  copies what fits into *out (a block taken from `blocks` when NULL) after *olen bytes.
+ *  The bytes taken, NGHTTP2_ERR_WOULDBLOCK when the block is full, or
+ *  NGHTTP2_ERR_CALLBACK_FAILURE without memory. */
+ssize_t sl__h2_out_put(sl_blockpool_t *blocks, char **out, uint32_t *olen, const uint8_t *data, size_t len);
+
 /** The 24 bytes every HTTP/2 connection starts with (RFC 9113 3.4). */
 #define SL_H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define SL_H2_PREFACE_LEN 24

@@ -29,6 +29,7 @@
 
 #include "base/log.h"
 #include "http/h2.h"
+#include "proto/grpc_timeout.h"
 
 /* A stream's window: its response body block. */
 #define H2UP_STREAM_WINDOW (SL_BLOCK_SIZE - 1)
@@ -273,12 +274,7 @@ static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int
     (void)ss;
     (void)flags;
     if (c->writing || c->state == C_CLOSING) return NGHTTP2_ERR_WOULDBLOCK;
-    if (!c->out && !(c->out = sl_block_get(&c->w->blocks))) return NGHTTP2_ERR_CALLBACK_FAILURE;
-    size_t n = SL_MIN(len, (size_t)(SL_BLOCK_SIZE - c->olen));
-    if (!n) return NGHTTP2_ERR_WOULDBLOCK;
-    memcpy(c->out + c->olen, data, n);
-    c->olen += (uint32_t)n;
-    return (ssize_t)n;
+    return sl__h2_out_put(&c->w->blocks, &c->out, &c->olen, data, len);
 }
 
 static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
@@ -429,7 +425,6 @@ static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t
                            nghttp2_data_source *src, void *ud) {
     sl_h2up_stream_t *st = src->ptr;
     sl_outq_t *q = st->q;
-    size_t n = 0;
     (void)ss;
     (void)id;
     (void)ud;
@@ -437,14 +432,7 @@ static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t
         st->deferred = 1;
         return NGHTTP2_ERR_DEFERRED; /* the reset that goes with the detach follows */
     }
-    while (q && st->qi < q->niov && n < len) {
-        const uv_buf_t *b = &q->iov[st->qi];
-        size_t k = SL_MIN(len - n, b->len - st->qoff);
-        memcpy(buf + n, b->base + st->qoff, k);
-        n += k;
-        st->qoff += k;
-        if (st->qoff == b->len) st->qi++, st->qoff = 0;
-    }
+    size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
     if (q && st->qi == q->niov) {
         st->q = NULL;
         ev_push(st, EV_WRITTEN);
@@ -793,28 +781,12 @@ static sl_h2up_t *conn_pick(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     return NULL;
 }
 
-/* The request's grpc-timeout ("1S", "250m": RFC-less but gRPC's PROTOCOL-HTTP2.md), as
- * a loop time; 0 when absent or malformed. */
+/* The request's grpc-timeout as a loop time, counted from when the request arrived, not
+ * from this attempt; 0 when absent or malformed. */
 static uint64_t grpc_due(sl_req_t *r, uint64_t now) {
     const sl_h1_header_t *x = sl_h1_find(&r->head, "grpc-timeout", 12);
-    if (!x || x->value.len < 2 || x->value.len > 9) return 0;
-    uint64_t v = 0;
-    for (size_t i = 0; i + 1 < x->value.len; i++) {
-        char d = x->value.p[i];
-        if (d < '0' || d > '9') return 0;
-        v = v * 10 + (uint64_t)(d - '0');
-    }
     uint64_t ms;
-    switch (x->value.p[x->value.len - 1]) {
-    case 'H': ms = v * 3600000; break;
-    case 'M': ms = v * 60000; break;
-    case 'S': ms = v * 1000; break;
-    case 'm': ms = v; break;
-    case 'u': ms = (v + 999) / 1000; break;
-    case 'n': ms = (v + 999999) / 1000000; break;
-    default: return 0;
-    }
-    /* counted from when the request arrived, not from this attempt */
+    if (!x || !sl_grpc_timeout_ms(x->value, &ms)) return 0;
     uint64_t spent = (sl_now_ns() - r->start_ns) / 1000000;
     return now + (ms > spent ? ms - spent : 1);
 }

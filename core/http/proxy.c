@@ -28,26 +28,49 @@ static bool h2_upstream(const sl_req_t *r) {
     return !r->to_address && r->upstream >= 0 && sl__req_upstream_conf(r)->protocol != SL_UP_HTTP1;
 }
 
-/* A streamed body going to an HTTP/2 upstream is kept, up to retry.max_body, so that a
- * stream the upstream refused unprocessed (a GOAWAY) can go again on another connection. */
-static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
-    if (r->heap_len + n > sl__req_upstream_conf(r)->retry.max_body) {
-        r->h2_replay = 0;
-        free(r->heap);
-        r->heap = NULL;
-        r->heap_len = r->heap_cap = 0;
-        return;
-    }
-    uintptr_t old = (uintptr_t)r->heap, old_end = old + r->heap_len;
-    if (sl__req_heap_append(r, p, n) != SL_OK) {
-        r->h2_replay = 0;
-        return;
-    }
-    /* a replay queued the kept body itself: its slices follow the buffer if it moved */
-    if ((uintptr_t)r->heap == old) return;
+/* The upstream queue's slices into [old, old + len) now point into `to` (a kept body that
+ * moved while a replay had queued it). */
+static void upq_rebase(sl_req_t *r, uintptr_t old, size_t len, char *to) {
     for (uint16_t i = 0; i < r->upq.niov; i++) {
         uintptr_t b = (uintptr_t)r->upq.iov[i].base;
-        if (b >= old && b < old_end) r->upq.iov[i].base = r->heap + (b - old);
+        if (b >= old && b < old + len) r->upq.iov[i].base = to + (b - old);
+    }
+}
+
+/* A streamed body going to an HTTP/2 upstream is kept, up to retry.max_body, so that a
+ * stream the upstream refused unprocessed (a GOAWAY) can go again on another connection:
+ * in a worker block while it fits one (no allocation for a gRPC call's message), then in
+ * the heap buffer. Past the limit it is no longer kept (the buffer stays until the request
+ * ends: a replay may have queued it). */
+static void keep_for_replay(sl_req_t *r, const char *p, size_t n) {
+    size_t kept = r->replay ? r->replay_len : r->heap_len;
+    if (kept + n > sl__req_upstream_conf(r)->retry.max_body) {
+        r->h2_replay = 0;
+        return;
+    }
+    if (!r->heap && kept + n <= SL_BLOCK_SIZE) {
+        if (!r->replay && !(r->replay = sl_block_get(&r->w->blocks))) {
+            r->h2_replay = 0;
+            return;
+        }
+        memcpy(r->replay + r->replay_len, p, n);
+        r->replay_len += (uint32_t)n;
+        return;
+    }
+    uintptr_t old = (uintptr_t)r->heap;
+    size_t old_len = r->heap_len;
+    if ((r->replay && sl__req_heap_append(r, r->replay, r->replay_len) != SL_OK) ||
+        sl__req_heap_append(r, p, n) != SL_OK) {
+        r->h2_replay = 0;
+        return;
+    }
+    if (r->replay) { /* the block's bytes moved to the heap buffer */
+        upq_rebase(r, (uintptr_t)r->replay, r->replay_len, r->heap);
+        sl_block_put(&r->w->blocks, r->replay);
+        r->replay = NULL;
+        r->replay_len = 0;
+    } else if ((uintptr_t)r->heap != old) {
+        upq_rebase(r, old, old_len, r->heap);
     }
 }
 
@@ -77,7 +100,10 @@ void sl__proxy_requeue(sl_req_t *r) {
     r->upq.writing = 0;
     sl_outq_reset(&r->upq);
     if (!h2_upstream(r)) sl_outq_add(&r->upq, r->uphead.base, r->uphead.len);
-    if ((r->body_buffered || r->h2_replay) && r->heap_len) sl_outq_add(&r->upq, r->heap, r->heap_len);
+    if (r->h2_replay && r->replay_len)
+        sl_outq_add(&r->upq, r->replay, r->replay_len);
+    else if ((r->body_buffered || r->h2_replay) && r->heap_len)
+        sl_outq_add(&r->upq, r->heap, r->heap_len);
 }
 
 void sl__proxy_start(sl_req_t *r) {
@@ -195,9 +221,7 @@ void sl__proxy_connect_target(sl_req_t *r) {
  * INTERNAL to a gRPC client). The stream stays attached, cut short, until the response
  * ends: what the client is being written points into its block. */
 static bool grpc_fail_mid_response(sl_req_t *r, const char *why) {
-    if (!r->h2s || !r->resp_head || r->head.major != 2) return false;
-    sl_str_t ct = sl__req_header_value(r, "content-type");
-    if (ct.len < 16 || !sl_str_ieq((sl_str_t){ct.p, 16}, "application/grpc", 16)) return false;
+    if (!r->h2s || !r->resp_head || r->head.major != 2 || !sl__req_is_grpc(r)) return false;
     sl_h1_header_t *t = sl_arena_alloc(&r->arena, 2 * sizeof(*t));
     char *msg = sl_arena_alloc(&r->arena, strlen(why) + 1);
     if (!t || !msg) return false;
@@ -713,46 +737,16 @@ void sl__proxy_h2_refused(sl_req_t *r, const char *why) {
     sl__proxy_connect_target(r);
 }
 
-/* A gRPC status the gateway says for the upstream, trailers-only (HTTP 200, the status in
- * the head, no body): gRPC's own form for a call that ends before any message. */
-static void grpc_answer(sl_req_t *r, const char *code, const char *msg) {
-    sl_h1_head_t *h = &r->rhead;
-    sl_h1_head_clear(h);
-    h->status = 200;
-    h->major = 2;
-    h->body_kind = SL_BODY_NONE;
-    static const struct {
-        const char *n;
-        size_t nl;
-    } names[] = {{"content-type", 12}, {"grpc-status", 11}, {"grpc-message", 12}};
-    const char *values[] = {"application/grpc", code, msg};
-    for (size_t i = 0; i < SL_ARRAY_LEN(names); i++) {
-        sl_h1_header_t *x = sl_h1_push(h);
-        if (!x) break;
-        *x = (sl_h1_header_t){{names[i].n, names[i].nl}, {values[i], strlen(values[i])}, 0};
-    }
-    r->status = 200;
-    sl__req_grpc_status(r, (sl_str_t){code, strlen(code)});
-    if (r->ds->ops->write_head(r->ds, r, (sl_str_t){NULL, 0}, -1) != SL_OK) {
-        r->ds->ops->abort(r->ds);
-        return;
-    }
-    r->resp_head = 1;
-    r->resp_done = 1;
-    sl__proxy_pump_down(r);
-}
-
 void sl__proxy_grpc_deadline(sl_req_t *r) {
     sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
               "grpc-timeout passed: DEADLINE_EXCEEDED");
     r->grpc_due = 0;
     if (!r->resp_head) {
-        /* the client's deadline, not the target's failure */
+        /* the client's deadline, not the target's failure (the answer abandons the attempt):
+         * a gRPC request gets it as a trailers-only DEADLINE_EXCEEDED (respond.c) */
         sl__attempt_timed(r, 0, sl_now_ns());
-        sl__attempt_abandon(r);
-        sl__proxy_drop_upstream(r);
         sl__req_cancel_wait(r); /* a retry's backoff */
-        grpc_answer(r, "4", "deadline exceeded");
+        sl__req_respond_error(r, 504, "deadline exceeded", false);
         return;
     }
     /* the head went: the status goes in the trailers, after what the client already has */

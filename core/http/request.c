@@ -311,6 +311,8 @@ void sl__req_free(sl_req_t *r) {
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;
+    if (r->replay) sl_block_put(&w->blocks, r->replay);
+    r->replay = NULL;
     free(r->exit_alloc);
     r->exit_alloc = NULL;
     free(r->bf_buf);

@@ -165,6 +165,8 @@ struct sl_req_s {
     uint8_t h2_replay;  /**< a streamed body is copied into heap as it goes up, for a refused
                              stream's replay (cleared past retry.max_body) */
     uint8_t h2_refused; /**< streams refused so far (GOAWAY, REFUSED_STREAM): replays are capped */
+    char *replay;       /**< the kept body while it fits a worker block (then it moves to heap) */
+    uint32_t replay_len;
     uint64_t grpc_due;  /**< loop ms when the request's grpc-timeout passes; 0: none */
     /** The gateway's answer to a gRPC request went out as a trailers-only gRPC error
      *  (respond.c): HTTP 200, grpc-status in the head, no body and (HTTP/2) no length. */

@@ -8,6 +8,19 @@ void sl_outq_reset(sl_outq_t *q) {
     q->nsizes = 0;
 }
 
+size_t sl_outq_copy(const sl_outq_t *q, uint16_t *qi, size_t *qoff, uint8_t *buf, size_t len) {
+    size_t n = 0;
+    while (*qi < q->niov && n < len) {
+        const uv_buf_t *b = &q->iov[*qi];
+        size_t k = SL_MIN(len - n, b->len - *qoff);
+        memcpy(buf + n, b->base + *qoff, k);
+        n += k;
+        *qoff += k;
+        if (*qoff == b->len) ++*qi, *qoff = 0;
+    }
+    return n;
+}
+
 uint32_t sl_outq_room(const sl_outq_t *q) {
     uint32_t by_iov = (uint32_t)(SL_IOV - 2 - q->niov) / 3;
     uint32_t by_size = SL_SPANS - q->nsizes;

@@ -32,6 +32,9 @@ bool sl_outq_span(sl_outq_t *q, const char *p, size_t n);
 bool sl_outq_end_chunks(sl_outq_t *q);
 /** How many more body slices fit. */
 uint32_t sl_outq_room(const sl_outq_t *q);
+/** Copies the queue's bytes from position (*qi, *qoff) into buf, at most len, and moves the
+ *  position past them: the bytes copied. The queue is taken whole when *qi == q->niov. */
+size_t sl_outq_copy(const sl_outq_t *q, uint16_t *qi, size_t *qoff, uint8_t *buf, size_t len);
 /** Writes the queue on a plain TCP stream: 1 when written at once (the queue is empty,
  *  no callback follows), 0 when a write is in flight (cb follows), <0 on error. */
 int sl_outq_write(sl_outq_t *q, uv_stream_t *s, uv_write_t *wr, uv_write_cb cb);

@@ -8,9 +8,7 @@ zero allocations. Nothing else talks to the process meanwhile (no admin calls).
 """
 
 import os
-import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -18,23 +16,6 @@ import harness as h  # noqa: E402
 t = h.Suite("alloc_free", budget=55)
 SHIM = os.environ.get("SL_ALLOC_SHIM") or os.path.join(h.SRC, "build", "ctest", "libsl_alloc_shim.so")
 N_WARM, N_MEASURE, CONNS = 300, 2000, 4
-
-
-def read_count(s, path):
-    if os.path.exists(path):
-        os.unlink(path)
-    s.signal(signal.SIGUSR2)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            with open(path) as f:
-                txt = f.read()
-            if txt.endswith("\n"):
-                return int(txt)
-        except OSError:
-            pass
-        time.sleep(0.01)
-    raise AssertionError("the shim wrote no count")
 
 
 def drive(clients, n):
@@ -67,9 +48,9 @@ def test_steady_state_allocates_nothing(t):
     clients = [h.Client(s.port()) for _ in range(CONNS)]
     warm = drive(clients, N_WARM)
     t.check("warm-up requests all 200", warm == N_WARM, N_WARM, warm)
-    before = read_count(s, count_file)
+    before = h.read_alloc_count(s, count_file)
     got = drive(clients, N_MEASURE)
-    after = read_count(s, count_file)
+    after = h.read_alloc_count(s, count_file)
     t.check("measured requests all 200", got == N_MEASURE, N_MEASURE, got)
     t.info("allocations over %d proxied requests: %d (%.3f per request)"
            % (N_MEASURE, after - before, (after - before) / N_MEASURE))

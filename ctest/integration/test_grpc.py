@@ -24,6 +24,8 @@ misbehaves on purpose (grpc_fixture/h2_upstream.py); curl and h2load.
      connection under 6 concurrent calls; /status shows connections and streams.
   7. protocol h2 to a target that does not negotiate h2: 502 and a log line; config
      errors for a bad protocol, h2 without tls, h2c with tls.
+  8. Steady state through an h2c upstream allocates nothing per request (the allocation
+     counting shim of test_alloc_free): GETs, and POSTs whose body is kept for a replay.
 """
 
 import json
@@ -315,8 +317,42 @@ routes:
         t.check("config error: " + why, rc != 0 and why in out, why, (rc, out[-300:]))
 
 
+def test_alloc_free(t):
+    shim = os.environ.get("SL_ALLOC_SHIM") or os.path.join(h.SRC, "build", "ctest", "libsl_alloc_shim.so")
+    if os.environ.get("SLUICE_SANITIZE") in ("1", "ON", "true") or not os.path.exists(shim):
+        t.info("no allocation shim in this build: skipped")
+        return
+    _, port = spawn("h2_upstream.py", "--mode", "goaway", "--serve", 0)
+    count = os.path.join(D, "count")
+    sl = h.start_sluice("workers: 1\nwatch: false\n" + one_upstream(port).replace("workers: 1\n", ""), suite=t,
+                        env=dict(os.environ, LD_PRELOAD=shim, SL_ALLOC_COUNT_FILE=count))
+
+    clients = [h.Client(sl.port()) for _ in range(4)]
+
+    def drive(n):
+        ok = 0
+        for i in range(n):
+            c = clients[i % 4]
+            if i % 2:
+                c.send(h.build_request("POST", "/p/%d" % (i % 7), body=b"x" * 100))
+            else:
+                c.send(h.build_request("GET", "/g/%d" % (i % 5)))
+            ok += c.read_response().status == 200
+        return ok
+
+    drive(300)
+    before = h.read_alloc_count(sl, count)
+    ok = drive(2000)
+    after = h.read_alloc_count(sl, count)
+    t.check("h2c upstream: 2,000 requests (GET, POST) answered", ok == 2000, 2000, ok)
+    t.check("h2c upstream: no allocation per request in steady state", after - before == 0, 0, after - before)
+    for c in clients:
+        c.close()
+    sl.stop()
+
+
 try:
-    t.run(test_kinds, test_deadline, test_goaway, test_multiplex, test_no_h2_and_config)
+    t.run(test_kinds, test_deadline, test_goaway, test_multiplex, test_no_h2_and_config, test_alloc_free)
 finally:
     for p in PROCS:
         stop(p)

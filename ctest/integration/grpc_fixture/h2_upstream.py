@@ -1,7 +1,7 @@
 """An HTTP/2 (h2c) upstream on python3-h2 that misbehaves on purpose (run it under
 /usr/bin/python3). Prints "READY <port>"; its counts as "STATS <json>" on stdin EOF.
 
-  --mode goaway  on each connection, answers the first --serve requests, then sends
+  --mode goaway  on each connection, answers the first --serve requests (0: all), then sends
                  GOAWAY naming the last of them and leaves every later stream unanswered
                  (never processed: a gateway may send them again), closing the connection
                  shortly after. Answers: 200, "<connection number>:<request body length>".
@@ -77,14 +77,14 @@ def handle(sock, n):
             break
         while done and not gone:
             sid = done.pop(0)
-            if last < a.serve:
+            if last < a.serve or not a.serve:
                 last += 1
                 body = ("%d:%d" % (n, bodies.get(sid, 0))).encode()
                 c.send_headers(sid, [(":status", "200"), ("content-length", str(len(body)))])
                 c.send_data(sid, body, end_stream=True)
                 with lock:
                     stats["answered"] += 1
-                if last == a.serve:
+                if last == a.serve and a.serve:
                     # the frame by hand: h2's close_connection would stop parsing what
                     # follows, and the streams refused are what is counted
                     sock.sendall(c.data_to_send())

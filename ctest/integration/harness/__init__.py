@@ -48,7 +48,8 @@ from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister
 from .metrics import metric_values, parse_prometheus
 from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstream, Request,
                             Response, Stop, default_handler, json_response)
-from .process import Sluice, SluiceStartError, Suite, run_cli, set_workers, start_sluice
+from .process import (Sluice, SluiceStartError, Suite, read_alloc_count, run_cli, set_workers,
+                      start_sluice)
 from .wire import (HTTPResponse, Incomplete, ParseError, ReadTimeout, Reader, TCPServer,
                    bytes_reader, free_port, hall, hget, parse_headers, parse_responses, port_free,
                    read_chunked, read_response, recv_all, refused_port, short, tls_client_hello,

@@ -312,3 +312,22 @@ def run_cli(args, timeout=20.0, cwd=None):
     """Runs the binary with args; returns CompletedProcess (text)."""
     return subprocess.run([BIN] + list(args), capture_output=True, text=True, timeout=timeout,
                           cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def read_alloc_count(s, path):
+    """The allocation count of a sluice run under the LD_PRELOAD shim (ctest/alloc_shim.c,
+    SL_ALLOC_COUNT_FILE=path): SIGUSR2 makes it write the count, which is read back."""
+    if os.path.exists(path):
+        os.unlink(path)
+    s.signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                txt = f.read()
+            if txt.endswith("\n"):
+                return int(txt)
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError("the shim wrote no count")
