@@ -138,11 +138,14 @@ def test_check(t):
         ("path on a grpc probe", "{ type: grpc, path: /x }", "grpc probe has no path"),
         ("expect_status on a grpc probe", "{ type: grpc, expect_status: 200 }", "expect_status is for an http probe"),
         ("service on an http probe", "{ type: http, service: a }", "service is for a grpc probe"),
+        ("a grpc probe of a TLS target without protocol h2", "{ type: grpc }",
+         "a grpc probe of a TLS target needs protocol: h2"),
     ]
     for name, active, words in bad:
+        target = "{ address: 127.0.0.1:1%s }" % (", tls: { verify: false }" if "TLS" in name else "")
         conf = ("listeners: [ { name: web, listen: 127.0.0.1:0 } ]\n"
-                "upstreams: [ { name: u, targets: [ { address: 127.0.0.1:1 } ], health: { active: %s } } ]\n"
-                "routes: [ { name: r, match: { paths: [/] }, upstream: u } ]\n" % active)
+                "upstreams: [ { name: u, targets: [ %s ], health: { active: %s } } ]\n"
+                "routes: [ { name: r, match: { paths: [/] }, upstream: u } ]\n" % (target, active))
         d = h.new_tmpdir("grpc-health-check")
         path = os.path.join(d, "c.yaml")
         with open(path, "w") as f:
