@@ -478,6 +478,13 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
         parse_retry(cx, v, where, &u->retry);
     if ((v = f[U_PROTOCOL].val)) parse_protocol(cx, v, u);
+    /* A grpc probe over TLS offers ALPN from the upstream's TLS settings: h2 only with h2. */
+    for (size_t i = 0; u->health.active_type == SL_PROBE_GRPC && u->protocol != SL_UP_H2 && i < u->ntargets; i++)
+        if (u->targets[i].tls) {
+            sl__cx_err(cx, f[U_HEALTH].val, "a grpc probe of a TLS target needs protocol: h2 (gRPC servers "
+                                            "want ALPN h2, which only protocol h2 offers)");
+            break;
+        }
     if (u->health.active_type == SL_PROBE_HTTP && !u->health.path)
         u->health.path = sl__cx_strdup(cx, "/health");
 }

@@ -35,6 +35,7 @@ int sl__req_filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_
 static void respond_plain_500(sl_req_t *r, bool close) {
     static const char body[] = "{\"error\":\"plugin error\"}\n";
     memset(&r->resp_edits, 0, sizeof(r->resp_edits));
+    r->grpc_answer = 0; /* its grpc-status went with the edits: the 500 becomes UNKNOWN */
     sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), close);
 }
 
@@ -106,18 +107,15 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
     /* stale_if_error: a failed upstream's answer is replaced by an expired entry */
     if (SL_UNLIKELY(r->cache != NULL) && status >= 500) sl__cache_req_stale(r, &status, &ctype, &body);
     r->mode = SL_MODE_LOCAL;
-    if (!r->grpc_answer && sl__req_is_grpc(r)) {
-        if (status != 200 && !grpc_error(r, status, grpc_code, grpc_msg)) {
+    bool grpc = r->grpc_answer || sl__req_is_grpc(r);
+    if (grpc && !r->grpc_answer && status != 200) {
+        if (!grpc_error(r, status, grpc_code, grpc_msg)) {
             ds->ops->abort(ds);
             return;
         }
-        if (r->grpc_answer) {
-            status = 200;
-            ctype = (sl_str_t){NULL, 0};
-            body.len = 0;
-        }
-        const sl_field_t *gs = sl_edits_find(&r->resp_edits, SL_LIT("grpc-status"));
-        if (gs) sl__req_grpc_status(r, gs->value);
+        status = 200;
+        ctype = (sl_str_t){NULL, 0};
+        body.len = 0;
     }
     r->status = status;
     if ((r->phases & (1u << SL_PHASE_HEADER_FILTER)) && !r->in_header_filter && ds->req == r) {
@@ -142,6 +140,10 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
         }
     }
     if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_emit(r);
+    if (grpc) { /* counted once the answer is final (a failed filter may still replace it) */
+        const sl_field_t *gs = sl_edits_find(&r->resp_edits, SL_LIT("grpc-status"));
+        if (gs) sl__req_grpc_status(r, gs->value);
+    }
     if (ds->ops->write_head(ds, r, ctype, (int64_t)body.len) != SL_OK) {
         ds->ops->abort(ds);
         return;

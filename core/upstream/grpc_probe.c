@@ -30,7 +30,7 @@ struct sl_grpc_probe_s {
     int grpc_status;  /* -1: none seen */
     unsigned char msg[PROBE_RESP_MAX];
     size_t msg_len;
-    uint8_t closed, too_long;
+    uint8_t closed, too_long, got_bytes;
     char why[96];
 };
 
@@ -132,36 +132,42 @@ fail:
     return NULL;
 }
 
-/* HealthCheckResponse's status (field 1, varint) out of one framed message; -1 if none. */
+/* A protobuf varint at m[*i..n): false when it runs past the end or past 64 bits. */
+static bool varint(const unsigned char *m, size_t n, size_t *i, uint64_t *v) {
+    *v = 0;
+    for (int sh = 0; sh < 64; sh += 7) {
+        if (*i >= n) return false;
+        unsigned char b = m[(*i)++];
+        *v |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+/* HealthCheckResponse's status (field 1, varint) out of one framed message; -1 if it is
+ * not one (compressed, a length that disagrees, a field cut short). */
 static int serving_status(const unsigned char *m, size_t n) {
-    if (n < 5 || m[0] != 0) return -1; /* compressed or missing */
+    if (n < 5 || m[0] != 0) return -1;
     size_t len = ((size_t)m[1] << 24) | ((size_t)m[2] << 16) | ((size_t)m[3] << 8) | m[4];
     if (len != n - 5) return -1;
     int status = 0; /* proto3: an absent field is 0, UNKNOWN */
     for (size_t i = 5; i < n;) {
-        uint64_t key = 0, v = 0;
-        for (int sh = 0; i < n && sh < 64; sh += 7) {
-            key |= (uint64_t)(m[i] & 0x7f) << sh;
-            if (!(m[i++] & 0x80)) break;
-        }
+        uint64_t key, v;
+        if (!varint(m, n, &i, &key)) return -1;
         switch (key & 7) {
         case 0:
-            for (int sh = 0; i < n && sh < 64; sh += 7) {
-                v |= (uint64_t)(m[i] & 0x7f) << sh;
-                if (!(m[i++] & 0x80)) break;
-            }
-            if (key >> 3 == 1) status = (int)v;
+            if (!varint(m, n, &i, &v)) return -1;
+            if (key >> 3 == 1) status = v > 100 ? 100 : (int)v;
             break;
         case 2:
-            for (int sh = 0; i < n && sh < 64; sh += 7) {
-                v |= (uint64_t)(m[i] & 0x7f) << sh;
-                if (!(m[i++] & 0x80)) break;
-            }
-            if (v > n - i) return -1;
+            if (!varint(m, n, &i, &v) || v > n - i) return -1;
             i += v;
             break;
-        case 1: i += 8; break;
-        case 5: i += 4; break;
+        case 1:
+        case 5:
+            if ((key & 7) == 1 ? n - i < 8 : n - i < 4) return -1;
+            i += (key & 7) == 1 ? 8 : 4;
+            break;
         default: return -1;
         }
     }
@@ -187,6 +193,13 @@ static int verdict(sl_grpc_probe_t *p, const char **why) {
 }
 
 int sl_grpc_probe_feed(sl_grpc_probe_t *p, const char *data, size_t len, const char **why) {
+    /* An HTTP/2 server starts with a SETTINGS frame; an HTTP/1 one answers the preface as a
+     * bad request. Said plainly, rather than as nghttp2's frame-size error (or a timeout). */
+    if (!p->got_bytes && len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+        *why = "an HTTP/1 answer: not an HTTP/2 (gRPC) server";
+        return SL_ERROR;
+    }
+    p->got_bytes |= len > 0;
     ssize_t rc = nghttp2_session_mem_recv(p->ss, (const uint8_t *)data, len);
     if (rc < 0) {
         *why = nghttp2_strerror((int)rc);

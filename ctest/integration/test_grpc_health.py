@@ -4,7 +4,8 @@ A real grpcio server (grpc_health_server.py: the Health service on a generic han
 flips between SERVING and NOT_SERVING: sluice_target_healthy goes 1 -> 0 -> 1, and the
 warning names the status. `service:` is sent in the request (the server saw it); a service
 the server does not know (grpc-status NOT_FOUND) and a target that is not a gRPC server (an
-HTTP/1.1-only mock) are down. `sluice check` refuses `path:` and `expect_status` on a grpc
+HTTP/1.1-only mock) are down. Over TLS (`protocol: h2`, ALPN h2) to a grpcio server with
+an openssl-made certificate, the probe passes too. `sluice check` refuses `path:` and `expect_status` on a grpc
 probe and `service:` on an http one.
 """
 
@@ -88,16 +89,63 @@ def test_probes(t):
         srv.stop()
 
 
+def test_tls(t):
+    d = h.new_tmpdir("grpc-health-tls")
+    _, ca = h.make_ca(d)
+    crt, key = h.make_leaf(d, "leaf", "localhost", "DNS:localhost,IP:127.0.0.1")
+    import grpc
+    from concurrent import futures
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    calls = []
+
+    def check(req, ctx):
+        calls.append(req)
+        return b"\x08\x01"
+    ident = lambda b: b  # noqa: E731
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+        "Check": grpc.unary_unary_rpc_method_handler(check, ident, ident)}),))
+    creds = grpc.ssl_server_credentials([(open(key, "rb").read(), open(crt, "rb").read())])
+    port = srv.add_secure_port("127.0.0.1:0", creds)
+    srv.start()
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - { name: tls, protocol: h2, targets: [ { address: 127.0.0.1:%d, tls: { ca: %s } } ],
+      health: { active: { type: grpc, interval: 150ms, healthy_threshold: 1, unhealthy_threshold: 1 } } }
+routes:
+  - { name: r, match: { paths: [/] }, upstream: tls }
+""" % (port, ca)
+    s = h.start_sluice(conf, suite=t, name="grpc-health-tls")
+    try:
+        end = time.monotonic() + 5
+        while time.monotonic() < end and len(calls) < 2:
+            time.sleep(0.1)
+        st = healthy(s)
+        t.check("over TLS (ALPN h2): the probes reach the server and the target is up",
+                len(calls) >= 2 and st.get("tls") == 1, (">= 2 calls", 1), (len(calls), st))
+        srv.stop(0).wait(5)
+        st = wait_for(s, lambda st: st.get("tls") == 0)
+        t.check("over TLS: the server gone, the target goes down", st.get("tls") == 0, 0, st)
+    finally:
+        s.stop()
+        srv.stop(0)
+
+
 def test_check(t):
     bad = [
         ("path on a grpc probe", "{ type: grpc, path: /x }", "grpc probe has no path"),
         ("expect_status on a grpc probe", "{ type: grpc, expect_status: 200 }", "expect_status is for an http probe"),
         ("service on an http probe", "{ type: http, service: a }", "service is for a grpc probe"),
+        ("a grpc probe of a TLS target without protocol h2", "{ type: grpc }",
+         "a grpc probe of a TLS target needs protocol: h2"),
     ]
     for name, active, words in bad:
+        target = "{ address: 127.0.0.1:1%s }" % (", tls: { verify: false }" if "TLS" in name else "")
         conf = ("listeners: [ { name: web, listen: 127.0.0.1:0 } ]\n"
-                "upstreams: [ { name: u, targets: [ { address: 127.0.0.1:1 } ], health: { active: %s } } ]\n"
-                "routes: [ { name: r, match: { paths: [/] }, upstream: u } ]\n" % active)
+                "upstreams: [ { name: u, targets: [ %s ], health: { active: %s } } ]\n"
+                "routes: [ { name: r, match: { paths: [/] }, upstream: u } ]\n" % (target, active))
         d = h.new_tmpdir("grpc-health-check")
         path = os.path.join(d, "c.yaml")
         with open(path, "w") as f:
@@ -107,4 +155,4 @@ def test_check(t):
         t.check("sluice check refuses %s" % name, cp.returncode == 1 and words in out, words, (cp.returncode, out[-300:]))
 
 
-t.run(test_probes, test_check)
+t.run(test_probes, test_tls, test_check)

@@ -159,3 +159,46 @@ describe("grpc-web plugin", function()
         assert.equal("grpc-status, grpc-message", res.headers["access-control-expose-headers"])
     end)
 end)
+
+-- The per-piece work of a -text response (the streamed encoder over C base64) and a -text
+-- request's decode compile: no trace aborts other than LuaJIT choosing where a trace starts.
+describe("sluice.grpc_web JIT", function()
+    local vmdef = require("jit.vmdef")
+    local BENIGN = {
+        ["leaving loop in root trace"] = true,
+        ["inner loop in root trace"] = true,
+        ["loop unroll limit reached"] = true,
+        ["call unroll limit reached"] = true,
+    }
+    local function loop(n)
+        local enc, total = gw.encoder(), 0
+        local piece = frame("0123456789abcdefghij")
+        for i = 1, n do
+            local out = enc:push(piece, false)
+            local back = gw.b64_decode(gw.b64_encode(piece))
+            total = total + #out + #back + (i % 3)
+        end
+        return total
+    end
+
+    it("encodes and decodes in a loop without trace aborts", function()
+        assert(jit.status(), "the JIT is off in this VM")
+        loop(1)
+        jit.flush()
+        local stops, aborts = 0, {}
+        local function handler(what, _, _, _, otr, oex)
+            if what == "stop" then
+                stops = stops + 1
+            elseif what == "abort" then
+                local msg = type(otr) == "number" and vmdef.traceerr[otr] or tostring(otr)
+                if not BENIGN[msg] then aborts[#aborts + 1] = msg .. " (" .. tostring(oex) .. ")" end
+            end
+        end
+        jit.attach(handler, "trace")
+        local ok, err = pcall(loop, 3000)
+        jit.attach(handler)
+        assert(ok, err)
+        assert.same({}, aborts)
+        assert.is_true(stops > 0, "nothing was compiled")
+    end)
+end)
