@@ -138,6 +138,50 @@ static inline size_t skip_plain(const char *p, size_t i, size_t lim, bool no_sp)
     return i;
 }
 
+/* The field lines of a head that begins at s, from i (just after the first line's LF) to
+ * the blank line: the checks of scan_head's byte loop, made a line at a time. A line starts
+ * with a byte that is neither SP, HTAB nor a control (obs-fold and bare LF are errors);
+ * runs of plain bytes and HTABs follow; CRLF ends it. No byte at or past s + max_header_size
+ * is taken. Same returns as scan_head. */
+static int scan_fields(const sl_h1_t *h, const char *p, size_t n, size_t s, size_t i, size_t *start,
+                       size_t *end, int *status) {
+    size_t max_head = h->limits->max_header_size;
+    size_t head_lim = SL_MIN(n, s + max_head);
+    bool request = h->type == HTTP_REQUEST;
+    for (;;) {
+        if (i == n) return SL_EAGAIN;
+        if (i - s >= max_head) goto too_big;
+        unsigned char c = (unsigned char)p[i];
+        if (c == '\r') { /* the blank line */
+            if (i + 1 == n) return SL_EAGAIN;
+            if (p[i + 1] != '\n') goto bad;
+            if (i + 1 - s >= max_head) goto too_big;
+            *start = s;
+            *end = i + 2;
+            return SL_OK;
+        }
+        if (c == ' ' || c < 0x20 || c == 0x7f) goto bad; /* obs-fold, bare LF, controls */
+        for (i++;; i++) {
+            i = skip_plain(p, i, head_lim, false);
+            if (i == n) return SL_EAGAIN;
+            if (i - s >= max_head) goto too_big;
+            if (p[i] != '\t') break;
+        }
+        /* CRLF, or a bare LF, another control or DEL */
+        if (p[i] != '\r') goto bad;
+        if (i + 1 == n) return SL_EAGAIN;
+        if (p[i + 1] != '\n') goto bad;
+        if (i + 1 - s >= max_head) goto too_big;
+        i += 2;
+    }
+too_big:
+    *status = request ? 431 : 502;
+    return SL_ERROR;
+bad:
+    *status = request ? 400 : 502;
+    return SL_ERROR;
+}
+
 /* Returns SL_OK with *start (after leading empty lines) and *end (after the blank
  * line), SL_EAGAIN when the head is incomplete, SL_ERROR with *status. */
 static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, size_t *end,
@@ -191,6 +235,7 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
                 if (line_len == 0) goto bad;
                 if (h->type == HTTP_REQUEST && (spaces != 2 || p[i - 2] == ' ')) goto bad;
                 first_line_end = i + 1;
+                return scan_fields(h, p, n, s, i + 1, start, end, status);
             } else if (line_len == 0) {
                 *start = s;
                 *end = i + 1;
