@@ -333,17 +333,26 @@ static bool valid_target_bytes(sl_str_t t) {
 }
 
 /* Marks hop-by-hop headers, including every header that Connection names. */
+static bool hop_name(sl_str_t nm) {
+    switch (nm.len) { /* the names by length: one or two compares instead of eight */
+    case 2: return SL_IEQ(nm, "te");
+    case 7: return SL_IEQ(nm, "trailer") || SL_IEQ(nm, "upgrade");
+    case 10: return SL_IEQ(nm, "connection") || SL_IEQ(nm, "keep-alive");
+    case 14: return SL_IEQ(nm, "content-length") || SL_IEQ(nm, "http2-settings");
+    case 17: return SL_IEQ(nm, "transfer-encoding");
+    default: return false;
+    }
+}
+
 static void mark_hop(sl_h1_head_t *hd) {
+    bool connection = false;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
         sl_str_t nm = x->name;
-        if (SL_IEQ(nm, "connection") || SL_IEQ(nm, "keep-alive") || SL_IEQ(nm, "te") ||
-            SL_IEQ(nm, "trailer") || SL_IEQ(nm, "transfer-encoding") || SL_IEQ(nm, "upgrade") ||
-            SL_IEQ(nm, "content-length") || SL_IEQ(nm, "http2-settings") ||
-            (nm.len >= 6 && sl_str_ieq((sl_str_t){nm.p, 6}, "proxy-", 6)))
-            x->hop = 1;
+        if (hop_name(nm) || (nm.len >= 6 && sl_str_ieq((sl_str_t){nm.p, 6}, "proxy-", 6))) x->hop = 1;
+        if (nm.len == 10 && SL_IEQ(nm, "connection")) connection = true;
     }
-    for (uint16_t i = 0; i < hd->nheaders; i++) {
+    for (uint16_t i = 0; connection && i < hd->nheaders; i++) {
         if (!SL_IEQ(hd->headers[i].name, "connection")) continue;
         sl_str_t list = hd->headers[i].value, tok;
         while (next_token(&list, &tok)) {
