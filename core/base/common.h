@@ -43,9 +43,32 @@ static inline bool sl_is_token(sl_str_t v) {
 
 static inline char sl_lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c | 0x20) : c; }
 
+/* 8 bytes of a against 8 of a lower-case pattern: ASCII letters of the pattern match either
+ * case, every other byte itself (SWAR: a pattern byte in 'a'..'z' puts 0x20 in the fold
+ * mask; adding 0x1f or 0x05 to a 7-bit byte cannot carry into the next). -1 when the
+ * pattern holds an upper-case letter, which sl_lower'd bytes never equal: the caller
+ * compares byte by byte then. */
+static inline int sl__ieq8(const char *a, const char *lower) {
+    uint64_t x, y;
+    memcpy(&x, a, 8);
+    memcpy(&y, lower, 8);
+    uint64_t y7 = y & 0x7f7f7f7f7f7f7f7full, hi = ~y & 0x8080808080808080ull;
+    uint64_t ge_a = y7 + 0x1f1f1f1f1f1f1f1full, gt_z = y7 + 0x0505050505050505ull;
+    uint64_t ge_A = y7 + 0x3f3f3f3f3f3f3f3full, gt_Z = y7 + 0x2525252525252525ull;
+    if (ge_A & ~gt_Z & hi) return -1;
+    return (x | ((ge_a & ~gt_z & hi) >> 2)) == y;
+}
+
 /** Case-insensitive equality of a byte range with a lower-case literal. */
 static inline bool sl_str_ieq(sl_str_t a, const char *lower, size_t n) {
     if (a.len != n) return false;
+    if (n >= 8) {
+        /* 8 bytes at a time, the last 8 overlapping the word before them */
+        int r = 1;
+        for (size_t i = 0; r == 1 && i + 8 < n; i += 8) r = sl__ieq8(a.p + i, lower + i);
+        if (r == 1) r = sl__ieq8(a.p + n - 8, lower + n - 8);
+        if (r >= 0) return r == 1;
+    }
     for (size_t i = 0; i < n; i++)
         if (sl_lower(a.p[i]) != lower[i]) return false;
     return true;

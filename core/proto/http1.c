@@ -97,6 +97,91 @@ void sl_h1_init(sl_h1_t *h, int type, const sl_h1_limits_t *limits) {
 
 /* ---- the byte scanner: find the head's end and reject what llhttp lets through ---- */
 
+/* Bytes that are plain in a head line: at least 0x20 and not DEL (a tab is checked byte by
+ * byte). SWAR (Hacker's Delight 6-1): a byte below 0x20 sets its top bit in
+ * (x - 0x20..) & ~x, and DEL is a zero byte of x ^ 0x7f..; both tests are exact for whether
+ * any byte of the word qualifies, and for which is the first. With `no_sp`, SP (0x20) is not
+ * plain either: it is the request line's separator. */
+#define SL_ONES 0x0101010101010101ull
+#define SL_HIGH 0x8080808080808080ull
+
+static inline uint64_t word_special(uint64_t x, bool no_sp) {
+    uint64_t low = (x - 0x20 * SL_ONES) & ~x;
+    uint64_t d = x ^ (0x7f * SL_ONES);
+    uint64_t del = (d - SL_ONES) & ~d;
+    uint64_t sp = 0;
+    if (no_sp) {
+        uint64_t e = x ^ (0x20 * SL_ONES);
+        sp = (e - SL_ONES) & ~e;
+    }
+    return (low | del | sp) & SL_HIGH;
+}
+
+/* The first index in [i, lim) whose byte is not plain (see word_special), or lim. */
+static inline size_t skip_plain(const char *p, size_t i, size_t lim, bool no_sp) {
+    while (i + 8 <= lim) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        uint64_t m = word_special(x, no_sp);
+        /* A borrow can only flag bytes above a true one: the lowest flag is exact. */
+        if (m) return i + (size_t)(__builtin_ctzll(m) >> 3);
+#else
+        if (word_special(x, no_sp)) break;
+#endif
+        i += 8;
+    }
+    for (; i < lim; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c == 0x7f || (no_sp && c == ' ')) break;
+    }
+    return i;
+}
+
+/* The field lines of a head that begins at s, from i (just after the first line's LF) to
+ * the blank line: the checks of scan_head's byte loop, made a line at a time. A line starts
+ * with a byte that is neither SP, HTAB nor a control (obs-fold and bare LF are errors);
+ * runs of plain bytes and HTABs follow; CRLF ends it. No byte at or past s + max_header_size
+ * is taken. Same returns as scan_head. */
+static int scan_fields(const sl_h1_t *h, const char *p, size_t n, size_t s, size_t i, size_t *start,
+                       size_t *end, int *status) {
+    size_t max_head = h->limits->max_header_size;
+    size_t head_lim = SL_MIN(n, s + max_head);
+    bool request = h->type == HTTP_REQUEST;
+    for (;;) {
+        if (i == n) return SL_EAGAIN;
+        if (i - s >= max_head) goto too_big;
+        unsigned char c = (unsigned char)p[i];
+        if (c == '\r') { /* the blank line */
+            if (i + 1 == n) return SL_EAGAIN;
+            if (p[i + 1] != '\n') goto bad;
+            if (i + 1 - s >= max_head) goto too_big;
+            *start = s;
+            *end = i + 2;
+            return SL_OK;
+        }
+        if (c == ' ' || c < 0x20 || c == 0x7f) goto bad; /* obs-fold, bare LF, controls */
+        for (i++;; i++) {
+            i = skip_plain(p, i, head_lim, false);
+            if (i == n) return SL_EAGAIN;
+            if (i - s >= max_head) goto too_big;
+            if (p[i] != '\t') break;
+        }
+        /* CRLF, or a bare LF, another control or DEL */
+        if (p[i] != '\r') goto bad;
+        if (i + 1 == n) return SL_EAGAIN;
+        if (p[i + 1] != '\n') goto bad;
+        if (i + 1 - s >= max_head) goto too_big;
+        i += 2;
+    }
+too_big:
+    *status = request ? 431 : 502;
+    return SL_ERROR;
+bad:
+    *status = request ? 400 : 502;
+    return SL_ERROR;
+}
+
 /* Returns SL_OK with *start (after leading empty lines) and *end (after the blank
  * line), SL_EAGAIN when the head is incomplete, SL_ERROR with *status. */
 static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, size_t *end,
@@ -113,13 +198,20 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
     uint32_t max_line = h->limits->max_request_line;
     int too_big = h->type == HTTP_REQUEST ? 431 : 502;
 
+    bool request = h->type == HTTP_REQUEST;
+    size_t head_lim = SL_MIN(n, s + max_head);
     for (; i < n; i++) {
-        /* Inside a line other than a request line, a run of bytes that are neither CR, LF
-         * nor a control other than HTAB needs none of the checks below: skip it whole (the
-         * head limit still ends it). Most of a head is such runs; this halves the scan. */
-        if (i > line_start && (first_line_end || h->type != HTTP_REQUEST)) {
-            size_t lim = SL_MIN(n, s + max_head);
-            while (i < lim && ((unsigned char)p[i] >= 0x20 ? (unsigned char)p[i] != 0x7f : p[i] == '\t')) i++;
+        /* Inside a line, a run of bytes that need none of the checks below is skipped whole:
+         * in a header line any byte but CR, LF and the controls other than HTAB; in the
+         * request line those but SP and HTAB too, and only up to its length limit (the byte
+         * loop reports 414 there). The head limit ends every run. Most of a head is such
+         * runs: the skip takes them 8 bytes at a time. */
+        if (i > line_start) {
+            if (first_line_end || !request) {
+                i = skip_plain(p, i, head_lim, false);
+            } else {
+                i = skip_plain(p, i, SL_MIN(head_lim, line_start + max_line), true);
+            }
             if (i == n) break;
         }
         unsigned char c = (unsigned char)p[i];
@@ -143,6 +235,7 @@ static int scan_head(const sl_h1_t *h, const char *p, size_t n, size_t *start, s
                 if (line_len == 0) goto bad;
                 if (h->type == HTTP_REQUEST && (spaces != 2 || p[i - 2] == ' ')) goto bad;
                 first_line_end = i + 1;
+                return scan_fields(h, p, n, s, i + 1, start, end, status);
             } else if (line_len == 0) {
                 *start = s;
                 *end = i + 1;
@@ -240,17 +333,26 @@ static bool valid_target_bytes(sl_str_t t) {
 }
 
 /* Marks hop-by-hop headers, including every header that Connection names. */
+static bool hop_name(sl_str_t nm) {
+    switch (nm.len) { /* the names by length: one or two compares instead of eight */
+    case 2: return SL_IEQ(nm, "te");
+    case 7: return SL_IEQ(nm, "trailer") || SL_IEQ(nm, "upgrade");
+    case 10: return SL_IEQ(nm, "connection") || SL_IEQ(nm, "keep-alive");
+    case 14: return SL_IEQ(nm, "content-length") || SL_IEQ(nm, "http2-settings");
+    case 17: return SL_IEQ(nm, "transfer-encoding");
+    default: return false;
+    }
+}
+
 static void mark_hop(sl_h1_head_t *hd) {
+    bool connection = false;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
         sl_str_t nm = x->name;
-        if (SL_IEQ(nm, "connection") || SL_IEQ(nm, "keep-alive") || SL_IEQ(nm, "te") ||
-            SL_IEQ(nm, "trailer") || SL_IEQ(nm, "transfer-encoding") || SL_IEQ(nm, "upgrade") ||
-            SL_IEQ(nm, "content-length") || SL_IEQ(nm, "http2-settings") ||
-            (nm.len >= 6 && sl_str_ieq((sl_str_t){nm.p, 6}, "proxy-", 6)))
-            x->hop = 1;
+        if (hop_name(nm) || (nm.len >= 6 && sl_str_ieq((sl_str_t){nm.p, 6}, "proxy-", 6))) x->hop = 1;
+        if (nm.len == 10 && SL_IEQ(nm, "connection")) connection = true;
     }
-    for (uint16_t i = 0; i < hd->nheaders; i++) {
+    for (uint16_t i = 0; connection && i < hd->nheaders; i++) {
         if (!SL_IEQ(hd->headers[i].name, "connection")) continue;
         sl_str_t list = hd->headers[i].value, tok;
         while (next_token(&list, &tok)) {
@@ -312,14 +414,15 @@ static int check_framing(sl_h1_head_t *hd, bool request, bool *chunked, bool *ha
     return 0;
 }
 
-static int check_request(sl_h1_head_t *hd) {
+/* `tokens`: every field name is known to be a token already (the fast path read them so). */
+static int check_request(sl_h1_head_t *hd, bool tokens) {
     if (hd->major != 1 || hd->minor > 1) return 400;
     const sl_h1_header_t *host = NULL;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
         /* RFC 9110 5.1: field-name = token. Without llhttp's strict build "X Y: v" passes,
          * and "Host : v" beside a real Host, which a peer may read as Host. */
-        if (!sl_is_token(x->name)) return 400;
+        if (!tokens && !sl_is_token(x->name)) return 400;
         if (SL_IEQ(x->name, "host")) {
             if (host) return 400;
             host = x;
@@ -377,10 +480,10 @@ static int check_request(sl_h1_head_t *hd) {
     return 0;
 }
 
-static int check_response(sl_h1_t *h, sl_h1_head_t *hd) {
+static int check_response(sl_h1_t *h, sl_h1_head_t *hd, bool tokens) {
     if (hd->major != 1 || hd->minor > 1) return 502;
     if (hd->status < 100 || hd->status > 599) return 502;
-    for (uint16_t i = 0; i < hd->nheaders; i++)
+    for (uint16_t i = 0; !tokens && i < hd->nheaders; i++)
         if (!sl_is_token(hd->headers[i].name)) return 502;
     bool chunked, has_cl;
     if (check_framing(hd, false, &chunked, &has_cl)) return 502;
@@ -395,12 +498,147 @@ static int check_response(sl_h1_t *h, sl_h1_head_t *hd) {
     return 0;
 }
 
+/* ---- the common head, read without llhttp ----
+ * Nearly every head is in a few plain shapes: a request line with a common method, an
+ * origin-form target of visible ASCII and HTTP/1.0 or 1.1; a status line "HTTP/1.x DDD reason";
+ * fields "token: value" with at most one Content-Length of digits and no Transfer-Encoding.
+ * The scanner has already checked the line ends, the controls and the request line's spaces,
+ * and llhttp accepts every head of these shapes and reads it into the same slices; the
+ * checks below are the same either way. llhttp cost about as much as the rest of the proxy's
+ * head work together (~900 instructions a head), so heads of these shapes skip it; any other
+ * head, including every one llhttp could refuse, still goes through it. fuzz_head parses each
+ * input both ways and requires the same outcome. */
+
+/* llhttp's id for a method the fast path reads, or -1. */
+static int fast_method(const char *p, size_t n) {
+    switch (n) {
+    case 3:
+        if (memcmp(p, "GET", 3) == 0) return HTTP_GET;
+        if (memcmp(p, "PUT", 3) == 0) return HTTP_PUT;
+        return -1;
+    case 4:
+        if (memcmp(p, "POST", 4) == 0) return HTTP_POST;
+        if (memcmp(p, "HEAD", 4) == 0) return HTTP_HEAD;
+        return -1;
+    case 5: return memcmp(p, "PATCH", 5) == 0 ? HTTP_PATCH : -1;
+    case 6: return memcmp(p, "DELETE", 6) == 0 ? HTTP_DELETE : -1;
+    case 7: return memcmp(p, "OPTIONS", 7) == 0 ? HTTP_OPTIONS : -1;
+    default: return -1;
+    }
+}
+
+/* "HTTP/1.0" or "HTTP/1.1" at p: the minor version, or -1. */
+static int fast_version(const char *p) {
+    if (memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1')) return -1;
+    return p[7] - '0';
+}
+
+/* A target of visible ASCII without a fragment: what the fast path reads itself (llhttp
+ * takes more, but sluice refuses most of the rest). */
+static bool fast_visible(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x21 || c > 0x7e || c == '#') return false;
+    }
+    return true;
+}
+
+enum { FAST_NO = -1 };
+
+/* Reads the head p[0..n) (from the scanner: it ends in CRLF CRLF) into hd when it is in the
+ * shapes above. Returns 0, a status (431 or 502: no room for another field, as llhttp's
+ * callback would report it), or FAST_NO: llhttp reads it, from a cleared head. */
+static int fast_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd) {
+    const char *e = p + n, *cr = memchr(p, '\r', n);
+    if (h->type == HTTP_REQUEST) {
+        /* the scanner allows exactly two single spaces in the request line */
+        const char *sp1 = memchr(p, ' ', (size_t)(cr - p));
+        const char *sp2 = memchr(sp1 + 1, ' ', (size_t)(cr - sp1 - 1));
+        int m = fast_method(p, (size_t)(sp1 - p));
+        if (m < 0 || cr - sp2 - 1 != 8) return FAST_NO;
+        int minor = fast_version(sp2 + 1);
+        sl_str_t t = {sp1 + 1, (size_t)(sp2 - sp1 - 1)};
+        if (minor < 0 || t.p[0] != '/' || !fast_visible(t.p, t.len)) return FAST_NO;
+        hd->method = (sl_str_t){p, (size_t)(sp1 - p)};
+        hd->target = t;
+        hd->method_id = (uint8_t)m;
+        hd->minor = (uint8_t)minor;
+    } else {
+        /* "HTTP/1.x DDD reason": a reason, even an empty one, after a space */
+        if (cr - p < 13 || p[8] != ' ' || p[12] != ' ') return FAST_NO;
+        int minor = fast_version(p);
+        if (minor < 0) return FAST_NO;
+        int st = 0;
+        for (int i = 9; i < 12; i++) {
+            if (p[i] < '0' || p[i] > '9') return FAST_NO;
+            st = st * 10 + (p[i] - '0');
+        }
+        /* llhttp takes any reason byte but LF, and the scanner let none but HTAB through */
+        sl_str_t reason = {p + 13, (size_t)(cr - p - 13)};
+        if (reason.len == 0) return FAST_NO;
+        hd->reason = reason;
+        hd->status = st;
+        hd->minor = (uint8_t)minor;
+    }
+    hd->major = 1;
+    bool cl = false;
+    for (const char *l = cr + 2; l < e - 2; l = cr + 2) {
+        cr = memchr(l, '\r', (size_t)(e - l));
+        const char *v = l;
+        while (v < cr && sl_tchar((unsigned char)*v)) v++;
+        if (v == l || v == cr || *v != ':') return FAST_NO;
+        sl_str_t name = {l, (size_t)(v - l)};
+        /* any value: the scanner let no control but HTAB through, and llhttp takes the rest */
+        sl_str_t value = trim((sl_str_t){v + 1, (size_t)(cr - v - 1)});
+        if (name.len == 17 && SL_IEQ(name, "transfer-encoding")) return FAST_NO;
+        if (name.len == 14 && SL_IEQ(name, "content-length")) {
+            if (cl || !is_digits(value)) return FAST_NO;
+            /* llhttp refuses a tab after the digits */
+            for (const char *t = value.p + value.len; t < cr; t++)
+                if (*t == '\t') return FAST_NO;
+            cl = true;
+        }
+        sl_h1_header_t *x = sl_h1_push(hd);
+        if (!x) return h->type == HTTP_REQUEST ? 431 : 502;
+        x->name = name;
+        x->value = value;
+        x->hop = 0;
+    }
+    return 0;
+}
+
+/* The body framer starts on the message whose head hd is. */
+static void body_begins(sl_h1_t *h, const sl_h1_head_t *hd) {
+    h->done = 0;
+    h->body_kind = hd->body_kind;
+    h->cstate = 0;
+    h->cdigits = 0;
+    h->cline = 0;
+    h->remaining = hd->body_kind == SL_BODY_LENGTH ? hd->content_length : 0;
+}
+
 int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd, size_t *used,
                int *status) {
     size_t start, end;
     *used = 0;
     int rc = scan_head(h, p, n, &start, &end, status);
     if (rc != SL_OK) return rc;
+
+    sl_h1_head_clear(hd);
+    int fast = h->llhttp_only ? FAST_NO : fast_head(h, p + start, end - start, hd);
+    if (fast != FAST_NO) {
+        int st = fast                        ? fast
+                 : h->type == HTTP_REQUEST ? check_request(hd, true)
+                                           : check_response(h, hd, true);
+        if (st) {
+            *status = st;
+            return SL_ERROR;
+        }
+        mark_hop(hd);
+        body_begins(h, hd);
+        *used = end;
+        return SL_OK;
+    }
 
     sl_h1_head_clear(hd);
     h->head = hd;
@@ -423,14 +661,14 @@ int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd, size_t *us
          * (501 for an unknown transfer coding, 431 for too many fields). */
         st = h->status_err ? h->status_err : bad;
         if (!h->status_err) {
-            int mine = h->type == HTTP_REQUEST ? check_request(hd) : check_response(h, hd);
+            int mine = h->type == HTTP_REQUEST ? check_request(hd, false) : check_response(h, hd, false);
             if (mine == 501 || mine == 417) st = mine;
         }
         h->head = NULL;
         *status = st;
         return SL_ERROR;
     }
-    st = h->type == HTTP_REQUEST ? check_request(hd) : check_response(h, hd);
+    st = h->type == HTTP_REQUEST ? check_request(hd, false) : check_response(h, hd, false);
     h->head = NULL;
     if (st) {
         *status = st;
@@ -446,12 +684,7 @@ int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *hd, size_t *us
         }
     }
     if (err == HPE_PAUSED) llhttp_resume(&h->ll);
-    h->done = 0;
-    h->body_kind = hd->body_kind;
-    h->cstate = 0;
-    h->cdigits = 0;
-    h->cline = 0;
-    h->remaining = hd->body_kind == SL_BODY_LENGTH ? hd->content_length : 0;
+    body_begins(h, hd);
     *used = end;
     return SL_OK;
 }

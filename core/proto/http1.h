@@ -3,8 +3,9 @@
  * A message is read in two steps. sl_h1_head() first finds the end of the head
  * in the bytes received so far and checks them byte by byte (bare LF or CR,
  * obs-fold, NUL and other controls, the request-line and header-block limits),
- * then hands exactly those bytes to llhttp in strict mode and checks the parsed
- * fields on top (Content-Length and Transfer-Encoding rules, Host, version).
+ * then reads the fields of a head in the common shapes itself (see fast_head in
+ * http1.c) and hands any other head to llhttp, and checks the parsed fields on
+ * top (Content-Length and Transfer-Encoding rules, Host, version).
  * Debian's llhttp 8.1.0 accepts several smuggling vectors even in strict mode,
  * so nothing here trusts it alone. sl_h1_body() then frames the body: a
  * Content-Length count, llhttp's chunked decoder, or everything until EOF.
@@ -105,6 +106,7 @@ typedef struct {
     uint8_t cstate;       /**< chunked decoder state */
     uint8_t cdigits;      /**< hex digits of the current chunk size */
     uint16_t cline;       /**< bytes of the current size line, or of the trailer section */
+    uint8_t llhttp_only;  /**< tests: read every head with llhttp, never the fast path */
 } sl_h1_t;
 
 /** Prepares a parser. `type` is HTTP_REQUEST or HTTP_RESPONSE. Limits are borrowed. */

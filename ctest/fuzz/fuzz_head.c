@@ -11,7 +11,9 @@
  * - framing is stated once: never Content-Length and chunked together; LENGTH means a
  *   nonzero Content-Length; a request body is never read until EOF;
  * - a body framed in one call and the same body framed in small pieces with room for one span
- *   per call agree on the outcome, on where the message ended and on every payload byte.
+ *   per call agree on the outcome, on where the message ended and on every payload byte;
+ * - a head read by the fast path and the same head read by llhttp (llhttp_only) give the same
+ *   outcome, status and fields.
  *
  * Built with clang by scripts/fuzz; replayed over the seed corpus by ctest (replay_main.c).
  */
@@ -115,6 +117,28 @@ static void check_head(const sl_h1_head_t *h, int type, const char *p, size_t us
     }
 }
 
+/* Two readings of one head agree: same bytes in every slice (an empty slice may point
+ * anywhere), same numbers and flags. */
+static bool same_str(sl_str_t a, sl_str_t b) {
+    return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
+}
+
+static void check_same(const sl_h1_head_t *a, const sl_h1_head_t *b) {
+    ENSURE(same_str(a->method, b->method) && same_str(a->target, b->target));
+    ENSURE(same_str(a->path, b->path) && same_str(a->query, b->query));
+    ENSURE(same_str(a->authority, b->authority) && same_str(a->host, b->host));
+    ENSURE(same_str(a->reason, b->reason));
+    ENSURE(a->status == b->status && a->major == b->major && a->minor == b->minor);
+    ENSURE(a->method_id == b->method_id && a->body_kind == b->body_kind);
+    ENSURE(a->flags == b->flags && a->content_length == b->content_length);
+    ENSURE(a->nheaders == b->nheaders);
+    for (uint16_t i = 0; i < a->nheaders; i++) {
+        ENSURE(same_str(a->headers[i].name, b->headers[i].name));
+        ENSURE(same_str(a->headers[i].value, b->headers[i].value));
+        ENSURE(a->headers[i].hop == b->headers[i].hop);
+    }
+}
+
 /* ---- bodies: framed twice, compared ---- */
 
 typedef struct {
@@ -160,12 +184,14 @@ static int frame(sl_h1_t *h, const char *p, size_t n, bool whole, size_t step, s
 
 /* Parses heads and bodies one after another from p[0..n) the way a connection would. */
 static void run(int type, bool req_was_head, const char *p, size_t n) {
-    static sl_h1_t h, h2;
-    static sl_h1_head_t head, head2;
-    static sl_h1_header_t spill[SL_H1_MAX_HEADERS], spill2[SL_H1_MAX_HEADERS];
-    head.spill = head2.spill = sl_h1_spill_array;
+    static sl_h1_t h, h2, hl;
+    static sl_h1_head_t head, head2, headl;
+    static sl_h1_header_t spill[SL_H1_MAX_HEADERS], spill2[SL_H1_MAX_HEADERS],
+        spilll[SL_H1_MAX_HEADERS];
+    head.spill = head2.spill = headl.spill = sl_h1_spill_array;
     head.spill_ud = spill;
     head2.spill_ud = spill2;
+    headl.spill_ud = spilll;
     const sl_h1_limits_t *lim = type == HTTP_REQUEST ? &req_limits : &resp_limits;
     sl_h1_init(&h, type, lim);
     size_t off = 0;
@@ -175,6 +201,16 @@ static void run(int type, bool req_was_head, const char *p, size_t n) {
         h.req_was_head = req_was_head;
         int rc = sl_h1_head(&h, p + off, n - off, &head, &used, &status);
         ENSURE(used <= n - off);
+        /* the same bytes read by llhttp alone */
+        size_t usedl = (size_t)-1;
+        int statusl = 0;
+        sl_h1_init(&hl, type, lim);
+        hl.req_was_head = req_was_head;
+        hl.llhttp_only = 1;
+        int rcl = sl_h1_head(&hl, p + off, n - off, &headl, &usedl, &statusl);
+        ENSURE(rc == rcl && used == usedl);
+        if (rc == SL_ERROR) ENSURE(status == statusl);
+        if (rc == SL_OK) check_same(&head, &headl);
         if (rc == SL_EAGAIN) {
             ENSURE(used == 0);
             return;
