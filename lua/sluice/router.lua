@@ -190,7 +190,11 @@ local function scan(list, req, path, plen, method)
 end
 
 -- Returns the matching route's 0-based index and the bytes strip_prefix removes, or -1, 0.
+-- req: the request's address as a number (what C passes), or a pointer. Cast here, inside
+-- the trace that uses it: a pointer handed from one trace to another is boxed (allocated).
+local ffi_cast, REQ_PTR = ffi.cast, base.REQ_PTR
 function _M.match(t, req)
+    req = ffi_cast(REQ_PTR, req)
     C.sl_ffi_req_get_host(req, str_p, len_p)
     local host = ffi_string(str_p[0], len_p[0])
     C.sl_ffi_req_get_method(req, str_p, len_p)
@@ -219,10 +223,12 @@ end
 function _M.new(routes)
     local t = _M.compile(routes)
     local match = _M.match
-    local ffi_cast, REQ_PTR = require("ffi").cast, require("ffi").typeof("void *")
     return function(req)
-        -- a cdata pointer, not the lightuserdata C passes: FFI calls with it compile
-        return match(t, ffi_cast(REQ_PTR, req))
+        -- C passes the request's address as a number, which match casts (a lightuserdata
+        -- does not convert in a trace: "NYI: unsupported C type conversion", and the router
+        -- stayed in the interpreter)
+        local a, b = match(t, req)
+        return a, b
     end
 end
 
