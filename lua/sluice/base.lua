@@ -25,6 +25,7 @@ int sl_ffi_abi_version(void);
 typedef struct sl_req_s sl_req_t;
 typedef struct sl_session_s sl_session_t;
 int memcmp(const void *a, const void *b, size_t n);
+void *memchr(const void *s, int c, size_t n);
 ]]
 
 local C = ffi.C
