@@ -19,8 +19,25 @@ static int check_name(sl_str_t n, const char **err) {
     return SL_OK;
 }
 
+/* Eight bytes at a time: a word with no byte below 0x20 and none equal to 0x7f is fine as it
+ * is (bytes of 0x80 and up, obs-text, are allowed); only a word with a suspect byte (a tab is
+ * one) is looked at byte by byte. Request ids are 32 bytes: 4 words instead of 32 bytes. */
+static bool word_clean(uint64_t x) {
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t below = (x - ones * 0x20) & ~x & highs; /* a byte < 0x20 */
+    uint64_t y = x ^ (ones * 0x7f);
+    uint64_t del = (y - ones) & ~y & highs; /* a byte == 0x7f */
+    return (below | del) == 0;
+}
+
 static int check_value(sl_str_t v, const char **err) {
-    for (size_t i = 0; i < v.len; i++) {
+    size_t i = 0;
+    for (; i + 8 <= v.len; i += 8) {
+        uint64_t x;
+        memcpy(&x, v.p + i, 8);
+        if (!word_clean(x)) break;
+    }
+    for (; i < v.len; i++) {
         unsigned char c = (unsigned char)v.p[i];
         if ((c < 0x20 && c != '\t') || c == 0x7f) {
             *err = "header value must not contain CR, LF, NUL or other controls";
