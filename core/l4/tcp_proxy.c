@@ -816,12 +816,13 @@ static void on_sock(sl_tcp_sess_t *s, bool up, uint32_t events) {
         if (!up && s->crd) preread(s);
         return;
     case ST_CONNECTING:
-        if (up && (events & (EPOLLOUT | EPOLLHUP))) {
+        /* writable without an error or a hang-up: connected, no SO_ERROR to read (EPOLLERR
+         * took the branch above) */
+        if (up && (events & EPOLLHUP)) {
             int err = sock_error(s->ufd);
-            if (err)
-                connect_failed(s, err);
-            else
-                connected(s);
+            connect_failed(s, err ? err : ECONNRESET);
+        } else if (up && (events & EPOLLOUT)) {
+            connected(s);
         }
         return; /* the client's side: its readable mark waits for the connect */
     case ST_FLOWING:
