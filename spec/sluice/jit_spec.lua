@@ -128,7 +128,7 @@ describe("JIT: the per-request path in a worker VM compiles", function()
             table.insert(plugins, 1, { name = "jit-probe" })
             return { name = name, match = { paths = { "/" .. name } }, upstream = "m", plugins = plugins }
         end
-        gw = assert(test.start({
+        local conf = {
             plugin_paths = { test.source_path("spec/fixtures/plugins") },
             upstreams = { { name = "m", targets = { { address = "127.0.0.1:" .. lib.sl_mock_port(mock) } } } },
             routes = {
@@ -137,8 +137,16 @@ describe("JIT: the per-request path in a worker VM compiles", function()
                                                                 response = { set = { ["X-B"] = "2" }, add = { ["X-C"] = "3" } } } },
                                  { name = "ip-restriction", config = { allow = { "127.0.0.0/8" }, deny = { "10.0.0.0/8" } } } }),
                 route("read", { { name = "header-read" } }),
+                -- under a first segment of its own: with the fillers below, the router's
+                -- host-less list is indexed and this route is found through its bucket
+                { name = "bucketed", match = { paths = { "/b/read/" } }, upstream = "m",
+                  plugins = { { name = "jit-probe" }, { name = "header-read" } } },
             },
-        }))
+        }
+        for i = 1, 40 do
+            conf.routes[#conf.routes + 1] = { name = "f" .. i, match = { paths = { "/f" .. i .. "/" } }, upstream = "m" }
+        end
+        gw = assert(test.start(conf))
     end)
     teardown(function()
         if gw then gw:stop() end
@@ -150,6 +158,7 @@ describe("JIT: the per-request path in a worker VM compiles", function()
         { "request-id, headers, ip-restriction (the gateway's id)", "three", "" },
         { "request-id, headers, ip-restriction (a client's id)", "three", "X-Request-ID: abc-1\r\n" },
         { "one header read in access", "read", "X-Probe: 1\r\n" },
+        { "the same, routed through the index of a long route list", "b/read/x", "X-Probe: 1\r\n" },
     }) do
         it(case[1], function()
             sluice.shared.set("jit-probe:aborts", 0)
