@@ -182,11 +182,20 @@ function _M.ranks(routes)
     return rank, n
 end
 
+-- The request and its path travel through the matching functions as numbers (addresses)
+-- and become pointers only inside the FFI calls: a pointer held in a Lua slot where one trace
+-- hands over to another (the list scan is a loop, its own trace) or leaves to the
+-- interpreter is boxed, an allocation per request (spec/sluice/alloc_spec.lua saw 48 bytes).
+local ffi_cast, CHAR_PTR, UINTPTR = ffi.cast, ffi.typeof("const char *"), ffi.typeof("uintptr_t")
+local REQ_PTR = base.REQ_PTR
+
 local function headers_match(req, headers)
     for i = 1, #headers do
         local h = headers[i]
         local name, want = h[1], h[2]
-        if C.sl_ffi_req_get_header(req, name, #name, str_p, len_p) ~= C.SL_OK then return false end
+        if C.sl_ffi_req_get_header(ffi_cast(REQ_PTR, req), name, #name, str_p, len_p) ~= C.SL_OK then
+            return false
+        end
         local n = tonumber(len_p[0])
         if n ~= #want or C.memcmp(str_p[0], want, n) ~= 0 then return false end
     end
@@ -203,14 +212,14 @@ local function call_match(e, req)
     base.req = nil
     if not ok then
         local msg = "lua_routes match function failed (no match): " .. tostring(res)
-        C.sl_ffi_log(req, C.SL_LOG_ERR, nil, msg, #msg)
+        C.sl_ffi_log(ffi_cast(REQ_PTR, req), C.SL_LOG_ERR, nil, msg, #msg)
         return false
     end
     return res and true or false
 end
 
 local function holds(e, req, path, plen, method)
-    return e.plen <= plen and (e.plen == 0 or C.memcmp(path, e.prefix, e.plen) == 0)
+    return e.plen <= plen and (e.plen == 0 or C.memcmp(ffi_cast(CHAR_PTR, path), e.prefix, e.plen) == 0)
         and (not e.methods or e.methods[method])
         and (#e.headers == 0 or headers_match(req, e.headers))
         and (not e.fn or call_match(e, req))
@@ -229,14 +238,14 @@ end
 -- whose prefix is shorter than any segment are tried, merged back into precedence order
 -- by their rank.
 local SLASH = 47
-local ffi_cast, CHAR_PTR = ffi.cast, ffi.typeof("const char *")
 local function scan(list, req, path, plen, method)
     local buckets = list.buckets
     if not buckets then return scan_all(list, req, path, plen, method) end
     local bucket
     if plen > 1 then
-        local q = C.memchr(path + 1, SLASH, plen - 1)
-        if q ~= nil then bucket = buckets[ffi_string(path, tonumber(ffi_cast(CHAR_PTR, q) - path) + 1)] end
+        local p = ffi_cast(CHAR_PTR, path)
+        local q = C.memchr(p + 1, SLASH, plen - 1)
+        if q ~= nil then bucket = buckets[ffi_string(p, tonumber(ffi_cast(CHAR_PTR, q) - p) + 1)] end
     end
     local short = list.short
     if not bucket then return scan_all(short, req, path, plen, method) end
@@ -254,17 +263,14 @@ local function scan(list, req, path, plen, method)
 end
 
 -- Returns the matching route's 0-based index and the bytes strip_prefix removes, or -1, 0.
--- req: the request's address as a number (what C passes), or a pointer. Cast here, inside
--- the trace that uses it: a pointer handed from one trace to another is boxed (allocated).
-local REQ_PTR = base.REQ_PTR
+-- req: the request's address as a number (what C passes).
 function _M.match(t, req)
-    req = ffi_cast(REQ_PTR, req)
-    C.sl_ffi_req_get_host(req, str_p, len_p)
+    C.sl_ffi_req_get_host(ffi_cast(REQ_PTR, req), str_p, len_p)
     local host = ffi_string(str_p[0], len_p[0])
-    C.sl_ffi_req_get_method(req, str_p, len_p)
+    C.sl_ffi_req_get_method(ffi_cast(REQ_PTR, req), str_p, len_p)
     local method = ffi_string(str_p[0], len_p[0])
-    C.sl_ffi_req_get_path(req, str_p, len_p)
-    local path, plen = str_p[0], tonumber(len_p[0])
+    C.sl_ffi_req_get_path(ffi_cast(REQ_PTR, req), str_p, len_p)
+    local path, plen = tonumber(ffi_cast(UINTPTR, str_p[0])), tonumber(len_p[0])
 
     local list = t.exact[host]
     local e = list and scan(list, req, path, plen, method)
