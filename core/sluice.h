@@ -167,7 +167,9 @@ int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);
 /** The phase dispatcher's mark after the plugin at chain position `pos` returned from the
  *  running phase: its time since the phase began or the previous plugin returned goes to
  *  sluice_plugin_duration_seconds (and a debugged request's output). Called only when the
- *  generation is timed (metrics.plugin_timing or admin.debug_token_env). */
+ *  generation is timed (metrics.plugin_timing or admin.debug_token_env). r NULL: the
+ *  request whose phase runs on this thread (the dispatcher passes NULL: no pointer made
+ *  in Lua, no allocation even where that code runs interpreted). */
 void sl_ffi_plugin_timed(sl_req_t *r, int pos);
 
 /** The traceparent plugin (rewrite): continues the request's W3C traceparent or starts a

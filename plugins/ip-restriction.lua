@@ -5,7 +5,7 @@ local sluice = require("sluice")
 local cidr = require("sluice.cidr")
 
 local request, response, session = sluice.request, sluice.response, sluice.session
-local parse_ip, any = cidr.parse_ip, cidr.any
+local parse_ip_buf = cidr.parse_ip_buf
 
 local M = {
     name = "ip-restriction",
@@ -26,15 +26,17 @@ function M.check(conf)
     return true
 end
 
--- The lists compiled once per config generation and worker; phases receive them.
+-- The lists compiled once per config generation and worker into matchers (byte arrays
+-- compared in place: no string per request); phases receive them.
 function M.prepare(conf)
-    return { allow = cidr.compile(conf.allow), deny = cidr.compile(conf.deny) }
+    local allow = cidr.compile(conf.allow)
+    return { allow = cidr.matcher(allow), any_allow = #allow > 0, deny = cidr.matcher(cidr.compile(conf.deny)) }
 end
 
 local function allowed(c, client_ip)
-    local ip = parse_ip(client_ip)
-    if not ip or any(ip, c.deny) then return false end
-    return #c.allow == 0 or any(ip, c.allow)
+    local ip = parse_ip_buf(client_ip)
+    if not ip or c.deny(ip) then return false end
+    return not c.any_allow or c.allow(ip)
 end
 
 function M.access(conf, _, c)

@@ -44,6 +44,8 @@ typedef struct {
      * that would trip on the raw text stay quiet (env.c). */
     const yaml_node_t *env_bad[32];
     size_t nenv_bad;
+    uint32_t *route_names; /* routes.c's duplicate-name table (route index + 1); freed with cx */
+    size_t route_names_cap;
 } sl__cx_t;
 
 typedef struct {

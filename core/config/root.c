@@ -641,6 +641,7 @@ done:
     }
     for (size_t i = 0; i < cx.nerrs; i++) free(cx.errs[i].msg);
     free(cx.errs);
+    free(cx.route_names);
     if (have_doc) yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return rc;

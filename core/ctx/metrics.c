@@ -163,7 +163,10 @@ void sl_metrics_grpc(sl_wmetrics_t *m, int route, int code) {
     SL_COUNTER_ADD(m->grpc[r * SL_METRIC_GRPC_CODES + (size_t)code], 1);
 }
 
-static int route_named(const sl_config_t *c, const char *name) {
+/* The index of route `name` in c, looked for first at `hint` (its index in the old config:
+ * a reload mostly keeps the order), so a fold of 10,000 routes is not 10,000 scans. */
+static int route_named(const sl_config_t *c, const char *name, size_t hint) {
+    if (hint < c->nroutes && strcmp(c->routes[hint].name, name) == 0) return (int)hint;
     for (size_t i = 0; i < c->nroutes; i++)
         if (strcmp(c->routes[i].name, name) == 0) return (int)i;
     return -1;
@@ -179,7 +182,7 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                      const sl_config_t *fcfg) {
     for (size_t r = 0; r < from->nroutes; r++) {
         /* the last slot is "none" in both */
-        int tr = r + 1 == from->nroutes ? (int)to->nroutes - 1 : route_named(tcfg, fcfg->routes[r].name);
+        int tr = r + 1 == from->nroutes ? (int)to->nroutes - 1 : route_named(tcfg, fcfg->routes[r].name, r);
         if (tr < 0) continue; /* a route that is gone takes its series with it */
         for (size_t c = 0; c < SL_METRIC_CODES; c++)
             SL_COUNTER_ADD(to->req_codes[(size_t)tr * SL_METRIC_CODES + c], from->req_codes[r * SL_METRIC_CODES + c]);

@@ -67,6 +67,7 @@ typedef struct sl_worker_s {
     int lua_dispatch;       /**< registry ref of the router dispatcher */
     int lua_phase;          /**< registry ref of the phase dispatcher */
     int lua_preread;        /**< registry ref of the tcp listeners' preread dispatcher */
+    struct sl_lua_pool_s *lua_pool; /**< requests' coroutines and ctx tables kept for reuse (lua_host.c) */
     uint8_t *route_phases;  /**< [cfg->nroutes] SL_PHASE_* bits of each route's chain */
     uint64_t rid_seed, rid_seq; /**< request-id generator */
     sl_wmetrics_t metrics;

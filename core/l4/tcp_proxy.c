@@ -1,9 +1,17 @@
 /* tcp_proxy.c — `protocol: tcp` listeners: accept, choose a target, connect, then move
  * bytes both ways until both directions are over (contract in tcp_proxy.h).
  *
- * The sockets are the session's own, driven by two uv_poll handles (one per side), not
- * uv_tcp streams: the same direction switches between read/write and splice(2) as its
- * traffic changes, and splice needs the raw descriptors.
+ * The sockets are the session's own, not uv_tcp streams: the same direction switches
+ * between read/write and splice(2) as its traffic changes, and splice needs the raw
+ * descriptors. They are driven from the worker's own epoll set (one per worker, watched
+ * by one uv_poll on its descriptor): each socket is added once, edge-triggered for
+ * reading and writing, and leaves the set when it is closed. A uv_poll per socket cost
+ * libuv's bookkeeping on every change of interest (EPOLL_CTL_DEL then ADD, and a DEL at
+ * close): 13 epoll_ctl per connection-per-request session, 6 of them libuv's; now 2.
+ * Edge-triggered means a side is known readable (crd/urd) from its event until a read
+ * finds it dry, and known writable until a write comes up short; a session that stops
+ * for fairness (SL_TCP_ROUNDS) with bytes still readable is pumped again from the
+ * worker's idle handle, since no new edge would come for them.
  *
  * A direction (client->upstream "in", upstream->client "out") holds waiting bytes in at
  * most one place: a block (copied) or a pipe (spliced), never both, so their order is
@@ -37,6 +45,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,6 +61,8 @@
 
 #define SL_TCP_ROUNDS 16      /* reads per direction per wakeup: bounded work, fair to other sessions */
 #define SL_TCP_ACCEPTS 64     /* accepts per listener wakeup */
+#define SL_TCP_EVENTS 64      /* epoll events per epoll_wait */
+#define SL_TCP_WAITS 4        /* epoll_waits per wakeup (the set's uv_poll reports the rest) */
 #define SL_SPLICE_MIN 4096    /* a splice that moved less than this: back to copying */
 #define SL_PIPE_SIZE (256 * 1024)
 #define SL_PIPES_MAX 128      /* pipes per worker, in use or pooled: each holds 2 fds, up to
@@ -93,19 +104,20 @@ typedef struct {
 
 typedef struct sl_tcp_sess_s sl_tcp_sess_t;
 struct sl_tcp_sess_s {
-    uv_poll_t cpoll, upoll;  /* client side, upstream side; .data is the session */
     sl_deadline_t timer;     /* header, connect or idle timeout, by state */
     sl_worker_t *w;
     sl_tcp_sess_t *prev, *next;
+    sl_tcp_sess_t *again;    /* on the worker's again list (pump once more) or retry list */
     int cfd, ufd;
     uint32_t lidx;
     int upstream;            /* the listener's, the one its sni_routes or preread plugins
                                 chose, or SL_TCP_DIRECT (an address: `direct`) */
     uint8_t state;           /* ST_* */
-    uint8_t cev, uev;        /* poll masks in force */
     uint8_t crd, urd;        /* the side was reported readable and not read dry since */
-    uint8_t nclose;          /* handles closing */
-    uint8_t up_open;         /* upoll initialised and not closing */
+    uint8_t chup, uhup;      /* the side reported its peer's FIN (or a hang-up): reads go on
+                                to the end, a short read does not mean dry */
+    uint8_t queued;          /* on the again or the retry list */
+    uint8_t up_open;         /* ufd open (in the epoll set) */
     uint8_t reset;           /* end with a reset toward both peers */
     sl_tries_t tries;        /* targets tried (sized at the first connect) */
     sl_attempt_t att;        /* the current connect's attempt (upstream/attempt.h) */
@@ -123,6 +135,12 @@ typedef struct {
 
 struct sl_tcpw_s {
     sl_tcp_listener_t *ls;   /* [cfg->nlisteners] */
+    int epfd;                /* the sessions' sockets, edge-triggered; -1 once closed */
+    uv_poll_t epoll;         /* epfd, in the worker's loop */
+    uv_idle_t idle;          /* runs while sessions wait on the again list */
+    sl_tcp_sess_t *again;    /* sessions that stopped for fairness with bytes readable */
+    sl_tcp_sess_t *retry;    /* sessions to connect again once the current batch is over */
+    uint8_t in_batch;        /* inside on_epoll: a retry waits for the batch's end */
     uv_timer_t pause;        /* accepting again after running out of descriptors */
     uv_timer_t drain;        /* shutdown_timeout of the sessions left at drain */
     uint8_t paused, draining, drain_closed;
@@ -137,7 +155,7 @@ struct sl_tcpw_s {
 static void sess_pump(sl_tcp_sess_t *s);
 static void sess_connect(sl_tcp_sess_t *s);
 static void sess_end(sl_tcp_sess_t *s, bool reset);
-static void on_poll(uv_poll_t *p, int status, int events);
+static void on_sock(sl_tcp_sess_t *s, bool up, uint32_t events);
 
 static const sl_listener_conf_t *lconf(const sl_tcp_sess_t *s) { return &s->w->cfg->listeners[s->lidx]; }
 static int upstream_of(const sl_tcp_sess_t *s) { return s->upstream; }
@@ -231,28 +249,45 @@ static void attempt_release(sl_tcp_sess_t *s) {
 
 /* ---- polls and lifetime ---- */
 
-static void set_poll(uv_poll_t *p, uint8_t *cur, int events) {
-    if (*cur == events) return;
-    *cur = (uint8_t)events;
-    /* uv_poll_start re-registers the descriptor (EPOLL_CTL_DEL then ADD): only on changes */
-    if (events)
-        uv_poll_start(p, events, on_poll);
-    else
-        uv_poll_stop(p);
+/* Adds a session's socket to the worker's set, once: readable and writable, edge-triggered.
+ * The event carries the session with the side in its lowest bit (sessions are malloc'd). */
+static int ep_add(sl_tcp_sess_t *s, int fd, bool up) {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                             .data.u64 = (uint64_t)(uintptr_t)s | (up ? 1u : 0u)};
+    return epoll_ctl(s->w->tcp->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-static void on_closed(uv_handle_t *h) {
-    sl_tcp_sess_t *s = h->data;
-    s->nclose--;
-    if (s->state == ST_RETRY && h == (uv_handle_t *)&s->upoll) {
-        /* the failed attempt's handle is gone: the next one may take its place */
-        sess_connect(s);
-        return;
+static void on_idle(uv_idle_t *h);
+
+/* Pumps s again on the next loop iteration: it stopped for fairness with bytes readable. */
+static void sess_again(sl_tcp_sess_t *s) {
+    struct sl_tcpw_s *tw = s->w->tcp;
+    if (s->queued) return;
+    s->queued = 1;
+    s->again = tw->again;
+    if (!tw->again) uv_idle_start(&tw->idle, on_idle);
+    tw->again = s;
+}
+
+static void sess_release(struct sl_tcpw_s *tw, sl_tcp_sess_t *s);
+
+/* The worker's set is closed once draining has no session left (it kept the loop alive). */
+static void epoll_close(struct sl_tcpw_s *tw) {
+    if (tw->epfd < 0) return;
+    while (tw->again) { /* every session is closed: those still listed are released here */
+        sl_tcp_sess_t *s = tw->again;
+        tw->again = s->again;
+        s->queued = 0;
+        sess_release(tw, s);
     }
-    if (s->state != ST_CLOSED || s->nclose) return;
-    sl_worker_t *w = s->w;
-    struct sl_tcpw_s *tw = w->tcp;
-    tw->nsessions--;
+    uv_close((uv_handle_t *)&tw->epoll, NULL);
+    uv_close((uv_handle_t *)&tw->idle, NULL);
+    close(tw->epfd);
+    tw->epfd = -1;
+}
+
+/* A closed session's struct back to the pool (or freed), once nothing names it. */
+static void sess_release(struct sl_tcpw_s *tw, sl_tcp_sess_t *s) {
     if (tw->nfree_sess < SL_SESS_FREE_MAX && !tw->draining) {
         s->next = tw->free_sess;
         tw->free_sess = s;
@@ -260,20 +295,28 @@ static void on_closed(uv_handle_t *h) {
     } else {
         free(s);
     }
+}
+
+static void on_closed(uv_handle_t *h) {
+    sl_tcp_sess_t *s = h->data;
+    sl_worker_t *w = s->w;
+    struct sl_tcpw_s *tw = w->tcp;
+    tw->nsessions--;
+    if (s->queued)
+        s->queued = 2; /* still on the again list: on_idle releases it */
+    else
+        sess_release(tw, s);
     if (tw->draining && !tw->nsessions && !tw->drain_closed) {
         tw->drain_closed = 1;
         uv_close((uv_handle_t *)&tw->drain, NULL);
+        epoll_close(tw);
     }
 }
 
 static void close_upstream(sl_tcp_sess_t *s) {
     if (!s->up_open) return;
     s->up_open = 0;
-    s->uev = 0;
-    s->nclose++;
-    /* closing a poll handle unregisters its descriptor at once: closing the socket right
-     * after is safe, even if the number is reused before the close callback */
-    uv_close((uv_handle_t *)&s->upoll, on_closed);
+    /* closing the socket takes it out of the epoll set, events not yet fetched included */
     close(s->ufd);
     s->ufd = -1;
 }
@@ -309,9 +352,9 @@ static void sess_end(sl_tcp_sess_t *s, bool reset) {
         if (s->up_open) setsockopt(s->ufd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     }
     close_upstream(s);
-    s->nclose += 2;
-    uv_close((uv_handle_t *)&s->cpoll, on_closed);
     close(s->cfd);
+    /* the struct lives until the timer's close callback (the loop's closing phase, after
+     * the batch of events that may still name it: on_sock skips a closed session) */
     uv_close((uv_handle_t *)&s->timer.timer, on_closed);
 }
 
@@ -350,9 +393,12 @@ static int dir_flush(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int dst) {
 }
 
 /* Reads once from src into d (nothing waits in d). SL_OK when bytes came or the source
- * ended (d->eof), SL_EAGAIN when it has none now, SL_ERROR on a reset. */
-static int dir_fill(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int src, int di) {
+ * ended (d->eof), SL_EAGAIN when it has none now, SL_ERROR on a reset. *dry: a short read
+ * emptied the socket (a TCP read takes all there is up to its size), so the next read
+ * would only say EAGAIN; not when a FIN was reported, which a read must still meet. */
+static int dir_fill(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int src, int di, bool *dry) {
     ssize_t n;
+    bool hup = di == DIR_IN ? s->chup : s->uhup;
     if (d->splice && !d->pipe && !(d->pipe = pipe_get(s->w->tcp))) d->splice = 0; /* none left: copy */
     if (d->splice) {
         do n = splice(src, NULL, d->pipe->wfd, NULL, d->pipe->cap, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -360,6 +406,7 @@ static int dir_fill(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int src, int di) {
         if (n > 0) {
             d->in_pipe = (uint32_t)n;
             if (n < SL_SPLICE_MIN) d->splice = 0;
+            *dry = (uint32_t)n < d->pipe->cap && !hup;
             goto moved;
         }
         pipe_put(s->w->tcp, d->pipe, 0);
@@ -380,6 +427,7 @@ static int dir_fill(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int src, int di) {
         d->len = (uint32_t)n;
         /* a full block: the source has more than a block to give, it streams */
         if (n == SL_BLOCK_SIZE && lconf(s)->splice != SL_SPLICE_OFF) d->splice = 1;
+        *dry = n < SL_BLOCK_SIZE && !hup;
         goto moved;
     }
     sl_block_put(&s->w->blocks, d->buf);
@@ -408,19 +456,20 @@ static void dir_break(sl_tcp_sess_t *s, sl_tcp_dir_t *d) {
 }
 
 /* Moves one direction as far as it goes now: write what waits, pass an EOF on, read more
- * (at most SL_TCP_ROUNDS reads: a busy session must not starve the others). */
-static void dir_pump(sl_tcp_sess_t *s, int di) {
+ * (at most SL_TCP_ROUNDS reads: a busy session must not starve the others). True when it
+ * stopped at that bound with the source still readable. */
+static bool dir_pump(sl_tcp_sess_t *s, int di) {
     sl_tcp_dir_t *d = &s->d[di];
     int src = di == DIR_IN ? s->cfd : s->ufd, dst = di == DIR_IN ? s->ufd : s->cfd;
     uint8_t *readable = di == DIR_IN ? &s->crd : &s->urd;
     for (int rounds = 0;; rounds++) {
-        if (d->broken) return;
+        if (d->broken) return false;
         if (d->len || d->in_pipe) {
             int rc = dir_flush(s, d, dst);
-            if (rc == SL_EAGAIN) return;
+            if (rc == SL_EAGAIN) return false;
             if (rc == SL_ERROR) {
                 dir_break(s, d);
-                return;
+                return false;
             }
         }
         if (d->eof) {
@@ -428,35 +477,32 @@ static void dir_pump(sl_tcp_sess_t *s, int di) {
                 d->shut = 1;
                 shutdown(dst, SHUT_WR);
             }
-            return;
+            return false;
         }
-        if (!*readable || rounds == SL_TCP_ROUNDS) return;
-        int rc = dir_fill(s, d, src, di);
-        if (rc == SL_EAGAIN) *readable = 0;
-        if (rc == SL_EAGAIN) return;
+        if (!*readable) return false;
+        if (rounds == SL_TCP_ROUNDS) return true;
+        bool dry = false;
+        int rc = dir_fill(s, d, src, di, &dry);
+        if (rc == SL_EAGAIN || dry) *readable = 0;
+        if (rc == SL_EAGAIN) return false;
         if (rc == SL_ERROR) {
             sess_end(s, true);
-            return;
+            return false;
         }
     }
 }
 
 static bool dir_over(const sl_tcp_dir_t *d) { return d->broken || (d->eof && d->shut); }
-static bool dir_reads(const sl_tcp_dir_t *d) { return !d->eof && !d->broken && !d->len && !d->in_pipe; }
-static bool dir_waits(const sl_tcp_dir_t *d) { return !d->broken && (d->len || d->in_pipe); }
 
 static void sess_pump(sl_tcp_sess_t *s) {
-    dir_pump(s, DIR_IN);
-    if (s->state == ST_FLOWING) dir_pump(s, DIR_OUT);
+    bool more = dir_pump(s, DIR_IN);
+    if (s->state == ST_FLOWING) more |= dir_pump(s, DIR_OUT);
     if (s->state != ST_FLOWING) return;
     if (dir_over(&s->d[DIR_IN]) && dir_over(&s->d[DIR_OUT])) {
         sess_end(s, false);
         return;
     }
-    set_poll(&s->cpoll, &s->cev,
-             (dir_reads(&s->d[DIR_IN]) ? UV_READABLE : 0) | (dir_waits(&s->d[DIR_OUT]) ? UV_WRITABLE : 0));
-    set_poll(&s->upoll, &s->uev,
-             (dir_reads(&s->d[DIR_OUT]) ? UV_READABLE : 0) | (dir_waits(&s->d[DIR_IN]) ? UV_WRITABLE : 0));
+    if (more) sess_again(s);
 }
 
 /* ---- connecting ---- */
@@ -511,17 +557,27 @@ static void connect_failed(sl_tcp_sess_t *s, int err) {
     attempt_release(s);
     close_upstream(s);
     sl_deadline_clear(&s->timer);
-    if (s->tries.attempts < SL_TCP_ATTEMPTS && s->tries.attempts < uc->ntargets)
-        s->state = ST_RETRY; /* on_closed connects again once the handle is gone */
-    else
+    if (s->tries.attempts < SL_TCP_ATTEMPTS && s->tries.attempts < uc->ntargets) {
+        struct sl_tcpw_s *tw = s->w->tcp;
+        s->state = ST_RETRY;
+        if (!tw->in_batch) {
+            sess_connect(s);
+            return;
+        }
+        /* events of this batch may still name the closed socket under this session's
+         * upstream side: the new socket is opened after them */
+        s->queued = 1;
+        s->again = tw->retry;
+        tw->retry = s;
+    } else {
         sess_end(s, false);
+    }
 }
 
 static void sess_connect(sl_tcp_sess_t *s) {
     sl_worker_t *w = s->w;
     const sl_listener_conf_t *lc = lconf(s);
-    set_poll(&s->cpoll, &s->cev, 0); /* the client's bytes wait in its socket until then */
-    const struct sockaddr *sa;
+    const struct sockaddr *sa; /* the client's bytes wait in its socket until connected */
     socklen_t salen;
     uint64_t timeout_ms;
     if (s->upstream == SL_TCP_DIRECT) { /* one address: no balancer, breaker or retry */
@@ -550,10 +606,6 @@ static void sess_connect(sl_tcp_sess_t *s) {
         timeout_ms = uc->connect_timeout_ms;
     }
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && uv_poll_init(&w->loop, &s->upoll, fd) != 0) {
-        close(fd);
-        fd = -1;
-    }
     if (fd < 0) { /* our failure (descriptors), not the target's */
         sl_log_warn("listener %s: cannot open a socket: %s", lc->name, strerror(errno));
         sess_end(s, true);
@@ -561,20 +613,26 @@ static void sess_connect(sl_tcp_sess_t *s) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    s->upoll.data = s;
     s->ufd = fd;
     s->up_open = 1;
-    s->uev = 0;
+    s->urd = 0;
     s->state = ST_CONNECTING;
-    if (connect(fd, sa, salen) == 0) {
+    /* added after connect: a socket not yet connecting polls as hung up (EPOLLHUP) */
+    int rc = connect(fd, sa, salen);
+    int err = rc == 0 ? 0 : errno;
+    if ((rc == 0 || err == EINPROGRESS) && ep_add(s, fd, true) != 0) {
+        sl_log_warn("listener %s: cannot watch a socket: %s", lc->name, strerror(errno));
+        sess_end(s, true);
+        return;
+    }
+    if (rc == 0) {
         connected(s);
         return;
     }
-    if (errno != EINPROGRESS) {
-        connect_failed(s, errno);
+    if (err != EINPROGRESS) {
+        connect_failed(s, err);
         return;
     }
-    set_poll(&s->upoll, &s->uev, UV_WRITABLE);
     sl_deadline_set(&s->timer, timeout_ms);
 }
 
@@ -696,14 +754,20 @@ static void preread(sl_tcp_sess_t *s) {
     }
     size_t cap = lc->nsni_routes ? SL_PREREAD_SNI_MAX : SL_BLOCK_SIZE - SL_PP_ENCODE_MAX;
     ssize_t n;
-    do n = recv(s->cfd, d->buf + d->off + d->len, cap - d->off - d->len, 0);
+    size_t want = cap - d->off - d->len;
+    do n = recv(s->cfd, d->buf + d->off + d->len, want, 0);
     while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        s->crd = 0;
+        return;
+    }
     if (n <= 0) {
         sess_end(s, n < 0);
         return;
     }
     d->len += (uint32_t)n;
+    /* edge-triggered: a short read left the socket dry, unless a FIN is still to be read */
+    s->crd = (size_t)n == want || s->chup;
     /* a trusted peer's header, once taken off, leaves d->off > 0 (a header is never empty);
      * from others the first bytes are judged again on each read, with the same answer */
     if (lc->accept_proxy && !d->off) {
@@ -731,42 +795,82 @@ static void preread(sl_tcp_sess_t *s) {
 
 /* ---- events ---- */
 
-static void on_poll(uv_poll_t *p, int status, int events) {
-    sl_tcp_sess_t *s = p->data;
-    bool up = p == &s->upoll;
-    if (status < 0) { /* POLLERR: libuv stopped the handle */
-        *(up ? &s->uev : &s->cev) = 0;
+/* One epoll event of a session's socket (up: the upstream side). */
+static void on_sock(sl_tcp_sess_t *s, bool up, uint32_t events) {
+    if (s->state == ST_CLOSED || (s->state == ST_RETRY && up)) return; /* its socket was closed */
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) *(up ? &s->urd : &s->crd) = 1;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) *(up ? &s->uhup : &s->chup) = 1;
+    if (events & EPOLLERR) {
         if (s->state == ST_CONNECTING && up) {
             connect_failed(s, sock_error(s->ufd));
         } else if (s->state == ST_FLOWING) {
-            /* pass on what the peer sent before it failed, then end */
-            *(up ? &s->urd : &s->crd) = 1;
-            sess_pump(s);
+            sess_pump(s); /* pass on what the peer sent before it failed, then end */
             sess_end(s, true);
         } else {
-            sess_end(s, true);
+            sess_end(s, true); /* in preread, or the client failed while connecting */
         }
         return;
     }
     switch (s->state) {
     case ST_PREREAD:
-        preread(s);
+        if (!up && s->crd) preread(s);
         return;
     case ST_CONNECTING:
-        if (up && (events & UV_WRITABLE)) {
+        /* writable without an error or a hang-up: connected, no SO_ERROR to read (EPOLLERR
+         * took the branch above) */
+        if (up && (events & EPOLLHUP)) {
             int err = sock_error(s->ufd);
-            if (err)
-                connect_failed(s, err);
-            else
-                connected(s);
+            connect_failed(s, err ? err : ECONNRESET);
+        } else if (up && (events & EPOLLOUT)) {
+            connected(s);
         }
-        return;
+        return; /* the client's side: its readable mark waits for the connect */
     case ST_FLOWING:
-        if (events & UV_READABLE) *(up ? &s->urd : &s->crd) = 1;
         sess_pump(s);
         return;
     default:
         return;
+    }
+}
+
+/* The worker's epoll set is readable: its sessions' events, in batches. */
+static void on_epoll(uv_poll_t *p, int status, int events) {
+    (void)status;
+    (void)events;
+    struct sl_tcpw_s *tw = p->data;
+    struct epoll_event ev[SL_TCP_EVENTS];
+    tw->in_batch = 1;
+    for (int round = 0; round < SL_TCP_WAITS; round++) {
+        int n = epoll_wait(tw->epfd, ev, SL_TCP_EVENTS, 0);
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = ev[i].data.u64;
+            on_sock((sl_tcp_sess_t *)(uintptr_t)(tag & ~(uint64_t)1), tag & 1, ev[i].events);
+        }
+        if (n < SL_TCP_EVENTS) break;
+    }
+    tw->in_batch = 0;
+    while (tw->retry) {
+        sl_tcp_sess_t *s = tw->retry;
+        tw->retry = s->again;
+        s->queued = 0;
+        if (s->state == ST_RETRY) sess_connect(s);
+    }
+}
+
+static void on_idle(uv_idle_t *h) {
+    struct sl_tcpw_s *tw = h->data;
+    sl_tcp_sess_t *s = tw->again;
+    tw->again = NULL;
+    uv_idle_stop(h);
+    while (s) {
+        sl_tcp_sess_t *next = s->again;
+        int gone = s->queued == 2;
+        s->queued = 0;
+        if (gone)
+            sess_release(tw, s);
+        else if (s->state == ST_FLOWING)
+            sess_pump(s); /* may queue it again */
+        s = next;
     }
 }
 
@@ -800,19 +904,18 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
         return;
     }
     memset(s, 0, sizeof *s);
-    if (uv_poll_init(&w->loop, &s->cpoll, fd) != 0) {
+    s->w = w;
+    if (ep_add(s, fd, false) != 0) {
         close(fd);
         free(s);
         return;
     }
-    s->w = w;
     s->lidx = lidx;
     s->cfd = fd;
     s->ufd = -1;
     s->upstream = lc->upstream;
     s->att.target = -1;
     s->peer = *peer;
-    s->cpoll.data = s;
     sl_deadline_init(&w->loop, &s->timer, s, on_timer);
     s->next = tw->sessions;
     if (tw->sessions) tw->sessions->prev = s;
@@ -829,8 +932,8 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
         return;
     }
     if (lc->accept_proxy || lc->nsni_routes) {
-        s->state = ST_PREREAD;
-        set_poll(&s->cpoll, &s->cev, UV_READABLE);
+        s->state = ST_PREREAD; /* the set reports the client's first bytes (or has: added
+                                  with bytes waiting, it reports them at once) */
         sl_deadline_set(&s->timer, lc->header_timeout_ms);
         return;
     }
@@ -891,6 +994,23 @@ int sl__tcp_listen(sl_worker_t *w, size_t lidx, int fd) {
             return UV_ENOMEM;
         }
         for (size_t i = 0; i < w->cfg->nlisteners; i++) tw->ls[i].fd = -1;
+        if ((tw->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+            int err = -errno;
+            free(tw->ls);
+            free(tw);
+            return err;
+        }
+        int rc = uv_poll_init(&w->loop, &tw->epoll, tw->epfd);
+        if (rc != 0) {
+            close(tw->epfd);
+            free(tw->ls);
+            free(tw);
+            return rc;
+        }
+        tw->epoll.data = tw->idle.data = tw;
+        uv_poll_start(&tw->epoll, UV_READABLE, on_epoll);
+        uv_idle_init(&w->loop, &tw->idle);
+        tw->idle.data = tw;
         uv_timer_init(&w->loop, &tw->pause);
         uv_timer_init(&w->loop, &tw->drain);
         tw->pause.data = tw->drain.data = w;
@@ -930,6 +1050,7 @@ void sl__tcp_drain(sl_worker_t *w) {
     if (!tw->nsessions) {
         tw->drain_closed = 1;
         uv_close((uv_handle_t *)&tw->drain, NULL);
+        epoll_close(tw);
     } else {
         uv_timer_start(&tw->drain, on_drain_deadline, w->cfg->shutdown_timeout_ms, 0);
     }
@@ -948,6 +1069,7 @@ void sl__tcp_free(sl_worker_t *w) {
         tw->free_pipes = p->next;
         pipe_close(tw, p);
     }
+    if (tw->epfd >= 0) close(tw->epfd);
     free(tw->ls);
     free(tw);
     w->tcp = NULL;

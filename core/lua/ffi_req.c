@@ -638,6 +638,8 @@ double sl_ffi_now(void) {
 }
 
 void sl_ffi_plugin_timed(sl_req_t *r, int pos) {
+    if (!r) r = sl_lua_current();
+    if (!r) return;
     uint64_t now = sl_ticks(), ns = sl_ticks_ns(now - r->lua.mark);
     r->lua.mark = now;
     sl_metrics_plugin_time(&r->w->metrics, r->route, pos, r->lua.phase, ns);

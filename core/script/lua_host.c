@@ -177,6 +177,23 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
     lua_setfield(L, -2, "listeners");
 }
 
+/* Requests' coroutines and ctx tables, kept for the next request instead of made and
+ * collected per request (a coroutine is about 1 KB of Lua heap: the largest per-request
+ * allocation there was). A coroutine is kept only when it ended normally (dead ones, and
+ * ones still suspended because their request went away, are dropped); its ctx table is
+ * emptied in place (keys and metatable; the table keeps its size). Bounded: requests in
+ * flight beyond POOL_MAX make and drop their own. */
+#define POOL_MAX 256
+typedef struct {
+    lua_State *co;
+    int co_ref, ctx_ref;
+} pooled_t;
+struct sl_lua_pool_s {
+    uint32_t n, serial;
+    int base_ref; /* sluice.base: .plugin and .pos name the plugin a raised error came from */
+    pooled_t v[POOL_MAX];
+};
+
 int sl_lua_open(sl_worker_t *w, const char **err) {
     static __thread char msg[1024];
     lua_State *L = sl_lua_new_state(err);
@@ -205,12 +222,24 @@ int sl_lua_open(sl_worker_t *w, const char **err) {
     w->lua_phase = luaL_ref(L, LUA_REGISTRYINDEX);
     w->lua_dispatch = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
+    w->lua_pool = calloc(1, sizeof(*w->lua_pool));
+    if (!w->lua_pool) {
+        *err = "out of memory";
+        lua_close(L);
+        return SL_ERROR;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.base");
+    if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
+    w->lua_pool->base_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     w->L = L;
     return SL_OK;
 fail:
     snprintf(msg, sizeof(msg), "lua: %s", lua_tostring(L, -1));
     *err = msg;
     lua_close(L);
+    free(w->lua_pool);
+    w->lua_pool = NULL;
     return SL_ERROR;
 }
 
@@ -219,12 +248,14 @@ void sl_lua_close(sl_worker_t *w) {
     w->L = NULL;
     free(w->route_phases);
     w->route_phases = NULL;
+    free(w->lua_pool);
+    w->lua_pool = NULL;
 }
 
 int sl_lua_route(sl_worker_t *w, void *req, uint32_t *strip) {
     lua_State *L = w->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_dispatch);
-    lua_pushlightuserdata(L, req);
+    lua_pushnumber(L, (lua_Number)(uintptr_t)req); /* as in sl_lua_phase */
     if (lua_pcall(L, 1, 2, 0) != 0) {
         sl_log_err("router error: %s", lua_tostring(L, -1));
         lua_settop(L, 0);
@@ -247,8 +278,36 @@ static void drop_coroutine(sl_worker_t *w, sl_lua_task_t *t) {
     t->co = NULL;
 }
 
+/* An error the dispatcher did not catch: a plugin's phase function raised (the dispatcher
+ * calls them without a pcall, so that their traces compile; sluice.base's .pos and
+ * .plugin say which), or the dispatcher itself failed (.pos is -1). The coroutine is dead. */
+static int uncaught(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, const char *route) {
+    lua_State *co = t->co, *L = w->L;
+    const char *msg = lua_tostring(co, -1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_pool->base_ref);
+    lua_getfield(L, -1, "pos");
+    lua_getfield(L, -2, "plugin");
+    int pos = lua_isnumber(L, -2) ? (int)lua_tointeger(L, -2) : -1;
+    const char *plugin = lua_tostring(L, -1);
+    if (pos >= 0) {
+        sl_log_kv(SL_LOG_ERR,
+                  (const char *[]){"route", route, "plugin", plugin ? plugin : "?", "request_id", who.rid}, 3,
+                  "plugin error: %s", msg ? msg : "?");
+        sl_metrics_plugin_error(&w->metrics, who.route, pos);
+        lua_pushinteger(L, -1);
+        lua_setfield(L, -4, "pos");
+    } else {
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s",
+                  msg ? msg : "?");
+    }
+    lua_pop(L, 3);
+    drop_coroutine(w, t);
+    return SL_ERROR;
+}
+
 /* The dispatcher returns (code, chain position, plugin name, message):
- * code 0 = carry on, 1 = a plugin answered, 2 = a plugin raised an error. */
+ * code 0 = carry on, 1 = a plugin answered, 2 = a plugin failed (prepare, or a body_filter
+ * result that is not a string). */
 static int finish_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int st) {
     lua_State *co = t->co;
     const char *route = who.route >= 0 ? w->cfg->routes[who.route].name : "none";
@@ -258,13 +317,7 @@ static int finish_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int
         return SL_EAGAIN;
     }
     t->waiting = 0;
-    if (st != 0) {
-        /* An error outside a plugin's own call (the dispatcher itself): the coroutine is dead. */
-        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s",
-                  lua_tostring(co, -1));
-        drop_coroutine(w, t);
-        return SL_ERROR;
-    }
+    if (st != 0) return uncaught(w, t, who, route);
     int code = (int)lua_tointeger(co, 1);
     int rc = SL_OK;
     if (code == SL_CHAIN_DONE) {
@@ -282,25 +335,63 @@ static int finish_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int
     return rc;
 }
 
-int sl_lua_phase(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int phase) {
+/* The request whose phase is running (per thread: one worker VM per thread). The phase
+ * dispatcher marks each plugin's end with sl_ffi_plugin_timed(NULL, pos) instead of
+ * passing the request: a pointer made from the request in Lua is a boxed cdata (an
+ * allocation) wherever that code runs interpreted, e.g. after a plugin called a builtin
+ * the JIT does not compile. */
+static __thread void *current_req;
+
+void *sl_lua_current(void) { return current_req; }
+
+static int resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int nargs) {
+    void *outer = current_req;
+    current_req = who.req;
+    int rc = finish_resume(w, t, who, lua_resume(t->co, nargs));
+    current_req = outer;
+    return rc;
+}
+
+/* Gives the request a coroutine and a ctx table: the pool's, else new ones. */
+static void task_take(sl_worker_t *w, sl_lua_task_t *t) {
     lua_State *L = w->L;
-    if (!t->co) {
-        t->co = lua_newthread(L);
-        t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    struct sl_lua_pool_s *pool = w->lua_pool;
+    t->serial = ++pool->serial;
+    if (pool->n) {
+        pooled_t *p = &pool->v[--pool->n];
+        t->co = p->co;
+        t->co_ref = p->co_ref;
+        t->ctx_ref = p->ctx_ref;
+        return;
     }
-    if (!t->ctx_ref) {
-        lua_newtable(L);
-        t->ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    t->co = lua_newthread(L);
+    t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_newtable(L);
+    t->ctx_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+int sl_lua_phase(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int phase) {
+    if (!t->co && t->ctx_ref) {
+        /* a failed phase dropped the coroutine: the request's later phases (log) get a new
+         * one, with the same ctx */
+        t->co = lua_newthread(w->L);
+        t->co_ref = luaL_ref(w->L, LUA_REGISTRYINDEX);
+    } else if (!t->co) {
+        task_take(w, t);
     }
     lua_State *co = t->co;
     t->phase = (uint8_t)phase;
     if (sl_config_timed(w->cfg)) t->mark = sl_ticks();
     lua_rawgeti(co, LUA_REGISTRYINDEX, w->lua_phase);
     lua_pushinteger(co, phase);
-    lua_pushlightuserdata(co, who.req);
+    /* the request's address as a number: no allocation (a lightuserdata cannot be handed
+     * to FFI calls in compiled code, and a boxed cdata would be one object per phase);
+     * user-space addresses fit a double's 53 bits */
+    lua_pushnumber(co, (lua_Number)(uintptr_t)who.req);
     lua_pushinteger(co, who.route);
     lua_rawgeti(co, LUA_REGISTRYINDEX, t->ctx_ref);
-    int rc = finish_resume(w, t, who, lua_resume(co, 4));
+    lua_pushinteger(co, (lua_Integer)t->serial);
+    int rc = resume(w, t, who, 5);
     if (rc == SL_EAGAIN && phase != SL_PHASE_REWRITE && phase != SL_PHASE_ACCESS) {
         /* Only rewrite and access may wait; elsewhere the response is already moving. */
         sl_log_kv(SL_LOG_ERR, (const char *[]){"request_id", who.rid}, 1, "a plugin yielded in a phase that cannot wait");
@@ -338,12 +429,36 @@ int sl_lua_preread(sl_worker_t *w, void *session, uint32_t lidx) {
 
 int sl_lua_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who) {
     if (!t->co || !t->waiting) return SL_ERROR;
-    return finish_resume(w, t, who, lua_resume(t->co, 0));
+    return resume(w, t, who, 0);
+}
+
+/* Empties table idx in place: every key, and its metatable. */
+static void clear_table(lua_State *L, int idx) {
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_pushnil(L);
+        lua_rawset(L, idx); /* clearing a key already visited is allowed during lua_next */
+    }
+    lua_pushnil(L);
+    lua_setmetatable(L, idx);
 }
 
 void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t) {
     lua_State *L = w->L;
     if (!L) return;
+    struct sl_lua_pool_s *pool = w->lua_pool;
+    if (t->co && t->ctx_ref && !t->waiting && lua_status(t->co) == 0 && pool && pool->n < POOL_MAX) {
+        lua_settop(t->co, 0);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, t->ctx_ref);
+        clear_table(L, lua_gettop(L));
+        lua_pop(L, 1);
+        pool->v[pool->n++] = (pooled_t){t->co, t->co_ref, t->ctx_ref};
+        t->co = NULL;
+        t->co_ref = t->ctx_ref = 0;
+        return;
+    }
     drop_coroutine(w, t);
     if (t->ctx_ref) luaL_unref(L, LUA_REGISTRYINDEX, t->ctx_ref);
     t->ctx_ref = 0;

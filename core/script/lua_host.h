@@ -27,11 +27,13 @@ void sl__lua_set_match(struct lua_State *L, const sl_route_conf_t *rc);
 int sl_lua_open(sl_worker_t *w, const char **err);
 void sl_lua_close(sl_worker_t *w);
 
-/** A request's Lua state: its coroutine and ctx table, made at its first phase and
- *  released by sl_lua_task_end. Owned by the request (zeroed with it). */
+/** A request's Lua state: its coroutine and ctx table, taken at its first phase (from the
+ *  worker's pool, else made) and given back by sl_lua_task_end. Owned by the request
+ *  (zeroed with it). */
 typedef struct {
     lua_State *co;
     int co_ref, ctx_ref; /**< registry refs of the coroutine and ctx table (0: none) */
+    uint32_t serial;     /**< the request's number in its worker VM (tells reused ctx apart) */
     uint8_t phase;       /**< the SL_PHASE_* running (or waiting) */
     uint8_t waiting;     /**< the coroutine yielded: an event resumes it */
     uint64_t mark;       /**< when the running plugin's call began (sl_ticks): set as a
@@ -61,6 +63,9 @@ uint8_t sl_lua_route_phases(sl_worker_t *w, int route);
  */
 int sl_lua_phase(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, int phase);
 int sl_lua_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who);
+/** The request (its FFI handle) whose phase runs on this thread's worker VM, or NULL:
+ *  what sl_ffi_plugin_timed(NULL, pos) times. */
+void *sl_lua_current(void);
 /** Releases a request's coroutine and ctx. */
 void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t);
 

@@ -25,6 +25,7 @@ int sl_ffi_abi_version(void);
 typedef struct sl_req_s sl_req_t;
 typedef struct sl_session_s sl_session_t;
 int memcmp(const void *a, const void *b, size_t n);
+void *memchr(const void *s, int c, size_t n);
 ]]
 
 local C = ffi.C
@@ -41,10 +42,18 @@ _M.num_p = ffi.new("double[1]")
 
 -- The request whose phase is running, its ctx and route: set by the phase dispatcher
 -- (and restored after every yield), read by the API. One VM serves one request at a time.
+-- req is the request's address as a number (what the phase dispatcher gets from C: a
+-- number costs no allocation, a boxed cdata pointer would, every phase) or a cdata
+-- pointer (a lua_routes match function's); _M.reqp() gives it as `sl_req_t *`.
 _M.req = nil
 _M.ctx = nil
 _M.route = nil
 _M.plugin = nil
+-- The chain position of the plugin whose phase function runs (-1 between calls): a plugin
+-- that raises is not caught in Lua (a pcall around each call kept its traces from
+-- returning into the dispatcher, "NYI: return to lower frame"); the error ends the
+-- coroutine and the core reads this and _M.plugin to report it.
+_M.pos = -1
 _M.exited = false
 -- True while a plugin's prepare(conf) runs (sluice.runtime): waiting is refused then.
 _M.preparing = false
@@ -65,14 +74,24 @@ function _M.wait()
     if _M.preparing then
         error("prepare cannot wait (sleep, http, redis, get_body): it runs once for all requests", 2)
     end
-    local req, ctx, route, plugin, exited = _M.req, _M.ctx, _M.route, _M.plugin, _M.exited
+    local req, ctx, route, plugin, pos, exited = _M.req, _M.ctx, _M.route, _M.plugin, _M.pos, _M.exited
     co_yield()
-    _M.req, _M.ctx, _M.route, _M.plugin, _M.exited, _M.sess = req, ctx, route, plugin, exited, nil
+    _M.req, _M.ctx, _M.route, _M.plugin, _M.pos, _M.exited, _M.sess = req, ctx, route, plugin, pos, exited, nil
 end
 
 function _M.begin_session(sess, ctx, listener)
     _M.req, _M.sess, _M.ctx, _M.route, _M.exited = nil, sess, ctx, nil, false
     _M.listener = listener
+end
+
+local REQ_PTR, ffi_cast = ffi.typeof("sl_req_t *"), ffi.cast
+_M.REQ_PTR = REQ_PTR
+-- The running request as the pointer FFI calls take, or nil. Compiled, the cast is free
+-- (the pointer lives in a register); it is boxed only when it escapes.
+function _M.reqp()
+    local r = _M.req
+    if r == nil then return nil end
+    return ffi_cast(REQ_PTR, r)
 end
 
 local got = C.sl_ffi_abi_version()

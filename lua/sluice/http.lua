@@ -133,7 +133,7 @@ function _M.request(opts, more)
     elseif type(opts) ~= "table" then
         error("http.request takes a table { url = ..., ... } or (url, opts)", 2)
     end
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     local host, port, raw, is_head, tls = build(opts)
     local verify = opts.ssl_verify

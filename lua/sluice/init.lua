@@ -98,6 +98,7 @@ local OK, ERROR = C.SL_OK, C.SL_ERROR
 local str_p, len_p, str2_p, len2_p, err_p, num_p =
     base.str_p, base.len_p, base.str2_p, base.len2_p, base.err_p, base.num_p
 local ffi_string, tonumber, tostring, type, pairs, error = ffi.string, tonumber, tostring, type, pairs, error
+local ffi_cast, REQ_PTR = ffi.cast, base.REQ_PTR
 local lower, concat = string.lower, table.concat
 
 local _M = { version = "0.1.0" }
@@ -111,7 +112,7 @@ local function cur()
         end
         error("no request is being served here (sluice API used outside a phase)", 3)
     end
-    return r
+    return ffi_cast(REQ_PTR, r)
 end
 
 local function check_str(v, what)
@@ -260,6 +261,19 @@ end
 
 header_editors(request, C.sl_ffi_req_set_header, C.sl_ffi_req_add_header, C.sl_ffi_req_clear_header)
 
+-- Sets header `name` (of the request toward the upstream, or of the response) to the
+-- request's id, what request.get_id() returns, without making it a Lua string: a new id
+-- per request would be a new string per request (request-id's hot path).
+local function id_header(set)
+    return function(name)
+        check_str(name, "header name")
+        local r = cur()
+        C.sl_ffi_req_id(r, str_p, len_p)
+        ffi_err(set(r, name, #name, str_p[0], len_p[0], err_p))
+    end
+end
+request.set_id_header = id_header(C.sl_ffi_req_set_header)
+
 function request.set_path(path)
     check_str(path, "path")
     ffi_err(C.sl_ffi_req_set_path(cur(), path, #path, err_p))
@@ -401,6 +415,7 @@ function response.get_headers()
 end
 
 header_editors(response, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.sl_ffi_resp_clear_header)
+response.set_id_header = id_header(C.sl_ffi_resp_set_header)
 
 -- ---------------------------------------------------------------- client
 
@@ -547,7 +562,7 @@ local function logger(level)
         if s ~= nil then
             C.sl_ffi_session_log(s, level, base.plugin, msg, #msg)
         else
-            C.sl_ffi_log(base.req, level, base.plugin, msg, #msg)
+            C.sl_ffi_log(base.reqp(), level, base.plugin, msg, #msg)
         end
     end
 end

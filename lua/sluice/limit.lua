@@ -136,7 +136,7 @@ local COUNT = { allowed = C.SL_RL_ALLOWED, limited = C.SL_RL_LIMITED, failopen =
 function _M.count(result)
     local code = COUNT[result]
     if not code then error('result must be "allowed", "limited" or "failopen"', 2) end
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     C.sl_ffi_ratelimit_count(r, code)
 end

@@ -47,7 +47,7 @@ end
 
 -- Sends one command (its name and arguments: strings or numbers) and waits for the reply.
 function _M.command(...)
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     local n = select("#", ...)
     if n < 1 or n > MAX_ARGS then error("redis.command takes 1 to " .. MAX_ARGS .. " arguments", 2) end

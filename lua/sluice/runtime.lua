@@ -10,7 +10,7 @@ local base = require("sluice.base")
 
 local bit = require("bit")
 local bor, lshift = bit.bor, bit.lshift
-local pcall, tostring, ipairs, error = pcall, tostring, ipairs, error
+local pcall, tostring, ipairs, pairs, error = pcall, tostring, ipairs, pairs, error
 
 local _M = {}
 
@@ -64,18 +64,19 @@ local function entry(fn, p) return { fn, p.conf, p.name, p.pos, p } end
 -- generation (this VM: per worker); phases then receive its value. A raising prepare is
 -- a plugin error (500 where the answer is still to come); the request's later phases skip
 -- that plugin (p.ready stays false: the caller skips it) and the next request prepares
--- again. A prepare that waits raises (base.wait refuses), so two requests never prepare
--- one instance at once. Returns nil, or the error text.
-local function prepare(p, ctx)
-    if p.failed_ctx == ctx then return nil end
+-- again. `serial` tells requests apart (their ctx tables are reused: lua_host.c's pool).
+-- A prepare that waits raises (base.wait refuses), so two requests never prepare one
+-- instance at once. Returns nil, or the error text.
+local function prepare(p, serial)
+    if p.failed_serial == serial then return nil end
     base.preparing = true
     local ok, v = pcall(p.mod.prepare, p.conf)
     base.preparing = false
     if not ok then
-        p.failed_ctx = ctx
+        p.failed_serial = serial
         return "prepare: " .. tostring(v)
     end
-    p.prepared, p.ready, p.failed_ctx = v, true, nil
+    p.prepared, p.ready, p.failed_serial = v, true, nil
     return nil
 end
 
@@ -110,72 +111,128 @@ function _M.new(gen)
     local timed = gen.timed
     local plugin_timed = C.sl_ffi_plugin_timed
 
+    -- A plugin's phase function is called without a pcall of its own: its error unwinds
+    -- the request's coroutine, and lua_host.c reports it against base.plugin/base.pos
+    -- (set before each call, put back by base.wait after a yield). A pcall per call cost
+    -- the chain its traces: a trace started in a plugin function ends returning into a
+    -- pcall frame, which LuaJIT does not compile ("NYI: return to lower frame").
+
     -- body_filter: each plugin gets the piece the previous one returned, and returns a
     -- string to replace it (nil keeps it). The core sends the last output.
-    local function body_filter(chain, req, ctx)
+    local function body_filter(chain, req, ctx, serial)
+        req = ffi_cast(REQ_PTR, req)
         C.sl_ffi_body_chunk(req, str_p, len_p, eof_p)
         local chunk, eof = ffi_string(str_p[0], len_p[0]), eof_p[0] ~= 0
         local changed = false
         for i = 1, #chain do
             local p = chain[i]
-            base.plugin = p[3]
+            base.plugin, base.pos = p[3], p[4]
             local u = p[5]
-            local ok, out = true, nil
+            local out = nil
             if not u.ready then
-                local perr = prepare(u, ctx)
-                if perr then return FAIL, p[4], p[3], perr end
+                local perr = prepare(u, serial)
+                if perr then
+                    base.pos = -1
+                    return FAIL, p[4], p[3], perr
+                end
             end
-            if u.ready then ok, out = pcall(p[1], p[2], ctx, chunk, eof, u.prepared) end
-            if timed then plugin_timed(req, p[4]) end
-            if not ok then return FAIL, p[4], p[3], tostring(out) end
+            if u.ready then
+                out = p[1](p[2], ctx, chunk, eof, u.prepared)
+                if timed then plugin_timed(req, p[4]) end
+            end
             if out ~= nil then
                 if type(out) ~= "string" then
+                    base.pos = -1
                     return FAIL, p[4], p[3], "body_filter must return a string or nil, got " .. type(out)
                 end
                 chunk, changed = out, true
             end
         end
+        base.pos = -1
         if changed and C.sl_ffi_body_set(req, chunk, #chunk, base.err_p) ~= C.SL_OK then
             return FAIL, chain[#chain][4], chain[#chain][3], ffi_string(base.err_p[0])
         end
         return NEXT
     end
 
-    -- Runs one phase of a route's chain. Returns NEXT (carry on), DONE (a plugin
-    -- answered), or FAIL, chain position, plugin name, error text (sluice.h SL_CHAIN_*).
-    local function phase_dispatch(phase, req, route, ctx)
-        local chain = chains[route][phase]
-        -- C hands the request over as a lightuserdata, which LuaJIT's trace recorder cannot
-        -- pass to an FFI pointer argument (NYI: every accessor call would abort its trace);
-        -- as a cdata pointer the accessors and the plugins calling them compile.
-        req = ffi_cast(REQ_PTR, req)
-        begin(req, ctx, route)
-        if phase == BODY_FILTER then return body_filter(chain, req, ctx) end
-        for i = 1, #chain do
-            local p = chain[i]
-            base.plugin = p[3]
-            local u = p[5]
+    -- A phase's chain as a chain of closures, one per plugin, each calling the next: no
+    -- loop in the per-request path. A loop over 1 to 3 plugins started traces of its own
+    -- that LuaJIT abandons each time it leaves the loop ("leaving loop in root trace"),
+    -- and while those took the turns the dispatcher ran in the interpreter (where casting
+    -- the request to a pointer allocates); closures give function traces from the phase's
+    -- entry to its return. Each returns as the dispatcher does: NEXT, DONE, or FAIL,
+    -- position, plugin name, error text.
+    local function finish_access(last)
+        -- ctx.consumer, set by an auth plugin, goes upstream in the consumer header
+        return function(req, ctx)
+            base.pos = -1
+            local consumer = ctx.consumer
+            if consumer then
+                consumer = tostring(consumer)
+                if C.sl_ffi_req_set_consumer(ffi_cast(REQ_PTR, req), consumer, #consumer, base.err_p) ~= C.SL_OK then
+                    return FAIL, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
+                end
+            end
+            return NEXT
+        end
+    end
+    local function finish() base.pos = -1 return NEXT end
+
+    local function link(e, nxt)
+        local fn, conf, name, pos, u = e[1], e[2], e[3], e[4], e[5]
+        return function(req, ctx, serial)
+            base.plugin, base.pos = name, pos
             if not u.ready then
-                local perr = prepare(u, ctx)
-                if perr then return FAIL, p[4], p[3], perr end
+                local perr = prepare(u, serial)
+                if perr then
+                    base.pos = -1
+                    return FAIL, pos, name, perr
+                end
             end
             if u.ready then
-                local ok, err = pcall(p[1], p[2], ctx, u.prepared)
-                if timed then plugin_timed(req, p[4]) end
-                if not ok then return FAIL, p[4], p[3], tostring(err) end
+                fn(conf, ctx, u.prepared)
+                if timed then plugin_timed(nil, pos) end -- nil: the running request (lua_host.c)
             end
-            if base.exited then return DONE end
+            if base.exited then
+                base.pos = -1
+                return DONE
+            end
+            return nxt(req, ctx, serial)
         end
-        -- ctx.consumer, set by an auth plugin, goes upstream in the consumer header
-        local consumer = phase == ACCESS and ctx.consumer
-        if consumer then
-            consumer = tostring(consumer)
-            if C.sl_ffi_req_set_consumer(req, consumer, #consumer, base.err_p) ~= C.SL_OK then
-                local last = chain[#chain]
-                return FAIL, last[4], last[3], "ctx.consumer: " .. ffi_string(base.err_p[0])
+    end
+
+    -- { [route] = { [phase] = first link } } for every phase but body_filter
+    local runners = {}
+    for route, byphase in pairs(chains) do
+        local rs = {}
+        for phase, list in pairs(byphase) do
+            if phase ~= BODY_FILTER then
+                local f = phase == ACCESS and finish_access(list[#list]) or finish
+                for i = #list, 1, -1 do f = link(list[i], f) end
+                rs[phase] = f
             end
         end
-        return NEXT
+        runners[route] = rs
+    end
+
+    -- Runs one phase of a route's chain. Returns NEXT (carry on), DONE (a plugin
+    -- answered), or FAIL, chain position, plugin name, error text (sluice.h SL_CHAIN_*).
+    -- req: the request's address as a number (base.req), cast where a call takes it (a
+    -- pointer held in a local would be boxed whenever the trace leaves to the interpreter);
+    -- serial: the request's number in this worker (for prepare).
+    local function dispatch(phase, req, route, ctx, serial)
+        begin(req, ctx, route)
+        if phase == BODY_FILTER then return body_filter(chains[route][phase], req, ctx, serial) end
+        return runners[route][phase](req, ctx, serial)
+    end
+
+    -- What C resumes: dispatch called from a Lua frame, not a tail call, so dispatch's
+    -- traces end returning into this frame (a trace returning into the C frame below is
+    -- not compiled). This function itself stays in the interpreter (spec/sluice/jit_spec.lua
+    -- allows its one abort).
+    local function phase_dispatch(phase, req, route, ctx, serial)
+        local code, pos, name, msg = dispatch(phase, req, route, ctx, serial)
+        return code, pos, name, msg
     end
 
     -- tcp listeners: their preread functions, in the order written (validated at config

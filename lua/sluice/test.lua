@@ -61,6 +61,17 @@ local function source_dir()
 end
 
 _M.SOURCE_DIR = source_dir()
+
+-- SOURCE_DIR/rel as an absolute path (SOURCE_DIR is "." when busted runs from the checkout;
+-- a gateway's plugin_paths must not depend on its working directory).
+function _M.source_path(rel)
+    local dir = _M.SOURCE_DIR
+    if dir:sub(1, 1) ~= "/" then
+        local cwd = os.getenv("PWD") or assert(io.popen("pwd")):read("*l")
+        dir = (cwd .. "/" .. dir):gsub("/%./", "/"):gsub("/%.$", "")
+    end
+    return dir .. "/" .. rel
+end
 -- The core's symbols: the sluice binary's own (it exports them), else libsluice.so.
 local lib
 if pcall(function() return ffi.C.sl_test_start end) then
@@ -262,6 +273,28 @@ function GW:request(req)
     local n = read_response(fd, req.method == "HEAD", math.floor((req.timeout or 5) * 1000))
     lib.sl_test_close(fd)
     return parse_response(ffi.string(respbuf, n))
+end
+
+-- Sends the raw request `raw` n times on one keep-alive connection, reading each answer's
+-- head (up to the blank line: for answers without a body, as benchmarks and allocation
+-- counts want). Raises unless every answer is a 200.
+local drive_buf, drive_closed
+function GW:keepalive(n, raw, listener)
+    drive_buf = drive_buf or ffi.new("char[65536]")
+    drive_closed = drive_closed or ffi.new("int[1]")
+    local host, port = self:address(listener):match("^(.*):(%d+)$")
+    local fd = lib.sl_test_connect(host, tonumber(port))
+    if fd < 0 then error("cannot connect to " .. host .. ":" .. port, 2) end
+    for i = 1, n do
+        local ok = lib.sl_test_send(fd, raw, #raw) == 0
+        local got = ok and tonumber(lib.sl_test_recv(fd, drive_buf, 65536, 0, "\r\n\r\n", 5000, drive_closed)) or 0
+        local head = ffi.string(drive_buf, got)
+        if not head:find("^HTTP/1.1 200") then
+            lib.sl_test_close(fd)
+            error(("request %d: %q"):format(i, head), 2)
+        end
+    end
+    lib.sl_test_close(fd)
 end
 
 function GW:stop()

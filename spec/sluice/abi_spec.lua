@@ -15,13 +15,13 @@
 -- C type word or ends in _t: sluice.h names every parameter). What remains — return type,
 -- name, parameter types in order — must be identical. Struct fields keep their names
 -- (`int a, b;` reads as `int a; int b;`). Functions outside the ABI that Lua declares
--- for itself (libc's memcmp, inet_pton) are listed in FOREIGN; lua/sluice/test.lua
+-- for itself (libc's memcmp, memchr, inet_pton) are listed in FOREIGN; lua/sluice/test.lua
 -- declares the in-process test harness (core/lua/testapi.c), not the ABI, and is skipped.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local test = require("sluice.test")
 
 local ROOT = test.SOURCE_DIR
-local FOREIGN = { memcmp = true, inet_pton = true }
+local FOREIGN = { memcmp = true, memchr = true, inet_pton = true }
 local TYPE_WORDS = {
     void = true, char = true, short = true, int = true, long = true, float = true, double = true,
     signed = true, unsigned = true, const = true, volatile = true, struct = true, enum = true,

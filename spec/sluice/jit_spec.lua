@@ -4,11 +4,12 @@
 -- root trace", "inner loop in root trace", "loop unroll limit reached", "call unroll limit
 -- reached") are not failures.
 --
--- What this covers, honestly: code this busted VM runs. Worker VMs are separate
--- lua_States on the gateway's threads; jit.attach here does not see them. The per-request
--- hot paths that need a live request (router.match, runtime's phase dispatcher, the
--- sluice.request/response accessors, the built-in plugins' phases) cannot be called
--- without one, so they are NOT checked here. What runs without a request is:
+-- Two parts. The per-request path (the router, runtime's phase dispatcher, the
+-- sluice.request/response accessors, the built-in plugins' phases) runs in worker VMs,
+-- separate lua_States on the gateway's threads that jit.attach here does not see: the
+-- fixture plugin jit-probe attaches there and reports each non-benign abort through the
+-- shared dict, while the spec sends requests through chains of built-in plugins. What
+-- runs without a request is checked in this VM:
 --   * sluice.shared.get/set/incr, sluice.random_hex, sluice.time.now: per-request APIs
 --     that take no request (rate limits, request ids, trace ids), on the real core;
 --   * sluice.schema.validate: not per request (once per plugin use and config
@@ -17,34 +18,11 @@ package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 local test = require("sluice.test") -- loads libsluice.so globally, so `sluice` binds to it
 local sluice = require("sluice")
 local schema = require("sluice.schema")
+
+-- BENIGN and fmterr: shared with the jit-probe fixture, which runs in worker VMs
+local aborts_lib = dofile(test.source_path("spec/fixtures/jit_aborts.lua"))
+local BENIGN, fmterr = aborts_lib.BENIGN, aborts_lib.fmterr
 local jutil = require("jit.util")
-local vmdef = require("jit.vmdef")
-
-local BENIGN = {
-    ["leaving loop in root trace"] = true,
-    ["inner loop in root trace"] = true,
-    ["loop unroll limit reached"] = true,
-    -- the same function met again inside the trace past the unroll limit: LuaJIT stops and
-    -- starts a trace elsewhere (seen ~1 run in 40 in CI, with the trace still compiled)
-    ["call unroll limit reached"] = true,
-    -- recursion (a record's fields validated by the same function): LuaJIT aborts the
-    -- trace on purpose and records the recursion as a loop on restart; not an NYI
-    ["down-recursion, restarting"] = true,
-}
-
--- The abort message as jit.dump prints it (bytecodes by name: "NYI: bytecode FNEW").
-local type, tostring = type, tostring
-local function fmterr(err, info)
-    if type(err) ~= "number" then return tostring(err) end
-    local fmt = vmdef.traceerr[err]
-    if type(info) == "function" then
-        local fi = jutil.funcinfo(info)
-        info = fi.ffid and vmdef.ffnames[fi.ffid] or fi.loc
-    elseif type(info) == "number" and fmt:find("bytecode", 1, true) then
-        fmt, info = fmt:gsub("%%d", "%%s"), (vmdef.bcnames:sub(info * 6 + 1, info * 6 + 6):gsub("%s+$", ""))
-    end
-    return (fmt:format(info))
-end
 
 -- Runs fn(n) once untraced (as a worker VM would have: C symbols resolved, modules
 -- warm), then fn(N) under a trace recorder; returns the traces completed and the
@@ -138,4 +116,58 @@ describe("JIT: hot Lua APIs compile", function()
         assert.same({}, aborts)
         assert.is_true(stops > 0, "nothing was compiled")
     end)
+end)
+
+describe("JIT: the per-request path in a worker VM compiles", function()
+    local lib = test.lib
+    local mock, gw
+    setup(function()
+        mock = lib.sl_mock_start()
+        lib.sl_mock_set(mock, 0, 200, 0, "", 0, "", 0)
+        local function route(name, plugins)
+            table.insert(plugins, 1, { name = "jit-probe" })
+            return { name = name, match = { paths = { "/" .. name } }, upstream = "m", plugins = plugins }
+        end
+        local conf = {
+            plugin_paths = { test.source_path("spec/fixtures/plugins") },
+            upstreams = { { name = "m", targets = { { address = "127.0.0.1:" .. lib.sl_mock_port(mock) } } } },
+            routes = {
+                route("three", { { name = "request-id" },
+                                 { name = "headers", config = { request = { set = { ["X-A"] = "1" }, remove = { "X-R" } },
+                                                                response = { set = { ["X-B"] = "2" }, add = { ["X-C"] = "3" } } } },
+                                 { name = "ip-restriction", config = { allow = { "127.0.0.0/8" }, deny = { "10.0.0.0/8" } } } }),
+                route("read", { { name = "header-read" } }),
+                -- under a first segment of its own: with the fillers below, the router's
+                -- host-less list is indexed and this route is found through its bucket
+                { name = "bucketed", match = { paths = { "/b/read/" } }, upstream = "m",
+                  plugins = { { name = "jit-probe" }, { name = "header-read" } } },
+            },
+        }
+        for i = 1, 40 do
+            conf.routes[#conf.routes + 1] = { name = "f" .. i, match = { paths = { "/f" .. i .. "/" } }, upstream = "m" }
+        end
+        gw = assert(test.start(conf))
+    end)
+    teardown(function()
+        if gw then gw:stop() end
+        if mock then lib.sl_mock_stop(mock) end
+    end)
+
+    -- Every request goes through the router (Lua), the phase dispatcher and the chain.
+    for _, case in ipairs({
+        { "request-id, headers, ip-restriction (the gateway's id)", "three", "" },
+        { "request-id, headers, ip-restriction (a client's id)", "three", "X-Request-ID: abc-1\r\n" },
+        { "one header read in access", "read", "X-Probe: 1\r\n" },
+        { "the same, routed through the index of a long route list", "b/read/x", "X-Probe: 1\r\n" },
+    }) do
+        it(case[1], function()
+            sluice.shared.set("jit-probe:aborts", 0)
+            gw:keepalive(N, "GET /" .. case[2] .. " HTTP/1.1\r\nHost: a\r\n" .. case[3] .. "\r\n")
+            local aborts = {}
+            for i = 1, sluice.shared.get("jit-probe:aborts") or 0 do
+                aborts[#aborts + 1] = sluice.shared.get("jit-probe:abort:" .. i)
+            end
+            assert.same({}, aborts)
+        end)
+    end
 end)
