@@ -66,7 +66,7 @@ function _M.policy(t)
 end
 
 local function req()
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 3) end
     return r
 end

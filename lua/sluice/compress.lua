@@ -140,7 +140,7 @@ end
 -- upstream's Content-Length (hidden from response.get_header as a framing field) or a
 -- plugin answer's body; nil when unknown.
 function _M.body_length()
-    local n = C.sl_ffi_resp_body_length(base.req)
+    local n = C.sl_ffi_resp_body_length(base.reqp())
     if n < 0 then return nil end
     return tonumber(n)
 end
@@ -149,7 +149,7 @@ end
 function _M.begin(coding, level)
     local c = CODING[coding]
     if not c then error("unknown coding: " .. tostring(coding), 2) end
-    if C.sl_ffi_compress_begin(base.req, c, level, err_p) ~= OK then
+    if C.sl_ffi_compress_begin(base.reqp(), c, level, err_p) ~= OK then
         return nil, ffi_string(err_p[0])
     end
     return true
@@ -158,7 +158,7 @@ end
 -- Encodes the next piece of the body (body_filter): the bytes to send instead. Raises
 -- on a codec failure (the response is then cut off, as for any body_filter error).
 function _M.piece(chunk, eof)
-    if C.sl_ffi_compress_piece(base.req, chunk, #chunk, eof and 1 or 0, str_p, len_p, err_p) ~= OK then
+    if C.sl_ffi_compress_piece(base.reqp(), chunk, #chunk, eof and 1 or 0, str_p, len_p, err_p) ~= OK then
         error(ffi_string(err_p[0]), 2)
     end
     return ffi_string(str_p[0], len_p[0])

@@ -96,7 +96,7 @@ local np, nl, vp, vl = ffi_new("const char *[1]"), ffi_new("size_t[1]"), ffi_new
 -- The upstream response's trailers as { {name, value}, ... } (body_filter of a request).
 -- take = true: they go into the body, the client gets no HTTP trailers (HTTP/2) besides.
 function _M.trailers(take)
-    local r = base.req
+    local r = base.reqp()
     if not r then error("no request is running", 2) end
     local out = {}
     for i = 0, C.sl_ffi_grpcweb_trailer_count(r) - 1 do

@@ -182,7 +182,7 @@ end
 local MIRROR_RESULT = { [C.SL_MIRROR_SENT] = "sent", [C.SL_MIRROR_FAILED] = "failed",
                         [C.SL_MIRROR_DROPPED] = "dropped", [C.SL_MIRROR_TOO_LARGE] = "too_large" }
 function _M.mirror(up, address, max_in_flight, timeout)
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     up, address = up or "", address or ""
     local rc = C.sl_ffi_mirror_send(r, up, #up, address, #address, max_in_flight or 64,
@@ -203,7 +203,7 @@ end
 -- as a JSON array with Content-Type: application/json. Returns the worker's logger for
 -- these options (the same one for the same options), or nil, err. Any phase of a request.
 function _M.logger(opts)
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     local hdrs, typed = {}, false
     for k, v in pairs(opts.headers or {}) do

@@ -154,7 +154,7 @@ end
 -- One more request in flight for key, when there is room (max + burst).
 function _M.conn_acquire(route, key, max, burst)
     check_key(key)
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     local rc = C.sl_ffi_limit_conn_acquire(r, route, key, #key, max, burst or 0, in_flight_p, err_p)
     local res = CONN_RESULT[rc]

@@ -58,7 +58,7 @@ end
 -- The client certificate, or nil when there is none: { subject, issuer, serial,
 -- fingerprint, sans = { dns, uri, email }, not_before, not_after, verified, verify_error }.
 function _M.get_client_cert()
-    local r = base.req
+    local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     local rc = C.sl_ffi_req_client_cert(r, out)
     if rc == DECLINED then return nil end
