@@ -1,6 +1,6 @@
 /* sluice.h — the C ABI that LuaJIT reaches through FFI. The only header Lua reads.
  *
- * Rules (STYLE.md): fixed-width integers, opaque handles, plain structs; no
+ * Rules (the style rules): fixed-width integers, opaque handles, plain structs; no
  * unions, bitfields, varargs or callbacks into Lua. Strings go in as pointer +
  * length and come out through out-parameters pointing into gateway memory that
  * stays valid until the current phase call returns. Every integer code that crosses

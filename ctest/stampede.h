@@ -1,7 +1,7 @@
 /* stampede.h — the concurrency tests' release: N threads wait on a barrier, are let go at
  * one instant to call a test's function once each, and the main thread looks at what
  * they did before the next trial. Trials repeat many times; the test counts invariant
- * violations over them (STYLE.md, Tests).
+ * violations over them (the style rules, Tests).
  *
  *   stampede_t s;
  *   stampede_start(&s, 64, one_call);   // one_call(i): thread i's work for a trial

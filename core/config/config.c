@@ -6,7 +6,7 @@
  * concerns, and at the end they are sorted by position and handed to the caller. Any
  * error means no config.
  *
- * Unknown keys are errors, and so are keys DESIGN.md names for features this
+ * Unknown keys are errors, and so are keys the design names for features this
  * build does not have yet: a config that asks for a health check must not start
  * without one.
  *

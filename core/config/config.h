@@ -1,7 +1,7 @@
 /* config.h — the YAML configuration, parsed and validated into one immutable tree.
  *
  * A config build reads one YAML file (or an embedded text), checks every key
- * against the contract in DESIGN.md and produces an sl_config_t. Every error is
+ * against the contract in the design and produces an sl_config_t. Every error is
  * reported as "FILE:LINE:COL: message" (1-based line and column) and a build
  * with any error produces no config at all. Unknown keys are errors, so a
  * misspelled optional key can never silently disable a feature.

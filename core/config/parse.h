@@ -99,7 +99,7 @@ bool sl__cfg_dup_key(sl__cx_t *cx, const yaml_node_t *map, const yaml_node_pair_
                     const yaml_node_t *key);
 /**
  * Sorts the pairs of `map` into f[0..n) by the key names in `names`; every other key is an
- * error, worded differently for the keys in `later` (named by DESIGN.md, not built yet).
+ * error, worded differently for the keys in `later` (named by the design, not built yet).
  */
 void sl__cfg_scan_map(sl__cx_t *cx, const yaml_node_t *map, const char *where,
                       const char *const *names, sl__field_t *f, size_t n, const char *const *later);

@@ -1,4 +1,4 @@
-/* tcp_proxy.h — the L4 path: `protocol: tcp` listeners and their sessions (DESIGN.md,
+/* tcp_proxy.h — the L4 path: `protocol: tcp` listeners and their sessions (the design,
  * "TCP (L4) path").
  *
  * A session joins one client connection to one upstream target chosen by the upstream's

@@ -116,7 +116,7 @@ void sl_h1_init(sl_h1_t *h, int type, const sl_h1_limits_t *limits);
  * Parses one message head from p[0..n).
  * SL_OK: *used = bytes of the head (including leading empty lines), `head` filled.
  * SL_EAGAIN: no complete head yet and no limit broken; *used = 0.
- * SL_ERROR: *status is 400, 414, 431, 501 or 505-like rejection (see DESIGN.md);
+ * SL_ERROR: *status is 400, 414, 431, 501 or 505-like rejection (see the design);
  *           for responses any failure is reported as 502.
  */
 int sl_h1_head(sl_h1_t *h, const char *p, size_t n, sl_h1_head_t *head, size_t *used, int *status);

@@ -1,7 +1,7 @@
 /* lua_host.h — a worker's LuaJIT VM and the calls the C core makes into it.
  *
  * Each worker owns one VM. C enters Lua through one small dispatcher per
- * concern (DESIGN.md: a handler called straight from C with lua_pcall is never
+ * concern (the design: a handler called straight from C with lua_pcall is never
  * JIT-compiled; a dispatcher that calls it is): the router, and the phase
  * dispatcher, which runs a route's chain for one phase inside the request's
  * coroutine, so plugins can yield (sleep, read the body) while the loop runs on.

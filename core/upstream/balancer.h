@@ -1,4 +1,4 @@
-/* balancer.h — choosing a target of an upstream (DESIGN.md: upstreams, balancer).
+/* balancer.h — choosing a target of an upstream (the design: upstreams, balancer).
  *
  * A balancer is built once per config generation (sl_balancer_new, on the main
  * thread) and then shared read-mostly by every worker: picks may run on any number of

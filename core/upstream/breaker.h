@@ -1,4 +1,4 @@
-/* breaker.h — circuit breakers shared by every worker thread (DESIGN.md: "circuit
+/* breaker.h — circuit breakers shared by every worker thread (the design: "circuit
  * breakers (atomic state + bounded half-open slots)").
  *
  * One sl_breaker_t per (upstream, target, layer). Any thread may call any function

@@ -1,5 +1,5 @@
 /* limiter.h — rate limits of the local store: one process-wide table shared by every
- * worker thread (DESIGN.md: "rate-limit buckets ... (sharded hash tables)"), reached from
+ * worker thread (the design: "rate-limit buckets ... (sharded hash tables)"), reached from
  * Lua as sluice.limit.take / sluice.limit.window (sl_ffi_limit_* in sluice.h).
  *
  * Two algorithms; the plugin chooses (store local defaults to the token bucket):

@@ -3,7 +3,7 @@
  *
  * A target's state (breakers, health, in-flight, latency EWMA) belongs to the pair
  * (upstream name, address) in the server's registry, so a reload that keeps a target
- * keeps its breaker and health (DESIGN.md, "Config generations and reload"). A
+ * keeps its breaker and health (the design, "Config generations and reload"). A
  * generation (sl_upgen_t) points at the states its config names and owns one
  * balancer per upstream. The registry and generations are built and freed on the
  * main thread; workers only read generations and update states through atomics.

@@ -1,4 +1,4 @@
-"""The proxy path allocates nothing per request in steady state (DESIGN.md, HTTP/1.1 path).
+"""The proxy path allocates nothing per request in steady state (the design, HTTP/1.1 path).
 
 sluice runs with an LD_PRELOAD shim (ctest/alloc_shim.c) that counts every
 malloc/calloc/realloc in the process and writes the count to a file on SIGUSR2.

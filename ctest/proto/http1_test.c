@@ -1,5 +1,5 @@
 /* http1_test.c — unit tests for core/http1.c: the request-head validator (every smuggling and
- * limit case of DESIGN.md's HTTP/1.1 path), hop-by-hop marking and flags, body framing
+ * limit case of the design's HTTP/1.1 path), hop-by-hop marking and flags, body framing
  * (Content-Length, chunked at every split, the spans_left budget, where a message ends), and
  * the response-head rules. Public API only.
  *
@@ -48,7 +48,7 @@ static void check_slice(const char *file, int line, const char *expr, sl_str_t s
 
 /* ---- helpers ---- */
 
-static const sl_h1_limits_t limits = {32 * 1024, 8 * 1024}; /* the defaults of DESIGN.md */
+static const sl_h1_limits_t limits = {32 * 1024, 8 * 1024}; /* the defaults of the design */
 
 typedef struct {
     int rc, status;

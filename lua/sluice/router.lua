@@ -1,6 +1,6 @@
 -- sluice.router: compiles the config's routes once per generation and matches requests.
 --
--- Precedence (DESIGN.md): exact host over wildcard host over no host; then the
+-- Precedence (the design): exact host over wildcard host over no host; then the
 -- longest path prefix; then the route with more conditions; then file order.
 -- Requests are read through FFI accessors; matching a path prefix or a header
 -- value compares bytes in place, so a match creates no Lua strings beyond the

@@ -1,4 +1,4 @@
--- JIT check (STYLE.md, Tests): loops hot Lua APIs a few hundred times under jit.attach
+-- JIT check (the style rules, Tests): loops hot Lua APIs a few hundred times under jit.attach
 -- and fails on trace aborts that mean "this code runs in the interpreter" (NYI and the
 -- like). Aborts that are only LuaJIT choosing where a trace starts ("leaving loop in
 -- root trace", "inner loop in root trace", "loop unroll limit reached", "call unroll limit
