@@ -352,7 +352,7 @@ def test_etcd_down(t):
     t.check("with neither etcd nor a snapshot: /ready 503", g6.admin_get("/ready").status == 503, 503,
             g6.admin_get("/ready").status)
     etcd.start()
-    ok = until(lambda: all(source_up(g) == [1] for g in gws), 8)
+    ok = until(lambda: all(source_up(g) == [1] for g in gws), 20)  # reconnect backoff reaches 5 s while down
     t.check("etcd back: sluice_config_source_up 1 on all three", ok, [1], [source_up(g) for g in gws])
     time.sleep(0.3)
     gen_back = [g.status()["generation"] for g in gws]
