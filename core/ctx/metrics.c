@@ -597,3 +597,19 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     *len = t.len;
     return SL_OK;
 }
+
+char *sl_metrics_result_counters(const char *name, const char *help, const char *const *results,
+                                 _Atomic uint64_t *counts, int n) {
+    uint64_t v[8], any = 0;
+    if (n > 8) return NULL;
+    for (int i = 0; i < n; i++) any |= v[i] = atomic_load_explicit(&counts[i], memory_order_relaxed);
+    if (!any) return NULL;
+    size_t cap = 1024, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    len += (size_t)snprintf(out + len, cap - len, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s{result=\"%s\"} %llu\n", name, results[i],
+                                (unsigned long long)v[i]);
+    return out;
+}

@@ -150,4 +150,10 @@ static inline void sl_metrics_plugin_time(sl_wmetrics_t *m, int route, int pos, 
     sl__metrics_hist_plugin(&m->plugin_dur[(m->plugin_base[route] + (size_t)pos) * SL_METRIC_PHASES + (size_t)phase], ns);
 }
 
+/** Prometheus text of one counter family labelled `result` from n process-wide atomic
+ *  counters (mirror, http-logger): malloc'ed, or NULL when every count is 0 (or out of
+ *  memory). */
+char *sl_metrics_result_counters(const char *name, const char *help, const char *const *results,
+                                 _Atomic uint64_t *counts, int n);
+
 #endif

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "ctx/metrics.h"
 #include "http/http_client.h"
 #include "http/request.h"
 
@@ -292,18 +293,8 @@ int sl_ffi_httplog_push(sl_httplog_t *lg, const char *line, size_t len) {
 
 char *sl_httplog_metrics(void) {
     static const char *const names[LINES_RESULTS] = {"sent", "dropped", "failed"};
-    uint64_t v[LINES_RESULTS], any = 0;
-    for (int i = 0; i < LINES_RESULTS; i++) any |= v[i] = atomic_load_explicit(&counts[i], memory_order_relaxed);
-    if (!any) return NULL;
-    size_t cap = 1024, len = 0;
-    char *out = malloc(cap);
-    if (!out) return NULL;
-    len += (size_t)snprintf(out + len, cap - len,
-                            "# HELP sluice_http_logger_lines_total http-logger lines by outcome: sent (the collector "
-                            "answered 2xx), dropped (the queue was full), failed (their batch failed every retry).\n"
-                            "# TYPE sluice_http_logger_lines_total counter\n");
-    for (int i = 0; i < LINES_RESULTS; i++)
-        len += (size_t)snprintf(out + len, cap - len, "sluice_http_logger_lines_total{result=\"%s\"} %llu\n", names[i],
-                                (unsigned long long)v[i]);
-    return out;
+    return sl_metrics_result_counters("sluice_http_logger_lines_total",
+                                      "http-logger lines by outcome: sent (the collector answered 2xx), dropped (the queue "
+                                      "was full), failed (their batch failed every retry).",
+                                      names, counts, LINES_RESULTS);
 }

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "ctx/metrics.h"
 #include "http/http_client.h"
 #include "http/mirror.h"
 #include "http/request.h"
@@ -167,19 +168,9 @@ int sl_ffi_mirror_send(sl_req_t *r, const char *upstream, size_t ul, const char 
 
 char *sl_mirror_metrics(void) {
     static const char *const names[SL_MIRROR_RESULTS] = {"sent", "failed", "dropped", "too_large"};
-    uint64_t v[SL_MIRROR_RESULTS], any = 0;
-    for (int i = 0; i < SL_MIRROR_RESULTS; i++) any |= v[i] = atomic_load_explicit(&counts[i], memory_order_relaxed);
-    if (!any) return NULL;
-    size_t cap = 1024, len = 0;
-    char *out = malloc(cap);
-    if (!out) return NULL;
-    len += (size_t)snprintf(out + len, cap - len,
-                            "# HELP sluice_mirror_requests_total Copies of requests for the mirror plugin, by outcome: "
-                            "sent (the mirror answered), failed (no answer: refused, timeout), dropped (the worker's "
-                            "max_in_flight copies were on their way), too_large (a body over max_body: not copied).\n"
-                            "# TYPE sluice_mirror_requests_total counter\n");
-    for (int i = 0; i < SL_MIRROR_RESULTS; i++)
-        len += (size_t)snprintf(out + len, cap - len, "sluice_mirror_requests_total{result=\"%s\"} %llu\n", names[i],
-                                (unsigned long long)v[i]);
-    return out;
+    return sl_metrics_result_counters("sluice_mirror_requests_total",
+                                      "Copies of requests for the mirror plugin, by outcome: sent (the mirror answered), "
+                                      "failed (no answer: refused, timeout), dropped (the worker's max_in_flight copies "
+                                      "were on their way), too_large (a body over max_body: not copied).",
+                                      names, counts, SL_MIRROR_RESULTS);
 }
