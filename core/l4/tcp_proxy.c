@@ -9,7 +9,8 @@
  * libuv's bookkeeping on every change of interest (EPOLL_CTL_DEL then ADD, and a DEL at
  * close): 13 epoll_ctl per connection-per-request session, 6 of them libuv's; now 2.
  * Edge-triggered means a side is known readable (crd/urd) from its event until a read
- * finds it dry, and known writable until a write comes up short; a session that stops
+ * finds it dry (a short recv, or any read that says EAGAIN: a short splice is not dry, see
+ * dir_fill), and known writable until a write comes up short; a session that stops
  * for fairness (SL_TCP_ROUNDS) with bytes still readable is pumped again from the
  * worker's idle handle, since no new edge would come for them.
  *
@@ -406,7 +407,11 @@ static int dir_fill(sl_tcp_sess_t *s, sl_tcp_dir_t *d, int src, int di, bool *dr
         if (n > 0) {
             d->in_pipe = (uint32_t)n;
             if (n < SL_SPLICE_MIN) d->splice = 0;
-            *dry = (uint32_t)n < d->pipe->cap && !hup;
+            /* a short splice does not mean the socket is dry: it stops when the pipe runs
+             * out of slots (one per skb fragment: a sendfile origin's 4 KiB page pieces
+             * fill 64 slots long before 256 KiB), and a nonblocking tcp_splice_read takes
+             * one pass over the receive queue only. The next read is what says dry. */
+            *dry = false;
             goto moved;
         }
         pipe_put(s->w->tcp, d->pipe, 0);
