@@ -18,7 +18,7 @@ local request, response, json, log = sluice.request, sluice.response, sluice.jso
 local get_header, now = request.get_header, sluice.time.now
 local b64_decode, verify = crypto.base64url_decode, crypto.verify
 local type, ipairs, pcall, floor, ceil = type, ipairs, pcall, math.floor, math.ceil
-local io_open, getenv = io.open, os.getenv
+local getenv = os.getenv
 
 -- What each alg needs: the secret of at least `secret` bytes (HS*, RFC 7518 3.2), or a
 -- key of this type (and curve).
@@ -180,14 +180,13 @@ local function build_state(conf)
             return nil, "jwks_uri: expected an http:// or https:// URL"
         elseif conf.jwks_ca and not uri:find("^https://") then
             return nil, "jwks_ca is set but jwks_uri is not https://"
+        elseif conf.jwks_ca then
+            conf.jwks_ca = sluice.files.path(conf.jwks_ca) -- a replaced CA bundle: a new generation
         end
     elseif file then
-        local f, err = io_open(file, "rb")
-        local text = f and f:read("*a")
-        if f then
-            if not text then err = file .. ": not a readable file" end
-            f:close()
-        end
+        -- through sluice.files: the key set is part of the generation, so a reload (or the
+        -- file watch) after a rotation builds a new one
+        local text, err = sluice.files.read(file)
         if not text then return nil, ("cannot read jwks_file: %s"):format(err) end
         local set, perr = parse_jwks(text)
         if not set then return nil, ("jwks_file '%s': %s"):format(file, perr) end

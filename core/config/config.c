@@ -214,6 +214,7 @@ void sl_config_free(sl_config_t *cfg) {
     strs_free(cfg->plugin_search, cfg->nplugin_search);
     strs_free(cfg->lua_routes, cfg->nlua_routes);
     strs_free(cfg->lua_route_files, cfg->nlua_route_files);
+    strs_free(cfg->plugin_files, cfg->nplugin_files);
     plugins_free(cfg->plugins, cfg->nplugins);
     for (size_t i = 0; cfg->listeners && i < cfg->nlisteners; i++) {
         free(cfg->listeners[i].name);

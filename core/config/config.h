@@ -261,6 +261,9 @@ typedef struct {
                                                       config file) then the built-in folder */
     char **lua_routes; size_t nlua_routes;       /**< as written */
     char **lua_route_files; size_t nlua_route_files; /**< resolved like plugin_paths */
+    char **plugin_files; size_t nplugin_files; /**< the files plugins read at load (sluice.files,
+                                                    `*_file` keys), resolved: part of the
+                                                    generation's content and watched */
     int lua_routes_line, lua_routes_col;
     sl_plugin_conf_t *plugins; size_t nplugins;  /**< the global chain */
     sl_listener_conf_t *listeners; size_t nlisteners;

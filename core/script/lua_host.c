@@ -120,6 +120,8 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
     lua_createtable(L, 0, 3);
     push_strings(L, cfg->plugin_search, cfg->nplugin_search);
     lua_setfield(L, -2, "plugin_paths");
+    lua_pushstring(L, cfg->path ? cfg->path : "<config>"); /* sluice.files resolves against its folder */
+    lua_setfield(L, -2, "config_path");
     push_chain(L, cfg->plugins, cfg->nplugins);
     lua_setfield(L, -2, "global");
     /* the dispatcher reports each plugin's end (sl_ffi_plugin_timed) for the duration

@@ -260,6 +260,30 @@ static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where,
     lua_rawseti(L, -2, idx);
 }
 
+/* The files the checks read (sluice.files.noted(), the module at index files) become
+ * cfg->plugin_files: the generation's content includes them (server/reload.c). */
+static int note_files(lua_State *L, int files, sl_config_t *cfg) {
+    lua_getfield(L, files, "noted");
+    if (lua_pcall(L, 0, 1, 0) != 0 || !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return SL_OK;
+    }
+    size_t n = lua_objlen(L, -1);
+    cfg->plugin_files = calloc(n + 1, sizeof(char *));
+    if (!cfg->plugin_files) {
+        lua_pop(L, 1);
+        return SL_ERROR;
+    }
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, (int)i);
+        const char *p = lua_tostring(L, -1);
+        if (p && (cfg->plugin_files[cfg->nplugin_files] = strdup(p))) cfg->nplugin_files++;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return SL_OK;
+}
+
 int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     const char *path = cfg->path ? cfg->path : "<config>";
     if (!cfg->plugin_search && resolve_search(cfg) != SL_OK) {
@@ -284,6 +308,14 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
         sl_errors_add(errs, path, 1, 1, "%s", err);
         return SL_ERROR;
     }
+    /* sluice.files: relative paths against the config's folder, and the files read noted */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "sluice.files");
+    if (lua_pcall(L, 1, 1, 0) != 0) goto lua_fail;
+    int files = lua_gettop(L);
+    lua_getfield(L, files, "set_config_path");
+    lua_pushstring(L, cfg->path ? cfg->path : "<config>");
+    if (lua_pcall(L, 1, 0, 0) != 0) goto lua_fail;
     lua_getglobal(L, "require");
     lua_pushliteral(L, "sluice.loader");
     if (lua_pcall(L, 1, 1, 0) != 0) goto lua_fail;
@@ -332,6 +364,8 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
                       (int)lua_tointeger(L, -3), "%s", lua_tostring(L, -2));
         lua_pop(L, 5);
     }
+    lua_pop(L, 1);
+    if (note_files(L, files, cfg) != SL_OK) sl_errors_add(errs, path, 1, 1, "out of memory");
     lua_close(L);
     return errs->n > before ? SL_ERROR : SL_OK;
 lua_fail:

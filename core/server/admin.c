@@ -726,7 +726,7 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         if (!SL_IEQ(m, "post")) {
             SEND_LIT(405, "{\"error\":\"POST /reload\"}\n");
         } else {
-            int rc = sl_server_reload(srv, "POST /reload", &body);
+            int rc = sl_server_reload(srv, "POST /reload", true, &body);
             if (!body) body = strdup("{\"ok\":false}\n");
             admin_send(a, rc == SL_OK ? 200 : 422, "application/json", body, body ? strlen(body) : 0);
         }

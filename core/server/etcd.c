@@ -385,7 +385,7 @@ static void apply(sl_etcd_t *e) {
     char why[64];
     snprintf(why, sizeof why, "etcd revision %lld", e->rev);
     char *json = NULL;
-    if (sl_server_reload(e->srv, why, &json) == SL_OK) {
+    if (sl_server_reload(e->srv, why, false, &json) == SL_OK) {
         e->applied++;
         e->applied_rev = e->rev;
         e->ready = true;

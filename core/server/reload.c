@@ -28,6 +28,8 @@
 #include "ctx/telemetry.h"
 #include "server/notify.h"
 
+#define SL_WATCH_MAX 64 /* folders watched (config, plugin folders, the generation's files) */
+
 extern const char sl_default_conf[];
 extern const size_t sl_default_conf_len;
 
@@ -70,28 +72,89 @@ static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
     return h;
 }
 
-/* The files a config reads besides itself: every .lua file of its plugin folders, its
- * lua_routes files, and its TLS certificates, keys, CA and CRL files. */
-static uint64_t code_hash(const sl_config_t *cfg) {
+/* Plugin code: every .lua file of the plugin folders, and the lua_routes files. */
+static uint64_t plugin_code_hash(const sl_config_t *cfg) {
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < cfg->nplugin_search; i++) h = hash_dir(h, cfg->plugin_search[i], 0);
     for (size_t i = 0; i < cfg->nlua_route_files; i++) h = hash_file(h, cfg->lua_route_files[i]);
+    return h;
+}
+
+/* ---- the generation's files: what a config reads besides itself and plugin code ---- */
+
+typedef struct {
+    const char *kind; /* "cert" (TLS certificates, keys, CA and CRL files), "file" (read by
+                         plugins: sluice.files, `*_file` keys) */
+    char *path;       /* resolved, owned */
+    uint64_t hash;    /* of the content; a file that cannot be read hashes as empty */
+} gen_file_t;
+
+typedef struct sl_gen_files_s sl_gen_files_t;
+struct sl_gen_files_s {
+    gen_file_t *v;
+    size_t n, cap;
+};
+
+static void files_add(sl_gen_files_t *f, const char *kind, const char *path) {
+    if (!path) return;
+    for (size_t i = 0; i < f->n; i++)
+        if (!strcmp(f->v[i].path, path)) return;
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 8;
+        gen_file_t *v = realloc(f->v, cap * sizeof *v);
+        if (!v) return;
+        f->v = v, f->cap = cap;
+    }
+    char *p = strdup(path);
+    if (!p) return;
+    f->v[f->n++] = (gen_file_t){kind, p, hash_file(1469598103934665603ULL, path)};
+}
+
+static void files_free(sl_gen_files_t *f) {
+    if (!f) return;
+    for (size_t i = 0; i < f->n; i++) free(f->v[i].path);
+    free(f->v);
+    free(f);
+}
+
+/* The files of cfg, each with the hash of its content now. NULL only when out of memory. */
+static sl_gen_files_t *gen_files(const sl_config_t *cfg) {
+    sl_gen_files_t *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         const sl_tls_listener_conf_t *t = cfg->listeners[i].tls;
         for (size_t j = 0; t && j < t->ncerts; j++) {
-            if (t->certs[j].cert_path) h = hash_file(h, t->certs[j].cert_path);
-            if (t->certs[j].key_path) h = hash_file(h, t->certs[j].key_path);
+            files_add(f, "cert", t->certs[j].cert_path);
+            files_add(f, "cert", t->certs[j].key_path);
         }
         const sl_tls_client_auth_conf_t *a = t ? t->client_auth : NULL; /* a replaced CRL */
-        if (a && a->ca_path) h = hash_file(h, a->ca_path);
-        if (a && a->crl_path) h = hash_file(h, a->crl_path);
+        if (a) files_add(f, "cert", a->ca_path);
+        if (a) files_add(f, "cert", a->crl_path);
     }
     for (size_t u = 0; u < cfg->nupstreams; u++)
         for (size_t j = 0; j < cfg->upstreams[u].ntargets; j++) {
             const sl_tls_target_conf_t *t = cfg->upstreams[u].targets[j].tls;
-            if (t && t->ca_path) h = hash_file(h, t->ca_path);
+            if (t) files_add(f, "cert", t->ca_path);
         }
+    for (size_t i = 0; i < cfg->nplugin_files; i++) files_add(f, "file", cfg->plugin_files[i]);
+    return f;
+}
+
+static uint64_t files_hash(const sl_gen_files_t *f) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; f && i < f->n; i++) {
+        h = fnv(h, f->v[i].path, strlen(f->v[i].path) + 1);
+        h = fnv(h, &f->v[i].hash, sizeof f->v[i].hash);
+    }
     return h;
+}
+
+/* Everything a config reads besides itself: plugin code and the generation's files. */
+static uint64_t code_hash(const sl_config_t *cfg) {
+    sl_gen_files_t *f = gen_files(cfg);
+    uint64_t h = files_hash(f), c = plugin_code_hash(cfg);
+    files_free(f);
+    return fnv(h, &c, sizeof c);
 }
 
 uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len) {
@@ -185,15 +248,24 @@ typedef struct {
     int n;
 } list_t;
 
+/* Appends "kind:name" as a JSON string (a path may hold any byte: escaped). */
 static void list_add(list_t *l, const char *kind, const char *name) {
-    size_t need = strlen(kind) + strlen(name) + 8;
+    size_t need = strlen(kind) + 6 * strlen(name) + 8;
     if (l->len + need >= l->cap) {
         size_t cap = (l->cap + need) * 2;
         char *p = realloc(l->p, cap);
         if (!p) return;
         l->p = p, l->cap = cap;
     }
-    l->len += (size_t)snprintf(l->p + l->len, l->cap - l->len, "%s\"%s:%s\"", l->n ? "," : "", kind, name);
+    sl_wbuf_t b = {l->p, l->len, l->cap - 1};
+    if (l->n) SL_WBUF_LIT(&b, ",");
+    SL_WBUF_LIT(&b, "\"");
+    sl_wbuf_str(&b, (sl_str_t){kind, strlen(kind)});
+    SL_WBUF_LIT(&b, ":");
+    sl_wbuf_json_str(&b, (sl_str_t){name, strlen(name)});
+    SL_WBUF_LIT(&b, "\"");
+    l->len = b.len;
+    l->p[l->len] = 0;
     l->n++;
 }
 
@@ -247,7 +319,19 @@ static void pair_names(const named_t *a, size_t na, const named_t *b, size_t nb,
 
 #define NAME_OF(x) ((x)->name)
 
-static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_changed) {
+/* "cert:PATH" / "file:PATH" for each file of the new generation that is new or whose
+ * content differs from what the running one read. */
+static void changed_files(list_t *l, const sl_gen_files_t *of, const sl_gen_files_t *nf) {
+    for (size_t i = 0; nf && i < nf->n; i++) {
+        bool same = false;
+        for (size_t j = 0; of && j < of->n && !same; j++)
+            same = !strcmp(of->v[j].path, nf->v[i].path) && of->v[j].hash == nf->v[i].hash;
+        if (!same) list_add(l, nf->v[i].kind, nf->v[i].path);
+    }
+}
+
+static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_changed,
+                          const sl_gen_files_t *of, const sl_gen_files_t *nf) {
     list_t l = {0};
 #define SIG_ROUTE(x) sig_route(((x) >= o->routes && (x) < o->routes + o->nroutes) ? o : n, (x))
     DIFF("route", o->routes, o->nroutes, n->routes, n->nroutes, NAME_OF, SIG_ROUTE);
@@ -260,6 +344,7 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
                                                    n->plugins[i].config_json, strlen(n->plugins[i].config_json));
     if (go != gn) list_add(&l, "plugins", "global");
     if (code_changed) list_add(&l, "plugin_code", "*");
+    changed_files(&l, of, nf);
     if (!l.p) return strdup("");
     return l.p;
 }
@@ -368,20 +453,20 @@ static int reject(sl_server_t *srv, const char *why, const char *msg, char **jso
     return SL_ERROR;
 }
 
-static int reload(sl_server_t *srv, const char *why, char **json);
+static int reload(sl_server_t *srv, const char *why, bool forced, char **json);
 
 /* The service manager hears RELOADING=1 before the build and READY=1 after it, accepted or
  * rejected alike: either way the process is serving again (systemd's `reload` returns then).
  * Once draining (STOPPING=1 was sent) a reload is refused and nothing more is said. */
-int sl_server_reload(sl_server_t *srv, const char *why, char **json) {
+int sl_server_reload(sl_server_t *srv, const char *why, bool forced, char **json) {
     bool tell = !srv->embedded && !sl_server_draining(srv);
     if (tell) sl_notify_reloading();
-    int rc = reload(srv, why, json);
+    int rc = reload(srv, why, forced, json);
     if (tell) sl_notify("READY=1");
     return rc;
 }
 
-static int reload(sl_server_t *srv, const char *why, char **json) {
+static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
     if (json) *json = NULL;
     if (sl_server_draining(srv)) return reject(srv, why, "the server is shutting down", json);
 
@@ -443,13 +528,20 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     }
     free(text);
     /* The same content as the running generation (config text and every file it reads):
-     * starting a new worker set would only churn VMs and keep-alive connections. */
-    if (hash == srv->config_hash) {
+     * a watch or etcd event that changed nothing is not applied (it would only churn VMs
+     * and keep-alive connections). An explicit reload (SIGHUP, POST /reload, `sluice
+     * reload`) always builds and swaps a new generation, as nginx and HAProxy do: what a
+     * plugin fetched or derived at load (a JWKS, a key list) is read again even where the
+     * core could not see that it changed. */
+    bool unchanged = hash == srv->config_hash;
+    if (unchanged && !forced) {
         sl_config_free(n);
         sl_log_info("reload (%s): content unchanged (hash %016llx), generation %llu keeps serving; nothing applied",
                     why, (unsigned long long)hash, (unsigned long long)srv->generation);
         if (json && (*json = malloc(192)))
-            snprintf(*json, 192, "{\"ok\":true,\"unchanged\":true,\"generation\":%llu,\"hash\":\"%016llx\",\"changed\":[]}\n",
+            snprintf(*json, 192,
+                     "{\"ok\":true,\"applied\":false,\"unchanged\":true,\"generation\":%llu,\"hash\":\"%016llx\","
+                     "\"changed\":[]}\n",
                      (unsigned long long)srv->generation, (unsigned long long)hash);
         return SL_OK;
     }
@@ -540,11 +632,17 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
         srv->workers[i].retiring = true; /* read by the worker after the async wakes it */
         sl_worker_drain(&srv->workers[i]);
     }
-    uint64_t code = code_hash(n);
-    char *changed = changed_list(srv->cfg, n, code != srv->code_hash);
+    uint64_t code = plugin_code_hash(n);
+    sl_gen_files_t *files = gen_files(n);
+    char *changed = changed_list(srv->cfg, n, code != srv->code_hash, srv->files, files);
     srv->code_hash = code;
+    files_free(srv->files);
+    srv->files = files;
     /* What the file watch compares with is what now runs (etcd's plugin folder included). */
-    if (srv->config_path) srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &code, sizeof code);
+    if (srv->config_path) {
+        uint64_t c = fnv(files_hash(files), &code, sizeof code); /* code_hash(n), from what was read */
+        srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &c, sizeof c);
+    }
     srv->workers = ws;
     srv->cfg = n;
     sl_cache_set_size(n->cache_size);
@@ -565,15 +663,18 @@ static int reload(sl_server_t *srv, const char *why, char **json) {
     }
     uv_timer_start(&srv->retire_poll, on_retire_poll, 20, 20);
 
-    sl_log_info("reload (%s): generation %llu applied, hash %016llx, changed [%s], %d/%d workers acked", why,
-                (unsigned long long)srv->generation, (unsigned long long)hash, changed, acked, nw);
+    sl_log_info("reload (%s): generation %llu applied, hash %016llx%s, changed [%s], %d/%d workers acked", why,
+                (unsigned long long)srv->generation, (unsigned long long)hash,
+                unchanged ? " (content unchanged: plugins loaded again)" : "", changed, acked, nw);
     if (json) {
         size_t cap = strlen(changed) + 256;
         *json = malloc(cap);
         if (*json)
             snprintf(*json, cap,
-                     "{\"ok\":true,\"generation\":%llu,\"hash\":\"%016llx\",\"changed\":[%s],\"workers_acked\":%d}\n",
-                     (unsigned long long)srv->generation, (unsigned long long)hash, changed, acked);
+                     "{\"ok\":true,\"applied\":true,\"unchanged\":%s,\"generation\":%llu,\"hash\":\"%016llx\","
+                     "\"changed\":[%s],\"workers_acked\":%d}\n",
+                     unchanged ? "true" : "false", (unsigned long long)srv->generation, (unsigned long long)hash,
+                     changed, acked);
     }
     sl__server_note_generation(srv, changed); /* takes changed */
     sl_server_watch(srv); /* plugin folders may have changed */
@@ -595,7 +696,7 @@ static void on_debounce(uv_timer_t *t) {
     if (h == srv->watch_hash) return;
     srv->watch_hash = h;
     char *json = NULL;
-    sl_server_reload(srv, "file change", &json);
+    sl_server_reload(srv, "file change", false, &json);
     free(json);
 }
 
@@ -612,13 +713,16 @@ static void close_watches(sl_server_t *srv) {
         if (!uv_is_closing((uv_handle_t *)&srv->watches[i]))
             uv_close((uv_handle_t *)&srv->watches[i], watches_free_cb);
     srv->nwatches = 0;
+    for (size_t i = 0; i < srv->nwatch_dirs; i++) free(srv->watch_dirs[i]);
+    srv->nwatch_dirs = 0;
 }
 
 /** Records the first generation's hashes and starts the etcd watch (start). */
 void sl__reload_init(sl_server_t *srv) {
-    srv->code_hash = code_hash(srv->cfg);
+    srv->code_hash = plugin_code_hash(srv->cfg);
+    srv->files = gen_files(srv->cfg);
     if (srv->config_path) {
-        uint64_t c = srv->code_hash;
+        uint64_t c = fnv(files_hash(srv->files), &srv->code_hash, sizeof srv->code_hash);
         srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &c, sizeof(c));
     }
     srv->config_hash = srv->config_path ? srv->watch_hash
@@ -651,8 +755,34 @@ void sl__reload_free_retired(sl_server_t *srv) {
     }
     free(srv->watches);
     srv->watches = NULL;
+    for (size_t i = 0; i < srv->nwatch_dirs; i++) free(srv->watch_dirs[i]);
+    free(srv->watch_dirs);
+    srv->watch_dirs = NULL;
+    srv->nwatch_dirs = 0;
+    files_free(srv->files);
+    srv->files = NULL;
     free(srv->last_reject_error);
     srv->last_reject_error = NULL;
+}
+
+/* Watches dir unless it is watched already (a folder that does not exist gets a closed slot). */
+static void watch_dir(sl_server_t *srv, const char *dir) {
+    for (size_t i = 0; i < srv->nwatch_dirs; i++)
+        if (!strcmp(srv->watch_dirs[i], dir)) return;
+    if (srv->nwatches >= SL_WATCH_MAX) return;
+    char *d = strdup(dir);
+    if (!d) return;
+    srv->watch_dirs[srv->nwatch_dirs++] = d;
+    uv_fs_event_t *e = &srv->watches[srv->nwatches++];
+    uv_fs_event_init(srv->loop, e);
+    e->data = srv;
+    if (uv_fs_event_start(e, on_fs_event, dir, 0) != 0) uv_close((uv_handle_t *)e, watches_free_cb);
+}
+
+/* The folder of path (a copy made in buf), for watch_dir. */
+static const char *dir_of(const char *path, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", path);
+    return dirname(buf);
 }
 
 void sl_server_watch(sl_server_t *srv) {
@@ -664,41 +794,19 @@ void sl_server_watch(sl_server_t *srv) {
         uv_timer_init(srv->loop, &srv->watch_debounce);
         srv->watch_debounce.data = srv;
         srv->watch_on = true;
-        srv->watches = calloc(64, sizeof(uv_fs_event_t));
-        if (!srv->watches) return;
+        srv->watches = calloc(SL_WATCH_MAX, sizeof(uv_fs_event_t));
+        srv->watch_dirs = calloc(SL_WATCH_MAX, sizeof(char *));
+        if (!srv->watches || !srv->watch_dirs) return;
     }
-    if (srv->nwatches) return; /* folders are watched once; a moved plugin path needs a restart */
-    char *copy = strdup(srv->config_path);
-    if (!copy) return;
-    const char *dirs[65];
-    char *owned[64];
-    size_t nd = 0, nowned = 0;
-    dirs[nd++] = dirname(copy);
-    for (size_t i = 0; i < srv->cfg->nplugin_search && nd < 64; i++) dirs[nd++] = srv->cfg->plugin_search[i];
-    /* the folders of TLS files: a renewed certificate reloads like an edited config */
-    for (size_t i = 0; i < srv->cfg->nlisteners; i++) {
-        const sl_tls_listener_conf_t *t = srv->cfg->listeners[i].tls;
-        for (size_t j = 0; t && j < t->ncerts && nd < 64; j++) {
-            char *d = t->certs[j].cert_path ? strdup(t->certs[j].cert_path) : NULL;
-            if (!d) continue;
-            char *dn = dirname(d);
-            bool seen = false;
-            for (size_t k = 0; k < nd; k++) seen |= strcmp(dirs[k], dn) == 0;
-            if (seen) {
-                free(d);
-                continue;
-            }
-            owned[nowned++] = d;
-            dirs[nd++] = dn;
-        }
-    }
-    for (size_t i = 0; i < nd; i++) {
-        /* Every slot gets a handle (a folder that does not exist is closed at once). */
-        uv_fs_event_t *e = &srv->watches[srv->nwatches++];
-        uv_fs_event_init(srv->loop, e);
-        e->data = srv;
-        if (uv_fs_event_start(e, on_fs_event, dirs[i], 0) != 0) uv_close((uv_handle_t *)e, watches_free_cb);
-    }
-    for (size_t i = 0; i < nowned; i++) free(owned[i]);
-    free(copy);
+    if (!srv->watches || !srv->watch_dirs) return;
+    /* The config file's folder, the plugin folders, and the folders of the generation's
+     * files (certificates, files plugins read): a renewed certificate or a rotated JWKS
+     * reloads like an edited config. Folders a new generation adds are watched from then
+     * on; none is dropped (a folder no longer used only costs a debounce that finds the
+     * content unchanged). */
+    char buf[4096];
+    watch_dir(srv, dir_of(srv->config_path, buf, sizeof buf));
+    for (size_t i = 0; i < srv->cfg->nplugin_search; i++) watch_dir(srv, srv->cfg->plugin_search[i]);
+    for (size_t i = 0; srv->files && i < srv->files->n; i++)
+        watch_dir(srv, dir_of(srv->files->v[i].path, buf, sizeof buf));
 }

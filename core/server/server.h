@@ -60,6 +60,8 @@ struct sl_server_s {
     uint64_t reloads_ok, reloads_rejected;
     uint64_t config_hash;      /**< config text + plugin code, as reported by /reload */
     uint64_t code_hash;        /**< plugin code alone: "plugin_code" in a reload's changes */
+    struct sl_gen_files_s *files; /**< the served generation's files (certificates, files
+                                       plugins read) with their content hashes (reload.c) */
     uint64_t watch_hash;       /**< what the file watch last saw */
     /** The last rejected reload, for /status: wall-clock seconds (0: none yet), its
      *  trigger ("SIGHUP", "admin", "file change") and its error lines; owned. */
@@ -77,6 +79,8 @@ struct sl_server_s {
     sl_config_t *boot_cfg;     /**< the first generation's config: main() owns it */
     uv_fs_event_t *watches;    /**< config file's folder and plugin folders, when watch: true */
     size_t nwatches;
+    char **watch_dirs;         /**< the folders watched (owned), as many as nwatches */
+    size_t nwatch_dirs;
     uv_timer_t watch_debounce;
     bool watch_on;
     struct sl_etcd_s *etcd;    /**< config_source: etcd (server/etcd.h), else NULL */
@@ -100,10 +104,12 @@ void sl_server_cleanup(sl_server_t *srv);
 /**
  * Builds the config again (file and plugins) and, when valid, swaps in a new worker set
  * that takes over the same listening sockets; the old set drains on its old config.
- * Returns 0 (applied) or -1 (rejected: nothing changed). *json (malloc'ed) is the
- * /reload answer. Main thread.
+ * Returns 0 (applied) or -1 (rejected: nothing changed). forced (SIGHUP, POST /reload):
+ * a new generation even when the content hash is the running one's; otherwise (file
+ * watch, etcd) such a reload applies nothing. *json (malloc'ed) is the /reload answer.
+ * Main thread.
  */
-int sl_server_reload(sl_server_t *srv, const char *why, char **json);
+int sl_server_reload(sl_server_t *srv, const char *why, bool forced, char **json);
 /** Starts watching the config file and plugin folders (watch: true). Main thread. */
 void sl_server_watch(sl_server_t *srv);
 /** Content hash of a config text and the plugin files it can load. */

@@ -1,7 +1,9 @@
 """What a CI job trips on when it drives sluice from a script: `sluice reload` finds an
 instance whose admin listens on port 0 (--ready-file PATH, --admin ADDR), the ready file
-goes away when the process exits, `sluice check` without -c says what it checked, a
-reload of unchanged content applies nothing, and /status keeps the last rejected reload."""
+goes away when the process exits, `sluice check` without -c says what it checked, an
+explicit reload of unchanged content applies a new generation and says the content was
+unchanged (`applied: true, unchanged: true`) while the file watch applies nothing for a
+save that changed nothing, and /status keeps the last rejected reload."""
 
 import json
 import subprocess
@@ -59,11 +61,20 @@ def test_unchanged_and_rejected(t):
             st.get("last_rejected_reload", "absent"))
     gen = st["generation"]
     code, ans = s.reload(new_content=False)
-    t.check("a reload of unchanged content applies nothing and says so",
-            code == 200 and ans.get("unchanged") is True and ans.get("generation") == gen, "unchanged, gen %d" % gen,
-            (code, ans))
-    t.check("... the log says so", "content unchanged" in s.log() and s.status()["generation"] == gen,
-            "content unchanged", s.log()[-300:])
+    t.check("an explicit reload of unchanged content applies a new generation and says the content was unchanged",
+            code == 200 and ans.get("applied") is True and ans.get("unchanged") is True
+            and ans.get("changed") == [] and ans.get("generation") == gen + 1,
+            "applied, unchanged, changed [], gen %d" % (gen + 1), (code, ans))
+    t.check("... the log says so", "content unchanged: plugins loaded again" in s.log()
+            and s.status()["generation"] == gen + 1, "content unchanged", s.log()[-300:])
+    # the watch (watch: true by default): a save that changes nothing applies nothing
+    with open(s.config_path, "rb") as f:
+        text = f.read()
+    with open(s.config_path, "wb") as f:
+        f.write(text)
+    time.sleep(0.6)  # the watch's 200 ms debounce, and then some
+    t.check("a save of the same content: the file watch applies nothing",
+            s.status()["generation"] == gen + 1, gen + 1, s.status()["generation"])
     with open(s.config_path, "a") as f:
         f.write("bogus_key: 1\n")
     before = time.time()

@@ -11,14 +11,10 @@
 The busted spec (spec/plugins/jwt-auth_spec.lua) covers every refusal case and the cache.
 """
 
-import base64
-import hashlib
-import hmac
 import http.server
 import json
 import os
 import ssl
-import subprocess
 import sys
 import threading
 import time
@@ -43,35 +39,11 @@ routes:
 """
 
 
-def b64u(b):
-    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+b64u, ed25519_key, eddsa = h.b64u, h.ed25519_key, h.eddsa
 
 
 def hs256(claims, secret=SECRET):
-    signing = b64u(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + b64u(json.dumps(claims).encode())
-    mac = hmac.new(secret.encode(), signing.encode(), hashlib.sha256).digest()
-    return signing + "." + b64u(mac)
-
-
-def openssl(d, *args):
-    subprocess.run(["openssl"] + list(args), cwd=d, check=True, capture_output=True)
-
-
-def ed25519_key(d, name):
-    """An Ed25519 key made by openssl; returns its public JWK (x from the SPKI DER tail)."""
-    openssl(d, "genpkey", "-algorithm", "ED25519", "-out", name + ".pem")
-    openssl(d, "pkey", "-in", name + ".pem", "-pubout", "-outform", "DER", "-out", name + ".der")
-    with open(os.path.join(d, name + ".der"), "rb") as f:
-        return {"kty": "OKP", "crv": "Ed25519", "kid": name, "x": b64u(f.read()[-32:])}
-
-
-def eddsa(d, name, claims):
-    signing = b64u(json.dumps({"alg": "EdDSA", "kid": name}).encode()) + "." + b64u(json.dumps(claims).encode())
-    with open(os.path.join(d, "in.txt"), "w") as f:
-        f.write(signing)
-    openssl(d, "pkeyutl", "-sign", "-inkey", name + ".pem", "-rawin", "-in", "in.txt", "-out", "sig.bin")
-    with open(os.path.join(d, "sig.bin"), "rb") as f:
-        return signing + "." + b64u(f.read())
+    return h.hs256(claims, secret)
 
 
 def check_one_error(t, case, plugin_yaml, words):

@@ -586,7 +586,7 @@ _M.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
 
 -- sluice.crypto, sluice.http, sluice.tls and the others below load on first use.
 local lazy = { crypto = "sluice.crypto", http = "sluice.http", consumers = "sluice.consumers",
-               limit = "sluice.limit", redis = "sluice.redis", tls = "sluice.tls" }
+               limit = "sluice.limit", redis = "sluice.redis", tls = "sluice.tls", files = "sluice.files" }
 setmetatable(_M, { __index = function(t, k)
     local mod = lazy[k]
     if mod then

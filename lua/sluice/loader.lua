@@ -4,6 +4,7 @@
 local cjson = require("cjson.safe")
 local schema = require("sluice.schema")
 local source_pos = require("sluice.source_pos")
+local files = require("sluice.files")
 
 local type, pairs, ipairs, pcall, loadfile, setmetatable = type, pairs, ipairs, pcall, loadfile, setmetatable
 local io_open = io.open
@@ -82,6 +83,7 @@ function _M.prepare(paths, name, config_json, cache, known)
     if type(raw) ~= "table" then raw = {} end
     local conf, errs = schema.validate(mod.schema, strip_null(raw))
     if #errs > 0 then return nil, errs end
+    files.resolve_conf(conf) -- `*_file` keys: resolved and part of the generation
     if mod.check then
         local ok, res, msg = pcall(mod.check, conf)
         if not ok then return nil, { { path = "", at = "value", msg = "check failed: " .. tostring(res) } } end

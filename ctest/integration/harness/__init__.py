@@ -37,6 +37,7 @@ The modules, one section each (lower ones never import higher ones):
   fault_upstream  start_fault_upstream (the C fault_upstream)
   certs           make_ca, make_leaf (the openssl CLI)
   data            pattern_blocks, pattern_sha256
+  jwt             b64u, hs256, ed25519_key, eddsa (JWTs signed by hmac and the openssl CLI)
   latency         keepalive_load, percentile
 """
 
@@ -44,6 +45,7 @@ from .certs import make_ca, make_leaf, openssl, s_client_request
 from .client import Client, build_request, request
 from .data import pattern_blocks, pattern_sha256
 from .latency import keepalive_load, percentile
+from .jwt import b64u, ed25519_key, eddsa, hs256
 from .fault_upstream import FAULT_BIN, FaultUpstream, start_fault_upstream
 from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister, cleanup_all,
                         new_tmpdir, stop_process, tmp_root)
