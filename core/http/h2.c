@@ -78,6 +78,7 @@ struct sl_h2_stream_s {
     uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 431) */
     uint16_t ncookies;
     sl_str_t authority;
+    uint8_t malformed;      /**< the head broke a rule of RFC 9113 8.1.1: a stream error */
     uint8_t headers_done;   /**< the request's HEADERS were all received */
     uint8_t began;          /**< sl__req_begin (or the head's error answer) ran */
     uint8_t remote_done;    /**< END_STREAM received */
@@ -418,6 +419,7 @@ static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const 
         hd->path = (sl_str_t){val.p, qm ? (size_t)(qm - val.p) : val.len};
         hd->query = qm ? (sl_str_t){qm + 1, val.len - (size_t)(qm - val.p) - 1} : (sl_str_t){"", 0};
     } else if (SL_IEQ(name, ":authority")) {
+        if (st->authority.p) st->malformed = 1; /* a second one (nghttp2 resets it first) */
         st->authority = val;
     }
     return 0; /* :scheme: nghttp2 checked it is there */
@@ -496,16 +498,25 @@ static bool join_cookies(sl_h2_stream_t *st, sl_req_t *r) {
 }
 
 /* The head is complete: :authority becomes the Host (a client's own Host goes), the body's
- * framing is known. 0, or the status of an answer instead of routing. */
-static uint16_t head_finish(sl_h2_stream_t *st, sl_req_t *r) {
+ * framing is known. 0, the status of an answer instead of routing, or SL_ERROR: the head is
+ * malformed (RFC 9113 8.1.1), a stream error.
+ *
+ * One authority reaches the upstream, so a head naming two is malformed (8.3.1): a second
+ * :authority (on_pseudo) or host (nghttp2 resets those first; checked again, as the rewrite
+ * below would keep one of them), or a host that disagrees with :authority: it would be dropped
+ * here after a tier in front of sluice judged the request by it. Host names compare
+ * ASCII case-insensitively (RFC 9110 4.2.3), as the HTTP/1.1 path compares an absolute-form
+ * target with Host; nothing else is normalised: "a.test:80" and "a.test" disagree. */
+static int head_finish(sl_h2_stream_t *st, sl_req_t *r) {
     sl_h1_head_t *hd = &r->head;
+    if (st->malformed) return SL_ERROR;
     if (st->status_err) return st->status_err;
     if (!hd->method.len || !hd->target.len) return 400;
     uint16_t keep = 0;
     sl_str_t host = {NULL, 0};
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         if (SL_IEQ(hd->headers[i].name, "host")) {
-            if (host.p) return 400;
+            if (host.p) return SL_ERROR;
             host = hd->headers[i].value;
             if (st->authority.p) continue;
         }
@@ -513,6 +524,7 @@ static uint16_t head_finish(sl_h2_stream_t *st, sl_req_t *r) {
     }
     hd->nheaders = keep;
     if (st->authority.p) {
+        if (host.p && !sl_str_ieq2(host, st->authority)) return SL_ERROR;
         sl_h1_header_t *x = sl_h1_push(hd);
         if (!x) return 431;
         *x = (sl_h1_header_t){SL_LIT("host"), st->authority, 0};
@@ -537,6 +549,16 @@ static bool stream_ready(sl_h2_stream_t *st) {
     const sl_h1_head_t *hd = &st->ds.req->head;
     if (st->status_err || st->remote_done) return true;
     return !(hd->body_kind == SL_BODY_LENGTH && hd->content_length <= H2_STREAM_WINDOW);
+}
+
+/* A malformed request is a stream error PROTOCOL_ERROR (RFC 9113 8.1.1), the answer nghttp2
+ * gives to the rules it checks itself. The request never began: it goes now, so nothing
+ * routes it and the stream's later frames are dropped; the stream goes once nghttp2 sent the
+ * reset and closed it. */
+static void stream_reset_malformed(sl_h2_stream_t *st) {
+    st->due = 0;
+    stream_drop_request(st);
+    nghttp2_submit_rst_stream(st->h->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_PROTOCOL_ERROR);
 }
 
 /* ---- nghttp2's callbacks: they record, h2_run acts ---- */
@@ -634,8 +656,12 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) st->remote_done = 1;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
         st->headers_done = 1;
-        uint16_t err = head_finish(st, st->ds.req);
-        if (err) st->status_err = err;
+        int err = head_finish(st, st->ds.req);
+        if (err == SL_ERROR) {
+            stream_reset_malformed(st);
+            return 0;
+        }
+        if (err) st->status_err = (uint16_t)err;
     }
     if (!st->headers_done) return 0;
     if (st->began)

@@ -106,6 +106,13 @@ def seeds():
     out["cookies"] = settings() + headers(e(), 1, "/e", extra=[("cookie", "a=1"), ("cookie", "b=2"),
                                                                 ("cookie", "c=3")])
     out["host_no_authority"] = settings() + headers(e(), 1, "/e", authority=None, extra=[("host", "h.example")])
+    # issue 26: a host that disagrees with :authority (its DATA arrives after the reset, then a
+    # good stream), one that agrees but for case, and a second :authority
+    out["bad_host_authority"] = (settings() + headers(enc := e(), 1, "/e", method="POST", end_stream=False,
+                                                      extra=[("host", "other.example")]) +
+                                 data(1, b"smuggled") + headers(enc, 3, "/e"))
+    out["host_authority_case"] = settings() + headers(e(), 1, "/e", extra=[("host", "Example.COM")])
+    out["bad_dup_authority"] = settings() + headers(e(), 1, "/e", extra=[(":authority", "other.example")])
     out["bad_uppercase"] = settings() + headers(e(), 1, "/e", extra=[("X-Upper", "1")])
     out["bad_connection"] = settings() + headers(e(), 1, "/e", extra=[("connection", "close")])
     out["bad_te"] = settings() + headers(e(), 1, "/e", extra=[("te", "gzip")])
