@@ -76,6 +76,7 @@ def setup(t):
     S["nginx"], p_on, p_off = start_nginx(root, d)
     S["sl"] = h.start_sluice("""
 workers: 2
+admin: { listen: 127.0.0.1:0 }
 listeners:
   - { name: on_auto,  listen: 127.0.0.1:0, protocol: tcp, upstream: sendfile_on,  splice: auto }
   - { name: on_off,   listen: 127.0.0.1:0, protocol: tcp, upstream: sendfile_on,  splice: off }
