@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
+import test_tcp_proxy as tp  # noqa: E402
 
 t = h.Suite("l4_nginx_origin", budget=280.0)
 S = {}
@@ -86,7 +87,7 @@ upstreams:
   - { name: sendfile_on,  targets: [ { address: 127.0.0.1:%d } ] }
   - { name: sendfile_off, targets: [ { address: 127.0.0.1:%d } ] }
 """ % (p_on, p_off), suite=t)
-    S["pipes0"] = pipe_fds(S["sl"].pid)
+    S["pipes0"] = tp.pipes(S["sl"].pid)
     direct = subprocess.run(["curl", "-s", "--max-time", "10", "http://127.0.0.1:%d/1m" % p_on],
                             capture_output=True)
     t.check("nginx serves the file directly (sendfile on)",
@@ -195,19 +196,9 @@ def transfers(t):
                         oks == 5, "5 of 5", "%d of 5; first failure: %s" % (oks, why))
 
 
-def pipe_fds(pid):
-    n = 0
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("pipe:")
-        except OSError:
-            pass
-    return n
-
-
 def paths_used(t):
     """The splice listeners spliced: the pipe pool holds pipes it did not hold at start."""
-    pipes = pipe_fds(S["sl"].pid)
+    pipes = tp.pipes(S["sl"].pid)
     t.check("the splice: auto listeners spliced (the gateway holds pooled pipes)", pipes > S["pipes0"],
             "more than %d pipe fds" % S["pipes0"], pipes)
 
