@@ -17,7 +17,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cmake -S . -B build-pkg -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
+RUN cmake -S . -B build-pkg -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON \
  && cmake --build build-pkg -j"$(nproc)" --target sluice_bin sluice \
  && cd build-pkg && cpack -G DEB && mv sluice_*.deb /sluice.deb

@@ -75,7 +75,7 @@ def serve_from(label, binary, share):
     t.check("%s: exit 0 on SIGTERM" % label, s.stop() == 0, 0, s.log()[-800:])
 
 
-def check_layout(label, root):
+def check_layout(label, root, prefix, destdir=None):
     libs = glob.glob(os.path.join(root, "lib*", "libsluice.so")) + \
         glob.glob(os.path.join(root, "lib*", "*", "libsluice.so"))
     want = ["bin/sluice", "share/sluice/lua/sluice/init.lua", "share/sluice/plugins/echo.lua",
@@ -86,11 +86,22 @@ def check_layout(label, root):
     n_src = len(glob.glob(os.path.join(SRC, "plugins", "*.lua")))
     n_dst = len(glob.glob(os.path.join(root, "share/sluice/plugins", "*.lua")))
     t.check("%s: every built-in plugin" % label, n_src == n_dst and n_src > 0, n_src, n_dst)
-    confs = glob.glob(os.path.join(root, "..", "**", "etc", "sluice", "sluice.yaml"), recursive=True) + \
-        glob.glob(os.path.join(root, "etc", "sluice", "sluice.yaml"))
-    t.check("%s: the service config installed" % label, len(confs) >= 1, "etc/sluice/sluice.yaml", confs)
-    if confs:
-        p = subprocess.run([os.path.join(root, "bin/sluice"), "check", "-c", confs[0]],
+    # the config and the unit follow the install's prefix, not the one the tree was configured
+    # with: /etc/sluice for the prefix /usr (the package's), PREFIX/etc/sluice otherwise
+    etc = os.path.join(destdir or "", "etc") if prefix == "/usr" else os.path.join(root, "etc")
+    conf = os.path.join(etc, "sluice", "sluice.yaml")
+    stray = [c for c in glob.glob(os.path.join(destdir or root, "**", "sluice.yaml"), recursive=True)
+             if os.path.realpath(c) != os.path.realpath(conf)]
+    t.check("%s: the service config at %s only" % (label, conf[len(destdir or ""):]),
+            os.path.exists(conf) and not stray, conf, stray)
+    unit_path = os.path.join(root, "lib/systemd/system/sluice.service")
+    unit = open(unit_path).read() if os.path.exists(unit_path) else ""
+    want = "ExecStart=%s/bin/sluice run -c %s/sluice/sluice.yaml" % (prefix, conf[len(destdir or ""):].rsplit("/sluice/", 1)[0])
+    t.check("%s: the unit starts %s/bin/sluice on that config" % (label, prefix),
+            re.search("^" + re.escape(want) + "$", unit, re.M) is not None, want,
+            [l for l in unit.splitlines() if l.startswith("ExecStart")])
+    if os.path.exists(conf):
+        p = subprocess.run([os.path.join(root, "bin/sluice"), "check", "-c", conf],
                            capture_output=True, text=True, timeout=20)
         t.check("%s: installed `sluice check` of the packaged config" % label,
                 p.returncode == 0 and p.stdout.strip().endswith(": ok"), "ok", (p.returncode, p.stdout, p.stderr))
@@ -103,14 +114,14 @@ def test_build_tree(t):
 def test_destdir_usr(t):
     d = h.new_tmpdir("destdir")
     root = install("DESTDIR, prefix /usr", "/usr", destdir=d)
-    check_layout("prefix /usr", root)
+    check_layout("prefix /usr", root, "/usr", d)
     serve_from("prefix /usr", os.path.join(root, "bin/sluice"), os.path.realpath(root + "/share/sluice"))
 
 
 def test_destdir_usr_local(t):
     d = h.new_tmpdir("destdir-local")
     root = install("DESTDIR, prefix /usr/local", "/usr/local", destdir=d)
-    check_layout("prefix /usr/local", root)
+    check_layout("prefix /usr/local", root, "/usr/local", d)
     serve_from("prefix /usr/local", os.path.join(root, "bin/sluice"),
                os.path.realpath(root + "/share/sluice"))
 
@@ -118,6 +129,7 @@ def test_destdir_usr_local(t):
 def test_relocated(t):
     d = h.new_tmpdir("reloc")
     root = install("--prefix", os.path.join(d, "first"))
+    check_layout("--prefix %s" % root, root, root)
     moved = os.path.join(d, "elsewhere", "opt")
     os.makedirs(os.path.dirname(moved))
     shutil.move(root, moved)
