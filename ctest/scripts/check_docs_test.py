@@ -1,7 +1,10 @@
 """scripts/check-docs on the real tree (it must pass) and on doctored copies of it: a
 documented config key removed from the parser's key tables, a plugin schema field
 removed, a metric renamed in the code, and a key added to the code but not to the docs
-must each fail, naming the key."""
+must each fail, naming the key; a file the docs name in a code span that is renamed, or
+a missing path written into a doc, must fail at FILE:LINE, while an existing file (with
+a :LINE), a directory, a glob, a placeholder, a build/ path, an absolute path and a path
+in a fenced block pass."""
 import os
 import re
 import shutil
@@ -29,11 +32,27 @@ def run(root):
 
 
 def copy_tree():
+    """The source tree (no .git, no build directories): the docs name files everywhere."""
     d = tempfile.mkdtemp(prefix='sl-docs-')
-    for sub in ('core', 'lua', 'plugins', 'docs', 'conf'):
-        shutil.copytree(os.path.join(ROOT, sub), os.path.join(d, sub))
-    shutil.copy(os.path.join(ROOT, 'README.md'), d)
+    for name in os.listdir(ROOT):
+        src, dst = os.path.join(ROOT, name), os.path.join(d, name)
+        if name == '.git' or name.startswith('build'):
+            continue
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns('__pycache__'))
+        else:
+            shutil.copy(src, dst)
     return d
+
+
+def append(root, rel, text):
+    """Append text to a file; the 1-based number of its first new line."""
+    p = os.path.join(root, rel)
+    with open(p) as f:
+        old = f.read()
+    with open(p, 'w') as f:
+        f.write(old + ('' if old.endswith('\n') else '\n') + text)
+    return old.count('\n') + (0 if old.endswith('\n') else 1) + 1
 
 
 def edit(root, rel, old, new):
@@ -96,6 +115,41 @@ with open(os.path.join(d, 'README.md'), 'a') as f:
 rc, out = run(d)
 check(rc == 1 and 'link `../shared/DESIGN.md` leaves the repository' in out and 'link `docs/nope.md` names no file' in out,
       'README links outside the repository or to no file fail', out)
+shutil.rmtree(d)
+
+# repository paths in code spans: a file the docs name is moved away
+d = copy_tree()
+os.rename(os.path.join(d, 'core', 'proto', 'sni.c'), os.path.join(d, 'core', 'proto', 'sni_hello.c'))
+rc, out = run(d)
+check(rc == 1 and re.search(r'docs/DECISIONS\.md:\d+: `core/proto/sni\.c` does not exist', out) is not None,
+      'a file named in the docs renamed: fails at the docs line naming it', out)
+shutil.rmtree(d)
+
+# paths written into a doc: the missing ones fail at their line, the rest pass
+d = copy_tree()
+no = append(d, 'docs/testing.md',
+            'Gone: `core/http1.c` and `ctest/fuzz/nope/` and `core/sluice.h/` and `core/gone/<name>.c`.\n')
+ex = append(d, 'examples/custom-plugin/README.md', 'Also `spec/nope_spec.lua`.\n')
+rc, out = run(d)
+missing = ['docs/testing.md:%d: `%s` does not exist' % (no, p)
+           for p in ('core/http1.c', 'ctest/fuzz/nope/', 'core/sluice.h/', 'core/gone/<name>.c')]
+missing.append('examples/custom-plugin/README.md:%d: `spec/nope_spec.lua` does not exist' % ex)
+check(rc == 1 and all(m in out for m in missing) and out.count('does not exist') == 5,
+      'missing files, a missing directory, a file named as a directory, a placeholder in a missing '
+      'directory and a missing path in an example README fail at FILE:LINE', out)
+shutil.rmtree(d)
+
+d = copy_tree()
+append(d, 'docs/testing.md',
+       'Fine: `core/proto/http1.c:120`, `ctest/integration/`, `ctest/fuzz/corpus`, `examples/*/smoke.yaml`, '
+       '`plugins/NAME.lua`, `core/<layer>/<name>.c`, `spec/smoke/PLUGIN.yaml`, `core/LAYERS`, `Dockerfile`, '
+       '`scripts/bench --scenarios h2`, `--root=docs/config.md`, `build/ctest/fault_upstream`, `build/nope.c`, '
+       '`/etc/sluice/nope.yaml`, `plugins` and `plugins:`.\n'
+       '\n```yaml\nroutes_file: conf/nope.lua\n```\n')
+append(d, 'examples/custom-plugin/README.md', 'Its own `plugins/tenant.lua` and `spec/tenant_spec.lua`.\n')
+rc, out = run(d)
+check(rc == 0, 'an existing file (with :LINE), directories, globs, placeholders, a command\'s path, build/ and '
+      'absolute paths, bare directory names, a fenced block and example-relative paths pass', out)
 shutil.rmtree(d)
 
 print('%d failure(s)' % failures)
