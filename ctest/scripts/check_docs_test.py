@@ -152,5 +152,17 @@ check(rc == 0, 'an existing file (with :LINE), directories, globs, placeholders,
       'absolute paths, bare directory names, a fenced block and example-relative paths pass', out)
 shutil.rmtree(d)
 
+d = copy_tree()
+os.makedirs(os.path.join(d, 'ctest', 'interop'), exist_ok=True)
+with open(os.path.join(d, 'ctest', 'interop', 'peer_zz.py'), 'w') as f:
+    f.write('import interop as io\n\n\n@io.case("l4.new_case", "a case the table "\n         "does not have", '
+            'budget=5)\ndef new_case(t):\n    pass\n')
+line = append(d, 'docs/testing.md', '| zz | l7 | gone | a row whose case is gone |\n')
+rc, out = run(d)
+check(rc == 1 and 'interop case interop.zz.l4.new_case is not in the table' in out
+      and 'docs/testing.md:%d: interop row `zz | l7 | gone`' % line in out,
+      'an interop case missing from docs/testing.md\'s table, and a row naming no case, fail', out)
+shutil.rmtree(d)
+
 print('%d failure(s)' % failures)
 sys.exit(1 if failures else 0)
