@@ -18,6 +18,9 @@ static const double plugin_le[SL_METRIC_BUCKETS] = {0.00001, 0.000025, 0.00005, 
 static const uint64_t plugin_ns[SL_METRIC_BUCKETS] = {10000,   25000,   50000,   100000,   250000,   500000,   1000000,
                                                       2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 1000000000};
 
+const char *const sl_tcp_end_label[SL_TCP_ENDS] = {"closed",   "reset",   "connect_failed", "unavailable", "no_route",
+                                                  "rejected", "timeout", "shutdown",       "error"};
+
 int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     memset(m, 0, sizeof(*m));
     m->nroutes = cfg->nroutes + 1;
@@ -35,6 +38,8 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     m->tcp_bytes = calloc((cfg->nlisteners + 1) * 2, sizeof(uint64_t));
     m->tls_hs = calloc((cfg->nlisteners + 1) * SL_TLS_HS_RESULTS, sizeof(uint64_t));
     m->tcp_sni = calloc((cfg->nlisteners + 1) * SL_SNI_RESULTS, sizeof(uint64_t));
+    m->tcp_end = calloc((cfg->nlisteners + 1) * SL_TCP_ENDS, sizeof(uint64_t));
+    m->tcp_connect_fail = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->h2_streams = calloc(cfg->nlisteners + 1, sizeof(int64_t));
     m->h2_goaway = calloc((cfg->nlisteners + 1) * SL_H2_GOAWAY_REASONS, sizeof(uint64_t));
     m->plugin_errors = calloc(m->nroutes * SL_METRIC_MAX_CHAIN, sizeof(uint64_t));
@@ -57,7 +62,7 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
         return SL_ERROR;
     }
     if (!m->retries || !m->ratelimit || !m->cache || !m->grpc || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
-        !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
+        !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tcp_end || !m->tcp_connect_fail || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
@@ -75,6 +80,8 @@ void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->tcp_bytes);
     free(m->tls_hs);
     free(m->tcp_sni);
+    free(m->tcp_end);
+    free(m->tcp_connect_fail);
     free(m->h2_streams);
     free(m->h2_goaway);
     free(m->plugin_errors);
@@ -225,6 +232,7 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                     for (size_t c = 0; c < SL_METRIC_CODES; c++)
                         SL_COUNTER_ADD(to->up_codes[tt * SL_METRIC_CODES + c], from->up_codes[ft * SL_METRIC_CODES + c]);
                     SL_COUNTER_ADD(to->up_noresp[tt], from->up_noresp[ft]);
+                    SL_COUNTER_ADD(to->tcp_connect_fail[tt], from->tcp_connect_fail[ft]);
                     fold_hist(&to->up_dur[tt], &from->up_dur[ft]);
                 }
         }
@@ -241,6 +249,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                                    from->h2_goaway[l * SL_H2_GOAWAY_REASONS + g]);
                 for (size_t r = 0; r < SL_SNI_RESULTS; r++)
                     SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r], from->tcp_sni[l * SL_SNI_RESULTS + r]);
+                for (size_t r = 0; r < SL_TCP_ENDS; r++)
+                    SL_COUNTER_ADD(to->tcp_end[k * SL_TCP_ENDS + r], from->tcp_end[l * SL_TCP_ENDS + r]);
                 const sl_listener_conf_t *fl = &fcfg->listeners[l], *tl = &tcfg->listeners[k];
                 for (size_t pos = 0; pos < fl->nplugins && pos < tl->nplugins && pos < SL_METRIC_MAX_CHAIN; pos++)
                     if (strcmp(fl->plugins[pos].name, tl->plugins[pos].name) == 0)
@@ -526,6 +536,25 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_bytes[l * 2 + dir]);
             tprintf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
                     dir ? "out" : "in", (unsigned long long)v);
+        }
+    }
+    tprintf(&t, "# HELP sluice_tcp_sessions_total Sessions of tcp listeners by how they ended.\n"
+                "# TYPE sluice_tcp_sessions_total counter\n");
+    for (size_t l = 0; l < cfg->nlisteners; l++)
+        if (cfg->listeners[l].protocol == SL_PROTO_TCP)
+            render_listener_results(&t, "sluice_tcp_sessions_total", cfg->listeners[l].name, l, ms, n,
+                                    offsetof(sl_wmetrics_t, tcp_end), "result", sl_tcp_end_label, SL_TCP_ENDS);
+    tprintf(&t, "# HELP sluice_tcp_connect_failures_total Connections tcp listeners could not make to a target "
+                "(refused, unreachable, timed out).\n"
+                "# TYPE sluice_tcp_connect_failures_total counter\n");
+    for (size_t u = 0; u < cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+        for (size_t k = 0; k < uc->ntargets; k++) {
+            uint64_t v = 0;
+            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_connect_fail[ms[0]->target_base[u] + k]);
+            if (v && uc->targets[k].addr.text[0])
+                tprintf(&t, "sluice_tcp_connect_failures_total{upstream=\"%s\",target=\"%s\"} %llu\n", uc->name,
+                        uc->targets[k].addr.text, (unsigned long long)v);
         }
     }
     static const char *const hs_results[SL_TLS_HS_RESULTS] = {"ok", "failed", "timeout"};

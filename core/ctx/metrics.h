@@ -40,6 +40,28 @@ enum {
     SL_H2_GOAWAY_REASONS
 };
 
+/** How a session of a tcp listener ended: the `result` label of sluice_tcp_sessions_total.
+ *  closed: both sides finished (FIN each way); reset: a side reset or failed mid-session;
+ *  connect_failed: no connection to the upstream could be made (every attempt refused or
+ *  timed out); unavailable: no target could take it (breakers open, none left to try);
+ *  no_route: nothing chose an upstream (sni_routes without a match, no plugin choice);
+ *  rejected: refused before routing (a bad or missing PROXY header, sni_routes and not TLS,
+ *  a preread plugin's close); timeout: header_timeout or idle_timeout passed; shutdown: cut
+ *  at shutdown_timeout; error: the gateway's own failure (descriptors, memory). */
+enum {
+    SL_TCP_END_CLOSED,
+    SL_TCP_END_RESET,
+    SL_TCP_END_CONNECT_FAILED,
+    SL_TCP_END_UNAVAILABLE,
+    SL_TCP_END_NO_ROUTE,
+    SL_TCP_END_REJECTED,
+    SL_TCP_END_TIMEOUT,
+    SL_TCP_END_SHUTDOWN,
+    SL_TCP_END_ERROR,
+    SL_TCP_ENDS
+};
+extern const char *const sl_tcp_end_label[SL_TCP_ENDS];
+
 /** A rate-limit decision: the `result` label of sluice_ratelimit_total. */
 /* SL_RL_ALLOWED, _LIMITED, _FAILOPEN are in sluice.h (plugins count through the ABI). */
 #define SL_RL_RESULTS (SL_RL_FAILOPEN + 1)
@@ -71,6 +93,8 @@ typedef struct {
     uint64_t *tls_hs;      /**< [nlisteners][SL_TLS_HS_RESULTS]: TLS handshakes by result */
     uint64_t *tcp_bytes;   /**< [nlisteners][2]: tcp sessions' bytes read from the client (in)
                                 and from the upstream (out), counted as they are read */
+    uint64_t *tcp_end;     /**< [nlisteners][SL_TCP_ENDS]: how tcp sessions ended */
+    uint64_t *tcp_connect_fail; /**< [ntargets]: tcp listeners' connects to a target that failed */
     uint64_t *tcp_sni;     /**< [nlisteners][SL_SNI_RESULTS]: how sessions of listeners with
                                 sni_routes were routed or closed (sni.h) */
     int64_t *h2_streams;   /**< [nlisteners]: open HTTP/2 streams (gauge) */

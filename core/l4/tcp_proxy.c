@@ -155,7 +155,7 @@ struct sl_tcpw_s {
 
 static void sess_pump(sl_tcp_sess_t *s);
 static void sess_connect(sl_tcp_sess_t *s);
-static void sess_end(sl_tcp_sess_t *s, bool reset);
+static void sess_end(sl_tcp_sess_t *s, bool reset, int result);
 static void on_sock(sl_tcp_sess_t *s, bool up, uint32_t events);
 
 static const sl_listener_conf_t *lconf(const sl_tcp_sess_t *s) { return &s->w->cfg->listeners[s->lidx]; }
@@ -322,9 +322,13 @@ static void close_upstream(sl_tcp_sess_t *s) {
     s->ufd = -1;
 }
 
-static void sess_end(sl_tcp_sess_t *s, bool reset) {
+/* Ends the session (with RSTs when `reset`), counted by `result` (SL_TCP_END_*: a session
+ * whose sides both finished after one of them had failed counts as reset). */
+static void sess_end(sl_tcp_sess_t *s, bool reset, int result) {
     if (s->state == ST_CLOSED) return;
     struct sl_tcpw_s *tw = s->w->tcp;
+    if (result == SL_TCP_END_CLOSED && s->reset) result = SL_TCP_END_RESET;
+    SL_COUNTER_ADD(s->w->metrics.tcp_end[s->lidx * SL_TCP_ENDS + (size_t)result], 1);
     attempt_outcome(s, SL_OUT_CANCEL); /* ended while connecting: no verdict on the target */
     attempt_release(s);
     sl_tries_free(&s->tries);
@@ -491,7 +495,7 @@ static bool dir_pump(sl_tcp_sess_t *s, int di) {
         if (rc == SL_EAGAIN || dry) *readable = 0;
         if (rc == SL_EAGAIN) return false;
         if (rc == SL_ERROR) {
-            sess_end(s, true);
+            sess_end(s, true, SL_TCP_END_RESET);
             return false;
         }
     }
@@ -504,7 +508,7 @@ static void sess_pump(sl_tcp_sess_t *s) {
     if (s->state == ST_FLOWING) more |= dir_pump(s, DIR_OUT);
     if (s->state != ST_FLOWING) return;
     if (dir_over(&s->d[DIR_IN]) && dir_over(&s->d[DIR_OUT])) {
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_CLOSED);
         return;
     }
     if (more) sess_again(s);
@@ -536,7 +540,7 @@ static void connected(sl_tcp_sess_t *s) {
     attempt_outcome(s, SL_OUT_SUCCESS);
     s->state = ST_FLOWING;
     if (lconf(s)->proxy_send && put_proxy_header(s) != SL_OK) {
-        sess_end(s, true);
+        sess_end(s, true, SL_TCP_END_ERROR);
         return;
     }
     sl_deadline_set(&s->timer, lconf(s)->idle_timeout_ms);
@@ -552,12 +556,13 @@ static void connect_failed(sl_tcp_sess_t *s, int err) {
                     err == ETIMEDOUT ? "timed out" : strerror(err));
         close_upstream(s);
         sl_deadline_clear(&s->timer);
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_CONNECT_FAILED);
         return;
     }
     const sl_upstream_conf_t *uc = &s->w->cfg->upstreams[upstream_of(s)];
     sl_log_warn("listener %s: connect to %s (upstream %s) failed: %s", lc->name, uc->targets[s->att.target].addr.text,
                 uc->name, err == ETIMEDOUT ? "timed out" : strerror(err));
+    SL_COUNTER_ADD(s->w->metrics.tcp_connect_fail[s->w->metrics.target_base[upstream_of(s)] + s->att.target], 1);
     attempt_outcome(s, SL_OUT_FAILURE);
     attempt_release(s);
     close_upstream(s);
@@ -575,7 +580,7 @@ static void connect_failed(sl_tcp_sess_t *s, int err) {
         s->again = tw->retry;
         tw->retry = s;
     } else {
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_CONNECT_FAILED);
     }
 }
 
@@ -593,7 +598,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
     } else {
         const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream_of(s)];
         if (!s->tries.words && sl_tries_init(&s->tries, (uint32_t)uc->ntargets, NULL) != SL_OK) {
-            sess_end(s, true);
+            sess_end(s, true, SL_TCP_END_ERROR);
             return;
         }
         uint8_t admit = 0;
@@ -601,7 +606,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
         if (t < 0) {
             sl_log_warn("listener %s: no target of upstream %s can take a connection (breakers open or "
                         "every target tried)", lc->name, uc->name);
-            sess_end(s, false);
+            sess_end(s, false, SL_TCP_END_UNAVAILABLE);
             return;
         }
         sl_attempts_of_t of = attempts_of(s);
@@ -613,7 +618,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) { /* our failure (descriptors), not the target's */
         sl_log_warn("listener %s: cannot open a socket: %s", lc->name, strerror(errno));
-        sess_end(s, true);
+        sess_end(s, true, SL_TCP_END_ERROR);
         return;
     }
     int one = 1;
@@ -627,7 +632,7 @@ static void sess_connect(sl_tcp_sess_t *s) {
     int err = rc == 0 ? 0 : errno;
     if ((rc == 0 || err == EINPROGRESS) && ep_add(s, fd, true) != 0) {
         sl_log_warn("listener %s: cannot watch a socket: %s", lc->name, strerror(errno));
-        sess_end(s, true);
+        sess_end(s, true, SL_TCP_END_ERROR);
         return;
     }
     if (rc == 0) {
@@ -694,7 +699,7 @@ static int preread_sni(sl_tcp_sess_t *s) {
         sni_count(s, SL_SNI_NOT_TLS);
         sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
         sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
-        sess_end(s, true);
+        sess_end(s, true, SL_TCP_END_REJECTED);
         return SL_ERROR;
     }
     *sni_len(s) = (uint8_t)nlen;
@@ -715,12 +720,12 @@ static int run_plugins(sl_tcp_sess_t *s) {
     }
     int rc = sl_lua_preread(s->w, &v, s->lidx);
     if (rc != SL_OK) {
-        sess_end(s, rc == SL_ERROR); /* a plugin's close() sent its message: end with a FIN */
+        sess_end(s, rc == SL_ERROR, SL_TCP_END_REJECTED); /* a plugin's close() sent its message: end with a FIN */
         return SL_ERROR;
     }
     if (v.upstream == SL_TCP_DIRECT) {
         if (!(s->direct = malloc(sizeof *s->direct))) {
-            sess_end(s, true);
+            sess_end(s, true, SL_TCP_END_ERROR);
             return SL_ERROR;
         }
         *s->direct = v.addr;
@@ -741,7 +746,7 @@ static void sess_route(sl_tcp_sess_t *s) {
         sl_log_info("listener %s: closing the connection from %s: no upstream for it (%s%.*s%s)", lc->name, peer,
                     nlen ? "server name '" : lc->nsni_routes ? "no server name" : "no plugin chose one", (int)nlen,
                     nlen ? sni_name(s) : "", nlen ? "', no sni_routes entry and no default" : "");
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_NO_ROUTE);
         return;
     }
     sess_connect(s);
@@ -754,7 +759,7 @@ static void preread(sl_tcp_sess_t *s) {
     const sl_listener_conf_t *lc = lconf(s);
     sl_tcp_dir_t *d = &s->d[DIR_IN];
     if (!d->buf && !(d->buf = sl_block_get(&s->w->blocks))) {
-        sess_end(s, true);
+        sess_end(s, true, SL_TCP_END_ERROR);
         return;
     }
     size_t cap = lc->nsni_routes ? SL_PREREAD_SNI_MAX : SL_BLOCK_SIZE - SL_PP_ENCODE_MAX;
@@ -767,7 +772,7 @@ static void preread(sl_tcp_sess_t *s) {
         return;
     }
     if (n <= 0) {
-        sess_end(s, n < 0);
+        sess_end(s, n < 0, n < 0 ? SL_TCP_END_RESET : SL_TCP_END_CLOSED);
         return;
     }
     d->len += (uint32_t)n;
@@ -783,7 +788,7 @@ static void preread(sl_tcp_sess_t *s) {
             char peer[64];
             sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
             sl_log_warn("listener %s: closing the connection from %s: %s", lc->name, peer, why);
-            sess_end(s, true);
+            sess_end(s, true, SL_TCP_END_REJECTED);
             return;
         }
     }
@@ -810,9 +815,9 @@ static void on_sock(sl_tcp_sess_t *s, bool up, uint32_t events) {
             connect_failed(s, sock_error(s->ufd));
         } else if (s->state == ST_FLOWING) {
             sess_pump(s); /* pass on what the peer sent before it failed, then end */
-            sess_end(s, true);
+            sess_end(s, true, SL_TCP_END_RESET);
         } else {
-            sess_end(s, true); /* in preread, or the client failed while connecting */
+            sess_end(s, true, SL_TCP_END_RESET); /* in preread, or the client failed while connecting */
         }
         return;
     }
@@ -887,10 +892,10 @@ static void on_timer(uv_timer_t *t) {
         return;
     case ST_PREREAD: /* no (complete) first bytes within header_timeout */
         if (lconf(s)->nsni_routes) sni_count(s, SL_SNI_TIMEOUT);
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_TIMEOUT);
         return;
     case ST_FLOWING: /* idle_timeout without a byte either way */
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_TIMEOUT);
         return;
     default:
         return;
@@ -933,7 +938,7 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
         getsockname(fd, &s->local.sa, &len);
     }
     if (!w->ug) {
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_UNAVAILABLE);
         return;
     }
     if (lc->accept_proxy || lc->nsni_routes) {
@@ -1035,7 +1040,7 @@ static void on_drain_deadline(uv_timer_t *t) {
     sl_tcp_sess_t *s = tw->sessions;
     while (s) {
         sl_tcp_sess_t *next = s->next;
-        sess_end(s, false);
+        sess_end(s, false, SL_TCP_END_SHUTDOWN);
         s = next;
     }
 }
