@@ -150,43 +150,120 @@ static void quantile_text(char *out, size_t cap, const double *le, const double 
     snprintf(out, cap, "> %g ms", n ? le[n - 1] * 1000 : 0);
 }
 
+/* One route of `explain --costs`: its name and its chain's plugin names (each once). */
+typedef struct {
+    char name[256];
+    const char *plugins[64];
+    size_t nplugins;
+} cost_route_t;
+
+static void cost_add_plugin(cost_route_t *r, const char *name) {
+    for (size_t j = 0; j < r->nplugins; j++)
+        if (strcmp(r->plugins[j], name) == 0) return;
+    if (r->nplugins < sizeof r->plugins / sizeof r->plugins[0]) r->plugins[r->nplugins++] = name;
+}
+
+/* The routes of the running instance, from its GET /status (the names in "routes", in
+ * order) and its metrics (the plugins timed on each route, in the order of the series).
+ * Returns how many were found, at most cap; plugin names point into `metrics`, which is
+ * cut into pieces (NULs) as they are read. */
+static size_t instance_routes(const char *status, char *metrics, cost_route_t *out, size_t cap) {
+    size_t n = 0;
+    const char *p = strstr(status, "\"routes\":[");
+    if (!p) return 0;
+    p += 10;
+    int depth = 0;
+    for (; *p && depth >= 0; p++) {
+        if (*p == '"') { /* a string outside the route objects' first key: skip it */
+            for (p++; *p && *p != '"'; p++)
+                if (*p == '\\' && p[1]) p++;
+            continue;
+        }
+        if (*p == '{' || *p == '[') {
+            if (*p == '{' && depth == 0 && strncmp(p, "{\"name\":\"", 9) == 0 && n < cap) {
+                const char *q = p + 9, *e = strchr(q, '"');
+                if (e && (size_t)(e - q) < sizeof out[n].name) {
+                    memcpy(out[n].name, q, (size_t)(e - q));
+                    out[n].name[e - q] = 0;
+                    out[n++].nplugins = 0;
+                }
+            }
+            depth++;
+        } else if (*p == '}' || *p == ']') {
+            depth--;
+        }
+    }
+    static const char series[] = "sluice_plugin_duration_seconds_count{route=\"";
+    for (char *m = strstr(metrics, series); m; m = strstr(m, series)) {
+        char *route = m + sizeof series - 1, *re = strchr(route, '"');
+        if (!re || strncmp(re, "\",plugin=\"", 10) != 0) break;
+        char *plugin = re + 10, *pe = strchr(plugin, '"');
+        if (!pe) break;
+        m = pe + 1;
+        *re = 0, *pe = 0; /* the names, cut out of the text (read once, in order) */
+        for (size_t r = 0; r < n; r++)
+            if (strcmp(out[r].name, route) == 0) cost_add_plugin(&out[r], plugin);
+    }
+    return n;
+}
+
 /* sluice explain --costs: each route's chain with every plugin phase's calls, p50 and p99,
- * from the running instance's sluice_plugin_duration_seconds (GET /metrics). */
-static int explain_costs(const sl_config_t *cfg, const sl_target_opts_t *to, const char *route) {
+ * from the running instance's sluice_plugin_duration_seconds (GET /metrics). The routes are
+ * the config's given with -c, else the instance's own (GET /status): without -c, a config
+ * file found by default may not be what the instance serves. */
+static int explain_costs(const sl_config_t *cfg, bool from_instance, const sl_target_opts_t *to,
+                         const char *route) {
     char text[256];
     size_t cap = 8 << 20;
-    char *buf = malloc(cap);
-    if (!buf || admin_call(cfg, to, "sluice explain", "GET", "/metrics", buf, cap, text, sizeof text) != 0) {
-        free(buf);
-        return 1;
-    }
+    char *buf = malloc(cap), *status = malloc(1 << 20), *copy = NULL;
+    cost_route_t *routes = NULL;
+    size_t nroutes = 0;
+    int rc = 1;
+    if (!buf || !status || admin_call(cfg, to, "sluice explain", "GET", "/metrics", buf, cap, text, sizeof text) != 0)
+        goto out;
     if (strncmp(buf, "HTTP/1.1 200", 12) != 0) {
         fprintf(stderr, "sluice explain: GET /metrics at %s: %.40s\n", text, buf);
-        free(buf);
-        return 1;
+        goto out;
+    }
+    if (from_instance) {
+        if (admin_call(cfg, to, "sluice explain", "GET", "/status", status, 1 << 20, text, sizeof text) != 0)
+            goto out;
+        if (strncmp(status, "HTTP/1.1 200", 12) != 0) {
+            fprintf(stderr, "sluice explain: GET /status at %s: %.40s\n", text, status);
+            goto out;
+        }
+        size_t max = 0;
+        for (const char *p = strstr(status, "{\"name\":"); p; p = strstr(p + 1, "{\"name\":")) max++;
+        if (!(routes = calloc(max + 1, sizeof *routes)) || !(copy = strdup(buf))) goto out;
+        nroutes = instance_routes(status, copy, routes, max);
+        printf("routes of the instance at %s (no -c: its own, from GET /status)\n", text);
+    } else {
+        if (!(routes = calloc(cfg->nroutes + 1, sizeof *routes))) goto out;
+        for (size_t r = 0; r < cfg->nroutes; r++) {
+            const sl_route_conf_t *rt = &cfg->routes[r];
+            snprintf(routes[r].name, sizeof routes[r].name, "%s", rt->name);
+            for (size_t k = 0; k < cfg->nplugins + rt->nplugins; k++)
+                cost_add_plugin(&routes[r], k < cfg->nplugins ? cfg->plugins[k].name : rt->plugins[k - cfg->nplugins].name);
+        }
+        nroutes = cfg->nroutes;
     }
     if (!strstr(buf, "# TYPE sluice_plugin_duration_seconds"))
         printf("(the instance at %s does not time plugins: metrics.plugin_timing is off)\n", text);
     static const char *const phases[] = {"rewrite", "access", "balancer", "header_filter", "body_filter", "log"};
     int shown = 0;
-    for (size_t r = 0; r < cfg->nroutes; r++) {
-        const sl_route_conf_t *rc = &cfg->routes[r];
-        if (route && strcmp(route, rc->name) != 0) continue;
+    for (size_t r = 0; r < nroutes; r++) {
+        const cost_route_t *rt = &routes[r];
+        if (route && strcmp(route, rt->name) != 0) continue;
         shown++;
-        printf("route %s\n", rc->name);
-        size_t np = cfg->nplugins + rc->nplugins;
-        if (!np) printf("  (no plugins)\n");
-        for (size_t k = 0; k < np; k++) {
-            const char *pn = k < cfg->nplugins ? cfg->plugins[k].name : rc->plugins[k - cfg->nplugins].name;
-            bool dup = false;
-            for (size_t j = 0; j < k && !dup; j++)
-                dup = strcmp(pn, j < cfg->nplugins ? cfg->plugins[j].name : rc->plugins[j - cfg->nplugins].name) == 0;
-            if (dup) continue;
+        printf("route %s\n", rt->name);
+        if (!rt->nplugins) printf("  (no plugins%s)\n", from_instance ? " timed" : "");
+        for (size_t k = 0; k < rt->nplugins; k++) {
+            const char *pn = rt->plugins[k];
             bool any = false;
             for (size_t ph = 0; ph < sizeof phases / sizeof phases[0]; ph++) {
-                char key[512];
+                char key[640];
                 int kl = snprintf(key, sizeof key, "%s_bucket{route=\"%s\",plugin=\"%s\",phase=\"%s\",le=\"",
-                                  "sluice_plugin_duration_seconds", rc->name, pn, phases[ph]);
+                                  "sluice_plugin_duration_seconds", rt->name, pn, phases[ph]);
                 double le[32], cum[32], total = 0;
                 int n = 0;
                 for (const char *p = strstr(buf, key); p; p = strstr(p + 1, key)) {
@@ -209,12 +286,17 @@ static int explain_costs(const sl_config_t *cfg, const sl_target_opts_t *to, con
             if (!any) printf("  %-20s (no calls yet)\n", pn);
         }
     }
-    free(buf);
+    rc = 0;
     if (route && !shown) {
-        fprintf(stderr, "sluice explain: no route named '%s'\n", route);
-        return 1;
+        fprintf(stderr, "sluice explain: no route named '%s'%s\n", route, from_instance ? " in the instance" : "");
+        rc = 1;
     }
-    return 0;
+out:
+    free(buf);
+    free(status);
+    free(copy);
+    free(routes);
+    return rc;
 }
 
 /* Loads -c FILE, else ./conf/sluice.yaml, else the embedded default; *used names which. */
@@ -319,7 +401,8 @@ int main(int argc, char **argv) {
         sl_config_t *cfg = load(conf, true, NULL);
         if (!cfg) return 1;
         target.ready_file = ready;
-        int rc = costs ? explain_costs(cfg, &target, explain_route) : sl_plugins_explain(cfg, explain_route);
+        int rc = costs ? explain_costs(cfg, conf == NULL, &target, explain_route)
+                       : sl_plugins_explain(cfg, explain_route);
         sl_config_free(cfg);
         return rc == 0 ? 0 : 1;
     }

@@ -106,6 +106,20 @@ def test_buckets(t):
     t.check("explain --costs ROUTE: that route only", p.returncode == 0 and "route fast" in p.stdout and
             "route slow" not in p.stdout, "route fast", p.stdout)
 
+    # without -c the routes are the instance's own (not ./conf/sluice.yaml's or the default's):
+    # run from a folder with no conf/ so nothing could be read by default either
+    p = subprocess.run([h.BIN, "explain", "--costs", "--admin", "127.0.0.1:%d" % s.admin_port],
+                       capture_output=True, text=True, timeout=20, cwd=s.dir)
+    t.check("explain --costs without -c: the instance's routes (slow, fast), not the default config's echo",
+            p.returncode == 0 and "routes of the instance at 127.0.0.1:%d" % s.admin_port in p.stdout and
+            "route slow" in p.stdout and "route fast" in p.stdout and "route echo" not in p.stdout and
+            re.search(r"^  sleeper\s+access\s+calls 5\s", p.stdout, re.M), "route slow, route fast, sleeper calls 5",
+            p.stdout + p.stderr)
+    p = subprocess.run([h.BIN, "explain", "--costs", "--admin", "127.0.0.1:%d" % s.admin_port, "echo"],
+                       capture_output=True, text=True, timeout=20, cwd=s.dir)
+    t.check("explain --costs without -c, a route the instance lacks: exit 1 naming it",
+            p.returncode == 1 and "no route named 'echo' in the instance" in p.stderr, 1, (p.returncode, p.stderr))
+
     code, _ = s.reload()
     t.check("reload applied", code == 200, 200, code)
     h.request(s.port(), "GET", "/slow")
