@@ -112,6 +112,33 @@ cases:
 """
 
 
+DYING = """name: dies
+services:
+  db: { command: "sh -c 'echo cannot open the data dir >&2; echo second line >&2; exit 3' '{port}'" }
+config: |
+  listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+  routes: [ { name: e, match: { paths: [/] }, plugins: [ { name: echo } ] } ]
+cases:
+  - { request: { path: / }, expect: { status: 200 } }
+"""
+
+
+def test_service_dies(t):
+    d = h.new_tmpdir("dies")
+    p = write(d, "dies.yaml", DYING)
+    t0 = time.monotonic()
+    cp = sluice(["test", p])
+    dt = time.monotonic() - t0
+    out = cp.stdout + cp.stderr
+    t.check("a service that exits at once fails the spec (exit 1)", cp.returncode == 1, 1, (cp.returncode, out))
+    t.check("... at once, not after the 5 s start timeout", dt < 3, "< 3 s", dt)
+    t.check("... saying it exited before it listened, at the service's FILE:LINE:COL",
+            re.search(r"dies\.yaml:3:3: service 'db' .* exited before it listened on port \d+", out) is not None,
+            "dies.yaml:3:3: service 'db' ... exited before it listened", out)
+    t.check("... with the service's last stderr lines", "cannot open the data dir" in out and "second line" in out,
+            "its stderr", out)
+
+
 def test_failing_diff(t):
     d = h.new_tmpdir("fail")
     p = write(d, "failing.yaml", FAILING)
@@ -399,5 +426,5 @@ def test_readme_commands(t):
     t.check("the READMEs hold sluice commands to run", ran >= 15, ">= 15", ran)
 
 
-t.run(test_examples, test_failing_diff, test_positions, test_ports_zero, test_junit, test_mock_faults,
+t.run(test_examples, test_service_dies, test_failing_diff, test_positions, test_ports_zero, test_junit, test_mock_faults,
       test_new_plugin, test_readme_commands)

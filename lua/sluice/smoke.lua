@@ -184,6 +184,8 @@ local function free_port()
     return port
 end
 
+local function now_ms() return tonumber(lib.sl_now_ns()) / 1e6 end
+
 local function wait_port(port, ms)
     local deadline = tonumber(lib.sl_now_ns()) / 1e6 + ms
     repeat
@@ -200,20 +202,58 @@ end
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", [['"'"']]) .. "'" end
 _M.sh_quote = sh_quote
 
+-- Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+local function exited(pid)
+    local f = io.open("/proc/" .. pid .. "/stat", "r")
+    if not f then return true end
+    local stat = f:read("*l") or ""
+    f:close()
+    return stat:match("^%d+ %b() (%a)") == "Z"
+end
+
+-- The last `n` lines of file `path` (a service's stderr), indented, or "" when it is empty.
+local function tail_lines(path, n)
+    local f = io.open(path, "r")
+    if not f then return "" end
+    local lines = {}
+    for l in f:lines() do
+        lines[#lines + 1] = l
+        if #lines > n then table.remove(lines, 1) end
+    end
+    f:close()
+    if #lines == 0 then return "" end
+    return "; its last stderr lines:\n    " .. table.concat(lines, "\n    ")
+end
+
 -- Starts `command` with {port} replaced by a free port, in the spec's folder; its pid.
+-- A service that exits before it listens fails the spec at once, with its stderr's end.
 local function start_service(spec, name, s)
     local port = free_port()
     local cmd = s.command:gsub("{port}", tostring(port))
     local dir = spec.dir
+    local errpath = os.tmpname()
     -- exec: the pid is the service's own, so stopping it stops the service
-    local p = io.popen(fmt("(cd %s && exec %s) >/dev/null 2>&1 & echo $!", sh_quote(dir), cmd))
+    local p = io.popen(fmt("(cd %s && exec %s) >/dev/null 2>%s & echo $!", sh_quote(dir), cmd, sh_quote(errpath)))
     local pid = tonumber(p:read("*l"))
     p:close()
-    if not pid or not wait_port(port, 5000) then
-        if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
-        return nil, fmt("service '%s' (%s) did not listen on port %d within 5s", name, cmd, port)
+    local deadline = now_ms() + 5000
+    local why
+    while pid and not why do
+        if wait_port(port, 20) then
+            os.remove(errpath)
+            return { pid = pid, port = port }
+        end
+        if exited(pid) then
+            why = fmt("service '%s' (%s) exited before it listened on port %d%s", name, cmd, port,
+                      tail_lines(errpath, 10))
+        elseif now_ms() > deadline then
+            why = fmt("service '%s' (%s) did not listen on port %d within 5s%s", name, cmd, port,
+                      tail_lines(errpath, 10))
+        end
     end
-    return { pid = pid, port = port }
+    if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
+    os.remove(errpath)
+    return nil, why or fmt("service '%s' (%s) could not be started", name, cmd)
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -681,7 +721,6 @@ end
 -- ---------------------------------------------------------------------------------------
 -- A spec file
 
-local function now_ms() return tonumber(lib.sl_now_ns()) / 1e6 end
 
 local function stop_all(spec, gw)
     if gw then gw:stop() end
