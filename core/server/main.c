@@ -193,7 +193,7 @@ static size_t instance_routes(const char *status, char *metrics, cost_route_t *o
             depth--;
         }
     }
-    static const char series[] = "sluice_plugin_duration_seconds_count{route=\"";
+    static const char series[] = "sluice_plugin_duration_seconds" "_count{route=\"";
     for (char *m = strstr(metrics, series); m; m = strstr(m, series)) {
         char *route = m + sizeof series - 1, *re = strchr(route, '"');
         if (!re || strncmp(re, "\",plugin=\"", 10) != 0) break;
