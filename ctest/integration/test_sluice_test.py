@@ -68,6 +68,12 @@ def test_examples(t):
             and int(m.group(1)) >= 20, "N>=20 passed, 0 failed", m and m.group(0))
     t.check("no case failed", "FAIL" not in cp.stdout, "no FAIL", out[-800:])
     print("  all examples: %.2f s wall" % (time.monotonic() - t0))
+    # docs/testing.md says how many specs and cases the examples hold: it must stay true
+    doc = open(os.path.join(h.SRC, "docs", "testing.md")).read()
+    said = re.search(r"All of `examples/\*/smoke\.yaml` \((\d+) specs, (\d+) cases", doc)
+    t.check("docs/testing.md counts the examples' specs and cases as they are",
+            said and m and (int(said.group(1)), int(said.group(2))) == (len(specs), int(m.group(1))),
+            (len(specs), m and int(m.group(1))), said and said.groups())
     cp2 = sluice(["test", "examples"])
     m2 = re.search(r"^(\d+) passed, (\d+) failed", cp2.stdout, re.M)
     t.check("sluice test examples (a folder) runs the same specs", cp2.returncode == 0 and m

@@ -164,5 +164,12 @@ check(rc == 1 and 'interop case interop.zz.l4.new_case is not in the table' in o
       'an interop case missing from docs/testing.md\'s table, and a row naming no case, fail', out)
 shutil.rmtree(d)
 
+d = copy_tree()
+line = append(d, 'conf/sluice.yaml', '# coming (an error in this build): redis\n')
+rc, out = run(d)
+check(rc == 1 and 'conf/sluice.yaml:%d: `redis` is listed as coming, but this build accepts it' % line in out,
+      'a key the default config calls "coming" that the parser accepts fails at FILE:LINE', out)
+shutil.rmtree(d)
+
 print('%d failure(s)' % failures)
 sys.exit(1 if failures else 0)
