@@ -14,12 +14,18 @@ local M = {
     },
 }
 
+-- The file to write: a relative path is under the config file's folder, like every other
+-- path in a config (not the working directory, which is / under systemd).
+local function target(conf)
+    return conf.path == "stderr" and "stderr" or sluice.files.resolve(conf.path)
+end
+
 function M.check(conf)
     local ok, err = log_fields.check(conf.fields)
     if not ok then return nil, err end
     if conf.path ~= "stderr" then
-        local f, oerr = io_open(conf.path, "a")
-        if not f then return nil, "cannot open " .. conf.path .. ": " .. tostring(oerr) end
+        local f, oerr = io_open(target(conf), "a")
+        if not f then return nil, "cannot open " .. target(conf) .. ": " .. tostring(oerr) end
         f:close()
     end
     return true
@@ -29,7 +35,7 @@ end
 -- rotation); the log phase receives it.
 function M.prepare(conf)
     if conf.path == "stderr" then return io_stderr end
-    local fh = assert(io_open(conf.path, "a"))
+    local fh = assert(io_open(target(conf), "a"))
     fh:setvbuf("line")
     return fh
 end
