@@ -390,7 +390,10 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             else
                 addr_ok = sl__cfg_get_addr(cx, admin_at, "listen", false, &cfg->admin_listen);
         }
-        if ((token_given = a[AD_TOKEN_ENV].val != NULL))
+        if ((token_given = a[AD_TOKEN_ENV].val != NULL) && !cfg->admin_enabled)
+            sl__cx_err(cx, a[AD_TOKEN_ENV].key,
+                       "'token_env' does nothing with listen: off (there is no admin API to guard)");
+        else if (token_given)
             env_token(cx, a[AD_TOKEN_ENV].val, "token_env", cfg->admin_token, &cfg->admin_token_len);
         if (a[AD_DEBUG_TOKEN_ENV].val)
             env_token(cx, a[AD_DEBUG_TOKEN_ENV].val, "debug_token_env", cfg->debug_token, &cfg->debug_token_len);
