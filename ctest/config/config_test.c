@@ -1154,28 +1154,30 @@ static void test_keys_that_do_nothing(void) {
     "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u } ]\n"                \
     "upstreams:\n  - name: u\n    " extra "\n"
 #define TARGETS "targets: [ { address: 1.2.3.4:5 } ]\n    "
-    EXPECT_ERROR(TCP_UP(TARGETS "retry: { attempts: 2 }"),
-                 "5:5: 'retry' does nothing for tcp listener 't', which uses this upstream: a failed "
-                 "connect is tried once more on another target, whatever retry says");
-    EXPECT_ERROR(TCP_UP(TARGETS "keepalive: { max_idle: 4 }"),
-                 "5:5: 'keepalive' does nothing for tcp listener 't', which uses this upstream: a tcp "
-                 "session's connection is never pooled");
-    EXPECT_ERROR(TCP_UP(TARGETS "protocol: h2c"),
-                 "5:5: 'protocol' does nothing for tcp listener 't', which uses this upstream: a tcp "
-                 "listener relays bytes and speaks no HTTP to the targets");
-    EXPECT_ERROR(TCP_UP(TARGETS "timeouts: { connect: 1s, read: 5s }"),
-                 "5:30: 'timeouts.read' does nothing for tcp listener 't', which uses this upstream: a "
-                 "tcp session that moves no byte either way is closed at the listener's idle_timeout");
-    EXPECT_ERROR(TCP_UP(TARGETS "timeouts: { write: 5s }"),
-                 "5:17: 'timeouts.write' does nothing for tcp listener 't', which uses this upstream: a "
-                 "tcp session that moves no byte either way is closed at the listener's idle_timeout");
-    EXPECT_ERROR(TCP_UP(TARGETS "balancer: consistent-hash\n    hash_on: path"),
-                 "6:5: 'hash_on' does nothing for tcp listener 't', which uses this upstream: "
-                 "consistent-hash hashes a tcp session's client IP (a session has no path, header or "
-                 "cookie)");
-    EXPECT_ERROR(TCP_UP("targets: [ { address: 1.2.3.4:5, tls: { verify: false } } ]"),
-                 "4:38: 'tls' does nothing for tcp listener 't', which uses this upstream: a tcp "
-                 "listener relays the client's bytes as they are and never speaks TLS to a target");
+    static const struct {
+        const char *extra, *at, *key, *why;
+    } tcp_cases[] = {
+        {TARGETS "retry: { attempts: 2 }", "5:5", "retry",
+         "a failed connect is tried once more on another target, whatever retry says"},
+        {TARGETS "keepalive: { max_idle: 4 }", "5:5", "keepalive", "a tcp session's connection is never pooled"},
+        {TARGETS "protocol: h2c", "5:5", "protocol", "a tcp listener relays bytes and speaks no HTTP to the targets"},
+        {TARGETS "timeouts: { connect: 1s, read: 5s }", "5:30", "timeouts.read",
+         "a tcp session that moves no byte either way is closed at the listener's idle_timeout"},
+        {TARGETS "timeouts: { write: 5s }", "5:17", "timeouts.write",
+         "a tcp session that moves no byte either way is closed at the listener's idle_timeout"},
+        {TARGETS "balancer: consistent-hash\n    hash_on: path", "6:5", "hash_on",
+         "consistent-hash hashes a tcp session's client IP (a session has no path, header or cookie)"},
+        {"targets: [ { address: 1.2.3.4:5, tls: { verify: false } } ]", "4:38", "tls",
+         "a tcp listener relays the client's bytes as they are and never speaks TLS to a target"},
+    };
+    for (size_t i = 0; i < sizeof tcp_cases / sizeof tcp_cases[0]; i++) {
+        char yaml[512], want[512];
+        snprintf(yaml, sizeof yaml, TCP_UP("%s"), tcp_cases[i].extra);
+        snprintf(want, sizeof want, "%s: '%s' does nothing for tcp listener 't', which uses this upstream: %s",
+                 tcp_cases[i].at, tcp_cases[i].key, tcp_cases[i].why);
+        const char *w[] = {want};
+        expect_errors(__LINE__, yaml, 1, w);
+    }
     c = PARSE_OK(TCP_UP(TARGETS "balancer: consistent-hash\n    hash_on: ip\n    timeouts: { connect: 1s }\n"
                         "    circuit_breaker: {}\n    health: { active: { type: tcp }, passive: {} }"));
     sl_config_free(c);
