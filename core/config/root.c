@@ -342,6 +342,24 @@ static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, s
     cfg->run_user = sl__cx_strdup(cx, u);
 }
 
+/* Routes, Lua routes and the global chain serve http listeners only (a tcp listener runs
+ * its own preread chain): with none, each is an error at its key. Not in a composed config:
+ * a fleet's routes in etcd serve every gateway, and one may have only tcp listeners. */
+static void check_http_sections(sl__cx_t *cx, const sl__field_t *f) {
+    const sl_config_t *cfg = cx->cfg;
+    for (size_t i = 0; i < cfg->nlisteners; i++)
+        if (cfg->listeners[i].protocol != SL_PROTO_TCP) return;
+    static const int keys[] = {G_PLUGINS, G_ROUTES, G_LUA_ROUTES};
+    for (size_t i = 0; !cx->composed && cfg->nlisteners && i < SL_ARRAY_LEN(keys); i++) {
+        const sl__field_t *k = &f[keys[i]];
+        if (k->val && k->val->type == YAML_SEQUENCE_NODE && sl__cfg_seq_len(k->val))
+            sl__cx_err(cx, k->key,
+                       "'%s' does nothing: no listener is protocol: http (a tcp listener runs only "
+                       "its own preread plugins)",
+                       k->name);
+    }
+}
+
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     sl_config_t *cfg = cx->cfg;
     const char *where = "the top level";
@@ -538,6 +556,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
         }
     }
     sl__cfg_check_mtls_users(cx);
+    check_http_sections(cx, f);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1208,6 +1208,20 @@ static void test_keys_that_do_nothing(void) {
                  "header (accept_proxy_protocol) or a ClientHello (sni_routes)");
     sl_config_free(PARSE_OK(TCP_L("header_timeout: 5s, accept_proxy_protocol: { from: [10.0.0.0/8] }")));
 #undef TCP_L
+    /* routes and the global chain with no http listener to serve them */
+#define TCP_ONLY "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u } ]\n" \
+                 "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n"
+    EXPECT_ERROR(TCP_ONLY "routes: [ { name: r, upstream: u } ]\n",
+                 "3:1: 'routes' does nothing: no listener is protocol: http (a tcp listener runs only its own "
+                 "preread plugins)");
+    EXPECT_ERROR(TCP_ONLY "plugins: [ { name: echo } ]\n",
+                 "3:1: 'plugins' does nothing: no listener is protocol: http (a tcp listener runs only its own "
+                 "preread plugins)");
+    EXPECT_ERROR(TCP_ONLY "lua_routes: [ routes.lua ]\n",
+                 "3:1: 'lua_routes' does nothing: no listener is protocol: http (a tcp listener runs only its "
+                 "own preread plugins)");
+    sl_config_free(PARSE_OK(TCP_ONLY "routes: []\n"));
+#undef TCP_ONLY
     EXPECT_ERROR("listeners: [ { name: w, listen: 127.0.0.1:1, http2: { enabled: false, max_concurrent_streams: 8 } } ]\n",
                  "1:71: 'max_concurrent_streams' does nothing with enabled: false");
     EXPECT_ERROR(LISTENER "admin: { listen: off, token_env: SOME_TOKEN }\n",
