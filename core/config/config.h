@@ -353,6 +353,18 @@ void sl_errors_free(sl_errors_t *errs);
  */
 int sl_sni_route(const sl_listener_conf_t *l, const char *name, size_t nlen, int *result);
 
+/** `protocol:` as written: "http1", "h2" or "h2c" (SL_UP_*). Static; any thread. */
+const char *sl_upstream_protocol_name(int protocol);
+
+/**
+ * A route's `upgrade:` toward an HTTP/2 upstream does nothing (proxy.c never forwards an
+ * Upgrade there): the config error for it, after "route 'NAME': ", with the upstream's
+ * name and protocol. Shared by YAML and Lua routes.
+ */
+#define SL_UPGRADE_H2_FMT                                                                          \
+    "'upgrade' does nothing for upstream '%s' (protocol: %s): an Upgrade is never forwarded "     \
+    "to an HTTP/2 upstream (WebSockets need protocol: http1)"
+
 /** "250ms", "10s", "5m", "1h" -> milliseconds. Returns 0, or -1 on a malformed value. */
 int sl_parse_duration_ms(const char *s, uint64_t *out);
 

@@ -72,6 +72,8 @@ static void parse_http2(sl__cx_t *cx, const sl__field_t *f, const yaml_node_t *v
     int64_t n;
     if ((x = hf[H2_MAX_STREAMS].val) && sl__cfg_get_int(cx, x, "max_concurrent_streams", 1, 10000, &n))
         l->http2_max_streams = (uint32_t)n;
+    if (x && !l->http2)
+        sl__cx_err(cx, hf[H2_MAX_STREAMS].key, "'max_concurrent_streams' does nothing with enabled: false");
 }
 
 /* "10.0.0.0/8", "::1", "192.168.1.7" -> an sl_cidr_t; false with an error. */
@@ -362,6 +364,12 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     if (tcp) l->http2 = false;
     /* ALPN offers h2 (then http/1.1) only where HTTP/2 is on. */
     if (l->tls && l->tls->rt) sl_tls_server_offer_h2(l->tls->rt, l->http2);
+    /* A tcp session reads no HTTP head or body; it waits for first bytes only for a PROXY
+     * header or a ClientHello. */
+    for (int i = L_MAX_BODY; tcp && i <= L_MAX_LINE; i++)
+        if (f[i].val)
+            sl__cx_err(cx, f[i].key, "'%s' belongs to protocol: http listeners (a tcp session has no "
+                       "HTTP head or body)", f[i].name);
     uint64_t n;
     if ((v = f[L_MAX_BODY].val)) sl__cfg_get_size(cx, v, "max_body", 0, UINT64_MAX, &l->max_body);
     if ((v = f[L_MAX_HEADER].val) && sl__cfg_get_size(cx, v, "max_header_size", 1, UINT32_MAX, &n))

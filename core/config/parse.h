@@ -45,6 +45,10 @@ typedef struct {
     const yaml_node_t *env_bad[32];
     size_t nenv_bad;
     uint32_t *route_names; /* routes.c's duplicate-name table (route index + 1); freed with cx */
+    /* The top level's `routes` sequence and whether `lua_routes` is set, known before the
+     * upstreams are parsed: an upstream an http route (may) name is not tcp-only. */
+    const yaml_node_t *routes_node;
+    bool lua_routes;
     size_t route_names_cap;
 } sl__cx_t;
 

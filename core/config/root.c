@@ -390,7 +390,10 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             else
                 addr_ok = sl__cfg_get_addr(cx, admin_at, "listen", false, &cfg->admin_listen);
         }
-        if ((token_given = a[AD_TOKEN_ENV].val != NULL))
+        if ((token_given = a[AD_TOKEN_ENV].val != NULL) && !cfg->admin_enabled)
+            sl__cx_err(cx, a[AD_TOKEN_ENV].key,
+                       "'token_env' does nothing with listen: off (there is no admin API to guard)");
+        else if (token_given)
             env_token(cx, a[AD_TOKEN_ENV].val, "token_env", cfg->admin_token, &cfg->admin_token_len);
         if (a[AD_DEBUG_TOKEN_ENV].val)
             env_token(cx, a[AD_DEBUG_TOKEN_ENV].val, "debug_token_env", cfg->debug_token, &cfg->debug_token_len);
@@ -498,6 +501,8 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
                   l->listen.text);
     }
     /* upstreams before routes whatever the file order: routes refer to them by name */
+    cx->routes_node = f[G_ROUTES].val;
+    cx->lua_routes = f[G_LUA_ROUTES].val != NULL || cx->composed;
     if (f[G_UPSTREAMS].val && sl__cfg_list_len(cx, &f[G_UPSTREAMS], &len) &&
         (cfg->upstreams = sl__cx_calloc(cx, len, sizeof *cfg->upstreams))) {
         cfg->nupstreams = len;

@@ -301,6 +301,16 @@ void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         sl__cx_err(cx, v, "strip_prefix needs match.paths to know what to strip");
     if (f[R_UPGRADE].val)
         sl__cfg_get_str_list(cx, &f[R_UPGRADE], check_upgrade, &r->upgrade, &r->nupgrade);
+    /* every upstream the route may send a request to must be one an Upgrade reaches */
+    for (size_t i = 0; r->nupgrade && i <= r->nsplit; i++) {
+        int up = i < r->nsplit ? r->split[i].upstream : r->upstream;
+        const sl_upstream_conf_t *uc = up >= 0 ? &cfg->upstreams[up] : NULL;
+        if (uc && uc->protocol != SL_UP_HTTP1) {
+            sl__cx_err(cx, f[R_UPGRADE].key, "%s: " SL_UPGRADE_H2_FMT, where, uc->name,
+                       sl_upstream_protocol_name(uc->protocol));
+            break;
+        }
+    }
     sl__cfg_parse_plugins(cx, &f[R_PLUGINS], where, &r->plugins, &r->nplugins);
     /* a `plugins:` of the wrong type has its own error already */
     bool bad_plugins = f[R_PLUGINS].val && f[R_PLUGINS].val->type != YAML_SEQUENCE_NODE;

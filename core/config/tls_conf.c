@@ -111,7 +111,11 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
         else if (s && strcmp(s, "1.2") != 0 && strcmp(s, "TLSv1.2") != 0)
             sl__cx_err(cx, v, "min_version '%s' is not allowed (1.2 or 1.3; never below 1.2)", s);
     }
-    if ((v = f[TL_CIPHERS].val)) sl__cfg_get_string(cx, v, "ciphers", &t->ciphers);
+    if ((v = f[TL_CIPHERS].val) && sl__cfg_get_string(cx, v, "ciphers", &t->ciphers) &&
+        t->min_version == SL_TLS_V13)
+        sl__cx_err(cx, f[TL_CIPHERS].key,
+                   "'ciphers' does nothing with min_version 1.3 (it lists TLS 1.2 suites; TLS 1.3 "
+                   "uses OpenSSL's AEAD suites)");
     if ((v = f[TL_TICKETS].val)) sl__cfg_get_bool(cx, v, "session_tickets", &t->session_tickets);
     if ((v = f[TL_HS_TIMEOUT].val))
         sl__cfg_get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);

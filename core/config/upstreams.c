@@ -9,6 +9,71 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The first tcp listener that sends sessions to upstream `name` (its `upstream` or an entry
+ * of its sni_routes), or NULL. Listeners are parsed before upstreams. A tcp session reads
+ * only the balancer, the targets' addresses, health, the breaker and timeouts.connect of
+ * its upstream: the keys no session reads are errors on such an upstream, unless an http
+ * route names it too (an upstream a preread plugin picks by name at run time is not known
+ * here). */
+static bool names_upstream(const sl__cx_t *cx, const yaml_node_t *m, const char *name);
+
+/* Whether an http route of the top level's `routes` names upstream `name` (as `upstream`
+ * or in a `split` arm), or may (lua_routes, a composed config): such an upstream serves
+ * HTTP too, and its HTTP keys are not unused. */
+static bool http_user(const sl__cx_t *cx, const char *name) {
+    if (cx->lua_routes) return true;
+    const yaml_node_t *seq = cx->routes_node;
+    if (!seq || seq->type != YAML_SEQUENCE_NODE) return false;
+    for (const yaml_node_item_t *it = seq->data.sequence.items.start; it < seq->data.sequence.items.top; it++) {
+        const yaml_node_t *route = yaml_document_get_node(cx->doc, *it);
+        if (!route || route->type != YAML_MAPPING_NODE) continue;
+        if (names_upstream(cx, route, name)) return true;
+        for (const yaml_node_pair_t *p = route->data.mapping.pairs.start; p < route->data.mapping.pairs.top; p++) {
+            const yaml_node_t *k = yaml_document_get_node(cx->doc, p->key);
+            const yaml_node_t *v = yaml_document_get_node(cx->doc, p->value);
+            if (!k || !v || !sl__cfg_scalar_is(k, "split") || v->type != YAML_SEQUENCE_NODE) continue;
+            for (const yaml_node_item_t *a = v->data.sequence.items.start; a < v->data.sequence.items.top; a++) {
+                const yaml_node_t *arm = yaml_document_get_node(cx->doc, *a);
+                if (arm && arm->type == YAML_MAPPING_NODE && names_upstream(cx, arm, name)) return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* Whether mapping m has `upstream: NAME`. */
+static bool names_upstream(const sl__cx_t *cx, const yaml_node_t *m, const char *name) {
+    for (const yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+        const yaml_node_t *k = yaml_document_get_node(cx->doc, p->key);
+        const yaml_node_t *v = yaml_document_get_node(cx->doc, p->value);
+        if (k && v && sl__cfg_scalar_is(k, "upstream") && v->type == YAML_SCALAR_NODE &&
+            strcmp(sl__cfg_sval(v), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static const sl_listener_conf_t *tcp_user(const sl__cx_t *cx, const char *name) {
+    const sl_config_t *cfg = cx->cfg;
+    if (!name || http_user(cx, name)) return NULL;
+    for (size_t i = 0; i < cfg->nlisteners; i++) {
+        const sl_listener_conf_t *l = &cfg->listeners[i];
+        if (l->protocol != SL_PROTO_TCP) continue;
+        if (l->upstream_name && strcmp(l->upstream_name, name) == 0) return l;
+        for (size_t k = 0; k < l->nsni_routes; k++)
+            if (l->sni_routes[k].upstream_name && strcmp(l->sni_routes[k].upstream_name, name) == 0)
+                return l;
+    }
+    return NULL;
+}
+
+/* `key` (at node at) of an upstream tcp listener l uses, which its sessions never read. */
+static void tcp_unused(sl__cx_t *cx, const yaml_node_t *at, const char *key, const sl_listener_conf_t *l,
+                       const char *why) {
+    sl__cx_err(cx, at, "'%s' does nothing for tcp listener '%s', which uses this upstream: %s", key,
+               l->name ? l->name : "?", why);
+}
+
 enum { T_ADDRESS, T_WEIGHT, T_TLS, T_N };
 static const char *const target_keys[T_N] = {"address", "weight", "tls"};
 
@@ -27,7 +92,7 @@ static bool host_name(const char *h, size_t n) {
  * caller makes its slots). t->addr.text is the address as written either way. */
 static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstream, size_t idx,
                          sl_target_conf_t *ents, char **host, uint16_t *port,
-                         const sl_upstream_conf_t *u) {
+                         const sl_upstream_conf_t *u, const sl_listener_conf_t *tcp) {
     sl_target_conf_t *t = &ents[idx];
     char where[192];
     snprintf(where, sizeof where, "targets[%zu] of %s", idx, upstream);
@@ -71,6 +136,9 @@ static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstrea
                    (long long)w);
     }
     if ((v = f[T_TLS].val)) sl__cfg_parse_target_tls(cx, v, t);
+    if (v && tcp)
+        tcp_unused(cx, f[T_TLS].key, "tls", tcp,
+                   "a tcp listener relays the client's bytes as they are and never speaks TLS to a target");
 }
 
 /* Lays out the slots: each static entry's, each name's SL_DNS_SLOTS (empty until it
@@ -218,7 +286,7 @@ static void parse_health(sl__cx_t *cx, const yaml_node_t *m, const char *where,
         }
         if ((v = a[HA_EXPECT].val) && sl__cfg_get_int(cx, v, "expect_status", 100, 599, &n))
             h->expect_status = (int)n;
-        if (v && h->active_type == SL_PROBE_GRPC) sl__cx_err(cx, v, "expect_status is for an http probe");
+        if (v && h->active_type != SL_PROBE_HTTP) sl__cx_err(cx, v, "expect_status is for an http probe");
         if ((v = a[HA_INTERVAL].val))
             sl__cfg_get_duration(cx, v, "interval", false, &h->interval_ms);
         if ((v = a[HA_TIMEOUT].val)) sl__cfg_get_duration(cx, v, "timeout", false, &h->timeout_ms);
@@ -271,7 +339,19 @@ enum { RT_ATTEMPTS, RT_ON, RT_BACKOFF, RT_MAX_BACKOFF, RT_MAX_BODY, RT_HEDGE, RT
 static const char *const retry_keys[RT_N] = {"attempts", "on", "backoff", "max_backoff", "max_body",
                                              "hedge_after"};
 
-static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_retry_conf_t *r) {
+static const char *const protocol_names[] = {"http1", "h2", "h2c"};
+
+const char *sl_upstream_protocol_name(int protocol) {
+    return protocol >= 0 && protocol < (int)SL_ARRAY_LEN(protocol_names) ? protocol_names[protocol] : "?";
+}
+
+/* `retry:`. Its keys act only where something reads them: `on`, `backoff` and
+ * `max_backoff` when a request may be tried again (attempts above 1); `max_body` there
+ * too on HTTP/1.1 (on HTTP/2 it also bounds the body kept to replay a stream a GOAWAY
+ * refused); `hedge_after` on HTTP/1.1 only (h2_up.c never hedges a stream). A key that
+ * would do nothing is an error at the key. Called after `protocol:` was read. */
+static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_upstream_conf_t *u) {
+    sl_retry_conf_t *r = &u->retry;
     sl__field_t f[RT_N];
     sl__cfg_scan_sub(cx, m, "retry", where, retry_keys, f, RT_N);
     const yaml_node_t *v;
@@ -309,22 +389,36 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
         sl__cfg_get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
     if ((v = f[RT_MAX_BODY].val))
         sl__cfg_get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
-    if ((v = f[RT_HEDGE].val)) sl__cfg_get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms);
+    if ((v = f[RT_HEDGE].val) && sl__cfg_get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms) &&
+        r->hedge_after_ms && u->protocol != SL_UP_HTTP1)
+        sl__cx_err(cx, f[RT_HEDGE].key,
+                   "'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams "
+                   "yet (this one is protocol: %s; retry.hedge_after is HTTP/1.1 only)",
+                   protocol_names[u->protocol]);
     if (r->max_backoff_ms < r->backoff_ms)
         sl__cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m,
                    "max_backoff must be at least backoff");
+    if (r->attempts > 1) return;
+    static const int once_keys[] = {RT_ON, RT_BACKOFF, RT_MAX_BACKOFF, RT_MAX_BODY};
+    for (size_t i = 0; i < SL_ARRAY_LEN(once_keys); i++) {
+        const sl__field_t *k = &f[once_keys[i]];
+        if (!k->val || (once_keys[i] == RT_MAX_BODY && u->protocol != SL_UP_HTTP1)) continue;
+        sl__cx_err(cx, k->key,
+                   "'%s' does nothing with attempts: 1 (no request is tried again; attempts "
+                   "counts the first try)",
+                   k->name);
+    }
 }
 
 /* `protocol:`. HTTP/2 over TLS needs every target's `tls:` (h2c is the cleartext one), and
  * its client contexts offer ALPN h2 alone: a target that answers without it is refused
  * when it connects (h2_up.c), never spoken HTTP/1.1 to. */
 static void parse_protocol(sl__cx_t *cx, const yaml_node_t *v, sl_upstream_conf_t *u) {
-    static const char *const names[] = {"http1", "h2", "h2c"};
     const char *s = sl__cfg_get_text(cx, v, "protocol", "a string");
     size_t i = 0;
-    while (s && i < SL_ARRAY_LEN(names) && strcmp(s, names[i]) != 0) i++;
+    while (s && i < SL_ARRAY_LEN(protocol_names) && strcmp(s, protocol_names[i]) != 0) i++;
     if (!s) return;
-    if (i == SL_ARRAY_LEN(names)) {
+    if (i == SL_ARRAY_LEN(protocol_names)) {
         sl__cx_err(cx, v, "unknown protocol '%s' (expected http1, h2 or h2c)", s);
         return;
     }
@@ -393,6 +487,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
                 sl__cx_err(cx, v, "duplicate upstream name '%s' (first defined at line %d)",
                            u->name, cx->cfg->upstreams[i].line);
     }
+    const sl_listener_conf_t *tcp = tcp_user(cx, u->name);
     if ((v = f[U_BALANCER].val)) {
         const char *s = sl__cfg_get_text(cx, v, "balancer", "a string");
         size_t i = 0;
@@ -405,9 +500,14 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
                    "least-conn, p2c-ewma or consistent-hash)",
                    s);
     }
-    if ((v = f[U_HASH_ON].val) && get_hash_on(cx, v, "hash_on", &u->hash_on, &u->hash_name) &&
-        u->balancer != SL_LB_CONSISTENT_HASH)
-        sl__cx_err(cx, v, "hash_on needs balancer consistent-hash");
+    if ((v = f[U_HASH_ON].val) && get_hash_on(cx, v, "hash_on", &u->hash_on, &u->hash_name)) {
+        if (u->balancer != SL_LB_CONSISTENT_HASH)
+            sl__cx_err(cx, v, "hash_on needs balancer consistent-hash");
+        else if (tcp && u->hash_on != SL_HASH_IP)
+            tcp_unused(cx, f[U_HASH_ON].key, "hash_on", tcp,
+                       "consistent-hash hashes a tcp session's client IP (a session has no path, "
+                       "header or cookie)");
+    }
     if ((v = f[U_HASH_EPS].val) &&
         sl__cfg_get_number(cx, v, "hash_epsilon", 0.0, 100.0, &u->hash_epsilon) &&
         u->balancer != SL_LB_CONSISTENT_HASH)
@@ -425,6 +525,9 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         if (r[RG_MAX_TARGETS].val &&
             sl__cfg_get_int(cx, r[RG_MAX_TARGETS].val, "max_targets", 1, 1024, &n))
             u->registry_slots = (uint32_t)n;
+        for (int i = RG_MAX_TTL; !u->registry && i < RG_N; i++)
+            if (r[i].val)
+                sl__cx_err(cx, r[i].key, "'%s' does nothing with enabled: false", r[i].name);
     }
     size_t len;
     if ((v = sl__cfg_required(cx, m, &f[U_TARGETS], where)) &&
@@ -441,7 +544,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
                 if (!t) continue;
                 lines[i] = sl__cfg_line_of(t);
                 lines[len + 1 + i] = sl__cfg_col_of(t);
-                parse_target(cx, t, where, i, ents, &hosts[i], &ports[i], u);
+                parse_target(cx, t, where, i, ents, &hosts[i], &ports[i], u, tcp);
             }
             make_slots(cx, u, ents, hosts, ports, lines, lines + len + 1, len);
         }
@@ -450,7 +553,9 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         free(ports);
         free(lines);
     }
-    if ((v = f[U_KEEPALIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "keepalive")) {
+    if (tcp && f[U_KEEPALIVE].val) {
+        tcp_unused(cx, f[U_KEEPALIVE].key, "keepalive", tcp, "a tcp session's connection is never pooled");
+    } else if ((v = f[U_KEEPALIVE].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "keepalive")) {
         sl__field_t k[K_N];
         sl__cfg_scan_sub(cx, v, "keepalive", where, keepalive_keys, k, K_N);
         int64_t n;
@@ -458,8 +563,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
             sl__cfg_get_int(cx, k[K_MAX_IDLE].val, "max_idle", 0, MAX_KEEPALIVE_IDLE, &n))
             u->keepalive_max_idle = (uint32_t)n;
         if (k[K_IDLE_TO].val)
-            sl__cfg_get_duration(cx, k[K_IDLE_TO].val, "idle_timeout", false,
-                         &u->keepalive_idle_timeout_ms);
+            sl__cfg_get_duration(cx, k[K_IDLE_TO].val, "idle_timeout", false, &u->keepalive_idle_timeout_ms);
     }
     if ((v = f[U_TIMEOUTS].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "timeouts")) {
         sl__field_t t[TO_N];
@@ -470,14 +574,26 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
             sl__cfg_get_duration(cx, t[TO_READ].val, "read", false, &u->read_timeout_ms);
         if (t[TO_WRITE].val)
             sl__cfg_get_duration(cx, t[TO_WRITE].val, "write", false, &u->write_timeout_ms);
+        for (int i = TO_READ; tcp && i <= TO_WRITE; i++)
+            if (t[i].val)
+                tcp_unused(cx, t[i].key, i == TO_READ ? "timeouts.read" : "timeouts.write", tcp,
+                           "a tcp session that moves no byte either way is closed at the listener's "
+                           "idle_timeout");
     }
     if ((v = f[U_HEALTH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "health"))
         parse_health(cx, v, where, &u->health);
     if ((v = f[U_BREAKER].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "circuit_breaker"))
         parse_breaker(cx, v, where, &u->breaker);
-    if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
-        parse_retry(cx, v, where, &u->retry);
-    if ((v = f[U_PROTOCOL].val)) parse_protocol(cx, v, u);
+    if (tcp && f[U_PROTOCOL].val)
+        tcp_unused(cx, f[U_PROTOCOL].key, "protocol", tcp,
+                   "a tcp listener relays bytes and speaks no HTTP to the targets");
+    else if ((v = f[U_PROTOCOL].val))
+        parse_protocol(cx, v, u);
+    if (tcp && f[U_RETRY].val)
+        tcp_unused(cx, f[U_RETRY].key, "retry", tcp,
+                   "a failed connect is tried once more on another target, whatever retry says");
+    else if ((v = f[U_RETRY].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "retry"))
+        parse_retry(cx, v, where, u);
     /* A grpc probe over TLS offers ALPN from the upstream's TLS settings: h2 only with h2. */
     for (size_t i = 0; u->health.active_type == SL_PROBE_GRPC && u->protocol != SL_UP_H2 && i < u->ntargets; i++)
         if (u->targets[i].tls) {

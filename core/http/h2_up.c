@@ -221,10 +221,21 @@ static void conn_close(sl_h2up_t *c) {
     uv_close((uv_handle_t *)&c->idle, conn_on_close);
 }
 
-/* No stream left: the idle timeout starts (or a retired or draining connection closes). */
+/* The target's other connections of this worker that are up and carry no stream. */
+static uint32_t idle_siblings(const sl_h2up_t *c) {
+    uint32_t n = 0;
+    for (const sl_h2up_t *o = c->w->ups[c->upstream].idle[c->target].h2; o; o = o->next)
+        n += o != c && o->state == C_READY && !o->nstreams && o->idle_due;
+    return n;
+}
+
+/* No stream left: the idle timeout starts, unless keepalive.max_idle idle connections to
+ * the target are kept already (as for an HTTP/1.1 target's pool: a burst that opened
+ * several connections leaves at most max_idle behind), or the connection is retired or
+ * the worker draining: it closes. */
 static void conn_went_idle(sl_h2up_t *c) {
     const sl_upstream_conf_t *uc = conn_uc(c);
-    if (c->state == C_RETIRED || c->w->draining || !uc->keepalive_max_idle) {
+    if (c->state == C_RETIRED || c->w->draining || idle_siblings(c) >= uc->keepalive_max_idle) {
         if (c->state != C_CONNECTING) nghttp2_session_terminate_session(c->ss, NGHTTP2_NO_ERROR);
         c->state = C_RETIRED;
         c->idle_due = loop_now(c) + 1000; /* the GOAWAY goes out, then the close */

@@ -189,6 +189,12 @@ static int add_lua_routes(lua_State *L, sl_config_t *cfg, sl_errors_t *errs, con
                 sl_errors_add(errs, file, field_int(L, d, "upstream_line"), field_int(L, d, "upstream_col"),
                               "route '%s' names unknown upstream '%s'", r->name, up);
                 rc = SL_ERROR;
+            } else if (r->nupgrade && cfg->upstreams[r->upstream].protocol != SL_UP_HTTP1) {
+                const sl_upstream_conf_t *uc = &cfg->upstreams[r->upstream];
+                sl_errors_add(errs, file, field_int(L, d, "upgrade_line"), field_int(L, d, "upgrade_col"),
+                              "route '%s': " SL_UPGRADE_H2_FMT, r->name, uc->name,
+                              sl_upstream_protocol_name(uc->protocol));
+                rc = SL_ERROR;
             }
             free(up);
         }

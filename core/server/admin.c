@@ -328,9 +328,8 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
         tput(&t, "%s{\"name\":", u ? "," : "");
         tjson(&t, uc->name);
-        static const char *const protocol_label[] = {"http1", "h2", "h2c"};
         tput(&t, ",\"balancer\":\"%s\",\"protocol\":\"%s\",\"targets\":[", balancer_label[uc->balancer],
-             tcp_only_upstream(cfg, (int)u) ? "tcp" : protocol_label[uc->protocol]);
+             tcp_only_upstream(cfg, (int)u) ? "tcp" : sl_upstream_protocol_name(uc->protocol));
         uint64_t now = sl_now_ms();
         for (size_t k = 0, shown = 0; k < uc->ntargets; k++) {
             if (!sl_slot_up(uc, k)) continue; /* an empty DNS or registry slot */

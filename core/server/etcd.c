@@ -511,8 +511,6 @@ static void start_watch(sl_etcd_t *e) {
     uv_timer_start(&e->progress, on_progress, PROGRESS_MS, PROGRESS_MS);
 }
 
-static void on_delayed_watch(uv_timer_t *t) { start_watch(t->data); }
-
 static void on_read_done(sl_ec_t *c, const char *err) {
     sl_etcd_t *e = c->ud;
     e->call = NULL;
@@ -531,13 +529,6 @@ static void on_read_done(sl_ec_t *c, const char *err) {
     e->rev = rev;
     uv_timer_stop(&e->debounce);
     apply(e); /* a full read is applied at once (unchanged content: nothing happens) */
-    /* A testing aid: the watch of the first full read starts late, so a test can compact
-     * the history in between and see the watch cancelled for it. */
-    const char *delay = e->full_reads == 1 ? getenv("SLUICE_TEST_WATCH_DELAY_MS") : NULL;
-    if (delay && !e->closing) {
-        uv_timer_start(&e->retry, on_delayed_watch, (uint64_t)atoi(delay), 0);
-        return;
-    }
     if (!e->closing) start_watch(e);
 }
 

@@ -276,9 +276,6 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
         free(ops.p);
         return 0;
     }
-    /* A testing aid: a pause between the read and the write makes two pushes race for sure. */
-    const char *pause = getenv("SLUICE_TEST_PUSH_PAUSE_MS");
-    if (pause) usleep((useconds_t)atoi(pause) * 1000);
     /* The guard: no key under the prefix changed since the read, and _push (written by
      * every push) is part of it, so of two pushes that read the same revision one fails
      * even when the other only deleted. */

@@ -120,7 +120,7 @@ static void test_full_config(void) {
                        "    balancer: round-robin\n"
                        "    targets: [ { address: 10.0.0.1:9001, weight: 1 }, { address: "
                        "\"[2001:db8::1]:443\" } ]\n"
-                       "    keepalive: { max_idle: 0, idle_timeout: 1h }\n"
+                       "    keepalive: { max_idle: 5, idle_timeout: 1h }\n"
                        "    timeouts: { connect: 100ms, read: 1m, write: 45s }\n"
                        "  - name: other\n"
                        "    targets: [ { address: 127.0.0.1:1 } ]\n";
@@ -183,7 +183,7 @@ static void test_full_config(void) {
     CHECK_STR(ip_of(&u->targets[1].addr, ip, sizeof ip), "2001:db8::1");
     CHECK_INT(port_of(&u->targets[1].addr), 443);
     CHECK_INT(u->targets[1].weight, 1);
-    CHECK_INT(u->keepalive_max_idle, 0);
+    CHECK_INT(u->keepalive_max_idle, 5);
     CHECK_INT(u->keepalive_idle_timeout_ms, 3600000);
     CHECK_INT(u->connect_timeout_ms, 100);
     CHECK_INT(u->read_timeout_ms, 60000);
@@ -956,9 +956,9 @@ static void test_resilience(void) {
                  "5:60: max_open_timeout must be at least open_timeout");
     EXPECT_ERROR(UP("circuit_breaker: { half_open: 2 }"),
                  "5:24: unknown key 'half_open' in 'circuit_breaker' of upstream 'u'");
-    EXPECT_ERROR(UP("retry: { on: [404] }"), "5:19: 'on' must be between 500 and 599");
-    EXPECT_ERROR(UP("retry: { on: [reset] }"),
-                 "5:19: unknown retry condition 'reset' (expected a 5xx status, connect_error or timeout)");
+    EXPECT_ERROR(UP("retry: { attempts: 2, on: [404] }"), "5:32: 'on' must be between 500 and 599");
+    EXPECT_ERROR(UP("retry: { attempts: 2, on: [reset] }"),
+                 "5:32: unknown retry condition 'reset' (expected a 5xx status, connect_error or timeout)");
     EXPECT_ERROR(UP("retry: { attempts: 0 }"), "5:24: 'attempts' must be between 1 and 10");
     EXPECT_ERROR(UP("health: { active: { type: udp } }"), "5:31: unknown probe type 'udp' (expected http, tcp or grpc)");
     EXPECT_ERROR(UP("health: { active: { type: tcp, path: /h } }"), "5:42: a tcp probe has no path");
@@ -1115,6 +1115,136 @@ static void test_sni_routes(void) {
 #undef SNI_UP
 }
 
+/* issue 26: a key accepted where nothing reads it is an error at the key, saying why. */
+static void test_keys_that_do_nothing(void) {
+#define UP(extra) LISTENER "upstreams:\n  - name: u\n    targets: [ { address: 1.2.3.4:5 } ]\n    " extra "\n"
+    /* hedging is HTTP/1.1 only */
+    EXPECT_ERROR(UP("protocol: h2c\n    retry: { hedge_after: 50ms }"),
+                 "6:14: 'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams yet "
+                 "(this one is protocol: h2c; retry.hedge_after is HTTP/1.1 only)");
+    EXPECT_ERROR(UP("retry: { hedge_after: 50ms }\n    protocol: h2c"),
+                 "5:14: 'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams yet "
+                 "(this one is protocol: h2c; retry.hedge_after is HTTP/1.1 only)");
+    sl_config_t *c = PARSE_OK(UP("protocol: h2c\n    retry: { hedge_after: 0ms, max_body: 2MiB }"));
+    if (c) CHECK_INT(c->upstreams[0].retry.max_body, 2 << 20); /* h2: a GOAWAY replay's bound */
+    sl_config_free(c);
+    /* with one attempt nothing is tried again */
+    static const char *const once[] = {"on: [502]", "backoff: 10ms", "max_backoff: 1s", "max_body: 2MiB"};
+    for (size_t i = 0; i < sizeof once / sizeof once[0]; i++) {
+        char yaml[256], want[256];
+        snprintf(yaml, sizeof yaml, UP("retry: { %s }"), once[i]);
+        size_t klen = strcspn(once[i], ":");
+        snprintf(want, sizeof want,
+                 "5:14: '%.*s' does nothing with attempts: 1 (no request is tried again; attempts counts "
+                 "the first try)",
+                 (int)klen, once[i]);
+        const char *w[] = {want};
+        expect_errors(__LINE__, yaml, 1, w);
+    }
+    sl_config_free(PARSE_OK(UP("retry: { attempts: 2, on: [502], backoff: 10ms, max_backoff: 1s, max_body: 2MiB }")));
+    /* harmless leftovers stay accepted: an idle_timeout beside max_idle: 0 */
+    sl_config_free(PARSE_OK(UP("keepalive: { max_idle: 0, idle_timeout: 5s }")));
+    EXPECT_ERROR(UP("registry: { enabled: false, max_targets: 8 }"),
+                 "5:33: 'max_targets' does nothing with enabled: false");
+    EXPECT_ERROR(UP("health: { active: { type: tcp, expect_status: 200 } }"),
+                 "5:51: expect_status is for an http probe");
+#undef UP
+    /* an upstream a tcp listener uses: what its sessions never read */
+#define TCP_UP(extra)                                                                              \
+    "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u } ]\n"                \
+    "upstreams:\n  - name: u\n    " extra "\n"
+#define TARGETS "targets: [ { address: 1.2.3.4:5 } ]\n    "
+    static const struct {
+        const char *extra, *at, *key, *why;
+    } tcp_cases[] = {
+        {TARGETS "retry: { attempts: 2 }", "5:5", "retry",
+         "a failed connect is tried once more on another target, whatever retry says"},
+        {TARGETS "keepalive: { max_idle: 4 }", "5:5", "keepalive", "a tcp session's connection is never pooled"},
+        {TARGETS "protocol: h2c", "5:5", "protocol", "a tcp listener relays bytes and speaks no HTTP to the targets"},
+        {TARGETS "timeouts: { connect: 1s, read: 5s }", "5:30", "timeouts.read",
+         "a tcp session that moves no byte either way is closed at the listener's idle_timeout"},
+        {TARGETS "timeouts: { write: 5s }", "5:17", "timeouts.write",
+         "a tcp session that moves no byte either way is closed at the listener's idle_timeout"},
+        {TARGETS "balancer: consistent-hash\n    hash_on: path", "6:5", "hash_on",
+         "consistent-hash hashes a tcp session's client IP (a session has no path, header or cookie)"},
+        {"targets: [ { address: 1.2.3.4:5, tls: { verify: false } } ]", "4:38", "tls",
+         "a tcp listener relays the client's bytes as they are and never speaks TLS to a target"},
+    };
+    for (size_t i = 0; i < sizeof tcp_cases / sizeof tcp_cases[0]; i++) {
+        char yaml[512], want[512];
+        snprintf(yaml, sizeof yaml, TCP_UP("%s"), tcp_cases[i].extra);
+        snprintf(want, sizeof want, "%s: '%s' does nothing for tcp listener 't', which uses this upstream: %s",
+                 tcp_cases[i].at, tcp_cases[i].key, tcp_cases[i].why);
+        const char *w[] = {want};
+        expect_errors(__LINE__, yaml, 1, w);
+    }
+    c = PARSE_OK(TCP_UP(TARGETS "balancer: consistent-hash\n    hash_on: ip\n    timeouts: { connect: 1s }\n"
+                        "    circuit_breaker: {}\n    health: { active: { type: tcp }, passive: {} }"));
+    sl_config_free(c);
+    /* through sni_routes too */
+    EXPECT_ERROR("listeners: [ { name: s, listen: 127.0.0.1:1, protocol: tcp, sni_routes: [ { sni: [a.test], "
+                 "upstream: u } ] } ]\n"
+                 "upstreams:\n  - name: u\n    " TARGETS "retry: { attempts: 2 }\n",
+                 "5:5: 'retry' does nothing for tcp listener 's', which uses this upstream: a failed "
+                 "connect is tried once more on another target, whatever retry says");
+#undef TARGETS
+#undef TCP_UP
+    /* a tcp listener reads no HTTP head; header_timeout only bounds a PROXY header or ClientHello */
+#define TCP_L(extra)                                                                               \
+    "listeners:\n  - { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u,\n      " extra " }\n" \
+    "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n"
+    static const char *const http_keys[] = {"max_body: 1MiB", "max_header_size: 8KiB", "max_request_line: 1KiB"};
+    for (size_t i = 0; i < sizeof http_keys / sizeof http_keys[0]; i++) {
+        char yaml[512], want[256];
+        snprintf(yaml, sizeof yaml, TCP_L("%s"), http_keys[i]);
+        snprintf(want, sizeof want,
+                 "3:7: '%.*s' belongs to protocol: http listeners (a tcp session has no HTTP head or body)",
+                 (int)strcspn(http_keys[i], ":"), http_keys[i]);
+        const char *w[] = {want};
+        expect_errors(__LINE__, yaml, 1, w);
+    }
+    sl_config_free(PARSE_OK(TCP_L("header_timeout: 5s")));
+    sl_config_free(PARSE_OK(TCP_L("header_timeout: 5s, accept_proxy_protocol: { from: [10.0.0.0/8] }")));
+#undef TCP_L
+    /* routes with only tcp listeners are accepted (a config grown from a template, a fleet's
+     * routes); an upstream an http route also names keeps its HTTP keys */
+#define TCP_ONLY "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u } ]\n"
+    sl_config_free(PARSE_OK(TCP_ONLY "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] } ]\n"
+                                     "routes: [ { name: r, upstream: u } ]\n"));
+    sl_config_free(PARSE_OK(TCP_ONLY "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ],\n"
+                                     "    keepalive: { max_idle: 4 }, timeouts: { read: 5s } } ]\n"
+                                     "routes: [ { name: r, upstream: u } ]\n"));
+    sl_config_free(PARSE_OK(TCP_ONLY "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ], keepalive: { max_idle: 4 } },\n"
+                                     "             { name: v, targets: [ { address: 1.2.3.4:6 } ] } ]\n"
+                                     "routes: [ { name: r, split: [ { upstream: v, weight: 1 }, { upstream: u, weight: 1 } ] } ]\n"));
+    EXPECT_ERROR(TCP_ONLY "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ], keepalive: { max_idle: 4 } } ]\n",
+                 "2:62: 'keepalive' does nothing for tcp listener 't', which uses this upstream: a tcp session's "
+                 "connection is never pooled");
+#undef TCP_ONLY
+    EXPECT_ERROR("listeners: [ { name: w, listen: 127.0.0.1:1, http2: { enabled: false, max_concurrent_streams: 8 } } ]\n",
+                 "1:71: 'max_concurrent_streams' does nothing with enabled: false");
+    EXPECT_ERROR(LISTENER "admin: { listen: off, token_env: SOME_TOKEN }\n",
+                 "2:23: 'token_env' does nothing with listen: off (there is no admin API to guard)");
+    EXPECT_ERROR("listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    tls:\n"
+                 "      certificates: [ { cert: a.crt, key: a.key } ]\n      min_version: \"1.3\"\n"
+                 "      ciphers: ECDHE-ECDSA-AES128-GCM-SHA256\n",
+                 "7:7: 'ciphers' does nothing with min_version 1.3 (it lists TLS 1.2 suites; TLS 1.3 uses "
+                 "OpenSSL's AEAD suites)");
+    /* an Upgrade never reaches an HTTP/2 upstream */
+#define H2_RT(route)                                                                               \
+    LISTENER "upstreams: [ { name: u, targets: [ { address: 1.2.3.4:5 } ] },\n"                     \
+             "             { name: g, protocol: h2c, targets: [ { address: 1.2.3.4:6 } ] } ]\n"   \
+             "routes: [ " route " ]\n"
+    EXPECT_ERROR(H2_RT("{ name: r, upstream: g, upgrade: [websocket] }"),
+                 "4:35: route 'r': 'upgrade' does nothing for upstream 'g' (protocol: h2c): an Upgrade is "
+                 "never forwarded to an HTTP/2 upstream (WebSockets need protocol: http1)");
+    EXPECT_ERROR(H2_RT("{ name: r, split: [ { upstream: u, weight: 1 }, { upstream: g, weight: 1 } ], upgrade: [\"*\"] }"),
+                 "4:89: route 'r': 'upgrade' does nothing for upstream 'g' (protocol: h2c): an Upgrade is "
+                 "never forwarded to an HTTP/2 upstream (WebSockets need protocol: http1)");
+    sl_config_free(PARSE_OK(H2_RT("{ name: r, upstream: u, upgrade: [websocket] }")));
+#undef H2_RT
+}
+
 int main(void) {
     test_sni_routes();
     test_full_config();
@@ -1122,6 +1252,7 @@ int main(void) {
     test_consumers();
     test_defaults();
     test_upgrade();
+    test_keys_that_do_nothing();
     test_unknown_and_unsupported_keys();
     test_types();
     test_required_and_names();

@@ -1,7 +1,11 @@
 """A config with errors at several levels reports them all at once, in file order: a
 YAML-level error (an unknown core key) does not hide the plugin errors behind it, plugin
 names and plugin config keys get the "did you mean" core keys get, and a lua_routes
-file's errors follow the YAML file's, at their own lines."""
+file's errors follow the YAML file's, at their own lines.
+
+Keys that would do nothing where they stand are errors at the key (issue 26): hedging on an
+HTTP/2 upstream, an Upgrade toward one from a Lua route, and a limit keyed by route with
+trusted proxies; `sluice check` names FILE:LINE:COL and the key, and exits 1."""
 
 import os
 import sys
@@ -58,4 +62,72 @@ def test_all_at_once(t):
             list(range(len(want))), order)
 
 
-t.run(test_all_at_once)
+def check_file(files):
+    """Writes files (name -> text) into a new folder; `sluice check -c` the first one. Returns
+    (CompletedProcess, stderr lines with the folder taken off)."""
+    d = h.new_tmpdir("cfgerr")
+    for name, text in files.items():
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    r = h.run_cli(["check", "-c", os.path.join(d, next(iter(files)))])
+    return r, [ln.replace(d + os.sep, "") for ln in r.stderr.strip().splitlines()]
+
+
+HEDGE_H2C = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: grpc
+    protocol: h2c
+    targets: [ { address: 127.0.0.1:50051 }, { address: 127.0.0.1:50052 } ]
+    retry: { attempts: 2, hedge_after: 50ms }
+routes: [ { name: r, upstream: grpc } ]
+"""
+
+
+def test_hedge_after_h2c(t):
+    r, lines = check_file({"gw.yaml": HEDGE_H2C})
+    want = ("gw.yaml:6:27: 'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams "
+            "yet (this one is protocol: h2c; retry.hedge_after is HTTP/1.1 only)")
+    t.check("hedge_after on an h2c upstream: exit 1", r.returncode == 1, 1, r.returncode)
+    t.check("hedge_after on an h2c upstream: one error at the key", lines == [want], [want], lines)
+    r, lines = check_file({"gw.yaml": HEDGE_H2C.replace("protocol: h2c", "protocol: http1")})
+    t.check("hedge_after on an http1 upstream: valid", r.returncode == 0, 0, (r.returncode, lines))
+
+
+UPGRADE_LUA = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+lua_routes: [ routes.lua ]
+upstreams: [ { name: grpc, protocol: h2c, targets: [ { address: 127.0.0.1:50051 } ] } ]
+"""
+
+ROUTES_UPGRADE = """return {
+  { name = "ws", upstream = "grpc", upgrade = { "websocket" } },
+}
+"""
+
+
+def test_upgrade_lua_route_h2c(t):
+    r, lines = check_file({"gw.yaml": UPGRADE_LUA, "routes.lua": ROUTES_UPGRADE})
+    want = ("routes.lua:2:47: route 'ws': 'upgrade' does nothing for upstream 'grpc' (protocol: h2c): an "
+            "Upgrade is never forwarded to an HTTP/2 upstream (WebSockets need protocol: http1)")
+    t.check("a Lua route's upgrade toward an h2c upstream: exit 1", r.returncode == 1, 1, r.returncode)
+    t.check("a Lua route's upgrade toward an h2c upstream: at the key", lines == [want], [want], lines)
+
+
+LIMIT_ROUTE = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+routes:
+  - name: r
+    plugins:
+      - { name: PLUGIN, config: { KEYS, key: route, trusted_proxies: [10.0.0.0/8] } }
+      - { name: echo }
+"""
+
+
+def test_limit_key_route_trusted(t):
+    for plugin, keys in (("rate-limit", "rate: 5"), ("limit-conn", "max: 5")):
+        r, lines = check_file({"gw.yaml": LIMIT_ROUTE.replace("PLUGIN", plugin).replace("KEYS", keys)})
+        want = ("gw.yaml:5:%d: route 'r', plugin '%s': trusted_proxies does nothing with key: route (no "
+                "client address is counted)" % (27 + len(plugin), plugin))
+        t.check("%s: key route with trusted_proxies: exit 1" % plugin, r.returncode == 1, 1, r.returncode)
+        t.check("%s: key route with trusted_proxies: the error" % plugin, lines == [want], [want], lines)
+
+
+t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted)

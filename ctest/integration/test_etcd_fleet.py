@@ -9,16 +9,17 @@
   fixing the key applies it.
 - `etcdctl compact` at the current revision while a gateway's watch is behind (the
   gateway stopped with SIGSTOP while 6 MB of writes and the compaction happen): nothing is
-  missed; and, certain to hit etcd's cancel, a gateway whose first watch starts 1.5 s after
-  its read (SLUICE_TEST_WATCH_DELAY_MS) while the test writes and compacts: the watch is
-  cancelled with the compact revision, the prefix read again, nothing missed.
+  missed; and, certain to hit etcd's cancel, a gateway whose first watch request a relay
+  (harness.HoldingRelay, between it and etcd) holds back while the test writes and
+  compacts: the watch is cancelled with the compact revision, the prefix read again,
+  nothing missed.
 - etcd stopped: all three keep serving, sluice_config_source_up goes 0; etcd back: a
   change pushed then arrives, sluice_config_source_up 1.
 - etcd wiped and reloaded from a push: the gateways follow the new history.
 - A gateway started while etcd is down serves from its snapshot; one with neither answers
   /ready 503 until etcd gives it a config.
-- Two `sluice push` runs racing (SLUICE_TEST_PUSH_PAUSE_MS holds each between its read and
-  its write): exactly one wins, the other exits 1 and says why.
+- Two `sluice push` runs racing (a relay holds each one's write, the txn, until both have
+  read): exactly one wins, the other exits 1 and says why.
 """
 
 import os
@@ -125,10 +126,11 @@ class Pusher:
         return subprocess.run(argv, capture_output=True, text=True, timeout=20, env=env)
 
 
-def gw_conf(etcd, snapshot=True):
+def gw_conf(etcd, snapshot=True, timeout="1s"):
+    """etcd: anything with a url (an Etcd, or a HoldingRelay in front of one)."""
     return ("workers: 1\nadmin: { listen: 127.0.0.1:0 }\nlisteners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
-           "config_source:\n  etcd: { endpoints: [%s], prefix: %s, timeout: 1s%s }\n"
-           % (etcd.url, PREFIX, ", snapshot: snap.json" if snapshot else ""))
+           "config_source:\n  etcd: { endpoints: [%s], prefix: %s, timeout: %s%s }\n"
+           % (etcd.url, PREFIX, timeout, ", snapshot: snap.json" if snapshot else ""))
 
 
 def gateway(etcd, name, snapshot=True):
@@ -307,16 +309,27 @@ def test_compaction_behind(t):
             [get(g, p_) for p_ in ("/c0/", "/late/", "/c1/", "/c399/")])
     t.check("the others too", all(until(lambda x=x: want(x), 5) for x in gws[1:]), True, None)
 
-    # The same, certain to hit the compaction: a gateway whose first watch starts 1.5 s
-    # after its full read (a testing aid), while the test writes and compacts.
-    env = dict(os.environ, SLUICE_TEST_WATCH_DELAY_MS="1500")
-    g = h.start_sluice(gw_conf(etcd, snapshot=False), name="gw-compact", suite=t, env=env)
-    until(lambda: get(g, "/a/")[0] == 200, 5)
+    # The same, certain to hit the compaction: a relay between a new gateway and etcd holds
+    # the gateway's first watch request (sent from the revision of its first full read)
+    # while the test writes and compacts, then lets it go. The gateway's etcd timeout is
+    # longer than the hold: the held watch is not taken for a dead etcd.
+    released, held = threading.Event(), []
+
+    def hold(path):
+        if path == "/v3/watch" and not held:
+            held.append(path)
+            released.wait(5)
+
+    relay = h.HoldingRelay(etcd.port, hold)
+    g = h.start_sluice(gw_conf(relay, snapshot=False, timeout="10s"), name="gw-compact", suite=t)
+    until(lambda: get(g, "/a/")[0] == 200 and held, 5)
     for say in ("first", "k1"):  # two revisions: the compaction then removes the watch's start
         etcd.put(PREFIX + "/routes/k1",
                  "name: k1\nmatch: { paths: [/k1/] }\nplugins: [ { name: hello, config: { say: %s } } ]\n" % say)
     cr = etcd.ctl("compact", str(etcd.revision()))
     etcd.put(PREFIX + "/routes/k2", "name: k2\nmatch: { paths: [/k2/] }\nplugins: [ { name: hello, config: { say: k2 } } ]\n")
+    t.check("the relay held the gateway's first watch request", held == ["/v3/watch"], ["/v3/watch"], held)
+    released.set()
     ok = until(lambda: get(g, "/k1/") == (200, b"v2 k1\n") and get(g, "/k2/")[0] == 200, 6)
     st = g.status()["config_source"]
     t.check("a watch from before a compaction is cancelled for it and the prefix read again",
@@ -325,6 +338,7 @@ def test_compaction_behind(t):
     t.check("... and nothing written before or after the compaction is missed", ok, True,
             (get(g, "/k1/"), get(g, "/k2/")))
     g.stop()
+    relay.stop()
 
 
 def test_etcd_down(t):
@@ -416,12 +430,27 @@ def test_wipe(t):
 
 def test_race(t):
     p = S["p"]
-    env = dict(os.environ, SLUICE_TEST_PUSH_PAUSE_MS="400")
-    a = subprocess.Popen([h.BIN, "push", "-c", p.file(["a", "one"], "one.yaml"), "--etcd", p.etcd.url, "--prefix",
-                          PREFIX], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    b = subprocess.Popen([h.BIN, "push", "-c", p.file(["a", "two"], "two.yaml"), "--etcd", p.etcd.url, "--prefix",
-                          PREFIX], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Each push reads the prefix (/v3/kv/range), then writes (/v3/kv/txn). The relay holds
+    # each write until the other push's write arrives too, so both read the same revision
+    # before either writes: a race that is certain, not likely.
+    both = threading.Barrier(2, timeout=10)
+
+    def hold(path):
+        if path == "/v3/kv/txn":
+            try:
+                both.wait()
+            except threading.BrokenBarrierError:
+                pass  # one push never wrote: the checks below say so
+
+    relay = h.HoldingRelay(p.etcd.port, hold)
+    a = subprocess.Popen([h.BIN, "push", "-c", p.file(["a", "one"], "one.yaml"), "--etcd", relay.url, "--prefix",
+                          PREFIX], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen([h.BIN, "push", "-c", p.file(["a", "two"], "two.yaml"), "--etcd", relay.url, "--prefix",
+                          PREFIX], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ra, rb = a.communicate(timeout=20), b.communicate(timeout=20)
+    relay.stop()
+    t.check("the relay saw each push read, then write",
+            sorted(relay.paths) == ["/v3/kv/range"] * 2 + ["/v3/kv/txn"] * 2, "2 range, 2 txn", relay.paths)
     codes = sorted([a.returncode, b.returncode])
     t.check("two racing pushes: exactly one wins", codes == [0, 1], [0, 1], codes)
     loser = ra if a.returncode else rb

@@ -21,7 +21,8 @@ misbehaves on purpose (grpc_fixture/h2_upstream.py); curl and h2load.
      succeeds; a grpcio server stopped gracefully under load (two targets): no unary RPC
      fails, the server streams in flight complete or end UNAVAILABLE.
   6. Multiplexing: a target whose SETTINGS allow 2 streams gets a second and third
-     connection under 6 concurrent calls; /status shows connections and streams.
+     connection under 6 concurrent calls; /status shows connections and streams; with
+     keepalive.max_idle 1, one connection stays once the calls are done.
   7. protocol h2 to a target that does not negotiate h2: 502 and a log line; config
      errors for a bad protocol, h2 without tls, h2c with tls.
   8. Per attempt: a silent target's read timeout is retried on the other, its breaker
@@ -266,7 +267,8 @@ def test_goaway(t):
 def test_multiplex(t):
     _, port = spawn("server.py", "--max-streams", 2)
     sl = h.start_sluice(grpc_config(
-        f"  - {{ name: g, protocol: h2c, targets: [ {{ address: 127.0.0.1:{port} }} ] }}"), suite=t)
+        f"  - {{ name: g, protocol: h2c, keepalive: {{ max_idle: 1 }}, "
+        f"targets: [ {{ address: 127.0.0.1:{port} }} ] }}"), suite=t)
     target = "127.0.0.1:%d" % sl.port()
     warm = client("deadline", target)  # one call (it times out at 1 s): the SETTINGS are known
     res = {}
@@ -283,6 +285,15 @@ def test_multiplex(t):
             max(c for c, _ in seen) >= 3 and max(s for _, s in seen) >= 5, ">= 3 connections, >= 5 streams",
             (warm, seen[:30]))
     t.check("every call of the six succeeds", res.get("results") == [True] * 6, "6 OK", res)
+    # keepalive.max_idle 1: of the connections the burst opened, one stays idle; the others
+    # go (GOAWAY, closed a second later) instead of waiting out idle_timeout (60 s)
+    left, end = None, time.monotonic() + 4
+    while time.monotonic() < end:
+        left = sl.status()["upstreams"][0]["targets"][0].get("h2_connections")
+        if left == 1:
+            break
+        time.sleep(0.1)
+    t.check("keepalive.max_idle 1: one idle connection left after the burst", left == 1, 1, left)
     sl.stop()
 
 

@@ -27,7 +27,12 @@ local function kind(k)
 end
 
 function _M.check(conf)
-    if not kind(conf.key) then return nil, "key must be ip, consumer, route or header:NAME" end
+    local k = kind(conf.key)
+    if not k then return nil, "key must be ip, consumer, route or header:NAME" end
+    -- key route never looks at the client address, so trusted proxies would change nothing
+    if k == "route" and #conf.trusted_proxies > 0 then
+        return nil, "trusted_proxies does nothing with key: route (no client address is counted)"
+    end
     local _, bad = cidr.compile(conf.trusted_proxies)
     if bad then return nil, ("trusted_proxies: '%s' is not an address or CIDR"):format(bad) end
     return true

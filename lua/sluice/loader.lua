@@ -277,6 +277,7 @@ local function route_errors(fi, i, r, node, add)
         fail("upstream", "%s: 'upstream' must be an upstream's name", label)
     end
     d.upstream_line, d.upstream_col = pos(fields.upstream)
+    d.upgrade_line, d.upgrade_col = pos(fields.upgrade)
     local m = r.match
     local mnode = fields.match and fields.match.node
     if type(m) == "function" then

@@ -39,6 +39,7 @@ The modules, one section each (lower ones never import higher ones):
   data            pattern_blocks, pattern_sha256
   jwt             b64u, hs256, ed25519_key, eddsa (JWTs signed by hmac and the openssl CLI)
   latency         keepalive_load, percentile
+  relay           HoldingRelay (a TCP relay that holds back a chosen HTTP request)
 """
 
 from .certs import make_ca, make_leaf, openssl, s_client_request
@@ -52,6 +53,7 @@ from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister
 from .metrics import metric_values, parse_prometheus
 from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstream, Request,
                             Response, Stop, default_handler, json_response)
+from .relay import HoldingRelay
 from .process import (Sluice, SluiceStartError, Suite, read_alloc_count, run_cli, set_workers,
                       start_sluice)
 from .wire import (HTTPResponse, Incomplete, ParseError, ReadTimeout, Reader, TCPServer,
