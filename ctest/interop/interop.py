@@ -263,3 +263,22 @@ def postgres(t, netns=None):
             break
         time.sleep(0.1)
     return proc, p, env
+
+
+# ---------------------------------------------------------------- origins (peer_nginx, peer_haproxy, peer_pyorigin)
+
+def fetch(url, *args, timeout=30):
+    """curl of url on a fresh connection, the body kept apart from curl's messages.
+    Returns (curl's exit code, body bytes, response head text lower-cased)."""
+    d = h.new_tmpdir("fetch")
+    body, head = os.path.join(d, "body"), os.path.join(d, "head")
+    r = curl("--max-time", timeout, "-o", body, "-D", head, *args, url, timeout=timeout)
+    out = []
+    for p in (body, head):
+        try:
+            with open(p, "rb") as f:
+                out.append(f.read())
+        except OSError:
+            out.append(b"")
+    shutil.rmtree(d, ignore_errors=True)
+    return r.returncode, out[0], out[1].decode("latin-1").lower()
