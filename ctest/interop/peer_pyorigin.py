@@ -211,9 +211,9 @@ def l7_trickle(t):
 
 
 @io.case("l7.reset_mid_body", "an origin that resets (RST) after 256 KiB of a 1 MiB Content-Length, "
-         "a chunked or a close-delimited body gives the HTTP/1.1 and HTTP/2 client an error (curl "
-         "18/56/92, short body), never a complete-looking body; sluice logs each failure and "
-         "serves the next request", budget=90)
+         "a chunked or a close-delimited body gives the HTTP/1.1, HTTP/2 and HTTP/1.0 client an "
+         "error (curl 18/56/92, short body, a reset where only the close delimits), never a "
+         "complete-looking body; sluice logs and counts each failure and serves the next request", budget=90)
 def l7_reset_mid_body(t):
     io.need(t, "curl")
     o, s, data = setup(t)
@@ -243,15 +243,32 @@ def l7_reset_mid_body(t):
             c.close()
         t.check("raw HTTP/1.1 /reset/%s: the message ends incomplete (connection closed mid-body)"
                 % framing, how == "incomplete", "incomplete", how)
+    # HTTP/1.0: no chunked coding, the body ends at the close, so only a reset tells the
+    # client it was cut: a FIN would make the 256 KiB look like the whole body
+    rc, body, _ = io.fetch(web + "/reset/close", "--http1.0")
+    t.check("HTTP/1.0 curl /reset/close: exit 56 (connection reset), at most 256 KiB received",
+            rc == 56 and len(body) <= PARTIAL, "exit 56, <= %d B" % PARTIAL, "exit %d, %d B" % (rc, len(body)))
+    c = io.h.Client(s.port("web"), timeout=20)
+    try:
+        c.send(b"GET /reset/close HTTP/1.0\r\nHost: o\r\n\r\n")
+        raw, how = c.read_until_close(20)
+    finally:
+        c.close()
+    t.check("raw HTTP/1.0 /reset/close: the connection ends with a reset, not a FIN", how == "reset",
+            "reset", "%s after %d B" % (how, len(raw)))
     rc, body, _ = io.fetch(web + "/ok/65536")
     t.check("the next request is served: 200, 64 KiB exact",
             rc == 0 and body == data[:65536], (0, 65536), (rc, len(body)))
     failed = s.log().count("upstream failed mid-response: upstream reset mid-body")
-    t.check("sluice logged each of the 9 cut responses ('upstream failed mid-response: upstream reset mid-body')",
-            failed == 9, 9, failed)
-    t.check("the origin saw 3 requests per framing",
-            all(o.requests.get("/reset/" + f) == 3 for f in ("cl", "chunked", "close")),
-            3, o.requests)
+    t.check("sluice logged each of the 11 cut responses ('upstream failed mid-response: upstream reset mid-body')",
+            failed == 11, 11, failed)
+    _, m = s.metrics()
+    codes = {c: sum(io.h.metric_values(m, "sluice_upstream_requests_total", code=c)) for c in ("0", "200")}
+    t.check("sluice_upstream_requests_total counts the 11 cut exchanges as code 0 and the next as 200",
+            codes == {"0": 11, "200": 1}, {"0": 11, "200": 1}, codes)
+    t.check("the origin saw 3 requests for /reset/cl and /reset/chunked, 5 for /reset/close",
+            [o.requests.get("/reset/" + f) for f in ("cl", "chunked", "close")] == [3, 3, 5],
+            [3, 3, 5], o.requests)
 
 
 @io.case("l7.close_delimited", "a Connection: close response without a length (body until the "
@@ -285,8 +302,9 @@ def l7_close_delimited(t):
     finally:
         c.close()
     head, _, body = raw.partition(b"\r\n\r\n")
-    t.check("HTTP/1.0 client: 200, body until close, 1 MiB sha256-exact",
-            head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0] and io.sha256(body) == want,
+    t.check("HTTP/1.0 client: 200, body until an orderly close (FIN), 1 MiB sha256-exact",
+            head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0] and io.sha256(body) == want
+            and how == "eof",
             (200, want), (head.split(b"\r\n")[0], len(body), io.sha256(body), how))
 
 
