@@ -7,7 +7,6 @@ never costs a client request."""
 import os
 import socket
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -80,11 +79,12 @@ backend nginx
         raise KeyError(frontend)
 
 
-def gateway(t, chain):
-    """sluice, one worker (one pool: counts are exact): http listener `web` with a route per
+def gateway(t):
+    """(the Chain, sluice in front of it): sluice, one worker (one pool: counts are exact): http listener `web` with a route per
     frontend (/keep/, /idle/, /client/, prefix stripped), tcp listeners l4_auto, l4_off to
     the keep frontend and l4_idle to the idle one."""
-    return io.sluice(t, """
+    chain = Chain(t)
+    return chain, io.sluice(t, """
 workers: 1
 admin: { listen: 127.0.0.1:0 }
 listeners:
@@ -134,8 +134,7 @@ def keepalive_seq(port, prefix, names, shas):
          "sha256-exact, and sluice reuses its pooled connection: 30 sequential fresh client "
          "requests reach haproxy on at most 2 connections", budget=90)
 def l7_chain(t):
-    ch = Chain(t)
-    s = gateway(t, ch)
+    ch, s = gateway(t)
     url = "http://127.0.0.1:%d/keep" % s.port("web")
     bodies(t, "L7", url, ch.shas)
     bad = keepalive_seq(s.port("web"), "/keep/", ["1m", "20m", "0", "64k", "1"], ch.shas)
@@ -155,13 +154,7 @@ def l7_chain(t):
             "pooled one)", reqs == 30 and conns <= 2, "30 requests, <= 2 connections",
             "%d requests, %d connections" % (reqs, conns))
     bad = []
-    th = [threading.Thread(target=lambda: bad.extend(keepalive_seq(s.port("web"), "/keep/",
-                                                                 ["20m", "1m", "64k"], ch.shas)))
-          for _ in range(4)]
-    for x in th:
-        x.start()
-    for x in th:
-        x.join(120)
+    io.at_once([(lambda: bad.extend(keepalive_seq(s.port("web"), "/keep/", ["20m", "1m", "64k"], ch.shas)),)] * 4)
     t.check("L7: 4 kept-alive client connections at once, 3 GETs each (20 MiB, 1 MiB, 64 KiB): exact",
             not bad, [], bad)
 
@@ -171,8 +164,7 @@ def l7_chain(t):
          "connection for 10 requests, and haproxy's idle close reaches the client as EOF",
          budget=90)
 def l4_chain(t):
-    ch = Chain(t)
-    s = gateway(t, ch)
+    ch, s = gateway(t)
     for listener in ("l4_auto", "l4_off"):
         bodies(t, listener, "http://127.0.0.1:%d" % s.port(listener), ch.shas)
         before = ch.stats("keep")
@@ -201,26 +193,19 @@ def l4_chain(t):
          "http-keep-alive 200ms, timeout client 300ms) never costs a client request: 50 GETs "
          "spaced around and past the timeouts, all 200 and exact", budget=90)
 def l7_idle_close(t):
-    ch = Chain(t)
-    s = gateway(t, ch)
+    ch, s = gateway(t)
     for fe, tmo in (("idle", KEEP_T), ("client", CLIENT_T)):
         before = ch.stats(fe)
         bad = []
-        c = io.h.Client(s.port("web"), timeout=30)
+        c = io.Kept(s.port("web"), timeout=30)
         for i in range(25):
             # odd: well past the timeout (the pooled connection is gone); even: sweeping
             # the close's moment (-40 ms .. +44 ms), where a reuse races haproxy's close
             time.sleep(tmo + 0.25 if i % 2 else tmo - 0.04 + (i // 2) * 0.007)
             name = ("64k", "1", "1m")[i % 3]
-            try:
-                c.send(io.h.build_request("GET", "/%s/%s" % (fe, name)))
-                r = c.read_response()
-                if (r.status, r.sha256) != (200, ch.shas[name]):
-                    bad.append((i, r.status, r.body_len))
-            except Exception as e:
-                bad.append((i, repr(e)))
-                c.close()
-                c = io.h.Client(s.port("web"), timeout=30)
+            r, err = c.get("/%s/%s" % (fe, name))
+            if err or (r.status, r.sha256) != (200, ch.shas[name]):
+                bad.append((i, err or (r.status, r.body_len)))
         c.close()
         after = ch.stats(fe)
         conns = after["conn_tot"] - before["conn_tot"]

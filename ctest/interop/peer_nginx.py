@@ -7,10 +7,10 @@ connections, one after another and in parallel."""
 import gzip
 import os
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import interop as io  # noqa: E402
+from test_tcp_proxy import pipes  # noqa: E402  (ctest/integration: the pipes a process holds)
 
 SIZES = [("0", 0), ("1", 1), ("64k", 64 << 10), ("1m", 1 << 20), ("20m", 20 << 20)]
 SIZE_NAMES = "0 B, 1 B, 64 KiB, 1 MiB, 20 MiB"
@@ -30,17 +30,6 @@ def origin(t, *servers):
     shas = {name: io.random_file(os.path.join(root, name), size) for name, size in SIZES}
     _, ports = io.nginx(t, root, list(servers))
     return shas, ports
-
-
-def pipes(pid):
-    """How many pipes the process holds open (a tcp listener's splice pool shows here)."""
-    n = 0
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            n += os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("pipe:")
-        except OSError:
-            pass
-    return n
 
 
 def keepalive(port, seq, shas, out, extra=()):
@@ -89,30 +78,17 @@ def sizes_matrix(t, label, url, port, shas, h2=False):
                        "Content-Length framed, sha256-exact" % (label, SIZE_NAMES), not bad, [], bad):
             return
     bad = []
-    th = [threading.Thread(target=fresh, args=(url, n, dict(SIZES)[n], shas, bad) + args)
-          for n in ("20m", "1m", "20m", "64k")]
+    calls = [(fresh, url, n, dict(SIZES)[n], shas, bad) + args for n in ("20m", "1m", "20m", "64k")]
     if not h2:
-        th += [threading.Thread(target=keepalive, args=(port, ["64k", "20m", "1", "1m"], shas, bad))
-               for _ in range(3)]
-    for x in th:
-        x.start()
-    for x in th:
-        x.join(120)
+        calls += [(keepalive, port, ["64k", "20m", "1", "1m"], shas, bad)] * 3
+    io.at_once(calls)
     t.check("%s: at once, 4 fresh fetches (20 MiB, 1 MiB, 20 MiB, 64 KiB)%s: all exact"
             % (label, "" if h2 else " and 3 kept-alive connections of 4 GETs"), not bad, [], bad)
 
 
 def l4(t, sendfile):
     shas, (p,) = origin(t, "sendfile %s;" % sendfile)
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: auto, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: auto }
-  - { name: off, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: off }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-""" % p)
+    s = io.origin_l4(t, p)
     pipes0 = pipes(s.pid)
     for splice in ("auto", "off"):
         sizes_matrix(t, "splice %s" % splice, "http://127.0.0.1:%d" % s.port(splice), s.port(splice), shas)
@@ -122,18 +98,14 @@ upstreams:
                     n > pipes0, "> %d" % pipes0, n)
 
 
+def l7_gateway(t, conf):
+    """(sluice, {name: sha256}): nginx with `conf` behind sluice's HTTP/1.1 route."""
+    shas, (p,) = origin(t, conf)
+    return io.origin_l7(t, p), shas
+
+
 def l7(t, sendfile):
-    shas, (p,) = origin(t, "sendfile %s;" % sendfile)
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: web, listen: 127.0.0.1:0 }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-routes:
-  - { name: all, upstream: o }
-""" % p)
+    s, shas = l7_gateway(t, "sendfile %s;" % sendfile)
     sizes_matrix(t, "HTTP/1.1", "http://127.0.0.1:%d" % s.port("web"), s.port("web"), shas)
     return s, shas
 
@@ -211,16 +183,7 @@ def l7_chunked_gzip(t):
     t.check("nginx itself answers a gzip GET chunked (the setup yields Transfer-Encoding: chunked)",
             r.framing == "chunked" and r.header("Content-Encoding") == "gzip", "chunked gzip",
             (r.framing, r.header("Content-Encoding")))
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: web, listen: 127.0.0.1:0 }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-routes:
-  - { name: all, upstream: o }
-""" % p)
+    s = io.origin_l7(t, p)
     gzip_sequence(t, "HTTP/1.1", s.port("web"), shas)
     bad = []
     for name, size in SIZES[1:]:
@@ -231,11 +194,7 @@ routes:
     t.check("curl --compressed, fresh connections, 1 B to 20 MiB: exit 0, chunked, sha256-exact "
             "after decompression", not bad, [], bad)
     bad = []
-    th = [threading.Thread(target=lambda: gzip_check_parallel(s.port("web"), shas, bad)) for _ in range(3)]
-    for x in th:
-        x.start()
-    for x in th:
-        x.join(120)
+    io.at_once([(gzip_check_parallel, s.port("web"), shas, bad)] * 3)
     t.check("3 connections at once, each gzip GETs of 20 MiB and 1 MiB: chunked, gunzip exact",
             not bad, [], bad)
 
@@ -264,17 +223,7 @@ def same_headers(get, head):
          "GET (Content-Length of the file kept, 0 B to 20 MiB) and no body: GETs after HEADs on "
          "one kept-alive connection still parse exact; curl -I agrees", budget=60)
 def l7_head(t):
-    shas, (p,) = origin(t, "sendfile on;")
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: web, listen: 127.0.0.1:0 }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-routes:
-  - { name: all, upstream: o }
-""" % p)
+    s, shas = l7_gateway(t, "sendfile on;")
     bad = []
     c = io.h.Client(s.port("web"), timeout=60)
     try:
@@ -321,17 +270,7 @@ routes:
          "with nginx's ETag, If-Modified-Since with its Last-Modified) get 304 with no body, and "
          "the same kept-alive connection then serves a normal 200 exact", budget=60)
 def l7_conditional_304(t):
-    shas, (p,) = origin(t, "sendfile on;")
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: web, listen: 127.0.0.1:0 }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-routes:
-  - { name: all, upstream: o }
-""" % p)
+    s, shas = l7_gateway(t, "sendfile on;")
     conditional(t, "HTTP/1.1 route", s.port("web"), shas)
     bad = []
     for name, size in SIZES[2:]:
@@ -391,15 +330,7 @@ def conditional(t, label, port, shas):
          budget=60)
 def l4_chunked_head_304(t):
     shas, (p,) = origin(t, "sendfile on; " + GZIP)
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: auto, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: auto }
-  - { name: off, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: off }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-""" % p)
+    s = io.origin_l4(t, p)
     for splice in ("auto", "off"):
         port = s.port(splice)
         gzip_sequence(t, "splice %s" % splice, port, shas)

@@ -148,11 +148,17 @@ class HalfCloseOrigin(io.h.TCPServer):
         conn.shutdown(socket.SHUT_WR)
 
 
-def setup(t, splice="auto"):
+def setup(t, splice="auto", pools=()):
     """(origin, sluice, DATA): the origin behind an http listener `web` (route to it) and
-    a tcp listener `l4`; DATA is the 1 MiB the origin's bodies are cut from."""
+    a tcp listener `l4`; DATA is the 1 MiB the origin's bodies are cut from. pools: path
+    prefixes that go to the origin through an upstream of their own (its own pool)."""
+    io.need(t, "curl")
     data = os.urandom(1 << 20)
     o = Origin(data)
+    ups = "".join("  - { name: p%d, targets: [ { address: 127.0.0.1:%d } ] }\n" % (i, o.port)
+                  for i, _ in enumerate(pools))
+    routes = "".join("  - { name: p%d, match: { paths: [%s] }, upstream: p%d }\n" % (i, pre, i)
+                     for i, pre in enumerate(pools))
     s = io.sluice(t, """
 workers: 2
 admin: { listen: 127.0.0.1:0 }
@@ -161,29 +167,16 @@ listeners:
   - { name: l4, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: %s }
 upstreams:
   - { name: o, targets: [ { address: 127.0.0.1:%d } ], timeouts: { read: 20s } }
-routes:
-  - { name: all, upstream: o }
-""" % (splice, o.port))
+%sroutes:
+%s  - { name: all, upstream: o }
+""" % (splice, o.port, ups, routes))
     return o, s, data
-
-
-def get(port, path, timeout=20):
-    """One request on a fresh connection with the raw client: (response or None, error)."""
-    c = io.h.Client(port, timeout=timeout)
-    try:
-        c.send(io.h.build_request("GET", path))
-        return c.read_response(), None
-    except (io.h.Incomplete, io.h.ParseError, io.h.ReadTimeout, OSError) as e:
-        return None, "%s: %s" % (type(e).__name__, e)
-    finally:
-        c.close()
 
 
 @io.case("l7.trickle", "64 KiB an origin writes in 100 small pieces 10 ms apart reaches HTTP/1.1 "
          "clients sha256-exact through the proxy route, Content-Length and chunked alike, on "
          "fresh curl connections and one kept-alive raw connection", budget=90)
 def l7_trickle(t):
-    io.need(t, "curl")
     o, s, data = setup(t)
     want = io.sha256(data[:TRICKLE])
     for framing in ("cl", "chunked"):
@@ -215,7 +208,6 @@ def l7_trickle(t):
          "error (curl 18/56/92, short body, a reset where only the close delimits), never a "
          "complete-looking body; sluice logs and counts each failure and serves the next request", budget=90)
 def l7_reset_mid_body(t):
-    io.need(t, "curl")
     o, s, data = setup(t)
     web = "http://127.0.0.1:%d" % s.port("web")
     for framing in ("cl", "chunked", "close"):
@@ -275,7 +267,6 @@ def l7_reset_mid_body(t):
          "origin's FIN) reaches the client sha256-exact; an HTTP/1.1 client gets it re-chunked "
          "and keeps its connection for the next request", budget=60)
 def l7_close_delimited(t):
-    io.need(t, "curl")
     o, s, data = setup(t)
     want = io.sha256(data[:CLOSE_BODY])
     rc, body, _ = io.fetch("http://127.0.0.1:%d/close" % s.port("web"))
@@ -312,36 +303,16 @@ def l7_close_delimited(t):
          "the next request arrives on it never costs a client request: 15 GETs per way, all 200 "
          "and exact, each reuse found closed sent again on a fresh connection", budget=60)
 def l7_stale_keepalive(t):
-    data = os.urandom(1 << 20)
-    o = Origin(data)
     # one upstream per way of closing: each has its own pool, so neither reuses the other's
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: web, listen: 127.0.0.1:0 }
-upstreams:
-  - { name: fin, targets: [ { address: 127.0.0.1:%d } ] }
-  - { name: rst, targets: [ { address: 127.0.0.1:%d } ] }
-routes:
-  - { name: fin, match: { paths: [/stale/fin/] }, upstream: fin }
-  - { name: rst, match: { paths: [/stale/rst/] }, upstream: rst }
-""" % (o.port, o.port))
+    o, s, data = setup(t, pools=("/stale/fin/", "/stale/rst/"))
     for how in ("fin", "rst"):
         bad = []
         conns0 = o.accepted
-        c = io.h.Client(s.port("web"), timeout=20)
+        c = io.Kept(s.port("web"))
         for i in range(15):
-            n = 1000 + i
-            try:
-                c.send(io.h.build_request("GET", "/stale/%s/%d" % (how, n)))
-                r = c.read_response()
-                if r.status != 200 or r.body != data[:n]:
-                    bad.append((i, r.status, r.body_len))
-            except Exception as e:
-                bad.append((i, repr(e)))
-                c.close()
-                c = io.h.Client(s.port("web"), timeout=20)
+            r, err = c.get("/stale/%s/%d" % (how, 1000 + i))
+            if err or (r.status, r.body) != (200, data[:1000 + i]):
+                bad.append((i, err or (r.status, r.body_len)))
         c.close()
         t.check("%s: 15 of 15 GETs on one client connection answered 200 and exact" % how,
                 not bad, [], bad)
@@ -356,7 +327,6 @@ routes:
          "arrives exact, and an origin's reset after 256 KiB of a 1 MiB body reaches curl as an "
          "error (18/56, short body), never as a complete transfer", budget=60)
 def l4_misbehaving(t):
-    io.need(t, "curl")
     for splice in ("auto", "off"):
         o, s, data = setup(t, splice)
         l4 = "http://127.0.0.1:%d" % s.port("l4")
@@ -381,15 +351,7 @@ def l4_misbehaving(t):
          "EOF, exact (sha256 line and echo), 5 sequential and 4 parallel sessions", budget=60)
 def l4_halfclose(t):
     o = HalfCloseOrigin()
-    s = io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: auto, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: auto }
-  - { name: off, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: off }
-upstreams:
-  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
-""" % o.port)
+    s = io.origin_l4(t, o.port)
 
     def exchange(port, size, out):
         payload = os.urandom(size)
@@ -413,11 +375,7 @@ upstreams:
         t.check("splice %s: 5 sequential half-closed sessions (0 B, 1 B, 64 KiB, 1 MiB x2) answered exact"
                 % listener, not bad, [], bad)
         bad = []
-        th = [threading.Thread(target=exchange, args=(s.port(listener), 1 << 20, bad)) for _ in range(4)]
-        for x in th:
-            x.start()
-        for x in th:
-            x.join(60)
+        io.at_once([(exchange, s.port(listener), 1 << 20, bad)] * 4)
         t.check("splice %s: 4 parallel half-closed 1 MiB sessions answered exact" % listener,
                 not bad, [], bad)
     t.check("the origin saw 18 sessions", o.accepted == 18, 18, o.accepted)
