@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "http/conn.h"
 
@@ -599,7 +600,20 @@ static void h1_arm(sl_downstream_t *d, uint64_t ms) {
 
 static void h1_finish(sl_downstream_t *d) { conn_request_done(conn_of(d)); }
 
-static void h1_abort(sl_downstream_t *d) { sl__conn_abort(conn_of(d)); }
+static void h1_abort(sl_downstream_t *d) {
+    sl_conn_t *c = conn_of(d);
+    const sl_req_t *r = d->req;
+    /* A response cut short whose end the client learns from the close (an HTTP/1.0 client,
+     * no length): a reset, never a FIN or a close_notify, which would pass the truncated
+     * body off as the whole one (a tcp listener's sessions do the same, tcp_proxy.c). */
+    if (r && r->resp_eof_client && r->resp_written && !r->resp_done) {
+        uv_os_fd_t fd;
+        struct linger lg = {1, 0};
+        if (uv_fileno((uv_handle_t *)&c->s.tcp, &fd) == 0) setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        if (c->s.tls) sl_tls_skip_close_notify(c->s.tls);
+    }
+    sl__conn_abort(c);
+}
 
 static const sl_downstream_ops_t h1_ops = {
     .body_buffered = h1_body_buffered,

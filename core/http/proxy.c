@@ -312,6 +312,7 @@ static void up_on_read(sl_upconn_t *u, ssize_t nread) {
     }
     if (nread < 0) {
         u->eof = 1;
+        u->rd_err = nread != UV_EOF;
         sl__upconn_stop_reading(u);
         sl__proxy_pump_down(r);
         return;
@@ -672,11 +673,12 @@ void sl__proxy_pump_down(sl_req_t *r) {
         if (!u) return;
         if (r->bf_end) return; /* the last piece is still being written */
         if (u->eof) {
-            if (r->resp_eof_body) {
+            /* a close ends a close-delimited body; a reset cuts it short */
+            if (r->resp_eof_body && !u->rd_err) {
                 response_body_ended(r);
                 continue;
             }
-            sl__proxy_failed(r, 502, SL_FAIL_OTHER, "upstream closed mid-body");
+            sl__proxy_failed(r, 502, SL_FAIL_OTHER, u->rd_err ? "upstream reset mid-body" : "upstream closed mid-body");
             return;
         }
         if (u->rpos == u->rlen) u->rpos = u->rlen = 0;

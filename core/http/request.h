@@ -63,6 +63,7 @@ struct sl_req_s {
     uint8_t resp_written; /**< some of the response went to the client socket */
     uint8_t resp_done;  /**< response fully queued */
     uint8_t resp_eof_body; /**< response body is delimited by the upstream's close */
+    uint8_t resp_eof_client; /**< the client learns the response's end from the close (HTTP/1.0, no length) */
     uint8_t keep_alive; /**< the client connection may serve another request */
     uint8_t retried;    /**< a dead pooled connection was replaced once */
     uint8_t upgrade;    /**< forwarded as an upgrade (the route allows the client's Upgrade) */

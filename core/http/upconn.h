@@ -47,6 +47,7 @@ struct sl_upconn_s {
     uint8_t state; /**< SL_UP_* */
     uint8_t reading;
     uint8_t eof;
+    uint8_t rd_err; /**< the read that set eof failed (a reset): not the upstream's end */
     uint8_t nclose;
     uint32_t nreqs; /**< exchanges completed on it: >0 means a reused connection */
     sl_h1_t h1;

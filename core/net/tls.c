@@ -617,6 +617,8 @@ void sl_tls_close(sl_tls_t *t) {
     if (!t->writing && !t->busy) tls_free(t);
 }
 
+void sl_tls_skip_close_notify(sl_tls_t *t) { t->failed = 1; }
+
 bool sl_tls_established(const sl_tls_t *t) { return t->established; }
 bool sl_tls_session_reused(const sl_tls_t *t) { return SSL_session_reused(t->ssl) == 1; }
 bool sl_tls_alpn_h2(const sl_tls_t *t) {

@@ -70,6 +70,10 @@ int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb);
  *  when its own write ends, or (called from inside one of its callbacks) when that returns. */
 void sl_tls_close(sl_tls_t *t);
 
+/** The owner resets the connection: sl_tls_close then sends no close_notify (a truncated
+ *  stream must not end the way a whole one does). */
+void sl_tls_skip_close_notify(sl_tls_t *t);
+
 bool sl_tls_established(const sl_tls_t *t);
 bool sl_tls_session_reused(const sl_tls_t *t);
 /** Why the session failed (handshake or record error), or "". */

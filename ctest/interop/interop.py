@@ -263,3 +263,86 @@ def postgres(t, netns=None):
             break
         time.sleep(0.1)
     return proc, p, env
+
+
+# ---------------------------------------------------------------- origins (peer_nginx, peer_haproxy, peer_pyorigin)
+
+def fetch(url, *args, timeout=30):
+    """curl of url on a fresh connection, the body kept apart from curl's messages.
+    Returns (curl's exit code, body bytes, response head text lower-cased)."""
+    d = h.new_tmpdir("fetch")
+    body, head = os.path.join(d, "body"), os.path.join(d, "head")
+    r = curl("--max-time", timeout, "-o", body, "-D", head, *args, url, timeout=timeout)
+    out = []
+    for p in (body, head):
+        try:
+            with open(p, "rb") as f:
+                out.append(f.read())
+        except OSError:
+            out.append(b"")
+    shutil.rmtree(d, ignore_errors=True)
+    return r.returncode, out[0], out[1].decode("latin-1").lower()
+
+
+def origin_l7(t, origin_port, workers=2):
+    """The gateway in front of one origin: http listener `web`, every request to upstream
+    `o` at 127.0.0.1:origin_port."""
+    return sluice(t, """
+workers: %d
+admin: { listen: 127.0.0.1:0 }
+listeners:
+  - { name: web, listen: 127.0.0.1:0 }
+upstreams:
+  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
+routes:
+  - { name: all, upstream: o }
+""" % (workers, origin_port))
+
+
+def origin_l4(t, origin_port):
+    """The gateway in front of one origin at L4: tcp listeners `auto` (splice auto) and
+    `off` (splice off), both to 127.0.0.1:origin_port."""
+    return sluice(t, """
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners:
+  - { name: auto, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: auto }
+  - { name: off, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: off }
+upstreams:
+  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }
+""" % origin_port)
+
+
+def at_once(calls, timeout=120):
+    """Runs each (function, args...) of `calls` on a thread of its own, all at once, and
+    waits for them (each bounds its own time; `timeout` caps the wait for each)."""
+    import threading
+    th = [threading.Thread(target=c[0], args=tuple(c[1:]), daemon=True) for c in calls]
+    for x in th:
+        x.start()
+    for x in th:
+        x.join(timeout)
+
+
+class Kept:
+    """GETs one after another on a kept-alive client connection; one that fails (its error
+    returned) leaves the next to a new connection."""
+
+    def __init__(self, port, timeout=20):
+        self.port, self.timeout, self.c = port, timeout, None
+
+    def get(self, path):
+        """(the response, None) or (None, what went wrong)."""
+        try:
+            if self.c is None:
+                self.c = h.Client(self.port, timeout=self.timeout)
+            self.c.send(h.build_request("GET", path))
+            return self.c.read_response(), None
+        except Exception as e:
+            self.close()
+            return None, repr(e)
+
+    def close(self):
+        if self.c is not None:
+            self.c.close()
+            self.c = None
