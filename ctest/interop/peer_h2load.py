@@ -1,0 +1,70 @@
+"""h2load (nghttp2's load generator) as the client: many multiplexed HTTP/2 streams through
+sluice to an nginx origin, over h2c (prior knowledge) and over TLS (ALPN h2). What is
+asserted is correctness under load (every request succeeded, all 2xx, the gateway
+counted each once); the rate is only recorded."""
+
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import interop as io  # noqa: E402
+
+N, C, M = 20000, 20, 10
+
+
+def load(t, label, url, tls=False):
+    io.need(t, "h2load")
+    root = io.h.new_tmpdir("www")
+    sha = io.random_file(os.path.join(root, "f"), 1024)
+    _, (p,) = io.nginx(t, root, [""])
+    c = io.certs(t) if tls else None
+    s = io.l7(t, io.upstream("127.0.0.1:%d" % p), tls=c["localhost"] if c else None)
+    # the body itself, once, through the same route: what every load request fetches
+    r = io.curl("--http2-prior-knowledge", "http://127.0.0.1:%d/f" % s.port())
+    t.check("%s: the 1 KiB file arrives sha256-exact (what the load fetches)" % label,
+            io.sha256(r.stdout) == sha, sha[:16], io.sha256(r.stdout)[:16])
+    port = s.port("tls" if tls else "web")
+    r = io.run(["h2load", "-n", str(N), "-c", str(C), "-m", str(M), "-T", "30", "-N", "30",
+                url % port], timeout=240)
+    out = r.stdout.decode(errors="replace")
+    req = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                    r"(\d+) errored, (\d+) timeout", out)
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    proto = re.search(r"Application protocol: (\S+)", out)
+    got = [int(x) for x in req.groups()] if req else None
+    t.check("%s: h2load -n %d -c %d -m %d: %d done, %d succeeded, 0 failed, 0 errored, 0 timeout"
+            % (label, N, C, M, N, N), r.returncode == 0 and got == [N, N, N, N, 0, 0, 0],
+            [N, N, N, N, 0, 0, 0], "exit %d, %s\n%s" % (r.returncode, got, out[-1500:]))
+    t.check("%s: status codes: %d 2xx, nothing else" % (label, N),
+            codes is not None and [int(x) for x in codes.groups()] == [N, 0, 0, 0],
+            [N, 0, 0, 0], codes.groups() if codes else out[-800:])
+    want = "h2" if tls else "h2c"
+    t.check("%s: h2load's application protocol was %s" % (label, want),
+            proto is not None and proto.group(1) == want, want, proto.group(1) if proto else None)
+    rate = re.search(r"finished in ([\d.]+\w+), ([\d.]+) req/s", out)
+    if rate:
+        t.info("%s: %s req/s (finished in %s; %d workers, ASan=%s)"
+               % (label, rate.group(2), rate.group(1), 2, os.environ.get("SLUICE_SANITIZE", "")))
+    _, samples = s.metrics()
+    n200 = sum(io.h.metric_values(samples, "sluice_requests_total", route="all", code="200"))
+    nall = sum(io.h.metric_values(samples, "sluice_requests_total"))
+    t.check("%s: the gateway answered %d + 1 requests, every one 200 (none lost or doubled)"
+            % (label, N), n200 == N + 1 and nall == N + 1, N + 1, "200: %s, all: %s" % (n200, nall))
+
+
+@io.case("h2c.load_20k", "h2load's 20,000 requests on 20 h2c connections, 10 streams each, "
+         "all succeed with 2xx through sluice to nginx, and the gateway counts each once", budget=150)
+def h2c_load(t):
+    load(t, "h2c", "http://127.0.0.1:%d/f")
+
+
+@io.case("h2.tls_load_20k", "h2load's 20,000 requests on 20 TLS connections (ALPN h2), 10 streams "
+         "each, all succeed with 2xx through sluice to nginx, and the gateway counts each once",
+         budget=150)
+def h2_tls_load(t):
+    load(t, "h2 (TLS)", "https://127.0.0.1:%d/f", tls=True)
+
+
+if __name__ == "__main__":
+    io.main()
