@@ -305,3 +305,19 @@ def l7(t, upstreams, routes="  - { name: all, match: { paths: [/] }, upstream: o
 def upstream(addr, name="o", extra=""):
     """One `upstreams:` item: upstream `name` with the single target `addr` (host:port)."""
     return "  - { name: %s, targets: [ { address: %s } ]%s }\n" % (name, addr, extra)
+
+
+def need_modules(t, *names):
+    """Fails the case (no skip) when a module of Debian's python3 (python3-h2, python3-grpcio,
+    python3-websockets) does not import; a peer file imports them lazily, so --list works."""
+    import importlib
+    missing = []
+    for n in names:
+        try:
+            importlib.import_module(n)
+        except ImportError:
+            missing.append(n)
+    t.check("python modules import (Debian's python3, scripts/install-deps): %s" % ", ".join(names),
+            not missing, "all import", missing)
+    if missing:
+        raise RuntimeError("missing python modules: %s" % missing)

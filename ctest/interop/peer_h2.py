@@ -18,12 +18,15 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import interop as io  # noqa: E402
 
-import h2.config  # noqa: E402
-import h2.connection  # noqa: E402
-import h2.errors  # noqa: E402
-import h2.events  # noqa: E402
-import h2.exceptions  # noqa: E402
-import h2.settings  # noqa: E402
+try:
+    import h2.config
+    import h2.connection
+    import h2.errors
+    import h2.events
+    import h2.exceptions
+    import h2.settings
+except ImportError:  # need_modules fails the case
+    h2 = None
 
 GOAWAY, PING, DATA = 0x7, 0x6, 0x0
 
@@ -49,7 +52,8 @@ class Client:
     (its SETTINGS are acknowledged before connect() returns). grant: give back each DATA
     frame's bytes to the stream and the connection as soon as it is read."""
 
-    def __init__(self, port, window=None, timeout=30.0):
+    def __init__(self, t, port, window=None, timeout=30.0):
+        io.need_modules(t, "h2")
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
@@ -206,7 +210,7 @@ def exact(c, sids, shas):
 def flow_control(t):
     p, shas = origin_files(t, [1 << 20])
     s = io.l7(t, io.upstream("127.0.0.1:%d" % p))
-    c = Client(s.port(), window=1024)
+    c = Client(t, s.port(), window=1024)
     sid = c.get("/f0")
     st = c.streams[sid]
     # read half, granting as it comes; then shut the window: stop granting for a second
@@ -241,7 +245,7 @@ def flow_control(t):
 def concurrent(t):
     p, shas = origin_files(t, [1024 + i * 10571 for i in range(100)])
     s = io.l7(t, io.upstream("127.0.0.1:%d" % p))
-    c = Client(s.port())
+    c = Client(t, s.port())
     sids = [c.get("/f%d" % i, flush=False) for i in range(100)]
     c.flush()
     most = [0]
@@ -269,7 +273,7 @@ def rst_one(t):
     s = io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1,
               routes="  - { name: all, match: { paths: [/] }, upstream: o, plugins: [ { name: access-log, "
                      "config: { path: %s, fields: [path, status, bytes_out] } } ] }\n" % log)
-    c = Client(s.port())
+    c = Client(t, s.port())
     sids = [c.get("/f%d" % i) for i in range(4)]
     victim = c.streams[sids[1]]
     c.pump_until(lambda: victim.n >= 256 << 10, 30)
@@ -316,7 +320,7 @@ def drain(t, how):
     generation retires (how: "reload" or "sigterm")."""
     up, sha = slow_origin(2 << 20, 32, 0.05)
     s = io.l7(t, io.upstream(up.address), workers=1)
-    c = Client(s.port())
+    c = Client(t, s.port())
     sids = [c.get("/s%d" % i) for i in range(3)]
     c.pump_until(lambda: all(c.streams[sid].n for sid in sids), 30)
     if how == "reload":
@@ -355,7 +359,7 @@ def drain(t, how):
          "served", budget=60)
 def goaway_reload(t):
     s = drain(t, "reload")
-    c = Client(s.port())
+    c = Client(t, s.port())
     sid = c.get("/after")
     c.pump_until(lambda: c.streams[sid].done, 30)
     t.check("a new connection after the reload is served (200, 2 MiB)",
