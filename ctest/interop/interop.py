@@ -321,3 +321,16 @@ def need_modules(t, *names):
             not missing, "all import", missing)
     if missing:
         raise RuntimeError("missing python modules: %s" % missing)
+
+
+def json_lines(path, n, timeout=10.0):
+    """The JSON lines of file `path` (an access log) once it holds n of them, or what it
+    holds after timeout s."""
+    import json
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(path) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        if len(lines) >= n or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.1)

@@ -151,7 +151,9 @@ def got_trailers(call):
     return {k: v for k, v in (call.trailing_metadata() or ()) if k in ("x-kind", "x-req-echo", "x-blob-bin")}
 
 
-def kinds(t, label, s, ch):
+def kinds(t, tls):
+    s, ch = gateway(t, tls)
+    label = "tls" if tls else "h2c"
     md = (("x-req", "r-1"),)
     # unary: every size, the reply is sha256(request) + request
     bad = []
@@ -178,7 +180,8 @@ def kinds(t, label, s, ch):
     d = hashlib.sha256(b"".join(sent)).hexdigest().encode()
     reply, call = stub(ch, "ClientStream").with_call(iter(sent), metadata=md, timeout=60)
     t.check("%s: client streaming: 50 messages (%d bytes) counted and hashed by the server exact"
-            % (label, sum(map(len, sent))), reply == b"50:" + d and got_trailers(call) == want_trailers("client_stream"),
+            % (label, sum(map(len, sent))),
+            reply == b"50:" + d and got_trailers(call) == want_trailers("client_stream"),
             b"50:" + d[:16], (reply[:24], got_trailers(call)))
     # bidi, interleaved: each request goes only after the previous reply came back
     replies, q, bad = [], queue.Queue(), []
@@ -203,24 +206,21 @@ def kinds(t, label, s, ch):
     ok = sum(io.h.metric_values(samples, "sluice_grpc_responses_total", route="g", grpc_status="0"))
     t.check("%s: the gateway counted %d gRPC responses with grpc-status 0 (it saw every trailer)"
             % (label, len(SIZES) + 3), ok == len(SIZES) + 3, len(SIZES) + 3, ok)
+    ch.close()
 
 
 @io.case("h2c.rpc_kinds", "unary, server streaming, client streaming and bidi (interleaved) "
          "grpcio calls through sluice over h2c to a grpcio h2c server: every message exact, "
          "metadata and trailers intact, status OK", budget=90)
 def h2c_kinds(t):
-    s, ch = gateway(t, tls=False)
-    kinds(t, "h2c", s, ch)
-    ch.close()
+    kinds(t, tls=False)
 
 
 @io.case("tls.rpc_kinds", "the four RPC kinds with grpcio over TLS (ALPN h2, test CA) through "
          "sluice to a grpcio TLS server (protocol h2, certificate verified): every message exact, "
          "metadata and trailers intact, status OK", budget=90)
 def tls_kinds(t):
-    s, ch = gateway(t, tls=True)
-    kinds(t, "tls", s, ch)
-    ch.close()
+    kinds(t, tls=True)
 
 
 @io.case("h2c.status_and_deadline", "a server's NOT_FOUND with a non-ASCII details string and "

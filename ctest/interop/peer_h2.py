@@ -8,7 +8,6 @@ case sees each GOAWAY's last-stream-id, answers PINGs when it chooses, and goes 
 the streams in flight, as RFC 9113 wants of a client."""
 
 import hashlib
-import json
 import os
 import socket
 import struct
@@ -291,12 +290,7 @@ def rst_one(t):
     t.check("a new stream on the same connection afterwards: 200, sha256-exact", not exact(c, [sid], shas)
             and not c.goaways and not c.closed, "200, no GOAWAY", (exact(c, [sid], shas), c.goaways))
     c.close()
-    lines = []
-    deadline = time.monotonic() + 10
-    while len(lines) < 5 and time.monotonic() < deadline:
-        time.sleep(0.1)
-        with open(log) as f:
-            lines = [json.loads(x) for x in f if x.strip()]
+    lines = io.json_lines(log, 5, timeout=10)
     got = sorted((x["path"], x["status"], x["bytes_out"] >= 4 << 20) for x in lines)
     want = sorted([("/f%d" % i, 200, i != 1) for i in range(4)] + [("/f4", 200, False)])
     t.check("the access log: five 200s; the cancelled stream's bytes_out stayed under 4 MiB "

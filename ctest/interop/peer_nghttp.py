@@ -30,8 +30,7 @@ def streams(out):
          "assets (-a) arrive 200 at their exact sizes on one connection", budget=60)
 def h2_page_assets(t):
     io.need(t, "nghttp")
-    root = io.h.new_tmpdir("www")
-    want, links = {}, []
+    want, links, root = {}, [], io.h.new_tmpdir("www")
     for i in range(ASSETS):
         kind = ("png", "js", "css")[i % 3]
         name = "/a%02d.%s" % (i, kind)

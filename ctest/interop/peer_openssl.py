@@ -23,13 +23,17 @@ def s_client(port, *args, request=False):
     return (r.stdout + r.stderr).decode(errors="replace")
 
 
-def origin(t):
+def gateway(t, names=("localhost",), tls=None):
+    """nginx serving /f, test certificates for `names`, and sluice with a TLS listener `tls`
+    (the first name's certificate, or tls(certs): its certificate entries): (sluice, certs,
+    the nginx port)."""
     io.need(t, "openssl")
     root = io.h.new_tmpdir("www")
     with open(os.path.join(root, "f"), "w") as f:
         f.write("hello over tls\n")
     _, (p,) = io.nginx(t, root, [""])
-    return p
+    c = io.certs(t, names)
+    return io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1, tls=tls(c) if tls else c[names[0]]), c, p
 
 
 def handshakes(s, result):
@@ -46,28 +50,17 @@ def alpn_of(out):
          "answer (none offered, or only unknown protocols, which still speak HTTP/1.1); a listener "
          "with http2 off never chooses h2", budget=60)
 def alpn(t):
-    p = origin(t)
-    c = io.certs(t)
-    crt, key = c["localhost"]
-    s = io.sluice(t, """
-workers: 1
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: tls, listen: 127.0.0.1:0, tls: { certificates: [ { cert: %s, key: %s } ] } }
-  - { name: noh2, listen: 127.0.0.1:0, http2: false, tls: { certificates: [ { cert: %s, key: %s } ] } }
-upstreams:
-%sroutes:
-  - { name: all, match: { paths: [/] }, upstream: o }
-""" % (crt, key, crt, key, io.upstream("127.0.0.1:%d" % p)))
-    want = [("tls", ["-alpn", "h2"], "h2"), ("tls", ["-alpn", "http/1.1"], "http/1.1"),
-            ("tls", ["-alpn", "http/1.1,h2"], "h2"), ("tls", [], "none"),
-            ("tls", ["-alpn", "spdy/3,foo"], "none"), ("noh2", ["-alpn", "h2,http/1.1"], "http/1.1"),
-            ("noh2", ["-alpn", "h2"], "none")]
-    got = [(lst, " ".join(a), alpn_of(s_client(s.port(lst), *a))) for lst, a, _ in want]
+    on, c, p = gateway(t)
+    off = io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1, tls=c["localhost"], listener_extra=", http2: false")
+    want = [(on, ["-alpn", "h2"], "h2"), (on, ["-alpn", "http/1.1"], "http/1.1"),
+            (on, ["-alpn", "http/1.1,h2"], "h2"), (on, [], "none"),
+            (on, ["-alpn", "spdy/3,foo"], "none"), (off, ["-alpn", "h2,http/1.1"], "http/1.1"),
+            (off, ["-alpn", "h2"], "none")]
+    got = [(" ".join(a), alpn_of(s_client(g.port("tls"), *a))) for g, a, _ in want]
     t.check("ALPN answers: h2 -> h2; http/1.1 -> http/1.1; http/1.1,h2 -> h2; none offered -> none; "
             "spdy/3,foo -> none; http2 off: h2,http/1.1 -> http/1.1, h2 alone -> none",
-            [g[2] for g in got] == [w[2] for w in want], [w[2] for w in want], got)
-    out = s_client(s.port("tls"), "-alpn", "foo", request=True)
+            [g[1] for g in got] == [w[2] for w in want], [w[2] for w in want], got)
+    out = s_client(on.port("tls"), "-alpn", "foo", request=True)
     t.check("a client that got no ALPN answer speaks HTTP/1.1 and is served (200, the body)",
             "HTTP/1.1 200" in out and "hello over tls" in out, "200 + body",
             [ln for ln in out.splitlines() if "HTTP/" in ln or "hello" in ln] or out[-400:])
@@ -77,10 +70,8 @@ upstreams:
          "own (verified against the test CA for that name), an unknown name and no SNI get the "
          "default (the first)", budget=60)
 def sni(t):
-    p = origin(t)
-    c = io.certs(t, ("a.test", "b.test"))
-    s = io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1,
-              tls="[ { cert: %s, key: %s }, { cert: %s, key: %s, sni: [b.test] } ]" % (c["a.test"] + c["b.test"]))
+    s, c, _ = gateway(t, ("a.test", "b.test"), tls=lambda c: "[ { cert: %s, key: %s }, { cert: %s, key: %s, "
+                      "sni: [b.test] } ]" % (c["a.test"] + c["b.test"]))
     port = s.port("tls")
     got = {}
     for label, args in (("a.test", ["-servername", "a.test", "-verify_hostname", "a.test"]),
@@ -103,9 +94,7 @@ def sni(t):
          "a request; TLS 1.0, TLS 1.1 and a CBC-only TLS 1.2 offer are refused by sluice with an "
          "alert, each counted as a failed handshake", budget=60)
 def versions(t):
-    p = origin(t)
-    c = io.certs(t)
-    s = io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1, tls=c["localhost"])
+    s, c, _ = gateway(t)
     port = s.port("tls")
     for v in ("1_2", "1_3"):
         out = s_client(port, "-tls" + v, "-CAfile", c["ca"], request=True)
@@ -142,9 +131,7 @@ def versions(t):
          "'Reused') by ticket over TLS 1.3 and over TLS 1.2, and the resumed connection serves "
          "a request", budget=60)
 def resumption(t):
-    p = origin(t)
-    c = io.certs(t)
-    s = io.l7(t, io.upstream("127.0.0.1:%d" % p), tls=c["localhost"])
+    s, c, _ = gateway(t)
     d = io.h.new_tmpdir("sess")
     for v in ("1_3", "1_2"):
         sess = os.path.join(d, "s" + v)
@@ -165,20 +152,10 @@ def resumption(t):
          "ClientHello cut short is closed at handshake_timeout; each counted; a real handshake "
          "still works", budget=60)
 def garbage(t):
-    p = origin(t)
-    c = io.certs(t)
-    s = io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1, tls=c["localhost"])
-    crt, key = c["localhost"]
-    # a second listener with a short handshake timeout, for the stalled client
-    s2 = io.sluice(t, """
-workers: 1
-admin: { listen: 127.0.0.1:0 }
-listeners:
-  - { name: tls, listen: 127.0.0.1:0, tls: { certificates: [ { cert: %s, key: %s } ], handshake_timeout: 1s } }
-upstreams:
-%sroutes:
-  - { name: all, match: { paths: [/] }, upstream: o }
-""" % (crt, key, io.upstream("127.0.0.1:%d" % p)))
+    s, c, p = gateway(t)
+    # a second gateway with a short handshake timeout, for the stalled client
+    s2 = io.l7(t, io.upstream("127.0.0.1:%d" % p), workers=1,
+               tls="[ { cert: %s, key: %s } ], handshake_timeout: 1s" % c["localhost"])
     port = s.port("tls")
     results = {}
     for label, data in (("random bytes", os.urandom(300)),
