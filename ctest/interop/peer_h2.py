@@ -310,9 +310,9 @@ def slow_origin(size, pieces, delay):
 
 
 def drain(t, how):
-    """Three 2 MiB streams in flight (each ~1.5 s long at the origin) when the gateway's
+    """Three 2 MiB streams in flight (each ~3 s long at the origin) when the gateway's
     generation retires (how: "reload" or "sigterm")."""
-    up, sha = slow_origin(2 << 20, 32, 0.05)
+    up, sha = slow_origin(2 << 20, 32, 0.1)
     s = io.l7(t, io.upstream(up.address), workers=1)
     c = Client(t, s.port())
     sids = [c.get("/s%d" % i) for i in range(3)]

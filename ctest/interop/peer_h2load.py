@@ -25,7 +25,7 @@ def load(t, label, url, tls=False):
     t.check("%s: the 1 KiB file arrives sha256-exact (what the load fetches)" % label,
             io.sha256(r.stdout) == sha, sha[:16], io.sha256(r.stdout)[:16])
     port = s.port("tls" if tls else "web")
-    r = io.run(["h2load", "-n", str(N), "-c", str(C), "-m", str(M), "-T", "30", "-N", "30",
+    r = io.run(["h2load", "-n", str(N), "-c", str(C), "-m", str(M), "-T", "200", "-N", "60",
                 url % port], timeout=240)
     out = r.stdout.decode(errors="replace")
     req = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "

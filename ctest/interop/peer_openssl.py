@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -14,13 +15,29 @@ import interop as io  # noqa: E402
 
 
 def s_client(port, *args, request=False):
-    """openssl s_client to 127.0.0.1:port; with request, it sends a GET and keeps stdin open
-    0.7 s (TLS 1.3 tickets come after the handshake). Its output as text."""
-    args = [str(a) for a in args]
-    if request:
-        return io.h.s_client_request(port, args, path="/f", host="localhost")
-    r = io.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port] + args, timeout=30)
-    return (r.stdout + r.stderr).decode(errors="replace")
+    """openssl s_client to 127.0.0.1:port, its output as text. With request, it sends a GET
+    of /f with `Connection: close` and keeps its stdin open: s_client ends when sluice
+    closes the connection after the answer (30 s at most), whatever the machine's load."""
+    argv = ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port] + [str(a) for a in args]
+    if not request:
+        r = io.run(argv, timeout=30)
+        return (r.stdout + r.stderr).decode(errors="replace")
+    p = io.subprocess.Popen(argv, stdin=io.subprocess.PIPE, stdout=io.subprocess.PIPE,
+                            stderr=io.subprocess.STDOUT, preexec_fn=io.h._die_with_parent)
+    timer = threading.Timer(30, p.kill)
+    timer.start()
+    try:
+        p.stdin.write(b"GET /f HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        p.stdin.flush()
+        out = p.stdout.read()
+        p.wait(5)
+    finally:
+        timer.cancel()
+        p.stdin.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return out.decode(errors="replace")
 
 
 def gateway(t, names=("localhost",), tls=None):
