@@ -15,7 +15,7 @@ W = "%{http_code} %{http_version} %{size_download} %{size_upload}"
 
 def setup(t, tls=False):
     """nginx serving a 20 MiB random file at /dl/f, the hashing origin at /up/, sluice in
-    front of both; returns (sluice, file path, its sha256, certs or None)."""
+    front of both; returns (sluice, file path, its sha256, certs or None, the origin)."""
     io.need(t, "curl")
     root = io.h.new_tmpdir("www")
     os.mkdir(os.path.join(root, "dl"))
@@ -28,7 +28,7 @@ def setup(t, tls=False):
               routes="  - { name: dl, match: { paths: [/dl/] }, upstream: files }\n"
                      "  - { name: up, match: { paths: [/up/] }, upstream: sink }\n",
               tls=c["localhost"] if c else None)
-    return s, path, sha, c
+    return s, path, sha, c, up
 
 
 def download(t, label, url, sha, args=(), version="1.1"):
@@ -79,14 +79,14 @@ def upload(t, label, url, path, sha, how, args=(), version="1.1", framing=None):
 @io.case("h1.download_20m", "a 20 MiB nginx file through an HTTP/1.1 route arrives at curl "
          "sha256-exact with its exact length", budget=90)
 def h1_download(t):
-    s, path, sha, _ = setup(t)
+    s, path, sha, _, _ = setup(t)
     download(t, "http/1.1", "http://127.0.0.1:%d/dl/f" % s.port(), sha, ["--http1.1"])
 
 
 @io.case("h1.upload_cl_20m", "a 20 MiB POST with Content-Length from curl reaches the origin "
          "sha256-exact, still framed by Content-Length", budget=90)
 def h1_upload_cl(t):
-    s, path, sha, _ = setup(t)
+    s, path, sha, _, _ = setup(t)
     upload(t, "http/1.1", "http://127.0.0.1:%d/up/x" % s.port(), path, sha, "cl", ["--http1.1"],
            framing="content-length %d" % SIZE)
 
@@ -94,16 +94,31 @@ def h1_upload_cl(t):
 @io.case("h1.upload_chunked_20m", "a 20 MiB chunked POST from curl (Transfer-Encoding: chunked) "
          "reaches the origin sha256-exact, still chunked", budget=90)
 def h1_upload_chunked(t):
-    s, path, sha, _ = setup(t)
+    s, path, sha, _, _ = setup(t)
     upload(t, "http/1.1", "http://127.0.0.1:%d/up/x" % s.port(), path, sha, "chunked", ["--http1.1"],
            framing="chunked")
+
+
+@io.case("h1.h2c_upgrade_ignored", "curl --http2 on an http:// URL asks to upgrade to h2c; sluice "
+         "never switches: the 20 MiB download comes over HTTP/1.1 sha256-exact, and an upload "
+         "reaches the origin sha256-exact without Upgrade or HTTP2-Settings", budget=90)
+def h1_h2c_upgrade(t):
+    s, path, sha, _, up = setup(t)
+    download(t, "Upgrade: h2c", "http://127.0.0.1:%d/dl/f" % s.port(), sha, ["--http2"])
+    r = io.curl("-v", "--http2", "--data-binary", "@" + path, "http://127.0.0.1:%d/up/x" % s.port())
+    sent = [ln for ln in r.stderr.decode(errors="replace").splitlines() if ln.lower().startswith("> upgrade")]
+    seen = up.requests[-1].headers if up.requests else []
+    hop = [n for n, _ in seen if n.lower() in ("upgrade", "http2-settings")]
+    t.check("an upload asking for h2c: curl sent Upgrade: h2c, the origin got the body without "
+            "Upgrade or HTTP2-Settings", sent and up.requests and up.requests[-1].body_sha256 == sha and not hop,
+            "no Upgrade upstream", (sent, hop))
 
 
 @io.case("h2.tls_20m", "curl over TLS negotiates h2 by ALPN with sluice (test CA trusted) and "
          "moves 20 MiB down and 20 MiB up twice (with content-length, and of unknown length) "
          "sha256-exact", budget=120)
 def h2_tls(t):
-    s, path, sha, c = setup(t, tls=True)
+    s, path, sha, c, _ = setup(t, tls=True)
     base = "https://localhost:%d" % s.port("tls")
     tls = ["--http2", "--cacert", c["ca"], "--resolve", "localhost:%d:127.0.0.1" % s.port("tls")]
     r = io.curl("-v", "-o", "/dev/null", "-w", "%{http_version}", *tls, base + "/dl/f")
@@ -123,7 +138,7 @@ def h2_tls(t):
          "speaks h2c and moves 20 MiB down and 20 MiB up twice (with content-length, and of "
          "unknown length) sha256-exact", budget=120)
 def h2c_prior(t):
-    s, path, sha, _ = setup(t)
+    s, path, sha, _, _ = setup(t)
     base = "http://127.0.0.1:%d" % s.port()
     pk = ["--http2-prior-knowledge"]
     download(t, "h2c", base + "/dl/f", sha, pk, version="2")

@@ -1,5 +1,6 @@
 """h2load (nghttp2's load generator) as the client: many multiplexed HTTP/2 streams through
-sluice to an nginx origin, over h2c (prior knowledge) and over TLS (ALPN h2). What is
+sluice to an nginx origin, over h2c (prior knowledge) and over TLS (ALPN h2), and HTTP/1.1
+requests pipelined on keep-alive connections (--h1). What is
 asserted is correctness under load (every request succeeded, all 2xx, the gateway
 counted each once); the rate is only recorded."""
 
@@ -13,7 +14,7 @@ import interop as io  # noqa: E402
 N, C, M = 20000, 20, 10
 
 
-def load(t, label, url, tls=False):
+def load(t, label, url, tls=False, h1=False):
     io.need(t, "h2load")
     root = io.h.new_tmpdir("www")
     sha = io.random_file(os.path.join(root, "f"), 1024)
@@ -25,21 +26,21 @@ def load(t, label, url, tls=False):
     t.check("%s: the 1 KiB file arrives sha256-exact (what the load fetches)" % label,
             io.sha256(r.stdout) == sha, sha[:16], io.sha256(r.stdout)[:16])
     port = s.port("tls" if tls else "web")
-    r = io.run(["h2load", "-n", str(N), "-c", str(C), "-m", str(M), "-T", "200", "-N", "60",
-                url % port], timeout=240)
+    r = io.run(["h2load", "-n", str(N), "-c", str(C), "-m", str(M), "-T", "200", "-N", "60"]
+               + (["--h1"] if h1 else []) + [url % port], timeout=240)
     out = r.stdout.decode(errors="replace")
     req = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
                     r"(\d+) errored, (\d+) timeout", out)
     codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
     proto = re.search(r"Application protocol: (\S+)", out)
     got = [int(x) for x in req.groups()] if req else None
-    t.check("%s: h2load -n %d -c %d -m %d: %d done, %d succeeded, 0 failed, 0 errored, 0 timeout"
-            % (label, N, C, M, N, N), r.returncode == 0 and got == [N, N, N, N, 0, 0, 0],
+    t.check("%s: h2load -n %d -c %d -m %d%s: %d done, %d succeeded, 0 failed, 0 errored, 0 timeout"
+            % (label, N, C, M, " --h1" if h1 else "", N, N), r.returncode == 0 and got == [N, N, N, N, 0, 0, 0],
             [N, N, N, N, 0, 0, 0], "exit %d, %s\n%s" % (r.returncode, got, out[-1500:]))
     t.check("%s: status codes: %d 2xx, nothing else" % (label, N),
             codes is not None and [int(x) for x in codes.groups()] == [N, 0, 0, 0],
             [N, 0, 0, 0], codes.groups() if codes else out[-800:])
-    want = "h2" if tls else "h2c"
+    want = "http/1.1" if h1 else "h2" if tls else "h2c"
     t.check("%s: h2load's application protocol was %s" % (label, want),
             proto is not None and proto.group(1) == want, want, proto.group(1) if proto else None)
     rate = re.search(r"finished in ([\d.]+\w+), ([\d.]+) req/s", out)
@@ -64,6 +65,13 @@ def h2c_load(t):
          budget=150)
 def h2_tls_load(t):
     load(t, "h2 (TLS)", "https://127.0.0.1:%d/f", tls=True)
+
+
+@io.case("h1.pipelined_20k", "h2load --h1's 20,000 requests on 20 HTTP/1.1 keep-alive connections, "
+         "pipelined 10 deep, all succeed with 2xx through sluice to nginx, and the gateway counts "
+         "each once", budget=150)
+def h1_pipelined(t):
+    load(t, "http/1.1 pipelined", "http://127.0.0.1:%d/f", h1=True)
 
 
 if __name__ == "__main__":
