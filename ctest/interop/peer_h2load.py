@@ -74,5 +74,46 @@ def h1_pipelined(t):
     load(t, "http/1.1 pipelined", "http://127.0.0.1:%d/f", h1=True)
 
 
+def uploads(t, label, h1):
+    """2,000 POSTs of the same 64 KiB file (h2load -d) to the hashing origin: every body
+    arrives there sha256-exact."""
+    io.need(t, "h2load")
+    n = 2000
+    src = os.path.join(io.h.new_tmpdir("up"), "b")
+    sha = io.random_file(src, 64 << 10)
+    up = io.hashing_origin()
+    s = io.l7(t, io.upstream(up.address))
+    r = io.run(["h2load", "-n", str(n), "-c", "10", "-m", "10", "-d", src, "-T", "200", "-N", "60"]
+               + (["--h1"] if h1 else []) + ["http://127.0.0.1:%d/up" % s.port()], timeout=240)
+    out = r.stdout.decode(errors="replace")
+    req = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                    r"(\d+) errored, (\d+) timeout", out)
+    codes = re.search(r"status codes: (\d+) 2xx", out)
+    got = [int(x) for x in req.groups()] + [int(codes.group(1))] if req and codes else None
+    t.check("%s: %d uploads of 64 KiB, 10 connections x 10 in flight: %d done, succeeded, 2xx; "
+            "0 failed, errored, timeout" % (label, n, n), r.returncode == 0 and got == [n, n, 0, 0, 0, n],
+            [n, n, 0, 0, 0, n], "exit %d %s %s" % (r.returncode, got, out[-600:]))
+    bodies = {}
+    for q in up.requests:
+        bodies[(q.method, q.body_len, q.body_sha256)] = bodies.get((q.method, q.body_len, q.body_sha256), 0) + 1
+    t.check("%s: the origin got %d POST bodies, every one 64 KiB and sha256-exact" % (label, n),
+            bodies == {("POST", 64 << 10, sha): n}, {("POST", 64 << 10, sha[:16]): n},
+            {(m, ln, x[:16]): c for (m, ln, x), c in bodies.items()})
+
+
+@io.case("h2c.uploads_2k", "h2load's 2,000 POSTs of a 64 KiB body multiplexed on 10 h2c "
+         "connections (10 streams each) all succeed, and every body reaches the origin "
+         "sha256-exact", budget=150)
+def h2c_uploads(t):
+    uploads(t, "h2c", h1=False)
+
+
+@io.case("h1.pipelined_uploads_2k", "h2load --h1's 2,000 POSTs of a 64 KiB body pipelined 10 deep "
+         "on 10 keep-alive connections all succeed, and every body reaches the origin "
+         "sha256-exact", budget=150)
+def h1_uploads(t):
+    uploads(t, "http/1.1 pipelined", h1=True)
+
+
 if __name__ == "__main__":
     io.main()

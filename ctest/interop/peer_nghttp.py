@@ -106,5 +106,29 @@ def h2c_window_upload(t):
             "exit %d, %s %s" % (r.returncode, seen, r.stderr[-300:]))
 
 
+@io.case("h2c.early_413", "an origin that answers 413 before reading a 20 MiB upload: nghttp gets "
+         "the 413 and its body whole, then RST_STREAM NO_ERROR (RFC 9113 8.1: stop sending, no "
+         "error), the upload stops early, and the connection is not torn down", budget=60)
+def h2c_early_413(t):
+    io.need(t, "nghttp")
+    root = io.h.new_tmpdir("www")
+    src = os.path.join(root, "f")
+    io.random_file(src, 20 << 20)
+    _, (p,) = io.nginx(t, root, ["client_max_body_size 1m;"])
+    s = io.l7(t, io.upstream("127.0.0.1:%d" % p))
+    r = io.run(["nghttp", "-v", "-d", src, "http://127.0.0.1:%d/f" % s.port()], timeout=60)
+    out = r.stdout.decode(errors="replace")
+    got = streams(out).get("/f")
+    t.check("nghttp exits 0 with the origin's 413 and its 183-byte body, ended (END_STREAM)",
+            r.returncode == 0 and got == (413, 183) and re.search(
+                r"recv DATA frame <length=\d+, flags=0x01, stream_id=13>", out) is not None,
+            "exit 0, (413, 183)", "exit %d, %s" % (r.returncode, got))
+    rst = re.findall(r"recv RST_STREAM frame <[^>]*stream_id=13>\n\s*\(error_code=(\w+)", out)
+    t.check("then RST_STREAM NO_ERROR on the stream (stop the upload), and no GOAWAY from sluice",
+            rst == ["NO_ERROR"] and "recv GOAWAY" not in out, ["NO_ERROR"], (rst, "recv GOAWAY" in out))
+    sent = sum(int(n) for n in re.findall(r"send DATA frame <length=(\d+)", out))
+    t.check("the upload stopped early: at most 2 MiB of the 20 sent", sent <= 2 << 20, "<= 2 MiB", sent)
+
+
 if __name__ == "__main__":
     io.main()
