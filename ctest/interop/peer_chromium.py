@@ -15,7 +15,6 @@ import base64
 import hashlib
 import json
 import os
-import re
 import struct
 import sys
 import threading

@@ -4,6 +4,7 @@ requests pipelined on keep-alive connections (--h1). What is
 asserted is correctness under load (every request succeeded, all 2xx, the gateway
 counted each once); the rate is only recorded."""
 
+import functools
 import os
 import re
 import sys
@@ -54,26 +55,6 @@ def load(t, label, url, tls=False, h1=False):
             % (label, N), n200 == N + 1 and nall == N + 1, N + 1, "200: %s, all: %s" % (n200, nall))
 
 
-@io.case("h2c.load_20k", "h2load's 20,000 requests on 20 h2c connections, 10 streams each, "
-         "all succeed with 2xx through sluice to nginx, and the gateway counts each once", budget=150)
-def h2c_load(t):
-    load(t, "h2c", "http://127.0.0.1:%d/f")
-
-
-@io.case("h2.tls_load_20k", "h2load's 20,000 requests on 20 TLS connections (ALPN h2), 10 streams "
-         "each, all succeed with 2xx through sluice to nginx, and the gateway counts each once",
-         budget=150)
-def h2_tls_load(t):
-    load(t, "h2 (TLS)", "https://127.0.0.1:%d/f", tls=True)
-
-
-@io.case("h1.pipelined_20k", "h2load --h1's 20,000 requests on 20 HTTP/1.1 keep-alive connections, "
-         "pipelined 10 deep, all succeed with 2xx through sluice to nginx, and the gateway counts "
-         "each once", budget=150)
-def h1_pipelined(t):
-    load(t, "http/1.1 pipelined", "http://127.0.0.1:%d/f", h1=True)
-
-
 def uploads(t, label, h1):
     """2,000 POSTs of the same 64 KiB file (h2load -d) to the hashing origin: every body
     arrives there sha256-exact."""
@@ -101,18 +82,25 @@ def uploads(t, label, h1):
             {(m, ln, x[:16]): c for (m, ln, x), c in bodies.items()})
 
 
-@io.case("h2c.uploads_2k", "h2load's 2,000 POSTs of a 64 KiB body multiplexed on 10 h2c "
-         "connections (10 streams each) all succeed, and every body reaches the origin "
-         "sha256-exact", budget=150)
-def h2c_uploads(t):
-    uploads(t, "h2c", h1=False)
-
-
-@io.case("h1.pipelined_uploads_2k", "h2load --h1's 2,000 POSTs of a 64 KiB body pipelined 10 deep "
-         "on 10 keep-alive connections all succeed, and every body reaches the origin "
-         "sha256-exact", budget=150)
-def h1_uploads(t):
-    uploads(t, "http/1.1 pipelined", h1=True)
+# (case, what passing proves, the function and its arguments); budget 150 s each
+for name, proves, fn, kw in [
+    ("h2c.load_20k", "h2load's 20,000 requests on 20 h2c connections, 10 streams each, all succeed "
+     "with 2xx through sluice to nginx, and the gateway counts each once",
+     load, dict(label="h2c", url="http://127.0.0.1:%d/f")),
+    ("h2.tls_load_20k", "h2load's 20,000 requests on 20 TLS connections (ALPN h2), 10 streams each, "
+     "all succeed with 2xx through sluice to nginx, and the gateway counts each once",
+     load, dict(label="h2 (TLS)", url="https://127.0.0.1:%d/f", tls=True)),
+    ("h1.pipelined_20k", "h2load --h1's 20,000 requests on 20 HTTP/1.1 keep-alive connections, "
+     "pipelined 10 deep, all succeed with 2xx through sluice to nginx, and the gateway counts each once",
+     load, dict(label="http/1.1 pipelined", url="http://127.0.0.1:%d/f", h1=True)),
+    ("h2c.uploads_2k", "h2load's 2,000 POSTs of a 64 KiB body multiplexed on 10 h2c connections "
+     "(10 streams each) all succeed, and every body reaches the origin sha256-exact",
+     uploads, dict(label="h2c", h1=False)),
+    ("h1.pipelined_uploads_2k", "h2load --h1's 2,000 POSTs of a 64 KiB body pipelined 10 deep on 10 "
+     "keep-alive connections all succeed, and every body reaches the origin sha256-exact",
+     uploads, dict(label="http/1.1 pipelined", h1=True)),
+]:
+    io.case(name, proves, budget=150)(functools.partial(fn, **kw))
 
 
 if __name__ == "__main__":

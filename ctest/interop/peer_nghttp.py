@@ -25,6 +25,17 @@ def streams(out):
     return {p: (int(status.get(sid, 0)), size.get(sid, 0)) for sid, p in paths.items()}
 
 
+def nginx_file(t, size, conf):
+    """nginx (server block body `conf`) serving a random file /f of `size` bytes: (its path,
+    its sha256, nginx's port)."""
+    io.need(t, "nghttp")
+    root = io.h.new_tmpdir("www")
+    src = os.path.join(root, "f")
+    sha = io.random_file(src, size)
+    _, (p,) = io.nginx(t, root, [conf])
+    return src, sha, p
+
+
 @io.case("h2.page_assets", "nghttp negotiates h2 by ALPN with sluice (certificate verified against "
          "the test CA), both sides' SETTINGS are acknowledged, and a page with its 30 linked "
          "assets (-a) arrive 200 at their exact sizes on one connection", budget=60)
@@ -77,11 +88,7 @@ def h2_page_assets(t):
          "sha256-exact (sluice paces DATA to the WINDOW_UPDATEs) and uploads 8 MiB (-d) that "
          "reach the origin sha256-exact", budget=60)
 def h2c_window_upload(t):
-    io.need(t, "nghttp")
-    root = io.h.new_tmpdir("www")
-    src = os.path.join(root, "f")
-    sha = io.random_file(src, 8 << 20)
-    _, (p,) = io.nginx(t, root, ["sendfile on;"])
+    src, sha, p = nginx_file(t, 8 << 20, "sendfile on;")
     up = io.hashing_origin()
     s = io.l7(t, io.upstream("127.0.0.1:%d" % p, "files") + io.upstream(up.address, "sink"),
               routes="  - { name: dl, match: { paths: [/f] }, upstream: files }\n"
@@ -110,11 +117,7 @@ def h2c_window_upload(t):
          "the 413 and its body whole, then RST_STREAM NO_ERROR (RFC 9113 8.1: stop sending, no "
          "error), the upload stops early, and the connection is not torn down", budget=60)
 def h2c_early_413(t):
-    io.need(t, "nghttp")
-    root = io.h.new_tmpdir("www")
-    src = os.path.join(root, "f")
-    io.random_file(src, 20 << 20)
-    _, (p,) = io.nginx(t, root, ["client_max_body_size 1m;"])
+    src, _, p = nginx_file(t, 20 << 20, "client_max_body_size 1m;")
     s = io.l7(t, io.upstream("127.0.0.1:%d" % p))
     r = io.run(["nghttp", "-v", "-d", src, "http://127.0.0.1:%d/f" % s.port()], timeout=60)
     out = r.stdout.decode(errors="replace")
