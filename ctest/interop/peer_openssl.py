@@ -164,6 +164,28 @@ def resumption(t):
                 (new and new.groups(), reused and reused.groups(), again[-300:]))
 
 
+@io.case("tls.resumption_sni", "a session made under SNI b.test (its own certificate entry) is "
+         "resumed under b.test but never under a.test: there sluice makes a full handshake with "
+         "a.test's certificate (RFC 6066 3: no resumption across server names), TLS 1.2 and 1.3",
+         budget=60)
+def resumption_sni(t):
+    s, c, _ = gateway(t, ("a.test", "b.test"), tls=lambda c: "[ { cert: %s, key: %s }, { cert: %s, key: %s, "
+                      "sni: [b.test] } ]" % (c["a.test"] + c["b.test"]))
+    d = io.h.new_tmpdir("sess")
+    for v in ("1_3", "1_2"):
+        sess = os.path.join(d, "s" + v)
+        got = []
+        for name, how in (("b.test", "-sess_out"), ("b.test", "-sess_in"), ("a.test", "-sess_in")):
+            out = s_client(s.port("tls"), "-tls" + v, "-servername", name, "-CAfile", c["ca"],
+                           "-verify_hostname", name, how, sess, request=True)
+            m = re.search(r"^(New|Reused), TLSv", out, re.M)
+            v_ok = re.search(r"Verify return code: (\d+)", out)
+            got.append((name, m and m.group(1), v_ok and v_ok.group(1), "HTTP/1.1 200" in out))
+        want = [("b.test", "New", "0", True), ("b.test", "Reused", "0", True), ("a.test", "New", "0", True)]
+        t.check("TLS 1.%s: b.test New, b.test again Reused, a.test with b.test's session New (a full "
+                "handshake, a.test's certificate verified), each served 200" % v[-1], got == want, want, got)
+
+
 @io.case("tls.garbage", "bytes that are not a ClientHello are closed at once (random bytes; a "
          "plaintext HTTP request after a plaintext 400), long before the handshake timeout; a "
          "ClientHello cut short is closed at handshake_timeout; each counted; a real handshake "
