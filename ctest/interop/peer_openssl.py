@@ -146,7 +146,7 @@ def versions(t):
 
 @io.case("tls.resumption", "a session saved by s_client (-sess_out) is resumed (-sess_in: "
          "'Reused') by ticket over TLS 1.3 and over TLS 1.2, and the resumed connection serves "
-         "a request", budget=60)
+         "a request; TLS 1.3 tickets allow no early data", budget=60)
 def resumption(t):
     s, c, _ = gateway(t)
     d = io.h.new_tmpdir("sess")
@@ -162,6 +162,10 @@ def resumption(t):
                 and reused.groups() == ("Reused", "TLSv1." + v[-1]) and "HTTP/1.1 200" in first
                 and "HTTP/1.1 200" in again, ("New", "Reused"),
                 (new and new.groups(), reused and reused.groups(), again[-300:]))
+        if v == "1_3":
+            early = sorted(set(re.findall(r"Max Early Data: (\d+)", first)))
+            t.check("TLS 1.3: the tickets allow no early data (Max Early Data: 0): no 0-RTT replay",
+                    early == ["0"], ["0"], early)
 
 
 @io.case("tls.resumption_sni", "a session made under SNI b.test (its own certificate entry) is "
