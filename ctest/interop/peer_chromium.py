@@ -90,6 +90,12 @@ def gateway(t, c, upstreams, routes=""):
     return s, rec
 
 
+def www(t):
+    """The folder nginx serves the case's page from (Chromium and openssl checked first)."""
+    io.need(t, "chromium", "openssl")
+    return io.h.new_tmpdir("www")
+
+
 def browse(t, s, c, rec, path):
     """Headless Chromium on https://127.0.0.1:<sluice's tls port><path> until the page POSTs
     its result to /result (90 s at most): that JSON ({} when none came), checked to be there."""
@@ -116,14 +122,11 @@ def browse(t, s, c, rec, path):
     return res
 
 
-@io.case("h2.page_50", "headless Chromium loads a page over TLS from sluice with 25 images and 25 "
-         "scripts (nginx behind): all 50 load events fire, each subresource fetched again is "
-         "SHA-256-exact in the browser, every resource came over h2, and sluice served them all "
-         "on at most 3 connections", budget=120)
+@io.case("h2.page_50", "headless Chromium loads a page over TLS from sluice with 25 images and 25 scripts "
+         "(nginx behind): all 50 load events fire, each subresource fetched again is SHA-256-exact in "
+         "the browser, every resource came over h2, sluice served them on at most 3 connections", budget=120)
 def page_50(t):
-    io.need(t, "chromium", "openssl")
-    root = io.h.new_tmpdir("www")
-    want, body = {}, []
+    want, body, root = {}, [], www(t)
     for i in range(N_IMG):
         data = png(i)
         with open(os.path.join(root, "i%02d.png" % i), "wb") as f:
@@ -230,9 +233,8 @@ def echo_server(t):
          "server: text and binary of 1 B, 64 KiB, 1 MiB echoed exact in the browser, a clean "
          "close 1000 seen by both", budget=120)
 def websocket(t):
-    io.need(t, "chromium", "openssl")
+    root = www(t)
     wsport, closes = echo_server(t)
-    root = io.h.new_tmpdir("www")
     with open(os.path.join(root, "ws.html"), "w") as f:
         f.write(WS_PAGE % {"report": REPORT})
     _, (p,) = io.nginx(t, root, ["types { text/html html; }"])
