@@ -16,6 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/common.h"
+#include "proto/sni.h"
+
 /* ---- session-ticket keys (process-wide) ----
  *
  * One current key encrypts new tickets; the previous one still decrypts (its tickets are
@@ -189,14 +192,50 @@ static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
     return best;
 }
 
-static int servername_cb(SSL *ssl, int *alert, void *arg) {
+/* Switches the handshake to the certificate entry its SNI names (the default without
+ * one) from the ClientHello callback, which OpenSSL runs before it looks at a session to
+ * resume (TLS 1.2's session ID or ticket, TLS 1.3's PSK): that lookup then compares the
+ * session with the chosen entry's session id context (entry_sid), so a session resumes
+ * only under the certificate that made it (RFC 6066 3). The servername callback runs after
+ * the lookup: switching there let a session made for one name resume under another. */
+static int client_hello_cb(SSL *ssl, int *alert, void *arg) {
     (void)alert;
     const sl_tls_server_t *s = arg;
-    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-    const sni_name_t *e = name ? sni_find(s, name) : NULL;
+    const unsigned char *ext;
+    size_t len, n = 0;
+    char name[SL_SNI_NAME_MAX + 1];
+    const sni_name_t *e = NULL;
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &ext, &len) == 1 &&
+        sl_sni_server_name(ext, len, name, &n) == SL_OK && n) {
+        name[n] = 0;
+        e = sni_find(s, name);
+    }
     uint32_t i = e ? e->ctx : s->def;
     if (SSL_get_SSL_CTX(ssl) != s->ctx[i]) SSL_set_SSL_CTX(ssl, s->ctx[i]);
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+/* Acknowledges the SNI (the entry was chosen in client_hello_cb): TLS 1.2 then keeps the
+ * name in the session it makes. */
+static int servername_cb(SSL *ssl, int *alert, void *arg) {
+    (void)ssl, (void)alert, (void)arg;
     return SSL_TLSEXT_ERR_OK;
+}
+
+/* A certificate entry's session id context: a SHA-256 of its certificate and, on a
+ * client_auth listener, of the verification's settings (auth: client_auth_sid's), so a
+ * session resumes only under the same certificate and the same client verification. */
+static bool entry_sid(SSL_CTX *ctx, const unsigned char *auth) {
+    unsigned char cert[EVP_MAX_MD_SIZE], sid[32];
+    unsigned int cn = 0, n = 0;
+    X509 *x = SSL_CTX_get0_certificate(ctx);
+    if (!x || X509_digest(x, EVP_sha256(), cert, &cn) != 1) return false;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+              EVP_DigestUpdate(md, "sluice-entry", 12) == 1 && EVP_DigestUpdate(md, cert, cn) == 1 &&
+              (!auth || EVP_DigestUpdate(md, auth, 32) == 1) && EVP_DigestFinal_ex(md, sid, &n) == 1;
+    EVP_MD_CTX_free(md);
+    return ok && n == 32 && SSL_CTX_set_session_id_context(ctx, sid, 32) == 1;
 }
 
 static bool add_name(sl_tls_server_t *s, size_t *cap, const char *name, uint32_t ctx) {
@@ -316,8 +355,7 @@ static bool client_auth_load(sl_tls_server_t *s, const sl_tls_client_auth_conf_t
 
 /* Asks for client certificates on one context (every certificate entry's: SNI may switch
  * to any of them mid-handshake, and the store, names and depth must be the same). */
-static bool client_auth_apply(sl_tls_server_t *s, const sl_tls_client_auth_conf_t *a, SSL_CTX *ctx,
-                              const unsigned char sid[32]) {
+static bool client_auth_apply(sl_tls_server_t *s, const sl_tls_client_auth_conf_t *a, SSL_CTX *ctx) {
     STACK_OF(X509_NAME) *names = SSL_dup_CA_list(s->ca_names);
     if (!names) return false;
     SSL_CTX_set_client_CA_list(ctx, names);
@@ -327,7 +365,7 @@ static bool client_auth_apply(sl_tls_server_t *s, const sl_tls_client_auth_conf_
     else
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     SSL_CTX_set_verify_depth(ctx, a->depth);
-    return SSL_CTX_set_session_id_context(ctx, sid, 32) == 1;
+    return true;
 }
 
 void sl_tls_server_free(sl_tls_server_t *s) {
@@ -378,7 +416,6 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
                                      (c->session_tickets ? 0 : SSL_OP_NO_TICKET));
         SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-        SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"sluice", 6);
         if (c->session_tickets) SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
         /* Without tickets a TLS 1.3 server still sends two NewSessionTicket messages by
          * default (stateful ones, naming a session in the cache), and with the cache off no
@@ -391,8 +428,8 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             goto fail;
         }
         SSL_CTX_set_alpn_select_cb(ctx, alpn_select, s);
+        SSL_CTX_set_client_hello_cb(ctx, client_hello_cb, s);
         SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
-        SSL_CTX_set_tlsext_servername_arg(ctx, s);
         if (!readable(cc->cert_path, "certificate", cc->cert, err, errlen) ||
             !readable(cc->key_path, "key", cc->key, err, errlen))
             goto fail;
@@ -424,9 +461,13 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             goto fail;
         }
         if (cc->is_default) s->def = (uint32_t)i;
-        if (c->client_auth && !client_auth_apply(s, c->client_auth, ctx, sid)) {
+        if (c->client_auth && !client_auth_apply(s, c->client_auth, ctx)) {
             *bad = -3;
             ssl_err_text(err, errlen, "cannot set up client certificate verification");
+            goto fail;
+        }
+        if (!entry_sid(ctx, c->client_auth ? sid : NULL)) {
+            ssl_err_text(err, errlen, "cannot set the session id context");
             goto fail;
         }
     }

@@ -92,8 +92,9 @@ void sl_tls_target_conf_free(sl_tls_target_conf_t *c);
 struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 struct ssl_st;     /* OpenSSL's SSL */
 
-/** The context a server session starts with (the default certificate's; the SNI callback
- *  switches it during the handshake). Borrowed for the context's life. */
+/** The context a server session starts with (the default certificate's; the ClientHello
+ *  callback switches it to the entry the SNI names, before any session is resumed).
+ *  Borrowed for the context's life. */
 struct ssl_ctx_st *sl__tls_server_ctx(const sl_tls_server_t *s);
 /** The client context sessions to the target start from. Borrowed likewise. */
 struct ssl_ctx_st *sl__tls_client_ctx(const sl_tls_client_t *c);

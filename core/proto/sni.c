@@ -94,6 +94,13 @@ bad:
     return SL_ERROR;
 }
 
+int sl_sni_server_name(const uint8_t *p, size_t len, char *name, size_t *nlen) {
+    const char *err;
+    rd_t ext = {p, p + len};
+    *nlen = 0;
+    return server_name(&ext, name, nlen, &err);
+}
+
 /* The ClientHello body (after the 4-byte handshake header). SL_ERROR sets *err only when
  * it has more to say than "malformed". */
 static int client_hello(rd_t *r, char *name, size_t *nlen, const char **err) {

@@ -34,6 +34,14 @@
  */
 int sl_sni_parse(const uint8_t *p, size_t len, char *name, size_t *nlen, const char **err);
 
+/**
+ * Reads the body of a server_name extension (RFC 6066 3: the ServerNameList) at
+ * p[0..len), as a TLS library hands it over: its first host_name, lower-cased, in
+ * name[0..*nlen) (room for SL_SNI_NAME_MAX bytes; *nlen 0 when it names no host). SL_OK, or
+ * SL_ERROR when it is malformed or the name is not a host name.
+ */
+int sl_sni_server_name(const uint8_t *p, size_t len, char *name, size_t *nlen);
+
 /** How sl_sni_lookup chose (the `result` label of sluice_tcp_sni_total, with the
  *  failures of the peek itself). */
 enum {

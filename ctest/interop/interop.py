@@ -346,3 +346,73 @@ class Kept:
         if self.c is not None:
             self.c.close()
             self.c = None
+
+# ---------------------------------------------------------------- clients (curl, h2load, nghttp, h2,
+# websocket, grpcio, openssl, chromium): what their peer files share
+
+def certs(t, names=("localhost",)):
+    """A test CA and one leaf per name (SAN DNS:name, and IP:127.0.0.1 on the first),
+    made by the openssl CLI: {"dir", "ca", name: (crt, key)}."""
+    d = h.new_tmpdir("certs")
+    out = {"dir": d, "ca": h.make_ca(d)[1]}
+    for i, n in enumerate(names):
+        out[n] = h.make_leaf(d, n.replace("*", "star"), n, "DNS:%s%s" % (n, ",IP:127.0.0.1" if i == 0 else ""))
+    return out
+
+
+def hashing_origin():
+    """A MockUpstream that answers every request with JSON {method, len, sha256, chunked,
+    content_length}: what it received, so an upload is checked on the far side."""
+    def handler(req):
+        return h.json_response({"method": req.method, "len": req.body_len, "sha256": req.body_sha256,
+                                "chunked": req.chunked, "content_length": req.header("Content-Length")})
+    return h.MockUpstream(handler, name="hashing", record_limit=4096, body_keep=0)
+
+
+def l7(t, upstreams, routes="  - { name: all, match: { paths: [/] }, upstream: o }\n", tls=None, workers=2,
+       listener_extra=""):
+    """sluice on L7: listener `web` (plaintext: HTTP/1.1 and h2c) and, with tls=(crt, key)
+    or a list of certificate entries, listener `tls` (ALPN h2, http/1.1). upstreams: the
+    YAML list items of `upstreams:` (e.g. "  - { name: o, targets: [ { address: A } ] }")."""
+    if tls is not None and not isinstance(tls, str):
+        tls = "[ { cert: %s, key: %s } ]" % tls
+    return sluice(t, "workers: %d\nadmin: { listen: 127.0.0.1:0 }\nlisteners:\n"
+                     "  - { name: web, listen: 127.0.0.1:0%s }\n%s"
+                     "upstreams:\n%s\nroutes:\n%s"
+                  % (workers, listener_extra,
+                     "  - { name: tls, listen: 127.0.0.1:0, tls: { certificates: %s }%s }\n"
+                     % (tls, listener_extra) if tls else "", upstreams.rstrip("\n"), routes))
+
+
+def upstream(addr, name="o", extra=""):
+    """One `upstreams:` item: upstream `name` with the single target `addr` (host:port)."""
+    return "  - { name: %s, targets: [ { address: %s } ]%s }\n" % (name, addr, extra)
+
+
+def need_modules(t, *names):
+    """Fails the case (no skip) when a module of Debian's python3 (python3-h2, python3-grpcio,
+    python3-websockets) does not import; a peer file imports them lazily, so --list works."""
+    import importlib
+    missing = []
+    for n in names:
+        try:
+            importlib.import_module(n)
+        except ImportError:
+            missing.append(n)
+    t.check("python modules import (Debian's python3, scripts/install-deps): %s" % ", ".join(names),
+            not missing, "all import", missing)
+    if missing:
+        raise RuntimeError("missing python modules: %s" % missing)
+
+
+def json_lines(path, n, timeout=10.0):
+    """The JSON lines of file `path` (an access log) once it holds n of them, or what it
+    holds after timeout s."""
+    import json
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(path) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        if len(lines) >= n or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.1)

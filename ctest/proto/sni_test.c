@@ -3,7 +3,7 @@
  * records, hand-built ones at the 16 KiB bound, every malformed form refused, the lookup
  * over a hand-built table, and the sni_routes precedence (exact, longest wildcard,
  * default) over configs parsed for real (config.h's sl_sni_route over the table the
- * config builds).
+ * config builds); the server_name extension's body alone (sl_sni_server_name).
  *
  *   sni_test [name-substring]
  */
@@ -394,11 +394,29 @@ static void test_route(void) {
     sl_config_free(cfg);
 }
 
+/* sl_sni_server_name: the extension's body as a TLS library hands it over (the
+ * ClientHello callback of a TLS listener). */
+static void test_server_name_ext(void) {
+    char name[SL_SNI_NAME_MAX + 1];
+    size_t n = 99;
+    const uint8_t ok[] = {0, 9, 0, 0, 6, 'B', '.', 'T', 'e', 's', 't'};
+    CHECK_INT(sl_sni_server_name(ok, sizeof ok, name, &n), SL_OK);
+    CHECK_STRN(name, n, "b.test");
+    const uint8_t other_type[] = {0, 5, 1, 0, 2, 'x', 'y'}; /* no host_name in the list */
+    CHECK_INT(sl_sni_server_name(other_type, sizeof other_type, name, &n), SL_OK);
+    CHECK_INT(n, 0);
+    const uint8_t short_list[] = {0, 9, 0, 0, 6, 'b', '.'};
+    CHECK_INT(sl_sni_server_name(short_list, sizeof short_list, name, &n), SL_ERROR);
+    const uint8_t space[] = {0, 6, 0, 0, 3, 'a', ' ', 'b'};
+    CHECK_INT(sl_sni_server_name(space, sizeof space, name, &n), SL_ERROR);
+    CHECK_INT(sl_sni_server_name(ok, 0, name, &n), SL_ERROR);
+}
+
 static const check_test_t tests[] = {
     {"openssl_hellos", test_openssl_hellos}, {"many_records", test_many_records},
     {"bounds", test_bounds},                 {"malformed", test_malformed},
     {"mutations", test_mutations},           {"lookup", test_lookup},
-    {"route", test_route},
+    {"route", test_route},                   {"server_name_ext", test_server_name_ext},
 };
 
 int main(int argc, char **argv) { return check_main(tests, SL_ARRAY_LEN(tests), argc, argv); }
