@@ -4,7 +4,6 @@ requests pipelined on keep-alive connections (--h1). What is
 asserted is correctness under load (every request succeeded, all 2xx, the gateway
 counted each once); the rate is only recorded."""
 
-import functools
 import os
 import re
 import sys
@@ -82,25 +81,35 @@ def uploads(t, label, h1):
             {(m, ln, x[:16]): c for (m, ln, x), c in bodies.items()})
 
 
-# (case, what passing proves, the function and its arguments); budget 150 s each
-for name, proves, fn, kw in [
-    ("h2c.load_20k", "h2load's 20,000 requests on 20 h2c connections, 10 streams each, all succeed "
-     "with 2xx through sluice to nginx, and the gateway counts each once",
-     load, dict(label="h2c", url="http://127.0.0.1:%d/f")),
-    ("h2.tls_load_20k", "h2load's 20,000 requests on 20 TLS connections (ALPN h2), 10 streams each, "
-     "all succeed with 2xx through sluice to nginx, and the gateway counts each once",
-     load, dict(label="h2 (TLS)", url="https://127.0.0.1:%d/f", tls=True)),
-    ("h1.pipelined_20k", "h2load --h1's 20,000 requests on 20 HTTP/1.1 keep-alive connections, "
-     "pipelined 10 deep, all succeed with 2xx through sluice to nginx, and the gateway counts each once",
-     load, dict(label="http/1.1 pipelined", url="http://127.0.0.1:%d/f", h1=True)),
-    ("h2c.uploads_2k", "h2load's 2,000 POSTs of a 64 KiB body multiplexed on 10 h2c connections "
-     "(10 streams each) all succeed, and every body reaches the origin sha256-exact",
-     uploads, dict(label="h2c", h1=False)),
-    ("h1.pipelined_uploads_2k", "h2load --h1's 2,000 POSTs of a 64 KiB body pipelined 10 deep on 10 "
-     "keep-alive connections all succeed, and every body reaches the origin sha256-exact",
-     uploads, dict(label="http/1.1 pipelined", h1=True)),
-]:
-    io.case(name, proves, budget=150)(functools.partial(fn, **kw))
+@io.case("h2c.load_20k", "h2load's 20,000 requests on 20 h2c connections, 10 streams each, all succeed "
+         "with 2xx through sluice to nginx, and the gateway counts each once", budget=150)
+def h2c_load_20k(t):
+    load(t, label="h2c", url="http://127.0.0.1:%d/f")
+
+
+@io.case("h2.tls_load_20k", "h2load's 20,000 requests on 20 TLS connections (ALPN h2), 10 streams each, "
+         "all succeed with 2xx through sluice to nginx, and the gateway counts each once", budget=150)
+def h2_tls_load_20k(t):
+    load(t, label="h2 (TLS)", url="https://127.0.0.1:%d/f", tls=True)
+
+
+@io.case("h1.pipelined_20k", "h2load --h1's 20,000 requests on 20 HTTP/1.1 keep-alive connections, "
+         "pipelined 10 deep, all succeed with 2xx through sluice to nginx, and the gateway counts each once",
+         budget=150)
+def h1_pipelined_20k(t):
+    load(t, label="http/1.1 pipelined", url="http://127.0.0.1:%d/f", h1=True)
+
+
+@io.case("h2c.uploads_2k", "h2load's 2,000 POSTs of a 64 KiB body multiplexed on 10 h2c connections "
+         "(10 streams each) all succeed, and every body reaches the origin sha256-exact", budget=150)
+def h2c_uploads_2k(t):
+    uploads(t, label="h2c", h1=False)
+
+
+@io.case("h1.pipelined_uploads_2k", "h2load --h1's 2,000 POSTs of a 64 KiB body pipelined 10 deep on 10 "
+         "keep-alive connections all succeed, and every body reaches the origin sha256-exact", budget=150)
+def h1_pipelined_uploads_2k(t):
+    uploads(t, label="http/1.1 pipelined", h1=True)
 
 
 if __name__ == "__main__":
