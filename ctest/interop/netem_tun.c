@@ -25,9 +25,10 @@
  *
  * Counters: SIGUSR1 writes them to --stats (JSON, renamed into place), and so does the exit
  * on SIGTERM/SIGINT (exit 0). Per direction ("a_to_b", "b_to_a") and "total": in,
- * forwarded, bytes, dropped_loss, dropped_queue, dropped_limit, reordered (packets written
- * after a packet that came in after them), delayed_max_us (the longest a forwarded packet was
- * held), and the seed (a run is reproduced with --seed).
+ * forwarded, bytes, dropped_loss, dropped_queue, dropped_limit, write_failed (the device
+ * refused the packet), reordered (packets written after a packet that came in after them),
+ * held (queued now), delayed_max_us (the longest a forwarded packet was held), and the seed
+ * (a run is reproduced with --seed).
  */
 
 #define _GNU_SOURCE
@@ -65,7 +66,7 @@ typedef struct {
     int64_t link_free_ns; /* the rate stage's next free moment */
     uint64_t next_seq, max_sent_seq;
     int sent_any;
-    uint64_t in, forwarded, bytes, dropped_loss, dropped_queue, dropped_limit, reordered;
+    uint64_t in, forwarded, bytes, dropped_loss, dropped_queue, dropped_limit, reordered, write_failed;
     int64_t delayed_max_ns;
 } dir_t;
 
@@ -205,21 +206,30 @@ static void send_due(dir_t *d, int64_t now)
             d->sent_any = 1;
             if (now - p.in_ns > d->delayed_max_ns)
                 d->delayed_max_ns = now - p.in_ns;
+        } else if (!d->write_failed++) {
+            fprintf(stderr, "netem_tun: %s: write: %s (counted in write_failed)\n", d->name, strerror(errno));
         }
         free(p.data);
     }
 }
 
-static void dir_json(FILE *f, const char *name, uint64_t in, uint64_t fw, uint64_t bytes, uint64_t dl,
-                     uint64_t dq, uint64_t dlim, uint64_t ro, int64_t dmax)
+/* One direction's counters as a JSON member; with b, the sum of a's and b's. */
+static void dir_json(FILE *f, const char *name, const dir_t *a, const dir_t *b)
 {
+    static const dir_t zero;
+    if (!b)
+        b = &zero;
     fprintf(f,
             "\"%s\": {\"in\": %llu, \"forwarded\": %llu, \"bytes\": %llu, \"dropped_loss\": %llu, "
-            "\"dropped_queue\": %llu, \"dropped_limit\": %llu, \"reordered\": %llu, "
-            "\"delayed_max_us\": %lld}",
-            name, (unsigned long long)in, (unsigned long long)fw, (unsigned long long)bytes,
-            (unsigned long long)dl, (unsigned long long)dq, (unsigned long long)dlim,
-            (unsigned long long)ro, (long long)(dmax / 1000));
+            "\"dropped_queue\": %llu, \"dropped_limit\": %llu, \"write_failed\": %llu, "
+            "\"reordered\": %llu, \"held\": %llu, \"delayed_max_us\": %lld}",
+            name, (unsigned long long)(a->in + b->in), (unsigned long long)(a->forwarded + b->forwarded),
+            (unsigned long long)(a->bytes + b->bytes), (unsigned long long)(a->dropped_loss + b->dropped_loss),
+            (unsigned long long)(a->dropped_queue + b->dropped_queue),
+            (unsigned long long)(a->dropped_limit + b->dropped_limit),
+            (unsigned long long)(a->write_failed + b->write_failed),
+            (unsigned long long)(a->reordered + b->reordered), (unsigned long long)(a->n + b->n),
+            (long long)((a->delayed_max_ns > b->delayed_max_ns ? a->delayed_max_ns : b->delayed_max_ns) / 1000));
 }
 
 static void write_stats(const dir_t *a, const dir_t *b)
@@ -232,16 +242,11 @@ static void write_stats(const dir_t *a, const dir_t *b)
     if (!f)
         return;
     fprintf(f, "{\"seed\": %llu, ", (unsigned long long)g_seed);
-    dir_json(f, a->name, a->in, a->forwarded, a->bytes, a->dropped_loss, a->dropped_queue,
-             a->dropped_limit, a->reordered, a->delayed_max_ns);
+    dir_json(f, a->name, a, NULL);
     fputs(", ", f);
-    dir_json(f, b->name, b->in, b->forwarded, b->bytes, b->dropped_loss, b->dropped_queue,
-             b->dropped_limit, b->reordered, b->delayed_max_ns);
+    dir_json(f, b->name, b, NULL);
     fputs(", ", f);
-    dir_json(f, "total", a->in + b->in, a->forwarded + b->forwarded, a->bytes + b->bytes,
-             a->dropped_loss + b->dropped_loss, a->dropped_queue + b->dropped_queue,
-             a->dropped_limit + b->dropped_limit, a->reordered + b->reordered,
-             a->delayed_max_ns > b->delayed_max_ns ? a->delayed_max_ns : b->delayed_max_ns);
+    dir_json(f, "total", a, b);
     fputs("}\n", f);
     fclose(f);
     rename(tmp, g_stats);
