@@ -329,14 +329,15 @@ def l4_reload_mid(t):
 
 def drain(t, mode, cut):
     """SIGTERM while a download is in flight: shutdown_timeout 30s lets 20 MiB read at 8 MiB/s
-    finish; 1s cuts 100 MiB read at 2 MiB/s (curl's --limit-rate takes a first burst of up to
-    ~10 MiB, then holds the average)."""
+    finish; 1s cuts 100 MiB read at 4 MiB/s. curl's --limit-rate takes a first burst (10 MiB
+    and more) and then sleeps until its average is back at the rate, so a cut curl notices
+    the close only when it wakes: its exit is awaited that long, not timed."""
     size = 100 * MIB if cut else 20 * MIB
     _, p, sha, path = origin(t, size)
     timeout = 1 if cut else 30
     s = io.sluice(t, (l4_conf if mode == "l4" else l7_conf)(p, extra="shutdown_timeout: %ds" % timeout))
     dl = Download("http://127.0.0.1:%d/f" % s.port(), "--max-time", 40,
-                  "--limit-rate", "2M" if cut else "8M")
+                  "--limit-rate", "4M" if cut else "8M")
     started = dl.wait_bytes(2 * MIB)
     at = dl.size()
     t_term = time.monotonic()
@@ -349,7 +350,7 @@ def drain(t, mode, cut):
     if cut:
         code = s.wait(timeout + 5)
         exited = time.monotonic() - t_term
-        rc, _ = dl.wait(5)
+        rc, _ = dl.wait(20)
         t.info("sluice exit %s %.2f s after SIGTERM; curl exit %s with %d bytes: %s"
                % (code, exited, rc, dl.size(), dl.status()))
         t.check("sluice exits 0 within shutdown_timeout (1 s) + 2 s of SIGTERM", code == 0 and exited < 3.0,
