@@ -160,35 +160,121 @@ def bulk(t, mode, size, how, splice="auto"):
     t.check("sluice is still running", s.alive(), "alive", "exited %s" % s.proc.poll())
 
 
-def case_bulk(mode, size, how, splice="auto", proves_extra=""):
-    name = "%s.bulk_%s_%s%s" % (mode, "1m" if size == MIB else "%dm" % (size // MIB), how,
-                                "_nosplice" if splice == "off" else "")
-    path = "a tcp listener (splice %s)" % splice if mode == "l4" else "the HTTP/1.1 proxy"
-    proves = ("a %d MiB file from nginx through %s arrives sha256-exact within its bound across a "
-              "link with %s (both legs cross it), the impairment measured, no connection left%s"
-              % (size // MIB, path, how if how != "combined" else "delay, loss, reorder and rate at once",
-                 proves_extra))
-    budget = bound_s(size, how) + 30
-
-    @io.case(name, proves, budget=budget)
-    def run(t):
-        bulk(t, mode, size, how, splice)
-    return run
+@io.case("l4.bulk_1m_delay",
+         "a 1 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
+         "within its bound across a link delaying every packet 20 ms each way (RTT >= 40 ms "
+         "measured); no connection left",
+         budget=bound_s(MIB, "delay") + 30)
+def l4_bulk_1m_delay(t):
+    bulk(t, "l4", MIB, "delay")
 
 
-case_bulk("l4", MIB, "delay")
-case_bulk("l7", MIB, "delay")
-case_bulk("l4", 20 * MIB, "delay", "off")
-case_bulk("l4", 20 * MIB, "loss")
-case_bulk("l4", 20 * MIB, "loss", "off")
-case_bulk("l7", 20 * MIB, "loss")
-case_bulk("l4", 20 * MIB, "reorder")
-case_bulk("l7", 20 * MIB, "reorder")
-case_bulk("l4", MIB, "rate")
-case_bulk("l7", MIB, "rate")
-case_bulk("l4", 20 * MIB, "combined")
-case_bulk("l7", 20 * MIB, "combined")
-case_bulk("l4", MIB, "combined", "off")
+@io.case("l7.bulk_1m_delay",
+         "a 1 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
+         "bound across a link delaying every packet 20 ms each way (RTT >= 40 ms measured); no "
+         "connection left",
+         budget=bound_s(MIB, "delay") + 30)
+def l7_bulk_1m_delay(t):
+    bulk(t, "l7", MIB, "delay")
+
+
+@io.case("l4.bulk_20m_delay_nosplice",
+         "a 20 MiB file from nginx through a tcp listener (splice off) arrives sha256-exact "
+         "within its bound across a link delaying every packet 20 ms each way (RTT >= 40 ms "
+         "measured); no connection left",
+         budget=bound_s(20 * MIB, "delay") + 30)
+def l4_bulk_20m_delay_nosplice(t):
+    bulk(t, "l4", 20 * MIB, "delay", "off")
+
+
+@io.case("l4.bulk_20m_loss",
+         "a 20 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
+         "within its bound across a link dropping 1% of packets each way (the drops counted); "
+         "no connection left",
+         budget=bound_s(20 * MIB, "loss") + 30)
+def l4_bulk_20m_loss(t):
+    bulk(t, "l4", 20 * MIB, "loss")
+
+
+@io.case("l4.bulk_20m_loss_nosplice",
+         "a 20 MiB file from nginx through a tcp listener (splice off) arrives sha256-exact "
+         "within its bound across a link dropping 1% of packets each way (the drops counted); "
+         "no connection left",
+         budget=bound_s(20 * MIB, "loss") + 30)
+def l4_bulk_20m_loss_nosplice(t):
+    bulk(t, "l4", 20 * MIB, "loss", "off")
+
+
+@io.case("l7.bulk_20m_loss",
+         "a 20 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
+         "bound across a link dropping 1% of packets each way (the drops counted); no "
+         "connection left",
+         budget=bound_s(20 * MIB, "loss") + 30)
+def l7_bulk_20m_loss(t):
+    bulk(t, "l7", 20 * MIB, "loss")
+
+
+@io.case("l4.bulk_20m_reorder",
+         "a 20 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
+         "within its bound across a link holding 10% of packets 10 ms past later ones (the "
+         "reorders counted); no connection left",
+         budget=bound_s(20 * MIB, "reorder") + 30)
+def l4_bulk_20m_reorder(t):
+    bulk(t, "l4", 20 * MIB, "reorder")
+
+
+@io.case("l7.bulk_20m_reorder",
+         "a 20 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
+         "bound across a link holding 10% of packets 10 ms past later ones (the reorders "
+         "counted); no connection left",
+         budget=bound_s(20 * MIB, "reorder") + 30)
+def l7_bulk_20m_reorder(t):
+    bulk(t, "l7", 20 * MIB, "reorder")
+
+
+@io.case("l4.bulk_1m_rate",
+         "a 1 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
+         "within its bound across a 10 Mbit/s link with a 100 ms tail-drop queue (the rate's "
+         "floor on the time checked); no connection left",
+         budget=bound_s(MIB, "rate") + 30)
+def l4_bulk_1m_rate(t):
+    bulk(t, "l4", MIB, "rate")
+
+
+@io.case("l7.bulk_1m_rate",
+         "a 1 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
+         "bound across a 10 Mbit/s link with a 100 ms tail-drop queue (the rate's floor on the "
+         "time checked); no connection left",
+         budget=bound_s(MIB, "rate") + 30)
+def l7_bulk_1m_rate(t):
+    bulk(t, "l7", MIB, "rate")
+
+
+@io.case("l4.bulk_20m_combined",
+         "a 20 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
+         "within its bound across a link with delay 20 ms, loss 1%, reorder and 10 Mbit/s at "
+         "once (each measured); no connection left",
+         budget=bound_s(20 * MIB, "combined") + 30)
+def l4_bulk_20m_combined(t):
+    bulk(t, "l4", 20 * MIB, "combined")
+
+
+@io.case("l7.bulk_20m_combined",
+         "a 20 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
+         "bound across a link with delay 20 ms, loss 1%, reorder and 10 Mbit/s at once (each "
+         "measured); no connection left",
+         budget=bound_s(20 * MIB, "combined") + 30)
+def l7_bulk_20m_combined(t):
+    bulk(t, "l7", 20 * MIB, "combined")
+
+
+@io.case("l4.bulk_1m_combined_nosplice",
+         "a 1 MiB file from nginx through a tcp listener (splice off) arrives sha256-exact "
+         "within its bound across a link with delay 20 ms, loss 1%, reorder and 10 Mbit/s at "
+         "once (each measured); no connection left",
+         budget=bound_s(MIB, "combined") + 30)
+def l4_bulk_1m_combined_nosplice(t):
+    bulk(t, "l4", MIB, "combined", "off")
 
 
 # ---------------------------------------------------------------- databases
@@ -239,7 +325,8 @@ def pgbench(t, how):
     no_connection_left(t, link, s, "pgbench")
 
 
-@io.case("l4.pgbench_combined", "pgbench -i -s 1 and pgbench -c 4 -T 5 reach PostgreSQL through a "
+@io.case("l4.pgbench_combined",
+         "pgbench -i -s 1 and pgbench -c 4 -T 5 reach PostgreSQL through a "
          "tcp listener across a link with delay, loss, reorder and rate at once: 0 failed "
          "transactions, every one counted in the origin's history", budget=120)
 def pgbench_combined(t):
@@ -283,14 +370,16 @@ def redis(t, how):
     no_connection_left(t, link, s, "redis-cli and redis-benchmark")
 
 
-@io.case("l4.redis_loss", "a 10 MB value SET and GET sha256-exact and a redis-benchmark run of 5 "
+@io.case("l4.redis_loss",
+         "a 10 MB value SET and GET sha256-exact and a redis-benchmark run of 5 "
          "commands through a tcp listener across a link losing 1% of packets: no error, every "
          "INCR counted once", budget=90)
 def redis_loss(t):
     redis(t, "loss")
 
 
-@io.case("l4.redis_delay", "a 10 MB value SET and GET sha256-exact and a redis-benchmark run of 5 "
+@io.case("l4.redis_delay",
+         "a 10 MB value SET and GET sha256-exact and a redis-benchmark run of 5 "
          "commands through a tcp listener across a link with a 40 ms RTT: no error, every INCR "
          "counted once", budget=90)
 def redis_delay(t):
