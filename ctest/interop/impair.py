@@ -62,10 +62,14 @@ class _Namespaces:
 class Link:
     """EDGE and CORE joined by netem_tun with these impairments (each direction on its own):
     delay_ms, loss (percent), reorder (percent held reorder_extra_ms more), rate_kbit
-    (0: none; queue_ms of backlog before tail drop)."""
+    (0: none; queue_ms of backlog before tail drop). The random draws come from `seed`:
+    SLUICE_NETEM_SEED, else 27, so a case sees the same drop and reorder pattern run after
+    run (SLUICE_NETEM_SEED=random: a new one each run, printed with the counters)."""
 
     def __init__(self, t, delay_ms=0, loss=0, reorder=0, reorder_extra_ms=10, rate_kbit=0,
                  queue_ms=100, seed=None):
+        if seed is None:
+            seed = os.environ.get("SLUICE_NETEM_SEED", "27")
         io.need(t, BIN, "ip")
         reap_stale()
         _count[0] += 1
@@ -85,7 +89,7 @@ class Link:
                 "--delay-ms", delay_ms, "--loss", loss, "--reorder", reorder,
                 "--reorder-extra-ms", reorder_extra_ms, "--rate-kbit", rate_kbit,
                 "--queue-ms", queue_ms, "--stats", self.stats_path, "--ready-file", ready]
-        if seed is not None:
+        if seed != "random":
             argv += ["--seed", seed]
         self.log_path = os.path.join(d, "netem_tun.log")
         self.proc = io.spawn([str(a) for a in argv], log=self.log_path)

@@ -237,7 +237,8 @@ def l4_origin_killed(t):
 
 HEALTH = {"l7": "{ type: http, path: /small, interval: 200ms, timeout: 200ms, healthy_threshold: 2, "
                 "unhealthy_threshold: 2 }",
-          "l4": "{ type: tcp, interval: 200ms, timeout: 200ms, healthy_threshold: 2, unhealthy_threshold: 2 }"}
+          "l4": "{ type: tcp, interval: 200ms, timeout: 200ms, healthy_threshold: 2, "
+                "unhealthy_threshold: 2 }"}
 
 
 def origin_restarted(t, mode):
@@ -305,12 +306,14 @@ def reload_mid(t, mode):
     at = dl.size()
     gen1 = s.status()["generation"]
     rc, took = dl.wait(30)
-    t.info("reload at %d bytes: %s %s; curl exit %s after %.1f s: %s" % (at, code, answer, rc, took, dl.status()))
+    t.info("reload at %d bytes: %s %s; curl exit %s after %.1f s: %s"
+           % (at, code, answer, rc, took, dl.status()))
     t.check("the reload applied mid-transfer: 200, generation %s -> %s, with 4..20 MiB received"
             % (gen0, gen0 + 1), started and code == 200 and gen1 == gen0 + 1 and at < size,
             (True, 200, gen0 + 1, "< %d" % size), (started, code, gen1, at))
     t.check("the download in flight across the reload completes: curl exit 0, 200, 20 MiB "
-            "sha256-exact within 30 s", rc == 0 and dl.status().endswith("200 %d" % size) and dl.sha256() == sha,
+            "sha256-exact within 30 s",
+            rc == 0 and dl.status().endswith("200 %d" % size) and dl.sha256() == sha,
             (0, "200 %d" % size, sha[:16]), (rc, dl.status()[-40:], (dl.sha256() or "")[:16]))
     alive_check(t, s, "the reload (the new generation serves)")
 
@@ -353,8 +356,9 @@ def drain(t, mode, cut):
         rc, _ = dl.wait(20)
         t.info("sluice exit %s %.2f s after SIGTERM; curl exit %s with %d bytes: %s"
                % (code, exited, rc, dl.size(), dl.status()))
-        t.check("sluice exits 0 within shutdown_timeout (1 s) + 2 s of SIGTERM", code == 0 and exited < 3.0,
-                (0, "< 3.0 s"), (code, round(exited, 2)))
+        t.check("sluice exits 0 within shutdown_timeout (1 s) + 4 s of SIGTERM, long before the "
+                "transfer could end (25 s at 4 MiB/s)", code == 0 and exited < 5.0,
+                (0, "< 5.0 s"), (code, round(exited, 2)))
         t.check("the transfer was cut: curl exit 18/56 with fewer than 100 MiB, an exact prefix",
                 rc in (18, 56) and dl.size() < size and dl.is_prefix_of(path),
                 (18, "< %d" % size, "prefix"), (rc, dl.size()))
@@ -367,8 +371,8 @@ def drain(t, mode, cut):
         t.check("the download in flight across SIGTERM completes: curl exit 0, 200, 20 MiB "
                 "sha256-exact", rc == 0 and dl.status().endswith("200 %d" % size) and dl.sha256() == sha,
                 (0, "200 %d" % size, sha[:16]), (rc, dl.status()[-40:], (dl.sha256() or "")[:16]))
-        t.check("sluice then exits 0, within 3 s of the last transfer's end (not at shutdown_timeout)",
-                code == 0 and lag < 3, (0, "< 3 s"), (code, round(lag, 2)))
+        t.check("sluice then exits 0, within 5 s of the last transfer's end (not at its 30 s "
+                "shutdown_timeout)", code == 0 and lag < 5, (0, "< 5 s"), (code, round(lag, 2)))
 
 
 @io.case("l7.drain_completes", "SIGTERM during a 20 MiB download through the HTTP/1.1 proxy with "
@@ -379,7 +383,7 @@ def l7_drain_completes(t):
 
 
 @io.case("l7.drain_cut", "SIGTERM during a 100 MiB download through the HTTP/1.1 proxy with "
-         "shutdown_timeout 1s: sluice exits 0 within 3 s and the client's transfer is cut (curl "
+         "shutdown_timeout 1s: sluice exits 0 within 5 s and the client's transfer is cut (curl "
          "exit 18/56, an exact prefix), never completed falsely", budget=60)
 def l7_drain_cut(t):
     drain(t, "l7", cut=True)
@@ -393,7 +397,7 @@ def l4_drain_completes(t):
 
 
 @io.case("l4.drain_cut", "SIGTERM during a 100 MiB download through a tcp listener with "
-         "shutdown_timeout 1s: sluice exits 0 within 3 s and the client's connection is closed "
+         "shutdown_timeout 1s: sluice exits 0 within 5 s and the client's connection is closed "
          "(curl exit 18/56, an exact prefix)", budget=60)
 def l4_drain_cut(t):
     drain(t, "l4", cut=True)

@@ -353,13 +353,13 @@ def redis(t, how):
             io.sha256(body) == sha and took < 60,
             ("OK", "(integer) 10000000", sha[:16], "< 60 s"),
             (r.stdout.strip()[:40], r2.stdout.strip()[:40], io.sha256(body)[:16], round(took, 1)))
-    r = impair.edge(link, ["redis-benchmark", "-h", impair.CORE_IP, "-p", str(s.port()), "-c", "50", "-P", "4",
-                           "-n", "1000", "-t", "set,get,incr,lpush,lpop", "-q"], timeout=60)
+    r = impair.edge(link, ["redis-benchmark", "-h", impair.CORE_IP, "-p", str(s.port()), "-c", "50",
+                           "-P", "4", "-n", "1000", "-t", "set,get,incr,lpush,lpop", "-q"], timeout=60)
     out = (r.stdout + r.stderr).decode(errors="replace")
     rows = re.findall(r"^(\w+): ([\d.]+) requests per second", out.replace("\r", "\n"), re.M)
     t.info("redis-benchmark: exit %d, requests per second: %s" % (r.returncode, rows))
-    t.check("redis-benchmark (50 clients pipelining 4, 1000 each of SET GET INCR LPUSH LPOP) under %s: exit 0, "
-            "all 5 tests finish, no error" % how,
+    t.check("redis-benchmark (50 clients pipelining 4, 1000 each of SET GET INCR LPUSH LPOP) "
+            "under %s: exit 0, all 5 tests finish, no error" % how,
             r.returncode == 0 and len({k for k, _ in rows}) == 5 and "error" not in out.lower(),
             "exit 0, 5 rows, no error", (r.returncode, rows, "error" in out.lower()))
     # INCR ran 1000 times on one key: the origin's count is exact
