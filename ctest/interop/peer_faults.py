@@ -215,22 +215,16 @@ def origin_killed(t, mode, h2=False):
 @io.case("l7.origin_killed_mid_body", "nginx SIGKILLed 4 MiB into a 100 MiB download through the "
          "HTTP/1.1 proxy: curl gets an aborted transfer (exit 18/56) holding an exact prefix, never "
          "a complete-looking body; sluice logs and counts it and serves the next request", budget=60)
-def l7_origin_killed(t):
-    origin_killed(t, "l7")
-
-
 @io.case("l7.origin_killed_mid_body_h2", "nginx SIGKILLed 4 MiB into a 100 MiB download that curl "
          "fetches over HTTP/2 (h2c): the stream is reset (curl exit 92/18/56) with an exact prefix, "
          "never a clean end; sluice logs and counts it and serves the next request", budget=60)
-def l7_origin_killed_h2(t):
-    origin_killed(t, "l7", h2=True)
-
-
 @io.case("l4.origin_killed_mid_body", "nginx SIGKILLed 4 MiB into a 100 MiB download through a tcp "
          "listener: the client's connection is closed (curl exit 18/56) with an exact prefix, the "
          "session is gone, and the next connection is served", budget=60)
-def l4_origin_killed(t):
-    origin_killed(t, "l4")
+def origin_killed_case(t):
+    """Mode and protocol from the case's name: l7.origin_killed_mid_body_h2 is HTTP/2."""
+    mode = t.name.split(".")[2]
+    origin_killed(t, mode, h2=t.name.endswith("_h2"))
 
 
 # ---------------------------------------------------------------- origin restarted
@@ -282,15 +276,11 @@ def origin_restarted(t, mode):
 @io.case("l7.origin_restarted", "nginx killed and started again behind the HTTP/1.1 proxy with active "
          "probes: while it is down each request fails fast with 502/503 (none hangs), the probes "
          "mark it out, and within 3 s of its return requests are served sha256-exact", budget=60)
-def l7_origin_restarted(t):
-    origin_restarted(t, "l7")
-
-
 @io.case("l4.origin_restarted", "nginx killed and started again behind a tcp listener with tcp "
          "probes: while it is down each connection is closed fast (none hangs), and within 3 s of "
          "its return connections are served sha256-exact", budget=60)
-def l4_origin_restarted(t):
-    origin_restarted(t, "l4")
+def origin_restarted_case(t):
+    origin_restarted(t, t.name.split(".")[2])
 
 
 # ---------------------------------------------------------------- reload and drain mid-transfer
@@ -320,14 +310,10 @@ def reload_mid(t, mode):
 
 @io.case("l7.reload_mid_transfer", "a 20 MiB download through the HTTP/1.1 proxy in flight across "
          "POST /reload completes sha256-exact while the new generation takes over", budget=60)
-def l7_reload_mid(t):
-    reload_mid(t, "l7")
-
-
 @io.case("l4.reload_mid_transfer", "a 20 MiB download through a tcp listener in flight across "
          "POST /reload completes sha256-exact while the new generation takes over", budget=60)
-def l4_reload_mid(t):
-    reload_mid(t, "l4")
+def reload_mid_case(t):
+    reload_mid(t, t.name.split(".")[2])
 
 
 def drain(t, mode, cut):
@@ -378,29 +364,17 @@ def drain(t, mode, cut):
 @io.case("l7.drain_completes", "SIGTERM during a 20 MiB download through the HTTP/1.1 proxy with "
          "shutdown_timeout 30s: new connections are refused, the download completes sha256-exact and "
          "sluice exits 0 right after it", budget=60)
-def l7_drain_completes(t):
-    drain(t, "l7", cut=False)
-
-
 @io.case("l7.drain_cut", "SIGTERM during a 100 MiB download through the HTTP/1.1 proxy with "
          "shutdown_timeout 1s: sluice exits 0 within 5 s and the client's transfer is cut (curl "
          "exit 18/56, an exact prefix), never completed falsely", budget=60)
-def l7_drain_cut(t):
-    drain(t, "l7", cut=True)
-
-
 @io.case("l4.drain_completes", "SIGTERM during a 20 MiB download through a tcp listener with "
          "shutdown_timeout 30s: new connections are refused, the download completes sha256-exact and "
          "sluice exits 0 right after it", budget=60)
-def l4_drain_completes(t):
-    drain(t, "l4", cut=False)
-
-
 @io.case("l4.drain_cut", "SIGTERM during a 100 MiB download through a tcp listener with "
          "shutdown_timeout 1s: sluice exits 0 within 5 s and the client's connection is closed "
          "(curl exit 18/56, an exact prefix)", budget=60)
-def l4_drain_cut(t):
-    drain(t, "l4", cut=True)
+def drain_case(t):
+    drain(t, t.name.split(".")[2], cut=t.name.endswith("_cut"))
 
 
 # ---------------------------------------------------------------- a client that stops reading
@@ -463,15 +437,11 @@ def stalled_reader(t, mode):
 @io.case("l7.stalled_reader", "a client that reads nothing of a 100 MiB body from nginx for 10 s "
          "through the HTTP/1.1 proxy: sluice's RSS grows by less than 24 MiB, then the client "
          "resumes and gets the body sha256-exact", budget=60)
-def l7_stalled_reader(t):
-    stalled_reader(t, "l7")
-
-
 @io.case("l4.stalled_reader", "a client that reads nothing of a 100 MiB body from nginx for 10 s "
          "through a tcp listener: sluice's RSS grows by less than 24 MiB and it stops reading the "
          "origin, then the client resumes and gets the body sha256-exact", budget=60)
-def l4_stalled_reader(t):
-    stalled_reader(t, "l4")
+def stalled_reader_case(t):
+    stalled_reader(t, t.name.split(".")[2])
 
 
 if __name__ == "__main__":

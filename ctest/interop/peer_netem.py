@@ -165,116 +165,71 @@ def bulk(t, mode, size, how, splice="auto"):
          "within its bound across a link delaying every packet 20 ms each way (RTT >= 40 ms "
          "measured); no connection left",
          budget=bound_s(MIB, "delay") + 30)
-def l4_bulk_1m_delay(t):
-    bulk(t, "l4", MIB, "delay")
-
-
 @io.case("l7.bulk_1m_delay",
          "a 1 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
          "bound across a link delaying every packet 20 ms each way (RTT >= 40 ms measured); no "
          "connection left",
          budget=bound_s(MIB, "delay") + 30)
-def l7_bulk_1m_delay(t):
-    bulk(t, "l7", MIB, "delay")
-
-
 @io.case("l4.bulk_20m_delay_nosplice",
          "a 20 MiB file from nginx through a tcp listener (splice off) arrives sha256-exact "
          "within its bound across a link delaying every packet 20 ms each way (RTT >= 40 ms "
          "measured); no connection left",
          budget=bound_s(20 * MIB, "delay") + 30)
-def l4_bulk_20m_delay_nosplice(t):
-    bulk(t, "l4", 20 * MIB, "delay", "off")
-
-
 @io.case("l4.bulk_20m_loss",
          "a 20 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
          "within its bound across a link dropping 1% of packets each way (the drops counted); "
          "no connection left",
          budget=bound_s(20 * MIB, "loss") + 30)
-def l4_bulk_20m_loss(t):
-    bulk(t, "l4", 20 * MIB, "loss")
-
-
 @io.case("l4.bulk_20m_loss_nosplice",
          "a 20 MiB file from nginx through a tcp listener (splice off) arrives sha256-exact "
          "within its bound across a link dropping 1% of packets each way (the drops counted); "
          "no connection left",
          budget=bound_s(20 * MIB, "loss") + 30)
-def l4_bulk_20m_loss_nosplice(t):
-    bulk(t, "l4", 20 * MIB, "loss", "off")
-
-
 @io.case("l7.bulk_20m_loss",
          "a 20 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
          "bound across a link dropping 1% of packets each way (the drops counted); no "
          "connection left",
          budget=bound_s(20 * MIB, "loss") + 30)
-def l7_bulk_20m_loss(t):
-    bulk(t, "l7", 20 * MIB, "loss")
-
-
 @io.case("l4.bulk_20m_reorder",
          "a 20 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
          "within its bound across a link holding 10% of packets 10 ms past later ones (the "
          "reorders counted); no connection left",
          budget=bound_s(20 * MIB, "reorder") + 30)
-def l4_bulk_20m_reorder(t):
-    bulk(t, "l4", 20 * MIB, "reorder")
-
-
 @io.case("l7.bulk_20m_reorder",
          "a 20 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
          "bound across a link holding 10% of packets 10 ms past later ones (the reorders "
          "counted); no connection left",
          budget=bound_s(20 * MIB, "reorder") + 30)
-def l7_bulk_20m_reorder(t):
-    bulk(t, "l7", 20 * MIB, "reorder")
-
-
 @io.case("l4.bulk_1m_rate",
          "a 1 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
          "within its bound across a 10 Mbit/s link with a 100 ms tail-drop queue (the rate's "
          "floor on the time checked); no connection left",
          budget=bound_s(MIB, "rate") + 30)
-def l4_bulk_1m_rate(t):
-    bulk(t, "l4", MIB, "rate")
-
-
 @io.case("l7.bulk_1m_rate",
          "a 1 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
          "bound across a 10 Mbit/s link with a 100 ms tail-drop queue (the rate's floor on the "
          "time checked); no connection left",
          budget=bound_s(MIB, "rate") + 30)
-def l7_bulk_1m_rate(t):
-    bulk(t, "l7", MIB, "rate")
-
-
 @io.case("l4.bulk_20m_combined",
          "a 20 MiB file from nginx through a tcp listener (splice auto) arrives sha256-exact "
          "within its bound across a link with delay 20 ms, loss 1%, reorder and 10 Mbit/s at "
          "once (each measured); no connection left",
          budget=bound_s(20 * MIB, "combined") + 30)
-def l4_bulk_20m_combined(t):
-    bulk(t, "l4", 20 * MIB, "combined")
-
-
 @io.case("l7.bulk_20m_combined",
          "a 20 MiB file from nginx through the HTTP/1.1 proxy arrives sha256-exact within its "
          "bound across a link with delay 20 ms, loss 1%, reorder and 10 Mbit/s at once (each "
          "measured); no connection left",
          budget=bound_s(20 * MIB, "combined") + 30)
-def l7_bulk_20m_combined(t):
-    bulk(t, "l7", 20 * MIB, "combined")
-
-
 @io.case("l4.bulk_1m_combined_nosplice",
          "a 1 MiB file from nginx through a tcp listener (splice off) arrives sha256-exact "
          "within its bound across a link with delay 20 ms, loss 1%, reorder and 10 Mbit/s at "
          "once (each measured); no connection left",
          budget=bound_s(MIB, "combined") + 30)
-def l4_bulk_1m_combined_nosplice(t):
-    bulk(t, "l4", MIB, "combined", "off")
+def bulk_case(t):
+    """Every bulk case: mode, size, impairment and splice are read from the case's name."""
+    _, _, mode, what = t.name.split(".")
+    size, how, nosplice = re.match(r"bulk_(\d+)m_([a-z]+)(_nosplice)?$", what).groups()
+    bulk(t, mode, int(size) * MIB, how, "off" if nosplice else "auto")
 
 
 # ---------------------------------------------------------------- databases
@@ -374,16 +329,12 @@ def redis(t, how):
          "a 10 MB value SET and GET sha256-exact and a redis-benchmark run of 5 "
          "commands through a tcp listener across a link losing 1% of packets: no error, every "
          "INCR counted once", budget=90)
-def redis_loss(t):
-    redis(t, "loss")
-
-
 @io.case("l4.redis_delay",
          "a 10 MB value SET and GET sha256-exact and a redis-benchmark run of 5 "
          "commands through a tcp listener across a link with a 40 ms RTT: no error, every INCR "
          "counted once", budget=90)
-def redis_delay(t):
-    redis(t, "delay")
+def redis_case(t):
+    redis(t, t.name.rsplit("_", 1)[1])
 
 
 if __name__ == "__main__":
