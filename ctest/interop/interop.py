@@ -141,6 +141,25 @@ class Proc:
         h._unregister(self)
 
 
+class Nginx(Proc):
+    """An nginx() server: its master and the workers it forked. A SIGKILL of the master
+    alone leaves the workers running, orphaned, still serving on the listening socket; the
+    master goes first so it cannot fork a new worker for one killed."""
+
+    def kill(self):
+        try:
+            with open("/proc/%d/task/%d/children" % (self.pid, self.pid)) as f:
+                workers = [int(w) for w in f.read().split()]
+        except OSError:
+            workers = []
+        Proc.kill(self)
+        for w in workers:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def wait_port(p, host="127.0.0.1", timeout=15.0, netns=None):
     if netns is None:
         return h.wait_port(p, timeout=timeout, host=host)
@@ -199,6 +218,7 @@ def nginx(t, root, servers, netns=None):
                 "    fastcgi_temp_path %s/fcgi;\n    uwsgi_temp_path %s/uwsgi;\n    scgi_temp_path %s/scgi;\n"
                 "%s}\n" % ((d,) * 7 + ("".join(blocks),)))
     proc = spawn(["nginx", "-p", d, "-c", conf], netns=netns)
+    proc.__class__ = Nginx
     for p in ports:
         wait_port(p, netns=netns, host="127.0.0.1")
     return proc, ports

@@ -116,25 +116,11 @@ class Download:
         return True
 
 
-def kill_origin(proc):
-    """SIGKILLs nginx: its workers (its children, which serve the connections) and then
-    the master, by PID."""
-    try:
-        with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
-            kids = [int(x) for x in f.read().split()]
-    except OSError:
-        kids = []
-    for k in kids:
-        try:
-            os.kill(k, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.kill()
-
-
 def restart_origin(proc):
     """Starts nginx again on the very config (and port) it ran with."""
-    return io.spawn(list(proc.proc.args))
+    again = io.spawn(list(proc.proc.args))
+    again.__class__ = io.Nginx
+    return again
 
 
 def metric(s, name, **labels):
@@ -179,7 +165,7 @@ def origin_killed(t, mode, h2=False):
     dl = Download("http://127.0.0.1:%d/f" % s.port(), *args)
     started = dl.wait_bytes(4 * MIB)
     at = dl.size()
-    kill_origin(proc)
+    proc.kill()
     rc, took = dl.wait(15)
     got = dl.size()
     t.info("origin killed at %d bytes received; curl exit %s after %.1f s with %d bytes: %s"
@@ -242,7 +228,7 @@ def origin_restarted(t, mode):
     before = [small(s) for _ in range(3)]
     t.check("before: 3 of 3 fetches through sluice are 200 and sha256-exact", all(x[0] for x in before),
             3, before)
-    kill_origin(proc)
+    proc.kill()
     down = []
     t0 = time.monotonic()
     while time.monotonic() - t0 < 1.5:
