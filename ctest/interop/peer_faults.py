@@ -223,7 +223,8 @@ HEALTH = {"l7": "{ type: http, path: /small, interval: 200ms, timeout: 200ms, he
 
 def origin_restarted(t, mode):
     proc, p, _, _ = origin(t, 64 << 10)
-    up = ", timeouts: { connect: 1s, read: 5s }, health: { active: %s }" % HEALTH[mode]
+    up = ", timeouts: { connect: 1s%s }, health: { active: %s }" % (", read: 5s" if mode == "l7" else "",
+                                                                  HEALTH[mode])
     s = io.sluice(t, (l4_conf if mode == "l4" else l7_conf)(p, upstream_extra=up))
     before = [small(s) for _ in range(3)]
     t.check("before: 3 of 3 fetches through sluice are 200 and sha256-exact", all(x[0] for x in before),
