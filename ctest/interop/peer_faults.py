@@ -1,10 +1,10 @@
-"""Faults: real origins (nginx, and a python origin that stays up) and real clients (curl, a
-raw socket client) through sluice while something goes wrong: the origin killed
+"""Faults: a real origin (nginx) and real clients (curl, and a raw socket client for the one
+that stops reading) through sluice while something goes wrong: the origin killed
 mid-transfer, the origin restarted, sluice reloaded or drained mid-transfer, a client that
-stops reading. L7 (HTTP/1.1 proxy, HTTP/2 to the client) and L4 (tcp listener).
+stops reading. L7 (HTTP/1.1 proxy; HTTP/2 to the client too) and L4 (tcp listener).
 
 Transfers are made long enough to be caught in flight with curl's --limit-rate (the client
-reads at a known pace, so "mid-transfer" is a position in the body, not a race).
+reads at a bounded average pace, so "mid-transfer" is a position in the body, not a race).
 """
 
 import hashlib
