@@ -102,6 +102,8 @@ class Link:
         for n, dev, mine, peer in ((self.edge, "nte", EDGE_IP, CORE_IP),
                                    (self.core, "ntc", CORE_IP, EDGE_IP)):
             _ip("-n", n, "addr", "add", mine, "peer", peer, "dev", dev)
+            # no IPv6 link-local address: the link carries the case's IPv4 traffic only
+            _ip("-n", n, "link", "set", dev, "addrgenmode", "none")
             _ip("-n", n, "link", "set", dev, "txqueuelen", "10000", "up")
         t.info("link %s <-> %s through netem_tun: %s" % (self.edge, self.core, self.spec))
 

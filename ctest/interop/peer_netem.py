@@ -73,6 +73,12 @@ def check_impairment(t, link, how, port, elapsed=None, size=None):
     st = link.stats()
     tot = st["total"]
     t.info("netem_tun counters (seed %s): %s" % (st["seed"], tot))
+    accounted = tot["forwarded"] + tot["dropped_loss"] + tot["dropped_queue"] + tot["dropped_limit"] + \
+        tot["write_failed"] + tot["held"]
+    t.check("the link lost only what it meant to: every packet forwarded, dropped by the "
+            "impairment or still held; none refused by a device",
+            accounted == tot["in"] and tot["write_failed"] == 0, (tot["in"], 0),
+            (accounted, tot["write_failed"]))
     if spec.get("loss"):
         ratio = tot["dropped_loss"] / max(1, tot["in"])
         t.check("the link dropped ~%s%% of %d packets (0.3%%..3%%, counted by netem_tun)"
