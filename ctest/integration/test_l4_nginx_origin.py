@@ -47,7 +47,7 @@ def start_nginx(root, d):
     with open(conf, "w") as f:
         # as root nginx's workers run as nobody, who cannot enter the test's 0700 folders
         f.write(("user root;\n" if os.geteuid() == 0 else "") +
-                "worker_processes 1;\ndaemon off;\npid %s/nginx.pid;\nerror_log %s/nginx.err warn;\n"
+                "worker_processes 1;\nmaster_process off;\ndaemon off;\npid %s/nginx.pid;\nerror_log %s/nginx.err warn;\n"
                 "events { worker_connections 512; }\n"
                 "http {\n    access_log off;\n    keepalive_requests 1000;\n"
                 "    server { listen 127.0.0.1:%d; root %s; sendfile on; }\n"

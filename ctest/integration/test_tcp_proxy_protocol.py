@@ -72,7 +72,7 @@ def start_tool(name, conf_for, argv_for):
 
 def start_nginx():
     return start_tool("nginx", lambda d, port: (
-        "worker_processes 1;\ndaemon off;\npid %s/nginx.pid;\nerror_log %s/nginx.err warn;\n"
+        "worker_processes 1;\nmaster_process off;\ndaemon off;\npid %s/nginx.pid;\nerror_log %s/nginx.err warn;\n"
         "events { worker_connections 256; }\n"
         "http {\n    access_log off;\n    default_type text/plain;\n"
         "    server {\n        listen 127.0.0.1:%d proxy_protocol;\n"
