@@ -28,7 +28,8 @@ What it provides:
 Processes are stopped by PID only; threads poll a stop flag and are joined.
 
 The modules, one section each (lower ones never import higher ones):
-  lifecycle       paths (SRC, BIN), temp dirs, the registry cleanup_all stops at exit
+  lifecycle       paths (SRC, BIN), temp dirs, the registry cleanup_all stops at exit,
+                  debian_module (a module of a Debian package, e.g. python3-yaml)
   wire            raw sockets and bytes: Reader, HTTP/1.1 parsing, ports, TCPServer
   client          Client, build_request, request
   metrics         parse_prometheus, metric_values
@@ -49,7 +50,7 @@ from .latency import keepalive_load, percentile
 from .jwt import b64u, ed25519_key, eddsa, hs256
 from .fault_upstream import FAULT_BIN, FaultUpstream, start_fault_upstream
 from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister, cleanup_all,
-                        new_tmpdir, stop_process, tmp_root)
+                        debian_module, new_tmpdir, stop_process, tmp_root)
 from .metrics import metric_values, parse_prometheus
 from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstream, Request,
                             Response, Stop, default_handler, json_response)

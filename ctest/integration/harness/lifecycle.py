@@ -66,6 +66,22 @@ def cleanup_all():
 atexit.register(cleanup_all)
 
 
+def debian_module(name):
+    """Imports a module that comes from a Debian package (python3-yaml: `yaml`). ctest runs
+    these files with the first python3 on PATH, which may be one without Debian's
+    dist-packages: then the test file is run again under /usr/bin/python3. Call it before
+    anything is started."""
+    import importlib
+    import sys
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        debian = "/usr/bin/python3"
+        if os.path.exists(debian) and os.path.realpath(sys.executable) != os.path.realpath(debian):
+            os.execv(debian, [debian] + sys.argv)
+        raise
+
+
 def _die_with_parent():
     """preexec_fn: the child gets SIGKILL if this test process dies (even by SIGKILL).
 

@@ -257,20 +257,24 @@ def set_workers(config_text, workers):
 
 
 def start_sluice(config_text, workers=None, name="sluice", suite=None, args=None, cwd=None,
-                 ready_timeout=15.0, env=None, binary=None, shared_dir=False, prefix=None, config_dir=None):
+                 ready_timeout=15.0, env=None, binary=None, shared_dir=False, prefix=None, config_dir=None,
+                 config_file=None):
     """Writes the config into a fresh temp dir and runs the binary (`binary`, default the
     one under test) on it. shared_dir: the dir is writable by any user (a gateway that
     switches to `user:` writes its ready file after the switch). prefix: argv put before
     the binary's (a wrapper such as setpriv). config_dir: a folder the test made (holding
     files the config names relative to itself) to write the config into instead.
+    config_file: a config the test laid out itself (config_text is then ignored: nothing
+    is written beside it; the ready file and logs go to a fresh temp dir).
 
     Returns a Sluice once the ready file holds valid JSON; raises SluiceStartError
     (with the log tail) if the process exits or the ready file never appears.
     """
     d = config_dir or new_tmpdir(name)
-    cfg = os.path.join(d, "sluice.yaml")
-    with open(cfg, "w") as f:
-        f.write(set_workers(config_text, workers))
+    cfg = config_file or os.path.join(d, "sluice.yaml")
+    if not config_file:
+        with open(cfg, "w") as f:
+            f.write(set_workers(config_text, workers))
     if shared_dir:
         os.chmod(os.path.dirname(d), 0o755)
         os.chmod(d, 0o777)
