@@ -282,3 +282,22 @@ def postgres(t, netns=None):
             break
         time.sleep(0.1)
     return proc, p, env
+
+
+# ---------------------------------------------------------------- databases over L4 (peer_postgres, peer_redis)
+
+def tcp_gateway(t, origin_port, splice=("auto",)):
+    """sluice (2 workers) with one tcp listener per splice mode, named after it ("auto",
+    "off"), each in front of 127.0.0.1:origin_port."""
+    listeners = "".join("  - { name: %s, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: %s }\n"
+                        % (m, m) for m in splice)
+    return sluice(t, "workers: 2\nadmin: { listen: 127.0.0.1:0 }\nlisteners:\n%supstreams:\n"
+                     "  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }\n" % (listeners, origin_port))
+
+
+def tcp_bytes(s, listener):
+    """sluice_tcp_bytes_total of a listener: {"in": read from clients, "out": from upstreams}."""
+    _, m = s.metrics()
+    return {d: sum(v for name, labels, v in m if name == "sluice_tcp_bytes_total"
+                   and labels.get("listener") == listener and labels.get("direction") == d)
+            for d in ("in", "out")}

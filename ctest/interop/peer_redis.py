@@ -15,19 +15,6 @@ BENCH_N = 50000
 BENCH_CMDS = ("set", "get", "lpush", "lpop")
 
 
-def gateway(t, redis_port, splice=("auto",)):
-    """sluice with one tcp listener per splice mode (named after it) in front of redis_port."""
-    listeners = "".join("  - { name: %s, listen: 127.0.0.1:0, protocol: tcp, upstream: r, splice: %s }\n"
-                        % (m, m) for m in splice)
-    return io.sluice(t, """
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners:
-%supstreams:
-  - { name: r, targets: [ { address: 127.0.0.1:%d } ] }
-""" % (listeners, redis_port))
-
-
 def cli(port, *args, stdin=subprocess.DEVNULL, timeout=30):
     """redis-cli against 127.0.0.1:port (its stdin: a file, or commands one a line when
     bytes); CompletedProcess with bytes stdout."""
@@ -70,7 +57,7 @@ def benchmark(t, redis_port, port, what):
 def l4_benchmark(t):
     io.need(t, "redis-benchmark", "redis-cli")
     _, rp = io.redis(t)
-    s = gateway(t, rp)
+    s = io.tcp_gateway(t, rp)
     direct = benchmark(t, rp, rp, "direct")
     through = benchmark(t, rp, s.port("auto"), "through sluice")
     t.info("redis-benchmark -P 16 -c 50 ops/s through sluice / direct: "
@@ -84,7 +71,7 @@ def l4_benchmark(t):
 def l4_value_10m(t):
     io.need(t, "redis-cli")
     _, rp = io.redis(t)
-    s = gateway(t, rp, ("auto", "off"))
+    s = io.tcp_gateway(t, rp, ("auto", "off"))
     path = os.path.join(io.h.new_tmpdir("value"), "v")
     size = 10 << 20
     sha = io.random_file(path, size)
@@ -102,6 +89,9 @@ def l4_value_10m(t):
         t.check("GET %s through sluice (splice %s): the same 10 MiB, sha256-exact" % (key, mode),
                 len(r.stdout) == size + 1 and io.sha256(r.stdout[:-1]) == sha and r.stdout[-1:] == b"\n",
                 (size, sha), (len(r.stdout) - 1, io.sha256(r.stdout[:-1])))
+        moved = io.tcp_bytes(s, mode)
+        t.check("listener %s counted the value both ways (>= 10 MiB in, >= 10 MiB out)" % mode,
+                moved["in"] >= size and moved["out"] >= size, ">= %d each" % size, moved)
 
 
 def messages(path):
@@ -144,7 +134,7 @@ def subscriber(t, port, d, name):
 def l4_subscribe_across_reload(t):
     io.need(t, "redis-cli")
     _, rp = io.redis(t)
-    s = gateway(t, rp)
+    s = io.tcp_gateway(t, rp)
     d = io.h.new_tmpdir("sub")
     old, old_log = subscriber(t, s.port("auto"), d, "old")
     before = ["before-%03d" % i for i in range(20)]
