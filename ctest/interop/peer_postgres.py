@@ -160,9 +160,9 @@ def accepted(s):
 class Session:
     def __init__(self, env, port, d):
         self.proc = subprocess.Popen(["psql", "-qAtX", "-v", "ON_ERROR_STOP=1"], env=via(env, port),
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=open(os.path.join(d, "session.err"), "wb"),
-                                        preexec_fn=io.h._die_with_parent)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(os.path.join(d, "session.err"), "wb"),
+                                     preexec_fn=io.h._die_with_parent)
         self.p = io.Proc(self.proc, "psql")
         io.h._register(self.p)
         self.n = 0
@@ -176,7 +176,7 @@ class Session:
             self.proc.stdin.flush()
         except OSError:
             return None
-        lines, deadline = [], time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         buf = b""
         while time.monotonic() < deadline:
