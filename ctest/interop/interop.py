@@ -254,6 +254,24 @@ def redis(t, netns=None):
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
 
+class Postmaster(Proc):
+    """A postgres() server: stopped with SIGINT (fast shutdown: it ends its sessions and
+    removes its shared memory; SIGTERM would wait for every client to leave, and SIGKILL
+    leaves the SysV segment behind), SIGKILL after 10 s."""
+
+    def stop(self, timeout=10.0):
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        Proc.kill(self)  # SIGKILL if still running; unregisters
+        return self.proc.returncode
+
+    kill = stop  # cleanup_all calls kill
+
+
 def postgres(t, netns=None):
     """A throwaway PostgreSQL cluster made with initdb (trust auth, user postgres) on a free
     port. Returns (Proc, port, env) where env has PGHOST/PGPORT/PGUSER for the client tools."""
@@ -273,8 +291,9 @@ def postgres(t, netns=None):
     proc = spawn(asuser + [os.path.join(PG_BIN, "postgres"), "-D", data, "-p", str(p), "-k", d,
                            "-c", "listen_addresses=%s" % listen, "-c", "fsync=off",
                            "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                           "-c", "max_connections=100"],
+                           "-c", "max_connections=100", "-c", "dynamic_shared_memory_type=mmap"],
                  log=os.path.join(d, "postgres.log"), netns=netns)
+    proc.__class__ = Postmaster
     wait_port(p, netns=netns)
     env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(p), PGUSER="postgres", PGDATABASE="postgres")
     deadline = time.monotonic() + 20
@@ -436,3 +455,22 @@ def json_lines(path, n, timeout=10.0):
         if len(lines) >= n or time.monotonic() > deadline:
             return lines
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- databases over L4 (peer_postgres, peer_redis)
+
+def tcp_gateway(t, origin_port, splice=("auto",)):
+    """sluice (2 workers) with one tcp listener per splice mode, named after it ("auto",
+    "off"), each in front of 127.0.0.1:origin_port."""
+    listeners = "".join("  - { name: %s, listen: 127.0.0.1:0, protocol: tcp, upstream: o, splice: %s }\n"
+                        % (m, m) for m in splice)
+    return sluice(t, "workers: 2\nadmin: { listen: 127.0.0.1:0 }\nlisteners:\n%supstreams:\n"
+                     "  - { name: o, targets: [ { address: 127.0.0.1:%d } ] }\n" % (listeners, origin_port))
+
+
+def tcp_bytes(s, listener):
+    """sluice_tcp_bytes_total of a listener: {"in": read from clients, "out": from upstreams}."""
+    _, m = s.metrics()
+    return {d: sum(v for name, labels, v in m if name == "sluice_tcp_bytes_total"
+                   and labels.get("listener") == listener and labels.get("direction") == d)
+            for d in ("in", "out")}
