@@ -158,6 +158,8 @@ typedef struct {
     uint64_t read_timeout_ms;    /**< default 30s */
     uint64_t write_timeout_ms;   /**< default 30s */
     uint8_t protocol;            /**< SL_UP_HTTP1 (default), SL_UP_H2, SL_UP_H2C */
+    bool tcp_only;               /**< only tcp listeners send to it (no route names it, no
+                                      lua_routes): /status says protocol tcp */
     int line, col;
 } sl_upstream_conf_t;
 

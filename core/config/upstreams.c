@@ -488,6 +488,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
                            u->name, cx->cfg->upstreams[i].line);
     }
     const sl_listener_conf_t *tcp = tcp_user(cx, u->name);
+    u->tcp_only = tcp != NULL;
     if ((v = f[U_BALANCER].val)) {
         const char *s = sl__cfg_get_text(cx, v, "balancer", "a string");
         size_t i = 0;

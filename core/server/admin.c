@@ -215,25 +215,6 @@ static void render_discovery(sl_server_t *srv, text_t *t) {
          (unsigned long long)last.kept, (unsigned long long)last.registrations, (unsigned long long)last.expired);
 }
 
-
-/* An upstream only tcp listeners use (as `upstream:` or in sni_routes; no route names it):
- * /status says its protocol is tcp, whatever http protocol key it has. */
-static bool tcp_only_upstream(const sl_config_t *cfg, int u) {
-    bool tcp = false;
-    for (size_t l = 0; l < cfg->nlisteners; l++) {
-        const sl_listener_conf_t *lc = &cfg->listeners[l];
-        if (lc->protocol != SL_PROTO_TCP) continue;
-        tcp |= lc->upstream == u;
-        for (size_t k = 0; k < lc->nsni_routes; k++) tcp |= lc->sni_routes[k].upstream == u;
-    }
-    for (size_t r = 0; tcp && r < cfg->nroutes; r++) {
-        if (cfg->routes[r].upstream == u) return false;
-        for (size_t k = 0; k < cfg->routes[r].nsplit; k++)
-            if (cfg->routes[r].split[k].upstream == u) return false;
-    }
-    return tcp;
-}
-
 static char *render_status(sl_server_t *srv, size_t *len) {
     const sl_config_t *cfg = srv->cfg;
     text_t t = {0};
@@ -329,7 +310,7 @@ static char *render_status(sl_server_t *srv, size_t *len) {
         tput(&t, "%s{\"name\":", u ? "," : "");
         tjson(&t, uc->name);
         tput(&t, ",\"balancer\":\"%s\",\"protocol\":\"%s\",\"targets\":[", balancer_label[uc->balancer],
-             tcp_only_upstream(cfg, (int)u) ? "tcp" : sl_upstream_protocol_name(uc->protocol));
+             uc->tcp_only ? "tcp" : sl_upstream_protocol_name(uc->protocol));
         uint64_t now = sl_now_ms();
         for (size_t k = 0, shown = 0; k < uc->ntargets; k++) {
             if (!sl_slot_up(uc, k)) continue; /* an empty DNS or registry slot */
