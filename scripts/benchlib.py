@@ -222,3 +222,234 @@ def make_cert(d, kind):
                     "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"] + newkey + ["-keyout", key, "-out", crt],
                    check=True, capture_output=True)
     return os.path.basename(crt), os.path.basename(key)
+
+
+# --------------------------------------------------------------------------- results
+# Every run of scripts/bench writes one file per scenario to bench/results/
+# (<scenario>-<UTC timestamp>.json); scripts/bench-report renders the newest file of each
+# scenario into docs/BENCHMARKS.md, between `<!-- results NAME -->` and `<!-- /results -->`,
+# and the goals table from GOALS below. scripts/check-docs fails when the page differs.
+
+RESULTS_SCHEMA = 1
+
+# The goals a results file can report a value for: id -> (issue, text, op, limit, unit).
+# PASS when `value op limit` and the run had no errors; the page computes it from the value.
+GOALS = {
+    "small.cpu_vs_nginx": (30, "small GET: proxy CPU per request ≤ 0.8× nginx", "<=", 0.8, "×"),
+    "small.rps_vs_nginx": (30, "small GET: req/s ≥ 1.1× nginx", ">=", 1.1, "×"),
+    "small.p99_vs_haproxy": (30, "small GET: p99 ≤ HAProxy's", "<=", 1.0, "×"),
+    "plugins.three_added_us": (30, "request-id + headers + ip-restriction add ≤ 3 µs CPU per request", "<=", 3.0,
+                               " µs"),
+    "scale.rps_10k_vs_10": (30, "req/s at 10,000 routes ≥ 0.95× at 10", ">=", 0.95, "×"),
+    "scale.reload_stall_ms": (30, "reload of 10,000 routes under load: stall ≤ 2 ms", "<=", 2.0, " ms"),
+    "l4.cpr_copy_vs_haproxy": (30, "L4 connection per request (copy): CPU ≤ HAProxy mode tcp's", "<=", 1.0, "×"),
+    "l4.cpr_splice_vs_haproxy": (30, "L4 connection per request (splice): CPU ≤ HAProxy mode tcp's", "<=", 1.0,
+                                 "×"),
+    "l4.down1_vs_haproxy_splice": (30, "L4 1 MiB downloads (splice): MB/s ≥ HAProxy splice's", ">=", 1.0, "×"),
+    "l4peers.pgbench_vs_direct": (27, "pgbench through sluice L4: TPS ≥ 0.95× direct, 0 errors", ">=", 0.95, "×"),
+    "l4peers.pgbench_vs_haproxy": (27, "pgbench through sluice L4: TPS ≥ HAProxy mode tcp's", ">=", 1.0, "×"),
+    "l4peers.redis_vs_direct": (27, "redis-benchmark through sluice L4: ops/s ≥ 0.95× direct, 0 errors", ">=",
+                                0.95, "×"),
+    "l4peers.redis_vs_haproxy": (27, "redis-benchmark through sluice L4: ops/s ≥ HAProxy mode tcp's", ">=", 1.0,
+                                 "×"),
+    "plugins.read1_added_us": (20, "one access phase reading one header adds ≤ 0.7 µs", "<=", 0.7, " µs"),
+    "plugins.three_vs_nginxlua_rps": (20, "req/s with the three plugins ≥ 1.4× nginx + Lua doing the same", ">=",
+                                      1.4, "×"),
+    "plugins.cache_hit_vs_response": (19, "proxy-cache HIT: CPU per request ≤ 1.2× the response plugin's", "<=",
+                                      1.2, "×"),
+    "grpc.calls_vs_nginx": (14, "gRPC unary: calls/s ≥ 1.0× nginx grpc_pass", ">=", 1.0, "×"),
+    "grpc.cpu_vs_nginx": (14, "gRPC unary: CPU per call ≤ 0.9× nginx grpc_pass", "<=", 0.9, "×"),
+    "h2-tls.rps_vs_best": (13, "HTTP/2 over TLS: req/s ≥ 1.0× the best of nginx and h2o", ">=", 1.0, "×"),
+    "h2-tls.cpu_vs_nginx": (13, "HTTP/2 over TLS: CPU per request ≤ 0.9× nginx", "<=", 0.9, "×"),
+    "h2-h2c.rps_vs_best": (13, "HTTP/2 h2c: req/s ≥ 1.0× the best of nginx and h2o", ">=", 1.0, "×"),
+    "h2-h2c.cpu_vs_nginx": (13, "HTTP/2 h2c: CPU per request ≤ 0.9× nginx", "<=", 0.9, "×"),
+    "spike.back_mib": (12, "after a spike of 4,000 requests: RSS within 8 MiB of before, 10 s after", "<=", 8.0,
+                       " MiB"),
+    "spike.peak_vs_haproxy": (12, "spike: peak RSS in flight ≤ HAProxy's", "<=", 1.0, "×"),
+    "big.mibs_vs_nginx": (3, "1 MiB responses: MiB/s ≥ 1.0× nginx", ">=", 1.0, "×"),
+    "idle.kib_per_conn": (3, "idle keep-alive client connection ≤ 1.5 KiB", "<=", 1.5, " KiB"),
+}
+
+
+def goal_result(g):
+    """"PASS", "MISS" or "no data" for a results file's goal entry ({"id", "value", "clean"})."""
+    _, _, op, limit, _ = GOALS[g["id"]]
+    v = g.get("value")
+    if v is None:
+        return "no data"
+    ok = v <= limit if op == "<=" else v >= limit
+    return "PASS" if ok and g.get("clean", True) else "MISS"
+
+
+def goal_value(g):
+    unit = GOALS[g["id"]][4]
+    v = g.get("value")
+    s = "—" if v is None else (f"{v:.2f}×" if unit == "×" else f"{v:.2f}{unit}")
+    if not g.get("clean", True):
+        s += " (sluice had errors)"
+    return s + (f"; {g['note']}" if g.get("note") else "")
+
+
+def results_dir(root=ROOT):
+    return os.environ.get("BENCH_RESULTS") or os.path.join(root, "bench", "results")
+
+
+def git_commit(root=ROOT):
+    """(short commit of HEAD, True when tracked files differ from it), or (None, None)."""
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head or None, bool(dirty)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def machine_facts():
+    """CPU model, cores, kernel and OS of this machine."""
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    osname = None
+    try:
+        with open("/etc/os-release") as f:
+            osname = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line).get("PRETTY_NAME", "")
+            osname = osname.strip('"') or None
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "kernel": os.uname().release, "os": osname}
+
+
+PEER_VERSION = {  # name -> (argv, pattern of the version in its stdout + stderr)
+    "nginx": (["nginx", "-v"], r"nginx/(\S+)"),
+    "haproxy": (["haproxy", "-v"], r"version (\S+)"),
+    "wrk": (["wrk", "-v"], r"wrk (\S+)"),
+    "h2load": (["h2load", "--version"], r"nghttp2/(\S+)"),
+    "h2o": (["h2o", "--version"], r"version (\S+)"),
+    "postgres": (["pgbench", "--version"], r"\) (\S+)"),
+    "redis": (["redis-server", "--version"], r"v=(\S+)"),
+    "openssl": (["openssl", "version"], r"OpenSSL (\S+)"),
+}
+
+
+def peer_versions(names):
+    out = {}
+    for n in names:
+        argv, pat = PEER_VERSION[n]
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            m = re.search(pat, r.stdout + r.stderr)
+            out[n] = m.group(1) if m else None
+        except (OSError, subprocess.SubprocessError):
+            out[n] = None
+    return out
+
+
+def save_result(rec, when=None):
+    """Writes one scenario's record (the fields below filled in where missing) to
+    results_dir()/<scenario>-<UTC timestamp>.json and returns the path; BENCH_RESULTS=0 writes
+    nothing (returns None)."""
+    if os.environ.get("BENCH_RESULTS") == "0":
+        return None
+    import datetime
+    import json
+    when = when or datetime.datetime.now(datetime.timezone.utc)
+    commit, dirty = git_commit()
+    rec = dict({"schema": RESULTS_SCHEMA, "commit": commit, "dirty": dirty,
+                "date": when.strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine_facts()}, **rec)
+    d = results_dir()
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "%s-%s.json" % (rec["scenario"], when.strftime("%Y%m%dT%H%M%SZ")))
+    with open(path, "w") as f:
+        json.dump(rec, f, indent=1, ensure_ascii=False, default=str)
+        f.write("\n")
+    return path
+
+
+def load_results(d):
+    """{scenario: its newest complete record (by date, then file name)} of the *.json files in d."""
+    import json
+    newest = {}
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(d, name)) as f:
+            rec = json.load(f)
+        if rec.get("complete") is False:
+            continue  # a subset of the peers, or other configs: not what the page shows
+        rec["_file"] = name
+        key = (rec["date"], name)
+        if rec["scenario"] not in newest or key > (newest[rec["scenario"]]["date"], newest[rec["scenario"]]["_file"]):
+            newest[rec["scenario"]] = rec
+    return newest
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_run(rec):
+    """A scenario's section body: where and how it was measured, its tables, its notes."""
+    m = rec.get("machine") or {}
+    peers = ", ".join("%s %s" % (k, v) for k, v in sorted((rec.get("peers") or {}).items()) if v)
+    lines = ["Run: commit `%s`%s, %s, %s (%s cores, kernel %s)%s; `bench/results/%s`." % (
+        rec.get("commit") or "unknown", " + local changes" if rec.get("dirty") else "",
+        rec["date"].replace("T", " ").replace("Z", " UTC"), m.get("cpu") or "CPU unknown", m.get("cores", "?"),
+        m.get("kernel") or "?", "; peers: " + peers if peers else "", rec["_file"])]
+    if rec.get("transcribed"):
+        lines.append("Transcribed: " + rec["transcribed"])
+    lines += ["", "```sh", rec["command"], "```"]
+    for t in rec.get("tables", []):
+        lines += ["", t["title"] + ":" if t.get("title") else None, "" if t.get("title") else None,
+                  md_table(t["header"], t["rows"])]
+    if rec.get("notes"):
+        lines += [""] + rec["notes"]
+    return "\n".join(x for x in lines if x is not None)
+
+
+def render_goals(newest):
+    """The goals table: each goal of GOALS with its value from the newest record reporting it."""
+    best = {}
+    for rec in newest.values():
+        for g in rec.get("goals", []):
+            if g["id"] in GOALS and (g["id"] not in best or rec["date"] > best[g["id"]][1]["date"]):
+                best[g["id"]] = (g, rec)
+    rows = []
+    for gid, (issue, text, _, _, _) in GOALS.items():
+        if gid in best:
+            g, rec = best[gid]
+            rows.append([str(issue), text, goal_value(g), "**%s**" % goal_result(g),
+                         "%s, `%s`, %s" % (rec["scenario"], rec.get("commit") or "?", rec["date"][:10])])
+        else:
+            rows.append([str(issue), text, "—", "no data", "—"])
+    return md_table(["issue", "goal", "measured", "result", "run (scenario, commit, date)"], rows)
+
+
+REGION = re.compile(r"(<!-- results (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
+
+
+def render_page(text, newest):
+    """text with every results region replaced by what the records say; also the regions the
+    page names that have no record, and the records the page has no region for."""
+    seen, missing = set(), []
+
+    def sub(m):
+        name = m.group(2)
+        seen.add(name)
+        if name == "goals":
+            body = render_goals(newest)
+        elif name in newest:
+            body = render_run(newest[name])
+        else:
+            missing.append(name)
+            body = "No results file for this scenario yet."
+        return m.group(1) + body + "\n" + m.group(4)
+
+    out = REGION.sub(sub, text)
+    return out, missing, sorted(set(newest) - seen)
