@@ -266,6 +266,14 @@ GOALS = {
     "spike.back_mib": (12, "after a spike of 4,000 requests: RSS within 8 MiB of before, 10 s after", "<=", 8.0,
                        " MiB"),
     "spike.peak_vs_haproxy": (12, "spike: peak RSS in flight ≤ HAProxy's", "<=", 1.0, "×"),
+    "tls.keepalive_vs_nginx": (6, "HTTPS keep-alive req/s ≥ 1.0× nginx (ECDSA and RSA; the lower shown)", ">=",
+                               1.0, "×"),
+    "tls.handshakes_vs_nginx": (6, "new TLS handshakes/s ≥ 1.0× nginx (ECDSA and RSA; the lower shown)", ">=", 1.0,
+                                "×"),
+    "edge.jwt_vs_none": (5, "jwt-auth route: req/s ≥ 0.9× the bare route", ">=", 0.9, "×"),
+    "edge.ratelimit_vs_none": (5, "local rate-limit route: req/s ≥ 0.95× the bare route", ">=", 0.95, "×"),
+    "resilience.p2c_one_slow": (4, "p2c-ewma with one target 10× slower keeps ≥ 0.9× of its all-fast req/s", ">=",
+                                0.9, "×"),
     "big.mibs_vs_nginx": (3, "1 MiB responses: MiB/s ≥ 1.0× nginx", ">=", 1.0, "×"),
     "idle.kib_per_conn": (3, "idle keep-alive client connection ≤ 1.5 KiB", "<=", 1.5, " KiB"),
 }
@@ -371,21 +379,22 @@ def save_result(rec, when=None):
 
 
 def load_results(d):
-    """{scenario: its newest complete record (by date, then file name)} of the *.json files in d."""
+    """Every record of the *.json files in d, oldest first (by date, then file name)."""
     import json
-    newest = {}
+    recs = []
     for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-        if not name.endswith(".json"):
-            continue
-        with open(os.path.join(d, name)) as f:
-            rec = json.load(f)
-        if rec.get("complete") is False:
-            continue  # a subset of the peers, or other configs: not what the page shows
-        rec["_file"] = name
-        key = (rec["date"], name)
-        if rec["scenario"] not in newest or key > (newest[rec["scenario"]]["date"], newest[rec["scenario"]]["_file"]):
-            newest[rec["scenario"]] = rec
-    return newest
+        if name.endswith(".json"):
+            with open(os.path.join(d, name)) as f:
+                rec = json.load(f)
+            rec["_file"] = name
+            recs.append(rec)
+    return sorted(recs, key=lambda r: (r["date"], r["_file"]))
+
+
+def newest_complete(recs):
+    """{scenario: its newest record that ran the scenario's usual peers and configs}: a run of
+    a subset of the proxies (or --same-headers, --plugin-runs) is "complete": false."""
+    return {r["scenario"]: r for r in recs if r.get("complete") is not False}
 
 
 def md_table(header, rows):
@@ -395,16 +404,17 @@ def md_table(header, rows):
 
 
 def render_run(rec):
-    """A scenario's section body: where and how it was measured, its tables, its notes."""
+    """A scenario's section body: what ran, where and how (a link to its file), its tables and
+    notes."""
     m = rec.get("machine") or {}
     peers = ", ".join("%s %s" % (k, v) for k, v in sorted((rec.get("peers") or {}).items()) if v)
-    lines = ["Run: commit `%s`%s, %s, %s (%s cores, kernel %s)%s; `bench/results/%s`." % (
-        rec.get("commit") or "unknown", " + local changes" if rec.get("dirty") else "",
-        rec["date"].replace("T", " ").replace("Z", " UTC"), m.get("cpu") or "CPU unknown", m.get("cores", "?"),
-        m.get("kernel") or "?", "; peers: " + peers if peers else "", rec["_file"])]
+    lines = ["**%s.** %s UTC, commit `%s`%s; %s%s cores, kernel %s%s; [%s](../bench/results/%s):" % (
+        rec["title"][0].upper() + rec["title"][1:], rec["date"][:16].replace("T", " "), rec.get("commit") or "unknown",
+        " + local changes" if rec.get("dirty") else "", m["cpu"] + ", " if m.get("cpu") else "", m.get("cores", "?"),
+        m.get("kernel") or "?", "; " + peers if peers else "", rec["_file"], rec["_file"]),
+        "`%s`." % rec["command"]]
     if rec.get("transcribed"):
-        lines.append("Transcribed: " + rec["transcribed"])
-    lines += ["", "```sh", rec["command"], "```"]
+        lines.append("Transcribed " + rec["transcribed"])
     for t in rec.get("tables", []):
         lines += ["", t["title"] + ":" if t.get("title") else None, "" if t.get("title") else None,
                   md_table(t["header"], t["rows"])]
@@ -413,12 +423,13 @@ def render_run(rec):
     return "\n".join(x for x in lines if x is not None)
 
 
-def render_goals(newest):
-    """The goals table: each goal of GOALS with its value from the newest record reporting it."""
+def render_goals(recs):
+    """The goals table: each goal of GOALS with its value from the newest record reporting it
+    (complete or not: a goal's ratio is between runs of one run's proxies)."""
     best = {}
-    for rec in newest.values():
+    for rec in recs:  # oldest first: the newest wins
         for g in rec.get("goals", []):
-            if g["id"] in GOALS and (g["id"] not in best or rec["date"] > best[g["id"]][1]["date"]):
+            if g["id"] in GOALS:
                 best[g["id"]] = (g, rec)
     rows = []
     for gid, (issue, text, _, _, _) in GOALS.items():
@@ -434,16 +445,17 @@ def render_goals(newest):
 REGION = re.compile(r"(<!-- results (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
-def render_page(text, newest):
+def render_page(text, recs):
     """text with every results region replaced by what the records say; also the regions the
-    page names that have no record, and the records the page has no region for."""
+    page names that have no record, and the scenarios the page has no region for."""
+    newest = newest_complete(recs)
     seen, missing = set(), []
 
     def sub(m):
         name = m.group(2)
         seen.add(name)
         if name == "goals":
-            body = render_goals(newest)
+            body = render_goals(recs)
         elif name in newest:
             body = render_run(newest[name])
         else:
