@@ -4,7 +4,10 @@ removed, a metric renamed in the code, and a key added to the code but not to th
 must each fail, naming the key; a file the docs name in a code span that is renamed, or
 a missing path written into a doc, must fail at FILE:LINE, while an existing file (with
 a :LINE), a directory, a glob, a placeholder, a build/ path, an absolute path and a path
-in a fenced block pass."""
+in a fenced block pass; docs/BENCHMARKS.md's results regions must be what
+scripts/bench-report makes of bench/results/ (an edited page, a newer file, a missing
+file each fail)."""
+import json
 import os
 import re
 import shutil
@@ -169,6 +172,40 @@ line = append(d, 'conf/sluice.yaml', '# coming (an error in this build): redis\n
 rc, out = run(d)
 check(rc == 1 and 'conf/sluice.yaml:%d: `redis` is listed as coming, but this build accepts it' % line in out,
       'a key the default config calls "coming" that the parser accepts fails at FILE:LINE', out)
+shutil.rmtree(d)
+
+# docs/BENCHMARKS.md's results regions are what bench/results/ gives (whatever the figures are)
+d = copy_tree()
+edit(d, 'docs/BENCHMARKS.md', r'\*\*(PASS|MISS)\*\*', '**no data**')
+rc, out = run(d)
+check(rc == 1 and re.search(r'docs/BENCHMARKS\.md:\d+: the results differ from what bench/results/ gives', out)
+      is not None, 'a goal\'s verdict edited on the page (not in its results file) fails', out)
+shutil.rmtree(d)
+
+d = copy_tree()
+res = os.path.join(d, 'bench', 'results')
+small = [n for n in sorted(os.listdir(res)) if n.startswith('small-')][-1]
+with open(os.path.join(res, small)) as f:
+    rec = json.load(f)
+rec['goals'] = [dict(g, value=0.5, clean=True) if g['id'] == 'small.cpu_vs_nginx' else g for g in rec['goals']]
+with open(os.path.join(res, small), 'w') as f:
+    json.dump(rec, f)
+rc, out = run(d)
+check(rc == 1 and 'the results differ from what bench/results/ gives' in out,
+      'a newer figure in a results file that the page does not show fails', out)
+subprocess.run([sys.executable, os.path.join(d, 'scripts', 'bench-report'), '--root', d], check=True,
+               capture_output=True)
+rc, out = run(d)
+with open(os.path.join(d, 'docs', 'BENCHMARKS.md')) as f:
+    page = f.read()
+check(rc == 0 and re.search(r'\| small GET: proxy CPU per request ≤ 0\.8× nginx \| 0\.50×[^|]* \| \*\*PASS\*\*', page)
+      is not None, 'scripts/bench-report rewrites the page from the file, PASS computed from the value', out)
+for n in os.listdir(res):
+    if n.startswith('grpc-'):
+        os.remove(os.path.join(res, n))
+rc, out = run(d)
+check(rc == 1 and 'docs/BENCHMARKS.md: results region `grpc` has no bench/results/grpc-*.json' in out,
+      'a results region without a results file fails', out)
 shutil.rmtree(d)
 
 print('%d failure(s)' % failures)
