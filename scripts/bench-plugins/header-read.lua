@@ -1,6 +1,6 @@
 -- header-read: one access phase that reads one request header into ctx, the smallest
 -- useful plugin. scripts/bench puts it alone on a route: what one phase with one header
--- read costs a request (issue 20's ≤ 0.7 µs); docs/BENCHMARKS.md, scenario e.
+-- read costs a request (issue 20's ≤ 0.7 µs); docs/BENCHMARKS.md, "Plugins".
 local request = require("sluice").request
 
 return {

@@ -1,6 +1,6 @@
 -- noop-phases: a plugin with every phase this build calls (rewrite, access, header_filter,
 -- log), each doing nothing. Against noop-access it gives what entering one more phase
--- costs (docs/BENCHMARKS.md, scenario e).
+-- costs (docs/BENCHMARKS.md, "Plugins").
 local M = {
     name = "noop-phases",
     version = "1.0",
