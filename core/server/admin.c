@@ -32,6 +32,7 @@ typedef struct {
     sl_server_t *srv;
     int open_handles; /* tcp and timer: freed when both are closed */
     bool closing;
+    bool awaiting; /* a reload's answer is due: freed by it, not by the close */
     char buf[ADMIN_HEAD_MAX];
     size_t len;
     char *out;
@@ -42,7 +43,7 @@ typedef struct {
 
 static void admin_on_close(uv_handle_t *h) {
     admin_conn_t *a = h->data;
-    if (--a->open_handles > 0) return;
+    if (--a->open_handles > 0 || a->awaiting) return;
     free(a->out);
     free(a);
 }
@@ -503,6 +504,23 @@ static const char *parse_registration(const char *p, size_t len, registration_t 
     return NULL;
 }
 
+/* POST /reload's answer (reload.c): sent, unless the connection went meanwhile. */
+static void admin_reloaded(sl_server_t *srv, int rc, char *json, void *ud) {
+    (void)srv;
+    admin_conn_t *a = ud;
+    a->awaiting = false;
+    if (a->closing) {
+        free(json);
+        if (a->open_handles == 0) {
+            free(a->out);
+            free(a);
+        }
+        return;
+    }
+    if (!json) json = strdup("{\"ok\":false}\n");
+    admin_send(a, rc == SL_OK ? 200 : 422, "application/json", json, json ? strlen(json) : 0);
+}
+
 static void send_json_error(admin_conn_t *a, int status, const char *why) {
     text_t t = {0};
     tput(&t, "{\"error\":");
@@ -725,9 +743,10 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         if (!SL_IEQ(m, "post")) {
             SEND_LIT(405, "{\"error\":\"POST /reload\"}\n");
         } else {
-            int rc = sl_server_reload(srv, "POST /reload", true, &body);
-            if (!body) body = strdup("{\"ok\":false}\n");
-            admin_send(a, rc == SL_OK ? 200 : 422, "application/json", body, body ? strlen(body) : 0);
+            /* the answer comes once the new workers serve: no deadline meanwhile */
+            uv_timer_stop(&a->timer);
+            a->awaiting = true;
+            sl_server_reload(srv, "POST /reload", true, admin_reloaded, a);
         }
     } else if (sl_str_ieq(p, "/cache", 6)) {
         admin_cache(a, m, q ? q + 1 : "", q ? plen - (size_t)(q + 1 - path) : 0);

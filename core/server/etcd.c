@@ -307,6 +307,7 @@ struct sl_etcd_s {
     bool have_built, ready, up, attached, closing;
     uint64_t since_ms; /* up (or down) since, wall clock */
     long long applied_rev;
+    long long asked_rev; /* the revision of the reload asked for last */
     uint64_t applied, rejected, full_reads, compactions;
     char last_error[2048];
     sl_ec_t *call, *watch, *probe;
@@ -368,26 +369,13 @@ static void write_snapshot(sl_etcd_t *e) {
     free(b.p);
 }
 
-/* The debounce ended: one generation from the keys as they are now. */
-static void apply(sl_etcd_t *e) {
-    uint64_t h = sl__kv_hash(&e->kvs);
-    if (e->have_built && h == e->built_hash) return; /* what is served already */
-    if (e->kvs.n == 0) {
-        /* Not even a push's _push key: etcd was wiped, restored empty, or the prefix is
-         * wrong. Dropping every route of the fleet is never what that means, and a gateway
-         * that has no config yet is not made ready by it. */
-        sl_log_warn("etcd: %s holds no keys at revision %lld: generation %llu keeps serving until a push", e->prefix,
-                    e->rev, (unsigned long long)e->srv->generation);
-        return;
-    }
-    e->built_hash = h;
-    e->have_built = true;
-    char why[64];
-    snprintf(why, sizeof why, "etcd revision %lld", e->rev);
-    char *json = NULL;
-    if (sl_server_reload(e->srv, why, false, &json) == SL_OK) {
+/* The reload of the keys as they were read answered (reload.c). */
+static void applied(sl_server_t *srv, int rc, char *json, void *ud) {
+    (void)srv;
+    sl_etcd_t *e = ud;
+    if (rc == SL_OK) {
         e->applied++;
-        e->applied_rev = e->rev;
+        e->applied_rev = e->asked_rev;
         e->ready = true;
         e->last_error[0] = 0;
         write_snapshot(e);
@@ -405,6 +393,26 @@ static void apply(sl_etcd_t *e) {
         }
     }
     free(json);
+}
+
+/* The debounce ended: one generation from the keys as they are now. */
+static void apply(sl_etcd_t *e) {
+    uint64_t h = sl__kv_hash(&e->kvs);
+    if (e->have_built && h == e->built_hash) return; /* what is served already */
+    if (e->kvs.n == 0) {
+        /* Not even a push's _push key: etcd was wiped, restored empty, or the prefix is
+         * wrong. Dropping every route of the fleet is never what that means, and a gateway
+         * that has no config yet is not made ready by it. */
+        sl_log_warn("etcd: %s holds no keys at revision %lld: generation %llu keeps serving until a push", e->prefix,
+                    e->rev, (unsigned long long)e->srv->generation);
+        return;
+    }
+    e->built_hash = h;
+    e->have_built = true;
+    char why[64];
+    snprintf(why, sizeof why, "etcd revision %lld", e->rev);
+    e->asked_rev = e->rev;
+    sl_server_reload(e->srv, why, false, applied, e);
 }
 
 static void on_debounce(uv_timer_t *t) { apply(t->data); }

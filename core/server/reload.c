@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <libgen.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -351,17 +353,80 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
 
 /* ---- retiring old worker sets ---- */
 
-static void free_generation(sl_server_t *srv, sl_retired_t *r) {
+/* A reload's threads run at SCHED_IDLE: the scheduler gives it only CPU time no worker wants, so a
+ * worker never waits for it (at normal priority a worker sharing its core waited whole
+ * time slices while 10,000 routes were built: docs/DECISIONS.md). */
+static void idle_priority(const char *name) {
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    pthread_setname_np(pthread_self(), name);
+}
+
+/* What is left of a retired generation once its workers stopped: their VMs and buffers,
+ * its config. Freed on a thread of its own at SCHED_IDLE, like a build: a 10,000-route
+ * generation takes tens of milliseconds to free, then malloc_trim walks the heap. */
+typedef struct sl_reaper_s {
+    struct sl_reaper_s *next;
+    pthread_t thread;
+    sl_worker_t *workers;
+    int nworkers;
+    int *listen_fds;
+    sl_config_t *cfg; /* NULL: not this one's to free */
+} reaper_t;
+
+static void reap(reaper_t *rp) {
+    for (int i = 0; i < rp->nworkers; i++) sl_worker_destroy(&rp->workers[i]);
+    free(rp->workers);
+    free(rp->listen_fds);
+    if (rp->cfg) sl_config_free(rp->cfg);
+}
+
+static void *reaper_main(void *arg) {
+    reaper_t *rp = arg;
+    idle_priority("sluice-reap");
+    reap(rp);
+    malloc_trim(0); /* a generation's VMs and buffers are gone: give the pages back */
+    return NULL;
+}
+
+/* Joins the reapers (all of them: cleanup; else those done). */
+static void join_reapers(sl_server_t *srv, bool all) {
+    for (reaper_t **pp = &srv->reapers; *pp;) {
+        reaper_t *rp = *pp;
+        if (!all && pthread_tryjoin_np(rp->thread, NULL) != 0) {
+            pp = &rp->next;
+            continue;
+        }
+        if (all) pthread_join(rp->thread, NULL);
+        *pp = rp->next;
+        free(rp);
+    }
+}
+
+/* The retired generation's workers stopped: joined here, the rest freed by a reaper (or
+ * here when `now`, or when no thread can start). */
+static void free_generation(sl_server_t *srv, sl_retired_t *r, bool now) {
     for (int i = 0; i < r->nworkers; i++) sl_worker_join(&r->workers[i]);
-    for (int i = 0; i < r->nworkers; i++) sl_worker_destroy(&r->workers[i]);
-    free(r->workers);
-    free(r->listen_fds);
-    sl_upgen_free(&srv->treg, r->ug);
-    if (r->cfg != srv->boot_cfg) sl_config_free(r->cfg);
+    sl_upgen_free(&srv->treg, r->ug); /* main loop: the target registry is its */
+    reaper_t *rp = calloc(1, sizeof(*rp));
+    reaper_t tmp = {0};
+    reaper_t *use = rp ? rp : &tmp;
+    use->workers = r->workers;
+    use->nworkers = r->nworkers;
+    use->listen_fds = r->listen_fds;
+    use->cfg = r->cfg != srv->boot_cfg ? r->cfg : NULL; /* the first generation's belongs to main() */
+    if (!now && rp && pthread_create(&rp->thread, NULL, reaper_main, rp) == 0) {
+        rp->next = srv->reapers;
+        srv->reapers = rp;
+        return;
+    }
+    reap(use);
+    free(rp);
 }
 
 static void on_retire_poll(uv_timer_t *t) {
     sl_server_t *srv = t->data;
+    join_reapers(srv, false);
     sl_retired_t **pp = &srv->retired;
     while (*pp) {
         sl_retired_t *r = *pp;
@@ -375,14 +440,10 @@ static void on_retire_poll(uv_timer_t *t) {
         for (int i = 0; i < r->nworkers && i < srv->nworkers; i++)
             sl_metrics_fold(&srv->workers[i].metrics, srv->cfg, &r->workers[i].metrics, r->cfg);
         *pp = r->next;
-        /* The first generation's config belongs to main(); later ones to their reload. */
-        free_generation(srv, r);
+        free_generation(srv, r, false);
         free(r);
     }
-    if (!srv->retired) {
-        uv_timer_stop(&srv->retire_poll);
-        malloc_trim(0); /* a generation's VMs and buffers are gone: give the pages back */
-    }
+    if (!srv->retired && !srv->reapers) uv_timer_stop(&srv->retire_poll);
 }
 
 /* ---- sockets for the new generation ---- */
@@ -453,136 +514,184 @@ static int reject(sl_server_t *srv, const char *why, const char *msg, char **jso
     return SL_ERROR;
 }
 
-static int reload(sl_server_t *srv, const char *why, bool forced, char **json);
+/* A reload asked for: who hears the answer. */
+typedef struct sl_reload_wait_s {
+    struct sl_reload_wait_s *next;
+    sl_reload_cb cb;
+    void *ud;
+    bool forced;
+    char why[48];
+} rwait_t;
 
-/* The service manager hears RELOADING=1 before the build and READY=1 after it, accepted or
- * rejected alike: either way the process is serving again (systemd's `reload` returns then).
- * Once draining (STOPPING=1 was sent) a reload is refused and nothing more is said. */
-int sl_server_reload(sl_server_t *srv, const char *why, bool forced, char **json) {
-    bool tell = !srv->embedded && !sl_server_draining(srv);
-    if (tell) sl_notify_reloading();
-    int rc = reload(srv, why, forced, json);
-    if (tell) sl_notify("READY=1");
-    return rc;
+/* One build: made on its thread (build_main), applied on the main loop (on_built). While
+ * it runs, the thread reads srv->cfg and srv->config_hash, which only on_built changes. */
+typedef struct sl_reload_job_s {
+    sl_server_t *srv;
+    rwait_t *waiters;
+    char why[48];
+    bool forced;
+    bool tell;         /* the service manager heard RELOADING=1 */
+    pthread_t thread;
+    uint64_t etcd_hash;
+    /* the thread's results */
+    sl_config_t *n;    /* the new config (etcd: built on the main loop before the thread) */
+    char *err;         /* why it is rejected (malloc'ed), or NULL */
+    uint64_t hash;
+    bool unchanged;    /* the running generation's content */
+    sl_worker_t *ws;   /* the new workers, initialized (their VMs loaded), not started */
+    int inited;
+    const char *werr;
+} sl_reload_job_t;
+
+static char *errors_text(const sl_errors_t *errs) {
+    size_t total = 1;
+    for (size_t i = 0; i < errs->n; i++) total += strlen(errs->lines[i]) + 1;
+    char *msg = malloc(total);
+    if (!msg) return strdup("invalid config");
+    msg[0] = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < errs->n; i++)
+        off += (size_t)snprintf(msg + off, total - off, "%s%s", i ? "\n" : "", errs->lines[i]);
+    return msg;
 }
 
-static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
-    if (json) *json = NULL;
-    if (sl_server_draining(srv)) return reject(srv, why, "the server is shutting down", json);
-
-    /* 1. Build and validate, exactly as a start does. */
+/* The config file's text, or NULL with j->err. */
+static char *read_config(sl_reload_job_t *j, size_t *len) {
+    const char *path = j->srv->config_path;
     char *text = NULL;
-    size_t len = 0;
-    if (srv->config_path) {
-        FILE *f = fopen(srv->config_path, "rb");
-        if (f) {
-            fseek(f, 0, SEEK_END);
-            long sz = ftell(f);
-            fseek(f, 0, SEEK_SET);
-            if (sz >= 0 && (text = malloc((size_t)sz + 1)) && fread(text, 1, (size_t)sz, f) == (size_t)sz) {
-                len = (size_t)sz;
-                text[len] = 0;
-            } else {
-                free(text);
-                text = NULL;
-            }
-            fclose(f);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        if (sz >= 0 && (text = malloc((size_t)sz + 1)) && fread(text, 1, (size_t)sz, f) == (size_t)sz) {
+            *len = (size_t)sz;
+            text[sz] = 0;
+        } else {
+            free(text);
+            text = NULL;
         }
-        if (!text) {
-            char msg[512];
-            snprintf(msg, sizeof(msg), "%s: cannot read: %s", srv->config_path, strerror(errno));
-            return reject(srv, why, msg, json);
-        }
+        fclose(f);
     }
-    sl_errors_t errs = {0};
-    sl_config_t *n = NULL;
+    if (!text) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s: cannot read: %s", path, strerror(errno));
+        j->err = strdup(msg);
+    }
+    return text;
+}
+
+/* Builds and validates exactly as a start does; j->n, or j->err. The etcd source builds on
+ * the main loop (its key set changes there) and hands j->n over. */
+static void build_config(sl_reload_job_t *j, char *text, size_t len) {
+    sl_server_t *srv = j->srv;
     const char *src = text ? text : sl_default_conf;
     size_t srclen = text ? len : sl_default_conf_len;
-    int rc;
-    if (srv->etcd) /* the local file's process keys and etcd's entries, plugins checked */
-        rc = sl__etcd_build(srv->etcd, srv->config_path, src, srclen, &n, &errs);
-    else
-        rc = sl_config_build(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &n, &errs);
-    if (rc != 0) {
-        size_t total = 1;
-        for (size_t i = 0; i < errs.n; i++) total += strlen(errs.lines[i]) + 1;
-        char *msg = malloc(total);
-        if (msg) {
-            msg[0] = 0;
-            size_t off = 0;
-            for (size_t i = 0; i < errs.n; i++)
-                off += (size_t)snprintf(msg + off, total - off, "%s%s", i ? "\n" : "", errs.lines[i]);
+    if (!j->n) {
+        sl_errors_t errs = {0};
+        int rc = sl_config_build(srv->config_path ? srv->config_path : "<embedded default>", src, srclen, &j->n, &errs);
+        if (rc != 0) {
+            j->err = errors_text(&errs);
+            if (j->n) sl_config_free(j->n);
+            j->n = NULL;
         }
-        reject(srv, why, msg ? msg : "invalid config", json);
-        free(msg);
         sl_errors_free(&errs);
-        if (n) sl_config_free(n);
+        if (!j->n) return;
+    }
+    j->hash = sl_config_hash(j->n, src, srclen);
+    if (srv->etcd) j->hash = fnv(j->hash, &j->etcd_hash, sizeof j->etcd_hash);
+}
+
+/* What a reload cannot change in this build, or NULL. */
+static const char *needs_restart(const sl_config_t *o, const sl_config_t *n) {
+    if (n->workers != o->workers) return "'workers' changed: a restart applies it";
+    if (n->admin_enabled != o->admin_enabled ||
+        (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0))
+        return "the admin listener changed: a restart applies it";
+    if ((n->run_user != NULL) != (o->run_user != NULL) ||
+        (n->run_user && (n->run_uid != o->run_uid || n->run_gid != o->run_gid)))
+        return "'user' or 'group' changed: a restart applies it";
+    return NULL;
+}
+
+static void *build_main(void *arg) {
+    sl_reload_job_t *j = arg;
+    sl_server_t *srv = j->srv;
+    idle_priority("sluice-reload");
+    if (!j->n) { /* (etcd's was built on the main loop) */
+        size_t len = 0;
+        char *text = NULL;
+        if (srv->config_path && !(text = read_config(j, &len))) goto done;
+        build_config(j, text, len);
         free(text);
-        return SL_ERROR;
+        if (!j->n) goto done;
     }
-    sl_errors_free(&errs);
-    uint64_t hash = sl_config_hash(n, src, srclen);
-    if (srv->etcd) {
-        uint64_t k = sl__etcd_hash(srv->etcd);
-        hash = fnv(hash, &k, sizeof k);
-    }
-    free(text);
     /* The same content as the running generation (config text and every file it reads):
      * a watch or etcd event that changed nothing is not applied (it would only churn VMs
      * and keep-alive connections). An explicit reload (SIGHUP, POST /reload, `sluice
      * reload`) always builds and swaps a new generation, as nginx and HAProxy do: what a
      * plugin fetched or derived at load (a JWKS, a key list) is read again even where the
      * core could not see that it changed. */
-    bool unchanged = hash == srv->config_hash;
-    if (unchanged && !forced) {
-        sl_config_free(n);
-        sl_log_info("reload (%s): content unchanged (hash %016llx), generation %llu keeps serving; nothing applied",
-                    why, (unsigned long long)hash, (unsigned long long)srv->generation);
-        if (json && (*json = malloc(192)))
-            snprintf(*json, 192,
-                     "{\"ok\":true,\"applied\":false,\"unchanged\":true,\"generation\":%llu,\"hash\":\"%016llx\","
-                     "\"changed\":[]}\n",
-                     (unsigned long long)srv->generation, (unsigned long long)hash);
-        return SL_OK;
+    j->unchanged = j->hash == srv->config_hash;
+    if (j->unchanged && !j->forced) {
+        sl_config_free(j->n);
+        j->n = NULL;
+        goto done;
     }
-
-    /* 2. What a reload cannot change in this build. */
-    const sl_config_t *o = srv->cfg;
-    const char *restart = NULL;
-    if (n->workers != o->workers) restart = "'workers' changed: a restart applies it";
-    else if (n->admin_enabled != o->admin_enabled ||
-             (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0))
-        restart = "the admin listener changed: a restart applies it";
-    else if ((n->run_user != NULL) != (o->run_user != NULL) ||
-             (n->run_user && (n->run_uid != o->run_uid || n->run_gid != o->run_gid)))
-        restart = "'user' or 'group' changed: a restart applies it";
+    const char *restart = needs_restart(srv->cfg, j->n);
     if (restart) {
-        sl_config_free(n);
-        return reject(srv, why, restart, json);
+        j->err = strdup(restart);
+        goto done;
     }
+    /* The new workers with their VMs loaded: the longest part of a reload. */
+    int nw = srv->nworkers;
+    j->ws = calloc((size_t)nw, sizeof(sl_worker_t));
+    j->werr = j->ws ? NULL : "out of memory";
+    for (int i = 0; j->ws && i < nw && !j->werr; i++) {
+        if (sl_worker_init(&j->ws[i], srv, j->n, i, &j->werr) != SL_OK) break;
+        j->inited++;
+    }
+done:
+    uv_async_send(&srv->reload_async);
+    return NULL;
+}
 
-    /* 3. Sockets, then workers, of the new generation. */
+static void destroy_workers(sl_worker_t *ws, int n) {
+    for (int i = 0; i < n; i++) sl_worker_destroy(&ws[i]);
+    free(ws);
+}
+
+/* Sockets, then workers, of the built generation; then the swap. Main loop. */
+static int apply(sl_reload_job_t *j, char **json) {
+    sl_server_t *srv = j->srv;
+    const char *why = j->why;
+    sl_config_t *n = j->n;
+    int nw = srv->nworkers;
+    if (j->werr) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "%s", j->werr);
+        destroy_workers(j->ws, j->inited);
+        sl_config_free(n);
+        return reject(srv, why, msg, json);
+    }
+    sl_worker_t *ws = j->ws;
     char err[512] = "";
     int *fds = NULL;
     char(*texts)[80] = NULL;
     if (new_sockets(srv, n, &fds, &texts, err, sizeof(err)) != SL_OK) {
+        destroy_workers(ws, nw);
         sl_config_free(n);
         return reject(srv, why, err, json);
     }
-    int nw = srv->nworkers;
-    sl_worker_t *ws = calloc((size_t)nw, sizeof(sl_worker_t));
     sl_upgen_t *ug = sl_upgen_new(&srv->treg, n); /* targets kept by name and address keep their state */
-    int inited = 0;
-    const char *werr = ws && ug ? NULL : "out of memory";
+    const char *werr = ug ? NULL : "out of memory";
     /* the new slots filled from what discovery knows, before a worker can pick */
     bool bound = !werr && srv->disc && sl_discovery_bind(srv->disc, ug, &werr) == SL_OK;
-    for (int i = 0; ws && i < nw && !werr; i++) {
-        if (sl_worker_init(&ws[i], srv, n, i, &werr) != SL_OK) break;
+    for (int i = 0; i < nw; i++) {
         ws[i].ug = ug;
         ws[i].generation = srv->generation + 1; /* the number it gets when swapped in */
         ws[i].nworkers = nw;
         ws[i].listen_fds = fds;
-        inited++;
     }
     int started = 0;
     for (int i = 0; !werr && i < nw; i++) {
@@ -597,8 +706,7 @@ static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
         snprintf(msg, sizeof(msg), "%s", werr);
         for (int i = 0; i < started; i++) sl_worker_drain(&ws[i]);
         for (int i = 0; i < started; i++) sl_worker_join(&ws[i]);
-        for (int i = 0; i < inited; i++) sl_worker_destroy(&ws[i]);
-        free(ws);
+        destroy_workers(ws, nw);
         const char *berr;
         if (bound) sl_discovery_bind(srv->disc, srv->ug, &berr); /* back to the generation served */
         sl_upgen_free(&srv->treg, ug);
@@ -617,7 +725,7 @@ static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
         if (acked < nw) usleep(1000);
     }
 
-    /* 4. Swap, then retire the old set: it stops accepting and drains on its config. */
+    /* Swap, then retire the old set: it stops accepting and drains on its config. */
     sl_retired_t *old = calloc(1, sizeof(*old));
     if (old) {
         old->cfg = srv->cfg;
@@ -655,7 +763,7 @@ static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
     srv->generation++;
     srv->reloads_ok++;
     if (sl_telemetry_configure(&n->telemetry) != SL_OK) sl_log_err("telemetry: cannot start the exporter");
-    srv->config_hash = hash;
+    srv->config_hash = j->hash;
     if (!srv->retire_poll_on) {
         uv_timer_init(srv->loop, &srv->retire_poll);
         srv->retire_poll.data = srv;
@@ -663,8 +771,9 @@ static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
     }
     uv_timer_start(&srv->retire_poll, on_retire_poll, 20, 20);
 
+    bool unchanged = j->unchanged;
     sl_log_info("reload (%s): generation %llu applied, hash %016llx%s, changed [%s], %d/%d workers acked", why,
-                (unsigned long long)srv->generation, (unsigned long long)hash,
+                (unsigned long long)srv->generation, (unsigned long long)j->hash,
                 unchanged ? " (content unchanged: plugins loaded again)" : "", changed, acked, nw);
     if (json) {
         size_t cap = strlen(changed) + 256;
@@ -673,12 +782,155 @@ static int reload(sl_server_t *srv, const char *why, bool forced, char **json) {
             snprintf(*json, cap,
                      "{\"ok\":true,\"applied\":true,\"unchanged\":%s,\"generation\":%llu,\"hash\":\"%016llx\","
                      "\"changed\":[%s],\"workers_acked\":%d}\n",
-                     unchanged ? "true" : "false", (unsigned long long)srv->generation, (unsigned long long)hash,
+                     unchanged ? "true" : "false", (unsigned long long)srv->generation, (unsigned long long)j->hash,
                      changed, acked);
     }
     sl__server_note_generation(srv, changed); /* takes changed */
     sl_server_watch(srv); /* plugin folders may have changed */
     return SL_OK;
+}
+
+/* The build's outcome as an answer; main loop. */
+static int finish(sl_reload_job_t *j, char **json) {
+    sl_server_t *srv = j->srv;
+    if (sl_server_draining(srv)) {
+        if (j->ws) destroy_workers(j->ws, j->inited);
+        if (j->n) sl_config_free(j->n);
+        return reject(srv, j->why, "the server is shutting down", json);
+    }
+    if (j->err) {
+        if (j->ws) destroy_workers(j->ws, j->inited);
+        if (j->n) sl_config_free(j->n);
+        return reject(srv, j->why, j->err, json);
+    }
+    if (!j->n) { /* the running generation's content, not forced: nothing to apply */
+        sl_log_info("reload (%s): content unchanged (hash %016llx), generation %llu keeps serving; nothing applied",
+                    j->why, (unsigned long long)j->hash, (unsigned long long)srv->generation);
+        if (json && (*json = malloc(192)))
+            snprintf(*json, 192,
+                     "{\"ok\":true,\"applied\":false,\"unchanged\":true,\"generation\":%llu,\"hash\":\"%016llx\","
+                     "\"changed\":[]}\n",
+                     (unsigned long long)srv->generation, (unsigned long long)j->hash);
+        return SL_OK;
+    }
+    return apply(j, json);
+}
+
+static void start_job(sl_server_t *srv);
+
+/* Answers every reload the job built for, then starts the next when more were asked. */
+static void job_done(sl_reload_job_t *j, int rc, char *json) {
+    sl_server_t *srv = j->srv;
+    srv->reload_job = NULL;
+    if (j->tell) sl_notify("READY=1");
+    for (rwait_t *w = j->waiters, *next; w; w = next) {
+        next = w->next;
+        char *copy = json && next ? strdup(json) : NULL;
+        if (w->cb)
+            w->cb(srv, rc, next ? copy : json, w->ud);
+        else
+            free(next ? copy : json);
+        if (!next) json = NULL;
+        free(w);
+    }
+    free(json);
+    free(j->err);
+    free(j);
+    if (srv->reload_queue) start_job(srv);
+}
+
+static void on_built(uv_async_t *a) {
+    sl_server_t *srv = a->data;
+    sl_reload_job_t *j = srv->reload_job;
+    if (!j || !j->thread) return;
+    pthread_join(j->thread, NULL);
+    j->thread = 0;
+    char *json = NULL;
+    int rc = finish(j, &json);
+    job_done(j, rc, json);
+}
+
+/* Takes every reload asked for so far into one build. */
+static void start_job(sl_server_t *srv) {
+    rwait_t *q = srv->reload_queue;
+    srv->reload_queue = NULL;
+    bool draining = sl_server_draining(srv);
+    sl_reload_job_t *j = draining ? NULL : calloc(1, sizeof(*j));
+    if (!j) { /* the askers hear it now */
+        for (rwait_t *w = q, *next; w; w = next) {
+            next = w->next;
+            char *json = NULL;
+            int rc = reject(srv, w->why, draining ? "the server is shutting down" : "out of memory", &json);
+            if (w->cb)
+                w->cb(srv, rc, json, w->ud);
+            else
+                free(json);
+            free(w);
+        }
+        return;
+    }
+    j->srv = srv;
+    j->waiters = q;
+    snprintf(j->why, sizeof j->why, "%s", q->why);
+    for (rwait_t *w = q; w; w = w->next) j->forced |= w->forced;
+    srv->reload_job = j;
+    /* The service manager hears RELOADING=1 before the build and READY=1 after it, accepted
+     * or rejected alike: either way the process is serving again (systemd's `reload`
+     * returns then). Once draining (STOPPING=1 was sent) nothing more is said. */
+    j->tell = !srv->embedded && !sl_server_draining(srv);
+    if (j->tell) sl_notify_reloading();
+    if (srv->etcd) { /* the local file's process keys and etcd's entries, plugins checked */
+        size_t len = 0;
+        char *text = srv->config_path ? read_config(j, &len) : NULL;
+        if (!j->err) {
+            sl_errors_t errs = {0};
+            if (sl__etcd_build(srv->etcd, srv->config_path, text ? text : sl_default_conf,
+                               text ? len : sl_default_conf_len, &j->n, &errs) != 0) {
+                j->err = errors_text(&errs);
+                if (j->n) sl_config_free(j->n);
+                j->n = NULL;
+            }
+            sl_errors_free(&errs);
+            j->etcd_hash = sl__etcd_hash(srv->etcd);
+            if (j->n) build_config(j, text, len); /* the hash */
+        }
+        free(text);
+        if (!j->n) {
+            char *json = NULL;
+            int rc = finish(j, &json);
+            job_done(j, rc, json);
+            return;
+        }
+    }
+    if (pthread_create(&j->thread, NULL, build_main, j) != 0) {
+        j->thread = 0;
+        if (!j->err) j->err = strdup("cannot start the reload thread");
+        char *json = NULL;
+        int rc = finish(j, &json);
+        job_done(j, rc, json);
+    }
+}
+
+void sl_server_reload(sl_server_t *srv, const char *why, bool forced, sl_reload_cb cb, void *ud) {
+    rwait_t *w = calloc(1, sizeof(*w));
+    if (!w || sl_server_draining(srv) || !srv->reload_async_on) {
+        free(w);
+        char *json = NULL;
+        int rc = reject(srv, why,
+                        sl_server_draining(srv) ? "the server is shutting down" : !w ? "out of memory" : "no reloads in this process",
+                        &json);
+        if (cb) cb(srv, rc, json, ud);
+        else free(json);
+        return;
+    }
+    w->cb = cb;
+    w->ud = ud;
+    w->forced = forced;
+    snprintf(w->why, sizeof w->why, "%s", why);
+    rwait_t **pp = &srv->reload_queue;
+    while (*pp) pp = &(*pp)->next;
+    *pp = w;
+    if (!srv->reload_job) start_job(srv);
 }
 
 /* ---- watching files ---- */
@@ -695,9 +947,7 @@ static void on_debounce(uv_timer_t *t) {
     }
     if (h == srv->watch_hash) return;
     srv->watch_hash = h;
-    char *json = NULL;
-    sl_server_reload(srv, "file change", false, &json);
-    free(json);
+    sl_server_reload(srv, "file change", false, NULL, NULL);
 }
 
 static void on_fs_event(uv_fs_event_t *h, const char *filename, int events, int status) {
@@ -728,11 +978,26 @@ void sl__reload_init(sl_server_t *srv) {
     srv->config_hash = srv->config_path ? srv->watch_hash
                                         : sl_config_hash(srv->cfg, sl_default_conf, sl_default_conf_len);
     sl__server_note_generation(srv, NULL);
+    uv_async_init(srv->loop, &srv->reload_async, on_built);
+    srv->reload_async.data = srv;
+    srv->reload_async_on = true;
     if (srv->cfg->source.enabled) sl_etcd_attach(srv); /* config_source: the watch runs on this loop */
 }
 
 /** Closes what reload and watch keep open (drain). */
 void sl__reload_close(sl_server_t *srv) {
+    /* A build in flight ends first; its askers hear that the server is shutting down. */
+    if (srv->reload_job && srv->reload_job->thread) {
+        pthread_join(srv->reload_job->thread, NULL);
+        srv->reload_job->thread = 0;
+        char *json = NULL;
+        int rc = finish(srv->reload_job, &json);
+        job_done(srv->reload_job, rc, json);
+    }
+    if (srv->reload_async_on) {
+        uv_close((uv_handle_t *)&srv->reload_async, NULL);
+        srv->reload_async_on = false;
+    }
     close_watches(srv);
     sl_etcd_close(srv);
     if (srv->watch_on) {
@@ -750,9 +1015,10 @@ void sl__reload_free_retired(sl_server_t *srv) {
     while (srv->retired) {
         sl_retired_t *r = srv->retired;
         srv->retired = r->next;
-        free_generation(srv, r);
+        free_generation(srv, r, true);
         free(r);
     }
+    join_reapers(srv, true);
     free(srv->watches);
     srv->watches = NULL;
     for (size_t i = 0; i < srv->nwatch_dirs; i++) free(srv->watch_dirs[i]);

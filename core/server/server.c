@@ -136,7 +136,7 @@ static void start_drain(sl_server_t *srv, const char *why) {
 static void on_signal(uv_signal_t *s, int signum) {
     sl_server_t *srv = s->data;
     if (signum == SIGHUP) {
-        sl_server_reload(srv, "SIGHUP", true, NULL);
+        sl_server_reload(srv, "SIGHUP", true, NULL, NULL);
         return;
     }
     start_drain(srv, signum == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -84,6 +84,13 @@ struct sl_server_s {
     uv_timer_t watch_debounce;
     bool watch_on;
     struct sl_etcd_s *etcd;    /**< config_source: etcd (server/etcd.h), else NULL */
+    /* work off the main loop (reload.c): the build in flight, the reloads asked for while
+     * it runs, and the threads freeing retired generations */
+    struct sl_reload_job_s *reload_job;
+    struct sl_reload_wait_s *reload_queue;
+    uv_async_t reload_async;   /**< a build thread finished */
+    bool reload_async_on;
+    struct sl_reaper_s *reapers;
 };
 
 /** Runs the server on `cfg` until it is told to stop; returns the process exit code. */
@@ -101,15 +108,22 @@ void sl_server_stop(sl_server_t *srv);
 /** After sl_server_loop returned: joins the workers and frees what start allocated. */
 void sl_server_cleanup(sl_server_t *srv);
 
+/** A reload's answer: rc 0 (applied, or nothing to apply) or -1 (rejected: nothing
+ *  changed), and the /reload JSON (malloc'ed, the callee's to free; may be NULL). */
+typedef void (*sl_reload_cb)(sl_server_t *srv, int rc, char *json, void *ud);
+
 /**
  * Builds the config again (file and plugins) and, when valid, swaps in a new worker set
  * that takes over the same listening sockets; the old set drains on its old config.
- * Returns 0 (applied) or -1 (rejected: nothing changed). forced (SIGHUP, POST /reload):
- * a new generation even when the content hash is the running one's; otherwise (file
- * watch, etcd) such a reload applies nothing. *json (malloc'ed) is the /reload answer.
- * Main thread.
+ * forced (SIGHUP, POST /reload): a new generation even when the content hash is the
+ * running one's; otherwise (file watch, etcd) such a reload applies nothing.
+ *
+ * The build runs on a thread of its own at SCHED_IDLE (reload.c), so the call returns at
+ * once and `cb` (may be NULL) hears the answer on the main loop once the new workers serve
+ * or the build was rejected. A reload asked for while one builds waits for it, then one
+ * more build answers every reload asked for meanwhile. Main thread.
  */
-int sl_server_reload(sl_server_t *srv, const char *why, bool forced, char **json);
+void sl_server_reload(sl_server_t *srv, const char *why, bool forced, sl_reload_cb cb, void *ud);
 /** Starts watching the config file and plugin folders (watch: true). Main thread. */
 void sl_server_watch(sl_server_t *srv);
 /** Content hash of a config text and the plugin files it can load. */
