@@ -446,11 +446,6 @@ function kong.router.get_route()
     local name = request.get_route()
     return { id = name, name = name }
 end
-function kong.router.get_service()
-    local up = request.get_stats().upstream
-    if up == "" then return nil end
-    return { id = up, name = up }
-end
 
 kong.node = {}
 local node_id

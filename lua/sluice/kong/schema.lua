@@ -180,8 +180,8 @@ check_value = function(f, v, where)
             end
         end
         if f.is_regex then
-            local ok, err = require("sluice.kong.re").find("", v)
-            if ok == nil and err then return fail(where, "not a valid regex: " .. v) end
+            local _, _, err = require("sluice.kong.re").find("", v)
+            if err then return fail(where, "not a valid regex: " .. v) end
         end
     end
     if type(v) == "number" and f.gt and not (v > f.gt) then
