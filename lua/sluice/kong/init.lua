@@ -44,6 +44,7 @@ _M.kong = kong
 -- "X_Foo" and "x-foo" name one header, as Kong's get_header reads ngx.var.http_x_foo.
 local function hname(name)
     if type(name) ~= "string" then error("header name must be a string", 3) end
+    if not find(name, "_", 1, true) then return name end -- gsub is not compiled: only when needed
     return (gsub(name, "_", "-"))
 end
 

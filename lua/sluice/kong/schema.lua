@@ -40,7 +40,7 @@ local function protocols(default)
              elements = { type = "string", one_of = PROTOCOLS } }
 end
 
-_M.typedefs = strict({
+local rawtypedefs = {
     no_consumer = { type = "foreign", reference = "consumers" },
     no_route = { type = "foreign", reference = "routes" },
     no_service = { type = "foreign", reference = "services" },
@@ -62,7 +62,20 @@ _M.typedefs = strict({
     tags = { type = "set", elements = { type = "string" } },
     uuid = { type = "string", match = "^%x+%-%x+%-%x+%-%x+%-%x+$" },
     lua_code = { type = "map", keys = { type = "string" }, values = { type = "string" } },
-}, "typedefs")
+}
+
+-- Kong's typedefs are callable: typedefs.header_name { default = "X-Id" } is the typedef
+-- with those attributes added.
+local function callable(def)
+    return setmetatable(def, { __call = function(self, over)
+        local t = {}
+        for k, v in pairs(self) do t[k] = v end
+        for k, v in pairs(over or {}) do t[k] = v end
+        return t
+    end })
+end
+for _, def in pairs(rawtypedefs) do callable(def) end
+_M.typedefs = strict(rawtypedefs, "typedefs")
 
 -- ---------------------------------------------------------------- conversion
 
