@@ -82,6 +82,11 @@ int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len
 int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len);
 /** 1 when the request arrived over TLS (request.get_scheme: "https"), else 0. */
 int sl_ffi_req_is_tls(sl_req_t *r);
+/** The port the client connected to (the listener's, as X-Forwarded-Port carries it). */
+int sl_ffi_req_server_port(sl_req_t *r);
+/** 1 when ip[0..len) is one of the request's listener's trusted_proxies, 0 when not,
+ *  SL_ERROR when it is not an IP address. */
+int sl_ffi_req_trusted_ip(sl_req_t *r, const char *ip, size_t len);
 /** The first query argument named name[0..nl) (names compared decoded), its value
  *  form-decoded ('+' a space, %XX a byte) into buf[0..cap) with *len bytes: SL_OK; 1 when
  *  the argument has no '=' (`?flag`); SL_DECLINED when absent; SL_ERROR when the value
@@ -404,7 +409,7 @@ int sl_ffi_cache_wait(sl_req_t *r, uint64_t ms, const char **err);
 /** The largest digest or HMAC written (SHA-512), for sizing `out`. */
 #define SL_CRYPTO_MD_MAX 64
 
-/** The digest `name` ("sha1", "sha256", "sha384" or "sha512") of data into out. *outlen is
+/** The digest `name` ("sha1", "sha256", "sha384", "sha512" or "md5") of data into out. *outlen is
  *  out's capacity on entry, the digest's size on return. 0; SL_DECLINED for an unknown
  *  name; SL_ERROR with *err. */
 int sl_ffi_crypto_digest(const char *name, const unsigned char *data, size_t len,

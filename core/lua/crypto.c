@@ -60,9 +60,10 @@ struct sl_pkey_s {
     int bits;
 };
 
-enum { MD_SHA1, MD_SHA256, MD_SHA384, MD_SHA512, MD_COUNT };
-static const char *const md_names[MD_COUNT] = {"sha1", "sha256", "sha384", "sha512"};
-static const char *const md_ossl[MD_COUNT] = {"SHA1", "SHA2-256", "SHA2-384", "SHA2-512"};
+/* md5 is for compatibility only (ngx.md5 in the Kong layer, lua/sluice/kong): never a signature digest. */
+enum { MD_SHA1, MD_SHA256, MD_SHA384, MD_SHA512, MD_MD5, MD_COUNT };
+static const char *const md_names[MD_COUNT] = {"sha1", "sha256", "sha384", "sha512", "md5"};
+static const char *const md_ossl[MD_COUNT] = {"SHA1", "SHA2-256", "SHA2-384", "SHA2-512", "MD5"};
 
 static pthread_once_t fetch_once = PTHREAD_ONCE_INIT;
 static EVP_MD *mds[MD_COUNT]; /* NULL when a provider lacks it (SHA-1 under FIPS) */
@@ -109,7 +110,7 @@ static int digest(const char *name, const unsigned char *data, size_t len, unsig
                   size_t *outlen, const char **err) {
     int i = md_index(name);
     if (i < 0) {
-        *err = "unknown digest (sha1, sha256, sha384, sha512)";
+        *err = "unknown digest (sha1, sha256, sha384, sha512, md5)";
         return SL_DECLINED;
     }
     if (!mds[i]) {
@@ -142,7 +143,7 @@ static int hmac(const char *name, const unsigned char *key, size_t kl, const uns
                 size_t dl, unsigned char *out, size_t *outlen, const char **err) {
     int i = md_index(name);
     if (i < 0) {
-        *err = "unknown digest (sha1, sha256, sha384, sha512)";
+        *err = "unknown digest (sha1, sha256, sha384, sha512, md5)";
         return SL_DECLINED;
     }
     if (!hmac_mac || !mds[i]) {

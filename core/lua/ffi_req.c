@@ -157,6 +157,18 @@ static bool parse_ip(sl_str_t s, sl_str_t *ip, struct sockaddr_storage *ss) {
     return true;
 }
 
+int sl_ffi_req_server_port(sl_req_t *r) { return r->ds->port; }
+
+int sl_ffi_req_trusted_ip(sl_req_t *r, const char *ip, size_t len) {
+    sl_str_t span;
+    struct sockaddr_storage ss;
+    if (!parse_ip((sl_str_t){ip, len}, &span, &ss)) return SL_ERROR;
+    const sl_listener_conf_t *lc = r->ds->lc;
+    return lc->ntrusted_proxies && sl_pp_trusted(lc->trusted_proxies, lc->ntrusted_proxies, (struct sockaddr *)&ss)
+               ? 1
+               : 0;
+}
+
 /* The peer's address, or, when the peer is one of the listener's trusted_proxies, the
  * X-Forwarded-For entry nearest the right that is not a trusted proxy itself (each proxy
  * appends the address it saw): what a client cannot forge past the proxies the operator

@@ -59,13 +59,14 @@ local bits_p = ffi_new("int[1]")
 -- error level points at the caller of digest/hmac.
 local function md_result(rc, name)
     if rc == DECLINED then
-        error("unknown digest '" .. tostring(name) .. "' (sha256, sha384, sha512, sha1)", 3)
+        error("unknown digest '" .. tostring(name) .. "' (sha256, sha384, sha512, sha1, md5)", 3)
     end
     if rc ~= 0 then return nil, ffi_string(err_p[0]) end
     return ffi_string(md_buf, md_len[0])
 end
 
--- Raw digest bytes of s: name is "sha256", "sha384", "sha512" or "sha1".
+-- Raw digest bytes of s: name is "sha256", "sha384", "sha512", "sha1" or "md5" (md5 for
+-- compatibility, never for a signature).
 function _M.digest(name, s)
     if type(name) ~= "string" or type(s) ~= "string" then
         error("digest name and input must be strings", 2)

@@ -18,6 +18,8 @@ int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len
                          const char **value, size_t *value_len);
 int sl_ffi_req_client_ip(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_is_tls(sl_req_t *r);
+int sl_ffi_req_server_port(sl_req_t *r);
+int sl_ffi_req_trusted_ip(sl_req_t *r, const char *ip, size_t len);
 int sl_ffi_req_get_query_arg(sl_req_t *r, const char *name, size_t nl, char *buf, size_t cap,
                              size_t *len);
 int sl_ffi_req_query_next(sl_req_t *r, size_t *off, char *buf, size_t cap, size_t *klen,
@@ -185,6 +187,11 @@ end
 -- "https" when the request arrived over TLS, else "http" (interned: no garbage).
 function request.get_scheme()
     return C.sl_ffi_req_is_tls(cur()) == 1 and "https" or "http"
+end
+
+-- The port the client connected to (the listener's).
+function request.get_port()
+    return C.sl_ffi_req_server_port(cur())
 end
 
 -- Query arguments, decoded by the core into one scratch buffer made at load (grown once
@@ -425,6 +432,14 @@ _M.client = client
 -- The client's address: the peer's, or through the listener's trusted_proxies the
 -- X-Forwarded-For entry nearest the right that is not a trusted proxy.
 client.get_ip = getter(C.sl_ffi_client_get_ip)
+
+-- Whether ip is one of the listener's trusted_proxies; nil, err when it is not an address.
+function client.is_trusted(ip)
+    check_str(ip, "ip")
+    local rc = C.sl_ffi_req_trusted_ip(cur(), ip, #ip)
+    if rc == ERROR then return nil, "not an IP address" end
+    return rc == 1
+end
 
 -- ---------------------------------------------------------------- upstream
 

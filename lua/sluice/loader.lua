@@ -19,10 +19,12 @@ local function exists(path)
     return false
 end
 
--- The file a plugin name resolves to: the first of DIR/NAME.lua, DIR/NAME/init.lua.
+-- The file a plugin name resolves to: the first of DIR/NAME.lua, DIR/NAME/init.lua, and
+-- DIR/NAME/handler.lua (a Kong plugin: sluice.kong.plugin loads it).
 function _M.find(paths, name)
     for _, dir in ipairs(paths) do
-        for _, candidate in ipairs({ dir .. "/" .. name .. ".lua", dir .. "/" .. name .. "/init.lua" }) do
+        for _, candidate in ipairs({ dir .. "/" .. name .. ".lua", dir .. "/" .. name .. "/init.lua",
+                                     dir .. "/" .. name .. "/handler.lua" }) do
             if exists(candidate) then return candidate end
         end
     end
@@ -39,10 +41,18 @@ function _M.load(paths, name, cache, known)
         return nil, ("unknown plugin '%s'%s (searched %s)"):format(name, schema.did_you_mean(name, known or {}),
                                                                    table.concat(paths, ", "))
     end
-    local chunk, err = loadfile(file)
-    if not chunk then return nil, ("cannot load %s: %s"):format(file, err) end
-    local ok, mod = pcall(chunk, name)
-    if not ok then return nil, ("%s raised: %s"):format(file, tostring(mod)) end
+    local mod
+    if file:sub(-12) == "/handler.lua" then
+        local err
+        mod, err = require("sluice.kong.plugin").load(paths, file:sub(1, -13), name)
+        if not mod then return nil, ("Kong plugin '%s': %s"):format(name, err) end
+    else
+        local chunk, err = loadfile(file)
+        if not chunk then return nil, ("cannot load %s: %s"):format(file, err) end
+        local ok
+        ok, mod = pcall(chunk, name)
+        if not ok then return nil, ("%s raised: %s"):format(file, tostring(mod)) end
+    end
     if type(mod) ~= "table" then
         return nil, ("%s must return a table"):format(file)
     end

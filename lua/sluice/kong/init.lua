@@ -1,0 +1,566 @@
+-- sluice.kong: the `kong` PDK subset Kong plugins run on, backed by the sluice API.
+--
+-- Each function keeps Kong's name, arguments and return values (docs/plugins.md, "Kong
+-- plugins", lists them and the gaps). The tables are strict: reading a name sluice does not
+-- provide raises "kong.X.Y is not supported", and sluice.kong.plugin checks a plugin's
+-- source against these same tables at load, so an unsupported call is found before the
+-- first request. One `kong` table per VM; per-request state lives in the request's ctx
+-- (sluice.base.ctx), which the phase dispatcher sets and restores across waits.
+local sluice = require("sluice")
+local base = require("sluice.base")
+local cjson = require("cjson.safe")
+local consumers = require("sluice.consumers")
+
+local request, response, client = sluice.request, sluice.response, sluice.client
+local shared = sluice.shared
+local type, pairs, ipairs, tostring, tonumber, error, select, setmetatable, rawget =
+    type, pairs, ipairs, tostring, tonumber, error, select, setmetatable, rawget
+local lower, gsub, find, sub, concat, sort = string.lower, string.gsub, string.find, string.sub,
+    table.concat, table.sort
+
+local _M = {}
+
+-- Raised by kong.response.exit (and ngx.exit) to end the phase function, as Kong's ends
+-- the handler; sluice.kong.plugin catches it around rewrite and access.
+_M.EXIT = setmetatable({}, { __tostring = function() return "kong.response.exit" end })
+
+-- Keys in the request's ctx.
+local PLUGIN_CTX, IN_PHASE, BODY_BUF = "kong.ctx.plugin", "kong.phase", "kong.body"
+_M.IN_PHASE = IN_PHASE
+
+local function strict(t, path)
+    return setmetatable(t, { __index = function(_, k)
+        error(("%s.%s is not supported by sluice's Kong layer (docs/plugins.md, \"Kong plugins\")")
+              :format(path, tostring(k)), 2)
+    end })
+end
+_M.strict = strict
+
+local kong = { version = "3.4.0", version_num = 3004000 }
+_M.kong = kong
+
+-- ---------------------------------------------------------------- helpers
+
+-- "X_Foo" and "x-foo" name one header, as Kong's get_header reads ngx.var.http_x_foo.
+local function hname(name)
+    if type(name) ~= "string" then error("header name must be a string", 3) end
+    if not find(name, "_", 1, true) then return name end -- gsub is not compiled: only when needed
+    return (gsub(name, "_", "-"))
+end
+
+local function unescape(s)
+    s = gsub(s, "+", " ")
+    return (gsub(s, "%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function escape(s)
+    return (gsub(tostring(s), "[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+_M.escape_uri, _M.unescape_uri = escape, unescape
+
+-- A query or form string as Kong's table: value, true for a bare name, a list for repeats.
+local function decode_args(s, max)
+    local out, n = {}, 0
+    for pair in s:gmatch("[^&]+") do
+        n = n + 1
+        if max and max > 0 and n > max then break end
+        local k, eq, v = pair:match("^([^=]*)(=?)(.*)$")
+        k = unescape(k)
+        local val = eq == "" and true or unescape(v)
+        local old = out[k]
+        if old == nil then
+            out[k] = val
+        elseif type(old) == "table" then
+            old[#old + 1] = val
+        else
+            out[k] = { old, val }
+        end
+    end
+    return out
+end
+_M.decode_args = decode_args
+
+-- A table as a query string, keys sorted (Kong's encode_args): lists repeat the name, true
+-- gives a bare name, false drops it.
+local function encode_args(t)
+    local keys = {}
+    for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+    sort(keys)
+    local out = {}
+    for _, k in ipairs(keys) do
+        local v = t[k]
+        local vs = type(v) == "table" and v or { v }
+        for _, x in ipairs(vs) do
+            if x == true then
+                out[#out + 1] = escape(k)
+            elseif x ~= false then
+                out[#out + 1] = escape(k) .. "=" .. escape(x)
+            end
+        end
+    end
+    return concat(out, "&")
+end
+_M.encode_args = encode_args
+
+local function ctx() return base.ctx end
+
+-- ---------------------------------------------------------------- kong.request
+
+local kreq = {}
+kong.request = kreq
+
+function kreq.get_scheme() return request.get_scheme() end
+function kreq.get_host() return request.get_host() end
+function kreq.get_port() return request.get_port() end
+function kreq.get_method() return request.get_method() end
+function kreq.get_path() return request.get_path() end
+function kreq.get_raw_path() return request.get_path() end
+function kreq.get_raw_query() return request.get_query() end
+
+function kreq.get_path_with_query()
+    local q = request.get_query()
+    if q == "" then return request.get_path() end
+    return request.get_path() .. "?" .. q
+end
+
+function kreq.get_query_arg(name) return request.get_query_arg(name) end
+
+function kreq.get_query(max_args)
+    if max_args == nil then return request.get_query_args() end
+    return decode_args(request.get_query(), max_args)
+end
+
+function kreq.get_header(name) return request.get_header(hname(name)) end
+
+-- { lower-case name = value }, a list of values for a repeated header (ngx.req.get_headers).
+local function headers_of(side, max)
+    local joined = side.get_headers()
+    local out = {}
+    local n = 0
+    for k, v in pairs(joined) do
+        n = n + 1
+        if max and max > 0 and n > max then break end
+        out[k] = v
+    end
+    return out
+end
+
+function kreq.get_headers(max_headers) return headers_of(request, max_headers) end
+
+-- The body as a string ("" when there is none), or nil, err.
+function kreq.get_raw_body()
+    local body, err = request.get_body()
+    if body == nil then
+        if err then return nil, err end
+        return ""
+    end
+    return body
+end
+
+-- The body decoded by its content type (or mimetype): a table, nil, the mime type; or
+-- nil, err, mime type. application/json and application/x-www-form-urlencoded.
+function kreq.get_body(mimetype, max_args)
+    local ct = mimetype or request.get_header("Content-Type")
+    if not ct then return nil, "missing content type" end
+    ct = lower(ct)
+    local body, err = kreq.get_raw_body()
+    if not body then return nil, err, ct end
+    if find(ct, "application/json", 1, true) then
+        local t = cjson.decode(body)
+        if type(t) ~= "table" then return nil, "invalid json body", "application/json" end
+        return t, nil, "application/json"
+    elseif find(ct, "application/x-www-form-urlencoded", 1, true) then
+        return decode_args(body, max_args), nil, "application/x-www-form-urlencoded"
+    end
+    return nil, "unsupported content type '" .. ct .. "'", ct
+end
+
+-- ---------------------------------------------------------------- kong.response
+
+local kresp = {}
+kong.response = kresp
+
+function kresp.get_status() return response.get_status() end
+function kresp.get_header(name) return response.get_header(hname(name)) end
+function kresp.get_headers(max_headers) return headers_of(response, max_headers) end
+function kresp.set_header(name, value) response.set_header(name, value) end
+function kresp.add_header(name, value) response.add_header(name, value) end
+-- Content-Length and Transfer-Encoding are the gateway's: it frames a body a body_filter
+-- changed by itself, so Kong's usual clear_header("Content-Length") before one is a no-op.
+local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
+function kresp.clear_header(name)
+    if type(name) == "string" and FRAMING[lower(name)] then return end
+    response.clear_header(name)
+end
+function kresp.set_headers(headers)
+    for k, v in pairs(headers) do response.set_header(k, v) end
+end
+
+-- Ends the request with this answer; in rewrite and access the plugin's phase function
+-- ends here too, as in Kong. A table body is JSON.
+local EXIT = _M.EXIT
+function kresp.exit(status, body, headers)
+    if type(status) ~= "number" then error("code must be a number", 2) end
+    if type(body) == "table" then
+        headers = headers or {}
+        local has_ct = false
+        for k in pairs(headers) do if lower(k) == "content-type" then has_ct = true end end
+        if not has_ct then
+            response.set_header("Content-Type", "application/json; charset=utf-8")
+        end
+        body = cjson.encode(body)
+    end
+    response.exit(status, body, headers)
+    local c = base.ctx
+    if c and c[IN_PHASE] then error(EXIT, 0) end
+end
+
+-- body_filter only: the whole response body once its last piece is here (nil before).
+function kresp.get_raw_body()
+    local c = base.ctx
+    local arg = _M.arg
+    local buf = c[BODY_BUF]
+    if not buf then buf = {}; c[BODY_BUF] = buf end
+    if arg[1] and arg[1] ~= "" then buf[#buf + 1] = arg[1] end
+    arg[1] = ""
+    if not arg[2] then return nil end
+    local body = concat(buf)
+    c[BODY_BUF] = nil
+    arg[1] = body
+    return body
+end
+
+-- body_filter only: replaces the whole body (call it on the last piece).
+function kresp.set_raw_body(body)
+    if type(body) ~= "string" then error("body must be a string", 2) end
+    local arg = _M.arg
+    arg[1] = arg[2] and body or ""
+    if not arg[2] then base.ctx[BODY_BUF] = { body } end
+end
+
+-- ---------------------------------------------------------------- kong.service
+
+local service = { request = {}, response = {} }
+kong.service = service
+local sreq, sresp = service.request, service.response
+
+function service.set_upstream(name)
+    local ok, err = sluice.upstream.set(name)
+    if not ok then return nil, err end
+    return true
+end
+
+function service.set_target(host, port)
+    if type(host) ~= "string" or type(port) ~= "number" then error("host and port are needed", 2) end
+    local ok, err = sluice.upstream.set(host .. ":" .. port)
+    if not ok then return nil, err end
+    return true
+end
+
+function sreq.set_header(name, value) request.set_header(name, value) end
+function sreq.add_header(name, value) request.add_header(name, value) end
+function sreq.clear_header(name) request.clear_header(name) end
+function sreq.set_headers(headers)
+    for k, v in pairs(headers) do request.set_header(k, v) end
+end
+function sreq.set_path(path) request.set_path(path) end
+function sreq.set_raw_query(query) request.set_query(query) end
+function sreq.set_query(args)
+    if type(args) ~= "table" then error("args must be a table", 2) end
+    request.set_query(encode_args(args))
+end
+
+function sreq.set_raw_body(body)
+    if type(body) ~= "string" then error("body must be a string", 2) end
+    request.get_body() -- the body is read before it is replaced
+    request.set_body(body)
+end
+
+-- Encodes args by mimetype (or the request's Content-Type; JSON when there is none) and
+-- sets it with its Content-Type. Returns true, or nil, err.
+function sreq.set_body(args, mimetype)
+    if type(args) ~= "table" then error("args must be a table", 2) end
+    local ct = lower(mimetype or request.get_header("Content-Type") or "application/json")
+    local body
+    if find(ct, "application/json", 1, true) then
+        body = cjson.encode(args)
+        ct = "application/json"
+    elseif find(ct, "application/x-www-form-urlencoded", 1, true) then
+        body = encode_args(args)
+        ct = "application/x-www-form-urlencoded"
+    else
+        return nil, "unsupported content type '" .. ct .. "'"
+    end
+    sreq.set_raw_body(body)
+    request.set_header("Content-Type", ct)
+    return true
+end
+
+function sresp.get_status() return response.get_status() end
+function sresp.get_header(name) return response.get_header(hname(name)) end
+function sresp.get_headers(max_headers) return headers_of(response, max_headers) end
+
+-- ---------------------------------------------------------------- kong.ctx
+
+-- kong.ctx.shared is the request's ctx: what sluice plugins of the chain see as ctx.
+-- kong.ctx.plugin is a table per plugin per request.
+kong.ctx = setmetatable({}, { __index = function(_, k)
+    local c = base.ctx
+    if k == "shared" then return c end
+    if k == "plugin" then
+        if not c then return nil end
+        local all = c[PLUGIN_CTX]
+        if not all then all = {}; c[PLUGIN_CTX] = all end
+        local name = base.plugin
+        local t = all[name]
+        if not t then t = {}; all[name] = t end
+        return t
+    end
+    error(("kong.ctx.%s is not supported by sluice's Kong layer"):format(tostring(k)), 2)
+end })
+
+-- ---------------------------------------------------------------- kong.log
+
+local klog = {}
+kong.log = klog
+local slog = sluice.log
+
+-- Kong joins the arguments without a separator (ngx.log does).
+local function joined(...)
+    local n = select("#", ...)
+    if n == 1 then return tostring((...)) end
+    local parts = {}
+    for i = 1, n do parts[i] = tostring((select(i, ...))) end
+    return concat(parts)
+end
+_M.joined = joined
+
+local function logger(fn) return function(...) fn(joined(...)) end end
+klog.debug = logger(slog.debug)
+klog.info = logger(slog.info)
+klog.notice = logger(slog.info)
+klog.warn = logger(slog.warn)
+klog.err = logger(slog.err)
+klog.crit = logger(slog.err)
+klog.alert = logger(slog.err)
+klog.emerg = logger(slog.err)
+function klog.inspect(...)
+    local parts = {}
+    for i = 1, select("#", ...) do
+        local v = select(i, ...)
+        parts[i] = type(v) == "table" and (cjson.encode(v) or tostring(v)) or tostring(v)
+    end
+    slog.debug(concat(parts, " "))
+end
+
+-- What Kong's log plugins send (a subset): request, response, latencies, route, service,
+-- consumer, client_ip, started_at. Most useful in the log phase.
+function klog.serialize()
+    local st = request.get_stats()
+    local c = base.ctx or {}
+    local consumer = c.authenticated_consumer
+    local q = request.get_query()
+    return {
+        request = {
+            method = request.get_method(), uri = kreq.get_path_with_query(),
+            url = request.get_scheme() .. "://" .. request.get_host() .. ":" .. request.get_port()
+                .. kreq.get_path_with_query(),
+            querystring = decode_args(q), headers = request.get_headers(), size = st.bytes_in,
+        },
+        response = { status = st.status, headers = response.get_headers(), size = st.bytes_out },
+        latencies = { request = st.duration_ms, kong = 0, proxy = 0 },
+        route = { name = st.route, id = st.route },
+        service = st.upstream ~= "" and { name = st.upstream, id = st.upstream } or nil,
+        upstream_uri = request.get_path(),
+        consumer = consumer,
+        client_ip = request.get_client_ip(),
+        started_at = math.floor((sluice.time.now() - st.duration_ms / 1000) * 1000),
+    }
+end
+
+-- ---------------------------------------------------------------- kong.client
+
+local kclient = {}
+kong.client = kclient
+
+function kclient.get_ip() return request.get_client_ip() end
+function kclient.get_forwarded_ip() return client.get_ip() end
+function kclient.get_protocol() return request.get_scheme() end
+
+local function consumer_entity(name)
+    if not consumers.exists(name) then return nil end
+    return { id = name, username = name, custom_id = nil }
+end
+_M.consumer_entity = consumer_entity
+
+-- Marks the request authenticated: the consumer's name goes upstream (X-Consumer) as the
+-- sluice auth plugins' does; get_consumer and get_credential return the two tables.
+function kclient.authenticate(consumer, credential)
+    if consumer ~= nil and type(consumer) ~= "table" then error("consumer must be a table or nil", 2) end
+    if credential ~= nil and type(credential) ~= "table" then error("credential must be a table or nil", 2) end
+    if not consumer and not credential then error("either credential or consumer must be provided", 2) end
+    local c = base.ctx
+    c.authenticated_consumer, c.authenticated_credential = consumer, credential
+    if consumer then c.consumer = consumer.username or consumer.id end
+end
+
+function kclient.get_consumer() return base.ctx.authenticated_consumer end
+function kclient.get_credential() return base.ctx.authenticated_credential end
+
+-- The consumer (a table) of that id, or by username when search_by_username; nil, err
+-- when there is none. sluice consumers have a name: it is both id and username.
+function kclient.load_consumer(consumer_id, search_by_username)
+    if type(consumer_id) ~= "string" then error("consumer_id must be a string", 2) end
+    local _ = search_by_username
+    local c = consumer_entity(consumer_id)
+    if not c then return nil, "consumer not found" end
+    return c
+end
+
+-- ---------------------------------------------------------------- kong.db (consumers only)
+
+-- The config's consumers as Kong's DAOs: consumers and keyauth_credentials, read-only.
+local db = {}
+kong.db = db
+local function dao(t, name) return strict(t, "kong.db." .. name) end
+
+db.consumers = dao({}, "consumers")
+function db.consumers.select(_, pk)
+    local id = type(pk) == "table" and pk.id or pk
+    return consumer_entity(tostring(id))
+end
+function db.consumers.select_by_username(_, username) return consumer_entity(tostring(username)) end
+function db.consumers.cache_key(_, id) return "consumers:" .. tostring(id) end
+
+db.keyauth_credentials = dao({}, "keyauth_credentials")
+function db.keyauth_credentials.select_by_key(_, key)
+    local name = consumers.find("key-auth", "key", tostring(key))
+    if not name then return nil end
+    return { id = name .. ":key-auth", key = key, consumer = { id = name } }
+end
+function db.keyauth_credentials.cache_key(_, key) return "keyauth_credentials:" .. tostring(key) end
+
+-- ---------------------------------------------------------------- kong.router, kong.node
+
+kong.router = {}
+function kong.router.get_route()
+    local name = request.get_route()
+    return { id = name, name = name }
+end
+
+kong.node = {}
+local node_id
+local function hostname()
+    local f = io.open("/proc/sys/kernel/hostname", "r")
+    local h = f and f:read("*l") or "localhost"
+    if f then f:close() end
+    return h
+end
+
+-- A UUID made from the host name and the process id: the same in every worker of one
+-- sluice process (as Kong's is the same in every nginx worker), new when it restarts.
+function kong.node.get_id()
+    if not node_id then
+        local ffi = require("ffi")
+        pcall(ffi.cdef, "int getpid(void);")
+        local h = sluice.crypto.digest("md5", hostname() .. "/" .. tostring(ffi.C.getpid()))
+        local hex = h:gsub(".", function(c) return ("%02x"):format(c:byte()) end)
+        node_id = ("%s-%s-4%s-a%s-%s"):format(hex:sub(1, 8), hex:sub(9, 12), hex:sub(14, 16), hex:sub(18, 20),
+                                             hex:sub(21, 32))
+    end
+    return node_id
+end
+function kong.node.get_hostname() return hostname() end
+
+-- ---------------------------------------------------------------- kong.cache
+
+-- kong.cache on sluice.shared: one store for all workers. Values are kept encoded (type
+-- tag + text) so tables, booleans and nil (a miss worth remembering) survive.
+local cache = {}
+kong.cache = cache
+local PREFIX = "kong:cache:"
+local NIL_TAG = "0"
+
+local function encode(v)
+    local t = type(v)
+    if v == nil then return NIL_TAG end
+    if t == "string" then return "s" .. v end
+    if t == "number" then return "n" .. tostring(v) end
+    if t == "boolean" then return v and "bt" or "bf" end
+    if t == "table" then
+        local js = cjson.encode(v)
+        if js then return "j" .. js end
+    end
+    return nil, "cannot cache a " .. t
+end
+
+local function decode(s)
+    local tag = sub(s, 1, 1)
+    if tag == "s" then return sub(s, 2) end
+    if tag == "n" then return tonumber(sub(s, 2)) end
+    if tag == "b" then return s == "bt" end
+    if tag == "j" then return cjson.decode(sub(s, 2)) end
+    return nil
+end
+
+-- cache:get(key, opts, cb, ...): the value cached under key, else cb(...)'s, stored for
+-- opts.ttl seconds (a nil result for opts.neg_ttl); returns value, or nil, err when cb
+-- raised or returned nil, err.
+function cache.get(_, key, opts, cb, ...)
+    if type(key) ~= "string" then error("key must be a string", 2) end
+    local hit = shared.get(PREFIX .. key)
+    if hit ~= nil then return decode(hit) end
+    if cb == nil then return nil end
+    if type(cb) ~= "function" then error("callback must be a function", 2) end
+    local ok, v, err, ttl = pcall(cb, ...)
+    if not ok then return nil, "callback threw an error: " .. tostring(v) end
+    if err then return nil, err end
+    local enc, eerr = encode(v)
+    if not enc then return nil, eerr end
+    opts = opts or {}
+    ttl = ttl or (v == nil and (opts.neg_ttl or opts.ttl) or opts.ttl) or 0
+    shared.set(PREFIX .. key, enc, ttl > 0 and ttl or nil)
+    return v
+end
+
+-- The ttl left is not kept by the shared store: probe answers (nil, nil, value) / nil.
+function cache.probe(_, key)
+    local hit = shared.get(PREFIX .. key)
+    if hit == nil then return nil end
+    return 0, nil, decode(hit)
+end
+
+function cache.invalidate(_, key) shared.delete(PREFIX .. key) end
+cache.invalidate_local = cache.invalidate
+
+-- ---------------------------------------------------------------- kong.table, kong.ip
+
+local table_new, table_clear = require("table.new"), require("table.clear")
+kong.table = {
+    new = function(narr, nrec) return table_new(narr or 0, nrec or 0) end,
+    clear = function(t) table_clear(t) end,
+}
+
+kong.ip = {
+    -- whether the address is one of the listener's trusted_proxies
+    is_trusted = function(ip)
+        local ok, err = client.is_trusted(ip)
+        if ok == nil then error(err .. ": " .. tostring(ip), 2) end
+        return ok
+    end,
+}
+
+-- ---------------------------------------------------------------- strictness
+
+for _, path in ipairs({ "request", "response", "service", "service.request", "service.response", "log",
+                        "client", "db", "router", "node", "cache", "table", "ip" }) do
+    local t = kong
+    for part in path:gmatch("[^.]+") do t = rawget(t, part) end
+    strict(t, "kong." .. path)
+end
+strict(kong, "kong")
+
+-- Per-phase state the plugin wrapper sets: ngx.arg for body_filter.
+_M.arg = {}
+
+return _M

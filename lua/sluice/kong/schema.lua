@@ -1,0 +1,330 @@
+-- sluice.kong.schema: a Kong plugin's schema.lua as a sluice schema.
+--
+-- Kong's schema is { name, fields = { { consumer = ... }, { protocols = ... },
+-- { config = { type = "record", fields = { { NAME = FIELD }, ... } } } } }. The `config`
+-- record becomes the plugin's sluice schema (types, required, default, bounds, one_of: what
+-- sluice.schema checks and fills); what sluice.schema has no word for (match, gt,
+-- custom_validator, entity_checks, ...) is checked by check(conf), which the loader runs
+-- after the defaults are filled. A field attribute or entity check not listed here is an
+-- error at load, naming it: a constraint silently dropped would let a bad config through.
+-- The top-level fields other than config (consumer, route, service, protocols) say where
+-- Kong may apply the plugin; sluice's routes say that, so they are read and ignored.
+local type, pairs, ipairs, tostring, error, next = type, pairs, ipairs, tostring, error, next
+local find, concat = string.find, table.concat
+
+local _M = {}
+
+-- ---------------------------------------------------------------- typedefs
+
+-- require("kong.db.schema.typedefs"): the common ones. An unknown name raises at load.
+local function strict(t, what)
+    return setmetatable(t, { __index = function(_, k)
+        error(("%s.%s is not supported by sluice's Kong layer (docs/plugins.md, \"Kong plugins\")")
+              :format(what, tostring(k)), 2)
+    end })
+end
+
+local function http_method_ok(v)
+    if find(v, "^%u+$") then return true end
+    return nil, "invalid HTTP method"
+end
+
+local function header_name_ok(v)
+    if find(v, "^[%w!#$%%&'*+.^_`|~-]+$") then return true end
+    return nil, "bad header name '" .. v .. "', allowed characters are A-Z, a-z, 0-9, '_', and '-'"
+end
+
+local PROTOCOLS = { "grpc", "grpcs", "http", "https", "tcp", "tls", "tls_passthrough", "udp", "ws", "wss" }
+local function protocols(default)
+    return { type = "set", required = true, default = default,
+             elements = { type = "string", one_of = PROTOCOLS } }
+end
+
+local rawtypedefs = {
+    no_consumer = { type = "foreign", reference = "consumers" },
+    no_route = { type = "foreign", reference = "routes" },
+    no_service = { type = "foreign", reference = "services" },
+    consumer = { type = "foreign", reference = "consumers" },
+    route = { type = "foreign", reference = "routes" },
+    service = { type = "foreign", reference = "services" },
+    protocols = protocols({ "grpc", "grpcs", "http", "https" }),
+    protocols_http = protocols({ "grpc", "grpcs", "http", "https" }),
+    header_name = { type = "string", custom_validator = header_name_ok },
+    http_method = { type = "string", custom_validator = http_method_ok },
+    port = { type = "integer", between = { 0, 65535 } },
+    timeout = { type = "integer", between = { 0, 2 ^ 31 - 2 } },
+    path = { type = "string", starts_with = "/" },
+    host = { type = "string", match = "^[%w%.%-_]+$" },
+    ip = { type = "string", match = "^[%x%.:]+$" },
+    cidr = { type = "string", match = "^[%x%.:]+/%d+$" },
+    url = { type = "string", match = "^%a[%w+.-]*://" },
+    name = { type = "string", match = "^[%w%.%-_~]+$" },
+    tags = { type = "set", elements = { type = "string" } },
+    uuid = { type = "string", match = "^%x+%-%x+%-%x+%-%x+%-%x+$" },
+    lua_code = { type = "map", keys = { type = "string" }, values = { type = "string" } },
+}
+
+-- Kong's typedefs are callable: typedefs.header_name { default = "X-Id" } is the typedef
+-- with those attributes added.
+local function callable(def)
+    return setmetatable(def, { __call = function(self, over)
+        local t = {}
+        for k, v in pairs(self) do t[k] = v end
+        for k, v in pairs(over or {}) do t[k] = v end
+        return t
+    end })
+end
+for _, def in pairs(rawtypedefs) do callable(def) end
+_M.typedefs = strict(rawtypedefs, "typedefs")
+
+-- ---------------------------------------------------------------- conversion
+
+-- Attributes sluice.schema handles, or that only describe (kept out of the check).
+local HANDLED = {
+    type = true, required = true, default = true, elements = true, keys = true, values = true,
+    fields = true, between = true, len_min = true, len_max = true, one_of = true,
+    description = true, referenceable = true, encrypted = true, auto = true, unique = true,
+    indexed = true, examples = true, err = true, legacy = true, deprecation = true,
+    immutable = true, reference = true, eq = true, on_delete = true, nullable = true,
+    -- checked by check_extra below
+    match = true, not_match = true, match_any = true, match_none = true, gt = true, len_eq = true,
+    starts_with = true, custom_validator = true, not_one_of = true, is_regex = true,
+}
+
+local ENTITY_CHECKS = { at_least_one_of = true, only_one_of = true, mutually_exclusive = true,
+                        conditional = true }
+
+local convert
+
+-- The single (name, field) of a Kong `fields` entry.
+local function entry(item, where)
+    if type(item) ~= "table" then return nil, nil, where .. ": a fields entry must be { NAME = FIELD }" end
+    local name, field = next(item)
+    if type(name) ~= "string" or next(item, name) ~= nil or type(field) ~= "table" then
+        return nil, nil, where .. ": a fields entry must be { NAME = FIELD }"
+    end
+    return name, field
+end
+
+local function convert_fields(fields, where)
+    local out = {}
+    for i, item in ipairs(fields or {}) do
+        local name, field, err = entry(item, ("%s.fields[%d]"):format(where, i))
+        if not name then return nil, err end
+        local spec, cerr = convert(field, where == "config" and name or (where .. "." .. name))
+        if not spec then return nil, cerr end
+        out[name] = spec
+    end
+    return out
+end
+
+-- One Kong field as a sluice field spec, or nil, err naming the field.
+convert = function(f, where)
+    for k in pairs(f) do
+        if not HANDLED[k] then
+            return nil, ("field '%s': attribute '%s' is not supported by sluice's Kong layer"):format(where, tostring(k))
+        end
+    end
+    local t = f.type
+    local spec = { required = f.required, default = f.default }
+    if t == "string" then
+        if f.one_of then
+            spec.type, spec.one_of = "enum", f.one_of
+        else
+            spec.type, spec.min, spec.max = "string", f.len_min, f.len_max
+        end
+    elseif t == "number" or t == "integer" then
+        spec.type = t
+        if f.one_of then spec.type, spec.one_of = "enum", f.one_of end
+        if f.between then spec.min, spec.max = f.between[1], f.between[2] end
+    elseif t == "boolean" then
+        spec.type = "boolean"
+    elseif t == "array" or t == "set" then
+        spec.type, spec.min, spec.max = "array", f.len_min, f.len_max
+        if f.elements then
+            local items, err = convert(f.elements, where .. "[]")
+            if not items then return nil, err end
+            spec.items = items
+        end
+    elseif t == "map" then
+        spec.type = "map"
+        if f.values then
+            local values, err = convert(f.values, where .. "{}")
+            if not values then return nil, err end
+            spec.values = values
+        end
+    elseif t == "record" then
+        local fields, err = convert_fields(f.fields, where)
+        if not fields then return nil, err end
+        spec.type, spec.fields = "record", fields
+        -- Kong fills a required record that is absent with its fields' defaults
+        if spec.default == nil and f.required then spec.default = {} end
+    else
+        return nil, ("field '%s': type '%s' is not supported by sluice's Kong layer"):format(where, tostring(t))
+    end
+    return spec
+end
+
+-- ---------------------------------------------------------------- extra checks
+
+local check_value
+
+local function fail(where, msg) return nil, ("%s: %s"):format(where, msg) end
+
+check_value = function(f, v, where)
+    if v == nil then return true end
+    if type(v) == "string" then
+        if f.match and not find(v, f.match) then return fail(where, "invalid value: " .. v) end
+        if f.not_match and find(v, f.not_match) then return fail(where, "invalid value: " .. v) end
+        if f.starts_with and v:sub(1, #f.starts_with) ~= f.starts_with then
+            return fail(where, ("should start with: %s"):format(f.starts_with))
+        end
+        if f.len_eq and #v ~= f.len_eq then return fail(where, ("length must be %d"):format(f.len_eq)) end
+        if f.match_any then
+            local hit = false
+            for _, p in ipairs(f.match_any.patterns or {}) do
+                if find(v, p) then hit = true end
+            end
+            if not hit then return fail(where, f.match_any.err or "invalid value: " .. v) end
+        end
+        if f.match_none then
+            for _, m in ipairs(f.match_none) do
+                if find(v, m.pattern) then return fail(where, m.err or "invalid value: " .. v) end
+            end
+        end
+        if f.is_regex then
+            local _, _, err = require("sluice.kong.re").find("", v)
+            if err then return fail(where, "not a valid regex: " .. v) end
+        end
+    end
+    if type(v) == "number" and f.gt and not (v > f.gt) then
+        return fail(where, ("value must be greater than %s"):format(f.gt))
+    end
+    if f.not_one_of then
+        for _, x in ipairs(f.not_one_of) do
+            if v == x then return fail(where, "must not be one of: " .. concat(f.not_one_of, ", ")) end
+        end
+    end
+    if f.custom_validator then
+        local ok, err = f.custom_validator(v)
+        if not ok then return fail(where, tostring(err or "invalid value")) end
+    end
+    if type(v) == "table" then
+        if f.elements then
+            for i, x in ipairs(v) do
+                local ok, err = check_value(f.elements, x, ("%s[%d]"):format(where, i))
+                if not ok then return nil, err end
+            end
+        end
+        if f.values then
+            for k, x in pairs(v) do
+                local ok, err = check_value(f.values, x, ("%s.%s"):format(where, tostring(k)))
+                if not ok then return nil, err end
+            end
+        end
+        if f.keys then
+            for k in pairs(v) do
+                local ok, err = check_value(f.keys, k, ("%s (key %s)"):format(where, tostring(k)))
+                if not ok then return nil, err end
+            end
+        end
+        if f.fields then
+            for _, item in ipairs(f.fields) do
+                local name, sub = next(item)
+                local ok, err = check_value(sub, v[name], where == "" and name or (where .. "." .. name))
+                if not ok then return nil, err end
+            end
+        end
+    end
+    return true
+end
+
+local function set(v) return v ~= nil end
+
+local function entity_check(c, conf)
+    local kind, arg = next(c)
+    if kind == "at_least_one_of" then
+        for _, k in ipairs(arg) do
+            if set(conf[k]) then return true end
+        end
+        return nil, "at least one of these fields must be non-empty: " .. concat(arg, ", ")
+    elseif kind == "only_one_of" then
+        local n = 0
+        for _, k in ipairs(arg) do
+            if set(conf[k]) then n = n + 1 end
+        end
+        if n == 1 then return true end
+        return nil, "exactly one of these fields must be non-empty: " .. concat(arg, ", ")
+    elseif kind == "mutually_exclusive" then
+        local n = 0
+        for _, k in ipairs(arg) do
+            if set(conf[k]) then n = n + 1 end
+        end
+        if n <= 1 then return true end
+        return nil, "only one or none of these fields must be set: " .. concat(arg, ", ")
+    elseif kind == "conditional" then
+        local v = conf[arg.if_field]
+        local cond = arg.if_match or {}
+        local applies = (cond.eq == nil or v == cond.eq) and (not cond.required or set(v))
+            and (cond.one_of == nil or (function()
+                for _, x in ipairs(cond.one_of) do if x == v then return true end end
+                return false
+            end)())
+        if not applies then return true end
+        local tv, then_match = conf[arg.then_field], arg.then_match or {}
+        if then_match.required and not set(tv) then
+            return nil, ("%s: required field missing"):format(arg.then_field)
+        end
+        if then_match.eq ~= nil and tv ~= then_match.eq then
+            return nil, ("%s: value must be %s"):format(arg.then_field, tostring(then_match.eq))
+        end
+        return true
+    end
+    return true
+end
+
+-- Converts a Kong schema table. Returns { schema = sluice schema, check = function(conf) },
+-- or nil, err.
+function _M.convert(kschema)
+    if type(kschema) ~= "table" or type(kschema.fields) ~= "table" then
+        return nil, "must return a table with `fields` (Kong's plugin schema)"
+    end
+    local config
+    for i, item in ipairs(kschema.fields) do
+        local name, field, err = entry(item, ("fields[%d]"):format(i))
+        if not name then return nil, err end
+        if name == "config" then config = field end
+    end
+    if config == nil then return { schema = {}, check = nil } end
+    if config.type ~= "record" then return nil, "fields.config must be a record" end
+    for _, c in ipairs(config.entity_checks or {}) do
+        local kind = type(c) == "table" and next(c)
+        if not ENTITY_CHECKS[kind] then
+            return nil, ("entity check '%s' is not supported by sluice's Kong layer"):format(tostring(kind))
+        end
+    end
+    local saved_checks = config.entity_checks
+    local copy = {}
+    for k, v in pairs(config) do
+        if k ~= "entity_checks" and k ~= "shorthand_fields" then copy[k] = v end
+    end
+    local fields, err = convert_fields(copy.fields, "config")
+    if not fields then return nil, err end
+    for k in pairs(copy) do
+        if not HANDLED[k] then
+            return nil, ("config: attribute '%s' is not supported by sluice's Kong layer"):format(tostring(k))
+        end
+    end
+    local function check(conf)
+        local ok, cerr = check_value({ fields = config.fields }, conf, "")
+        if not ok then return nil, cerr end
+        for _, c in ipairs(saved_checks or {}) do
+            ok, cerr = entity_check(c, conf)
+            if not ok then return nil, cerr end
+        end
+        return true
+    end
+    return { schema = fields, check = check }
+end
+
+return _M

@@ -1,0 +1,41 @@
+-- Loading Kong plugins: what is not supported fails at config load, naming the plugin, the
+-- file, the line and the function, before any request.
+package.path = "lua/?.lua;lua/?/init.lua;spec/fixtures/?.lua;" .. package.path
+local test = require("sluice.test")
+
+local function start_with(name)
+    return test.start({ plugin_paths = { test.source_path("spec/fixtures/kong") },
+        routes = { { name = "r", match = { paths = { "/" } }, plugins = { { name = name }, { name = "echo" } } } } })
+end
+
+describe("Kong plugin loading", function()
+    it("fails on unsupported PDK calls, naming plugin, file, line and function", function()
+        local gw, err = start_with("kong-unsupported")
+        assert.is_nil(gw)
+        assert.matches("plugin 'kong-unsupported'", err, 1, true)
+        assert.matches("kong-unsupported/handler.lua:7: kong.service.request.set_method is not supported", err, 1, true)
+        assert.matches("kong-unsupported/handler.lua:8: ngx.timer is not supported", err, 1, true)
+        -- names in comments and strings are not calls
+        assert.is_nil(err:find("get_forwarded_host", 1, true))
+        assert.is_nil(err:find("kong.nope", 1, true))
+    end)
+
+    it("fails on a phase sluice has no place for", function()
+        local gw, err = start_with("kong-bad-phase")
+        assert.is_nil(gw)
+        assert.matches("phase 'certificate' is not supported", err, 1, true)
+    end)
+
+    it("fails on a schema type it cannot check", function()
+        local gw, err = start_with("kong-bad-schema")
+        assert.is_nil(gw)
+        assert.matches("field 'owner': type 'foreign' is not supported", err, 1, true)
+    end)
+
+    it("raises the same message for a name reached around the load-time check", function()
+        local kong = require("sluice.kong").kong
+        local req = kong.request
+        assert.has_error(function() return req["get_" .. "forwarded_host"] end,
+            "kong.request.get_forwarded_host is not supported by sluice's Kong layer (docs/plugins.md, \"Kong plugins\")")
+    end)
+end)
