@@ -13,6 +13,7 @@
 #include <grp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 int sl_privileges_drop(const sl_config_t *cfg, const char **err) {
@@ -22,6 +23,17 @@ int sl_privileges_drop(const sl_config_t *cfg, const char **err) {
         getegid() == cfg->run_gid)
         return 0;
     const char *step = NULL;
+    /* A reload's build starts at nice 19 and is raised back to 0 when it runs long
+     * (reload.c); after the switch that needs RLIMIT_NICE of 20 (nice down to 0, never
+     * below), which only root can grant. */
+    struct rlimit nl;
+    if (getrlimit(RLIMIT_NICE, &nl) == 0 && nl.rlim_max < 20) {
+        nl.rlim_cur = nl.rlim_max = 20;
+        setrlimit(RLIMIT_NICE, &nl);
+    } else if (nl.rlim_cur < 20) {
+        nl.rlim_cur = 20;
+        setrlimit(RLIMIT_NICE, &nl);
+    }
     if (setgroups(1, &cfg->run_gid) != 0) step = "setgroups";
     else if (setgid(cfg->run_gid) != 0) step = "setgid";
     else if (setuid(cfg->run_uid) != 0) step = "setuid";

@@ -15,7 +15,8 @@
 #include <libgen.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -353,21 +354,38 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
 
 /* ---- retiring old worker sets ---- */
 
-/* A reload's threads run at SCHED_IDLE: the scheduler gives it only CPU time no worker wants, so a
- * worker never waits for it (at normal priority a worker sharing its core waited whole
- * time slices while 10,000 routes were built: docs/DECISIONS.md). */
-static void idle_priority(const char *name) {
-    struct sched_param sp = {0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+/* A reload's threads start at nice 19: a worker that wakes preempts them at once (its
+ * virtual deadline is far earlier than a nice-19 thread's), so a worker sharing its core
+ * does not wait out their time slices, as it did with the build at normal priority
+ * (docs/DECISIONS.md). A build still running after SL_RELOAD_BOOST_MS (a machine busy
+ * with more than sluice's workers) is raised back to nice 0 so that it ends. Lowering is
+ * done only where raising back is allowed (root, or RLIMIT_NICE of 20: privileges.c sets
+ * it before leaving root); elsewhere the threads keep normal priority. */
+#define SL_RELOAD_BOOST_MS 5000
+
+static bool can_restore_priority(void) {
+    struct rlimit nl;
+    return geteuid() == 0 || (getrlimit(RLIMIT_NICE, &nl) == 0 && nl.rlim_cur >= 20);
+}
+
+static pid_t low_priority(const char *name) {
     pthread_setname_np(pthread_self(), name);
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    if (can_restore_priority()) setpriority(PRIO_PROCESS, (id_t)tid, 19);
+    return tid;
+}
+
+static void normal_priority(pid_t tid) {
+    if (tid > 0) setpriority(PRIO_PROCESS, (id_t)tid, 0);
 }
 
 /* What is left of a retired generation once its workers stopped: their VMs and buffers,
- * its config. Freed on a thread of its own at SCHED_IDLE, like a build: a 10,000-route
+ * its config. Freed on a thread of its own at nice 19, like a build: a 10,000-route
  * generation takes tens of milliseconds to free, then malloc_trim walks the heap. */
 typedef struct sl_reaper_s {
     struct sl_reaper_s *next;
     pthread_t thread;
+    pid_t tid; /* (atomic) its thread id once running */
     sl_worker_t *workers;
     int nworkers;
     int *listen_fds;
@@ -383,7 +401,7 @@ static void reap(reaper_t *rp) {
 
 static void *reaper_main(void *arg) {
     reaper_t *rp = arg;
-    idle_priority("sluice-reap");
+    __atomic_store_n(&rp->tid, low_priority("sluice-reap"), __ATOMIC_RELEASE);
     reap(rp);
     malloc_trim(0); /* a generation's VMs and buffers are gone: give the pages back */
     return NULL;
@@ -397,7 +415,10 @@ static void join_reapers(sl_server_t *srv, bool all) {
             pp = &rp->next;
             continue;
         }
-        if (all) pthread_join(rp->thread, NULL);
+        if (all) {
+            normal_priority(__atomic_load_n(&rp->tid, __ATOMIC_ACQUIRE)); /* the process is ending */
+            pthread_join(rp->thread, NULL);
+        }
         *pp = rp->next;
         free(rp);
     }
@@ -532,6 +553,9 @@ typedef struct sl_reload_job_s {
     bool forced;
     bool tell;         /* the service manager heard RELOADING=1 */
     pthread_t thread;
+    pid_t tid;         /* (atomic) the thread's id once running */
+    uv_timer_t boost;  /* SL_RELOAD_BOOST_MS after the start: back to normal priority */
+    bool boost_on;
     uint64_t etcd_hash;
     /* the thread's results */
     sl_config_t *n;    /* the new config (etcd: built on the main loop before the thread) */
@@ -617,7 +641,7 @@ static const char *needs_restart(const sl_config_t *o, const sl_config_t *n) {
 static void *build_main(void *arg) {
     sl_reload_job_t *j = arg;
     sl_server_t *srv = j->srv;
-    idle_priority("sluice-reload");
+    __atomic_store_n(&j->tid, low_priority("sluice-reload"), __ATOMIC_RELEASE);
     if (!j->n) { /* (etcd's was built on the main loop) */
         size_t len = 0;
         char *text = NULL;
@@ -818,6 +842,18 @@ static int finish(sl_reload_job_t *j, char **json) {
 
 static void start_job(sl_server_t *srv);
 
+static void job_free(uv_handle_t *h) { free(h->data); }
+
+/* The build still runs after SL_RELOAD_BOOST_MS: the machine is busy with more than
+ * sluice's workers, and at nice 19 the build could wait for minutes. */
+static void on_boost(uv_timer_t *t) {
+    sl_reload_job_t *j = t->data;
+    pid_t tid = __atomic_load_n(&j->tid, __ATOMIC_ACQUIRE);
+    sl_log_info("reload (%s): still building after %d ms on a busy machine: at normal priority from now on", j->why,
+                SL_RELOAD_BOOST_MS);
+    normal_priority(tid);
+}
+
 /* Answers every reload the job built for, then starts the next when more were asked. */
 static void job_done(sl_reload_job_t *j, int rc, char *json) {
     sl_server_t *srv = j->srv;
@@ -835,7 +871,10 @@ static void job_done(sl_reload_job_t *j, int rc, char *json) {
     }
     free(json);
     free(j->err);
-    free(j);
+    if (j->boost_on)
+        uv_close((uv_handle_t *)&j->boost, job_free); /* frees j once closed */
+    else
+        free(j);
     if (srv->reload_queue) start_job(srv);
 }
 
@@ -901,6 +940,11 @@ static void start_job(sl_server_t *srv) {
             job_done(j, rc, json);
             return;
         }
+    }
+    if (uv_timer_init(srv->loop, &j->boost) == 0) {
+        j->boost.data = j;
+        j->boost_on = true;
+        uv_timer_start(&j->boost, on_boost, SL_RELOAD_BOOST_MS, 0);
     }
     if (pthread_create(&j->thread, NULL, build_main, j) != 0) {
         j->thread = 0;
@@ -988,6 +1032,7 @@ void sl__reload_init(sl_server_t *srv) {
 void sl__reload_close(sl_server_t *srv) {
     /* A build in flight ends first; its askers hear that the server is shutting down. */
     if (srv->reload_job && srv->reload_job->thread) {
+        normal_priority(__atomic_load_n(&srv->reload_job->tid, __ATOMIC_ACQUIRE));
         pthread_join(srv->reload_job->thread, NULL);
         srv->reload_job->thread = 0;
         char *json = NULL;

@@ -173,36 +173,37 @@ def test_rss_after_many_reloads(t):
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
 
-def slow_plugin(marker):
-    # loading takes 1.5 s while `marker` exists: a build that is still running when the
+def slow_plugin(marker, secs):
+    # loading takes `secs` while `marker` exists: a build that is still running when the
     # test looks at the process
     return ('local f = io.open("%s")\n'
-            'if f then f:close(); os.execute("sleep 1.5") end\n' % marker) + plugin("slow")
+            'if f then f:close(); os.execute("sleep %s") end\n' % (marker, secs)) + plugin("slow")
 
 
-def policy_of(pid, name):
-    """The scheduling policy (SCHED_* number) of pid's thread called name, or None."""
+def nice_of(pid, name):
+    """The nice value of pid's thread called name, or None."""
     for tid in os.listdir("/proc/%d/task" % pid):
         try:
             with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
                 if f.read().strip() != name:
                     continue
             with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                return int(f.read().rsplit(")", 1)[1].split()[38])  # field 41: policy
+                return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
         except (FileNotFoundError, ProcessLookupError):
             continue
     return None
 
 
 def test_reload_off_the_loop(t):
-    """A build runs on its own SCHED_IDLE thread: the main loop (admin API, health checks)
-    and the workers go on while it runs, and reloads asked for meanwhile queue behind it."""
+    """A build runs on a thread of its own at nice 19: the main loop (admin API, health
+    checks) and the workers go on while it runs, reloads asked for meanwhile queue behind
+    it, and a build still running after 5 s is raised back to nice 0."""
     import threading
     d, cfg = setup(watch="false")
     marker = os.path.join(d, "slow")
     s = h.start_sluice(cfg, suite=t)
     gen = s.status()["generation"]
-    write(os.path.join(d, "plugins", "hello.lua"), slow_plugin(marker))
+    write(os.path.join(d, "plugins", "hello.lua"), slow_plugin(marker, 3))
     open(marker, "w").close()
     answers = []
 
@@ -211,17 +212,21 @@ def test_reload_off_the_loop(t):
 
     first = threading.Thread(target=ask)
     first.start()
-    time.sleep(0.5)  # the first build is loading its VMs now (1.5 s each)
-    policy = policy_of(s.pid, "sluice-reload")
-    t.check("the build runs on a thread at SCHED_IDLE (policy 5)", policy == 5, 5, policy)
+    time.sleep(0.5)  # the first build is loading its VMs now (3 s each, two workers)
+    nice = nice_of(s.pid, "sluice-reload")
+    t.check("the build runs on a thread of its own at nice 19", nice == 19, 19, nice)
     st = s.status()
     t.check("/status answers while a build runs (the main loop is free)",
             first.is_alive() and st["generation"] == gen, "answered during the build, generation %d" % gen,
             (first.is_alive(), st.get("generation")))
     t.check("requests are served during the build", body(s) == (200, b"v1\n"), (200, b"v1\n"), body(s))
-    os.unlink(marker)
     second = threading.Thread(target=ask)
     second.start()  # asked while the first builds: it waits, then builds on its own
+    time.sleep(5.0)  # 5.5 s into the 6 s build
+    nice = nice_of(s.pid, "sluice-reload")
+    t.check("a build still running after 5 s is back at nice 0", nice == 0 and first.is_alive(), 0,
+            (nice, first.is_alive()))
+    os.unlink(marker)
     first.join(30)
     second.join(30)
     t.check("both reloads answered 200", [a[0] for a in answers] == [200, 200], [200, 200], answers)
@@ -229,6 +234,5 @@ def test_reload_off_the_loop(t):
     t.check("the queued reload built a generation of its own", gens == [gen + 1, gen + 2], [gen + 1, gen + 2], gens)
     t.check("the new plugin answers", body(s) == (200, b"slow\n"), (200, b"slow\n"), body(s))
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
-
 
 t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop)
