@@ -118,7 +118,7 @@ typedef void (*sl_reload_cb)(sl_server_t *srv, int rc, char *json, void *ud);
  * forced (SIGHUP, POST /reload): a new generation even when the content hash is the
  * running one's; otherwise (file watch, etcd) such a reload applies nothing.
  *
- * The build runs on a thread of its own at SCHED_IDLE (reload.c), so the call returns at
+ * The build runs on a thread of its own at nice 19 (reload.c), so the call returns at
  * once and `cb` (may be NULL) hears the answer on the main loop once the new workers serve
  * or the build was rejected. A reload asked for while one builds waits for it, then one
  * more build answers every reload asked for meanwhile. Main thread.
