@@ -354,14 +354,20 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
 
 /* ---- retiring old worker sets ---- */
 
-/* A reload's threads start at nice 19: a worker that wakes preempts them at once (its
- * virtual deadline is far earlier than a nice-19 thread's), so a worker sharing its core
- * does not wait out their time slices, as it did with the build at normal priority
- * (docs/DECISIONS.md). A build still running after SL_RELOAD_BOOST_MS (a machine busy
- * with more than sluice's workers) is raised back to nice 0 so that it ends. Lowering is
- * done only where raising back is allowed (root, or RLIMIT_NICE of 20: privileges.c sets
- * it before leaving root); elsewhere the threads keep normal priority. */
+/* A reload's threads run at nice 19 while a worker is busy: a worker that wakes preempts
+ * them at once (its virtual deadline is far earlier than a nice-19 thread's), so a worker
+ * sharing its core does not wait out their time slices, as it did with the build at
+ * normal priority (docs/DECISIONS.md). While the workers are idle the build runs at nice 0
+ * and ends as soon as it can; after SL_RELOAD_BOOST_MS it stays at nice 0 whatever the
+ * load, so that a machine busy with more than sluice still gets its reload. The main loop
+ * decides every SL_RELOAD_TICK_MS from the workers' thread CPU clocks. Lowering is done
+ * only where raising back is allowed (root, or RLIMIT_NICE of 20: privileges.c sets it
+ * before leaving root); elsewhere the threads keep normal priority. */
 #define SL_RELOAD_BOOST_MS 5000
+#define SL_RELOAD_TICK_MS 20
+#define SL_RELOAD_MAX_WORKERS 256 /* workers whose load is looked at */
+/* A worker that used this share of a tick's CPU time is busy. */
+#define SL_RELOAD_BUSY_PERCENT 25
 
 static bool can_restore_priority(void) {
     struct rlimit nl;
@@ -554,8 +560,11 @@ typedef struct sl_reload_job_s {
     bool tell;         /* the service manager heard RELOADING=1 */
     pthread_t thread;
     pid_t tid;         /* (atomic) the thread's id once running */
-    uv_timer_t boost;  /* SL_RELOAD_BOOST_MS after the start: back to normal priority */
-    bool boost_on;
+    uv_timer_t tick;   /* its priority, decided every SL_RELOAD_TICK_MS (on_tick) */
+    bool tick_on;
+    int nice;          /* the thread's nice value as last set */
+    uint64_t start_ns, tick_ns;
+    uint64_t wcpu[SL_RELOAD_MAX_WORKERS]; /* the served workers' CPU clocks at the last tick */
     uint64_t etcd_hash;
     /* the thread's results */
     sl_config_t *n;    /* the new config (etcd: built on the main loop before the thread) */
@@ -844,14 +853,38 @@ static void start_job(sl_server_t *srv);
 
 static void job_free(uv_handle_t *h) { free(h->data); }
 
-/* The build still runs after SL_RELOAD_BOOST_MS: the machine is busy with more than
- * sluice's workers, and at nice 19 the build could wait for minutes. */
-static void on_boost(uv_timer_t *t) {
+/* CPU time a thread used (ns), or 0. */
+static uint64_t thread_cpu_ns(pthread_t th) {
+    clockid_t c;
+    struct timespec ts;
+    if (pthread_getcpuclockid(th, &c) != 0 || clock_gettime(c, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Every SL_RELOAD_TICK_MS while the build runs: nice 19 while a worker of the served
+ * generation used SL_RELOAD_BUSY_PERCENT of the tick, else (and from SL_RELOAD_BOOST_MS
+ * on) nice 0. */
+static void on_tick(uv_timer_t *t) {
     sl_reload_job_t *j = t->data;
+    sl_server_t *srv = j->srv;
     pid_t tid = __atomic_load_n(&j->tid, __ATOMIC_ACQUIRE);
-    sl_log_info("reload (%s): still building after %d ms on a busy machine: at normal priority from now on", j->why,
-                SL_RELOAD_BOOST_MS);
-    normal_priority(tid);
+    uint64_t now = sl_now_ns();
+    bool busy = false;
+    for (int i = 0; i < srv->nworkers && i < SL_RELOAD_MAX_WORKERS; i++) {
+        uint64_t c = thread_cpu_ns(srv->workers[i].thread);
+        busy |= j->wcpu[i] && now > j->tick_ns &&
+                (c - j->wcpu[i]) * 100 >= (now - j->tick_ns) * SL_RELOAD_BUSY_PERCENT;
+        j->wcpu[i] = c;
+    }
+    j->tick_ns = now;
+    bool late = now - j->start_ns >= (uint64_t)SL_RELOAD_BOOST_MS * 1000000;
+    int want = busy && !late ? 19 : 0;
+    if (late) uv_timer_stop(t);
+    if (tid <= 0 || want == j->nice || !can_restore_priority()) return;
+    if (late && j->nice)
+        sl_log_info("reload (%s): still building after %d ms on a busy machine: at normal priority from now on",
+                    j->why, SL_RELOAD_BOOST_MS);
+    if (setpriority(PRIO_PROCESS, (id_t)tid, want) == 0) j->nice = want;
 }
 
 /* Answers every reload the job built for, then starts the next when more were asked. */
@@ -871,8 +904,8 @@ static void job_done(sl_reload_job_t *j, int rc, char *json) {
     }
     free(json);
     free(j->err);
-    if (j->boost_on)
-        uv_close((uv_handle_t *)&j->boost, job_free); /* frees j once closed */
+    if (j->tick_on)
+        uv_close((uv_handle_t *)&j->tick, job_free); /* frees j once closed */
     else
         free(j);
     if (srv->reload_queue) start_job(srv);
@@ -941,10 +974,13 @@ static void start_job(sl_server_t *srv) {
             return;
         }
     }
-    if (uv_timer_init(srv->loop, &j->boost) == 0) {
-        j->boost.data = j;
-        j->boost_on = true;
-        uv_timer_start(&j->boost, on_boost, SL_RELOAD_BOOST_MS, 0);
+    j->start_ns = j->tick_ns = sl_now_ns();
+    j->nice = can_restore_priority() ? 19 : 0; /* what the thread starts at (low_priority) */
+    for (int i = 0; i < srv->nworkers && i < SL_RELOAD_MAX_WORKERS; i++) j->wcpu[i] = thread_cpu_ns(srv->workers[i].thread);
+    if (uv_timer_init(srv->loop, &j->tick) == 0) {
+        j->tick.data = j;
+        j->tick_on = true;
+        uv_timer_start(&j->tick, on_tick, SL_RELOAD_TICK_MS / 2, SL_RELOAD_TICK_MS);
     }
     if (pthread_create(&j->thread, NULL, build_main, j) != 0) {
         j->thread = 0;

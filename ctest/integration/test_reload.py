@@ -195,10 +195,14 @@ def nice_of(pid, name):
 
 
 def test_reload_off_the_loop(t):
-    """A build runs on a thread of its own at nice 19: the main loop (admin API, health
-    checks) and the workers go on while it runs, reloads asked for meanwhile queue behind
-    it, and a build still running after 5 s is raised back to nice 0."""
+    """A build runs on a thread of its own: the main loop (admin API, health checks) and the
+    workers go on while it runs, reloads asked for meanwhile queue behind it, and the build
+    yields to busy workers (nice 19 while one is busy, 0 while they are idle and from 5 s on)."""
     import threading
+    wrk = shutil.which("wrk")
+    t.check("wrk is installed", wrk is not None, "wrk", wrk)
+    if not wrk:
+        return
     d, cfg = setup(watch="false")
     marker = os.path.join(d, "slow")
     s = h.start_sluice(cfg, suite=t)
@@ -210,22 +214,42 @@ def test_reload_off_the_loop(t):
     def ask():
         answers.append(post_reload(s))
 
+    def load(secs):
+        return subprocess.Popen([wrk, "-t1", "-c8", "-d%ds" % secs, "http://127.0.0.1:%d/" % s.port()],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def nices(secs):
+        seen, end = [], time.monotonic() + secs
+        while time.monotonic() < end:
+            seen.append(nice_of(s.pid, "sluice-reload"))
+            time.sleep(0.05)
+        return seen
+
+    t0 = time.monotonic()
     first = threading.Thread(target=ask)
     first.start()
-    time.sleep(0.5)  # the first build is loading its VMs now (3 s each, two workers)
-    nice = nice_of(s.pid, "sluice-reload")
-    t.check("the build runs on a thread of its own at nice 19", nice == 19, 19, nice)
+    idle = nices(0.4)  # the first build loads its VMs now (3 s each, two workers)
+    t.check("the build runs on a thread of its own, at nice 0 while the workers are idle",
+            idle and idle[-1] == 0, 0, idle)
     st = s.status()
     t.check("/status answers while a build runs (the main loop is free)",
             first.is_alive() and st["generation"] == gen, "answered during the build, generation %d" % gen,
             (first.is_alive(), st.get("generation")))
     t.check("requests are served during the build", body(s) == (200, b"v1\n"), (200, b"v1\n"), body(s))
+    w = load(2)
+    busy = nices(1.5)
+    w.wait(30)
+    t.check("... at nice 19 while a worker is busy", 19 in busy, "19 among the samples", busy)
+    after = nices(0.3)
+    t.check("... back to nice 0 once the load stopped", after and after[-1] == 0, 0, after)
     second = threading.Thread(target=ask)
     second.start()  # asked while the first builds: it waits, then builds on its own
-    time.sleep(5.0)  # 5.5 s into the 6 s build
-    nice = nice_of(s.pid, "sluice-reload")
-    t.check("a build still running after 5 s is back at nice 0", nice == 0 and first.is_alive(), 0,
-            (nice, first.is_alive()))
+    time.sleep(max(0.0, 5.2 - (time.monotonic() - t0)))
+    w = load(1)
+    late = nices(0.6)
+    w.wait(30)
+    t.check("... and at nice 0 from 5 s on, busy or not", first.is_alive() and set(late) == {0}, "all 0",
+            (first.is_alive(), late))
     os.unlink(marker)
     first.join(30)
     second.join(30)
