@@ -175,13 +175,16 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
                     if (!sl__kv_put(d, key, v, vl)) ok = false;
                     break;
                 }
-                snprintf(f, sizeof f, "%s/%s/init.lua", cfg->plugin_search[s], ps[i].name);
-                if (access(f, R_OK) == 0) {
-                    fprintf(stderr,
-                            "sluice push: plugin '%s' is a folder (%s): etcd holds single-file plugins "
-                            "(plugins/NAME is one Lua source); make it one file to push it\n",
-                            ps[i].name, f);
-                    return false;
+                static const char *const folder[] = {"init.lua", "handler.lua"}; /* sluice's, Kong's */
+                for (size_t k = 0; k < sizeof folder / sizeof folder[0]; k++) {
+                    snprintf(f, sizeof f, "%s/%s/%s", cfg->plugin_search[s], ps[i].name, folder[k]);
+                    if (access(f, R_OK) == 0) {
+                        fprintf(stderr,
+                                "sluice push: plugin '%s' is a folder (%s): etcd holds single-file plugins "
+                                "(plugins/NAME is one Lua source); make it one file to push it\n",
+                                ps[i].name, f);
+                        return false;
+                    }
                 }
             }
         }

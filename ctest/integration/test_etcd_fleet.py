@@ -499,6 +499,18 @@ def test_local_file_rules(t):
                 "routes:\n  - { name: a, match: { paths: [/] }, plugins: [ { name: folded } ] }\n")
     r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url, "--prefix", "/other"])
     t.check("push refuses a folder plugin, saying why", r.returncode == 1 and "is a folder" in r.stderr, 1, r.stderr)
+    # a Kong-shaped plugin (handler.lua + schema.lua) is a folder too
+    os.makedirs(os.path.join(d, "plugins", "kongish"))
+    with open(os.path.join(d, "plugins", "kongish", "handler.lua"), "w") as f:
+        f.write('return { PRIORITY = 1, VERSION = "1", access = function(self, conf) end }\n')
+    with open(os.path.join(d, "plugins", "kongish", "schema.lua"), "w") as f:
+        f.write('return { name = "kongish", fields = { { config = { type = "record", fields = {} } } } }\n')
+    with open(path, "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                "routes:\n  - { name: a, match: { paths: [/] }, plugins: [ { name: kongish } ] }\n")
+    r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url, "--prefix", "/other"])
+    t.check("push refuses a Kong plugin folder, saying why", r.returncode == 1 and "kongish/handler.lua" in r.stderr,
+            1, r.stderr)
 
 
 def test_auth(t):
