@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "http/request.h"
 
 /* Events a stream has for h2_run, as bits. */
@@ -1114,7 +1115,7 @@ static bool nv_add(sl_req_t *r, nghttp2_nv *nva, size_t *n, sl_str_t name, sl_st
 
 static bool nv_num(sl_req_t *r, nghttp2_nv *nva, size_t *n, sl_str_t name, uint64_t v) {
     char buf[24];
-    sl_wbuf_t b = {buf, 0, sizeof buf};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(buf, sizeof buf);
     return sl_wbuf_u64(&b, v) && nv_add(r, nva, n, name, (sl_str_t){buf, b.len});
 }
 

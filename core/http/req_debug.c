@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "http/request.h"
+#include "base/wbuf.h"
 
 /* The calls and attempts kept; more are counted in "truncated". */
 #define DEBUG_CALLS 48
@@ -92,7 +93,7 @@ void sl__req_debug_emit(sl_req_t *r) {
     size_t cap = 160 + (size_t)d->natt * 120 + (size_t)d->ncall * 100;
     char *p = sl_arena_alloc(&r->arena, cap);
     if (!p) return;
-    sl_wbuf_t b = {p, 0, cap};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(p, cap);
     bool ok = SL_WBUF_LIT(&b, "{\"route\":") &&
               (rc ? put_json_str(&b, (sl_str_t){rc->name, strlen(rc->name)}) : SL_WBUF_LIT(&b, "null")) &&
               SL_WBUF_LIT(&b, ",\"generation\":") && sl_wbuf_u64(&b, r->w->generation) &&

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "http/http_logger.h"
 #include "http/mirror.h"
 #include "server/etcd.h"
@@ -139,7 +140,7 @@ static void tput_fn(void *ud, const char *fmt, ...) {
 /* Writes a JSON string literal (names from the config are plain, but escape anyway). */
 static void tjson(text_t *t, const char *s) {
     char tmp[512];
-    sl_wbuf_t b = {tmp, 0, sizeof(tmp)};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(tmp, sizeof(tmp));
     sl_wbuf_json_str(&b, (sl_str_t){s, strlen(s)});
     tput(t, "\"%.*s\"", (int)b.len, tmp);
 }

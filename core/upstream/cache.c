@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "base/wbuf.h"
 
 typedef struct lock_s {
     struct lock_s *hnext;
@@ -214,7 +215,7 @@ uint64_t sl_cache_count(void) { LOCKED_READ(S.n); }
 
 size_t sl_cache_vary_key(sl_str_t key, sl_str_t vary, sl_cache_header_fn hdr, void *ud, char *buf,
                          size_t cap) {
-    sl_wbuf_t b = {buf, 0, cap};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(buf, cap);
     if (!sl_wbuf_str(&b, key)) return 0;
     const char *p = vary.p, *e = vary.p + vary.len;
     while (p < e) {
