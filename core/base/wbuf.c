@@ -8,14 +8,15 @@
 
 bool sl_wbuf_reserve(sl_wbuf_t *b, size_t n) {
     if (b->cap - b->len >= n) return true;
-    if (!b->max || b->max - b->len < n) {
+    size_t max = b->bounded ? b->cap : b->max ? b->max : SIZE_MAX;
+    if (max - b->len < n) {
         b->full = true;
         return false;
     }
     if (b->oom) return false;
     size_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < n) cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
-    if (cap > b->max) cap = b->max;
+    if (cap > max) cap = max;
     char *p = realloc(b->p, cap);
     if (!p) {
         b->oom = true;
@@ -106,7 +107,7 @@ char *sl_wbuf_cstr(sl_wbuf_t *b) {
 }
 
 char *sl_wbuf_take(sl_wbuf_t *b) {
-    assert(b->max); /* a bounded buffer's memory is its caller's */
+    assert(!b->bounded); /* a bounded buffer's memory is its caller's */
     char *p = sl_wbuf_failed(b) ? NULL : sl_wbuf_cstr(b);
     if (!p) free(b->p);
     *b = SL_WBUF_GROWING(b->max);
@@ -114,7 +115,7 @@ char *sl_wbuf_take(sl_wbuf_t *b) {
 }
 
 void sl_wbuf_free(sl_wbuf_t *b) {
-    if (b->max) {
+    if (!b->bounded) {
         free(b->p);
         *b = SL_WBUF_GROWING(b->max);
     } else {

@@ -25,17 +25,17 @@
 typedef struct {
     char *p;
     size_t len, cap;
-    size_t max; /**< 0: bounded, p is the caller's cap bytes; else p is malloc'ed (owned) and
-                     grows up to max bytes */
-    bool full;  /**< an append did not fit within cap (bounded) or max (growing) */
-    bool oom;   /**< a growth failed; later growths fail too */
+    size_t max;   /**< growing: at most this many bytes (0: no limit) */
+    bool bounded; /**< p is the caller's cap bytes and never grows; else p is malloc'ed (owned) */
+    bool full;    /**< an append did not fit within cap (bounded) or max (growing) */
+    bool oom;     /**< a growth failed; later growths fail too */
 } sl_wbuf_t;
 
 /** A bounded buffer over the caller's cap bytes at mem, empty. */
-#define SL_WBUF_BOUNDED(mem, cap_) ((sl_wbuf_t){.p = (mem), .len = 0, .cap = (cap_)})
-/** A growing buffer, empty, that holds at most max bytes (SIZE_MAX: no limit). */
+#define SL_WBUF_BOUNDED(mem, cap_) ((sl_wbuf_t){.p = (mem), .len = 0, .cap = (cap_), .bounded = true})
+/** A growing buffer, empty, that holds at most max bytes (0: no limit). A zeroed sl_wbuf_t
+ *  ({0}, calloc) is a growing buffer with no limit. */
 #define SL_WBUF_GROWING(max_) ((sl_wbuf_t){.p = NULL, .len = 0, .cap = 0, .max = (max_)})
-#define SL_WBUF_NO_LIMIT SIZE_MAX
 
 /** Makes room for n more bytes: true when cap - len >= n afterwards. A bounded buffer
  *  cannot grow (false, `full`); a growing one doubles (at least 256 bytes) up to max. */

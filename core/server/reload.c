@@ -316,7 +316,7 @@ static void changed_files(list_t *l, const sl_gen_files_t *of, const sl_gen_file
 
 static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_changed,
                           const sl_gen_files_t *of, const sl_gen_files_t *nf) {
-    list_t l = {SL_WBUF_GROWING(SL_WBUF_NO_LIMIT), 0};
+    list_t l = {SL_WBUF_GROWING(0), 0};
 #define SIG_ROUTE(x) sig_route(((x) >= o->routes && (x) < o->routes + o->nroutes) ? o : n, (x))
     DIFF("route", o->routes, o->nroutes, n->routes, n->nroutes, NAME_OF, SIG_ROUTE);
     DIFF("upstream", o->upstreams, o->nupstreams, n->upstreams, n->nupstreams, NAME_OF, sig_upstream);
@@ -413,7 +413,7 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
 /* ---- the reload ---- */
 
 static char *json_error(sl_server_t *srv, const char *msg) {
-    sl_wbuf_t b = SL_WBUF_GROWING(SL_WBUF_NO_LIMIT);
+    sl_wbuf_t b = SL_WBUF_GROWING(0);
     sl_wbuf_printf(&b, "{\"ok\":false,\"generation\":%llu,\"error\":", (unsigned long long)srv->generation);
     sl_wbuf_json_cstr(&b, msg);
     SL_WBUF_LIT(&b, "}\n");

@@ -23,6 +23,7 @@
 
 #include "base/chain.h"
 #include "base/common.h"
+#include "base/hash.h"
 
 #define SHARD_BITS 6
 _Static_assert((1 << SHARD_BITS) == SL_LIMITER_SHARDS, "SHARD_BITS must match the shard count");
@@ -73,45 +74,6 @@ static void init_once(void) {
     digest_seed = sl_rand64();
 }
 
-static inline uint64_t rotl(uint64_t x, int r) { return x << r | x >> (64 - r); }
-
-static inline uint64_t fmix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
-/* The last n (1..7) bytes of a key as one word, without a byte-wise copy into memory that
- * a word load would then wait on (a failed store forwarding: most of a short key's hash
- * time). Overlapping reads are fine: keys of one length map one-to-one, and the length is
- * hashed too. */
-static inline uint64_t tail_word(const char *p, size_t n) {
-    if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, p, 4);
-        memcpy(&b, p + n - 4, 4);
-        return (uint64_t)a << 32 | b;
-    }
-    return (uint64_t)(uint8_t)p[0] << 16 | (uint64_t)(uint8_t)p[n >> 1] << 8 | (uint8_t)p[n - 1];
-}
-
-/* MurmurHash3's x64 block step on a single lane, then its finaliser: a few cycles per 8
- * bytes, and a well mixed top (the shard) and bottom (the chain). */
-static uint64_t key_hash(const char *p, size_t n, uint64_t s) {
-    const uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
-    uint64_t h = s ^ n, k;
-    for (; n >= 8; p += 8, n -= 8) {
-        memcpy(&k, p, 8);
-        h ^= rotl(k * c1, 31) * c2;
-        h = rotl(h, 27) * 5 + 0x52dce729;
-    }
-    if (n) h ^= rotl(tail_word(p, n) * c1, 31) * c2;
-    return fmix64(h);
-}
-
 /* A key as the table stores and compares it. */
 typedef struct {
     const char *p;
@@ -122,13 +84,13 @@ typedef struct {
 } lim_key_t;
 
 static void key_form(lim_key_t *k, const char *p, size_t len, uint8_t kind) {
-    k->hash = key_hash(p, len, seed);
+    k->hash = sl_hash64(p, len, seed);
     k->kind = kind;
     if (SL_LIKELY(len <= SL_LIMITER_KEY_MAX)) {
         k->p = p, k->len = len;
         return;
     }
-    uint64_t d = key_hash(p, len, digest_seed);
+    uint64_t d = sl_hash64(p, len, digest_seed);
     memcpy(k->buf, p, DIGEST_PREFIX);
     memcpy(k->buf + DIGEST_PREFIX, &d, 8);
     k->p = k->buf, k->len = SL_LIMITER_KEY_MAX;
@@ -379,7 +341,7 @@ size_t sl_limiter_count(void) {
 
 unsigned sl_limiter_shard(const char *key, size_t key_len) {
     pthread_once(&once, init_once);
-    return (unsigned)(shard_of(key_hash(key ? key : "", key_len, seed)) - shards);
+    return (unsigned)(shard_of(sl_hash64(key ? key : "", key_len, seed)) - shards);
 }
 
 void sl_limiter_clear(void) {

@@ -12,7 +12,7 @@
 
 static void test_bounded_refuses_whole(void) {
     char mem[8];
-    sl_wbuf_t b = {mem, 0, sizeof mem};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(mem, sizeof mem);
     CHECK(SL_WBUF_LIT(&b, "abcde"));
     CHECK(!SL_WBUF_LIT(&b, "fghi")); /* 4 > 3 left: nothing written */
     CHECK_INT(b.len, 5);
@@ -24,7 +24,7 @@ static void test_bounded_refuses_whole(void) {
 }
 
 static void test_growing(void) {
-    sl_wbuf_t b = SL_WBUF_GROWING(SL_WBUF_NO_LIMIT);
+    sl_wbuf_t b = SL_WBUF_GROWING(0);
     CHECK(sl_wbuf_put(&b, "", 0));
     for (int i = 0; i < 1000; i++) CHECK(sl_wbuf_u64(&b, (uint64_t)i % 10));
     CHECK_INT(b.len, 1000);
@@ -34,8 +34,11 @@ static void test_growing(void) {
     CHECK(s && s[0] == '0' && s[9] == '9' && s[1000] == 0);
     char *owned = sl_wbuf_take(&b);
     CHECK(owned == s);
-    CHECK(b.p == NULL && b.len == 0 && b.cap == 0 && b.max == SL_WBUF_NO_LIMIT);
+    CHECK(b.p == NULL && b.len == 0 && b.cap == 0 && b.max == 0 && !b.bounded);
     free(owned);
+    sl_wbuf_t z = {0}; /* a zeroed buffer grows */
+    CHECK(SL_WBUF_LIT(&z, "xyz") && z.len == 3 && z.cap >= 3);
+    sl_wbuf_free(&z);
 }
 
 static void test_growing_max(void) {
@@ -54,7 +57,7 @@ static void test_growing_max(void) {
 
 static void test_printf(void) {
     char mem[16];
-    sl_wbuf_t b = {mem, 0, sizeof mem};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(mem, sizeof mem);
     CHECK(sl_wbuf_printf(&b, "%d-%s", 42, "ab"));
     CHECK_INT(b.len, 5);
     CHECK(!sl_wbuf_printf(&b, "%s", "0123456789ab")); /* 12 bytes + NUL > 11 left */
@@ -63,7 +66,7 @@ static void test_printf(void) {
     CHECK_INT(b.len, 15);
     CHECK(memcmp(mem, "42-ab0123456789", 15) == 0);
 
-    sl_wbuf_t g = SL_WBUF_GROWING(SL_WBUF_NO_LIMIT);
+    sl_wbuf_t g = SL_WBUF_GROWING(0);
     char big[5000];
     memset(big, 'y', sizeof big - 1);
     big[sizeof big - 1] = 0;
@@ -75,7 +78,7 @@ static void test_printf(void) {
 }
 
 static char *json(const char *s, size_t n) {
-    sl_wbuf_t b = SL_WBUF_GROWING(SL_WBUF_NO_LIMIT);
+    sl_wbuf_t b = SL_WBUF_GROWING(0);
     sl_wbuf_json_quoted(&b, (sl_str_t){s, n});
     return sl_wbuf_take(&b);
 }
@@ -104,7 +107,7 @@ static void test_json_escapes(void) {
 static void test_json_round_trip(void) {
     char in[128];
     for (int i = 0; i < 128; i++) in[i] = (char)(i ? i : 1);
-    sl_wbuf_t b = SL_WBUF_GROWING(SL_WBUF_NO_LIMIT);
+    sl_wbuf_t b = SL_WBUF_GROWING(0);
     SL_WBUF_LIT(&b, "{\"k\": ");
     sl_wbuf_json_quoted(&b, (sl_str_t){in, sizeof in});
     SL_WBUF_LIT(&b, "}");
@@ -129,7 +132,7 @@ static void test_json_round_trip(void) {
 
 static void test_json_bounded_stops(void) {
     char mem[6];
-    sl_wbuf_t b = {mem, 0, sizeof mem};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(mem, sizeof mem);
     CHECK(!sl_wbuf_json_quoted(&b, SL_LIT("ab\ncd")));
     CHECK(sl_wbuf_failed(&b));
 }
