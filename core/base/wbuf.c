@@ -13,7 +13,6 @@ bool sl_wbuf_reserve(sl_wbuf_t *b, size_t n) {
         b->full = true;
         return false;
     }
-    if (b->oom) return false;
     size_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < n) cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
     if (cap > max) cap = max;
@@ -47,13 +46,13 @@ bool sl_wbuf_hex(sl_wbuf_t *b, uint64_t v) {
     return sl_wbuf_put(b, tmp + i, sizeof(tmp) - i);
 }
 
-bool sl_wbuf_printf(sl_wbuf_t *b, const char *fmt, ...) {
+bool sl_wbuf_vprintf(sl_wbuf_t *b, const char *fmt, va_list ap) {
     for (;;) {
         size_t room = b->cap - b->len;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-        va_end(ap);
+        va_list aq;
+        va_copy(aq, ap);
+        int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, aq);
+        va_end(aq);
         if (n < 0) {
             b->full = true; /* an encoding error: nothing sensible was written */
             return false;
@@ -65,6 +64,14 @@ bool sl_wbuf_printf(sl_wbuf_t *b, const char *fmt, ...) {
         /* vsnprintf wants room for its NUL too (not counted in len); then it fits */
         if (!sl_wbuf_reserve(b, (size_t)n + 1)) return false;
     }
+}
+
+bool sl_wbuf_printf(sl_wbuf_t *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = sl_wbuf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return ok;
 }
 
 /* The escape of each byte that needs one: its short form's letter, or 'u' for \u00XX. */

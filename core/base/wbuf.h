@@ -15,6 +15,7 @@
 #ifndef SL_WBUF_H
 #define SL_WBUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +29,7 @@ typedef struct {
     size_t max;   /**< growing: at most this many bytes (0: no limit) */
     bool bounded; /**< p is the caller's cap bytes and never grows; else p is malloc'ed (owned) */
     bool full;    /**< an append did not fit within cap (bounded) or max (growing) */
-    bool oom;     /**< a growth failed; later growths fail too */
+    bool oom;     /**< a growth failed (a later one tries again) */
 } sl_wbuf_t;
 
 /** A bounded buffer over the caller's cap bytes at mem, empty. */
@@ -56,8 +57,9 @@ static inline bool sl_wbuf_failed(const sl_wbuf_t *b) { return b->full || b->oom
 bool sl_wbuf_u64(sl_wbuf_t *b, uint64_t v);
 bool sl_wbuf_hex(sl_wbuf_t *b, uint64_t v);
 /** printf-style; writes all of it or nothing (a bounded buffer needs a byte more than it
- *  writes: vsnprintf's NUL). */
+ *  writes: vsnprintf's NUL, which it leaves after len). */
 bool sl_wbuf_printf(sl_wbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool sl_wbuf_vprintf(sl_wbuf_t *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /** Writes s as the inside of a JSON string (quotes not included): '"' and '\' escaped,
  *  every control character (< 0x20, and 0x7f) as a short form (\b \f \n \r \t) or \u00XX,
