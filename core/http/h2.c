@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
 #include "base/log.h"
 #include "base/wbuf.h"
 #include "http/request.h"
@@ -97,7 +98,7 @@ struct sl_h2_stream_s {
     uint8_t ev;             /**< EV_* bits waiting for h2_run */
     uint64_t due;           /**< loop ms when the stream times out; 0: none */
     sl_h2_stream_t *prev, *next;   /**< h->streams */
-    sl_h2_stream_t *eprev, *enext; /**< h->ev_head list while ev != 0 */
+    sl_list_t ev_link;             /**< in h->ev while ev != 0 */
 };
 
 struct sl_h2_s {
@@ -127,7 +128,7 @@ struct sl_h2_s {
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
     sl_h2_stream_t *streams;
-    sl_h2_stream_t *ev_head, *ev_tail;
+    sl_list_t ev;                  /* streams with events, first come first run */
 };
 
 static const sl_downstream_ops_t h2_ops;
@@ -311,31 +312,14 @@ static void h2_kick(sl_h2_t *h) {
 /* ---- events ---- */
 
 static void ev_unlink(sl_h2_stream_t *st) {
-    sl_h2_t *h = st->h;
     if (!st->ev) return;
-    if (st->eprev)
-        st->eprev->enext = st->enext;
-    else
-        h->ev_head = st->enext;
-    if (st->enext)
-        st->enext->eprev = st->eprev;
-    else
-        h->ev_tail = st->eprev;
-    st->eprev = st->enext = NULL;
+    sl_list_remove(&st->ev_link);
     st->ev = 0;
 }
 
+/* Streams with events run in the order their first event came. */
 static void ev_push(sl_h2_stream_t *st, uint8_t ev) {
-    sl_h2_t *h = st->h;
-    if (!st->ev) {
-        st->eprev = h->ev_tail;
-        st->enext = NULL;
-        if (h->ev_tail)
-            h->ev_tail->enext = st;
-        else
-            h->ev_head = st;
-        h->ev_tail = st;
-    }
+    if (!st->ev) sl_list_push_back(&st->h->ev, &st->ev_link);
     st->ev |= ev;
 }
 
@@ -889,10 +873,10 @@ static void h2_run(sl_h2_t *h) {
     if (h->in_run || h->closed) return;
     h->in_run = 1;
     for (;;) {
-        while (h->ev_head && !h->closed) stream_run(h->ev_head);
+        while (!sl_list_empty(&h->ev) && !h->closed) stream_run(SL_LIST_FIRST(&h->ev, sl_h2_stream_t, ev_link));
         if (h->closed) break;
         h2_flush(h);
-        if (!h->ev_head || h->closed) break;
+        if (sl_list_empty(&h->ev) || h->closed) break;
     }
     h->in_run = 0;
     if (h->closed) return;
@@ -909,6 +893,7 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
     sl_h2_t *h = calloc(1, sizeof(*h));
+    if (h) sl_list_init(&h->ev);
     if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     h->w = w;
     h->s = s;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
 #include "base/log.h"
 #include "http/h2.h"
 #include "proto/grpc_timeout.h"
@@ -63,7 +64,7 @@ struct sl_h2up_stream_s {
     size_t qoff;
     uint64_t due;           /**< read timeout (loop ms); 0: none */
     sl_h2up_stream_t *prev, *next;
-    sl_h2up_stream_t *eprev, *enext;
+    sl_list_t ev_link; /**< in c->ev while ev != 0 */
 };
 
 struct sl_h2up_s {
@@ -90,7 +91,7 @@ struct sl_h2up_s {
     uint64_t next_due;          /**< when the timer is set to fire; 0: not set */
     sl_h2up_t *prev, *next;     /**< the target's list */
     sl_h2up_stream_t *streams;
-    sl_h2up_stream_t *ev_head, *ev_tail;
+    sl_list_t ev;      /* streams with events, first come first run */
 };
 
 static void h2up_run(sl_h2up_t *c);
@@ -102,31 +103,14 @@ static uint64_t loop_now(const sl_h2up_t *c) { return uv_now(&c->w->loop); }
 /* ---- events ---- */
 
 static void ev_unlink(sl_h2up_stream_t *st) {
-    sl_h2up_t *c = st->c;
     if (!st->ev) return;
-    if (st->eprev)
-        st->eprev->enext = st->enext;
-    else
-        c->ev_head = st->enext;
-    if (st->enext)
-        st->enext->eprev = st->eprev;
-    else
-        c->ev_tail = st->eprev;
-    st->eprev = st->enext = NULL;
+    sl_list_remove(&st->ev_link);
     st->ev = 0;
 }
 
+/* Streams with events run in the order their first event came. */
 static void ev_push(sl_h2up_stream_t *st, uint8_t ev) {
-    sl_h2up_t *c = st->c;
-    if (!st->ev) {
-        st->eprev = c->ev_tail;
-        st->enext = NULL;
-        if (c->ev_tail)
-            c->ev_tail->enext = st;
-        else
-            c->ev_head = st;
-        c->ev_tail = st;
-    }
+    if (!st->ev) sl_list_push_back(&st->c->ev, &st->ev_link);
     st->ev |= ev;
 }
 
@@ -148,7 +132,7 @@ static void conn_kick(sl_h2up_t *c) {
         c->in_run = 1;
         bool ok = conn_flush(c, true);
         c->in_run = 0;
-        if (ok && !c->ev_head && (c->nstreams || c->idle_due)) return;
+        if (ok && sl_list_empty(&c->ev) && (c->nstreams || c->idle_due)) return;
     }
     uv_idle_start(&c->idle, on_idle);
 }
@@ -547,10 +531,11 @@ static void h2up_run(sl_h2up_t *c) {
     if (c->in_run || c->state == C_CLOSING) return;
     c->in_run = 1;
     for (;;) {
-        while (c->ev_head && c->state != C_CLOSING) stream_run(c->ev_head);
+        while (!sl_list_empty(&c->ev) && c->state != C_CLOSING)
+            stream_run(SL_LIST_FIRST(&c->ev, sl_h2up_stream_t, ev_link));
         if (c->state == C_CLOSING || c->state == C_CONNECTING) break;
         if (!conn_flush(c, false)) break;
-        if (!c->ev_head) break;
+        if (sl_list_empty(&c->ev)) break;
     }
     c->in_run = 0;
     if (c->state == C_CLOSING || c->state == C_CONNECTING) return;
@@ -769,6 +754,7 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
     sl_h2up_t *c = calloc(1, sizeof(*c));
+    if (c) sl_list_init(&c->ev);
     if (!c || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     nghttp2_session_callbacks_set_send_callback(cb, on_send);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);

@@ -24,6 +24,7 @@
 #include "base/chain.h"
 #include "base/common.h"
 #include "base/hash.h"
+#include "base/list.h"
 
 #define SHARD_BITS 6
 _Static_assert((1 << SHARD_BITS) == SL_LIMITER_SHARDS, "SHARD_BITS must match the shard count");
@@ -44,7 +45,7 @@ enum { KIND_BUCKET = 1, KIND_WINDOW = 2, KIND_DIGEST = 4 /* a long key's prefix 
 
 typedef struct entry_s {
     struct entry_s *next;          /* hash chain */
-    struct entry_s *newer, *older; /* the shard's LRU list */
+    sl_list_t lru;                 /* in the shard's LRU list */
     uint64_t hash;
     uint64_t t;       /* bucket: the TAT; window: when the current window began (ns) */
     double cur, prev; /* window: admitted in the current and in the previous window */
@@ -58,7 +59,7 @@ typedef struct {
     entry_t **buckets;
     size_t nbuckets; /* a power of two; 0 until the shard's first key */
     size_t n;
-    entry_t *newest, *oldest;
+    sl_list_t lru; /* most recently used first */
 } __attribute__((aligned(64))) shard_t; /* a cache line of its own: no false sharing */
 
 static shard_t shards[SL_LIMITER_SHARDS];
@@ -69,7 +70,10 @@ static _Atomic size_t max_keys = SL_LIMITER_MAX_KEYS;
 /* Seeded per process: keys come from clients (addresses, header values), and a hash they
  * could predict would let them pile keys into one chain. */
 static void init_once(void) {
-    for (int i = 0; i < SL_LIMITER_SHARDS; i++) pthread_mutex_init(&shards[i].mu, NULL);
+    for (int i = 0; i < SL_LIMITER_SHARDS; i++) {
+        pthread_mutex_init(&shards[i].mu, NULL);
+        sl_list_init(&shards[i].lru);
+    }
     seed = sl_rand64();
     digest_seed = sl_rand64();
 }
@@ -104,27 +108,6 @@ static inline size_t shard_cap(void) {
     return (m + SL_LIMITER_SHARDS - 1) / SL_LIMITER_SHARDS;
 }
 
-static void lru_unlink(shard_t *s, entry_t *e) {
-    if (e->newer)
-        e->newer->older = e->older;
-    else
-        s->newest = e->older;
-    if (e->older)
-        e->older->newer = e->newer;
-    else
-        s->oldest = e->newer;
-}
-
-static void lru_push(shard_t *s, entry_t *e) {
-    e->newer = NULL;
-    e->older = s->newest;
-    if (s->newest)
-        s->newest->newer = e;
-    else
-        s->oldest = e;
-    s->newest = e;
-}
-
 /* The entry of k, made the shard's most recently used; NULL when absent. Shard locked. */
 static entry_t *find(shard_t *s, const lim_key_t *k) {
     if (!s->nbuckets) return NULL;
@@ -132,9 +115,9 @@ static entry_t *find(shard_t *s, const lim_key_t *k) {
         if (e->hash != k->hash || e->kind != k->kind || e->klen != k->len ||
             memcmp(e->key, k->p, k->len) != 0)
             continue;
-        if (s->newest != e) {
-            lru_unlink(s, e);
-            lru_push(s, e);
+        if (s->lru.next != &e->lru) {
+            sl_list_remove(&e->lru);
+            sl_list_push_front(&s->lru, &e->lru);
         }
         return e;
     }
@@ -143,10 +126,10 @@ static entry_t *find(shard_t *s, const lim_key_t *k) {
 
 /* Unlinks the least recently used entry and hands it over. Shard locked, n > 0. */
 static entry_t *evict_oldest(shard_t *s) {
-    entry_t *e = s->oldest, **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
+    entry_t *e = SL_LIST_LAST(&s->lru, entry_t, lru), **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
     while (*pp != e) pp = &(*pp)->next;
     *pp = e->next;
-    lru_unlink(s, e);
+    sl_list_remove(&e->lru);
     s->n--;
     return e;
 }
@@ -188,7 +171,7 @@ static entry_t *insert(shard_t *s, const lim_key_t *k, uint64_t t) {
     e->cur = e->prev = 0;
     e->next = s->buckets[k->hash & (s->nbuckets - 1)];
     s->buckets[k->hash & (s->nbuckets - 1)] = e;
-    lru_push(s, e);
+    sl_list_push_front(&s->lru, &e->lru);
     s->n++;
     return e;
 }
@@ -349,13 +332,11 @@ void sl_limiter_clear(void) {
     for (int i = 0; i < SL_LIMITER_SHARDS; i++) {
         shard_t *s = &shards[i];
         pthread_mutex_lock(&s->mu);
-        for (entry_t *e = s->newest, *older; e; e = older) {
-            older = e->older;
-            free(e);
-        }
+        sl_list_t *n, *tmp;
+        sl_list_foreach_safe(n, tmp, &s->lru) free(SL_LIST_ENTRY(n, entry_t, lru));
         if (s->nbuckets) memset(s->buckets, 0, s->nbuckets * sizeof *s->buckets);
         s->n = 0;
-        s->newest = s->oldest = NULL;
+        sl_list_init(&s->lru);
         pthread_mutex_unlock(&s->mu);
     }
 }
