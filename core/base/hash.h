@@ -5,7 +5,7 @@
  *  - sl_hash64: a word at a time, for hash tables and the consistent-hash ring: each 8
  *    bytes (little-endian on every host) go through sl_hash_mix64. A table seeds it with
  *    sl_rand64 so clients cannot choose a chain; the balancer's ring uses seed 0, and its
- *    values must not change (a key would move to another target: ctest/base/hash_test
+ *    values must not change (a key would move to another target: ctest/base/hash_test.c
  *    pins some).
  *  - sl_hash_mix64: splitmix64's finaliser (Stafford's "Mix13"), a bijection in which every
  *    input bit flips each output bit with probability close to 1/2.

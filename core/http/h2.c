@@ -312,14 +312,13 @@ static void h2_kick(sl_h2_t *h) {
 /* ---- events ---- */
 
 static void ev_unlink(sl_h2_stream_t *st) {
-    if (!st->ev) return;
-    sl_list_remove(&st->ev_link);
+    sl_list_remove(&st->ev_link); /* nothing when it has no events */
     st->ev = 0;
 }
 
 /* Streams with events run in the order their first event came. */
 static void ev_push(sl_h2_stream_t *st, uint8_t ev) {
-    if (!st->ev) sl_list_push_back(&st->h->ev, &st->ev_link);
+    if (!sl_list_linked(&st->ev_link)) sl_list_push_back(&st->h->ev, &st->ev_link);
     st->ev |= ev;
 }
 

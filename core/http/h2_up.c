@@ -63,7 +63,7 @@ struct sl_h2up_stream_s {
     uint16_t qi;
     size_t qoff;
     uint64_t due;           /**< read timeout (loop ms); 0: none */
-    sl_h2up_stream_t *prev, *next;
+    sl_list_t link;    /**< in c->streams, newest first */
     sl_list_t ev_link; /**< in c->ev while ev != 0 */
 };
 
@@ -90,7 +90,7 @@ struct sl_h2up_s {
     uint64_t connect_due;       /**< loop ms when connecting gives up */
     uint64_t next_due;          /**< when the timer is set to fire; 0: not set */
     sl_h2up_t *prev, *next;     /**< the target's list */
-    sl_h2up_stream_t *streams;
+    sl_list_t streams; /* newest first */
     sl_list_t ev;      /* streams with events, first come first run */
 };
 
@@ -103,14 +103,13 @@ static uint64_t loop_now(const sl_h2up_t *c) { return uv_now(&c->w->loop); }
 /* ---- events ---- */
 
 static void ev_unlink(sl_h2up_stream_t *st) {
-    if (!st->ev) return;
-    sl_list_remove(&st->ev_link);
+    sl_list_remove(&st->ev_link); /* nothing when it has no events */
     st->ev = 0;
 }
 
 /* Streams with events run in the order their first event came. */
 static void ev_push(sl_h2up_stream_t *st, uint8_t ev) {
-    if (!st->ev) sl_list_push_back(&st->c->ev, &st->ev_link);
+    if (!sl_list_linked(&st->ev_link)) sl_list_push_back(&st->c->ev, &st->ev_link);
     st->ev |= ev;
 }
 
@@ -151,11 +150,7 @@ static void stream_free(sl_h2up_stream_t *st) {
     sl_h2up_t *c = st->c;
     ev_unlink(st);
     if (st->body) sl_block_put(&c->w->blocks, st->body);
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        c->streams = st->next;
-    if (st->next) st->next->prev = st->prev;
+    sl_list_remove(&st->link);
     if (c->ss && st->id && !st->nclosed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
     sl__h2_mem_free(st);
 }
@@ -164,7 +159,7 @@ static void stream_free(sl_h2up_stream_t *st) {
 
 static void conn_free(sl_h2up_t *c) {
     sl_worker_t *w = c->w;
-    while (c->streams) stream_free(c->streams);
+    while (!sl_list_empty(&c->streams)) stream_free(SL_LIST_FIRST(&c->streams, sl_h2up_stream_t, link));
     if (c->ss) nghttp2_session_del(c->ss);
     if (c->out) sl_block_put(&w->blocks, c->out);
     if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
@@ -243,8 +238,9 @@ static void on_timer(uv_timer_t *t) {
         }
         next = c->connect_due;
     }
-    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         sl_req_t *r = st->r;
         if (!r) continue;
         if (r->grpc_due && r->grpc_due <= now && !st->expired) {
@@ -553,8 +549,9 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     bool connecting = c->state == C_CONNECTING;
     c->state = C_RETIRED; /* picked by no one from here */
     conn_unlink(c);
-    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         sl_req_t *r = st->r;
         if (!r || st->remote_done || st->expired) continue;
         /* a stream never sent, or above a GOAWAY's last-stream-id, reached no application */
@@ -565,11 +562,13 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     }
     /* requests that completed their response still point at their streams: they leave as
      * they finish (detach frees a stream of a closing connection) */
-    for (sl_h2up_stream_t *st = c->streams; st; st = st->next)
+    sl_list_foreach(n, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         if (st->r) {
             st->nclosed = 1;
             st->remote_done = 1;
         }
+    }
     conn_close(c);
 }
 
@@ -705,8 +704,9 @@ static void conn_ready(sl_h2up_t *c) {
     };
     nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, iv, SL_ARRAY_LEN(iv));
     nghttp2_session_set_local_window_size(c->ss, NGHTTP2_FLAG_NONE, 0, H2UP_CONN_WINDOW);
-    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         if (st->r && !st->id && !stream_submit(st)) sl__proxy_failed(st->r, 502, SL_FAIL_OTHER, "out of memory");
     }
     h2up_run(c);
@@ -754,7 +754,7 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
     sl_h2up_t *c = calloc(1, sizeof(*c));
-    if (c) sl_list_init(&c->ev);
+    if (c) sl_list_init(&c->ev), sl_list_init(&c->streams);
     if (!c || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     nghttp2_session_callbacks_set_send_callback(cb, on_send);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
@@ -836,9 +836,7 @@ int sl__h2up_start(sl_req_t *r) {
     if (!st) return UV_ENOMEM;
     st->c = c;
     st->r = r;
-    st->next = c->streams;
-    if (c->streams) c->streams->prev = st;
-    c->streams = st;
+    sl_list_push_front(&c->streams, &st->link);
     c->nstreams++;
     c->idle_due = 0;
     r->h2s = st;
