@@ -95,10 +95,9 @@ struct sl_h2_stream_s {
     sl_outq_t *q;           /**< the queue being taken by the data provider */
     uint16_t qi;
     size_t qoff;
-    uint8_t ev;             /**< EV_* bits waiting for h2_run */
+    sl__h2_ev_t ev;         /**< EV_* bits waiting for h2_run; in h->ev while any */
     uint64_t due;           /**< loop ms when the stream times out; 0: none */
     sl_h2_stream_t *prev, *next;   /**< h->streams */
-    sl_list_t ev_link;             /**< in h->ev while ev != 0 */
 };
 
 struct sl_h2_s {
@@ -311,16 +310,7 @@ static void h2_kick(sl_h2_t *h) {
 
 /* ---- events ---- */
 
-static void ev_unlink(sl_h2_stream_t *st) {
-    sl_list_remove(&st->ev_link); /* nothing when it has no events */
-    st->ev = 0;
-}
-
-/* Streams with events run in the order their first event came. */
-static void ev_push(sl_h2_stream_t *st, uint8_t ev) {
-    if (!sl_list_linked(&st->ev_link)) sl_list_push_back(&st->h->ev, &st->ev_link);
-    st->ev |= ev;
-}
+static void ev_push(sl_h2_stream_t *st, uint8_t ev) { sl__h2_ev_push(&st->h->ev, &st->ev, ev); }
 
 static void stream_release_body(sl_h2_stream_t *st) {
     if (st->body) sl_block_put(&st->h->w->blocks, st->body);
@@ -330,7 +320,7 @@ static void stream_release_body(sl_h2_stream_t *st) {
 
 static void stream_free(sl_h2_stream_t *st) {
     sl_h2_t *h = st->h;
-    ev_unlink(st);
+    sl__h2_ev_take(&st->ev);
     stream_release_body(st);
     h2_free(st->tnv, NULL);
     if (st->prev)
@@ -826,8 +816,7 @@ static void h2_flush(sl_h2_t *h) {
 /* Acts on one stream's events, the write first (a response that completed also closes the
  * stream: it must finish, not be aborted). The stream may be gone afterwards. */
 static void stream_run(sl_h2_stream_t *st) {
-    uint8_t ev = st->ev;
-    ev_unlink(st);
+    uint8_t ev = sl__h2_ev_take(&st->ev);
     sl_req_t *r = st->ds.req;
     if (ev & EV_WRITTEN) {
         if (ev & ~EV_WRITTEN) ev_push(st, ev & ~EV_WRITTEN);
@@ -872,7 +861,7 @@ static void h2_run(sl_h2_t *h) {
     if (h->in_run || h->closed) return;
     h->in_run = 1;
     for (;;) {
-        while (!sl_list_empty(&h->ev) && !h->closed) stream_run(SL_LIST_FIRST(&h->ev, sl_h2_stream_t, ev_link));
+        while (!sl_list_empty(&h->ev) && !h->closed) stream_run(SL_LIST_FIRST(&h->ev, sl_h2_stream_t, ev.link));
         if (h->closed) break;
         h2_flush(h);
         if (sl_list_empty(&h->ev) || h->closed) break;

@@ -51,7 +51,7 @@ struct sl_h2up_stream_s {
     sl_h2up_t *c;
     sl_req_t *r;            /**< NULL once the request left */
     int32_t id;             /**< 0 until submitted */
-    uint8_t ev;
+    sl__h2_ev_t ev;    /**< EV_* bits waiting for h2up_run; in c->ev while any */
     uint8_t interim;        /**< the HEADERS being received is a 1xx */
     uint8_t head_done, remote_done, nclosed, refused, expired;
     uint8_t has_body, body_eof, deferred;
@@ -64,7 +64,6 @@ struct sl_h2up_stream_s {
     size_t qoff;
     uint64_t due;           /**< read timeout (loop ms); 0: none */
     sl_list_t link;    /**< in c->streams, newest first */
-    sl_list_t ev_link; /**< in c->ev while ev != 0 */
 };
 
 struct sl_h2up_s {
@@ -102,16 +101,7 @@ static uint64_t loop_now(const sl_h2up_t *c) { return uv_now(&c->w->loop); }
 
 /* ---- events ---- */
 
-static void ev_unlink(sl_h2up_stream_t *st) {
-    sl_list_remove(&st->ev_link); /* nothing when it has no events */
-    st->ev = 0;
-}
-
-/* Streams with events run in the order their first event came. */
-static void ev_push(sl_h2up_stream_t *st, uint8_t ev) {
-    if (!sl_list_linked(&st->ev_link)) sl_list_push_back(&st->c->ev, &st->ev_link);
-    st->ev |= ev;
-}
+static void ev_push(sl_h2up_stream_t *st, uint8_t ev) { sl__h2_ev_push(&st->c->ev, &st->ev, ev); }
 
 static void on_idle(uv_idle_t *i) {
     sl_h2up_t *c = SL_CONTAINER_OF(i, sl_h2up_t, idle);
@@ -148,7 +138,7 @@ static void conn_schedule(sl_h2up_t *c, uint64_t due) {
 
 static void stream_free(sl_h2up_stream_t *st) {
     sl_h2up_t *c = st->c;
-    ev_unlink(st);
+    sl__h2_ev_take(&st->ev);
     if (st->body) sl_block_put(&c->w->blocks, st->body);
     sl_list_remove(&st->link);
     if (c->ss && st->id && !st->nclosed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
@@ -497,8 +487,7 @@ static bool conn_flush(sl_h2up_t *c, bool soft) {
 
 /* Acts on one stream's events. The stream (and its request) may be gone afterwards. */
 static void stream_run(sl_h2up_stream_t *st) {
-    uint8_t ev = st->ev;
-    ev_unlink(st);
+    uint8_t ev = sl__h2_ev_take(&st->ev);
     sl_req_t *r = st->r;
     if (!r) return;
     if (ev & EV_WRITTEN) {
@@ -528,7 +517,7 @@ static void h2up_run(sl_h2up_t *c) {
     c->in_run = 1;
     for (;;) {
         while (!sl_list_empty(&c->ev) && c->state != C_CLOSING)
-            stream_run(SL_LIST_FIRST(&c->ev, sl_h2up_stream_t, ev_link));
+            stream_run(SL_LIST_FIRST(&c->ev, sl_h2up_stream_t, ev.link));
         if (c->state == C_CLOSING || c->state == C_CONNECTING) break;
         if (!conn_flush(c, false)) break;
         if (sl_list_empty(&c->ev)) break;
