@@ -92,8 +92,8 @@ void *sl_arena_alloc(sl_arena_t *a, size_t n) {
 }
 
 sl_wbuf_t sl_arena_wbuf(sl_arena_t *a, size_t want) {
-    if (!arena_room(a, want)) return (sl_wbuf_t){NULL, 0, 0};
-    return (sl_wbuf_t){a->cur + a->used, 0, a->cap - a->used};
+    if (!arena_room(a, want)) return SL_WBUF_BOUNDED(NULL, 0);
+    return SL_WBUF_BOUNDED(a->cur + a->used, a->cap - a->used);
 }
 
 void sl_arena_commit(sl_arena_t *a, size_t n) {

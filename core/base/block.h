@@ -20,6 +20,7 @@
 #define SL_BLOCK_H
 
 #include "base/common.h"
+#include "base/wbuf.h"
 
 #define SL_BLOCK_SIZE (64 * 1024)
 

@@ -82,27 +82,9 @@ static inline bool sl_str_ieq2(sl_str_t a, sl_str_t b) {
     return true;
 }
 
-/** Appends bytes to a bounded output; returns false (and writes nothing) when it would overflow. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sl_wbuf_t;
-
-static inline bool sl_wbuf_put(sl_wbuf_t *b, const void *p, size_t n) {
-    if (SL_UNLIKELY(b->cap - b->len < n)) return false;
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return true;
-}
-#define SL_WBUF_LIT(b, lit) sl_wbuf_put((b), (lit), sizeof(lit) - 1)
-static inline bool sl_wbuf_str(sl_wbuf_t *b, sl_str_t s) { return sl_wbuf_put(b, s.p, s.len); }
-bool sl_wbuf_u64(sl_wbuf_t *b, uint64_t v);
 /** True when `given` equals the secret `tok`, in a time that depends on the secret's length
  *  only: it tells nothing about how many leading bytes matched. */
 bool sl_secret_equal(const char *tok, size_t tlen, const char *given, size_t glen);
-bool sl_wbuf_hex(sl_wbuf_t *b, uint64_t v);
-/** Writes s as the inside of a JSON string (quotes not included). */
-bool sl_wbuf_json_str(sl_wbuf_t *b, sl_str_t s);
 
 /** A fast per-thread pseudo-random number (xorshift64*, seeded by getrandom): for
  *  balancing, jitter and ids, never for secrets. */

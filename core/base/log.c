@@ -1,5 +1,6 @@
 /* log.c — JSON lines on stderr, one write(2) per line so threads never interleave. */
 #include "base/log.h"
+#include "base/wbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,7 +76,7 @@ void sl_log_kv(int level, const char *const *fields, size_t nfields, const char 
     char ts[40];
     size_t tl = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
 
-    sl_wbuf_t b = {line, 0, sizeof(line) - 2};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(line, sizeof(line) - 2);
     SL_WBUF_LIT(&b, "{\"ts\":\"");
     sl_wbuf_put(&b, ts, tl);
     char frac[8];

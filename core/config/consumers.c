@@ -95,7 +95,7 @@ void sl__cfg_parse_consumer(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
         yaml_node_t *k = sl__cfg_get_node(cx, p->key), *cv = sl__cfg_get_node(cx, p->value);
         if (k && cv && k->type == YAML_SCALAR_NODE) check_credential(cx, k, cv, where);
     }
-    sl__jbuf_t b = {0}, pos = {0};
+    sl_wbuf_t b = SL_WBUF_GROWING(MAX_PLUGIN_JSON), pos = SL_WBUF_GROWING(MAX_PLUGIN_JSON);
     char path[PATH_MAX_LEN] = "";
     if (sl__cfg_jb_put(cx, &pos, "{", 1) && sl__cfg_json_node(cx, &b, &pos, path, 0, v, 0))
         c->credentials_json = b.p;

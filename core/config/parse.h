@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <yaml.h>
 
+#include "base/wbuf.h"
 #include "config/config.h"
 
 #define MAX_PLUGIN_JSON (1u << 20)  /* bounds alias expansion ("billion laughs") too */
@@ -60,11 +61,6 @@ typedef struct {
 
 typedef bool (*sl__str_check_fn)(sl__cx_t *cx, const yaml_node_t *v, char *s);
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool too_big;
-} sl__jbuf_t;
 
 #define PATH_MAX_LEN 512 /* the longest key path in positions_json */
 
@@ -152,8 +148,8 @@ void sl__cfg_get_str_list(sl__cx_t *cx, const sl__field_t *f, sl__str_check_fn c
 char *sl__cfg_resolve_path(sl__cx_t *cx, const char *rel);
 
 /* ---- plugins.c ---- */
-bool sl__cfg_jb_put(sl__cx_t *cx, sl__jbuf_t *b, const void *s, size_t n);
-bool sl__cfg_json_node(sl__cx_t *cx, sl__jbuf_t *b, sl__jbuf_t *pos, char *path, size_t plen,
+bool sl__cfg_jb_put(sl__cx_t *cx, sl_wbuf_t *b, const void *s, size_t n);
+bool sl__cfg_json_node(sl__cx_t *cx, sl_wbuf_t *b, sl_wbuf_t *pos, char *path, size_t plen,
                       const yaml_node_t *n, int depth);
 void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner,
                            sl_plugin_conf_t **out, size_t *n);

@@ -11,66 +11,17 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Plugin configs as JSON text                                                                 */
 
-bool sl__cfg_jb_put(sl__cx_t *cx, sl__jbuf_t *b, const void *s, size_t n) {
-    if (b->too_big) return false;
-    if (b->n + n + 1 > MAX_PLUGIN_JSON) {
-        b->too_big = true;
-        return false;
-    }
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            cx->oom = true;
-            b->too_big = true; /* stops the walk; the oom flag carries the error */
-            return false;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return true;
+/* Config JSON is handed on NUL-terminated: a growing sl_wbuf_t whose max is MAX_PLUGIN_JSON
+ * (`full` past it); a failed growth is the parse's out-of-memory error. */
+bool sl__cfg_jb_put(sl__cx_t *cx, sl_wbuf_t *b, const void *s, size_t n) {
+    if (sl_wbuf_put(b, s, n) && sl_wbuf_cstr(b)) return true;
+    if (b->oom) cx->oom = true;
+    return false;
 }
 
-static bool jb_str(sl__cx_t *cx, sl__jbuf_t *b, const unsigned char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    if (!sl__cfg_jb_put(cx, b, "\"", 1)) return false;
-    size_t run = 0; /* bytes that need no escape, flushed in one put */
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = s[i];
-        char esc[6] = {'\\', (char)c};
-        size_t elen = 2;
-        switch (c) {
-        case '"':
-        case '\\':
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        default:
-            if (c >= 0x20 && c != 0x7f) {
-                run++;
-                continue;
-            }
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            elen = 6;
-        }
-        if (!sl__cfg_jb_put(cx, b, s + i - run, run) || !sl__cfg_jb_put(cx, b, esc, elen))
-            return false;
-        run = 0;
-    }
-    return sl__cfg_jb_put(cx, b, s + n - run, run) && sl__cfg_jb_put(cx, b, "\"", 1);
+static bool jb_str(sl__cx_t *cx, sl_wbuf_t *b, const unsigned char *s, size_t n) {
+    bool ok = sl_wbuf_json_quoted(b, (sl_str_t){(const char *)s, n});
+    return sl__cfg_jb_put(cx, b, "", 0) && ok;
 }
 
 /* JSON's number grammar exactly: YAML-isms such as 007, +1, .5 or 0x1f stay strings. */
@@ -99,17 +50,17 @@ static bool is_json_number(const char *s) {
 /* Records where each key and value of a plugin config stands, as JSON
  * {"a.b":[key_line,key_col,value_line,value_col], "a.2":[...]} (list items 1-based, as in
  * Lua), so schema errors found later in Lua can name FILE:LINE:COL. */
-static bool pos_put(sl__cx_t *cx, sl__jbuf_t *pos, const char *path, const yaml_node_t *k,
+static bool pos_put(sl__cx_t *cx, sl_wbuf_t *pos, const char *path, const yaml_node_t *k,
                     const yaml_node_t *v) {
     char tmp[64];
-    if (pos->n > 1 && !sl__cfg_jb_put(cx, pos, ",", 1)) return false;
+    if (pos->len > 1 && !sl__cfg_jb_put(cx, pos, ",", 1)) return false;
     if (!jb_str(cx, pos, (const unsigned char *)path, strlen(path))) return false;
     int n = snprintf(tmp, sizeof tmp, ":[%d,%d,%d,%d]", sl__cfg_line_of(k), sl__cfg_col_of(k),
                      sl__cfg_line_of(v), sl__cfg_col_of(v));
     return sl__cfg_jb_put(cx, pos, tmp, (size_t)n);
 }
 
-bool sl__cfg_json_node(sl__cx_t *cx, sl__jbuf_t *b, sl__jbuf_t *pos, char *path, size_t plen,
+bool sl__cfg_json_node(sl__cx_t *cx, sl_wbuf_t *b, sl_wbuf_t *pos, char *path, size_t plen,
                       const yaml_node_t *n, int depth) {
     if (depth > MAX_JSON_DEPTH) {
         sl__cx_err(cx, n, "plugin config is nested more than %d levels deep", MAX_JSON_DEPTH);
@@ -199,7 +150,7 @@ static void parse_plugin(sl__cx_t *cx, const yaml_node_t *m, const char *owner, 
     if (!sl__cfg_want_type(cx, f[P_CONFIG].val, YAML_MAPPING_NODE, "config")) return;
     pc->config_line = sl__cfg_line_of(f[P_CONFIG].val);
     pc->config_col = sl__cfg_col_of(f[P_CONFIG].val);
-    sl__jbuf_t b = {0}, pos = {0};
+    sl_wbuf_t b = SL_WBUF_GROWING(MAX_PLUGIN_JSON), pos = SL_WBUF_GROWING(MAX_PLUGIN_JSON);
     char path[PATH_MAX_LEN] = "";
     if (sl__cfg_jb_put(cx, &pos, "{", 1) &&
         sl__cfg_json_node(cx, &b, &pos, path, 0, f[P_CONFIG].val, 0) &&
@@ -209,7 +160,7 @@ static void parse_plugin(sl__cx_t *cx, const yaml_node_t *m, const char *owner, 
         return;
     }
     free(pos.p);
-    if ((b.too_big || pos.too_big) && !cx->oom)
+    if ((b.full || pos.full) && !cx->oom)
         sl__cx_err(cx, f[P_CONFIG].val, "plugin config is larger than %u bytes as JSON",
                MAX_PLUGIN_JSON);
     free(b.p);

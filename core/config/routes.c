@@ -3,6 +3,7 @@
 
 #include "config/parse.h"
 #include "base/common.h"
+#include "base/hash.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -238,8 +239,7 @@ static long earlier_route(sl__cx_t *cx, const sl_config_t *cfg, size_t idx, cons
             if (cfg->routes[i].name && strcmp(cfg->routes[i].name, name) == 0) return (long)i;
         return -1;
     }
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    uint64_t h = sl_hash64(name, strlen(name), 0);
     size_t mask = cx->route_names_cap - 1;
     for (size_t k = (size_t)h & mask;; k = (k + 1) & mask) {
         uint32_t v = cx->route_names[k];

@@ -19,7 +19,7 @@ int sl_config_yaml_json(const char *path, const char *text, size_t len, char **j
     yaml_document_t doc;
     bool have_doc = false;
     sl__cx_t cx = {0};
-    sl__jbuf_t b = {0}, p = {0};
+    sl_wbuf_t b = SL_WBUF_GROWING(MAX_PLUGIN_JSON), p = SL_WBUF_GROWING(MAX_PLUGIN_JSON);
     char kpath[PATH_MAX_LEN] = "";
 
     *json = *pos = NULL;
@@ -41,7 +41,7 @@ int sl_config_yaml_json(const char *path, const char *text, size_t len, char **j
     }
     if (!sl__cfg_jb_put(&cx, &p, "{", 1) || !sl__cfg_json_node(&cx, &b, &p, kpath, 0, root, 0) ||
         !sl__cfg_jb_put(&cx, &p, "}", 1)) {
-        if ((b.too_big || p.too_big) && !cx.oom)
+        if ((b.full || p.full) && !cx.oom)
             sl__cx_err(&cx, root, "the document is larger than %u bytes as JSON", MAX_PLUGIN_JSON);
         else if (cx.nerrs == 0 && !cx.oom)
             sl__cx_err(&cx, root, "cannot convert the document to JSON");

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/wbuf.h"
+
 static const double bucket_le[SL_METRIC_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 /* The same bounds in ns, so a hot path compares integers. */
@@ -261,51 +263,19 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
     SL_COUNTER_ADD(to->requests, from->requests);
 }
 
-/* A growing text buffer for the admin thread (not a hot path). */
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} text_t;
-
-__attribute__((format(printf, 2, 3))) static void tprintf(text_t *t, const char *fmt, ...) {
-    if (t->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->oom = true;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap * 2 + (size_t)n + 1;
-        char *p = realloc(t->p, cap);
-        if (!p) {
-            t->oom = true;
-            return;
-        }
-        t->p = p, t->cap = cap;
-    }
-}
-
-static void render_hist_le(text_t *t, const char *name, const char *labels, const sl_hist_t *sum,
+static void render_hist_le(sl_wbuf_t *t, const char *name, const char *labels, const sl_hist_t *sum,
                            const double *le) {
     uint64_t cum = 0;
     for (int i = 0; i < SL_METRIC_BUCKETS; i++) {
         cum += sum->buckets[i];
-        tprintf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, le[i], (unsigned long long)cum);
+        sl_wbuf_printf(t, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, le[i], (unsigned long long)cum);
     }
-    tprintf(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)sum->count);
-    tprintf(t, "%s_sum{%s} %.9f\n", name, labels, (double)sum->sum_ns / 1e9);
-    tprintf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)sum->count);
+    sl_wbuf_printf(t, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)sum->count);
+    sl_wbuf_printf(t, "%s_sum{%s} %.9f\n", name, labels, (double)sum->sum_ns / 1e9);
+    sl_wbuf_printf(t, "%s_count{%s} %llu\n", name, labels, (unsigned long long)sum->count);
 }
 
-static void render_hist(text_t *t, const char *name, const char *labels, const sl_hist_t *sum) {
+static void render_hist(sl_wbuf_t *t, const char *name, const char *labels, const sl_hist_t *sum) {
     render_hist_le(t, name, labels, sum, bucket_le);
 }
 
@@ -353,7 +323,7 @@ static const char *chain_at(const chain_t *c, size_t pos) {
  * a chain sums. */
 /* One listener's counters by result ([nlisteners][nres] arrays at `field` of each worker's
  * metrics), summed over workers: METRIC{listener="NAME",LABEL="..."} lines. */
-static void render_listener_results(text_t *t, const char *metric, const char *listener, size_t l,
+static void render_listener_results(sl_wbuf_t *t, const char *metric, const char *listener, size_t l,
                                     sl_wmetrics_t *const *ms, size_t n, size_t field, const char *label,
                                     const char *const *results, size_t nres) {
     for (size_t res = 0; res < nres; res++) {
@@ -362,12 +332,12 @@ static void render_listener_results(text_t *t, const char *metric, const char *l
             const uint64_t *arr = *(uint64_t *const *)((const char *)ms[w] + field);
             v += SL_COUNTER_GET(arr[l * nres + res]);
         }
-        tprintf(t, "%s{listener=\"%s\",%s=\"%s\"} %llu\n", metric, listener, label, results[res],
+        sl_wbuf_printf(t, "%s{listener=\"%s\",%s=\"%s\"} %llu\n", metric, listener, label, results[res],
                 (unsigned long long)v);
     }
 }
 
-static void render_chain_errors(text_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
+static void render_chain_errors(sl_wbuf_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
                                 size_t n, bool listener, size_t row) {
     size_t chain = SL_MIN(c->nfirst + c->nown, (size_t)SL_METRIC_MAX_CHAIN);
     for (size_t pos = 0; pos < chain; pos++) {
@@ -383,7 +353,7 @@ static void render_chain_errors(text_t *t, const char *owner, const chain_t *c, 
                 v += SL_COUNTER_GET(errs[row * SL_METRIC_MAX_CHAIN + q]);
             }
         }
-        tprintf(t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", owner, pn,
+        sl_wbuf_printf(t, "sluice_plugin_errors_total{route=\"%s\",plugin=\"%s\"} %llu\n", owner, pn,
                 (unsigned long long)v);
     }
 }
@@ -397,7 +367,7 @@ const char *sl_metrics_phase_name(int phase) {
 
 /* sluice_plugin_duration_seconds of route r: one series per (plugin name, phase) with
  * calls, a plugin used twice in the chain summed. */
-static void render_chain_durations(text_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
+static void render_chain_durations(sl_wbuf_t *t, const char *owner, const chain_t *c, sl_wmetrics_t *const *ms,
                                    size_t n, size_t r) {
     size_t chain = SL_MIN(c->nfirst + c->nown, (size_t)SL_METRIC_MAX_CHAIN);
     char labels[512];
@@ -421,7 +391,7 @@ static void render_chain_durations(text_t *t, const char *owner, const chain_t *
 
 /* A per-route counter array of the workers' metrics (the uint64_t * at `field`, [nroutes][nk])
  * as `name{route, label}`, the non-zero ones. */
-static void render_route_counts(text_t *t, const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n,
+static void render_route_counts(sl_wbuf_t *t, const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n,
                                 size_t field, const char *name, const char *label,
                                 const char *const *values, size_t nk) {
     for (size_t r = 0; r < cfg->nroutes; r++)
@@ -431,29 +401,29 @@ static void render_route_counts(text_t *t, const sl_config_t *cfg, sl_wmetrics_t
                 const uint64_t *a = *(uint64_t *const *)((const char *)ms[w] + field);
                 v += SL_COUNTER_GET(a[r * nk + k]);
             }
-            if (v) tprintf(t, "%s{route=\"%s\",%s=\"%s\"} %llu\n", name, cfg->routes[r].name, label, values[k],
+            if (v) sl_wbuf_printf(t, "%s{route=\"%s\",%s=\"%s\"} %llu\n", name, cfg->routes[r].name, label, values[k],
                            (unsigned long long)v);
         }
 }
 
 int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n, const char *extra,
                       char **out, size_t *len) {
-    text_t t = {malloc(16384), 0, 16384, false};
-    if (!t.p) return SL_ERROR;
+    sl_wbuf_t t = {0}; /* the admin thread's page (not a hot path) */
+    if (!sl_wbuf_reserve(&t, 16384)) return SL_ERROR;
     size_t nroutes = cfg->nroutes + 1;
     char labels[512];
 
-    tprintf(&t, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
                 "# TYPE sluice_requests_total counter\n");
     for (size_t r = 0; r < nroutes; r++) {
         const char *rn = r < cfg->nroutes ? cfg->routes[r].name : "none";
         for (int c = 0; c < SL_METRIC_CODES; c++) {
             uint64_t v = 0;
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->req_codes[r * SL_METRIC_CODES + (size_t)c]);
-            if (v) tprintf(&t, "sluice_requests_total{route=\"%s\",code=\"%d\"} %llu\n", rn, c + 100, (unsigned long long)v);
+            if (v) sl_wbuf_printf(&t, "sluice_requests_total{route=\"%s\",code=\"%d\"} %llu\n", rn, c + 100, (unsigned long long)v);
         }
     }
-    tprintf(&t, "# HELP sluice_request_duration_seconds Time from request head to the end of the response.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_request_duration_seconds Time from request head to the end of the response.\n"
                 "# TYPE sluice_request_duration_seconds histogram\n");
     for (size_t r = 0; r < nroutes; r++) {
         sl_hist_t h;
@@ -462,7 +432,7 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
         snprintf(labels, sizeof(labels), "route=\"%s\"", r < cfg->nroutes ? cfg->routes[r].name : "none");
         render_hist(&t, "sluice_request_duration_seconds", labels, &h);
     }
-    tprintf(&t, "# HELP sluice_upstream_requests_total Upstream exchanges by target and status (0: no response).\n"
+    sl_wbuf_printf(&t, "# HELP sluice_upstream_requests_total Upstream exchanges by target and status (0: no response).\n"
                 "# TYPE sluice_upstream_requests_total counter\n");
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
@@ -471,17 +441,17 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             size_t ti = ms[0]->target_base[u] + k;
             uint64_t none = 0;
             for (size_t w = 0; w < n; w++) none += SL_COUNTER_GET(ms[w]->up_noresp[ti]);
-            if (none) tprintf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"0\"} %llu\n",
+            if (none) sl_wbuf_printf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"0\"} %llu\n",
                               uc->name, uc->targets[k].addr.text, (unsigned long long)none);
             for (int c = 0; c < SL_METRIC_CODES; c++) {
                 uint64_t v = 0;
                 for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->up_codes[ti * SL_METRIC_CODES + (size_t)c]);
-                if (v) tprintf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"%d\"} %llu\n",
+                if (v) sl_wbuf_printf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"%d\"} %llu\n",
                                uc->name, uc->targets[k].addr.text, c + 100, (unsigned long long)v);
             }
         }
     }
-    tprintf(&t, "# HELP sluice_upstream_duration_seconds Time from upstream request to the end of its response.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_upstream_duration_seconds Time from upstream request to the end of its response.\n"
                 "# TYPE sluice_upstream_duration_seconds histogram\n");
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
@@ -493,58 +463,58 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             render_hist(&t, "sluice_upstream_duration_seconds", labels, &h);
         }
     }
-    tprintf(&t, "# HELP sluice_ratelimit_total Rate-limit decisions by route: allowed, limited, or failopen (store down).\n"
+    sl_wbuf_printf(&t, "# HELP sluice_ratelimit_total Rate-limit decisions by route: allowed, limited, or failopen (store down).\n"
                 "# TYPE sluice_ratelimit_total counter\n");
     render_route_counts(&t, cfg, ms, n, offsetof(sl_wmetrics_t, ratelimit), "sluice_ratelimit_total", "result",
                         rl_results, SL_RL_RESULTS);
-    tprintf(&t, "# HELP sluice_cache_total What the proxy-cache did, by route: HIT, MISS, EXPIRED, BYPASS, STALE.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_cache_total What the proxy-cache did, by route: HIT, MISS, EXPIRED, BYPASS, STALE.\n"
                 "# TYPE sluice_cache_total counter\n");
     render_route_counts(&t, cfg, ms, n, offsetof(sl_wmetrics_t, cache), "sluice_cache_total", "status",
                         cache_statuses, SL_CACHE_STATUSES);
-    tprintf(&t, "# HELP sluice_grpc_responses_total gRPC responses by route and the grpc-status the client got "
+    sl_wbuf_printf(&t, "# HELP sluice_grpc_responses_total gRPC responses by route and the grpc-status the client got "
                 "(passed through from the upstream, or made by the gateway).\n"
                 "# TYPE sluice_grpc_responses_total counter\n");
     for (size_t r = 0; r < nroutes; r++)
         for (size_t k = 0; k < SL_METRIC_GRPC_CODES; k++) {
             uint64_t v = 0;
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->grpc[r * SL_METRIC_GRPC_CODES + k]);
-            if (v) tprintf(&t, "sluice_grpc_responses_total{route=\"%s\",grpc_status=\"%zu\"} %llu\n",
+            if (v) sl_wbuf_printf(&t, "sluice_grpc_responses_total{route=\"%s\",grpc_status=\"%zu\"} %llu\n",
                            r < cfg->nroutes ? cfg->routes[r].name : "none", k, (unsigned long long)v);
         }
-    tprintf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_retries_total Upstream attempts made again on another target, by reason.\n"
                 "# TYPE sluice_retries_total counter\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
         for (size_t k = 0; k < SL_RETRY_REASONS; k++) {
             uint64_t v = 0;
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->retries[u * SL_RETRY_REASONS + k]);
-            tprintf(&t, "sluice_retries_total{upstream=\"%s\",reason=\"%s\"} %llu\n", cfg->upstreams[u].name,
+            sl_wbuf_printf(&t, "sluice_retries_total{upstream=\"%s\",reason=\"%s\"} %llu\n", cfg->upstreams[u].name,
                     retry_reasons[k], (unsigned long long)v);
         }
-    tprintf(&t, "# HELP sluice_connections_active Open client connections by listener.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_connections_active Open client connections by listener.\n"
                 "# TYPE sluice_connections_active gauge\n");
     for (size_t l = 0; l < cfg->nlisteners; l++) {
         int64_t v = 0;
         for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->conns_active[l]);
-        tprintf(&t, "sluice_connections_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+        sl_wbuf_printf(&t, "sluice_connections_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
     }
-    tprintf(&t, "# HELP sluice_tcp_bytes_total Bytes of TCP sessions by listener: in (from clients), out (from upstreams).\n"
+    sl_wbuf_printf(&t, "# HELP sluice_tcp_bytes_total Bytes of TCP sessions by listener: in (from clients), out (from upstreams).\n"
                 "# TYPE sluice_tcp_bytes_total counter\n");
     for (size_t l = 0; l < cfg->nlisteners; l++) {
         if (cfg->listeners[l].protocol != SL_PROTO_TCP) continue;
         for (size_t dir = 0; dir < 2; dir++) {
             uint64_t v = 0;
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_bytes[l * 2 + dir]);
-            tprintf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
+            sl_wbuf_printf(&t, "sluice_tcp_bytes_total{listener=\"%s\",direction=\"%s\"} %llu\n", cfg->listeners[l].name,
                     dir ? "out" : "in", (unsigned long long)v);
         }
     }
-    tprintf(&t, "# HELP sluice_tcp_sessions_total Sessions of tcp listeners by how they ended.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_tcp_sessions_total Sessions of tcp listeners by how they ended.\n"
                 "# TYPE sluice_tcp_sessions_total counter\n");
     for (size_t l = 0; l < cfg->nlisteners; l++)
         if (cfg->listeners[l].protocol == SL_PROTO_TCP)
             render_listener_results(&t, "sluice_tcp_sessions_total", cfg->listeners[l].name, l, ms, n,
                                     offsetof(sl_wmetrics_t, tcp_end), "result", sl_tcp_end_label, SL_TCP_ENDS);
-    tprintf(&t, "# HELP sluice_tcp_connect_failures_total Connections tcp listeners could not make to a target "
+    sl_wbuf_printf(&t, "# HELP sluice_tcp_connect_failures_total Connections tcp listeners could not make to a target "
                 "(refused, unreachable, timed out).\n"
                 "# TYPE sluice_tcp_connect_failures_total counter\n");
     for (size_t u = 0; u < cfg->nupstreams; u++) {
@@ -553,18 +523,18 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             uint64_t v = 0;
             for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->tcp_connect_fail[ms[0]->target_base[u] + k]);
             if (v && uc->targets[k].addr.text[0])
-                tprintf(&t, "sluice_tcp_connect_failures_total{upstream=\"%s\",target=\"%s\"} %llu\n", uc->name,
+                sl_wbuf_printf(&t, "sluice_tcp_connect_failures_total{upstream=\"%s\",target=\"%s\"} %llu\n", uc->name,
                         uc->targets[k].addr.text, (unsigned long long)v);
         }
     }
     static const char *const hs_results[SL_TLS_HS_RESULTS] = {"ok", "failed", "timeout"};
-    tprintf(&t, "# HELP sluice_tls_handshakes_total TLS handshakes on listeners with tls, by result.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_tls_handshakes_total TLS handshakes on listeners with tls, by result.\n"
                 "# TYPE sluice_tls_handshakes_total counter\n");
     for (size_t l = 0; l < cfg->nlisteners; l++)
         if (cfg->listeners[l].tls)
             render_listener_results(&t, "sluice_tls_handshakes_total", cfg->listeners[l].name, l, ms, n,
                                     offsetof(sl_wmetrics_t, tls_hs), "result", hs_results, SL_TLS_HS_RESULTS);
-    tprintf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
+    sl_wbuf_printf(&t, "# HELP sluice_tcp_sni_total Sessions of tcp listeners with sni_routes, by how the TLS "
                 "server name routed them (route, default) or why they were closed (no_route, not_tls, timeout).\n"
                 "# TYPE sluice_tcp_sni_total counter\n");
     for (size_t l = 0; l < cfg->nlisteners; l++)
@@ -574,15 +544,15 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     static const char *const goaway_reasons[SL_H2_GOAWAY_REASONS] = {
         "drain",        "idle",           "protocol_error",    "flow_control_error", "frame_size_error",
         "stream_closed", "compression_error", "enhance_your_calm", "internal_error",     "other"};
-    tprintf(&t, "# HELP sluice_http2_streams_active Open HTTP/2 streams by listener.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_http2_streams_active Open HTTP/2 streams by listener.\n"
                 "# TYPE sluice_http2_streams_active gauge\n");
     for (size_t l = 0; l < cfg->nlisteners; l++) {
         if (cfg->listeners[l].protocol != SL_PROTO_HTTP || !cfg->listeners[l].http2) continue;
         int64_t v = 0;
         for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->h2_streams[l]);
-        tprintf(&t, "sluice_http2_streams_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
+        sl_wbuf_printf(&t, "sluice_http2_streams_active{listener=\"%s\"} %lld\n", cfg->listeners[l].name, (long long)v);
     }
-    tprintf(&t, "# HELP sluice_http2_goaway_total GOAWAY frames sent to HTTP/2 clients, by listener and reason "
+    sl_wbuf_printf(&t, "# HELP sluice_http2_goaway_total GOAWAY frames sent to HTTP/2 clients, by listener and reason "
                 "(drain, idle, or the connection error's code).\n"
                 "# TYPE sluice_http2_goaway_total counter\n");
     for (size_t l = 0; l < cfg->nlisteners; l++)
@@ -590,7 +560,7 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             render_listener_results(&t, "sluice_http2_goaway_total", cfg->listeners[l].name, l, ms, n,
                                     offsetof(sl_wmetrics_t, h2_goaway), "reason", goaway_reasons,
                                     SL_H2_GOAWAY_REASONS);
-    tprintf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
+    sl_wbuf_printf(&t, "# HELP sluice_plugin_errors_total Lua errors raised by plugins, by route and plugin.\n"
                 "# TYPE sluice_plugin_errors_total counter\n");
     for (size_t r = 0; r < cfg->nroutes; r++) {
         const sl_route_conf_t *rc = &cfg->routes[r];
@@ -608,7 +578,7 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
         render_chain_errors(&t, label, &c, ms, n, true, l);
     }
     if (n && ms[0]->plugin_dur) {
-        tprintf(&t, "# HELP sluice_plugin_duration_seconds Time of each plugin's phase calls (waits included), "
+        sl_wbuf_printf(&t, "# HELP sluice_plugin_duration_seconds Time of each plugin's phase calls (waits included), "
                     "by route, plugin and phase.\n"
                     "# TYPE sluice_plugin_duration_seconds histogram\n");
         for (size_t r = 0; r < cfg->nroutes; r++) {
@@ -617,8 +587,8 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             render_chain_durations(&t, rc->name, &c, ms, n, r);
         }
     }
-    if (extra) tprintf(&t, "%s", extra);
-    if (t.oom) {
+    if (extra) sl_wbuf_cat(&t, extra);
+    if (sl_wbuf_failed(&t) || !sl_wbuf_cstr(&t)) {
         free(t.p);
         return SL_ERROR;
     }

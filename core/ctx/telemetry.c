@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "proto/traceparent.h"
 
 typedef struct {
@@ -60,88 +61,46 @@ void sl_telemetry_submit(const sl_span_t *s) {
 
 /* ---- the OTLP JSON body ---- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static void put(buf_t *b, const char *s, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = (b->cap + n) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) abort(); /* the exporter thread's own buffer: nothing sensible to do without memory */
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
-#define PUTS(b, lit) put((b), (lit), sizeof(lit) - 1)
-
-static void put_json(buf_t *b, const char *s) {
-    PUTS(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            put(b, e, 2);
-        } else if (c < 0x20) {
-            char e[8];
-            int n = snprintf(e, sizeof e, "\\u%04x", c);
-            put(b, e, (size_t)n);
-        } else {
-            put(b, (const char *)&c, 1);
-        }
-    }
-    PUTS(b, "\"");
-}
-
-static void put_fmt(buf_t *b, const char *fmt, unsigned long long v) {
-    char tmp[96];
-    int n = snprintf(tmp, sizeof tmp, fmt, v);
-    if (n < 0 || (size_t)n >= sizeof tmp) abort(); /* the formats here are short and fixed */
-    put(b, tmp, (size_t)n);
-}
-
-static void attr_str(buf_t *b, bool *first, const char *key, const char *v) {
+static void attr_str(sl_wbuf_t *b, bool *first, const char *key, const char *v) {
     if (!*v) return;
-    if (!*first) PUTS(b, ",");
+    if (!*first) SL_WBUF_LIT(b, ",");
     *first = false;
-    PUTS(b, "{\"key\":");
-    put_json(b, key);
-    PUTS(b, ",\"value\":{\"stringValue\":");
-    put_json(b, v);
-    PUTS(b, "}}");
+    SL_WBUF_LIT(b, "{\"key\":");
+    sl_wbuf_json_cstr(b, key);
+    SL_WBUF_LIT(b, ",\"value\":{\"stringValue\":");
+    sl_wbuf_json_cstr(b, v);
+    SL_WBUF_LIT(b, "}}");
 }
 
-static void attr_int(buf_t *b, bool *first, const char *key, unsigned long long v) {
-    if (!*first) PUTS(b, ",");
+static void attr_int(sl_wbuf_t *b, bool *first, const char *key, unsigned long long v) {
+    if (!*first) SL_WBUF_LIT(b, ",");
     *first = false;
-    PUTS(b, "{\"key\":");
-    put_json(b, key);
-    put_fmt(b, ",\"value\":{\"intValue\":\"%llu\"}}", v);
+    SL_WBUF_LIT(b, "{\"key\":");
+    sl_wbuf_json_cstr(b, key);
+    sl_wbuf_printf(b, ",\"value\":{\"intValue\":\"%llu\"}}", v);
 }
 
-static void put_hex(buf_t *b, const uint8_t *p, size_t n) {
+static void put_hex(sl_wbuf_t *b, const uint8_t *p, size_t n) {
     char h[32];
     sl_hex_lower(h, p, n);
-    PUTS(b, "\"");
-    put(b, h, 2 * n);
-    PUTS(b, "\"");
+    SL_WBUF_LIT(b, "\"");
+    sl_wbuf_put(b, h, 2 * n);
+    SL_WBUF_LIT(b, "\"");
 }
 
-static void encode(buf_t *b, const sl_span_t *s, size_t n, const char *service) {
+static void encode(sl_wbuf_t *b, const sl_span_t *s, size_t n, const char *service) {
     b->len = 0;
-    PUTS(b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":");
-    put_json(b, service);
-    PUTS(b, "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"sluice\"},\"spans\":[");
+    SL_WBUF_LIT(b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":");
+    sl_wbuf_json_cstr(b, service);
+    SL_WBUF_LIT(b, "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"sluice\"},\"spans\":[");
     for (size_t i = 0; i < n; i++, s++) {
-        if (i) PUTS(b, ",");
-        PUTS(b, "{\"traceId\":");
+        if (i) SL_WBUF_LIT(b, ",");
+        SL_WBUF_LIT(b, "{\"traceId\":");
         put_hex(b, s->trace_id, 16);
-        PUTS(b, ",\"spanId\":");
+        SL_WBUF_LIT(b, ",\"spanId\":");
         put_hex(b, s->span_id, 8);
         if (s->has_parent) {
-            PUTS(b, ",\"parentSpanId\":");
+            SL_WBUF_LIT(b, ",\"parentSpanId\":");
             put_hex(b, s->parent_id, 8);
         }
         char name[160];
@@ -151,12 +110,12 @@ static void encode(buf_t *b, const sl_span_t *s, size_t n, const char *service) 
             snprintf(name, sizeof name, "%s %s", s->plugin, s->phase);
         else
             snprintf(name, sizeof name, "%s %s", s->method, s->upstream[0] ? s->upstream : "upstream");
-        PUTS(b, ",\"name\":");
-        put_json(b, name);
-        put_fmt(b, ",\"kind\":%llu", s->kind);
-        put_fmt(b, ",\"startTimeUnixNano\":\"%llu\"", (unsigned long long)s->start_unix_ns);
-        put_fmt(b, ",\"endTimeUnixNano\":\"%llu\"", (unsigned long long)s->end_unix_ns);
-        PUTS(b, ",\"attributes\":[");
+        SL_WBUF_LIT(b, ",\"name\":");
+        sl_wbuf_json_cstr(b, name);
+        sl_wbuf_printf(b, ",\"kind\":%d", s->kind);
+        sl_wbuf_printf(b, ",\"startTimeUnixNano\":\"%llu\"", (unsigned long long)s->start_unix_ns);
+        sl_wbuf_printf(b, ",\"endTimeUnixNano\":\"%llu\"", (unsigned long long)s->end_unix_ns);
+        SL_WBUF_LIT(b, ",\"attributes\":[");
         bool first = true;
         if (s->kind != SL_SPAN_INTERNAL) attr_str(b, &first, "http.request.method", s->method);
         if (s->status) attr_int(b, &first, "http.response.status_code", s->status);
@@ -177,15 +136,15 @@ static void encode(buf_t *b, const sl_span_t *s, size_t n, const char *service) 
             attr_int(b, &first, "sluice.attempt", s->attempt);
             attr_str(b, &first, "sluice.attempt.reason", s->reason);
         }
-        PUTS(b, "]");
+        SL_WBUF_LIT(b, "]");
         /* STATUS_CODE_ERROR (2) for a failure: the SERVER span on 5xx, a CLIENT span on any
          * error (the HTTP semantic conventions' rule) */
         if (s->error_type[0] || (s->kind == SL_SPAN_SERVER && s->status >= 500) ||
             (s->kind == SL_SPAN_CLIENT && s->status >= 400))
-            PUTS(b, ",\"status\":{\"code\":2}");
-        PUTS(b, "}");
+            SL_WBUF_LIT(b, ",\"status\":{\"code\":2}");
+        SL_WBUF_LIT(b, "}");
     }
-    PUTS(b, "]}]}]}");
+    SL_WBUF_LIT(b, "]}]}]}");
 }
 
 /* ---- one POST, blocking, bounded by timeout_ms (this thread is the exporter's own) ---- */
@@ -203,7 +162,7 @@ static int wait_fd(int fd, short ev, uint64_t deadline_ms) {
 
 /* POSTs body to the endpoint; true on a 2xx. The host is resolved each time (a name may
  * move); a failure is logged once per state change by the caller. */
-static bool post(const char *host, uint16_t port, const char *path, const char *headers, const buf_t *body,
+static bool post(const char *host, uint16_t port, const char *path, const char *headers, const sl_wbuf_t *body,
                  uint64_t timeout_ms, char *why, size_t whylen) {
     uint64_t deadline = sl_now_ms() + timeout_ms;
     char portstr[8];
@@ -284,7 +243,7 @@ out:
 static void *exporter_main(void *arg) {
     (void)arg;
     sl_span_t *batch = malloc(SL_TELEMETRY_BATCH * sizeof(sl_span_t));
-    buf_t body = {0};
+    sl_wbuf_t body = {0};
     bool failing = false;
     pthread_mutex_lock(&tel.mu);
     while (batch) {
@@ -313,7 +272,8 @@ static void *exporter_main(void *arg) {
         bool ok = false;
         if (host && path && service) {
             encode(&body, batch, n, service);
-            ok = post(host, port, path, headers, &body, timeout, why, sizeof why);
+            ok = !sl_wbuf_failed(&body) && post(host, port, path, headers, &body, timeout, why, sizeof why);
+            body.oom = false; /* "out of memory" is why; the next batch tries again */
         }
         if (ok) {
             __atomic_fetch_add(&tel.exported, n, __ATOMIC_RELAXED);

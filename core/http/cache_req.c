@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/wbuf.h"
 
 /* A link of a worker's list of requests waiting for a lock (a sentinel heads each list). */
 typedef struct wlink_s {
@@ -117,7 +118,7 @@ static sl_str_t default_key(sl_req_t *r) {
     size_t n = m.len + 1 + h.len + path.len + (q.len ? 1 + q.len : 0);
     char *k = sl_arena_alloc(&r->arena, n);
     if (!k) return (sl_str_t){NULL, 0};
-    sl_wbuf_t b = {k, 0, n};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(k, n);
     sl_wbuf_str(&b, m);
     sl_wbuf_put(&b, " ", 1);
     sl_wbuf_str(&b, h);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "base/common.h"
+#include "base/wbuf.h"
 #include "config/config.h"
 #include "net/outq.h"
 
@@ -81,7 +82,7 @@ struct sl_downstream_s {
 
 /** Sets d->port and its text (X-Forwarded-Port), once per connection. */
 static inline void sl_downstream_set_port(sl_downstream_t *d, uint16_t port) {
-    sl_wbuf_t b = {d->port_text, 0, sizeof d->port_text};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(d->port_text, sizeof d->port_text);
     d->port = port;
     sl_wbuf_u64(&b, port);
     d->port_len = (uint8_t)b.len;

@@ -3,6 +3,7 @@
  * response head sent to an HTTP/1 client (from the upstream's response or for a
  * gateway-made answer), and the keep-alive and upgrade decisions they carry. */
 #include "http/h1_head.h"
+#include "base/wbuf.h"
 
 #include <string.h>
 

@@ -31,7 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "http/request.h"
 
 /* Events a stream has for h2_run, as bits. */
@@ -93,10 +95,9 @@ struct sl_h2_stream_s {
     sl_outq_t *q;           /**< the queue being taken by the data provider */
     uint16_t qi;
     size_t qoff;
-    uint8_t ev;             /**< EV_* bits waiting for h2_run */
+    sl__h2_ev_t ev;         /**< EV_* bits waiting for h2_run; in h->ev while any */
     uint64_t due;           /**< loop ms when the stream times out; 0: none */
     sl_h2_stream_t *prev, *next;   /**< h->streams */
-    sl_h2_stream_t *eprev, *enext; /**< h->ev_head list while ev != 0 */
 };
 
 struct sl_h2_s {
@@ -126,7 +127,7 @@ struct sl_h2_s {
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
     sl_h2_stream_t *streams;
-    sl_h2_stream_t *ev_head, *ev_tail;
+    sl_list_t ev;                  /* streams with events, first come first run */
 };
 
 static const sl_downstream_ops_t h2_ops;
@@ -309,34 +310,7 @@ static void h2_kick(sl_h2_t *h) {
 
 /* ---- events ---- */
 
-static void ev_unlink(sl_h2_stream_t *st) {
-    sl_h2_t *h = st->h;
-    if (!st->ev) return;
-    if (st->eprev)
-        st->eprev->enext = st->enext;
-    else
-        h->ev_head = st->enext;
-    if (st->enext)
-        st->enext->eprev = st->eprev;
-    else
-        h->ev_tail = st->eprev;
-    st->eprev = st->enext = NULL;
-    st->ev = 0;
-}
-
-static void ev_push(sl_h2_stream_t *st, uint8_t ev) {
-    sl_h2_t *h = st->h;
-    if (!st->ev) {
-        st->eprev = h->ev_tail;
-        st->enext = NULL;
-        if (h->ev_tail)
-            h->ev_tail->enext = st;
-        else
-            h->ev_head = st;
-        h->ev_tail = st;
-    }
-    st->ev |= ev;
-}
+static void ev_push(sl_h2_stream_t *st, uint8_t ev) { sl__h2_ev_push(&st->h->ev, &st->ev, ev); }
 
 static void stream_release_body(sl_h2_stream_t *st) {
     if (st->body) sl_block_put(&st->h->w->blocks, st->body);
@@ -346,7 +320,7 @@ static void stream_release_body(sl_h2_stream_t *st) {
 
 static void stream_free(sl_h2_stream_t *st) {
     sl_h2_t *h = st->h;
-    ev_unlink(st);
+    sl__h2_ev_take(&st->ev);
     stream_release_body(st);
     h2_free(st->tnv, NULL);
     if (st->prev)
@@ -842,8 +816,7 @@ static void h2_flush(sl_h2_t *h) {
 /* Acts on one stream's events, the write first (a response that completed also closes the
  * stream: it must finish, not be aborted). The stream may be gone afterwards. */
 static void stream_run(sl_h2_stream_t *st) {
-    uint8_t ev = st->ev;
-    ev_unlink(st);
+    uint8_t ev = sl__h2_ev_take(&st->ev);
     sl_req_t *r = st->ds.req;
     if (ev & EV_WRITTEN) {
         if (ev & ~EV_WRITTEN) ev_push(st, ev & ~EV_WRITTEN);
@@ -888,10 +861,10 @@ static void h2_run(sl_h2_t *h) {
     if (h->in_run || h->closed) return;
     h->in_run = 1;
     for (;;) {
-        while (h->ev_head && !h->closed) stream_run(h->ev_head);
+        while (!sl_list_empty(&h->ev) && !h->closed) stream_run(SL_LIST_FIRST(&h->ev, sl_h2_stream_t, ev.link));
         if (h->closed) break;
         h2_flush(h);
-        if (!h->ev_head || h->closed) break;
+        if (sl_list_empty(&h->ev) || h->closed) break;
     }
     h->in_run = 0;
     if (h->closed) return;
@@ -908,6 +881,7 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
     sl_h2_t *h = calloc(1, sizeof(*h));
+    if (h) sl_list_init(&h->ev);
     if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     h->w = w;
     h->s = s;
@@ -1114,7 +1088,7 @@ static bool nv_add(sl_req_t *r, nghttp2_nv *nva, size_t *n, sl_str_t name, sl_st
 
 static bool nv_num(sl_req_t *r, nghttp2_nv *nva, size_t *n, sl_str_t name, uint64_t v) {
     char buf[24];
-    sl_wbuf_t b = {buf, 0, sizeof buf};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(buf, sizeof buf);
     return sl_wbuf_u64(&b, v) && nv_add(r, nva, n, name, (sl_str_t){buf, b.len});
 }
 

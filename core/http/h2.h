@@ -20,11 +20,33 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "base/list.h"
 #include "ctx/worker.h"
 #include "http/downstream.h"
 #include "net/stream.h"
 
 typedef struct sl_h2_s sl_h2_t;
+
+/** A stream's events waiting for its session's run (bits the session's file defines) and
+ *  its place in the session's queue: streams run in the order of their first event. The
+ *  client side (h2.c) and the upstream side (h2_up.c) both queue their streams so. */
+typedef struct {
+    sl_list_t link;
+    uint8_t bits;
+} sl__h2_ev_t;
+
+static inline void sl__h2_ev_push(sl_list_t *queue, sl__h2_ev_t *e, uint8_t bits) {
+    if (!sl_list_linked(&e->link)) sl_list_push_back(queue, &e->link);
+    e->bits |= bits;
+}
+
+/** Takes a stream out of the queue: the events it had (0: none). */
+static inline uint8_t sl__h2_ev_take(sl__h2_ev_t *e) {
+    uint8_t bits = e->bits;
+    sl_list_remove(&e->link);
+    e->bits = 0;
+    return bits;
+}
 
 /** What the session asks of the connection that owns it. */
 typedef struct {

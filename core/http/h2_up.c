@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
 #include "base/log.h"
 #include "http/h2.h"
 #include "proto/grpc_timeout.h"
@@ -50,7 +51,7 @@ struct sl_h2up_stream_s {
     sl_h2up_t *c;
     sl_req_t *r;            /**< NULL once the request left */
     int32_t id;             /**< 0 until submitted */
-    uint8_t ev;
+    sl__h2_ev_t ev;    /**< EV_* bits waiting for h2up_run; in c->ev while any */
     uint8_t interim;        /**< the HEADERS being received is a 1xx */
     uint8_t head_done, remote_done, nclosed, refused, expired;
     uint8_t has_body, body_eof, deferred;
@@ -62,8 +63,7 @@ struct sl_h2up_stream_s {
     uint16_t qi;
     size_t qoff;
     uint64_t due;           /**< read timeout (loop ms); 0: none */
-    sl_h2up_stream_t *prev, *next;
-    sl_h2up_stream_t *eprev, *enext;
+    sl_list_t link;    /**< in c->streams, newest first */
 };
 
 struct sl_h2up_s {
@@ -89,8 +89,8 @@ struct sl_h2up_s {
     uint64_t connect_due;       /**< loop ms when connecting gives up */
     uint64_t next_due;          /**< when the timer is set to fire; 0: not set */
     sl_h2up_t *prev, *next;     /**< the target's list */
-    sl_h2up_stream_t *streams;
-    sl_h2up_stream_t *ev_head, *ev_tail;
+    sl_list_t streams; /* newest first */
+    sl_list_t ev;      /* streams with events, first come first run */
 };
 
 static void h2up_run(sl_h2up_t *c);
@@ -101,34 +101,7 @@ static uint64_t loop_now(const sl_h2up_t *c) { return uv_now(&c->w->loop); }
 
 /* ---- events ---- */
 
-static void ev_unlink(sl_h2up_stream_t *st) {
-    sl_h2up_t *c = st->c;
-    if (!st->ev) return;
-    if (st->eprev)
-        st->eprev->enext = st->enext;
-    else
-        c->ev_head = st->enext;
-    if (st->enext)
-        st->enext->eprev = st->eprev;
-    else
-        c->ev_tail = st->eprev;
-    st->eprev = st->enext = NULL;
-    st->ev = 0;
-}
-
-static void ev_push(sl_h2up_stream_t *st, uint8_t ev) {
-    sl_h2up_t *c = st->c;
-    if (!st->ev) {
-        st->eprev = c->ev_tail;
-        st->enext = NULL;
-        if (c->ev_tail)
-            c->ev_tail->enext = st;
-        else
-            c->ev_head = st;
-        c->ev_tail = st;
-    }
-    st->ev |= ev;
-}
+static void ev_push(sl_h2up_stream_t *st, uint8_t ev) { sl__h2_ev_push(&st->c->ev, &st->ev, ev); }
 
 static void on_idle(uv_idle_t *i) {
     sl_h2up_t *c = SL_CONTAINER_OF(i, sl_h2up_t, idle);
@@ -148,7 +121,7 @@ static void conn_kick(sl_h2up_t *c) {
         c->in_run = 1;
         bool ok = conn_flush(c, true);
         c->in_run = 0;
-        if (ok && !c->ev_head && (c->nstreams || c->idle_due)) return;
+        if (ok && sl_list_empty(&c->ev) && (c->nstreams || c->idle_due)) return;
     }
     uv_idle_start(&c->idle, on_idle);
 }
@@ -165,13 +138,9 @@ static void conn_schedule(sl_h2up_t *c, uint64_t due) {
 
 static void stream_free(sl_h2up_stream_t *st) {
     sl_h2up_t *c = st->c;
-    ev_unlink(st);
+    sl__h2_ev_take(&st->ev);
     if (st->body) sl_block_put(&c->w->blocks, st->body);
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        c->streams = st->next;
-    if (st->next) st->next->prev = st->prev;
+    sl_list_remove(&st->link);
     if (c->ss && st->id && !st->nclosed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
     sl__h2_mem_free(st);
 }
@@ -180,7 +149,7 @@ static void stream_free(sl_h2up_stream_t *st) {
 
 static void conn_free(sl_h2up_t *c) {
     sl_worker_t *w = c->w;
-    while (c->streams) stream_free(c->streams);
+    while (!sl_list_empty(&c->streams)) stream_free(SL_LIST_FIRST(&c->streams, sl_h2up_stream_t, link));
     if (c->ss) nghttp2_session_del(c->ss);
     if (c->out) sl_block_put(&w->blocks, c->out);
     if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
@@ -259,8 +228,9 @@ static void on_timer(uv_timer_t *t) {
         }
         next = c->connect_due;
     }
-    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         sl_req_t *r = st->r;
         if (!r) continue;
         if (r->grpc_due && r->grpc_due <= now && !st->expired) {
@@ -517,8 +487,7 @@ static bool conn_flush(sl_h2up_t *c, bool soft) {
 
 /* Acts on one stream's events. The stream (and its request) may be gone afterwards. */
 static void stream_run(sl_h2up_stream_t *st) {
-    uint8_t ev = st->ev;
-    ev_unlink(st);
+    uint8_t ev = sl__h2_ev_take(&st->ev);
     sl_req_t *r = st->r;
     if (!r) return;
     if (ev & EV_WRITTEN) {
@@ -547,10 +516,11 @@ static void h2up_run(sl_h2up_t *c) {
     if (c->in_run || c->state == C_CLOSING) return;
     c->in_run = 1;
     for (;;) {
-        while (c->ev_head && c->state != C_CLOSING) stream_run(c->ev_head);
+        while (!sl_list_empty(&c->ev) && c->state != C_CLOSING)
+            stream_run(SL_LIST_FIRST(&c->ev, sl_h2up_stream_t, ev.link));
         if (c->state == C_CLOSING || c->state == C_CONNECTING) break;
         if (!conn_flush(c, false)) break;
-        if (!c->ev_head) break;
+        if (sl_list_empty(&c->ev)) break;
     }
     c->in_run = 0;
     if (c->state == C_CLOSING || c->state == C_CONNECTING) return;
@@ -568,8 +538,9 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     bool connecting = c->state == C_CONNECTING;
     c->state = C_RETIRED; /* picked by no one from here */
     conn_unlink(c);
-    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         sl_req_t *r = st->r;
         if (!r || st->remote_done || st->expired) continue;
         /* a stream never sent, or above a GOAWAY's last-stream-id, reached no application */
@@ -580,11 +551,13 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     }
     /* requests that completed their response still point at their streams: they leave as
      * they finish (detach frees a stream of a closing connection) */
-    for (sl_h2up_stream_t *st = c->streams; st; st = st->next)
+    sl_list_foreach(n, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         if (st->r) {
             st->nclosed = 1;
             st->remote_done = 1;
         }
+    }
     conn_close(c);
 }
 
@@ -720,8 +693,9 @@ static void conn_ready(sl_h2up_t *c) {
     };
     nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, iv, SL_ARRAY_LEN(iv));
     nghttp2_session_set_local_window_size(c->ss, NGHTTP2_FLAG_NONE, 0, H2UP_CONN_WINDOW);
-    for (sl_h2up_stream_t *st = c->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &c->streams) {
+        sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         if (st->r && !st->id && !stream_submit(st)) sl__proxy_failed(st->r, 502, SL_FAIL_OTHER, "out of memory");
     }
     h2up_run(c);
@@ -769,6 +743,7 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
     sl_h2up_t *c = calloc(1, sizeof(*c));
+    if (c) sl_list_init(&c->ev), sl_list_init(&c->streams);
     if (!c || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     nghttp2_session_callbacks_set_send_callback(cb, on_send);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
@@ -850,9 +825,7 @@ int sl__h2up_start(sl_req_t *r) {
     if (!st) return UV_ENOMEM;
     st->c = c;
     st->r = r;
-    st->next = c->streams;
-    if (c->streams) c->streams->prev = st;
-    c->streams = st;
+    sl_list_push_front(&c->streams, &st->link);
     c->nstreams++;
     c->idle_due = 0;
     r->h2s = st;

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "base/wbuf.h"
 #include "ctx/metrics.h"
 #include "http/http_client.h"
 #include "http/request.h"
@@ -37,10 +38,6 @@
 enum { LINES_SENT, LINES_DROPPED, LINES_FAILED, LINES_RESULTS };
 static _Atomic uint64_t counts[LINES_RESULTS];
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf_t;
 
 struct sl_httplog_s {
     struct sl_httplog_s *next;
@@ -53,9 +50,9 @@ struct sl_httplog_s {
     size_t head_len;
     uint32_t batch_max, queue_max, retries;
     uint64_t flush_ms, timeout_ms;
-    buf_t queue;      /* lines not yet in a batch, each ended by '\n' */
+    sl_wbuf_t queue;     /* lines not yet in a batch, each ended by '\n' */
     uint32_t queued;  /* lines in queue */
-    buf_t batch;      /* the whole request of the batch on its way, kept for a retry */
+    sl_wbuf_t batch;     /* the whole request of the batch on its way, kept for a retry */
     uint32_t batched; /* its lines; 0: no batch */
     uint8_t sending;  /* the batch's exchange is on its way */
     uint32_t attempt; /* its failed sends so far */
@@ -83,19 +80,6 @@ static void free_all(void *head) {
 static void make_key(void) { pthread_key_create(&key, free_all); }
 
 static void count(int result, uint64_t n) { atomic_fetch_add_explicit(&counts[result], n, memory_order_relaxed); }
-
-static bool put(buf_t *b, const char *s, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + n) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) return false;
-        b->p = np, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    return true;
-}
 
 static void send_batch(logger_t *lg);
 
@@ -194,9 +178,9 @@ static bool build_batch(logger_t *lg) {
     size_t body = 2 + cut - 1; /* "[" lines joined by "," "]": n - 1 commas replace n - 1 '\n' */
     char cl[64];
     int cll = snprintf(cl, sizeof cl, "Content-Length: %zu\r\nConnection: close\r\n\r\n[", body);
-    buf_t *b = &lg->batch;
+    sl_wbuf_t *b = &lg->batch;
     b->len = 0;
-    if (!put(b, lg->head, lg->head_len) || !put(b, cl, (size_t)cll) || !put(b, lg->queue.p, cut)) return false;
+    if (!sl_wbuf_put(b, lg->head, lg->head_len) || !sl_wbuf_put(b, cl, (size_t)cll) || !sl_wbuf_put(b, lg->queue.p, cut)) return false;
     for (size_t i = b->len - cut; i < b->len; i++)
         if (b->p[i] == '\n') b->p[i] = ',';
     b->p[b->len - 1] = ']';
@@ -277,8 +261,8 @@ sl_httplog_t *sl_ffi_httplog_open(sl_req_t *r, const char *host, size_t hl, int 
 }
 
 int sl_ffi_httplog_push(sl_httplog_t *lg, const char *line, size_t len) {
-    if (lg->queued >= lg->queue_max || memchr(line, '\n', len) || !put(&lg->queue, line, len) ||
-        !put(&lg->queue, "\n", 1)) {
+    if (lg->queued >= lg->queue_max || memchr(line, '\n', len) || !sl_wbuf_put(&lg->queue, line, len) ||
+        !sl_wbuf_put(&lg->queue, "\n", 1)) {
         count(LINES_DROPPED, 1);
         return SL_DECLINED;
     }

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "base/wbuf.h"
 #include "ctx/metrics.h"
 #include "http/http_client.h"
 #include "http/mirror.h"
@@ -31,26 +32,6 @@ static void on_done(void *ud, int status, const char *err) {
     count(status ? SL_MIRROR_SENT : SL_MIRROR_FAILED);
 }
 
-/* Appends n bytes to a growing buffer; false when out of memory. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static bool put(buf_t *b, const char *s, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        while (cap < b->len + n) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) return false;
-        b->p = np, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    return true;
-}
-#define PUT_LIT(b, s) put(b, s, sizeof(s) - 1)
-
 /* Fields not copied: hop-by-hop ones, and the framing the copy sets itself. */
 static bool skipped(const sl_h1_header_t *h) {
     return h->hop || SL_IEQ(h->name, "content-length") || SL_IEQ(h->name, "transfer-encoding") ||
@@ -58,25 +39,25 @@ static bool skipped(const sl_h1_header_t *h) {
 }
 
 /* The request as the mirror gets it; false when out of memory. */
-static bool build(sl_req_t *r, buf_t *b) {
+static bool build(sl_req_t *r, sl_wbuf_t *b) {
     const sl_h1_head_t *hd = &r->head;
-    bool ok = put(b, hd->method.p, hd->method.len) && PUT_LIT(b, " ") && put(b, hd->target.p, hd->target.len) &&
-              PUT_LIT(b, " HTTP/1.1\r\n");
+    bool ok = sl_wbuf_put(b, hd->method.p, hd->method.len) && SL_WBUF_LIT(b, " ") && sl_wbuf_put(b, hd->target.p, hd->target.len) &&
+              SL_WBUF_LIT(b, " HTTP/1.1\r\n");
     bool has_host = false;
     for (int i = 0; ok && i < hd->nheaders; i++) {
         const sl_h1_header_t *h = &hd->headers[i];
         if (skipped(h)) continue;
         has_host |= SL_IEQ(h->name, "host");
-        ok = put(b, h->name.p, h->name.len) && PUT_LIT(b, ": ") && put(b, h->value.p, h->value.len) &&
-             PUT_LIT(b, "\r\n");
+        ok = sl_wbuf_put(b, h->name.p, h->name.len) && SL_WBUF_LIT(b, ": ") && sl_wbuf_put(b, h->value.p, h->value.len) &&
+             SL_WBUF_LIT(b, "\r\n");
     }
-    if (ok && !has_host && r->host_len) ok = PUT_LIT(b, "Host: ") && put(b, r->host, r->host_len) && PUT_LIT(b, "\r\n");
+    if (ok && !has_host && r->host_len) ok = SL_WBUF_LIT(b, "Host: ") && sl_wbuf_put(b, r->host, r->host_len) && SL_WBUF_LIT(b, "\r\n");
     size_t body = r->body_buffered ? r->heap_len : 0;
     char cl[48];
     int n = snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", body);
-    if (ok && (body || hd->body_kind != SL_BODY_NONE)) ok = put(b, cl, (size_t)n);
-    ok = ok && PUT_LIT(b, "Connection: close\r\n\r\n");
-    if (ok && body) ok = put(b, r->heap, body);
+    if (ok && (body || hd->body_kind != SL_BODY_NONE)) ok = sl_wbuf_put(b, cl, (size_t)n);
+    ok = ok && SL_WBUF_LIT(b, "Connection: close\r\n\r\n");
+    if (ok && body) ok = sl_wbuf_put(b, r->heap, body);
     return ok;
 }
 
@@ -148,7 +129,7 @@ int sl_ffi_mirror_send(sl_req_t *r, const char *upstream, size_t ul, const char 
         count(SL_MIRROR_DROPPED);
         return SL_MIRROR_DROPPED;
     }
-    buf_t b = {0};
+    sl_wbuf_t b = {0};
     if (!build(r, &b)) {
         free(b.p);
         count(SL_MIRROR_FAILED);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "http/request.h"
+#include "base/wbuf.h"
 
 /* The calls and attempts kept; more are counted in "truncated". */
 #define DEBUG_CALLS 48
@@ -73,10 +74,6 @@ void sl__req_debug_attempt(sl_req_t *r, int status, uint64_t ns) {
     d->att[d->natt++].ns = ns;
 }
 
-static bool put_json_str(sl_wbuf_t *b, sl_str_t s) {
-    return SL_WBUF_LIT(b, "\"") && sl_wbuf_json_str(b, s) && SL_WBUF_LIT(b, "\"");
-}
-
 static bool put_ms(sl_wbuf_t *b, uint64_t ns) {
     char num[32];
     int n = snprintf(num, sizeof num, "%.3f", (double)ns / 1e6);
@@ -92,15 +89,15 @@ void sl__req_debug_emit(sl_req_t *r) {
     size_t cap = 160 + (size_t)d->natt * 120 + (size_t)d->ncall * 100;
     char *p = sl_arena_alloc(&r->arena, cap);
     if (!p) return;
-    sl_wbuf_t b = {p, 0, cap};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(p, cap);
     bool ok = SL_WBUF_LIT(&b, "{\"route\":") &&
-              (rc ? put_json_str(&b, (sl_str_t){rc->name, strlen(rc->name)}) : SL_WBUF_LIT(&b, "null")) &&
+              (rc ? sl_wbuf_json_quoted(&b, (sl_str_t){rc->name, strlen(rc->name)}) : SL_WBUF_LIT(&b, "null")) &&
               SL_WBUF_LIT(&b, ",\"generation\":") && sl_wbuf_u64(&b, r->w->generation) &&
-              SL_WBUF_LIT(&b, ",\"request_id\":") && put_json_str(&b, (sl_str_t){r->rid, r->rid_len}) &&
+              SL_WBUF_LIT(&b, ",\"request_id\":") && sl_wbuf_json_quoted(&b, (sl_str_t){r->rid, r->rid_len}) &&
               SL_WBUF_LIT(&b, ",\"attempts\":[");
     for (uint8_t i = 0; i < d->natt && ok; i++)
         ok = (i == 0 || SL_WBUF_LIT(&b, ",")) && SL_WBUF_LIT(&b, "{\"target\":") &&
-             put_json_str(&b, (sl_str_t){d->att[i].target, strlen(d->att[i].target)}) &&
+             sl_wbuf_json_quoted(&b, (sl_str_t){d->att[i].target, strlen(d->att[i].target)}) &&
              SL_WBUF_LIT(&b, ",\"status\":") && sl_wbuf_u64(&b, (uint64_t)d->att[i].status) &&
              SL_WBUF_LIT(&b, ",\"ms\":") && put_ms(&b, d->att[i].ns) && SL_WBUF_LIT(&b, "}");
     ok = ok && SL_WBUF_LIT(&b, "],\"plugins\":[");
@@ -108,8 +105,8 @@ void sl__req_debug_emit(sl_req_t *r) {
         const char *name = sl_config_chain_name(cfg, rc, d->call[i].pos);
         const char *phase = sl_metrics_phase_name(d->call[i].phase);
         ok = (i == 0 || SL_WBUF_LIT(&b, ",")) && SL_WBUF_LIT(&b, "{\"plugin\":") &&
-             put_json_str(&b, (sl_str_t){name, strlen(name)}) && SL_WBUF_LIT(&b, ",\"phase\":") &&
-             put_json_str(&b, (sl_str_t){phase, strlen(phase)}) && SL_WBUF_LIT(&b, ",\"ms\":") &&
+             sl_wbuf_json_quoted(&b, (sl_str_t){name, strlen(name)}) && SL_WBUF_LIT(&b, ",\"phase\":") &&
+             sl_wbuf_json_quoted(&b, (sl_str_t){phase, strlen(phase)}) && SL_WBUF_LIT(&b, ",\"ms\":") &&
              put_ms(&b, d->call[i].ns) && SL_WBUF_LIT(&b, "}");
     }
     ok = ok && SL_WBUF_LIT(&b, "],\"truncated\":") && sl_wbuf_u64(&b, d->truncated) && SL_WBUF_LIT(&b, "}");

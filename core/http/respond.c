@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "http/request.h"
 #include "proto/grpc_status.h"
 
@@ -81,7 +82,7 @@ static bool grpc_error(sl_req_t *r, int status, int code, sl_str_t msg) {
     if (sl_edits_set(ed, &r->arena, SL_LIT("content-type"), rct, &err) != SL_OK) return false;
     if (!sl_edits_find(ed, SL_LIT("grpc-status"))) {
         char num[4];
-        sl_wbuf_t b = {num, 0, sizeof num};
+        sl_wbuf_t b = SL_WBUF_BOUNDED(num, sizeof num);
         sl_wbuf_u64(&b, (uint64_t)(code >= 0 ? code : sl_grpc_code_of_http(status)));
         if (sl_edits_set(ed, &r->arena, SL_LIT("grpc-status"), (sl_str_t){num, b.len}, &err) != SL_OK) return false;
         if (!sl_edits_find(ed, SL_LIT("grpc-message"))) {

@@ -2,6 +2,7 @@
 #include "net/outq.h"
 
 #include "base/common.h"
+#include "base/wbuf.h"
 
 void sl_outq_reset(sl_outq_t *q) {
     q->niov = 0;
@@ -38,7 +39,7 @@ bool sl_outq_span(sl_outq_t *q, const char *p, size_t n) {
     if (!q->chunked) return sl_outq_add(q, p, n);
     if (q->nsizes == SL_SPANS || q->niov + 3 > SL_IOV) return false;
     char *sz = q->sizes[q->nsizes++];
-    sl_wbuf_t b = {sz, 0, 18};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(sz, 18);
     sl_wbuf_hex(&b, n);
     SL_WBUF_LIT(&b, "\r\n");
     sl_outq_add(q, sz, b.len);

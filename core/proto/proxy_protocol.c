@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/wbuf.h"
 
 static const uint8_t v2_sig[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A};
 static const uint8_t v1_sig[6] = {'P', 'R', 'O', 'X', 'Y', ' '};
@@ -234,7 +235,7 @@ size_t sl_pp_encode(int version, const sl_sockaddr_t *src, const sl_sockaddr_t *
         return 16 + 36;
     }
     char ip[INET6_ADDRSTRLEN];
-    sl_wbuf_t b = {(char *)out, 0, SL_PP_ENCODE_MAX};
+    sl_wbuf_t b = SL_WBUF_BOUNDED((char *)out, SL_PP_ENCODE_MAX);
     if (v4)
         SL_WBUF_LIT(&b, "PROXY TCP4 ");
     else

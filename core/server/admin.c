@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "http/http_logger.h"
 #include "http/mirror.h"
 #include "server/etcd.h"
@@ -91,58 +92,14 @@ static void admin_send(admin_conn_t *a, int status, const char *ctype, char *bod
     admin_send_with(a, status, ctype, "", body, len);
 }
 
-/* A growing text buffer (the admin path is not hot). */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} text_t;
-
-__attribute__((format(printf, 2, 3))) static void tput(text_t *t, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (t->p && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
-        char *p = realloc(t->p, cap);
-        if (!p) return;
-        t->p = p, t->cap = cap;
-    }
-}
-
+/* The admin path's pages are growing buffers (base/wbuf.h); tput_fn is the writer that
+ * discovery's JSON renderers are handed. */
 static void tput_fn(void *ud, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void tput_fn(void *ud, const char *fmt, ...) {
-    text_t *t = ud;
-    char small[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
+    sl_wbuf_vprintf(ud, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof small) {
-        tput(t, "%s", small);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) return;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    tput(t, "%s", big);
-    free(big);
-}
-
-/* Writes a JSON string literal (names from the config are plain, but escape anyway). */
-static void tjson(text_t *t, const char *s) {
-    char tmp[512];
-    sl_wbuf_t b = {tmp, 0, sizeof(tmp)};
-    sl_wbuf_json_str(&b, (sl_str_t){s, strlen(s)});
-    tput(t, "\"%.*s\"", (int)b.len, tmp);
 }
 
 static const char *const balancer_label[] = {
@@ -175,39 +132,39 @@ static bool tcp_upstream(const sl_config_t *cfg, size_t u) {
 }
 
 /* Gauges read from the target states (not per-worker counters). */
-static void render_target_gauges(sl_server_t *srv, text_t *t) {
+static void render_target_gauges(sl_server_t *srv, sl_wbuf_t *t) {
     const sl_config_t *cfg = srv->cfg;
     uint64_t now = sl_now_ms();
-    tput(t, "# HELP sluice_circuit_breaker_state Breaker per target and layer: 0 closed, 1 open, 2 half-open.\n"
+    sl_wbuf_printf(t, "# HELP sluice_circuit_breaker_state Breaker per target and layer: 0 closed, 1 open, 2 half-open.\n"
             "# TYPE sluice_circuit_breaker_state gauge\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
         for (int layer = 0; layer < SL_LAYERS; layer++) {
             if (layer == SL_LAYER_TCP && !tcp_upstream(cfg, u)) continue;
             for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
                 if (sl_slot_up(&cfg->upstreams[u], k))
-                tput(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"%s\"} %d\n",
+                sl_wbuf_printf(t, "sluice_circuit_breaker_state{upstream=\"%s\",target=\"%s\",layer=\"%s\"} %d\n",
                      cfg->upstreams[u].name, cfg->upstreams[u].targets[k].addr.text, layer_label[layer],
                      sl_tstate_breaker_now(srv->ug->ups[u].ts[k], &cfg->upstreams[u], layer, now));
         }
-    tput(t, "# HELP sluice_target_healthy 1 when a target takes new requests (health checks, passive ejection).\n"
+    sl_wbuf_printf(t, "# HELP sluice_target_healthy 1 when a target takes new requests (health checks, passive ejection).\n"
             "# TYPE sluice_target_healthy gauge\n");
     for (size_t u = 0; u < cfg->nupstreams; u++)
         for (size_t k = 0; k < cfg->upstreams[u].ntargets; k++)
             if (sl_slot_up(&cfg->upstreams[u], k))
-            tput(t, "sluice_target_healthy{upstream=\"%s\",target=\"%s\"} %d\n", cfg->upstreams[u].name,
+            sl_wbuf_printf(t, "sluice_target_healthy{upstream=\"%s\",target=\"%s\"} %d\n", cfg->upstreams[u].name,
                  cfg->upstreams[u].targets[k].addr.text, sl_tstate_healthy(srv->ug->ups[u].ts[k], now) ? 1 : 0);
 }
 
 /* DNS names and the registry (discovery.h's counters; kept across reloads). */
-static void render_discovery(sl_server_t *srv, text_t *t) {
+static void render_discovery(sl_server_t *srv, sl_wbuf_t *t) {
     static sl_discovery_stats_t last; /* what a drain's free took with it: counters never go back */
     if (srv->disc) last = *sl_discovery_stats(srv->disc);
-    tput(t, "# HELP sluice_dns_resolutions_total DNS lookups of targets' names, by result.\n"
+    sl_wbuf_printf(t, "# HELP sluice_dns_resolutions_total DNS lookups of targets' names, by result.\n"
             "# TYPE sluice_dns_resolutions_total counter\n");
     for (int r = 0; r < SL_DNS_RESULTS; r++)
-        tput(t, "sluice_dns_resolutions_total{result=\"%s\"} %llu\n", sl_dns_result_names[r],
+        sl_wbuf_printf(t, "sluice_dns_resolutions_total{result=\"%s\"} %llu\n", sl_dns_result_names[r],
              (unsigned long long)last.resolutions[r]);
-    tput(t, "# HELP sluice_dns_stale_total Failed re-resolutions that kept a name's last good addresses.\n"
+    sl_wbuf_printf(t, "# HELP sluice_dns_stale_total Failed re-resolutions that kept a name's last good addresses.\n"
             "# TYPE sluice_dns_stale_total counter\nsluice_dns_stale_total %llu\n"
             "# HELP sluice_registry_registrations_total Registry PUTs accepted (registrations and renewals).\n"
             "# TYPE sluice_registry_registrations_total counter\nsluice_registry_registrations_total %llu\n"
@@ -218,143 +175,143 @@ static void render_discovery(sl_server_t *srv, text_t *t) {
 
 static char *render_status(sl_server_t *srv, size_t *len) {
     const sl_config_t *cfg = srv->cfg;
-    text_t t = {0};
+    sl_wbuf_t t = {0};
     int retiring = 0;
     for (sl_retired_t *r = srv->retired; r; r = r->next) retiring++;
-    tput(&t, "{\"generation\":%llu,\"hash\":\"%016llx\",\"draining\":%s,\"retiring_generations\":%d,\"listeners\":[",
+    sl_wbuf_printf(&t, "{\"generation\":%llu,\"hash\":\"%016llx\",\"draining\":%s,\"retiring_generations\":%d,\"listeners\":[",
          (unsigned long long)srv->generation, (unsigned long long)srv->config_hash,
          sl_server_draining(srv) ? "true" : "false", retiring);
     for (size_t i = 0; i < cfg->nlisteners; i++) {
-        tput(&t, "%s{\"name\":", i ? "," : "");
-        tjson(&t, cfg->listeners[i].name);
-        tput(&t, ",\"listen\":");
-        tjson(&t, srv->listen_text[i]);
+        sl_wbuf_printf(&t, "%s{\"name\":", i ? "," : "");
+        sl_wbuf_json_cstr(&t, cfg->listeners[i].name);
+        sl_wbuf_printf(&t, ",\"listen\":");
+        sl_wbuf_json_cstr(&t, srv->listen_text[i]);
         const sl_listener_conf_t *l = &cfg->listeners[i];
         if (l->protocol != SL_PROTO_TCP) {
-            tput(&t, ",\"protocol\":\"http\"}");
+            sl_wbuf_printf(&t, ",\"protocol\":\"http\"}");
             continue;
         }
-        tput(&t, ",\"protocol\":\"tcp\",\"upstream\":");
+        sl_wbuf_printf(&t, ",\"protocol\":\"tcp\",\"upstream\":");
         if (l->upstream >= 0)
-            tjson(&t, cfg->upstreams[l->upstream].name);
+            sl_wbuf_json_cstr(&t, cfg->upstreams[l->upstream].name);
         else
-            tput(&t, "null");
+            sl_wbuf_printf(&t, "null");
         if (l->nsni_routes) {
-            tput(&t, ",\"sni_routes\":[");
+            sl_wbuf_printf(&t, ",\"sni_routes\":[");
             for (size_t k = 0; k < l->nsni_routes; k++) {
                 const sl_sni_route_conf_t *r = &l->sni_routes[k];
-                tput(&t, "%s{\"sni\":[", k ? "," : "");
+                sl_wbuf_printf(&t, "%s{\"sni\":[", k ? "," : "");
                 for (size_t j = 0; j < r->nnames; j++) {
-                    if (j) tput(&t, ",");
-                    tjson(&t, r->names[j]);
+                    if (j) sl_wbuf_printf(&t, ",");
+                    sl_wbuf_json_cstr(&t, r->names[j]);
                 }
-                tput(&t, "],\"upstream\":");
-                tjson(&t, cfg->upstreams[r->upstream].name);
-                tput(&t, "}");
+                sl_wbuf_printf(&t, "],\"upstream\":");
+                sl_wbuf_json_cstr(&t, cfg->upstreams[r->upstream].name);
+                sl_wbuf_printf(&t, "}");
             }
-            tput(&t, "]");
+            sl_wbuf_printf(&t, "]");
         }
-        tput(&t, "}");
+        sl_wbuf_printf(&t, "}");
     }
-    tput(&t, "],\"last_rejected_reload\":");
+    sl_wbuf_printf(&t, "],\"last_rejected_reload\":");
     if (srv->last_reject_unix) {
         char when[32];
         time_t ts = (time_t)srv->last_reject_unix;
         struct tm tm;
         strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&ts, &tm));
-        tput(&t, "{\"time\":\"%s\",\"trigger\":", when);
-        tjson(&t, srv->last_reject_trigger);
-        tput(&t, ",\"error\":");
-        tjson(&t, srv->last_reject_error ? srv->last_reject_error : "");
-        tput(&t, "}");
+        sl_wbuf_printf(&t, "{\"time\":\"%s\",\"trigger\":", when);
+        sl_wbuf_json_cstr(&t, srv->last_reject_trigger);
+        sl_wbuf_printf(&t, ",\"error\":");
+        sl_wbuf_json_cstr(&t, srv->last_reject_error ? srv->last_reject_error : "");
+        sl_wbuf_printf(&t, "}");
     } else {
-        tput(&t, "null");
+        sl_wbuf_printf(&t, "null");
     }
-    tput(&t, ",\"routes\":[");
+    sl_wbuf_printf(&t, ",\"routes\":[");
     for (size_t i = 0; i < cfg->nroutes; i++) {
         const sl_route_conf_t *r = &cfg->routes[i];
-        tput(&t, "%s{\"name\":", i ? "," : "");
-        tjson(&t, r->name);
-        tput(&t, ",\"upstream\":");
+        sl_wbuf_printf(&t, "%s{\"name\":", i ? "," : "");
+        sl_wbuf_json_cstr(&t, r->name);
+        sl_wbuf_printf(&t, ",\"upstream\":");
         if (r->upstream >= 0)
-            tjson(&t, cfg->upstreams[r->upstream].name);
+            sl_wbuf_json_cstr(&t, cfg->upstreams[r->upstream].name);
         else
-            tput(&t, "null");
+            sl_wbuf_printf(&t, "null");
         if (r->nsplit) {
-            tput(&t, ",\"split\":[");
+            sl_wbuf_printf(&t, ",\"split\":[");
             for (size_t k = 0; k < r->nsplit; k++) {
                 const sl_split_conf_t *a = &r->split[k];
-                tput(&t, "%s{\"upstream\":", k ? "," : "");
-                tjson(&t, cfg->upstreams[a->upstream].name);
+                sl_wbuf_printf(&t, "%s{\"upstream\":", k ? "," : "");
+                sl_wbuf_json_cstr(&t, cfg->upstreams[a->upstream].name);
                 if (a->header || a->cookie) {
-                    tput(&t, ",\"match\":{\"%s\":", a->header ? "header" : "cookie");
-                    tjson(&t, a->header ? a->header : a->cookie);
-                    tput(&t, ",\"value\":");
-                    tjson(&t, a->header ? a->header_value : a->cookie_value);
-                    tput(&t, "}}");
+                    sl_wbuf_printf(&t, ",\"match\":{\"%s\":", a->header ? "header" : "cookie");
+                    sl_wbuf_json_cstr(&t, a->header ? a->header : a->cookie);
+                    sl_wbuf_printf(&t, ",\"value\":");
+                    sl_wbuf_json_cstr(&t, a->header ? a->header_value : a->cookie_value);
+                    sl_wbuf_printf(&t, "}}");
                 } else {
-                    tput(&t, ",\"weight\":%u}", a->weight);
+                    sl_wbuf_printf(&t, ",\"weight\":%u}", a->weight);
                 }
             }
-            tput(&t, "]");
+            sl_wbuf_printf(&t, "]");
         }
-        tput(&t, ",\"plugins\":[");
+        sl_wbuf_printf(&t, ",\"plugins\":[");
         for (size_t k = 0; k < r->nplugins; k++) {
-            if (k) tput(&t, ",");
-            tjson(&t, r->plugins[k].name);
+            if (k) sl_wbuf_printf(&t, ",");
+            sl_wbuf_json_cstr(&t, r->plugins[k].name);
         }
-        tput(&t, "]}");
+        sl_wbuf_printf(&t, "]}");
     }
-    tput(&t, "],\"upstreams\":[");
+    sl_wbuf_printf(&t, "],\"upstreams\":[");
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
-        tput(&t, "%s{\"name\":", u ? "," : "");
-        tjson(&t, uc->name);
-        tput(&t, ",\"balancer\":\"%s\",\"protocol\":\"%s\",\"targets\":[", balancer_label[uc->balancer],
+        sl_wbuf_printf(&t, "%s{\"name\":", u ? "," : "");
+        sl_wbuf_json_cstr(&t, uc->name);
+        sl_wbuf_printf(&t, ",\"balancer\":\"%s\",\"protocol\":\"%s\",\"targets\":[", balancer_label[uc->balancer],
              uc->tcp_only ? "tcp" : sl_upstream_protocol_name(uc->protocol));
         uint64_t now = sl_now_ms();
         for (size_t k = 0, shown = 0; k < uc->ntargets; k++) {
             if (!sl_slot_up(uc, k)) continue; /* an empty DNS or registry slot */
             sl_tstate_t *ts = srv->ug->ups[u].ts[k];
-            tput(&t, "%s{\"address\":", shown++ ? "," : "");
-            tjson(&t, uc->targets[k].addr.text);
+            sl_wbuf_printf(&t, "%s{\"address\":", shown++ ? "," : "");
+            sl_wbuf_json_cstr(&t, uc->targets[k].addr.text);
             if (uc->targets[k].kind != SL_TARGET_STATIC)
-                tput(&t, ",\"source\":\"%s\"", uc->targets[k].kind == SL_TARGET_DNS ? "dns" : "registry");
-            tput(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f",
+                sl_wbuf_printf(&t, ",\"source\":\"%s\"", uc->targets[k].kind == SL_TARGET_DNS ? "dns" : "registry");
+            sl_wbuf_printf(&t, ",\"weight\":%u,\"health\":\"%s\",\"breaker\":\"%s\",\"in_flight\":%d,\"ewma_ms\":%.3f",
                  uc->targets[k].weight, health_label(ts, now),
                  breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now)],
                  (int)atomic_load(&ts->live.in_flight), (double)atomic_load(&ts->live.ewma_ns) / 1e6);
             if (tcp_upstream(cfg, u))
-                tput(&t, ",\"breaker_tcp\":\"%s\"", breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_TCP, now)]);
+                sl_wbuf_printf(&t, ",\"breaker_tcp\":\"%s\"", breaker_label[sl_tstate_breaker_now(ts, uc, SL_LAYER_TCP, now)]);
             if (uc->protocol != SL_UP_HTTP1)
-                tput(&t, ",\"h2_connections\":%d,\"h2_streams\":%d", (int)atomic_load(&ts->h2_conns),
+                sl_wbuf_printf(&t, ",\"h2_connections\":%d,\"h2_streams\":%d", (int)atomic_load(&ts->h2_conns),
                      (int)atomic_load(&ts->h2_streams));
-            tput(&t, "}");
+            sl_wbuf_printf(&t, "}");
         }
-        tput(&t, "]");
+        sl_wbuf_printf(&t, "]");
         if (uc->nnames && srv->disc) {
-            tput(&t, ",\"names\":");
+            sl_wbuf_printf(&t, ",\"names\":");
             sl_discovery_names_json(srv->disc, u, tput_fn, &t);
         }
-        if (uc->registry) tput(&t, ",\"registry\":{\"max_ttl_ms\":%llu}", (unsigned long long)uc->registry_max_ttl_ms);
-        tput(&t, "}");
+        if (uc->registry) sl_wbuf_printf(&t, ",\"registry\":{\"max_ttl_ms\":%llu}", (unsigned long long)uc->registry_max_ttl_ms);
+        sl_wbuf_printf(&t, "}");
     }
-    tput(&t, "],\"workers\":[");
+    sl_wbuf_printf(&t, "],\"workers\":[");
     for (int i = 0; i < srv->nworkers; i++) {
         sl_wmetrics_t *m = &srv->workers[i].metrics;
         int64_t active = 0;
         for (size_t l = 0; l < cfg->nlisteners; l++) active += SL_COUNTER_GET(m->conns_active[l]);
-        tput(&t, "%s{\"id\":%d,\"connections\":%llu,\"connections_active\":%lld,\"requests\":%llu}", i ? "," : "",
+        sl_wbuf_printf(&t, "%s{\"id\":%d,\"connections\":%llu,\"connections_active\":%lld,\"requests\":%llu}", i ? "," : "",
              i, (unsigned long long)SL_COUNTER_GET(m->accepted), (long long)active,
              (unsigned long long)SL_COUNTER_GET(m->requests));
     }
-    tput(&t, "]");
+    sl_wbuf_printf(&t, "]");
     char *src = sl_etcd_status(srv->etcd);
-    if (src) tput(&t, "%s", src);
+    if (src) sl_wbuf_cat(&t, src);
     free(src);
-    tput(&t, "}\n");
-    *len = t.len;
-    return t.p;
+    sl_wbuf_printf(&t, "}\n");
+    *len = sl_wbuf_failed(&t) ? 0 : t.len;
+    return sl_wbuf_take(&t); /* NULL when out of memory */
 }
 
 /* ---- the dashboard: /ui (the page) and /ui/data (what it reads) ---- */
@@ -367,11 +324,11 @@ extern const size_t sl_ui_page_len;
 static char *render_ui_data(sl_server_t *srv, size_t *len) {
     size_t slen;
     char *status = render_status(srv, &slen);
-    text_t t = {0};
+    sl_wbuf_t t = {0};
     if (!status) return NULL;
     while (slen && status[slen - 1] == '\n') slen--;
     status[slen] = 0;
-    tput(&t, "{\"time\":%lld,\"status\":%s,\"routes\":[", (long long)time(NULL), status);
+    sl_wbuf_printf(&t, "{\"time\":%lld,\"status\":%s,\"routes\":[", (long long)time(NULL), status);
     free(status);
     sl_wmetrics_t *ms[256];
     int n = SL_MIN(srv->nworkers, 256);
@@ -381,19 +338,19 @@ static char *render_ui_data(sl_server_t *srv, size_t *len) {
         uint64_t reqs, errs;
         sl_hist_t h;
         sl_metrics_route_totals(ms, (size_t)n, r, &reqs, &errs, &h);
-        tput(&t, "%s{\"name\":", r ? "," : "");
-        tjson(&t, cfg->routes[r].name);
-        tput(&t, ",\"requests\":%llu,\"errors\":%llu,\"le\":[", (unsigned long long)reqs, (unsigned long long)errs);
-        for (int i = 0; i < SL_METRIC_BUCKETS; i++) tput(&t, "%s%g", i ? "," : "", sl_metrics_bucket_le(i));
-        tput(&t, "],\"buckets\":[");
+        sl_wbuf_printf(&t, "%s{\"name\":", r ? "," : "");
+        sl_wbuf_json_cstr(&t, cfg->routes[r].name);
+        sl_wbuf_printf(&t, ",\"requests\":%llu,\"errors\":%llu,\"le\":[", (unsigned long long)reqs, (unsigned long long)errs);
+        for (int i = 0; i < SL_METRIC_BUCKETS; i++) sl_wbuf_printf(&t, "%s%g", i ? "," : "", sl_metrics_bucket_le(i));
+        sl_wbuf_printf(&t, "],\"buckets\":[");
         uint64_t cum = 0;
         for (int i = 0; i < SL_METRIC_BUCKETS; i++) {
             cum += h.buckets[i];
-            tput(&t, "%s%llu", i ? "," : "", (unsigned long long)cum);
+            sl_wbuf_printf(&t, "%s%llu", i ? "," : "", (unsigned long long)cum);
         }
-        tput(&t, "],\"count\":%llu}", (unsigned long long)h.count);
+        sl_wbuf_printf(&t, "],\"count\":%llu}", (unsigned long long)h.count);
     }
-    tput(&t, "],\"generations\":[");
+    sl_wbuf_printf(&t, "],\"generations\":[");
     unsigned gn = sizeof srv->gens / sizeof srv->gens[0], shown = 0;
     for (unsigned k = 0; k < gn && k < srv->gen_next; k++) {
         unsigned i = (srv->gen_next - 1 - k) % gn; /* newest first */
@@ -401,17 +358,17 @@ static char *render_ui_data(sl_server_t *srv, size_t *len) {
         time_t ts = (time_t)srv->gens[i].unix_s;
         struct tm tm;
         strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&ts, &tm));
-        tput(&t, "%s{\"generation\":%llu,\"hash\":\"%016llx\",\"time\":\"%s\",\"changed\":[%s]}", shown++ ? "," : "",
+        sl_wbuf_printf(&t, "%s{\"generation\":%llu,\"hash\":\"%016llx\",\"time\":\"%s\",\"changed\":[%s]}", shown++ ? "," : "",
              (unsigned long long)srv->gens[i].generation, (unsigned long long)srv->gens[i].hash, when,
              srv->gens[i].changed ? srv->gens[i].changed : "");
     }
     uint64_t tdrop, texp, tfail;
     sl_telemetry_counters(&tdrop, &texp, &tfail);
-    tput(&t, "],\"reloads\":{\"applied\":%llu,\"rejected\":%llu},\"telemetry\":{\"exported\":%llu,\"dropped\":%llu}}\n",
+    sl_wbuf_printf(&t, "],\"reloads\":{\"applied\":%llu,\"rejected\":%llu},\"telemetry\":{\"exported\":%llu,\"dropped\":%llu}}\n",
          (unsigned long long)srv->reloads_ok, (unsigned long long)srv->reloads_rejected, (unsigned long long)texp,
          (unsigned long long)tdrop);
-    *len = t.len;
-    return t.p;
+    *len = sl_wbuf_failed(&t) ? 0 : t.len;
+    return sl_wbuf_take(&t); /* NULL when out of memory */
 }
 
 /* ---- the registry: /upstreams/NAME/targets ---- */
@@ -522,10 +479,10 @@ static void admin_reloaded(sl_server_t *srv, int rc, char *json, void *ud) {
 }
 
 static void send_json_error(admin_conn_t *a, int status, const char *why) {
-    text_t t = {0};
-    tput(&t, "{\"error\":");
-    tjson(&t, why);
-    tput(&t, "}\n");
+    sl_wbuf_t t = {0};
+    sl_wbuf_printf(&t, "{\"error\":");
+    sl_wbuf_json_cstr(&t, why);
+    sl_wbuf_printf(&t, "}\n");
     admin_send(a, status, "application/json", t.p, t.p ? t.len : 0);
 }
 
@@ -547,7 +504,7 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
     const char *err = NULL;
     if (rest == e) {
         if (SL_IEQ(m, "get") || SL_IEQ(m, "head")) {
-            text_t t = {0};
+            sl_wbuf_t t = {0};
             if (!sl_discovery_targets_json(d, up, tput_fn, &t)) {
                 free(t.p);
                 send_json_error(a, 404, "no upstream of that name");
@@ -572,10 +529,10 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
             send_json_error(a, st, err);
             return true;
         }
-        text_t t = {0};
-        tput(&t, "{\"ok\":true,\"registered\":%s,\"address\":", created ? "true" : "false");
-        tjson(&t, r.address);
-        tput(&t, ",\"ttl_ms\":%llu}\n", (unsigned long long)r.ttl_ms);
+        sl_wbuf_t t = {0};
+        sl_wbuf_printf(&t, "{\"ok\":true,\"registered\":%s,\"address\":", created ? "true" : "false");
+        sl_wbuf_json_cstr(&t, r.address);
+        sl_wbuf_printf(&t, ",\"ttl_ms\":%llu}\n", (unsigned long long)r.ttl_ms);
         admin_send(a, 200, "application/json", t.p, t.p ? t.len : 0);
         return true;
     }
@@ -648,8 +605,8 @@ static void admin_cache(admin_conn_t *a, sl_str_t m, const char *q, size_t qlen)
         send_json_error(a, 400, "DELETE /cache needs ?key=KEY, ?route=NAME or ?all");
         return;
     }
-    text_t t = {0};
-    tput(&t, "{\"ok\":true,\"purged\":%zu}\n", purged);
+    sl_wbuf_t t = {0};
+    sl_wbuf_printf(&t, "{\"ok\":true,\"purged\":%zu}\n", purged);
     admin_send(a, 200, "application/json", t.p, t.p ? t.len : 0);
 }
 
@@ -681,7 +638,7 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
         int n = SL_MIN(srv->nworkers, 256);
         for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
         char extra[512];
-        text_t gauges = {0};
+        sl_wbuf_t gauges = {0};
         render_target_gauges(srv, &gauges);
         snprintf(extra, sizeof(extra),
                  "# HELP sluice_config_generation The config generation being served.\n"
@@ -691,10 +648,10 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
                  "sluice_reloads_total{result=\"applied\"} %llu\nsluice_reloads_total{result=\"rejected\"} %llu\n",
                  (unsigned long long)srv->generation, (unsigned long long)srv->reloads_ok,
                  (unsigned long long)srv->reloads_rejected);
-        tput(&gauges, "%s", extra);
+        sl_wbuf_printf(&gauges, "%s", extra);
         uint64_t tdrop, texp, tfail;
         sl_telemetry_counters(&tdrop, &texp, &tfail);
-        tput(&gauges,
+        sl_wbuf_printf(&gauges,
              "# HELP sluice_telemetry_spans_dropped_total Spans not exported: the queue was full, or their export failed.\n"
              "# TYPE sluice_telemetry_spans_dropped_total counter\nsluice_telemetry_spans_dropped_total %llu\n"
              "# HELP sluice_telemetry_spans_exported_total Spans the OTLP collector accepted.\n"
@@ -703,24 +660,24 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
              "# TYPE sluice_telemetry_exports_failed_total counter\nsluice_telemetry_exports_failed_total %llu\n",
              (unsigned long long)tdrop, (unsigned long long)texp, (unsigned long long)tfail);
         render_discovery(srv, &gauges);
-        tput(&gauges,
+        sl_wbuf_printf(&gauges,
              "# HELP sluice_cache_bytes Bytes the proxy-cache store holds (cache.size bounds them).\n"
              "# TYPE sluice_cache_bytes gauge\nsluice_cache_bytes %llu\n"
              "# HELP sluice_cache_entries Entries the proxy-cache store holds.\n"
              "# TYPE sluice_cache_entries gauge\nsluice_cache_entries %llu\n",
              (unsigned long long)sl_cache_bytes(), (unsigned long long)sl_cache_count());
         char *src = sl_etcd_metrics(srv->etcd);
-        if (src) tput(&gauges, "%s", src);
+        if (src) sl_wbuf_printf(&gauges, "%s", src);
         free(src);
         /* the built-in plugins' process-wide counters (limit-conn, mirror, http-logger) */
         src = sl_conn_limit_metrics();
-        if (src) tput(&gauges, "%s", src);
+        if (src) sl_wbuf_printf(&gauges, "%s", src);
         free(src);
         src = sl_mirror_metrics();
-        if (src) tput(&gauges, "%s", src);
+        if (src) sl_wbuf_printf(&gauges, "%s", src);
         free(src);
         src = sl_httplog_metrics();
-        if (src) tput(&gauges, "%s", src);
+        if (src) sl_wbuf_printf(&gauges, "%s", src);
         free(src);
         int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;
         free(gauges.p);

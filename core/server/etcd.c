@@ -31,6 +31,7 @@
 #include <uv.h>
 #include <yaml.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 #include "script/plugin.h"
 #include "server/etcd_wire.h"
@@ -109,11 +110,11 @@ static void own(const char *path) {
 }
 
 static int plugin_dir(const char *base, const sl_ekvset_t *s, char *out, size_t outlen) {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = SL_FNV64_INIT;
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++)
         if (strncmp(s->a[i].key, "plugins/", 8) == 0) {
-            h = sl__fnv64(sl__fnv64(h, s->a[i].key, strlen(s->a[i].key) + 1), s->a[i].val, s->a[i].vlen);
+            h = sl_fnv1a64(sl_fnv1a64(h, s->a[i].key, strlen(s->a[i].key) + 1), s->a[i].val, s->a[i].vlen);
             n++;
         }
     if (!n) return 0;
@@ -192,7 +193,7 @@ static void errs_push(sl_errors_t *errs, char *line) {
 static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, const char *path, const char *text,
                  size_t len, sl_config_t **out, sl_errors_t *errs) {
     *out = NULL;
-    sl_ebuf_t t = {0};
+    sl_wbuf_t t = {0};
     seg_t *segs = calloc(s->n + 1, sizeof *segs);
     size_t nsegs = 0;
     sl_errors_t tmp = {0};
@@ -200,7 +201,7 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
     sl__eb_put(&t, text, len);
     if (len && text[len - 1] != '\n') sl__eb_puts(&t, "\n");
     int line = 1;
-    for (size_t i = 0; i < t.n; i++) line += t.p[i] == '\n';
+    for (size_t i = 0; i < t.len; i++) line += t.p[i] == '\n';
     int base_line = line; /* the first line after the local file */
     for (size_t k = 0; k < 3 && ok; k++) {
         size_t kl = strlen(sl__etcd_kinds[k]);
@@ -209,7 +210,7 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
             const sl_ekv_t *kv = &s->a[i];
             if (strncmp(kv->key, sl__etcd_kinds[k], kl) != 0 || kv->key[kl] != '/') continue;
             if (!check_value(prefix, kv, sl__etcd_kinds[k], kv->key + kl + 1, &tmp)) continue;
-            if (!header) sl__eb_printf(&t, "%s:\n", sl__etcd_kinds[k]), line++, header = true;
+            if (!header) sl_wbuf_printf(&t, "%s:\n", sl__etcd_kinds[k]), line++, header = true;
             segs[nsegs++] = (seg_t){line, 4, kv->key};
             line += sl__etcd_put_item(&t, kv->val, kv->vlen, 4);
         }
@@ -239,7 +240,7 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
     sl_config_t *cfg = NULL;
     char pdir[PATH_MAX] = "";
     int rc = -1;
-    if (tmp.n == 0 && sl_config_parse_composed(path, t.p, t.n, &cfg, &tmp) == 0) {
+    if (tmp.n == 0 && sl_config_parse_composed(path, t.p, t.len, &cfg, &tmp) == 0) {
         int pd = plugin_dir(pbase, s, pdir, sizeof pdir);
         snprintf(g_last_pdir, sizeof g_last_pdir, "%s", pd > 0 ? pdir : "");
         char **pp = pd > 0 ? realloc(cfg->plugin_paths, (cfg->nplugin_paths + 1) * sizeof(char *)) : NULL;
@@ -261,18 +262,18 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
     for (size_t i = 0; i < tmp.n; i++) {
         const char *l = tmp.lines[i];
         int ln = 0, col = 0, used = 0;
-        sl_ebuf_t b = {0};
+        sl_wbuf_t b = {0};
         const char *d = dlen ? strstr(l, pdir) : NULL;
         if (!strncmp(l, path, plen) && sscanf(l + plen, ":%d:%d:%n", &ln, &col, &used) == 2 && used &&
             ln >= base_line && nsegs) {
             size_t k = 0;
             while (k + 1 < nsegs && segs[k + 1].start <= ln) k++;
             int c = col - segs[k].indent;
-            sl__eb_printf(&b, "etcd %s/%s:%d:%d:", prefix, segs[k].key, ln - segs[k].start + 1, c < 1 ? 1 : c);
+            sl_wbuf_printf(&b, "etcd %s/%s:%d:%d:", prefix, segs[k].key, ln - segs[k].start + 1, c < 1 ? 1 : c);
             sl__eb_puts(&b, l + plen + used);
         } else if (d) {
             sl__eb_put(&b, l, (size_t)(d - l));
-            sl__eb_printf(&b, "etcd %s/plugins", prefix);
+            sl_wbuf_printf(&b, "etcd %s/plugins", prefix);
             sl__eb_puts(&b, d + dlen);
         } else {
             sl__eb_puts(&b, l);
@@ -357,12 +358,12 @@ static void went_down(sl_etcd_t *e, const char *why) {
 
 static void write_snapshot(sl_etcd_t *e) {
     if (!e->snapshot) return;
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     sl__kv_to_json(&e->kvs, e->prefix, e->rev, &b);
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", e->snapshot);
     int fd = b.oom ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && write(fd, b.p, b.n) == (ssize_t)b.n && fsync(fd) == 0;
+    bool ok = fd >= 0 && write(fd, b.p, b.len) == (ssize_t)b.len && fsync(fd) == 0;
     if (fd >= 0) close(fd);
     if (!ok || rename(tmp, e->snapshot) != 0)
         sl_log_warn("cannot write the etcd snapshot %s: %s", e->snapshot, strerror(errno));
@@ -478,7 +479,7 @@ static void on_progress_done(sl_ec_t *c, const char *err) {
     e->probe = NULL;
     if (err) return went_down(e, err);
     sl_jdoc_t d;
-    if (!sl__json_parse(&d, c->body.p, c->body.n)) return;
+    if (!sl__json_parse(&d, c->body.p, c->body.len)) return;
     long long rev = sl__json_int(sl__json_get(&d, sl__json_get(&d, d.root, "header"), "revision"));
     yaml_document_delete(&d.doc);
     if (rev && rev < e->rev) {
@@ -495,7 +496,7 @@ static void on_progress_done(sl_ec_t *c, const char *err) {
 static void on_progress(uv_timer_t *t) {
     sl_etcd_t *e = t->data;
     if (e->probe || !e->watch) return;
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     sl__etcd_range_body(e->prefix, true, &b);
     e->probe = sl__ec_post(e->loop, e->endpoints[e->ep], "/v3/kv/range", b.p ? b.p : "{}", e->token, e->timeout_ms,
                            on_progress_done, NULL, e);
@@ -503,12 +504,12 @@ static void on_progress(uv_timer_t *t) {
 }
 
 static void start_watch(sl_etcd_t *e) {
-    sl_ebuf_t b = {0}, r = {0};
+    sl_wbuf_t b = {0}, r = {0};
     sl__etcd_range_body(e->prefix, false, &r);
     /* {"key":..,"range_end":..} -> a create_request from rev + 1 */
-    if (r.p && r.n > 2) {
-        r.p[r.n - 1] = 0;
-        sl__eb_printf(&b, "{\"create_request\":%s,\"start_revision\":\"%lld\",\"progress_notify\":true}}", r.p,
+    if (r.p && r.len > 2) {
+        r.p[r.len - 1] = 0;
+        sl_wbuf_printf(&b, "{\"create_request\":%s,\"start_revision\":\"%lld\",\"progress_notify\":true}}", r.p,
                       e->rev + 1);
     }
     free(r.p);
@@ -525,7 +526,7 @@ static void on_read_done(sl_ec_t *c, const char *err) {
     if (err) return went_down(e, err);
     sl_ekvset_t s = {0};
     long long rev = 0;
-    if (!sl__kv_from_range(&s, &rev, e->prefix, c->body.p, c->body.n)) {
+    if (!sl__kv_from_range(&s, &rev, e->prefix, c->body.p, c->body.len)) {
         sl__kv_clear(&s);
         return went_down(e, "unreadable range answer");
     }
@@ -545,7 +546,7 @@ static void on_auth_done(sl_ec_t *c, const char *err) {
     e->call = NULL;
     if (err) return went_down(e, err);
     sl_jdoc_t d;
-    if (sl__json_parse(&d, c->body.p, c->body.n)) {
+    if (sl__json_parse(&d, c->body.p, c->body.len)) {
         const char *tok = sl__json_str(sl__json_get(&d, d.root, "token"));
         snprintf(e->token, sizeof e->token, "%s", tok ? tok : "");
         yaml_document_delete(&d.doc);
@@ -557,7 +558,7 @@ static void on_auth_done(sl_ec_t *c, const char *err) {
 static void start_read(sl_etcd_t *e) {
     if (e->closing) return;
     stop_calls(e);
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     if (e->user && !e->token[0]) {
         sl__eb_puts(&b, "{\"name\":"), sl__json_quote(&b, e->user), sl__eb_puts(&b, ",\"password\":"),
             sl__json_quote(&b, e->pass), sl__eb_puts(&b, "}");
@@ -568,7 +569,7 @@ static void start_read(sl_etcd_t *e) {
         e->call = sl__ec_post(e->loop, e->endpoints[e->ep], "/v3/kv/range", b.p ? b.p : "{}", e->token, e->timeout_ms,
                               on_read_done, NULL, e);
     }
-    if (b.p) explicit_bzero(b.p, b.n);
+    if (b.p) explicit_bzero(b.p, b.len);
     free(b.p);
     if (!e->call) went_down(e, "cannot reach the endpoint");
 }
@@ -660,8 +661,8 @@ bool sl_etcd_ready(const sl_etcd_t *e) { return !e || e->ready; }
 
 char *sl_etcd_status(const sl_etcd_t *e) {
     if (!e) return NULL;
-    sl_ebuf_t b = {0};
-    sl__eb_printf(&b, ",\"config_source\":{\"kind\":\"etcd\",\"endpoint\":");
+    sl_wbuf_t b = {0};
+    sl_wbuf_printf(&b, ",\"config_source\":{\"kind\":\"etcd\",\"endpoint\":");
     sl__json_quote(&b, e->endpoints[e->ep]);
     sl__eb_puts(&b, ",\"prefix\":");
     sl__json_quote(&b, e->prefix);
@@ -669,34 +670,24 @@ char *sl_etcd_status(const sl_etcd_t *e) {
     struct tm tm;
     char ts[40] = "";
     if (e->since_ms) strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&since, &tm));
-    sl__eb_printf(&b,
+    sl_wbuf_printf(&b,
                   ",\"up\":%s,\"since\":\"%s\",\"revision\":%lld,\"applied_revision\":%lld,\"ready\":%s,"
                   "\"applied\":%llu,\"rejected\":%llu,\"full_reads\":%llu,\"compactions\":%llu,\"last_error\":",
                   e->up ? "true" : "false", ts, e->rev, e->applied_rev, e->ready ? "true" : "false",
                   (unsigned long long)e->applied, (unsigned long long)e->rejected, (unsigned long long)e->full_reads,
                   (unsigned long long)e->compactions);
-    if (e->last_error[0]) {
-        /* JSON-escape the error text (it holds newlines between several errors) */
-        sl__eb_puts(&b, "\"");
-        for (const char *p = e->last_error; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                sl__eb_printf(&b, "\\%c", *p);
-            else if ((unsigned char)*p < 0x20)
-                sl__eb_printf(&b, "\\u%04x", *p);
-            else
-                sl__eb_put(&b, p, 1);
-        }
-        sl__eb_puts(&b, "\"}");
-    } else {
-        sl__eb_puts(&b, "null}");
-    }
+    if (e->last_error[0]) /* several errors, a line each */
+        sl__json_quote(&b, e->last_error);
+    else
+        sl__eb_puts(&b, "null");
+    sl__eb_puts(&b, "}");
     return b.p;
 }
 
 char *sl_etcd_metrics(const sl_etcd_t *e) {
     if (!e) return NULL;
-    sl_ebuf_t b = {0};
-    sl__eb_printf(&b,
+    sl_wbuf_t b = {0};
+    sl_wbuf_printf(&b,
                   "# HELP sluice_config_source_up 1 while the config source (etcd) answers, else 0.\n"
                   "# TYPE sluice_config_source_up gauge\nsluice_config_source_up %d\n"
                   "# HELP sluice_config_source_revision The etcd revision the gateway has seen.\n"

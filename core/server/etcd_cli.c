@@ -36,8 +36,8 @@ static void sync_done(sl_ec_t *c, const char *err) {
     s->done = true;
     if (err)
         snprintf(s->err, sizeof s->err, "%s", err);
-    else if ((s->body = malloc(c->body.n + 1)))
-        memcpy(s->body, c->body.p ? c->body.p : "", c->body.n), s->body[c->body.n] = 0, s->len = c->body.n;
+    else if ((s->body = malloc(c->body.len + 1)))
+        memcpy(s->body, c->body.p ? c->body.p : "", c->body.len), s->body[c->body.len] = 0, s->len = c->body.len;
 }
 
 static char *call_sync(const char *url, const char *path, const char *body, sync_t *s);
@@ -49,7 +49,7 @@ static const char *cli_token(const char *url) {
     const char *up = getenv("ETCDCTL_USER");
     if (done || !up || !strchr(up, ':')) return token;
     done = true;
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     char *name = strndup(up, (size_t)(strchr(up, ':') - up));
     sl__eb_puts(&b, "{\"name\":"), sl__json_quote(&b, name ? name : ""), sl__eb_puts(&b, ",\"password\":"),
         sl__json_quote(&b, strchr(up, ':') + 1);
@@ -57,7 +57,7 @@ static const char *cli_token(const char *url) {
     free(name);
     sync_t s;
     char *ans = call_sync(url, "/v3/auth/authenticate", b.p ? b.p : "{}", &s);
-    if (b.p) explicit_bzero(b.p, b.n);
+    if (b.p) explicit_bzero(b.p, b.len);
     free(b.p);
     sl_jdoc_t d;
     if (ans && sl__json_parse(&d, ans, s.len)) {
@@ -86,7 +86,7 @@ static char *call_sync(const char *url, const char *path, const char *body, sync
 }
 
 static bool read_prefix(const char *url, const char *prefix, sl_ekvset_t *kvs, long long *rev) {
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     sl__etcd_range_body(prefix, false, &b);
     sync_t s;
     char *body = call_sync(url, "/v3/kv/range", b.p ? b.p : "{}", &s);
@@ -105,7 +105,7 @@ static bool read_prefix(const char *url, const char *prefix, sl_ekvset_t *kvs, l
 static char *node_text(const char *text, const yaml_node_t *n) {
     size_t a = n->start_mark.index, z = n->end_mark.index, col = n->start_mark.column;
     while (z > a && (text[z - 1] == '\n' || text[z - 1] == ' ' || text[z - 1] == '\r')) z--;
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     for (size_t i = a; i < z;) {
         const char *nl = memchr(text + i, '\n', z - i);
         size_t e = nl ? (size_t)(nl - text) : z;
@@ -143,7 +143,7 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
     yaml_node_t *g = sl__json_get(&j, j.root, "plugins");
     if (g && sl__json_len(g)) {
         char *seq = node_text(text, g);
-        sl_ebuf_t b = {0};
+        sl_wbuf_t b = {0};
         sl__eb_puts(&b, g->data.sequence.style == YAML_FLOW_SEQUENCE_STYLE ? "plugins: " : "plugins:\n");
         for (const char *p = seq; p && *p;) {
             const char *nl = strchr(p, '\n');
@@ -154,7 +154,7 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
             p += n + (nl != NULL);
         }
         free(seq);
-        if (!b.p || !sl__kv_put(d, "global", b.p, b.n)) ok = false;
+        if (!b.p || !sl__kv_put(d, "global", b.p, b.len)) ok = false;
     }
     yaml_document_delete(&j.doc);
     free(text);
@@ -193,7 +193,7 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
 }
 
 /* prefix/rel in base64; `end`: the key just after it (a range's end that includes it). */
-static void put_key(sl_ebuf_t *b, const char *prefix, const char *rel, bool end) {
+static void put_key(sl_wbuf_t *b, const char *prefix, const char *rel, bool end) {
     size_t pl = strlen(prefix), rl = strlen(rel);
     char *k = malloc(pl + rl + 2);
     if (!k) return;
@@ -241,15 +241,15 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
         sl__kv_clear(&want);
         return 1;
     }
-    sl_ebuf_t ops = {0};
+    sl_wbuf_t ops = {0};
     int puts_n = 0, dels = 0, nops = 1; /* _push */
     for (size_t i = 0; i < want.n; i++) {
         const sl_ekv_t *h = sl__kv_get(&have, want.a[i].key);
         if (h && h->vlen == want.a[i].vlen && !memcmp(h->val, want.a[i].val, h->vlen)) continue;
         char *v64 = sl__b64_enc(want.a[i].val, want.a[i].vlen);
-        sl__eb_puts(&ops, ops.n ? ",{\"request_put\":{\"key\":\"" : "{\"request_put\":{\"key\":\"");
+        sl__eb_puts(&ops, ops.len ? ",{\"request_put\":{\"key\":\"" : "{\"request_put\":{\"key\":\"");
         put_key(&ops, prefix, want.a[i].key, false);
-        sl__eb_printf(&ops, "\",\"value\":\""), sl__eb_puts(&ops, v64 ? v64 : ""), sl__eb_puts(&ops, "\"}}");
+        sl_wbuf_printf(&ops, "\",\"value\":\""), sl__eb_puts(&ops, v64 ? v64 : ""), sl__eb_puts(&ops, "\"}}");
         free(v64);
         puts_n++;
         nops++;
@@ -264,7 +264,7 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
         size_t j = i;
         while (j + 1 < have.n && !keep(&want, &have.a[j + 1]) && !want_between(&want, have.a[j].key, have.a[j + 1].key))
             j++;
-        sl__eb_puts(&ops, ops.n ? ",{\"request_delete_range\":{\"key\":\"" : "{\"request_delete_range\":{\"key\":\"");
+        sl__eb_puts(&ops, ops.len ? ",{\"request_delete_range\":{\"key\":\"" : "{\"request_delete_range\":{\"key\":\"");
         put_key(&ops, prefix, have.a[i].key, false);
         if (j > i) sl__eb_puts(&ops, "\",\"range_end\":\""), put_key(&ops, prefix, have.a[j].key, true);
         sl__eb_puts(&ops, "\"}}");
@@ -285,10 +285,10 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
     char marker[200];
     snprintf(marker, sizeof marker, "{\"pushed_at\":%llu,\"pid\":%d}", (unsigned long long)wall_ms(), (int)getpid());
     char *m64 = sl__b64_enc(marker, strlen(marker));
-    sl_ebuf_t r = {0}, body = {0};
+    sl_wbuf_t r = {0}, body = {0};
     sl__etcd_range_body(prefix, false, &r);
-    if (r.p && r.n > 2) r.p[r.n - 1] = 0;
-    sl__eb_printf(&body,
+    if (r.p && r.len > 2) r.p[r.len - 1] = 0;
+    sl_wbuf_printf(&body,
                   "{\"compare\":[%s,\"target\":\"MOD\",\"mod_revision\":\"%lld\",\"result\":\"LESS\"}],\"success\":[",
                   r.p ? r.p : "{", rev + 1);
     sl__eb_puts(&body, ops.p);
@@ -331,12 +331,12 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
     return 0;
 }
 
-static void pull_section(sl_ebuf_t *out, const sl_ekvset_t *s, const char *kind) {
+static void pull_section(sl_wbuf_t *out, const sl_ekvset_t *s, const char *kind) {
     size_t kl = strlen(kind);
     bool header = false;
     for (size_t i = 0; i < s->n; i++) {
         if (strncmp(s->a[i].key, kind, kl) != 0 || s->a[i].key[kl] != '/') continue;
-        if (!header) sl__eb_printf(out, "%s:\n", kind), header = true;
+        if (!header) sl_wbuf_printf(out, "%s:\n", kind), header = true;
         sl__etcd_put_item(out, s->a[i].val, s->a[i].vlen, 4);
     }
 }
@@ -345,8 +345,8 @@ int sl_etcd_pull(const char *url, const char *prefix, const char *plugins_dir) {
     sl_ekvset_t s = {0};
     long long rev = 0;
     if (!read_prefix(url, prefix, &s, &rev)) return 1;
-    sl_ebuf_t out = {0};
-    sl__eb_printf(&out, "# sluice pull %s %s at revision %lld\n", url, prefix, rev);
+    sl_wbuf_t out = {0};
+    sl_wbuf_printf(&out, "# sluice pull %s %s at revision %lld\n", url, prefix, rev);
     sl__eb_puts(&out, "# The process keys (listeners, admin, workers, redis) stay in each gateway's local file;\n"
                       "# this listener only makes the file one `sluice check` accepts.\n"
                       "listeners:\n  - { name: http, listen: \"127.0.0.1:0\" }\n");
@@ -362,7 +362,7 @@ int sl_etcd_pull(const char *url, const char *prefix, const char *plugins_dir) {
     for (size_t i = 0; i < s.n; i++) {
         if (strncmp(s.a[i].key, "plugins/", 8) != 0) continue;
         if (!plugins_dir) {
-            sl__eb_printf(&out, "# %s: %zu bytes of Lua (pull --plugins DIR writes it)\n", s.a[i].key, s.a[i].vlen);
+            sl_wbuf_printf(&out, "# %s: %zu bytes of Lua (pull --plugins DIR writes it)\n", s.a[i].key, s.a[i].vlen);
             continue;
         }
         char f[PATH_MAX + 128];
@@ -375,7 +375,7 @@ int sl_etcd_pull(const char *url, const char *prefix, const char *plugins_dir) {
         }
         if (fp) fclose(fp);
     }
-    fwrite(out.p, 1, out.n, stdout);
+    fwrite(out.p, 1, out.len, stdout);
     free(out.p);
     sl__kv_clear(&s);
     return rc;

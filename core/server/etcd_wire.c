@@ -16,36 +16,11 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/hash.h"
 
 #define MAX_BODY (64u << 20)
 
 /* ---- bytes ---- */
-
-bool sl__eb_put(sl_ebuf_t *b, const void *s, size_t n) {
-    if (b->oom) return false;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return !(b->oom = true);
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
-}
-
-bool sl__eb_puts(sl_ebuf_t *b, const char *s) { return sl__eb_put(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3))) bool sl__eb_printf(sl_ebuf_t *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    return n >= 0 && sl__eb_put(b, tmp, (size_t)SL_MIN((size_t)n, sizeof tmp - 1));
-}
 
 char *sl__b64_enc(const void *p, size_t n) {
     char *out = malloc(4 * ((n + 2) / 3) + 1);
@@ -109,15 +84,6 @@ size_t sl__json_len(const yaml_node_t *n) {
 
 yaml_node_t *sl__json_at(sl_jdoc_t *d, const yaml_node_t *n, size_t i) {
     return yaml_document_get_node(&d->doc, n->data.sequence.items.start[i]);
-}
-
-void sl__json_quote(sl_ebuf_t *b, const char *s) {
-    sl__eb_puts(b, "\"");
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') sl__eb_put(b, "\\", 1);
-        sl__eb_put(b, s, 1);
-    }
-    sl__eb_puts(b, "\"");
 }
 
 /* ---- the key set: relative key -> value, sorted by key ---- */
@@ -185,16 +151,10 @@ void sl__kv_clear(sl_ekvset_t *s) {
     *s = (sl_ekvset_t){0};
 }
 
-uint64_t sl__fnv64(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
-    return h;
-}
-
 uint64_t sl__kv_hash(const sl_ekvset_t *s) {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = SL_FNV64_INIT;
     for (size_t i = 0; i < s->n; i++)
-        h = sl__fnv64(sl__fnv64(h, s->a[i].key, strlen(s->a[i].key) + 1), s->a[i].val, s->a[i].vlen + 1);
+        h = sl_fnv1a64(sl_fnv1a64(h, s->a[i].key, strlen(s->a[i].key) + 1), s->a[i].val, s->a[i].vlen + 1);
     return h;
 }
 
@@ -226,15 +186,15 @@ bool sl__kv_from_range(sl_ekvset_t *s, long long *rev, const char *prefix, const
 }
 
 /* The snapshot: the same shape as a range answer, full keys. */
-void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_ebuf_t *b) {
-    sl__eb_printf(b, "{\"revision\":\"%lld\",\"kvs\":[", rev);
+void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_wbuf_t *b) {
+    sl_wbuf_printf(b, "{\"revision\":\"%lld\",\"kvs\":[", rev);
     for (size_t i = 0; i < s->n; i++) {
         char full[1024];
         int fl = snprintf(full, sizeof full, "%s/%s", prefix, s->a[i].key);
         char *k = sl__b64_enc(full, (size_t)SL_MIN(fl, (int)sizeof full - 1)),
              *v = sl__b64_enc(s->a[i].val, s->a[i].vlen);
         if (k && v)
-            sl__eb_printf(b, "%s{\"key\":\"", i ? "," : ""), sl__eb_puts(b, k), sl__eb_puts(b, "\",\"value\":\""),
+            sl_wbuf_printf(b, "%s{\"key\":\"", i ? "," : ""), sl__eb_puts(b, k), sl__eb_puts(b, "\",\"value\":\""),
                 sl__eb_puts(b, v), sl__eb_puts(b, "\"}");
         free(k);
         free(v);
@@ -286,19 +246,19 @@ static void ec_timeout(uv_timer_t *t) { ec_failf(t->data, "timed out"); }
 
 static int ec_body(void *ud, const char *p, size_t n) {
     sl_ec_t *c = ud;
-    if (c->body.n + n > MAX_BODY || !sl__eb_put(&c->body, p, n)) return -1;
+    if (c->body.len + n > MAX_BODY || !sl__eb_put(&c->body, p, n)) return -1;
     if (!c->on_line || c->head.status != 200) return 0;
     /* a stream: hand over each complete line, keep the rest */
     size_t start = 0;
-    for (size_t i = c->scanned; i < c->body.n && !c->finished; i++)
+    for (size_t i = c->scanned; i < c->body.len && !c->finished; i++)
         if (c->body.p[i] == '\n') {
             if (i > start) c->on_line(c, c->body.p + start, i - start);
             start = i + 1;
         }
     if (c->finished) return -1;
-    memmove(c->body.p, c->body.p + start, c->body.n - start);
-    c->body.n -= start;
-    c->scanned = c->body.n;
+    memmove(c->body.p, c->body.p + start, c->body.len - start);
+    c->body.len -= start;
+    c->scanned = c->body.len;
     return 0;
 }
 
@@ -306,13 +266,13 @@ static void ec_consume(sl_ec_t *c, const char *p, size_t n) {
     if (!c->head_done) {
         size_t used = 0;
         int st = 0;
-        int rc = sl_h1_head(&c->h1, c->in.p, c->in.n, &c->head, &used, &st);
+        int rc = sl_h1_head(&c->h1, c->in.p, c->in.len, &c->head, &used, &st);
         if (rc == SL_EAGAIN) return;
         if (rc != SL_OK) return ec_failf(c, "malformed response head");
         c->head_done = true;
         if (c->on_line && c->head.status == 200) uv_timer_stop(&c->timer); /* a stream has no end */
         p = c->in.p + used;
-        n = c->in.n - used;
+        n = c->in.len - used;
         c->h1.on_data = ec_body;
         c->h1.ud = c;
         if (c->head.body_kind == SL_BODY_NONE) return ec_finish(c, NULL);
@@ -339,12 +299,9 @@ static void ec_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
     (void)hint;
     sl_ec_t *c = h->data;
     if (!c->head_done) {
-        if (c->in.cap - c->in.n < 4097 && c->in.cap < 131072) {
-            size_t want = c->in.cap ? c->in.cap * 2 : 8192;
-            char *p = realloc(c->in.p, want);
-            if (p) c->in.p = p, c->in.cap = want;
-        }
-        *b = c->in.cap > c->in.n + 1 ? uv_buf_init(c->in.p + c->in.n, (unsigned)(c->in.cap - c->in.n - 1))
+        /* c->in.max bounds the head; past it, what room is left (then none: too large) */
+        if (c->in.cap - c->in.len < 4097) sl_wbuf_reserve(&c->in, 8192);
+        *b = c->in.cap > c->in.len + 1 ? uv_buf_init(c->in.p + c->in.len, (unsigned)(c->in.cap - c->in.len - 1))
                                      : uv_buf_init(NULL, 0);
         return;
     }
@@ -363,7 +320,7 @@ static void ec_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
         return ec_failf(c, "%s", nread == UV_EOF ? "connection closed" : uv_strerror((int)nread));
     }
     if (!c->head_done) {
-        c->in.n += (size_t)nread;
+        c->in.len += (size_t)nread;
         return ec_consume(c, NULL, 0);
     }
     ec_consume(c, b->base, (size_t)nread);
@@ -378,7 +335,7 @@ static void ec_connected(uv_connect_t *r, int status) {
     sl_ec_t *c = r->data;
     if (c->finished) return;
     if (status < 0) return ec_failf(c, "connect: %s", uv_strerror(status));
-    uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.n);
+    uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
     c->wr.data = c;
     int rc = uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, ec_written);
     if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, ec_alloc, ec_read);
@@ -416,9 +373,10 @@ sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const c
     if (endpoint_addr(url, &ss, hostport, sizeof hostport) != 0) return NULL;
     sl_ec_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->in.max = 131072; /* the response head's limit (the body has its own, MAX_BODY) */
     c->on_done = done, c->on_line = line, c->ud = ud;
     c->timeout_ms = timeout_ms ? timeout_ms : 2000;
-    sl__eb_printf(&c->out, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n",
+    sl_wbuf_printf(&c->out, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n",
                   path, hostport, strlen(body));
     if (token && *token)
         sl__eb_puts(&c->out, "Authorization: "), sl__eb_puts(&c->out, token), sl__eb_puts(&c->out, "\r\n");
@@ -448,7 +406,7 @@ sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const c
 
 const char *const sl__etcd_kinds[3] = {"upstreams", "routes", "consumers"}; /* upstreams first: read order */
 
-void sl__etcd_range_body(const char *prefix, bool count_only, sl_ebuf_t *b) {
+void sl__etcd_range_body(const char *prefix, bool count_only, sl_wbuf_t *b) {
     size_t pl = strlen(prefix);
     char *k = malloc(pl + 2), *e = malloc(pl + 2);
     if (k && e) {
@@ -456,7 +414,7 @@ void sl__etcd_range_body(const char *prefix, bool count_only, sl_ebuf_t *b) {
         k[pl] = '/', e[pl] = '0', k[pl + 1] = e[pl + 1] = 0;
         char *k64 = sl__b64_enc(k, pl + 1), *e64 = sl__b64_enc(e, pl + 1);
         if (k64 && e64)
-            sl__eb_printf(b, "{\"key\":\"%s\",\"range_end\":\"%s\"%s}", k64, e64,
+            sl_wbuf_printf(b, "{\"key\":\"%s\",\"range_end\":\"%s\"%s}", k64, e64,
                           count_only ? ",\"count_only\":true" : "");
         free(k64);
         free(e64);
@@ -468,18 +426,18 @@ void sl__etcd_range_body(const char *prefix, bool count_only, sl_ebuf_t *b) {
 char *sl__etcd_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     char tmp[65536];
     size_t n;
     while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) sl__eb_put(&b, tmp, n);
     fclose(f);
     if (!b.p) sl__eb_put(&b, "", 0);
-    *len = b.n;
+    *len = b.len;
     return b.p;
 }
 
 /* Appends value v as item of a block list: "  - " then its lines indented by 4. */
-int sl__etcd_put_item(sl_ebuf_t *t, const char *v, size_t vl, int indent) {
+int sl__etcd_put_item(sl_wbuf_t *t, const char *v, size_t vl, int indent) {
     int lines = 0;
     const char *p = v, *end = v + vl;
     while (vl && (end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\r')) end--, vl--;

@@ -11,17 +11,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <uv.h>
 #include <yaml.h>
 
+#include "base/wbuf.h"
 #include "proto/http1.h"
-
-/** A growing byte buffer, always NUL-terminated; `oom` sticks after a failed growth. */
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sl_ebuf_t;
 
 /** A parsed JSON text (libyaml: JSON is YAML's flow style); root NULL when empty. */
 typedef struct {
@@ -56,7 +51,7 @@ struct sl_ec_s {
     uv_write_t wr;
     int open; /* handles not closed yet */
     bool finished, head_done;
-    sl_ebuf_t out, in, body;
+    sl_wbuf_t out, in, body;
     size_t scanned;
     sl_h1_t h1;
     sl_h1_limits_t lim;
@@ -69,9 +64,12 @@ struct sl_ec_s {
     char rbuf[16384];
 };
 
-bool sl__eb_put(sl_ebuf_t *b, const void *s, size_t n);
-bool sl__eb_puts(sl_ebuf_t *b, const char *s);
-bool sl__eb_printf(sl_ebuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* etcd's texts go on as C strings (request bodies, files, answers): these append to a
+ * growing buffer (base/wbuf.h) and keep it NUL-terminated, as sl_wbuf_printf does. */
+static inline bool sl__eb_put(sl_wbuf_t *b, const void *s, size_t n) {
+    return sl_wbuf_put(b, s, n) && sl_wbuf_cstr(b);
+}
+static inline bool sl__eb_puts(sl_wbuf_t *b, const char *s) { return sl__eb_put(b, s, strlen(s)); }
 
 /** base64 of p[0..n), malloc'ed and NUL-terminated. */
 char *sl__b64_enc(const void *p, size_t n);
@@ -88,8 +86,10 @@ const char *sl__json_str(const yaml_node_t *n);
 long long sl__json_int(const yaml_node_t *n);
 size_t sl__json_len(const yaml_node_t *n);
 yaml_node_t *sl__json_at(sl_jdoc_t *d, const yaml_node_t *n, size_t i);
-/** Appends s as a JSON string. */
-void sl__json_quote(sl_ebuf_t *b, const char *s);
+/** Appends s as a JSON string (sl_wbuf_json_quoted), NUL-terminated. */
+static inline void sl__json_quote(sl_wbuf_t *b, const char *s) {
+    if (sl_wbuf_json_cstr(b, s)) sl_wbuf_cstr(b);
+}
 
 size_t sl__kv_pos(const sl_ekvset_t *s, const char *key, bool *found);
 const sl_ekv_t *sl__kv_get(const sl_ekvset_t *s, const char *key);
@@ -97,14 +97,13 @@ const sl_ekv_t *sl__kv_get(const sl_ekvset_t *s, const char *key);
 bool sl__kv_put(sl_ekvset_t *s, const char *key, char *val, size_t vlen);
 void sl__kv_del(sl_ekvset_t *s, const char *key);
 void sl__kv_clear(sl_ekvset_t *s);
-uint64_t sl__fnv64(uint64_t h, const void *p, size_t n);
 /** The content hash of every key and value. */
 uint64_t sl__kv_hash(const sl_ekvset_t *s);
 /** Reads a range answer (or a snapshot: the same shape) into s, keys made relative to
  *  prefix; *rev its revision. */
 bool sl__kv_from_range(sl_ekvset_t *s, long long *rev, const char *prefix, const char *text, size_t len);
 /** A snapshot: the shape of a range answer, full keys. */
-void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_ebuf_t *b);
+void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_wbuf_t *b);
 
 /**
  * POSTs `body` to `path` at `url` ("http://host:port"; a name is resolved here, on the
@@ -121,11 +120,11 @@ void sl__ec_cancel(sl_ec_t *c);
 /** "upstreams", "routes", "consumers": the list kinds under the prefix, in build order. */
 extern const char *const sl__etcd_kinds[3];
 /** {"key":PREFIX/,"range_end":PREFIX0[,"count_only":true]}: the whole prefix. */
-void sl__etcd_range_body(const char *prefix, bool count_only, sl_ebuf_t *b);
+void sl__etcd_range_body(const char *prefix, bool count_only, sl_wbuf_t *b);
 /** A whole file, malloc'ed and NUL-terminated, or NULL. */
 char *sl__etcd_read_file(const char *path, size_t *len);
 /** Appends a value as an item of a block list (indent 4: "  - " then its lines indented),
  *  or as it is (indent 0). Returns the number of lines written. */
-int sl__etcd_put_item(sl_ebuf_t *t, const char *v, size_t vl, int indent);
+int sl__etcd_put_item(sl_wbuf_t *t, const char *v, size_t vl, int indent);
 
 #endif

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/wbuf.h"
 #include "server/testapi.h"
 
 enum { M_RESPOND, M_ECHO, M_RESET, M_HANG, M_CLOSE, M_CLOSE_MID_BODY, M_WEBSOCKET, M_RAW };
@@ -130,39 +131,23 @@ static long dechunk(char *buf, size_t n, size_t *used) {
     }
 }
 
-static void json_str(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* {"method","path","query","headers":{lower-case name: value},"body"}, as the
  * echo plugin. */
 static char *echo_json(const char *head, size_t hlen, const char *body, size_t blen,
                        size_t *outlen) {
-    char *out = NULL;
-    FILE *f = open_memstream(&out, outlen);
-    if (!f) return NULL;
+    sl_wbuf_t b = {0}, *w = &b;
     const char *sp = memchr(head, ' ', hlen);
     const char *eol = memchr(head, '\r', hlen);
     const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(eol - sp - 1)) : NULL;
     if (!sp || !eol || !sp2) sp = sp2 = head;
     const char *target = sp + 1, *q = memchr(target, '?', (size_t)(sp2 - target));
-    fputs("{\"method\":", f);
-    json_str(f, head, (size_t)(sp - head));
-    fputs(",\"path\":", f);
-    json_str(f, target, (size_t)((q ? q : sp2) - target));
-    fputs(",\"query\":", f);
-    json_str(f, q ? q + 1 : "", q ? (size_t)(sp2 - q - 1) : 0);
-    fputs(",\"headers\":{", f);
+    sl_wbuf_cat(w, "{\"method\":");
+    sl_wbuf_json_quoted(w, (sl_str_t){head, (size_t)(sp - head)});
+    sl_wbuf_cat(w, ",\"path\":");
+    sl_wbuf_json_quoted(w, (sl_str_t){target, (size_t)((q ? q : sp2) - target)});
+    sl_wbuf_cat(w, ",\"query\":");
+    sl_wbuf_json_quoted(w, (sl_str_t){q ? q + 1 : "", q ? (size_t)(sp2 - q - 1) : 0});
+    sl_wbuf_cat(w, ",\"headers\":{");
     const char *end = head + hlen;
     bool first = true;
     for (const char *l = eol; l && l + 2 < end; l = memchr(l + 2, '\r', (size_t)(end - l - 2))) {
@@ -176,17 +161,17 @@ static char *echo_json(const char *head, size_t hlen, const char *body, size_t b
         const char *v = c + 1;
         while (v < e && *v == ' ')
             v++;
-        if (!first) fputc(',', f);
+        if (!first) SL_WBUF_LIT(w, ",");
         first = false;
-        json_str(f, name, nl);
-        fputc(':', f);
-        json_str(f, v, (size_t)(e - v));
+        sl_wbuf_json_quoted(w, (sl_str_t){name, nl});
+        SL_WBUF_LIT(w, ":");
+        sl_wbuf_json_quoted(w, (sl_str_t){v, (size_t)(e - v)});
     }
-    fputs("},\"body\":", f);
-    json_str(f, body, blen);
-    fputs("}\n", f);
-    fclose(f);
-    return out;
+    sl_wbuf_cat(w, "},\"body\":");
+    sl_wbuf_json_quoted(w, (sl_str_t){body, blen});
+    sl_wbuf_cat(w, "}\n");
+    *outlen = sl_wbuf_failed(&b) ? 0 : b.len;
+    return sl_wbuf_take(&b);
 }
 
 static void record(sl_mock_t *m, const char *head, size_t hlen, const char *body, size_t blen) {

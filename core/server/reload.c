@@ -22,7 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/hash.h"
 #include "base/log.h"
+#include "base/wbuf.h"
 #include "script/plugin.h"
 #include "server/etcd.h"
 #include "server/listen.h"
@@ -36,18 +38,12 @@
 extern const char sl_default_conf[];
 extern const size_t sl_default_conf_len;
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
-    return h;
-}
-
 static uint64_t hash_file(uint64_t h, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return h;
     char buf[8192];
     size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) h = fnv(h, buf, n);
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) h = sl_fnv1a64(h, buf, n);
     fclose(f);
     return h;
 }
@@ -63,7 +59,7 @@ static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
         size_t l = strlen(nm);
         if (nm[0] != '.') {
             if (l > 4 && strcmp(nm + l - 4, ".lua") == 0) {
-                h = fnv(h, nm, l);
+                h = sl_fnv1a64(h, nm, l);
                 h = hash_file(h, path);
             } else if (depth == 0 && ents[i]->d_type == DT_DIR) {
                 h = hash_dir(h, path, 1);
@@ -77,7 +73,7 @@ static uint64_t hash_dir(uint64_t h, const char *dir, int depth) {
 
 /* Plugin code: every .lua file of the plugin folders, and the lua_routes files. */
 static uint64_t plugin_code_hash(const sl_config_t *cfg) {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = SL_FNV64_INIT;
     for (size_t i = 0; i < cfg->nplugin_search; i++) h = hash_dir(h, cfg->plugin_search[i], 0);
     for (size_t i = 0; i < cfg->nlua_route_files; i++) h = hash_file(h, cfg->lua_route_files[i]);
     return h;
@@ -110,7 +106,7 @@ static void files_add(sl_gen_files_t *f, const char *kind, const char *path) {
     }
     char *p = strdup(path);
     if (!p) return;
-    f->v[f->n++] = (gen_file_t){kind, p, hash_file(1469598103934665603ULL, path)};
+    f->v[f->n++] = (gen_file_t){kind, p, hash_file(SL_FNV64_INIT, path)};
 }
 
 static void files_free(sl_gen_files_t *f) {
@@ -144,10 +140,10 @@ static sl_gen_files_t *gen_files(const sl_config_t *cfg) {
 }
 
 static uint64_t files_hash(const sl_gen_files_t *f) {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = SL_FNV64_INIT;
     for (size_t i = 0; f && i < f->n; i++) {
-        h = fnv(h, f->v[i].path, strlen(f->v[i].path) + 1);
-        h = fnv(h, &f->v[i].hash, sizeof f->v[i].hash);
+        h = sl_fnv1a64(h, f->v[i].path, strlen(f->v[i].path) + 1);
+        h = sl_fnv1a64(h, &f->v[i].hash, sizeof f->v[i].hash);
     }
     return h;
 }
@@ -157,52 +153,52 @@ static uint64_t code_hash(const sl_config_t *cfg) {
     sl_gen_files_t *f = gen_files(cfg);
     uint64_t h = files_hash(f), c = plugin_code_hash(cfg);
     files_free(f);
-    return fnv(h, &c, sizeof c);
+    return sl_fnv1a64(h, &c, sizeof c);
 }
 
 uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len) {
     uint64_t c = code_hash(cfg);
-    return fnv(fnv(1469598103934665603ULL, text, len), &c, sizeof(c));
+    return sl_fnv1a64(sl_fnv1a64(SL_FNV64_INIT, text, len), &c, sizeof(c));
 }
 
 /* ---- what changed: one signature per route, upstream and listener ---- */
 
 static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
-    uint64_t h = fnv(1469598103934665603ULL, r->name, strlen(r->name));
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, r->name, strlen(r->name));
     const char *up = r->upstream >= 0 ? c->upstreams[r->upstream].name : "-";
-    h = fnv(h, up, strlen(up));
-    h = fnv(h, &r->strip_prefix, sizeof(r->strip_prefix));
-    for (size_t i = 0; i < r->nhosts; i++) h = fnv(h, r->hosts[i], strlen(r->hosts[i]) + 1);
-    for (size_t i = 0; i < r->npaths; i++) h = fnv(h, r->paths[i], strlen(r->paths[i]) + 1);
-    for (size_t i = 0; i < r->nmethods; i++) h = fnv(h, r->methods[i], strlen(r->methods[i]) + 1);
-    for (size_t i = 0; i < r->nupgrade; i++) h = fnv(h, r->upgrade[i], strlen(r->upgrade[i]) + 1);
+    h = sl_fnv1a64(h, up, strlen(up));
+    h = sl_fnv1a64(h, &r->strip_prefix, sizeof(r->strip_prefix));
+    for (size_t i = 0; i < r->nhosts; i++) h = sl_fnv1a64(h, r->hosts[i], strlen(r->hosts[i]) + 1);
+    for (size_t i = 0; i < r->npaths; i++) h = sl_fnv1a64(h, r->paths[i], strlen(r->paths[i]) + 1);
+    for (size_t i = 0; i < r->nmethods; i++) h = sl_fnv1a64(h, r->methods[i], strlen(r->methods[i]) + 1);
+    for (size_t i = 0; i < r->nupgrade; i++) h = sl_fnv1a64(h, r->upgrade[i], strlen(r->upgrade[i]) + 1);
     for (size_t i = 0; i < r->nheaders; i++) {
-        h = fnv(h, r->headers[i].name, strlen(r->headers[i].name) + 1);
-        h = fnv(h, r->headers[i].value, strlen(r->headers[i].value) + 1);
+        h = sl_fnv1a64(h, r->headers[i].name, strlen(r->headers[i].name) + 1);
+        h = sl_fnv1a64(h, r->headers[i].value, strlen(r->headers[i].value) + 1);
     }
     for (size_t i = 0; i < r->nplugins; i++) {
-        h = fnv(h, r->plugins[i].name, strlen(r->plugins[i].name) + 1);
-        h = fnv(h, r->plugins[i].config_json, strlen(r->plugins[i].config_json) + 1);
+        h = sl_fnv1a64(h, r->plugins[i].name, strlen(r->plugins[i].name) + 1);
+        h = sl_fnv1a64(h, r->plugins[i].config_json, strlen(r->plugins[i].config_json) + 1);
     }
     return h;
 }
 
 static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
-    uint64_t h = fnv(1469598103934665603ULL, u->name, strlen(u->name));
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, u->name, strlen(u->name));
     for (size_t i = 0; i < u->ntargets; i++) { /* as written: a dynamic slot's address is not */
         if (u->targets[i].kind != SL_TARGET_STATIC) continue;
-        h = fnv(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
-        h = fnv(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
+        h = sl_fnv1a64(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
+        h = sl_fnv1a64(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
     }
     for (size_t i = 0; i < u->nnames; i++) {
-        h = fnv(h, u->names[i].entry, strlen(u->names[i].entry) + 1);
-        h = fnv(h, &u->names[i].weight, sizeof(u->names[i].weight));
+        h = sl_fnv1a64(h, u->names[i].entry, strlen(u->names[i].entry) + 1);
+        h = sl_fnv1a64(h, &u->names[i].weight, sizeof(u->names[i].weight));
     }
     uint64_t reg[3] = {u->registry, u->registry_max_ttl_ms, u->registry_slots};
-    h = fnv(h, reg, sizeof(reg));
+    h = sl_fnv1a64(h, reg, sizeof(reg));
     uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
                      u->read_timeout_ms, u->write_timeout_ms};
-    h = fnv(h, v, sizeof(v));
+    h = sl_fnv1a64(h, v, sizeof(v));
     /* Balancing, retries, breaker and health count too: a reload that changes only them
      * changes the upstream (field by field: the structs have padding). */
     const sl_retry_conf_t *rt = &u->retry;
@@ -215,61 +211,49 @@ static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
                     bc->half_open_requests, bc->success_threshold, (uint64_t)hc->active_type,
                     (uint64_t)hc->expect_status, hc->interval_ms, hc->timeout_ms, hc->healthy_threshold,
                     hc->unhealthy_threshold, hc->passive, hc->max_failures, hc->window_ms};
-    h = fnv(h, d, sizeof(d));
-    h = fnv(h, w, sizeof(w));
-    h = fnv(h, rt->statuses, rt->nstatuses * sizeof(rt->statuses[0]));
-    if (u->hash_name) h = fnv(h, u->hash_name, strlen(u->hash_name) + 1);
-    if (hc->path) h = fnv(h, hc->path, strlen(hc->path) + 1);
-    if (hc->service) h = fnv(h, hc->service, strlen(hc->service) + 1);
+    h = sl_fnv1a64(h, d, sizeof(d));
+    h = sl_fnv1a64(h, w, sizeof(w));
+    h = sl_fnv1a64(h, rt->statuses, rt->nstatuses * sizeof(rt->statuses[0]));
+    if (u->hash_name) h = sl_fnv1a64(h, u->hash_name, strlen(u->hash_name) + 1);
+    if (hc->path) h = sl_fnv1a64(h, hc->path, strlen(hc->path) + 1);
+    if (hc->service) h = sl_fnv1a64(h, hc->service, strlen(hc->service) + 1);
     return h;
 }
 
 static uint64_t sig_listener(const sl_listener_conf_t *l) {
-    uint64_t h = fnv(1469598103934665603ULL, l->listen.text, strlen(l->listen.text) + 1);
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, l->listen.text, strlen(l->listen.text) + 1);
     for (size_t j = 0; l->tls && j < l->tls->ncerts; j++) { /* the files' content: a renewed certificate */
         if (l->tls->certs[j].cert_path) h = hash_file(h, l->tls->certs[j].cert_path);
         if (l->tls->certs[j].key_path) h = hash_file(h, l->tls->certs[j].key_path);
     }
     uint64_t v[6] = {(uint64_t)l->protocol, l->max_body, l->max_header_size, l->max_request_line,
                      l->header_timeout_ms, l->idle_timeout_ms};
-    h = fnv(h, v, sizeof(v));
+    h = sl_fnv1a64(h, v, sizeof(v));
     for (size_t i = 0; i < l->nsni_routes; i++) {
         const sl_sni_route_conf_t *r = &l->sni_routes[i];
-        for (size_t k = 0; k < r->nnames; k++) h = fnv(h, r->names[k], strlen(r->names[k]) + 1);
-        h = fnv(h, r->upstream_name, strlen(r->upstream_name) + 1);
+        for (size_t k = 0; k < r->nnames; k++) h = sl_fnv1a64(h, r->names[k], strlen(r->names[k]) + 1);
+        h = sl_fnv1a64(h, r->upstream_name, strlen(r->upstream_name) + 1);
     }
     for (size_t i = 0; i < l->nplugins; i++) {
-        h = fnv(h, l->plugins[i].name, strlen(l->plugins[i].name) + 1);
-        h = fnv(h, l->plugins[i].config_json, strlen(l->plugins[i].config_json) + 1);
+        h = sl_fnv1a64(h, l->plugins[i].name, strlen(l->plugins[i].name) + 1);
+        h = sl_fnv1a64(h, l->plugins[i].config_json, strlen(l->plugins[i].config_json) + 1);
     }
     return h;
 }
 
 typedef struct {
-    char *p;
-    size_t len, cap;
+    sl_wbuf_t b;
     int n;
 } list_t;
 
 /* Appends "kind:name" as a JSON string (a path may hold any byte: escaped). */
 static void list_add(list_t *l, const char *kind, const char *name) {
-    size_t need = strlen(kind) + 6 * strlen(name) + 8;
-    if (l->len + need >= l->cap) {
-        size_t cap = (l->cap + need) * 2;
-        char *p = realloc(l->p, cap);
-        if (!p) return;
-        l->p = p, l->cap = cap;
-    }
-    sl_wbuf_t b = {l->p, l->len, l->cap - 1};
-    if (l->n) SL_WBUF_LIT(&b, ",");
-    SL_WBUF_LIT(&b, "\"");
-    sl_wbuf_str(&b, (sl_str_t){kind, strlen(kind)});
-    SL_WBUF_LIT(&b, ":");
-    sl_wbuf_json_str(&b, (sl_str_t){name, strlen(name)});
-    SL_WBUF_LIT(&b, "\"");
-    l->len = b.len;
-    l->p[l->len] = 0;
-    l->n++;
+    if (l->n++) SL_WBUF_LIT(&l->b, ",");
+    SL_WBUF_LIT(&l->b, "\"");
+    sl_wbuf_cat(&l->b, kind);
+    SL_WBUF_LIT(&l->b, ":");
+    sl_wbuf_json_str(&l->b, (sl_str_t){name, strlen(name)});
+    SL_WBUF_LIT(&l->b, "\"");
 }
 
 /* Names of one config's items, sorted, with their index: DIFF pairs old and new items by a
@@ -335,21 +319,21 @@ static void changed_files(list_t *l, const sl_gen_files_t *of, const sl_gen_file
 
 static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_changed,
                           const sl_gen_files_t *of, const sl_gen_files_t *nf) {
-    list_t l = {0};
+    list_t l = {SL_WBUF_GROWING(0), 0};
 #define SIG_ROUTE(x) sig_route(((x) >= o->routes && (x) < o->routes + o->nroutes) ? o : n, (x))
     DIFF("route", o->routes, o->nroutes, n->routes, n->nroutes, NAME_OF, SIG_ROUTE);
     DIFF("upstream", o->upstreams, o->nupstreams, n->upstreams, n->nupstreams, NAME_OF, sig_upstream);
     DIFF("listener", o->listeners, o->nlisteners, n->listeners, n->nlisteners, NAME_OF, sig_listener);
     uint64_t go = 0, gn = 0;
-    for (size_t i = 0; i < o->nplugins; i++) go = fnv(fnv(go, o->plugins[i].name, strlen(o->plugins[i].name) + 1),
+    for (size_t i = 0; i < o->nplugins; i++) go = sl_fnv1a64(sl_fnv1a64(go, o->plugins[i].name, strlen(o->plugins[i].name) + 1),
                                                    o->plugins[i].config_json, strlen(o->plugins[i].config_json));
-    for (size_t i = 0; i < n->nplugins; i++) gn = fnv(fnv(gn, n->plugins[i].name, strlen(n->plugins[i].name) + 1),
+    for (size_t i = 0; i < n->nplugins; i++) gn = sl_fnv1a64(sl_fnv1a64(gn, n->plugins[i].name, strlen(n->plugins[i].name) + 1),
                                                    n->plugins[i].config_json, strlen(n->plugins[i].config_json));
     if (go != gn) list_add(&l, "plugins", "global");
     if (code_changed) list_add(&l, "plugin_code", "*");
     changed_files(&l, of, nf);
-    if (!l.p) return strdup("");
-    return l.p;
+    char *text = sl_wbuf_take(&l.b);
+    return text ? text : strdup("");
 }
 
 /* ---- retiring old worker sets ---- */
@@ -517,16 +501,11 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
 /* ---- the reload ---- */
 
 static char *json_error(sl_server_t *srv, const char *msg) {
-    size_t n = strlen(msg) * 6 + 256;
-    char *out = malloc(n);
-    if (!out) return NULL;
-    sl_wbuf_t b = {out, 0, n - 1};
-    int k = snprintf(out, n, "{\"ok\":false,\"generation\":%llu,\"error\":\"", (unsigned long long)srv->generation);
-    b.len = (size_t)k;
-    sl_wbuf_json_str(&b, (sl_str_t){msg, strlen(msg)});
-    SL_WBUF_LIT(&b, "\"}\n");
-    out[b.len] = 0;
-    return out;
+    sl_wbuf_t b = SL_WBUF_GROWING(0);
+    sl_wbuf_printf(&b, "{\"ok\":false,\"generation\":%llu,\"error\":", (unsigned long long)srv->generation);
+    sl_wbuf_json_cstr(&b, msg);
+    SL_WBUF_LIT(&b, "}\n");
+    return sl_wbuf_take(&b);
 }
 
 static int reject(sl_server_t *srv, const char *why, const char *msg, char **json) {
@@ -632,7 +611,7 @@ static void build_config(sl_reload_job_t *j, char *text, size_t len) {
         if (!j->n) return;
     }
     j->hash = sl_config_hash(j->n, src, srclen);
-    if (srv->etcd) j->hash = fnv(j->hash, &j->etcd_hash, sizeof j->etcd_hash);
+    if (srv->etcd) j->hash = sl_fnv1a64(j->hash, &j->etcd_hash, sizeof j->etcd_hash);
 }
 
 /* What a reload cannot change in this build, or NULL. */
@@ -781,8 +760,8 @@ static int apply(sl_reload_job_t *j, char **json) {
     srv->files = files;
     /* What the file watch compares with is what now runs (etcd's plugin folder included). */
     if (srv->config_path) {
-        uint64_t c = fnv(files_hash(files), &code, sizeof code); /* code_hash(n), from what was read */
-        srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &c, sizeof c);
+        uint64_t c = sl_fnv1a64(files_hash(files), &code, sizeof code); /* code_hash(n), from what was read */
+        srv->watch_hash = sl_fnv1a64(hash_file(SL_FNV64_INIT, srv->config_path), &c, sizeof c);
     }
     srv->workers = ws;
     srv->cfg = n;
@@ -1021,9 +1000,9 @@ static void on_debounce(uv_timer_t *t) {
     /* An editor's save can fire several events, or none that changes content: reload only
      * when the content hash moved. */
     if (srv->config_path) {
-        h = hash_file(1469598103934665603ULL, srv->config_path);
+        h = hash_file(SL_FNV64_INIT, srv->config_path);
         uint64_t c = code_hash(srv->cfg);
-        h = fnv(h, &c, sizeof(c));
+        h = sl_fnv1a64(h, &c, sizeof(c));
     }
     if (h == srv->watch_hash) return;
     srv->watch_hash = h;
@@ -1052,8 +1031,8 @@ void sl__reload_init(sl_server_t *srv) {
     srv->code_hash = plugin_code_hash(srv->cfg);
     srv->files = gen_files(srv->cfg);
     if (srv->config_path) {
-        uint64_t c = fnv(files_hash(srv->files), &srv->code_hash, sizeof srv->code_hash);
-        srv->watch_hash = fnv(hash_file(1469598103934665603ULL, srv->config_path), &c, sizeof(c));
+        uint64_t c = sl_fnv1a64(files_hash(srv->files), &srv->code_hash, sizeof srv->code_hash);
+        srv->watch_hash = sl_fnv1a64(hash_file(SL_FNV64_INIT, srv->config_path), &c, sizeof(c));
     }
     srv->config_hash = srv->config_path ? srv->watch_hash
                                         : sl_config_hash(srv->cfg, sl_default_conf, sl_default_conf_len);

@@ -16,6 +16,7 @@
 #include "server/privileges.h"
 #include "script/lua_host.h"
 #include "base/log.h"
+#include "base/wbuf.h"
 
 /* One socket per (listener, worker): see sl__listen_open. */
 static int bind_listeners(sl_server_t *srv, const char **err) {
@@ -45,7 +46,7 @@ static int write_ready_file(sl_server_t *srv) {
     size_t pl = strlen(srv->ready_file);
     if (pl + 8 > sizeof(tmp)) return SL_ERROR;
     char body[8192];
-    sl_wbuf_t b = {body, 0, sizeof(body)};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(body, sizeof(body));
     char num[32];
     int n = snprintf(num, sizeof(num), "%d", (int)getpid());
     SL_WBUF_LIT(&b, "{\"pid\":");

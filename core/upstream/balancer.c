@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 /* Weighted-round-robin schedules longer than this are built from proportionally scaled
  * weights (each target keeps at least one slot): 64 Ki slots are 256 KiB. Realistic
  * weights reduced by their gcd stay far below it and keep nginx's exact sequence. */
@@ -30,8 +32,6 @@
  * is not flooded before its first answer says how fast it is. */
 #define SL_LB_UNSAMPLED_PENALTY_NS 1e9
 
-#define SL_LB_GOLDEN 0x9e3779b97f4a7c15ull
-
 struct sl_balancer_s {
     /* Bumped by every round-robin and weighted-round-robin pick: alone on its cache line so
      * the read-only fields don't bounce between cores with it. */
@@ -48,30 +48,8 @@ struct sl_balancer_s {
     uint32_t nring;
 };
 
-/* splitmix64's finalizer (Stafford's "Mix13"): a bijection in which every input bit flips
- * each output bit with probability close to 1/2. */
-static inline uint64_t lb_mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-/* Little-endian on every host, so a key lands on the same target everywhere. */
-static inline uint64_t lb_le64(const unsigned char *p, size_t n) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-uint64_t sl_balancer_hash(const void *data, size_t n) {
-    const unsigned char *p = data;
-    uint64_t h = SL_LB_GOLDEN * (n + 1);
-    for (; n >= 8; p += 8, n -= 8) h = lb_mix(h ^ lb_le64(p, 8));
-    return lb_mix(h ^ lb_le64(p, n));
-}
+/* The ring's hash: its values must not change (base/hash.h). */
+uint64_t sl_balancer_hash(const void *data, size_t n) { return sl_hash64(data, n, 0); }
 
 /* An unbiased-enough draw in [0, n) from 32 random bits (Lemire's multiply-shift). */
 static inline uint32_t lb_below(uint32_t r, uint32_t n) {
@@ -232,7 +210,7 @@ static int p2c_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, uint
         if (y >= n) y -= n;
         p2c_offer(c, x, eligible, ud);
         if (c[1] < 0) p2c_offer(c, y, eligible, ud);
-        r = lb_mix(r + SL_LB_GOLDEN);
+        r = sl_hash_mix64(r + SL_HASH_GOLDEN);
     }
     uint32_t t = lb_below((uint32_t)r, n);
     for (uint32_t k = 0; k < n && c[1] < 0; k++) {
@@ -286,7 +264,7 @@ static int ring_build(sl_balancer_t *b, const sl_str_t *ids, uint32_t vnodes) {
         }
         uint64_t k = ring_points(b, t, vnodes, total);
         for (uint64_t v = 1; v <= k; v++)
-            pts[i++] = (lb_point_t){lb_mix(seed + v * SL_LB_GOLDEN), t};
+            pts[i++] = (lb_point_t){sl_hash_mix64(seed + v * SL_HASH_GOLDEN), t};
     }
     assert(i == len);
     qsort(pts, len, sizeof *pts, lb_point_cmp);

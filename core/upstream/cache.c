@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "base/hash.h"
+#include "base/wbuf.h"
 
 typedef struct lock_s {
     struct lock_s *hnext;
@@ -39,14 +41,6 @@ static struct {
 
 #define LOCK_BUCKETS 4096
 
-static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
-}
-
 static bool key_eq(sl_str_t a, const char *p, size_t n) { return a.len == n && memcmp(a.p, p, n) == 0; }
 
 /* ---- entries ---- */
@@ -59,7 +53,7 @@ static sl_cache_entry_t **slot(uint64_t h, sl_str_t key) {
 }
 
 static sl_cache_entry_t *find(sl_str_t key) {
-    sl_cache_entry_t **pp = slot(hash_bytes(key.p, key.len), key);
+    sl_cache_entry_t **pp = slot(sl_hash64(key.p, key.len, 0), key);
     return pp ? *pp : NULL;
 }
 
@@ -214,7 +208,7 @@ uint64_t sl_cache_count(void) { LOCKED_READ(S.n); }
 
 size_t sl_cache_vary_key(sl_str_t key, sl_str_t vary, sl_cache_header_fn hdr, void *ud, char *buf,
                          size_t cap) {
-    sl_wbuf_t b = {buf, 0, cap};
+    sl_wbuf_t b = SL_WBUF_BOUNDED(buf, cap);
     if (!sl_wbuf_str(&b, key)) return 0;
     const char *p = vary.p, *e = vary.p + vary.len;
     while (p < e) {
@@ -239,7 +233,7 @@ int sl_cache_lookup(sl_str_t key, sl_cache_header_fn hdr, void *ud, uint64_t now
                     uint64_t token, bool may_wait, sl_cache_entry_t **hit, sl_cache_entry_t **stale,
                     bool *locked) {
     char vbuf[VARY_KEY_MAX];
-    uint64_t h = hash_bytes(key.p, key.len);
+    uint64_t h = sl_hash64(key.p, key.len, 0);
     *hit = *stale = NULL;
     *locked = false;
     pthread_mutex_lock(&S.mu);
@@ -291,7 +285,7 @@ static void ring_bells(void) {
 }
 
 static void unlock_locked(sl_str_t key, uint64_t token, uint64_t now, uint64_t lock_ns, bool pass) {
-    lock_t **pp = lslot(hash_bytes(key.p, key.len), key);
+    lock_t **pp = lslot(sl_hash64(key.p, key.len, 0), key);
     if (!pp || !*pp || (*pp)->token != token || (*pp)->pass) return;
     if ((*pp)->waiters) ring_bells();
     if (!pass) {
@@ -358,7 +352,7 @@ static sl_cache_entry_t *entry_new(sl_str_t key, sl_str_t route, sl_str_t vary, 
     }
 #undef COPY
     e->nfields = nf;
-    e->hash = hash_bytes(e->key.p, e->key.len);
+    e->hash = sl_hash64(e->key.p, e->key.len, 0);
     return e;
 }
 

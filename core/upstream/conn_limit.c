@@ -22,6 +22,7 @@
 
 #include "base/chain.h"
 #include "base/common.h"
+#include "base/hash.h"
 
 #define SHARD_BITS 6
 _Static_assert((1 << SHARD_BITS) == SL_CONN_LIMIT_SHARDS, "SHARD_BITS must match the shard count");
@@ -62,17 +63,6 @@ static pthread_mutex_t routes_mu = PTHREAD_MUTEX_INITIALIZER;
 static void init_once(void) {
     for (int i = 0; i < SL_CONN_LIMIT_SHARDS; i++) pthread_mutex_init(&shards[i].mu, NULL);
     seed = sl_rand64();
-}
-
-/* FNV-1a over the key, then a finaliser: the keys are short (a route and an address) and
- * the seed keeps clients from choosing a chain. */
-static uint64_t key_hash(const char *p, size_t n) {
-    uint64_t h = seed ^ 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ULL;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
 }
 
 static inline shard_t *shard_of(uint64_t hash) { return &shards[hash >> (64 - SHARD_BITS)]; }
@@ -125,7 +115,7 @@ int sl_conn_limit_acquire(int route, const char *key, size_t len, uint32_t max, 
     }
     pthread_once(&once, init_once);
     if (!key) key = "";
-    uint64_t hash = key_hash(key, len);
+    uint64_t hash = sl_hash64(key, len, seed);
     shard_t *s = shard_of(hash);
     pthread_mutex_lock(&s->mu);
     entry_t *e = find(s, hash, key, len);
@@ -197,7 +187,7 @@ int64_t sl_conn_limit_in_flight(int route) {
 
 uint32_t sl_conn_limit_count(const char *key, size_t len) {
     pthread_once(&once, init_once);
-    uint64_t hash = key_hash(key, len);
+    uint64_t hash = sl_hash64(key, len, seed);
     shard_t *s = shard_of(hash);
     pthread_mutex_lock(&s->mu);
     entry_t *e = find(s, hash, key, len);

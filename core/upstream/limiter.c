@@ -23,6 +23,8 @@
 
 #include "base/chain.h"
 #include "base/common.h"
+#include "base/hash.h"
+#include "base/list.h"
 
 #define SHARD_BITS 6
 _Static_assert((1 << SHARD_BITS) == SL_LIMITER_SHARDS, "SHARD_BITS must match the shard count");
@@ -43,7 +45,7 @@ enum { KIND_BUCKET = 1, KIND_WINDOW = 2, KIND_DIGEST = 4 /* a long key's prefix 
 
 typedef struct entry_s {
     struct entry_s *next;          /* hash chain */
-    struct entry_s *newer, *older; /* the shard's LRU list */
+    sl_list_t lru;                 /* in the shard's LRU list */
     uint64_t hash;
     uint64_t t;       /* bucket: the TAT; window: when the current window began (ns) */
     double cur, prev; /* window: admitted in the current and in the previous window */
@@ -57,7 +59,7 @@ typedef struct {
     entry_t **buckets;
     size_t nbuckets; /* a power of two; 0 until the shard's first key */
     size_t n;
-    entry_t *newest, *oldest;
+    sl_list_t lru; /* most recently used first */
 } __attribute__((aligned(64))) shard_t; /* a cache line of its own: no false sharing */
 
 static shard_t shards[SL_LIMITER_SHARDS];
@@ -68,48 +70,12 @@ static _Atomic size_t max_keys = SL_LIMITER_MAX_KEYS;
 /* Seeded per process: keys come from clients (addresses, header values), and a hash they
  * could predict would let them pile keys into one chain. */
 static void init_once(void) {
-    for (int i = 0; i < SL_LIMITER_SHARDS; i++) pthread_mutex_init(&shards[i].mu, NULL);
+    for (int i = 0; i < SL_LIMITER_SHARDS; i++) {
+        pthread_mutex_init(&shards[i].mu, NULL);
+        sl_list_init(&shards[i].lru);
+    }
     seed = sl_rand64();
     digest_seed = sl_rand64();
-}
-
-static inline uint64_t rotl(uint64_t x, int r) { return x << r | x >> (64 - r); }
-
-static inline uint64_t fmix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
-/* The last n (1..7) bytes of a key as one word, without a byte-wise copy into memory that
- * a word load would then wait on (a failed store forwarding: most of a short key's hash
- * time). Overlapping reads are fine: keys of one length map one-to-one, and the length is
- * hashed too. */
-static inline uint64_t tail_word(const char *p, size_t n) {
-    if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, p, 4);
-        memcpy(&b, p + n - 4, 4);
-        return (uint64_t)a << 32 | b;
-    }
-    return (uint64_t)(uint8_t)p[0] << 16 | (uint64_t)(uint8_t)p[n >> 1] << 8 | (uint8_t)p[n - 1];
-}
-
-/* MurmurHash3's x64 block step on a single lane, then its finaliser: a few cycles per 8
- * bytes, and a well mixed top (the shard) and bottom (the chain). */
-static uint64_t key_hash(const char *p, size_t n, uint64_t s) {
-    const uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
-    uint64_t h = s ^ n, k;
-    for (; n >= 8; p += 8, n -= 8) {
-        memcpy(&k, p, 8);
-        h ^= rotl(k * c1, 31) * c2;
-        h = rotl(h, 27) * 5 + 0x52dce729;
-    }
-    if (n) h ^= rotl(tail_word(p, n) * c1, 31) * c2;
-    return fmix64(h);
 }
 
 /* A key as the table stores and compares it. */
@@ -122,13 +88,13 @@ typedef struct {
 } lim_key_t;
 
 static void key_form(lim_key_t *k, const char *p, size_t len, uint8_t kind) {
-    k->hash = key_hash(p, len, seed);
+    k->hash = sl_hash64(p, len, seed);
     k->kind = kind;
     if (SL_LIKELY(len <= SL_LIMITER_KEY_MAX)) {
         k->p = p, k->len = len;
         return;
     }
-    uint64_t d = key_hash(p, len, digest_seed);
+    uint64_t d = sl_hash64(p, len, digest_seed);
     memcpy(k->buf, p, DIGEST_PREFIX);
     memcpy(k->buf + DIGEST_PREFIX, &d, 8);
     k->p = k->buf, k->len = SL_LIMITER_KEY_MAX;
@@ -142,27 +108,6 @@ static inline size_t shard_cap(void) {
     return (m + SL_LIMITER_SHARDS - 1) / SL_LIMITER_SHARDS;
 }
 
-static void lru_unlink(shard_t *s, entry_t *e) {
-    if (e->newer)
-        e->newer->older = e->older;
-    else
-        s->newest = e->older;
-    if (e->older)
-        e->older->newer = e->newer;
-    else
-        s->oldest = e->newer;
-}
-
-static void lru_push(shard_t *s, entry_t *e) {
-    e->newer = NULL;
-    e->older = s->newest;
-    if (s->newest)
-        s->newest->newer = e;
-    else
-        s->oldest = e;
-    s->newest = e;
-}
-
 /* The entry of k, made the shard's most recently used; NULL when absent. Shard locked. */
 static entry_t *find(shard_t *s, const lim_key_t *k) {
     if (!s->nbuckets) return NULL;
@@ -170,9 +115,9 @@ static entry_t *find(shard_t *s, const lim_key_t *k) {
         if (e->hash != k->hash || e->kind != k->kind || e->klen != k->len ||
             memcmp(e->key, k->p, k->len) != 0)
             continue;
-        if (s->newest != e) {
-            lru_unlink(s, e);
-            lru_push(s, e);
+        if (s->lru.next != &e->lru) {
+            sl_list_remove(&e->lru);
+            sl_list_push_front(&s->lru, &e->lru);
         }
         return e;
     }
@@ -181,10 +126,10 @@ static entry_t *find(shard_t *s, const lim_key_t *k) {
 
 /* Unlinks the least recently used entry and hands it over. Shard locked, n > 0. */
 static entry_t *evict_oldest(shard_t *s) {
-    entry_t *e = s->oldest, **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
+    entry_t *e = SL_LIST_LAST(&s->lru, entry_t, lru), **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
     while (*pp != e) pp = &(*pp)->next;
     *pp = e->next;
-    lru_unlink(s, e);
+    sl_list_remove(&e->lru);
     s->n--;
     return e;
 }
@@ -226,7 +171,7 @@ static entry_t *insert(shard_t *s, const lim_key_t *k, uint64_t t) {
     e->cur = e->prev = 0;
     e->next = s->buckets[k->hash & (s->nbuckets - 1)];
     s->buckets[k->hash & (s->nbuckets - 1)] = e;
-    lru_push(s, e);
+    sl_list_push_front(&s->lru, &e->lru);
     s->n++;
     return e;
 }
@@ -379,7 +324,7 @@ size_t sl_limiter_count(void) {
 
 unsigned sl_limiter_shard(const char *key, size_t key_len) {
     pthread_once(&once, init_once);
-    return (unsigned)(shard_of(key_hash(key ? key : "", key_len, seed)) - shards);
+    return (unsigned)(shard_of(sl_hash64(key ? key : "", key_len, seed)) - shards);
 }
 
 void sl_limiter_clear(void) {
@@ -387,13 +332,11 @@ void sl_limiter_clear(void) {
     for (int i = 0; i < SL_LIMITER_SHARDS; i++) {
         shard_t *s = &shards[i];
         pthread_mutex_lock(&s->mu);
-        for (entry_t *e = s->newest, *older; e; e = older) {
-            older = e->older;
-            free(e);
-        }
+        sl_list_t *n, *tmp;
+        sl_list_foreach_safe(n, tmp, &s->lru) free(SL_LIST_ENTRY(n, entry_t, lru));
         if (s->nbuckets) memset(s->buckets, 0, s->nbuckets * sizeof *s->buckets);
         s->n = 0;
-        s->newest = s->oldest = NULL;
+        sl_list_init(&s->lru);
         pthread_mutex_unlock(&s->mu);
     }
 }

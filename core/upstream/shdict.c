@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "base/common.h"
+#include "base/hash.h"
 #include "sluice.h"
 
 #define NSHARDS 64
@@ -41,12 +42,6 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init_shards(void) {
     for (int i = 0; i < NSHARDS; i++) pthread_mutex_init(&shards[i].mu, NULL);
-}
-
-static uint64_t hash_key(const char *k, size_t n) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)k[i]) * 1099511628211ULL;
-    return h;
 }
 
 static double now_s(void) {
@@ -82,7 +77,7 @@ static shard_t *shard_of(uint64_t h) {
 
 int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, size_t *sl, char *buf,
                       size_t bufsz) {
-    uint64_t h = hash_key(k, kl);
+    uint64_t h = sl_hash64(k, kl, 0);
     shard_t *s = shard_of(h);
     int rc = SL_DECLINED;
     pthread_mutex_lock(&s->mu);
@@ -154,7 +149,7 @@ static int check_kv(size_t kl, size_t vl, const char **err) {
 int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const char *v, size_t vl, double ttl,
                       const char **err) {
     if (check_kv(kl, is_num ? 0 : vl, err)) return SL_ERROR;
-    uint64_t h = hash_key(k, kl);
+    uint64_t h = sl_hash64(k, kl, 0);
     shard_t *s = shard_of(h);
     pthread_mutex_lock(&s->mu);
     double now = now_s();
@@ -166,7 +161,7 @@ int sl_ffi_shdict_set(const char *k, size_t kl, int is_num, double num, const ch
 int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, double init, double ttl,
                        double *out, const char **err) {
     if (check_kv(kl, 0, err)) return SL_ERROR;
-    uint64_t h = hash_key(k, kl);
+    uint64_t h = sl_hash64(k, kl, 0);
     shard_t *s = shard_of(h);
     int rc = SL_OK;
     pthread_mutex_lock(&s->mu);
@@ -191,7 +186,7 @@ int sl_ffi_shdict_incr(const char *k, size_t kl, double delta, int has_init, dou
 }
 
 int sl_ffi_shdict_delete(const char *k, size_t kl) {
-    uint64_t h = hash_key(k, kl);
+    uint64_t h = sl_hash64(k, kl, 0);
     shard_t *s = shard_of(h);
     pthread_mutex_lock(&s->mu);
     entry_t **slot = lookup(s, h, k, kl, now_s());

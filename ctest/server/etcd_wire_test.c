@@ -40,9 +40,31 @@ static void test_json(void) {
     CHECK(sl__json_get(&d, res, "missing") == NULL);
     yaml_document_delete(&d.doc);
 
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     sl__json_quote(&b, "a\"b\\c");
     CHECK_STR(b.p, "\"a\\\"b\\\\c\"");
+    free(b.p);
+}
+
+/* The credentials etcd's authenticate call sends (and /status's last_error) are quoted by
+ * sl__json_quote: a control character in them (a tab in a password, the newlines between
+ * errors) is escaped, so that the body is JSON that etcd (here, the reader of its answers)
+ * parses back to the same bytes. */
+static void test_json_quote_control_characters(void) {
+    const char *pass = "p\tw\x01" "d\nx\x7f";
+    sl_wbuf_t b = {0};
+    sl__eb_puts(&b, "{\"name\":");
+    sl__json_quote(&b, "root");
+    sl__eb_puts(&b, ",\"password\":");
+    sl__json_quote(&b, pass);
+    sl__eb_puts(&b, "}");
+    CHECK_STR(b.p, "{\"name\":\"root\",\"password\":\"p\\tw\\u0001d\\nx\\u007f\"}");
+    sl_jdoc_t d;
+    CHECK(sl__json_parse(&d, b.p, b.len));
+    if (d.root) {
+        CHECK_STR(sl__json_str(sl__json_get(&d, d.root, "password")), pass);
+        yaml_document_delete(&d.doc);
+    }
     free(b.p);
 }
 
@@ -80,25 +102,25 @@ static void test_range_and_snapshot(void) {
     CHECK_INT(s.n, 2);
     CHECK_STR(sl__kv_get(&s, "routes/a")->val, "name: a");
     CHECK_STR(sl__kv_get(&s, "_push")->val, "");
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     sl__kv_to_json(&s, "/sluice", rev, &b);
     sl_ekvset_t back = {0};
     long long rev2 = 0;
-    CHECK(sl__kv_from_range(&back, &rev2, "/sluice", b.p, b.n)); /* a snapshot reads like a range */
+    CHECK(sl__kv_from_range(&back, &rev2, "/sluice", b.p, b.len)); /* a snapshot reads like a range */
     CHECK_INT(rev2, 9);
     CHECK(sl__kv_hash(&back) == sl__kv_hash(&s));
     free(b.p);
     sl__kv_clear(&s);
     sl__kv_clear(&back);
 
-    sl_ebuf_t r = {0};
+    sl_wbuf_t r = {0};
     sl__etcd_range_body("/s", true, &r);
     CHECK_STR(r.p, "{\"key\":\"L3Mv\",\"range_end\":\"L3Mw\",\"count_only\":true}"); /* "/s/" .. "/s0" */
     free(r.p);
 }
 
 static void test_put_item(void) {
-    sl_ebuf_t b = {0};
+    sl_wbuf_t b = {0};
     CHECK_INT(sl__etcd_put_item(&b, "name: a\nmatch: {}\n\n", 19, 4), 2);
     CHECK_INT(sl__etcd_put_item(&b, "{\"name\":\"b\"}", 12, 4), 1);
     CHECK_INT(sl__etcd_put_item(&b, "", 0, 4), 1);
@@ -110,6 +132,7 @@ int main(int argc, char **argv) {
     static const check_test_t tests[] = {
         {"base64", test_base64},
         {"json", test_json},
+        {"json_quote_control_characters", test_json_quote_control_characters},
         {"kvset", test_kvset},
         {"range_and_snapshot", test_range_and_snapshot},
         {"put_item", test_put_item},
