@@ -52,6 +52,7 @@
 
 #include "base/addr.h"
 #include "base/deadline.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "script/lua_host.h"
 #include "proto/proxy_protocol.h"
@@ -107,7 +108,7 @@ typedef struct sl_tcp_sess_s sl_tcp_sess_t;
 struct sl_tcp_sess_s {
     sl_deadline_t timer;     /* header, connect or idle timeout, by state */
     sl_worker_t *w;
-    sl_tcp_sess_t *prev, *next;
+    sl_list_t link;          /* in the worker's open sessions, or its pool of free structs */
     sl_tcp_sess_t *again;    /* on the worker's again list (pump once more) or retry list */
     int cfd, ufd;
     uint32_t lidx;
@@ -145,9 +146,9 @@ struct sl_tcpw_s {
     uv_timer_t pause;        /* accepting again after running out of descriptors */
     uv_timer_t drain;        /* shutdown_timeout of the sessions left at drain */
     uint8_t paused, draining, drain_closed;
-    sl_tcp_sess_t *sessions; /* open ones (closing ones are off the list) */
+    sl_list_t sessions;      /* open ones (closing ones are off the list) */
     uint32_t nsessions;      /* not yet freed, closing ones included */
-    sl_tcp_sess_t *free_sess;
+    sl_list_t free_sess;     /* closed structs kept for reuse */
     uint32_t nfree_sess;
     sl_pipe_t *free_pipes;
     uint32_t npipes, nfree_pipes;
@@ -290,8 +291,7 @@ static void epoll_close(struct sl_tcpw_s *tw) {
 /* A closed session's struct back to the pool (or freed), once nothing names it. */
 static void sess_release(struct sl_tcpw_s *tw, sl_tcp_sess_t *s) {
     if (tw->nfree_sess < SL_SESS_FREE_MAX && !tw->draining) {
-        s->next = tw->free_sess;
-        tw->free_sess = s;
+        sl_list_push_front(&tw->free_sess, &s->link);
         tw->nfree_sess++;
     } else {
         free(s);
@@ -338,11 +338,7 @@ static void sess_end(sl_tcp_sess_t *s, bool reset, int result) {
         s->upstream = -1;
     }
     s->state = ST_CLOSED;
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        tw->sessions = s->next;
-    if (s->next) s->next->prev = s->prev;
+    sl_list_remove(&s->link);
     SL_COUNTER_ADD(s->w->metrics.conns_active[s->lidx], -1);
     for (int i = 0; i < 2; i++) {
         sl_tcp_dir_t *d = &s->d[i];
@@ -905,9 +901,9 @@ static void on_timer(uv_timer_t *t) {
 static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_t *peer) {
     struct sl_tcpw_s *tw = w->tcp;
     const sl_listener_conf_t *lc = &w->cfg->listeners[lidx];
-    sl_tcp_sess_t *s = tw->free_sess;
+    sl_tcp_sess_t *s = SL_LIST_FIRST(&tw->free_sess, sl_tcp_sess_t, link);
     if (s) {
-        tw->free_sess = s->next;
+        sl_list_remove(&s->link);
         tw->nfree_sess--;
     } else if (!(s = malloc(sizeof *s))) {
         close(fd);
@@ -927,9 +923,7 @@ static void sess_start(sl_worker_t *w, uint32_t lidx, int fd, const sl_sockaddr_
     s->att.target = -1;
     s->peer = *peer;
     sl_deadline_init(&w->loop, &s->timer, s, on_timer);
-    s->next = tw->sessions;
-    if (tw->sessions) tw->sessions->prev = s;
-    tw->sessions = s;
+    sl_list_push_front(&tw->sessions, &s->link);
     tw->nsessions++;
     SL_COUNTER_ADD(w->metrics.conns_active[lidx], 1);
     SL_COUNTER_ADD(w->metrics.accepted, 1);
@@ -1004,6 +998,8 @@ int sl__tcp_listen(sl_worker_t *w, size_t lidx, int fd) {
             return UV_ENOMEM;
         }
         for (size_t i = 0; i < w->cfg->nlisteners; i++) tw->ls[i].fd = -1;
+        sl_list_init(&tw->sessions);
+        sl_list_init(&tw->free_sess);
         if ((tw->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
             int err = -errno;
             free(tw->ls);
@@ -1037,12 +1033,8 @@ static void on_drain_deadline(uv_timer_t *t) {
     sl_worker_t *w = t->data;
     struct sl_tcpw_s *tw = w->tcp;
     sl_log_warn("worker %d: shutdown_timeout reached: closing %u TCP session(s)", w->id, tw->nsessions);
-    sl_tcp_sess_t *s = tw->sessions;
-    while (s) {
-        sl_tcp_sess_t *next = s->next;
-        sess_end(s, false, SL_TCP_END_SHUTDOWN);
-        s = next;
-    }
+    sl_list_t *n, *tmp;
+    sl_list_foreach_safe(n, tmp, &tw->sessions) sess_end(SL_LIST_ENTRY(n, sl_tcp_sess_t, link), false, SL_TCP_END_SHUTDOWN);
 }
 
 void sl__tcp_drain(sl_worker_t *w) {
@@ -1069,9 +1061,9 @@ void sl__tcp_drain(sl_worker_t *w) {
 void sl__tcp_free(sl_worker_t *w) {
     struct sl_tcpw_s *tw = w->tcp;
     if (!tw) return;
-    while (tw->free_sess) {
-        sl_tcp_sess_t *s = tw->free_sess;
-        tw->free_sess = s->next;
+    sl_tcp_sess_t *s;
+    while ((s = SL_LIST_FIRST(&tw->free_sess, sl_tcp_sess_t, link))) {
+        sl_list_remove(&s->link);
         free(s);
     }
     while (tw->free_pipes) {

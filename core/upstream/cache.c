@@ -11,11 +11,12 @@
 
 #include "sluice.h"
 #include "base/hash.h"
+#include "base/list.h"
 #include "base/wbuf.h"
 
 typedef struct lock_s {
     struct lock_s *hnext;
-    struct lock_s *older, *newer; /* FIFO by creation: expired locks go from the oldest end */
+    sl_list_t age; /* FIFO by creation: expired locks go from the oldest end */
     uint64_t hash, token, until;
     uint8_t pass;    /* released without an entry: lookups go upstream unlocked until `until` */
     uint8_t waiters; /* a lookup answered WAIT: ring the doorbells on release */
@@ -27,17 +28,18 @@ static struct {
     pthread_mutex_t mu;
     sl_cache_entry_t **buckets;
     size_t nbuckets, n;
-    sl_cache_entry_t *mru, *lru;
+    sl_list_t lru; /* entries, most recent first */
     uint64_t bytes, size;
     lock_t **lbuckets;
-    lock_t *oldest, *newest;
+    sl_list_t locks; /* lock records, oldest first */
     size_t nlocks;
     struct {
         void (*ring)(void *ud);
         void *ud;
     } bells[SL_CACHE_MAX_BELLS];
     size_t nbells;
-} S = {.mu = PTHREAD_MUTEX_INITIALIZER, .size = SL_CACHE_DEFAULT_SIZE};
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER, .lru = {&S.lru, &S.lru}, .size = SL_CACHE_DEFAULT_SIZE,
+       .locks = {&S.locks, &S.locks}};
 
 #define LOCK_BUCKETS 4096
 
@@ -57,21 +59,9 @@ static sl_cache_entry_t *find(sl_str_t key) {
     return pp ? *pp : NULL;
 }
 
-static void lru_unlink(sl_cache_entry_t *e) {
-    if (e->prev) e->prev->next = e->next;
-    else S.mru = e->next;
-    if (e->next) e->next->prev = e->prev;
-    else S.lru = e->prev;
-    e->prev = e->next = NULL;
-}
+static void lru_unlink(sl_cache_entry_t *e) { sl_list_remove(&e->lru); }
 
-static void lru_front(sl_cache_entry_t *e) {
-    e->next = S.mru;
-    e->prev = NULL;
-    if (S.mru) S.mru->prev = e;
-    S.mru = e;
-    if (!S.lru) S.lru = e;
-}
+static void lru_front(sl_cache_entry_t *e) { sl_list_push_front(&S.lru, &e->lru); }
 
 static void entry_free(sl_cache_entry_t *e) {
     free((void *)e->body.p);
@@ -101,7 +91,8 @@ static void remove_entry(sl_cache_entry_t *e) {
 }
 
 static void evict_to(uint64_t room) {
-    while (S.lru && S.bytes + room > S.size) remove_entry(S.lru);
+    sl_cache_entry_t *old;
+    while ((old = SL_LIST_LAST(&S.lru, sl_cache_entry_t, lru)) && S.bytes + room > S.size) remove_entry(old);
 }
 
 static bool grow(void) {
@@ -148,10 +139,7 @@ static lock_t **lslot(uint64_t h, sl_str_t key) {
 static void lock_remove(lock_t **pp) {
     lock_t *l = *pp;
     *pp = l->hnext;
-    if (l->older) l->older->newer = l->newer;
-    else S.oldest = l->newer;
-    if (l->newer) l->newer->older = l->older;
-    else S.newest = l->older;
+    sl_list_remove(&l->age);
     S.nlocks--;
     free(l);
 }
@@ -159,8 +147,8 @@ static void lock_remove(lock_t **pp) {
 /* Expired lock records go from the oldest end (bounded work: those are all past), and the
  * oldest of all when there are too many. */
 static void locks_trim(uint64_t now) {
-    while (S.oldest && (S.oldest->until <= now || S.nlocks >= SL_CACHE_MAX_LOCKS)) {
-        lock_t *l = S.oldest;
+    lock_t *l;
+    while ((l = SL_LIST_FIRST(&S.locks, lock_t, age)) && (l->until <= now || S.nlocks >= SL_CACHE_MAX_LOCKS)) {
         lock_remove(lslot(l->hash, (sl_str_t){l->key, l->klen}));
     }
 }
@@ -177,10 +165,7 @@ static bool lock_take(sl_str_t key, uint64_t h, uint64_t token, uint64_t now, ui
     memcpy(l->key, key.p, key.len);
     pp = lslot(h, key);
     *pp = l;
-    l->older = S.newest;
-    if (S.newest) S.newest->newer = l;
-    else S.oldest = l;
-    S.newest = l;
+    sl_list_push_back(&S.locks, &l->age);
     S.nlocks++;
     return true;
 }
@@ -437,8 +422,9 @@ refuse:
 static size_t purge_where(bool (*match)(const sl_cache_entry_t *e, sl_str_t arg), sl_str_t arg) {
     size_t n = 0;
     pthread_mutex_lock(&S.mu);
-    for (sl_cache_entry_t *e = S.mru, *nx; e; e = nx) {
-        nx = e->next;
+    sl_list_t *it, *nx;
+    sl_list_foreach_safe(it, nx, &S.lru) {
+        sl_cache_entry_t *e = SL_LIST_ENTRY(it, sl_cache_entry_t, lru);
         if (match(e, arg)) {
             remove_entry(e);
             n++;

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "base/common.h"
+#include "base/list.h"
 
 /** Default store size (`cache.size`) and the lock records kept at most. */
 #define SL_CACHE_DEFAULT_SIZE (64u << 20)
@@ -49,7 +50,7 @@ typedef struct {
 /** A stored response. Read-only for holders; valid until sl_cache_release. */
 typedef struct sl_cache_entry_s {
     struct sl_cache_entry_s *hnext;       /* hash chain (store-internal) */
-    struct sl_cache_entry_s *prev, *next; /* LRU, most recent first (store-internal) */
+    sl_list_t lru;                        /* LRU, most recent first (store-internal) */
     uint64_t hash;
     uint32_t refs;     /* holders, plus 1 while in the table (store-internal) */
     uint8_t in_table;  /* store-internal */
