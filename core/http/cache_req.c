@@ -154,8 +154,8 @@ int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol
     int rc = sl_cache_lookup(c->key, req_header, r, sl_wake_ns(), secs_ns(pol->lock_timeout), c->token, may_wait,
                              &hit, &stale, &locked);
     if (rc == SL_CACHE_HIT) {
-        r->exit_status = hit->status;
-        r->exit_body = hit->body;
+        r->exit.status = hit->status;
+        r->exit.body = hit->body;
         answer_from(r, hit, SL_CACHE_HIT);
         return rc;
     }
