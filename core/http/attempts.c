@@ -50,6 +50,8 @@ int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms, uint
 }
 
 void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit, uint64_t now_ns) {
+    /* an attempt begins on a free exchange, the previous one's target released */
+    SL_BUG_ON(sl__req_x(r)->state != SL_X_FREE || sl__req_x(r)->att.in_flight);
     if (r->trace.on) sl__trace_attempt_begin(r);
     if (r->addr.set) {
         sl__req_x(r)->att.start_ns = now_ns;
@@ -134,6 +136,7 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     /* an answer retried for its status is not an upstream exchange counted by the metrics
      * (the failures of sl__proxy_failed were counted there), but it was an attempt */
     if (kind == SL_FAIL_STATUS) attempt_ended(r, status, sl_now_ns());
+    SL_BUG_ON(r->at.next_target >= 0); /* one admitted retry target at a time */
     r->at.next_target = t;
     r->at.next_admit = admit;
     sl_metrics_retry(&r->w->metrics, r->upstream,
@@ -239,6 +242,7 @@ static void hedge_fire(sl_req_t *r) {
     uint8_t admit = 0;
     int t = sl__attempt_pick(r, &admit, &ra, &now);
     if (t < 0) return; /* no other target: the first attempt runs alone */
+    SL_BUG_ON(r->at.hedged || hx->att.in_flight);
     r->at.hedged = 1;
     attempt_swap(r);
     sl__attempt_begin(r, t, admit, now);

@@ -182,6 +182,7 @@ static void stream_free(sl_h2up_stream_t *st) {
 /* ---- the connection's life ---- */
 
 static void conn_free(sl_h2up_t *c) {
+    SL_BUG_ON(c->state != C_CLOSING || c->nstreams); /* no exchange holds one of its streams */
     sl_worker_t *w = c->w;
     while (c->streams) stream_free(c->streams);
     if (c->ss) nghttp2_session_del(c->ss);
@@ -719,6 +720,7 @@ static bool stream_submit(sl_h2up_stream_t *st) {
 /* The connection is ready for HTTP/2 (TCP, then TLS with ALPN h2): the preface and
  * SETTINGS go, and the streams waiting for it are submitted. */
 static void conn_ready(sl_h2up_t *c) {
+    SL_BUG_ON(c->state != C_CONNECTING);
     c->state = C_READY;
     uv_tcp_nodelay(&c->s.tcp, 1);
     if (sl_stream_read_start(&c->s, conn_alloc, conn_on_read) != 0) {

@@ -135,6 +135,7 @@ void sl__proxy_start(sl_req_t *r) {
         }
         sl__attempt_init(r);
     }
+    SL_BUG_ON(sl__req_upstream_busy(r) || r->resp.state != SL_RESP_NONE);
     r->mode = SL_MODE_PROXY;
     r->stage = SL_STAGE_RESPONSE;
     const sl_exchange_ops_t *ops = exchange_ops(r);
@@ -390,6 +391,7 @@ void sl__proxy_pump_up(sl_req_t *r) {
                 return;
             }
             if (rc == SL_DONE) {
+                SL_BUG_ON(r->body_done);
                 r->body_done = 1;
                 sl_outq_end_chunks(&r->upq);
             }
@@ -402,6 +404,7 @@ void sl__proxy_pump_up(sl_req_t *r) {
         if (x->whole || x->sent) return;
         if (r->upq.niov == 0) {
             if (r->body_done) {
+                SL_BUG_ON(r->upq.writing || r->upq.niov);
                 x->sent = 1;
                 if (!r->clq.writing) ds->ops->arm(ds, 0);
                 x->ops->end_request(x);
@@ -487,6 +490,7 @@ static void tunnel_switch(sl_req_t *r) {
     sl_lua_task_end(r->w, &r->lua);
     r->keep_alive = 0;
     r->resp.written = 1;
+    SL_BUG_ON(r->mode != SL_MODE_PROXY || sl__req_x(r)->state != SL_X_FREE);
     r->mode = SL_MODE_TUNNEL;
     sl__tunnel_start(r);
 }
@@ -638,6 +642,7 @@ void sl__proxy_pump_down(sl_req_t *r) {
 }
 
 static void req_finish(sl_req_t *r) {
+    SL_BUG_ON(!sl__req_resp_done(r) || r->clq.niov || r->clq.writing || r->bf_end);
     sl_worker_t *w = r->w;
     uint64_t now = sl_now_ns(); /* the end is when the last bytes went to the client: read, not the wake clock */
     sl_exchange_t *x = sl__req_x(r);

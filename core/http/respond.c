@@ -106,6 +106,7 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
     sl__proxy_drop_upstream(r);
     /* stale_if_error: a failed upstream's answer is replaced by an expired entry */
     if (SL_UNLIKELY(r->cache != NULL) && status >= 500) sl__cache_req_stale(r, &status, &ctype, &body);
+    SL_BUG_ON(sl__req_upstream_busy(r)); /* the gateway answers alone */
     r->mode = SL_MODE_LOCAL;
     bool grpc = r->grpc.answer || sl__req_is_grpc(r);
     if (grpc && !r->grpc.answer && status != 200) {
