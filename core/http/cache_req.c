@@ -112,8 +112,8 @@ static bool method_listed(const sl_req_t *r, const sl_cache_policy_t *pol) {
 /* The default key, "METHOD host/path?query", in the request's arena. */
 static sl_str_t default_key(sl_req_t *r) {
     sl_str_t m = r->head.method, h = {r->host, r->host_len};
-    sl_str_t path = r->path_override.p ? r->path_override : r->head.path;
-    sl_str_t q = r->query_set ? r->query_override : r->head.query;
+    sl_str_t path = r->over.path.p ? r->over.path : r->head.path;
+    sl_str_t q = r->over.query_set ? r->over.query : r->head.query;
     size_t n = m.len + 1 + h.len + path.len + (q.len ? 1 + q.len : 0);
     char *k = sl_arena_alloc(&r->arena, n);
     if (!k) return (sl_str_t){NULL, 0};

@@ -36,7 +36,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     (void)arg;
     const sl_h1_head_t *h = &r->head;
     sl_wbuf_t b = *bp;
-    sl_str_t path = r->path_override.p ? r->path_override : h->path;
+    sl_str_t path = r->over.path.p ? r->over.path : h->path;
     if (r->strip) {
         path.p += r->strip;
         path.len -= r->strip;
@@ -44,7 +44,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     bool ok = sl_wbuf_str(&b, h->method) && SL_WBUF_LIT(&b, " ");
     if (path.len == 0 || path.p[0] != '/') ok = ok && SL_WBUF_LIT(&b, "/");
     ok = ok && sl_wbuf_str(&b, path);
-    sl_str_t query = r->query_set ? r->query_override : h->query;
+    sl_str_t query = r->over.query_set ? r->over.query : h->query;
     if (query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, query);
     ok = ok && SL_WBUF_LIT(&b, " HTTP/1.1\r\n");
 

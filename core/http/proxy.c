@@ -207,7 +207,8 @@ void sl__proxy_connect_target(sl_req_t *r) {
  * being written may point into its buffers until the response ends. */
 static bool grpc_fail_mid_response(sl_req_t *r, const char *why) {
     sl_exchange_t *x = sl__req_x(r);
-    if (!x->ops->cut || x->state != SL_X_HEAD || !sl__req_resp_head(r) || r->head.major != 2 || !sl__req_is_grpc(r))
+    if (!x->ops->cut || x->state != SL_X_HEAD || !sl__req_resp_head(r) || r->head.major != 2 ||
+        !sl__req_is_grpc(r))
         return false;
     sl_h1_header_t *t = sl_arena_alloc(&r->arena, 2 * sizeof(*t));
     char *msg = sl_arena_alloc(&r->arena, strlen(why) + 1);
@@ -590,10 +591,11 @@ void sl__proxy_pump_down(sl_req_t *r) {
             sl_outq_end_chunks(&r->clq);
             continue;
         }
-        if (live && !sl__req_resp_done(r) && !r->bf_end && sl_outq_room(&r->clq) && (!filtered || !r->clq.niov)) {
+        if (live && !sl__req_resp_done(r) && !r->bf_end && sl_outq_room(&r->clq) &&
+            (!filtered || !r->clq.niov)) {
             const char *why = NULL;
-            int rc = x->ops->body(x, filtered ? 1 : sl_outq_room(&r->clq), filtered ? on_body_filtered : on_body_to_client,
-                                  r, &why);
+            sl_body_cb cb = filtered ? on_body_filtered : on_body_to_client;
+            int rc = x->ops->body(x, filtered ? 1 : sl_outq_room(&r->clq), cb, r, &why);
             if (r->bf_failed) {
                 ds->ops->abort(ds);
                 return;

@@ -138,9 +138,12 @@ struct sl_req_s {
     sl_lua_task_t lua;  /**< its coroutine and ctx (script/lua_host.h) */
     struct sl_wait_s *wait; /**< what the coroutine waits for (NULL: nothing) */
     sl_hdr_edits_t req_edits, resp_edits;
-    sl_str_t path_override; /**< set_path: replaces path (and strip_prefix) upstream */
-    sl_str_t query_override; /**< set_query: replaces the query upstream (query_set) */
-    uint8_t query_set;
+    /** A plugin's rewrites of the upstream request line. */
+    struct {
+        sl_str_t path;     /**< set_path: replaces path (and strip_prefix) upstream */
+        sl_str_t query;    /**< set_query: replaces the query upstream (query_set) */
+        uint8_t query_set;
+    } over;
     /* body_filter: the piece being filtered, and a plugin's replacement (bf_buf) */
     const char *bf_in;
     size_t bf_in_len;

@@ -25,10 +25,10 @@ static int out(sl_str_t s, const char **p, size_t *len) {
 
 int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len) { return out(r->head.method, p, len); }
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) {
-    return out(r->path_override.p ? r->path_override : r->head.path, p, len);
+    return out(r->over.path.p ? r->over.path : r->head.path, p, len);
 }
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) {
-    return out(r->query_set ? r->query_override : r->head.query, p, len);
+    return out(r->over.query_set ? r->over.query : r->head.query, p, len);
 }
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
@@ -94,7 +94,7 @@ static bool query_next(sl_str_t q, size_t *off, sl_str_t *k, sl_str_t *v, int *h
     return false;
 }
 
-static sl_str_t req_query(sl_req_t *r) { return r->query_set ? r->query_override : r->head.query; }
+static sl_str_t req_query(sl_req_t *r) { return r->over.query_set ? r->over.query : r->head.query; }
 
 int sl_ffi_req_get_query_arg(sl_req_t *r, const char *name, size_t nl, char *buf, size_t cap, size_t *len) {
     sl_str_t q = req_query(r), k, v;
@@ -276,7 +276,7 @@ int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err
         return SL_ERROR;
     }
     memcpy(copy, p, len);
-    r->path_override = (sl_str_t){copy, len};
+    r->over.path = (sl_str_t){copy, len};
     r->strip = 0;
     return SL_OK;
 }
@@ -296,8 +296,8 @@ int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **er
         return SL_ERROR;
     }
     if (len) memcpy(copy, q, len);
-    r->query_override = (sl_str_t){copy, len};
-    r->query_set = 1;
+    r->over.query = (sl_str_t){copy, len};
+    r->over.query_set = 1;
     return SL_OK;
 }
 
