@@ -348,7 +348,8 @@ const char *sl_upstream_protocol_name(int protocol) {
 /* `retry:`. Its keys act only where something reads them: `on`, `backoff` and
  * `max_backoff` when a request may be tried again (attempts above 1); `max_body` there
  * too on HTTP/1.1 (on HTTP/2 it also bounds the body kept to replay a stream a GOAWAY
- * refused); `hedge_after` on HTTP/1.1 only (h2_up.c never hedges a stream). A key that
+ * refused); `hedge_after` on every protocol (a hedge is a second exchange: a connection
+ * over HTTP/1.1, a stream over HTTP/2). A key that
  * would do nothing is an error at the key. Called after `protocol:` was read. */
 static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, sl_upstream_conf_t *u) {
     sl_retry_conf_t *r = &u->retry;
@@ -389,12 +390,7 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
         sl__cfg_get_duration(cx, v, "max_backoff", true, &r->max_backoff_ms);
     if ((v = f[RT_MAX_BODY].val))
         sl__cfg_get_size(cx, v, "max_body", 0, MAX_RETRY_BODY, &r->max_body);
-    if ((v = f[RT_HEDGE].val) && sl__cfg_get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms) &&
-        r->hedge_after_ms && u->protocol != SL_UP_HTTP1)
-        sl__cx_err(cx, f[RT_HEDGE].key,
-                   "'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams "
-                   "yet (this one is protocol: %s; retry.hedge_after is HTTP/1.1 only)",
-                   protocol_names[u->protocol]);
+    if ((v = f[RT_HEDGE].val)) sl__cfg_get_duration(cx, v, "hedge_after", true, &r->hedge_after_ms);
     if (r->max_backoff_ms < r->backoff_ms)
         sl__cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m,
                    "max_backoff must be at least backoff");

@@ -15,7 +15,7 @@
 #include "http/request.h"
 
 void sl__attempt_init(sl_req_t *r) {
-    r->of = (sl_attempts_of_t){sl__req_upstream_conf(r), &r->w->ug->ups[r->upstream], SL_LAYER_HTTP};
+    r->at.of = (sl_attempts_of_t){sl__req_upstream_conf(r), &r->w->ug->ups[r->upstream], SL_LAYER_HTTP};
 }
 
 /* What consistent-hash hashes for this request (hash_on). */
@@ -37,46 +37,48 @@ int sl__attempt_pick(sl_req_t *r, uint8_t *admit, uint64_t *retry_after_ms, uint
      * falls back to the balancer. The clock is read after the phase: the attempt that
      * begins now does not count the plugin's time. */
     if (r->phases & (1u << SL_PHASE_BALANCER)) {
-        r->lua_target = 0;
+        r->at.lua_target = 0;
         if (sl__req_phase(r, SL_PHASE_BALANCER) == SL_ERROR) return SL_PICK_PLUGIN_ERROR;
-        int t = (int)r->lua_target - 1;
+        int t = (int)r->at.lua_target - 1;
         *now_ns = sl_now_ns();
-        if (sl_attempt_take(&r->of, &r->tries, t, admit, *now_ns / 1000000u)) return t;
+        if (sl_attempt_take(&r->at.of, &r->at.tries, t, admit, *now_ns / 1000000u)) return t;
     } else {
         *now_ns = sl_now_ns();
     }
-    sl_str_t key = r->of.uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, r->of.uc) : (sl_str_t){"", 0};
-    return sl_attempt_pick(&r->of, &r->tries, key.p, key.len, admit, retry_after_ms, *now_ns / 1000000u);
+    sl_str_t key = r->at.of.uc->balancer == SL_LB_CONSISTENT_HASH ? hash_key(r, r->at.of.uc) : (sl_str_t){"", 0};
+    return sl_attempt_pick(&r->at.of, &r->at.tries, key.p, key.len, admit, retry_after_ms, *now_ns / 1000000u);
 }
 
 void sl__attempt_begin(sl_req_t *r, int t, uint8_t admit, uint64_t now_ns) {
+    /* an attempt begins on a free exchange, the previous one's target released */
+    SL_BUG_ON(sl__req_x(r)->state != SL_X_FREE || sl__req_x(r)->att.in_flight);
     if (r->trace.on) sl__trace_attempt_begin(r);
-    if (r->to_address) {
-        r->att.start_ns = now_ns;
+    if (r->addr.set) {
+        sl__req_x(r)->att.start_ns = now_ns;
         return;
     }
-    sl_attempt_begin(&r->of, &r->tries, &r->att, t, admit, now_ns);
+    sl_attempt_begin(&r->at.of, &r->at.tries, &sl__req_x(r)->att, t, admit, now_ns);
 }
 
 /* An attempt ended: what request debugging (and tracing) record of it. */
 static void attempt_ended(sl_req_t *r, int status, uint64_t now) {
-    if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_attempt(r, status, now - r->att.start_ns);
+    if (SL_UNLIKELY(r->debug != NULL)) sl__req_debug_attempt(r, status, now - sl__req_x(r)->att.start_ns);
     if (r->trace.on) sl__trace_attempt_end(r, status);
 }
 
 void sl__attempt_timed(sl_req_t *r, int status, uint64_t now) {
-    sl_metrics_upstream(&r->w->metrics, r->upstream, r->att.target, status, now - r->att.start_ns);
+    sl_metrics_upstream(&r->w->metrics, r->upstream, sl__req_x(r)->att.target, status, now - sl__req_x(r)->att.start_ns);
     attempt_ended(r, status, now);
 }
 
 void sl__attempt_outcome(sl_req_t *r, int outcome) {
-    if (!r->att.outcome_due || r->to_address) return;
-    sl_attempt_outcome(&r->of, &r->att, outcome, sl_now_ms());
+    if (!sl__req_x(r)->att.outcome_due || r->addr.set) return;
+    sl_attempt_outcome(&r->at.of, &sl__req_x(r)->att, outcome, sl_now_ms());
 }
 
 void sl__attempt_release(sl_req_t *r) {
-    if (!r->att.in_flight || r->to_address) return;
-    sl_attempt_release(&r->of, &r->att);
+    if (!sl__req_x(r)->att.in_flight || r->addr.set) return;
+    sl_attempt_release(&r->at.of, &sl__req_x(r)->att);
 }
 
 void sl__attempt_abandon(sl_req_t *r) {
@@ -84,9 +86,9 @@ void sl__attempt_abandon(sl_req_t *r) {
     sl__hedge_end(r, SL_OUT_CANCEL);
     sl__attempt_outcome(r, SL_OUT_CANCEL);
     sl__attempt_release(r);
-    if (r->next_target >= 0) {
-            sl_attempt_cancel_admission(&r->of, r->next_target, r->next_admit);
-        r->next_target = -1;
+    if (r->at.next_target >= 0) {
+            sl_attempt_cancel_admission(&r->at.of, r->at.next_target, r->at.next_admit);
+        r->at.next_target = -1;
     }
 }
 
@@ -117,14 +119,14 @@ static void backoff_done(sl_req_t *r) { sl__proxy_connect(r); }
 bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     const sl_retry_conf_t *rc = &uc->retry;
-    if (r->to_address || r->tries.attempts >= rc->attempts || r->resp_written || !retry_condition(rc, kind, status))
+    if (r->addr.set || r->at.tries.attempts >= rc->attempts || r->resp.written || !retry_condition(rc, kind, status))
         return false;
     /* A request whose connection never happened reached no application: any method may go
      * again, and its queued bytes are still unsent. Otherwise only an idempotent request
      * whose body (if any) can be replayed from the buffer. */
     bool never_connected = kind == SL_FAIL_CONNECT;
     if (!never_connected &&
-        (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered && !r->h2_replay)))
+        (!method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered && !r->replay.on)))
         return false;
     sl__attempt_outcome(r, SL_OUT_FAILURE);
     uint64_t ra, picked_at;
@@ -134,8 +136,9 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     /* an answer retried for its status is not an upstream exchange counted by the metrics
      * (the failures of sl__proxy_failed were counted there), but it was an attempt */
     if (kind == SL_FAIL_STATUS) attempt_ended(r, status, sl_now_ns());
-    r->next_target = t;
-    r->next_admit = admit;
+    SL_BUG_ON(r->at.next_target >= 0); /* one admitted retry target at a time */
+    r->at.next_target = t;
+    r->at.next_admit = admit;
     sl_metrics_retry(&r->w->metrics, r->upstream,
                      kind == SL_FAIL_CONNECT   ? SL_RETRY_CONNECT
                      : kind == SL_FAIL_TIMEOUT ? SL_RETRY_TIMEOUT
@@ -144,10 +147,10 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     sl__attempt_release(r);
     sl__proxy_drop_upstream(r);
     r->status = 0;
-    r->req_sent = 0;
+    sl__req_x(r)->sent = 0;
     r->upq.writing = 0;
     if (!never_connected) sl__proxy_requeue(r);
-    uint64_t cap = rc->backoff_ms << SL_MIN(r->tries.attempts - 1, 20);
+    uint64_t cap = rc->backoff_ms << SL_MIN(r->at.tries.attempts - 1, 20);
     cap = SL_MIN(cap, rc->max_backoff_ms);
     uint64_t delay = cap ? sl_rand64() % (cap + 1) : 0;
     if (delay == 0 || sl__req_wait_ms(r, delay, SL_WAIT_BACKOFF, backoff_done) != SL_OK) sl__proxy_connect(r);
@@ -157,7 +160,7 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
 void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
     if (retry_after_ms) {
-        r->retry_after_s = (uint32_t)((retry_after_ms + 999) / 1000);
+        r->at.retry_after_s = (uint32_t)((retry_after_ms + 999) / 1000);
         sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
                   "every target's circuit breaker is open -> 503");
         sl__req_respond_error(r, 503, "circuit breaker open", false);
@@ -172,66 +175,47 @@ void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
 
 bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
     int st = r->rhead.status;
-    if (r->to_address) return false;
+    if (r->addr.set) return false;
     sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
-    sl_attempt_observe(&r->of, &r->att, now_ns);
+    sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
     if (st >= 500 && sl__attempt_retry(r, SL_FAIL_STATUS, st)) return true;
-    sl_attempt_outcome(&r->of, &r->att, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS, now_ns / 1000000u);
+    sl_attempt_outcome(&r->at.of, &sl__req_x(r)->att, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS, now_ns / 1000000u);
     return false;
 }
 
 /* ---- hedging (retry.hedge_after) ----
  *
  * When the first attempt of an idempotent request (no body, or a buffered one) has not
- * begun to answer after hedge_after, a second attempt goes to another eligible target.
- * The first to send response bytes wins; the other is cancelled (breaker: cancel, not
- * failure) and its connection closed. The hedge attempt lives in r->hedge; attempt_swap
- * exchanges it with the current attempt's fields, so the attempt functions serve both. */
+ * begun to answer after hedge_after, a second attempt goes to another eligible target, on
+ * the request's second exchange, whatever the protocol: a connection of its own over
+ * HTTP/1.1, a stream over HTTP/2. The first to send response bytes wins; the other is
+ * cancelled (breaker: cancel, not failure): its connection closed, or its stream reset
+ * while the connection goes on serving others. The hedge's exchange sends the whole
+ * request itself (x->whole). attempt_swap makes the hedge's exchange the current one for
+ * the attempt functions: it flips r->at.cur, nothing moves. */
 
-static void attempt_swap(sl_req_t *r) {
-#define SWAP(a, b)              \
-    do {                        \
-        __typeof__(a) tmp_ = a; \
-        a = b;                  \
-        b = tmp_;               \
-    } while (0)
-    SWAP(r->up, r->hedge.up);
-    SWAP(r->att, r->hedge.att);
-    SWAP(r->req_sent, r->hedge.sent);
-    SWAP(r->trace.attempt_n, r->hedge.span_n);
-    SWAP(r->trace.attempt_start_ns, r->hedge.span_start_ns);
-    uint8_t span[8];
-    memcpy(span, r->trace.attempt, 8);
-    memcpy(r->trace.attempt, r->hedge.span, 8);
-    memcpy(r->hedge.span, span, 8);
-#undef SWAP
-}
-
-static void close_upconn(sl_upconn_t *u) {
-    if (!u) return;
-    u->req = NULL;
-    sl__upconn_close(u);
-}
+static void attempt_swap(sl_req_t *r) { r->at.cur ^= 1; }
 
 void sl__hedge_end(sl_req_t *r, int outcome) {
     if (r->wait && r->wait->kind == SL_WAIT_HEDGE) sl__req_cancel_wait(r);
-    if (!r->hedge.up && !r->hedge.att.outcome_due && !r->hedge.att.in_flight) return;
+    sl_exchange_t *hx = sl__req_hedge_x(r);
+    if (hx->state == SL_X_FREE && !hx->att.outcome_due && !hx->att.in_flight) return;
     attempt_swap(r);
     if (r->trace.on && outcome == SL_OUT_CANCEL) sl__trace_attempt_cancelled(r);
     sl__attempt_outcome(r, outcome);
     sl__attempt_release(r);
-    close_upconn(r->up);
-    r->up = NULL;
+    if (hx->state != SL_X_FREE) hx->ops->cancel(hx);
     attempt_swap(r);
 }
 
 void sl__hedge_promote(sl_req_t *r, int lost) {
+    sl_exchange_t *x = sl__req_x(r), *hx = sl__req_hedge_x(r);
+    SL_BUG_ON(hx->state == SL_X_FREE || !hx->whole);
     if (r->trace.on && lost == SL_OUT_CANCEL) sl__trace_attempt_cancelled(r);
     sl__attempt_outcome(r, lost);
     sl__attempt_release(r);
-    close_upconn(r->up);
-    r->up = NULL;
-    r->upq.writing = 0; /* the old connection's write, if any, was cancelled with it */
+    if (x->state != SL_X_FREE) x->ops->cancel(x);
+    r->upq.writing = 0; /* the old exchange's write, if any, was cancelled with it */
     sl_outq_reset(&r->upq);
     attempt_swap(r);
 }
@@ -242,96 +226,36 @@ void sl__hedge_failed(sl_req_t *r, const char *why) {
     sl__hedge_end(r, SL_OUT_FAILURE);
 }
 
-static void hedge_written(uv_write_t *wr, int status) {
-    sl_upconn_t *u = (sl_upconn_t *)wr->handle;
-    sl_req_t *r = u->req;
-    if (!r || u != r->hedge.up) {
-        if (r && u == r->up) { /* promoted before its request was fully written */
-            if (status < 0) sl__proxy_failed(r, 502, SL_FAIL_RESET, "upstream write failed");
-            else r->req_sent = 1;
-        }
-        return;
-    }
-    if (status < 0) {
-        sl__hedge_failed(r, "write failed");
-        return;
-    }
-    r->hedge.sent = 1;
-}
-
-/* Writes the whole request (head, buffered body) on the hedge's connection. */
-static void hedge_send(sl_req_t *r, sl_upconn_t *u) {
-    uv_buf_t b[2] = {uv_buf_init(r->uphead.base, (unsigned)r->uphead.len),
-                     uv_buf_init(r->heap, (unsigned)(r->body_buffered ? r->heap_len : 0))};
-    u->state = SL_UP_ACTIVE;
-    uv_tcp_nodelay(&u->s.tcp, 1);
-    sl__upconn_start_reading(u);
-    int rc = sl_stream_writev(&u->s, &u->wreq, b, b[1].len ? 2 : 1, hedge_written);
-    if (rc < 0) {
-        sl__hedge_failed(r, "write failed");
-        return;
-    }
-    if (rc == 1) { /* all written at once: no callback follows */
-        u->wreq.handle = (uv_stream_t *)&u->s.tcp;
-        hedge_written(&u->wreq, 0);
-        if (u->req != r) return;
-    }
-    sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
-}
-
-void sl__hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status, const char *why) {
-    if (status < 0) {
-        sl__hedge_failed(r, why ? why : uv_strerror(status));
-        return;
-    }
-    hedge_send(r, u);
-}
-
-void sl__hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread) {
-    if (nread < 0) {
-        sl__hedge_failed(r, nread == UV_EOF ? "closed before answering" : uv_strerror((int)nread));
-        return;
-    }
-    if (r->resp_head) return; /* cannot happen: the hedge ends when the other answers */
+void sl__hedge_answered(sl_req_t *r) {
+    if (sl__req_resp_head(r)) return; /* cannot happen: the hedge ends when the other answers */
     sl_log_kv(SL_LOG_DEBUG, (const char *[]){"request_id", r->rid}, 1, "the hedge answered first");
     sl__hedge_promote(r, SL_OUT_CANCEL);
-    sl__upconn_arm(u, sl__req_upstream_conf(r)->read_timeout_ms);
+    sl_exchange_t *x = sl__req_x(r);
+    x->ops->arm(x, sl__req_upstream_conf(r)->read_timeout_ms);
     sl__proxy_pump_down(r);
 }
 
 static void hedge_fire(sl_req_t *r) {
-    if (r->resp_head || !r->up || r->hedge.up) return;
+    sl_exchange_t *hx = sl__req_hedge_x(r);
+    if (sl__req_resp_head(r) || sl__req_x(r)->state == SL_X_FREE || hx->state != SL_X_FREE) return;
     uint64_t ra, now;
     uint8_t admit = 0;
     int t = sl__attempt_pick(r, &admit, &ra, &now);
     if (t < 0) return; /* no other target: the first attempt runs alone */
-    r->hedged = 1;
+    SL_BUG_ON(r->at.hedged || hx->att.in_flight);
+    r->at.hedged = 1;
     attempt_swap(r);
     sl__attempt_begin(r, t, admit, now);
-    sl_worker_t *w = r->w;
-    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
-    sl_upconn_t *u = sl__upconn_reuse(w, r, &sl__proxy_upconn_cb, (uint32_t)r->upstream, (uint32_t)t);
-    if (!u && (u = sl__upconn_new(w, r, &sl__proxy_upconn_cb, (uint32_t)r->upstream, (uint32_t)t))) {
-        r->up = u;
-        attempt_swap(r);
-        if (sl__upconn_connect(u, (const struct sockaddr *)&uc->targets[t].addr.ss, uc->connect_timeout_ms) != 0)
-            sl__hedge_failed(r, "connect failed");
-        return;
-    }
-    if (u) {
-        r->up = u;
-        attempt_swap(r);
-        hedge_send(r, u);
-        return;
-    }
+    hx->whole = 1;
+    int rc = hx->ops->start(hx);
     attempt_swap(r);
-    sl__hedge_end(r, SL_OUT_CANCEL); /* out of memory */
+    if (rc < 0) sl__hedge_failed(r, uv_strerror(rc));
 }
 
 void sl__hedge_arm(sl_req_t *r) {
     const sl_retry_conf_t *rc = &sl__req_upstream_conf(r)->retry;
     /* An upgrade is never hedged: two upstreams could both switch protocols. */
-    if (!rc->hedge_after_ms || r->hedged || r->upgrade || r->tries.attempts != 1 || r->to_address || r->wait ||
+    if (!rc->hedge_after_ms || r->at.hedged || r->upgrade || r->at.tries.attempts != 1 || r->addr.set || r->wait ||
         !method_idempotent(r) || (r->head.body_kind != SL_BODY_NONE && !r->body_buffered) ||
         sl__req_upstream_conf(r)->ntargets < 2)
         return;

@@ -113,8 +113,8 @@ static bool method_listed(const sl_req_t *r, const sl_cache_policy_t *pol) {
 /* The default key, "METHOD host/path?query", in the request's arena. */
 static sl_str_t default_key(sl_req_t *r) {
     sl_str_t m = r->head.method, h = {r->host, r->host_len};
-    sl_str_t path = r->path_override.p ? r->path_override : r->head.path;
-    sl_str_t q = r->query_set ? r->query_override : r->head.query;
+    sl_str_t path = r->over.path.p ? r->over.path : r->head.path;
+    sl_str_t q = r->over.query_set ? r->over.query : r->head.query;
     size_t n = m.len + 1 + h.len + path.len + (q.len ? 1 + q.len : 0);
     char *k = sl_arena_alloc(&r->arena, n);
     if (!k) return (sl_str_t){NULL, 0};
@@ -155,8 +155,8 @@ int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol
     int rc = sl_cache_lookup(c->key, req_header, r, sl_wake_ns(), secs_ns(pol->lock_timeout), c->token, may_wait,
                              &hit, &stale, &locked);
     if (rc == SL_CACHE_HIT) {
-        r->exit_status = hit->status;
-        r->exit_body = hit->body;
+        r->exit.status = hit->status;
+        r->exit.body = hit->body;
         answer_from(r, hit, SL_CACHE_HIT);
         return rc;
     }

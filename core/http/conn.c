@@ -606,7 +606,7 @@ static void h1_abort(sl_downstream_t *d) {
     /* A response cut short whose end the client learns from the close (an HTTP/1.0 client,
      * no length): a reset, never a FIN or a close_notify, which would pass the truncated
      * body off as the whole one (a tcp listener's sessions do the same, tcp_proxy.c). */
-    if (r && r->resp_eof_client && r->resp_written && !r->resp_done) {
+    if (r && r->resp.eof_client && r->resp.written && !sl__req_resp_done(r)) {
         uv_os_fd_t fd;
         struct linger lg = {1, 0};
         if (uv_fileno((uv_handle_t *)&c->s.tcp, &fd) == 0) setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);

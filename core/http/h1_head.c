@@ -37,7 +37,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     (void)arg;
     const sl_h1_head_t *h = &r->head;
     sl_wbuf_t b = *bp;
-    sl_str_t path = r->path_override.p ? r->path_override : h->path;
+    sl_str_t path = r->over.path.p ? r->over.path : h->path;
     if (r->strip) {
         path.p += r->strip;
         path.len -= r->strip;
@@ -45,7 +45,7 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     bool ok = sl_wbuf_str(&b, h->method) && SL_WBUF_LIT(&b, " ");
     if (path.len == 0 || path.p[0] != '/') ok = ok && SL_WBUF_LIT(&b, "/");
     ok = ok && sl_wbuf_str(&b, path);
-    sl_str_t query = r->query_set ? r->query_override : h->query;
+    sl_str_t query = r->over.query_set ? r->over.query : h->query;
     if (query.len) ok = ok && SL_WBUF_LIT(&b, "?") && sl_wbuf_str(&b, query);
     ok = ok && SL_WBUF_LIT(&b, " HTTP/1.1\r\n");
 
@@ -164,7 +164,7 @@ static bool fill_client_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
 
     r->clq.chunked = 0;
-    r->resp_eof_client = 0;
+    r->resp.eof_client = 0;
     /* A body_filter may change the body's length: its output is re-framed as chunked. */
     bool filtered = sl__req_body_filtered(r) && h->body_kind != SL_BODY_NONE;
     if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED && !filtered) {
@@ -178,7 +178,7 @@ static bool fill_client_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
             r->clq.chunked = 1;
         } else {
             r->keep_alive = 0; /* an HTTP/1.0 client learns the end from the close */
-            r->resp_eof_client = 1;
+            r->resp.eof_client = 1;
         }
     } else if (h->body_kind == SL_BODY_NONE && h->status >= 200 && h->status != 204 &&
                h->status != 304 && r->head.method_id != HTTP_HEAD) {
@@ -270,7 +270,7 @@ static bool fill_answer_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, content_length) &&
              SL_WBUF_LIT(&b, "\r\n");
     if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
-        ok = ok && SL_WBUF_LIT(&b, "Retry-After: ") && sl_wbuf_u64(&b, r->retry_after_s ? r->retry_after_s : 1) &&
+        ok = ok && SL_WBUF_LIT(&b, "Retry-After: ") && sl_wbuf_u64(&b, r->at.retry_after_s ? r->at.retry_after_s : 1) &&
              SL_WBUF_LIT(&b, "\r\n");
     ok = ok && put_conn_header(&b, r) && SL_WBUF_LIT(&b, "\r\n");
     *bp = b;
@@ -280,7 +280,7 @@ static bool fill_answer_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
 int sl__h1_answer_head(sl_req_t *r, sl_str_t ctype, uint64_t content_length) {
     sl_outq_reset(&r->clq);
     r->clq.chunked = 0;
-    r->resp_eof_client = 0;
+    r->resp.eof_client = 0;
     answer_t an = {ctype, content_length};
     sl_wbuf_t b;
     if (arena_build(r, fill_answer_head, &an, &b) != SL_OK) return SL_ERROR;

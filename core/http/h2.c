@@ -753,7 +753,7 @@ static ssize_t on_read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_
     if (q && st->qi == q->niov) {
         st->q = NULL;
         ev_push(st, EV_WRITTEN);
-        if (st->ds.req && st->ds.req->resp_done) st->eof_due = 1; /* that was the last of it */
+        if (st->ds.req && sl__req_resp_done(st->ds.req)) st->eof_due = 1; /* that was the last of it */
     }
     if (!st->q && st->eof_due) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -1119,10 +1119,10 @@ static int h2_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = nv_add(r, nva, &n, ed->added[i].name, ed->added[i].value);
     if (answer) {
         /* A gRPC error is trailers-only: one HEADERS frame, no length (respond.c). */
-        if (status != 204 && !r->grpc_answer)
+        if (status != 204 && !r->grpc.answer)
             ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
         if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
-            ok = ok && nv_num(r, nva, &n, SL_LIT("retry-after"), r->retry_after_s ? r->retry_after_s : 1);
+            ok = ok && nv_num(r, nva, &n, SL_LIT("retry-after"), r->at.retry_after_s ? r->at.retry_after_s : 1);
         st->bodiless = content_length == 0 || status == 204 || status == 304 || r->head.method_id == HTTP_HEAD;
     } else {
         /* A body_filter may change the body's length: its output goes without one. */

@@ -31,6 +31,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "http/h2.h"
+#include "http/request.h"
 #include "proto/grpc_timeout.h"
 
 /* A stream's window: its response body block. */
@@ -49,7 +50,7 @@ typedef struct sl_h2up_s sl_h2up_t;
 
 struct sl_h2up_stream_s {
     sl_h2up_t *c;
-    sl_req_t *r;            /**< NULL once the request left */
+    sl_exchange_t *x;       /**< the exchange using it; NULL once it left */
     int32_t id;             /**< 0 until submitted */
     sl__h2_ev_t ev;    /**< EV_* bits waiting for h2up_run; in c->ev while any */
     uint8_t interim;        /**< the HEADERS being received is a 1xx */
@@ -60,6 +61,8 @@ struct sl_h2up_stream_s {
     char *body;             /**< response body block, or NULL */
     uint32_t blen, bpos;
     sl_outq_t *q;           /**< the request body being taken by the data provider */
+    const char *src;        /**< or a whole buffered body (a hedge's): src[soff..slen) */
+    size_t slen, soff;
     uint16_t qi;
     size_t qoff;
     uint64_t due;           /**< read timeout (loop ms); 0: none */
@@ -148,6 +151,7 @@ static void stream_free(sl_h2up_stream_t *st) {
 /* ---- the connection's life ---- */
 
 static void conn_free(sl_h2up_t *c) {
+    SL_BUG_ON(c->state != C_CLOSING || c->nstreams); /* no exchange holds one of its streams */
     sl_worker_t *w = c->w;
     while (!sl_list_empty(&c->streams)) stream_free(SL_LIST_FIRST(&c->streams, sl_h2up_stream_t, link));
     if (c->ss) nghttp2_session_del(c->ss);
@@ -158,7 +162,7 @@ static void conn_free(sl_h2up_t *c) {
 }
 
 /* A request whose response was whole may still be reading a stream's block: the
- * connection's memory waits for the last one to leave (sl__h2up_detach). */
+ * connection's memory waits for the last one to leave (stream_detach). */
 static void conn_on_close(uv_handle_t *h) {
     sl_h2up_t *c = h->data;
     if (--c->nclose) return;
@@ -231,20 +235,21 @@ static void on_timer(uv_timer_t *t) {
     sl_list_t *n, *nx;
     sl_list_foreach_safe(n, nx, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
-        sl_req_t *r = st->r;
-        if (!r) continue;
-        if (r->grpc_due && r->grpc_due <= now && !st->expired) {
-            sl__proxy_grpc_deadline(r);
+        sl_exchange_t *x = st->x;
+        if (!x) continue;
+        sl_req_t *r = x->r;
+        if (r->grpc.due && r->grpc.due <= now && !st->expired) {
+            x->cb->on_deadline(x);
             continue;
         }
-        if (r->grpc_due) next = next && next < r->grpc_due ? next : r->grpc_due;
+        if (r->grpc.due) next = next && next < r->grpc.due ? next : r->grpc.due;
         if (!st->due) continue;
         if (st->due > now) {
             next = next && next < st->due ? next : st->due;
             continue;
         }
         st->due = 0;
-        sl__proxy_failed(r, 504, SL_FAIL_TIMEOUT, "upstream timed out");
+        x->cb->on_failed(x, 504, SL_FAIL_TIMEOUT, "upstream timed out");
     }
     if (c->state == C_CLOSING) return;
     if (!c->nstreams && c->idle_due && c->state != C_CONNECTING) {
@@ -297,8 +302,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     (void)flags;
     (void)ud;
     sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
-    if (!st || !st->r || frame->hd.type != NGHTTP2_HEADERS) return 0;
-    sl_req_t *r = st->r;
+    if (!st || !st->x || frame->hd.type != NGHTTP2_HEADERS) return 0;
+    sl_req_t *r = st->x->r;
     st->hdr_bytes += (uint32_t)(nl + vl + 32);
     if (st->hdr_bytes > st->c->w->resp_limits->max_header_size) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (st->head_done) return push_trailer(r, name, nl, value, vl);
@@ -352,14 +357,14 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *
     default: return 0;
     }
     sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
-    if (!st || !st->r) return 0;
+    if (!st || !st->x) return 0;
     bool end = frame->hd.flags & NGHTTP2_FLAG_END_STREAM;
     if (frame->hd.type == NGHTTP2_HEADERS && !st->head_done) {
         if (st->interim) {
             st->interim = 0; /* a 1xx ends here: the gateway sent its own 100 */
             return 0;
         }
-        sl_h1_head_t *h = &st->r->rhead;
+        sl_h1_head_t *h = &st->x->r->rhead;
         st->head_done = 1;
         h->body_kind = end                                                  ? SL_BODY_NONE
                        : (h->flags & SL_H1_HAS_CL) && h->content_length == 0 ? SL_BODY_NONE
@@ -379,7 +384,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const u
     (void)flags;
     nghttp2_session_consume_connection(ss, len);
     sl_h2up_stream_t *st = stream_of(ss, id);
-    if (!st || !st->r || st->expired) {
+    if (!st || !st->x || st->expired) {
         if (st) nghttp2_session_consume_stream(ss, id, len);
         return 0;
     }
@@ -398,7 +403,7 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
     st->nclosed = 1;
     st->close_code = code;
     if (code == NGHTTP2_REFUSED_STREAM) st->refused = 1;
-    if (st->r)
+    if (st->x)
         ev_push(st, EV_CLOSED);
     else
         stream_free(st);
@@ -422,9 +427,16 @@ static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t
     (void)ss;
     (void)id;
     (void)ud;
-    if (!st->r) {
+    if (!st->x) {
         st->deferred = 1;
         return NGHTTP2_ERR_DEFERRED; /* the reset that goes with the detach follows */
+    }
+    if (st->x->whole) { /* the whole body, then the end */
+        size_t n = SL_MIN(len, st->slen - st->soff);
+        if (n) memcpy(buf, st->src + st->soff, n);
+        st->soff += n;
+        if (st->soff == st->slen) *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return (ssize_t)n;
     }
     size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
     if (q && st->qi == q->niov) {
@@ -488,27 +500,27 @@ static bool conn_flush(sl_h2up_t *c, bool soft) {
 /* Acts on one stream's events. The stream (and its request) may be gone afterwards. */
 static void stream_run(sl_h2up_stream_t *st) {
     uint8_t ev = sl__h2_ev_take(&st->ev);
-    sl_req_t *r = st->r;
-    if (!r) return;
+    sl_exchange_t *x = st->x;
+    if (!x) return;
     if (ev & EV_WRITTEN) {
         if (ev & ~EV_WRITTEN) ev_push(st, ev & ~EV_WRITTEN);
-        sl__proxy_h2_written(r);
+        x->cb->on_written(x);
         return;
     }
     if ((ev & EV_CLOSED) && !st->remote_done && !st->expired) {
         if (st->refused) {
-            sl__proxy_h2_refused(r, "upstream refused the stream");
+            x->cb->on_refused(x, "upstream refused the stream");
             return;
         }
         char why[96];
         snprintf(why, sizeof why, "upstream reset the stream (%s)", nghttp2_http2_strerror(st->close_code));
-        sl__proxy_failed(r, 502, SL_FAIL_RESET, why);
+        x->cb->on_failed(x, 502, SL_FAIL_RESET, why);
         return;
     }
     if (ev & (EV_HEAD | EV_DATA)) {
-        if (st->due && !st->remote_done) st->due = loop_now(st->c) + sl__req_upstream_conf(r)->read_timeout_ms;
+        if (st->due && !st->remote_done) st->due = loop_now(st->c) + sl__req_upstream_conf(x->r)->read_timeout_ms;
         if (st->remote_done) st->due = 0;
-        sl__proxy_pump_down(r);
+        x->cb->on_readable(x);
     }
 }
 
@@ -541,19 +553,19 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     sl_list_t *n, *nx;
     sl_list_foreach_safe(n, nx, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
-        sl_req_t *r = st->r;
-        if (!r || st->remote_done || st->expired) continue;
+        sl_exchange_t *x = st->x;
+        if (!x || st->remote_done || st->expired) continue;
         /* a stream never sent, or above a GOAWAY's last-stream-id, reached no application */
         if (!connecting && (!st->id || st->id > c->last_id))
-            sl__proxy_h2_refused(r, why);
+            x->cb->on_refused(x, why);
         else
-            sl__proxy_failed(r, status, kind, why);
+            x->cb->on_failed(x, status, kind, why);
     }
     /* requests that completed their response still point at their streams: they leave as
      * they finish (detach frees a stream of a closing connection) */
     sl_list_foreach(n, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
-        if (st->r) {
+        if (st->x) {
             st->nclosed = 1;
             st->remote_done = 1;
         }
@@ -601,7 +613,7 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
  * list. Connection-specific fields go (RFC 9113 8.2.2), Host becomes :authority, and
  * `te: trailers` says the upstream may answer with trailers (gRPC needs it). */
 static bool stream_submit(sl_h2up_stream_t *st) {
-    sl_req_t *r = st->r;
+    sl_req_t *r = st->x->r;
     const char *p = r->uphead.base, *end = p + r->uphead.len;
     size_t lines = 0;
     for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))); x++) lines++;
@@ -681,6 +693,7 @@ static bool stream_submit(sl_h2up_stream_t *st) {
 /* The connection is ready for HTTP/2 (TCP, then TLS with ALPN h2): the preface and
  * SETTINGS go, and the streams waiting for it are submitted. */
 static void conn_ready(sl_h2up_t *c) {
+    SL_BUG_ON(c->state != C_CONNECTING);
     c->state = C_READY;
     uv_tcp_nodelay(&c->s.tcp, 1);
     if (sl_stream_read_start(&c->s, conn_alloc, conn_on_read) != 0) {
@@ -696,7 +709,7 @@ static void conn_ready(sl_h2up_t *c) {
     sl_list_t *n, *nx;
     sl_list_foreach_safe(n, nx, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
-        if (st->r && !st->id && !stream_submit(st)) sl__proxy_failed(st->r, 502, SL_FAIL_OTHER, "out of memory");
+        if (st->x && !st->id && !stream_submit(st)) st->x->cb->on_failed(st->x, 502, SL_FAIL_OTHER, "out of memory");
     }
     h2up_run(c);
 }
@@ -816,106 +829,17 @@ static uint64_t grpc_due(sl_req_t *r, uint64_t now) {
     return now + (ms > spent ? ms - spent : 1);
 }
 
-int sl__h2up_start(sl_req_t *r) {
-    sl_worker_t *w = r->w;
-    uint32_t up = (uint32_t)r->upstream, t = (uint32_t)r->att.target;
-    sl_h2up_t *c = conn_pick(w, up, t);
-    if (!c && !(c = conn_new(w, up, t))) return UV_ENOMEM;
-    sl_h2up_stream_t *st = sl__h2_calloc(sizeof(*st));
-    if (!st) return UV_ENOMEM;
-    st->c = c;
-    st->r = r;
-    sl_list_push_front(&c->streams, &st->link);
-    c->nstreams++;
-    c->idle_due = 0;
-    r->h2s = st;
-    if (!r->grpc_due && sl_h1_find(&r->head, "grpc-timeout", 12)) r->grpc_due = grpc_due(r, loop_now(c));
-    if (r->grpc_due) conn_schedule(c, r->grpc_due);
-    if (c->state == C_READY) {
-        if (!stream_submit(st)) {
-            r->h2s = NULL;
-            st->r = NULL;
-            c->nstreams--;
-            stream_free(st);
-            return UV_ENOMEM;
-        }
-        conn_kick(c);
-    }
-    return 0;
-}
+/* ---- the exchange (exchange.h) over a stream ---- */
 
-bool sl__h2up_head_ready(const sl_req_t *r) { return r->h2s->head_done; }
-
-void sl__h2up_write(sl_req_t *r, sl_outq_t *q) {
-    sl_h2up_stream_t *st = r->h2s;
-    st->q = q;
-    st->qi = 0;
-    st->qoff = 0;
-    q->writing = 1;
-    if (st->deferred && st->id && !st->nclosed) {
-        st->deferred = 0;
-        nghttp2_session_resume_data(st->c->ss, st->id);
-    }
-    conn_kick(st->c);
-}
-
-void sl__h2up_end(sl_req_t *r) {
-    sl_h2up_stream_t *st = r->h2s;
-    if (st->body_eof) return;
-    st->body_eof = 1;
-    if (st->deferred && st->id && !st->nclosed) {
-        st->deferred = 0;
-        nghttp2_session_resume_data(st->c->ss, st->id);
-    }
-    conn_kick(st->c);
-}
-
-int sl__h2up_read(sl_req_t *r, uint32_t room, sl_body_cb cb, void *ud) {
-    sl_h2up_stream_t *st = r->h2s;
-    (void)room; /* one piece per call: what the block holds */
-    if (st->expired) return SL_DONE;
-    if (st->bpos < st->blen) {
-        uint32_t n = st->blen - st->bpos;
-        if (cb(ud, st->body + st->bpos, n)) return SL_ERROR;
-        st->bpos += n;
-        return SL_OK;
-    }
-    return st->remote_done ? SL_DONE : SL_EAGAIN;
-}
-
-void sl__h2up_wait(sl_req_t *r) {
-    sl_h2up_stream_t *st = r->h2s;
-    if (st->bpos != st->blen || !st->blen) return;
-    if (!st->nclosed) nghttp2_session_consume_stream(st->c->ss, st->id, st->blen);
-    st->blen = st->bpos = 0;
-    if (st->body) {
-        sl_block_put(&st->c->w->blocks, st->body);
-        st->body = NULL;
-    }
-    conn_kick(st->c);
-}
-
-void sl__h2up_arm(sl_req_t *r, uint64_t ms) {
-    sl_h2up_stream_t *st = r->h2s;
-    st->due = ms ? loop_now(st->c) + ms : 0;
-    if (ms) conn_schedule(st->c, st->due);
-}
-
-void sl__h2up_expire(sl_req_t *r) {
-    sl_h2up_stream_t *st = r->h2s;
-    st->expired = 1;
-    st->due = 0;
-    if (st->id && !st->nclosed && st->c->state != C_CLOSING) {
-        nghttp2_submit_rst_stream(st->c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-        conn_kick(st->c);
-    }
-}
-
-void sl__h2up_detach(sl_req_t *r) {
-    sl_h2up_stream_t *st = r->h2s;
+/* The exchange leaves its stream: a stream still open is reset (CANCEL), its connection
+ * stays. */
+static void stream_detach(sl_exchange_t *x) {
+    sl_h2up_stream_t *st = x->u.stream;
     sl_h2up_t *c = st->c;
-    r->h2s = NULL;
-    st->r = NULL;
+    SL_BUG_ON(st->x != x || !c->nstreams);
+    x->u.stream = NULL;
+    x->state = SL_X_FREE;
+    st->x = NULL;
     st->q = NULL;
     c->nstreams--;
     if (st->id) atomic_fetch_sub(&c->ts->h2_streams, 1);
@@ -938,6 +862,183 @@ void sl__h2up_detach(sl_req_t *r) {
     if (!c->nstreams) c->idle_due = 0; /* h2up_run starts the idle timeout */
     conn_kick(c);
 }
+
+static int h2_start(sl_exchange_t *x) {
+    SL_BUG_ON(x->state != SL_X_FREE);
+    sl_req_t *r = x->r;
+    sl_worker_t *w = r->w;
+    uint32_t up = (uint32_t)r->upstream, t = (uint32_t)x->att.target;
+    sl_h2up_t *c = conn_pick(w, up, t);
+    if (!c && !(c = conn_new(w, up, t))) return UV_ENOMEM;
+    sl_h2up_stream_t *st = sl__h2_calloc(sizeof(*st));
+    if (!st) return UV_ENOMEM;
+    st->c = c;
+    st->x = x;
+    sl_list_push_front(&c->streams, &st->link);
+    c->nstreams++;
+    c->idle_due = 0;
+    x->u.stream = st;
+    x->state = SL_X_OPEN;
+    x->sent = 0;
+    if (x->whole) {
+        /* a hedge: the rebuilt head and the buffered body (if any) go at once, and the
+         * read timeout runs from now */
+        st->src = r->body_buffered ? r->heap : NULL;
+        st->slen = r->body_buffered ? r->heap_len : 0;
+        st->body_eof = 1;
+        x->sent = 1;
+        st->due = loop_now(c) + sl__req_upstream_conf(r)->read_timeout_ms;
+        conn_schedule(c, st->due);
+    }
+    if (!r->grpc.due && sl_h1_find(&r->head, "grpc-timeout", 12)) r->grpc.due = grpc_due(r, loop_now(c));
+    if (r->grpc.due) conn_schedule(c, r->grpc.due);
+    if (c->state == C_READY) {
+        if (!stream_submit(st)) {
+            x->u.stream = NULL;
+            x->state = SL_X_FREE;
+            st->x = NULL;
+            c->nstreams--;
+            stream_free(st);
+            return UV_ENOMEM;
+        }
+        conn_kick(c);
+    }
+    return 0;
+}
+
+static void stream_resume(sl_h2up_stream_t *st) {
+    if (st->deferred && st->id && !st->nclosed) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(st->c->ss, st->id);
+    }
+    conn_kick(st->c);
+}
+
+/* The stream's data provider copies q; on_written follows once it took everything. */
+static int h2_write(sl_exchange_t *x, sl_outq_t *q) {
+    SL_BUG_ON((x->state != SL_X_OPEN && x->state != SL_X_HEAD) || x->whole || x->sent);
+    sl_h2up_stream_t *st = x->u.stream;
+    st->q = q;
+    st->qi = 0;
+    st->qoff = 0;
+    q->writing = 1;
+    stream_resume(st);
+    return 0;
+}
+
+static void h2_end_request(sl_exchange_t *x) {
+    SL_BUG_ON(!x->sent || x->state == SL_X_FREE);
+    sl_h2up_stream_t *st = x->u.stream;
+    if (st->body_eof) return;
+    st->body_eof = 1;
+    stream_resume(st);
+}
+
+static int h2_head(sl_exchange_t *x, int *kind, const char **why) {
+    (void)kind;
+    (void)why;
+    SL_BUG_ON(x->state != SL_X_OPEN);
+    if (!x->u.stream->head_done) return SL_EAGAIN;
+    x->state = SL_X_HEAD;
+    return SL_OK;
+}
+
+static int h2_peek(sl_exchange_t *x, const char **why) {
+    (void)why;
+    return x->state != SL_X_FREE && x->u.stream->head_done ? SL_OK : SL_EAGAIN;
+}
+
+static int h2_body(sl_exchange_t *x, uint32_t room, sl_body_cb cb, void *ud, const char **why) {
+    SL_BUG_ON(x->state != SL_X_HEAD);
+    sl_h2up_stream_t *st = x->u.stream;
+    (void)room; /* one piece per call: what the block holds */
+    if (st->expired) return SL_DONE;
+    if (st->bpos < st->blen) {
+        uint32_t n = st->blen - st->bpos;
+        if (cb(ud, st->body + st->bpos, n)) {
+            *why = "response body refused";
+            return SL_ERROR;
+        }
+        st->bpos += n;
+        return SL_OK;
+    }
+    return st->remote_done ? SL_DONE : SL_EAGAIN;
+}
+
+/* Everything handed went to the client: the block starts over and its bytes go back to the
+ * upstream's window. */
+static int h2_wait(sl_exchange_t *x, const char **why) {
+    (void)why;
+    SL_BUG_ON(x->state != SL_X_HEAD);
+    sl_h2up_stream_t *st = x->u.stream;
+    if (st->bpos != st->blen || !st->blen) return SL_OK;
+    if (!st->nclosed) nghttp2_session_consume_stream(st->c->ss, st->id, st->blen);
+    st->blen = st->bpos = 0;
+    if (st->body) {
+        sl_block_put(&st->c->w->blocks, st->body);
+        st->body = NULL;
+    }
+    conn_kick(st->c);
+    return SL_OK;
+}
+
+/* Streams of one connection do not stop its reads: flow control holds a slow client's. */
+static void h2_pause(sl_exchange_t *x) { (void)x; }
+
+static void h2_arm(sl_exchange_t *x, uint64_t ms) {
+    SL_BUG_ON(x->state == SL_X_FREE);
+    sl_h2up_stream_t *st = x->u.stream;
+    st->due = ms ? loop_now(st->c) + ms : 0;
+    if (ms) conn_schedule(st->c, st->due);
+}
+
+/* A connection's failure is told as a refusal (on_refused) when nothing was processed. */
+static bool h2_stale(const sl_exchange_t *x) {
+    (void)x;
+    return false;
+}
+
+static void h2_finish(sl_exchange_t *x) {
+    SL_BUG_ON(x->state != SL_X_HEAD);
+    stream_detach(x);
+}
+
+static void h2_cancel(sl_exchange_t *x) {
+    if (x->state == SL_X_FREE) return;
+    stream_detach(x);
+}
+
+/* The stream is cut short (a grpc-timeout passed, the upstream failed mid-response):
+ * reset toward the upstream, and body says SL_DONE from now on. */
+static void h2_cut(sl_exchange_t *x) {
+    SL_BUG_ON(x->state != SL_X_HEAD);
+    sl_h2up_stream_t *st = x->u.stream;
+    st->expired = 1;
+    st->due = 0;
+    if (st->id && !st->nclosed && st->c->state != C_CLOSING) {
+        nghttp2_submit_rst_stream(st->c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        conn_kick(st->c);
+    }
+}
+
+const sl_exchange_ops_t sl__exchange_h2 = {
+    .name = "h2",
+    .flags = SL_XF_FRAMES | SL_XF_REFUSALS | SL_XF_TRAILERS,
+    .start = h2_start,
+    .write = h2_write,
+    .end_request = h2_end_request,
+    .head = h2_head,
+    .peek = h2_peek,
+    .body = h2_body,
+    .wait = h2_wait,
+    .pause = h2_pause,
+    .arm = h2_arm,
+    .stale = h2_stale,
+    .finish = h2_finish,
+    .cancel = h2_cancel,
+    .cut = h2_cut,
+    .take_conn = NULL,
+};
 
 void sl__h2up_drain(sl_worker_t *w) {
     for (size_t i = 0; i < w->cfg->nupstreams; i++)

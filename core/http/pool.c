@@ -30,9 +30,10 @@ static void pool_unlink(sl_worker_t *w, sl_upconn_t *u) {
 
 void sl__upconn_close(sl_upconn_t *u) {
     if (u->state == SL_UP_CLOSED) return;
+    SL_BUG_ON(u->state == SL_UP_IDLE && u->user);
     if (u->state == SL_UP_IDLE) pool_unlink(u->w, u);
     u->state = SL_UP_CLOSED;
-    u->req = NULL;
+    u->user = NULL;
     u->nclose = 2;
     sl_stream_end_tls(&u->s);
     uv_close((uv_handle_t *)&u->s.tcp, upconn_on_close);
@@ -43,6 +44,7 @@ sl_upconn_t *sl__pool_get(sl_worker_t *w, uint32_t upstream, uint32_t target) {
     sl_idle_list_t *l = &w->ups[upstream].idle[target];
     sl_upconn_t *u = l->head;
     if (!u) return NULL;
+    SL_BUG_ON(u->state != SL_UP_IDLE);
     pool_unlink(w, u);
     sl_deadline_clear(&u->timer);
     u->rlen = u->rpos = 0;
@@ -52,6 +54,7 @@ sl_upconn_t *sl__pool_get(sl_worker_t *w, uint32_t upstream, uint32_t target) {
 void sl__pool_put(sl_worker_t *w, sl_upconn_t *u) {
     const sl_upstream_conf_t *uc = &w->cfg->upstreams[u->upstream];
     sl_idle_list_t *l = &w->ups[u->upstream].idle[u->target];
+    SL_BUG_ON(u->state != SL_UP_ACTIVE || u->rpos != u->rlen); /* a clean boundary only */
     if (w->draining || l->n >= uc->keepalive_max_idle) {
         sl__upconn_close(u);
         return;
@@ -62,7 +65,7 @@ void sl__pool_put(sl_worker_t *w, sl_upconn_t *u) {
     }
     u->rlen = u->rpos = 0;
     u->state = SL_UP_IDLE;
-    u->req = NULL;
+    u->user = NULL;
     u->pool_prev = NULL;
     u->pool_next = l->head;
     if (l->head) l->head->pool_prev = u;

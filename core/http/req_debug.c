@@ -66,8 +66,8 @@ void sl__req_debug_attempt(sl_req_t *r, int status, uint64_t ns) {
         return;
     }
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
-    int t = r->att.target;
-    d->att[d->natt].target = r->to_address ? r->address_text
+    int t = sl__req_x(r)->att.target;
+    d->att[d->natt].target = r->addr.set ? r->addr.text
                              : t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text
                                                                   : "?";
     d->att[d->natt].status = status;
@@ -85,7 +85,9 @@ void sl__req_debug_emit(sl_req_t *r) {
     const sl_config_t *cfg = r->w->cfg;
     const sl_route_conf_t *rc = sl__req_route_conf(r);
     /* The attempt answering is still running: it is shown up to its response head. */
-    if (r->up && r->mode == SL_MODE_PROXY && r->rhead.status) sl__req_debug_attempt(r, r->rhead.status, sl_now_ns() - r->att.start_ns);
+    const sl_exchange_t *x = sl__req_x(r);
+    if (x->state != SL_X_FREE && r->mode == SL_MODE_PROXY && r->rhead.status)
+        sl__req_debug_attempt(r, r->rhead.status, sl_now_ns() - x->att.start_ns);
     size_t cap = 160 + (size_t)d->natt * 120 + (size_t)d->ncall * 100;
     char *p = sl_arena_alloc(&r->arena, cap);
     if (!p) return;

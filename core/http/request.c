@@ -43,8 +43,8 @@ sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
     r->w = w;
     r->route = -1;
     r->upstream = -1;
-    r->att.target = -1;
-    r->next_target = -1;
+    r->at.x[0].att.target = r->at.x[1].att.target = -1;
+    r->at.next_target = -1;
     r->host = "";
     sl_arena_init_first(&r->arena, &w->blocks, r->arena_first, sizeof(r->arena_first));
     r->head.spill = r->rhead.spill = head_spill;
@@ -190,8 +190,8 @@ static void req_run(sl_req_t *r) {
             break;
         case SL_STAGE_CONTENT: {
             const sl_route_conf_t *rc = sl__req_route_conf(r);
-            if (r->upstream < 0 && !r->to_address) r->upstream = rc->nsplit ? split_pick(r, rc) : rc->upstream;
-            if (r->upstream < 0 && !r->to_address) {
+            if (r->upstream < 0 && !r->addr.set) r->upstream = rc->nsplit ? split_pick(r, rc) : rc->upstream;
+            if (r->upstream < 0 && !r->addr.set) {
                 sl_log_kv(SL_LOG_WARN, (const char *[]){"route", rc->name, "request_id", r->rid}, 2,
                           "the route's chain gave no answer and it has no upstream");
                 r->stage = SL_STAGE_RESPONSE;
@@ -265,7 +265,7 @@ void sl__req_on_client_data(sl_req_t *r) {
         if (r->mode == SL_MODE_BUFFER) {
             int rc = sl__req_buffer_pump(r);
             if (rc == SL_EAGAIN) return;
-            if (r->replay_wait) {
+            if (r->replay.wait) {
                 if (rc == SL_ERROR) r->ds->ops->pause(r->ds);
                 sl__proxy_start(r); /* whole now (or failed: start_proxy answers) */
                 return;
@@ -307,18 +307,18 @@ void sl__req_abort(sl_req_t *r) {
 
 void sl__req_free(sl_req_t *r) {
     sl_worker_t *w = r->w;
-    assert(!r->up && !r->h2s);
+    SL_BUG_ON(sl__req_upstream_busy(r));
     sl__req_cancel_wait(r);
     sl_lua_task_end(r->w, &r->lua);
-    while (r->nconn_slots) sl_conn_limit_release(r->conn_slots[--r->nconn_slots]);
+    while (r->slots.n) sl_conn_limit_release(r->slots.v[--r->slots.n]);
     if (r->cache) sl__cache_req_free(r); /* before the arena it lives in is reset */
     sl_arena_reset(&r->arena);
     free(r->heap);
     r->heap = NULL;
-    if (r->replay) sl_block_put(&w->blocks, r->replay);
-    r->replay = NULL;
-    free(r->exit_alloc);
-    r->exit_alloc = NULL;
+    if (r->replay.block) sl_block_put(&w->blocks, r->replay.block);
+    r->replay.block = NULL;
+    free(r->exit.alloc);
+    r->exit.alloc = NULL;
     free(r->bf_buf);
     r->bf_buf = NULL;
     sl_compress_free(r->compress);

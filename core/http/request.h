@@ -1,6 +1,6 @@
 /* request.h — one HTTP request from its head to the end of its response, independent of
  * the connection it came on (downstream.h) and of the upstream connection serving it
- * (upconn.h). Internal: sl__ names, not part of the ABI.
+ * (exchange.h). Internal: sl__ names, not part of the ABI.
  *
  * Ownership: a request is owned by its downstream from its first head byte to the end of
  * its response; request objects are recycled through a per-worker freelist. Its
@@ -27,7 +27,7 @@
 #include "script/lua_host.h"
 #include "sluice.h"
 #include "upstream/attempt.h"
-#include "http/upconn.h"
+#include "http/exchange.h"
 
 /* SL_MODE_TUNNEL: the upstream answered 101 to an upgrade; the request object stays as the
  * owner of the byte tunnel (tunnel.c) until the connection ends. */
@@ -37,6 +37,10 @@
 #define SL_REQ_ARENA_FIRST 1024
 /* The longest Host the router sees (a longer one is cut). */
 #define SL_REQ_HOST_MAX 255
+/* Replays of one request whose exchanges were refused unprocessed (a GOAWAY's
+ * last-stream-id below them, REFUSED_STREAM): safe whatever the method, bounded against an
+ * upstream that refuses everything. */
+#define SL_REQ_MAX_REFUSED 10
 /* The most limit-conn slots one request holds (one per limit-conn plugin in its chain). */
 #define SL_REQ_CONN_SLOTS 4
 
@@ -49,7 +53,7 @@ struct sl_req_s {
     sl_worker_t *w;
     sl_req_t *free_next;
     sl_h1_head_t head;  /**< the client's request; slices of the downstream's buffer */
-    sl_h1_head_t rhead; /**< the upstream's response; slices of up->rbuf until rebuilt */
+    sl_h1_head_t rhead; /**< the upstream's response (the exchange put it there) */
     /** The arena's first chunk (block.h): the rebuilt heads of most requests fit in it, so
      *  a request waiting on its upstream holds no arena block. Not cleared by sl__req_new. */
     char arena_first[SL_REQ_ARENA_FIRST];
@@ -58,18 +62,19 @@ struct sl_req_s {
     uint32_t strip;     /**< bytes of path removed by strip_prefix */
     uint8_t mode;       /**< SL_MODE_* */
     uint8_t body_done;  /**< client request fully read */
-    uint8_t req_sent;   /**< request fully written upstream */
-    uint8_t resp_head;  /**< response head queued to the client */
-    uint8_t resp_written; /**< some of the response went to the client socket */
-    uint8_t resp_done;  /**< response fully queued */
-    uint8_t resp_eof_body; /**< response body is delimited by the upstream's close */
-    uint8_t resp_eof_client; /**< the client learns the response's end from the close (HTTP/1.0, no length) */
+    /** The response toward the client (proxy.c, respond.c). */
+    struct {
+        uint8_t state;      /**< SL_RESP_*: moved only by sl__req_resp_state */
+        uint8_t written;    /**< some of the response went to the client socket */
+        uint8_t eof_body;   /**< its body is delimited by the upstream's close */
+        uint8_t eof_client; /**< the client learns its end from the close (HTTP/1.0, no length) */
+    } resp;
     uint8_t keep_alive; /**< the client connection may serve another request */
-    uint8_t retried;    /**< a dead pooled connection was replaced once */
     uint8_t upgrade;    /**< forwarded as an upgrade (the route allows the client's Upgrade) */
     /** The byte tunnel after a 101 (tunnel.c): each direction moves one read buffer's bytes
      *  at a time through upq/clq, and ends on its own (EOF -> shutdown toward the other). */
     struct {
+        struct sl_upconn_s *u; /**< the upstream connection, taken from the exchange at the 101 */
         uint32_t cu_end;  /**< client->upstream: c->rbuf bytes in flight end here */
         uint32_t uc_end;  /**< upstream->client: u->rbuf bytes in flight end here */
         uint8_t cl_eof;   /**< the client's EOF was read */
@@ -78,32 +83,32 @@ struct sl_req_s {
         uint8_t cl_shut;  /**< shutdown toward the client: 1 asked, 2 done (upstream->client over) */
         uint64_t drain_at;/**< loop ms when a draining worker closes it; 0: not draining */
     } tun;
-    /* upstream attempts: target choice, breaker admission, retries (attempts.c) */
-    sl_tries_t tries;   /**< targets tried (sized when the proxy starts) */
-    sl_attempts_of_t of;/**< where attempts go: the upstream's config, runtime and layer */
-    sl_attempt_t att;   /**< the current attempt */
-    uint8_t up_wrote;   /**< request bytes went to an upstream socket */
-    uint8_t to_address; /**< upstream.set(address): r->address, not a configured upstream */
-    struct sockaddr_storage address;
-    char address_text[64];
-    int next_target;    /**< a retry's target, chosen (and admitted) before the backoff; -1 */
-    uint8_t next_admit; /**< its breaker admission */
-    uint32_t retry_after_s; /**< a 503 for open breakers: its Retry-After */
-    uint8_t hedged;     /**< a hedge attempt was started (at most one per request) */
-    uint16_t lua_target;/**< the balancer phase's choice: target index + 1 (0: none) */
-    /** The hedge attempt (retry.hedge_after), while it races the current one: swapped in
-     *  by attempt_swap() so the attempt functions serve both. */
+    /** Upstream attempts (attempts.c) and their exchanges (exchange.h): target choice,
+     *  breaker admission, retries, the hedge. */
     struct {
-        sl_upconn_t *up;
-        sl_attempt_t att;
-        uint8_t sent;
-        uint8_t span_n;          /**< its trace.attempt_n, span id and start, swapped too */
-        uint8_t span[8];
-        uint64_t span_start_ns;
-    } hedge;
+        sl_tries_t tries;   /**< targets tried (sized when the proxy starts) */
+        sl_attempts_of_t of;/**< where attempts go: the upstream's config, runtime and layer */
+        /** The current attempt's exchange is x[cur]; while a hedge races it, the hedge's
+         *  is x[!cur]. Promoting the hedge flips cur: nothing moves, so the pointers the
+         *  connections and streams hold stay valid. */
+        sl_exchange_t x[2];
+        uint8_t cur;
+        uint8_t hedged;     /**< a hedge attempt was started (at most one per request) */
+        uint8_t retried;    /**< a dead pooled connection was replaced once */
+        uint8_t refused;    /**< exchanges refused unprocessed so far: replays are capped */
+        uint8_t next_admit; /**< the admission of next_target */
+        int next_target;    /**< a retry's target, chosen (and admitted) before the backoff; -1 */
+        uint16_t lua_target;/**< the balancer phase's choice: target index + 1 (0: none) */
+        uint32_t retry_after_s; /**< a 503 for open breakers: its Retry-After */
+    } at;
+    /** upstream.set(address): the request goes to this address, not a configured upstream */
+    struct {
+        uint8_t set;
+        struct sockaddr_storage ss;
+        char text[64];
+    } addr;
     int status;         /**< status sent to the client */
     int upstream;       /**< cfg upstream index or -1 */
-    sl_upconn_t *up;
     uint64_t start_ns;
     uint64_t body_in;   /**< request body bytes read */
     uint64_t bytes_out; /**< response bytes handed to the client socket */
@@ -126,7 +131,6 @@ struct sl_req_s {
     /* plugin runtime */
     uint8_t stage;      /**< SL_STAGE_* */
     uint8_t body_buffered; /**< the whole body is in heap (a plugin read it, or a retry may replay it) */
-    uint8_t replay_wait;   /**< reading the body whole before the first attempt (retries) */
     uint64_t buffer_max;   /**< cap of a buffered body; 0: SL_BUFFER_MAX_BODY */
     uint8_t in_header_filter;
     uint8_t logged;
@@ -134,9 +138,12 @@ struct sl_req_s {
     sl_lua_task_t lua;  /**< its coroutine and ctx (script/lua_host.h) */
     struct sl_wait_s *wait; /**< what the coroutine waits for (NULL: nothing) */
     sl_hdr_edits_t req_edits, resp_edits;
-    sl_str_t path_override; /**< set_path: replaces path (and strip_prefix) upstream */
-    sl_str_t query_override; /**< set_query: replaces the query upstream (query_set) */
-    uint8_t query_set;
+    /** A plugin's rewrites of the upstream request line. */
+    struct {
+        sl_str_t path;     /**< set_path: replaces path (and strip_prefix) upstream */
+        sl_str_t query;    /**< set_query: replaces the query upstream (query_set) */
+        uint8_t query_set;
+    } over;
     /* body_filter: the piece being filtered, and a plugin's replacement (bf_buf) */
     const char *bf_in;
     size_t bf_in_len;
@@ -150,41 +157,55 @@ struct sl_req_s {
      *  owned, freed by sl__req_free on every exit path (finished, failed, client gone). */
     struct sl_compress_s *compress;
     /** Tracing (trace.c), when the generation has `telemetry:`: the W3C context the
-     *  request continues or starts, its SERVER span and the current attempt's span. */
+     *  request continues or starts, its SERVER span; each exchange holds its attempt's. */
     struct {
         uint8_t on;        /**< telemetry is configured: ids are made and propagated */
         uint8_t sampled;   /**< spans are recorded (flags bit 0 sent upstream) */
         uint8_t has_parent;/**< the client sent a valid traceparent */
         uint8_t nattempts; /**< attempts begun */
-        uint8_t attempt_n; /**< the current attempt's number (1: the first) */
-        uint8_t trace_id[16], parent[8], server[8], attempt[8];
-        uint64_t attempt_start_ns;
+        uint8_t trace_id[16], parent[8], server[8];
     } trace;
     struct sl_req_debug_s *debug; /**< request debugging's record (req_debug.c), in the
                                        arena; NULL unless X-Sluice-Debug held the token */
-    int exit_status;    /**< response.exit: status (0: none) */
-    sl_str_t exit_body;
-    char *exit_alloc;   /**< exit_body when too large for the arena; freed with the request */
+    /** response.exit: status (0: none) and body; alloc holds the body when too large for
+     *  the arena, freed with the request. */
+    struct {
+        int status;
+        sl_str_t body;
+        char *alloc;
+    } exit;
     /** limit-conn slots the request holds (conn_limit.h), released in sl__req_free: the
      *  one place every request ends, whatever ended it (response done, client abort, h2
      *  RST_STREAM, upstream error, timeout, plugin error or exit). */
-    struct sl_conn_slot_s *conn_slots[SL_REQ_CONN_SLOTS];
-    uint8_t nconn_slots;
+    struct {
+        struct sl_conn_slot_s *v[SL_REQ_CONN_SLOTS];
+        uint8_t n;
+    } slots;
     struct sl_cache_req_s *cache; /**< the proxy-cache's state (cache_req.h); NULL unless it looked up */
-    /* An HTTP/2 upstream (h2_up.c): the stream of the current attempt, instead of r->up */
-    struct sl_h2up_stream_s *h2s;
     sl_h1_header_t *trailers; /**< the response's trailer fields (arena): an HTTP/2 client gets them */
     uint16_t ntrailers;
-    uint8_t h2_replay;  /**< a streamed body is copied into heap as it goes up, for a refused
-                             stream's replay (cleared past retry.max_body) */
-    uint8_t h2_refused; /**< streams refused so far (GOAWAY, REFUSED_STREAM): replays are capped */
-    char *replay;       /**< the kept body while it fits a worker block (then it moves to heap) */
-    uint32_t replay_len;
-    uint64_t grpc_due;  /**< loop ms when the request's grpc-timeout passes; 0: none */
-    /** The gateway's answer to a gRPC request went out as a trailers-only gRPC error
-     *  (respond.c): HTTP 200, grpc-status in the head, no body and (HTTP/2) no length. */
-    uint8_t grpc_answer;
+    /** The request body kept for a replay: read whole before the first attempt (`wait`,
+     *  retries), or copied as it streams up (`on`) to an upstream that can refuse it
+     *  unprocessed (SL_XF_REFUSALS), until retry.max_body. */
+    struct {
+        uint8_t wait;   /**< reading the body whole before the first attempt (retries) */
+        uint8_t on;     /**< a streamed body is copied as it goes up (cleared past max_body) */
+        char *block;    /**< the kept body while it fits a worker block (then it moves to heap) */
+        uint32_t len;
+    } replay;
+    /** gRPC: when the request's grpc-timeout passes (loop ms; 0: none), and whether the
+     *  gateway's answer went out as a trailers-only gRPC error (respond.c): HTTP 200,
+     *  grpc-status in the head, no body and (HTTP/2) no length. */
+    struct {
+        uint64_t due;
+        uint8_t answer;
+    } grpc;
 };
+
+/* r->resp.state: the response toward the client. NONE -> HEAD (its head queued) -> DONE
+ * (all of it queued); a failure before any byte left goes back to NONE for a clean 502. */
+enum { SL_RESP_NONE = 0, SL_RESP_HEAD, SL_RESP_DONE };
+
 
 /** What a yielded coroutine waits for (a sleep's timer, an http call). Malloc'ed by its
  *  owner: closing a handle outlives the request. */
@@ -320,29 +341,41 @@ int sl__req_buffer_pump(sl_req_t *r);
 void sl__proxy_start(sl_req_t *r);
 /** Starts (or, after a backoff, resumes) the current attempt: pick, connect, send. */
 void sl__proxy_connect(sl_req_t *r);
-/** Connects the current attempt to its target: a pooled connection or a new one. */
+/** Starts the current attempt's exchange on its target: a pooled connection, a stream, or a
+ *  new connection. */
 void sl__proxy_connect_target(sl_req_t *r);
 /** Moves the client's body to the upstream. */
 void sl__proxy_pump_up(sl_req_t *r);
 /** Moves the response (the upstream's, or a gateway answer in r->clq) to the client. */
 void sl__proxy_pump_down(sl_req_t *r);
-/** An upstream exchange failed before the response was complete. */
+/** The current exchange failed before the response was complete. */
 void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why);
-/** The upstream connection callbacks of a request's attempts. */
-extern const sl_upconn_cb_t sl__proxy_upconn_cb;
-/** The current attempt's upstream connection (or HTTP/2 stream) goes: closed, or reset. */
+/** What the request's exchanges tell it (exchange.h). */
+extern const sl_exchange_cb_t sl__proxy_exchange_cb;
+/** The request's exchanges go (connections closed, streams reset), and a tunnel's
+ *  upstream connection. */
 void sl__proxy_drop_upstream(sl_req_t *r);
 /** The request's queue toward the upstream starts over for another try: the rebuilt head
- *  (HTTP/1 upstreams) and the body kept for a replay. */
+ *  (protocols that do not frame it themselves) and the body kept for a replay. */
 void sl__proxy_requeue(sl_req_t *r);
-/* Events of an HTTP/2 upstream stream (h2_up.c), each after nghttp2 returned. */
-/** The upstream took everything r->upq held (the stream's data provider copied it). */
-void sl__proxy_h2_written(sl_req_t *r);
-/** The stream was refused before the upstream processed it (a GOAWAY's last-stream-id
- *  below it, REFUSED_STREAM): the request goes again on another connection when it can. */
-void sl__proxy_h2_refused(sl_req_t *r, const char *why);
-/** The request's grpc-timeout passed: DEADLINE_EXCEEDED to the client, as trailers. */
-void sl__proxy_grpc_deadline(sl_req_t *r);
+
+/** The current attempt's exchange, and the hedge's (FREE unless one races). */
+#define sl__req_x(r) (&(r)->at.x[(r)->at.cur])
+#define sl__req_hedge_x(r) (&(r)->at.x[!(r)->at.cur])
+/** An exchange of the request holds an upstream connection or stream. */
+static inline bool sl__req_upstream_busy(const sl_req_t *r) {
+    return r->at.x[0].state != SL_X_FREE || r->at.x[1].state != SL_X_FREE || r->tun.u;
+}
+/** Moves the response's state (SL_RESP_*): forward one step at a time, or back to NONE
+ *  only while nothing of it reached the client socket. */
+static inline void sl__req_resp_state(sl_req_t *r, uint8_t to) {
+    uint8_t from = r->resp.state;
+    SL_BUG_ON(to == SL_RESP_NONE && r->resp.written);
+    SL_BUG_ON(to != SL_RESP_NONE && to <= from);
+    r->resp.state = to;
+}
+static inline bool sl__req_resp_head(const sl_req_t *r) { return r->resp.state >= SL_RESP_HEAD; }
+static inline bool sl__req_resp_done(const sl_req_t *r) { return r->resp.state == SL_RESP_DONE; }
 
 /* attempts.c */
 /* How an upstream attempt failed: decides whether a retry may follow (retry.on). */
@@ -375,10 +408,10 @@ void sl__hedge_arm(sl_req_t *r);
 void sl__hedge_end(sl_req_t *r, int outcome);
 /** The current attempt failed while the hedge runs: the hedge becomes the attempt. */
 void sl__hedge_promote(sl_req_t *r, int lost);
-/** Events on the hedge's connection (u is r->hedge.up). */
-void sl__hedge_on_read(sl_req_t *r, sl_upconn_t *u, ssize_t nread);
-void sl__hedge_on_connect(sl_req_t *r, sl_upconn_t *u, int status, const char *why);
+/** The hedge's exchange failed (it ends; the current attempt runs alone). */
 void sl__hedge_failed(sl_req_t *r, const char *why);
+/** The hedge's upstream began to answer first: it becomes the attempt. */
+void sl__hedge_answered(sl_req_t *r);
 
 /* cache_req.c: the request's side of the proxy-cache (the store is upstream/cache.h): the
  * access phase's lookup, answering a HIT or a STALE from an entry the request holds,

@@ -36,7 +36,7 @@ int sl__req_filter_piece(sl_req_t *r, const char *p, size_t n, bool eof, sl_str_
 static void respond_plain_500(sl_req_t *r, bool close) {
     static const char body[] = "{\"error\":\"plugin error\"}\n";
     memset(&r->resp_edits, 0, sizeof(r->resp_edits));
-    r->grpc_answer = 0; /* its grpc-status went with the edits: the 500 becomes UNKNOWN */
+    r->grpc.answer = 0; /* its grpc-status went with the edits: the 500 becomes UNKNOWN */
     sl__req_respond(r, 500, SL_LIT("application/json"), SL_LIT(body), close);
 }
 
@@ -95,7 +95,7 @@ static bool grpc_error(sl_req_t *r, int status, int code, sl_str_t msg) {
                 return false;
         }
     }
-    r->grpc_answer = 1;
+    r->grpc.answer = 1;
     return true;
 }
 
@@ -107,9 +107,10 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
     sl__proxy_drop_upstream(r);
     /* stale_if_error: a failed upstream's answer is replaced by an expired entry */
     if (SL_UNLIKELY(r->cache != NULL) && status >= 500) sl__cache_req_stale(r, &status, &ctype, &body);
+    SL_BUG_ON(sl__req_upstream_busy(r)); /* the gateway answers alone */
     r->mode = SL_MODE_LOCAL;
-    bool grpc = r->grpc_answer || sl__req_is_grpc(r);
-    if (grpc && !r->grpc_answer && status != 200) {
+    bool grpc = r->grpc.answer || sl__req_is_grpc(r);
+    if (grpc && !r->grpc.answer && status != 200) {
         if (!grpc_error(r, status, grpc_code, grpc_msg)) {
             ds->ops->abort(ds);
             return;
@@ -150,8 +151,7 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
         return;
     }
     if (body.len && r->head.method_id != HTTP_HEAD) sl_outq_add(&r->clq, body.p, body.len);
-    r->resp_head = 1;
-    r->resp_done = 1;
+    sl__req_resp_state(r, SL_RESP_DONE);
     sl__proxy_pump_down(r);
 }
 
@@ -174,7 +174,7 @@ void sl__req_respond_error(sl_req_t *r, int status, const char *msg, bool close)
 
 void sl__req_answer_exit(sl_req_t *r) {
     r->stage = SL_STAGE_RESPONSE;
-    sl__req_respond(r, r->exit_status, (sl_str_t){NULL, 0}, r->exit_body, false);
+    sl__req_respond(r, r->exit.status, (sl_str_t){NULL, 0}, r->exit.body, false);
 }
 
 void sl__req_answer_plugin_error(sl_req_t *r) {

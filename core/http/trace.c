@@ -27,7 +27,7 @@ static void random_id(uint8_t *p, size_t n) {
 }
 
 /* Continues the client's traceparent or starts a trace (sampled at `ratio`), and sets the
- * traceparent the upstream gets with r->trace.attempt as its parent. The core's tracing
+ * traceparent the upstream gets with sl__req_x(r)->span as its parent. The core's tracing
  * and the traceparent plugin both come here. */
 static void trace_context(sl_req_t *r, double ratio) {
     sl_traceparent_t tp;
@@ -43,10 +43,10 @@ static void trace_context(sl_req_t *r, double ratio) {
         r->trace.sampled = (double)(sl_rand64() >> 11) * 0x1.0p-53 < ratio;
     }
     random_id(r->trace.server, 8);
-    random_id(r->trace.attempt, 8); /* the first attempt's, named in the upstream head now */
+    random_id(sl__req_x(r)->span, 8); /* the first attempt's, named in the upstream head now */
     char *out = sl_arena_alloc(&r->arena, SL_TRACEPARENT_LEN);
     if (!out) return;
-    sl_traceparent_format(out, r->trace.trace_id, r->trace.attempt, r->trace.sampled);
+    sl_traceparent_format(out, r->trace.trace_id, sl__req_x(r)->span, r->trace.sampled);
     const char *err;
     sl_edits_set(&r->req_edits, &r->arena, tp_name, (sl_str_t){out, SL_TRACEPARENT_LEN}, &err);
     /* a tracestate without its traceparent means nothing; with one it passes unchanged */
@@ -67,7 +67,7 @@ int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out) {
     for (int i = 0; i < 16; i++) made |= r->trace.trace_id[i];
     if (!made) trace_context(r, sample_ratio);
     sl_hex_lower(out, r->trace.trace_id, 16);
-    sl_hex_lower(out + 32, r->trace.attempt, 8);
+    sl_hex_lower(out + 32, sl__req_x(r)->span, 8);
     return SL_OK;
 }
 
@@ -82,12 +82,12 @@ static char *head_span_digits(sl_req_t *r) {
 }
 
 void sl__trace_attempt_begin(sl_req_t *r) {
-    r->trace.attempt_start_ns = sl_now_ns();
-    r->trace.attempt_n = ++r->trace.nattempts;
-    if (r->trace.attempt_n == 1) return; /* the first uses the id already in the head */
-    random_id(r->trace.attempt, 8);
+    sl__req_x(r)->span_start_ns = sl_now_ns();
+    sl__req_x(r)->span_n = ++r->trace.nattempts;
+    if (sl__req_x(r)->span_n == 1) return; /* the first uses the id already in the head */
+    random_id(sl__req_x(r)->span, 8);
     char *d = head_span_digits(r);
-    if (d) sl_hex_lower(d, r->trace.attempt, 8);
+    if (d) sl_hex_lower(d, sl__req_x(r)->span, 8);
 }
 
 /* Wall-clock ns of a monotonic time (sl_now_ns), for OTLP's UnixNano fields. */
@@ -118,27 +118,27 @@ void sl__trace_attempt_end(sl_req_t *r, int status) { attempt_span(r, status, fa
 void sl__trace_attempt_cancelled(sl_req_t *r) { attempt_span(r, 0, true); }
 
 static void attempt_span(sl_req_t *r, int status, bool cancelled) {
-    if (!r->trace.sampled || !r->trace.attempt_n) return;
+    if (!r->trace.sampled || !sl__req_x(r)->span_n) return;
     sl_span_t s;
     span_common(r, &s);
-    memcpy(s.span_id, r->trace.attempt, 8);
+    memcpy(s.span_id, sl__req_x(r)->span, 8);
     memcpy(s.parent_id, r->trace.server, 8);
     s.has_parent = 1;
     s.kind = SL_SPAN_CLIENT;
     s.status = (uint16_t)status;
-    s.attempt = r->trace.attempt_n;
+    s.attempt = sl__req_x(r)->span_n;
     /* the hedge is the attempt begun while the first raced (hedge_after); later ones retry */
-    const char *reason = r->trace.attempt_n == 1 ? "first" : r->hedged && r->trace.attempt_n == 2 ? "hedge" : "retry";
+    const char *reason = sl__req_x(r)->span_n == 1 ? "first" : r->at.hedged && sl__req_x(r)->span_n == 2 ? "hedge" : "retry";
     sl_span_str(s.reason, sizeof s.reason, reason, strlen(reason));
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
-    int t = r->att.target;
-    const char *target = r->to_address ? r->address_text : t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text : "";
+    int t = sl__req_x(r)->att.target;
+    const char *target = r->addr.set ? r->addr.text : t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text : "";
     sl_span_str(s.target, sizeof s.target, target, strlen(target));
     if (cancelled) sl_span_str(s.error_type, sizeof s.error_type, "cancelled", 9);
     else if (!status) sl_span_str(s.error_type, sizeof s.error_type, "no_response", 11);
     else if (status >= 500) snprintf(s.error_type, sizeof s.error_type, "%d", status);
     uint64_t now = sl_now_ns(), wall = realtime_ns();
-    s.start_unix_ns = unix_ns(r->trace.attempt_start_ns, now, wall);
+    s.start_unix_ns = unix_ns(sl__req_x(r)->span_start_ns, now, wall);
     s.end_unix_ns = wall;
     sl_telemetry_submit(&s);
 }

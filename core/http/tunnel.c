@@ -16,12 +16,10 @@
  *
  * Both sides are net/ streams (TLS or not, the tunnel does not know): the client's through
  * conn.c (sl__conn_write, sl__conn_start/stop_reading, sl__conn_shutdown, read into the
- * connection's buffer), the upstream's through upconn.c, whose callbacks the tunnel takes
- * over at the switch.
+ * connection's buffer), the upstream's through upconn.c: the HTTP/1.1 exchange hands its
+ * connection over at the switch (take_conn, r->tun.u) and the tunnel takes its callbacks.
  */
 #include "http/tunnel.h"
-
-#include <assert.h>
 
 #include "http/conn.h"
 #include "http/request.h"
@@ -47,7 +45,7 @@ static void on_up_written(sl_upconn_t *u, int status);
 
 static void on_up_shutdown(uv_shutdown_t *sr, int status) {
     sl_upconn_t *u = SL_CONTAINER_OF(sr, sl_upconn_t, sreq);
-    sl_req_t *r = u->req;
+    sl_req_t *r = u->user;
     (void)status; /* a peer that is gone has nothing more to read: done all the same */
     if (!r) return;
     r->tun.up_shut = 2;
@@ -63,7 +61,7 @@ static void on_client_shutdown(sl_conn_t *c) {
 /* client -> upstream. False when the tunnel ended (r is gone). */
 static bool pump_up(sl_req_t *r) {
     sl_conn_t *c = conn_of(r);
-    sl_upconn_t *u = r->up;
+    sl_upconn_t *u = r->tun.u;
     if (r->tun.up_shut) return true;
     if (r->upq.writing) {
         sl__conn_stop_reading(c);
@@ -113,14 +111,14 @@ static void on_cl_written(uv_write_t *wr, int status) {
         return;
     }
     sl_outq_reset(&r->clq);
-    r->up->rpos = r->tun.uc_end;
+    r->tun.u->rpos = r->tun.uc_end;
     arm(r);
     pump_down(r);
 }
 
 static bool pump_down(sl_req_t *r) {
     sl_conn_t *c = conn_of(r);
-    sl_upconn_t *u = r->up;
+    sl_upconn_t *u = r->tun.u;
     if (r->tun.cl_shut) return true;
     if (r->clq.writing) {
         sl__upconn_stop_reading(u);
@@ -158,7 +156,7 @@ static bool pump_down(sl_req_t *r) {
 }
 
 static void on_up_read(sl_upconn_t *u, ssize_t nread);
-static void on_up_timeout(sl_upconn_t *u) { end(u->req); }
+static void on_up_timeout(sl_upconn_t *u) { end(u->user); }
 static void on_up_connected(sl_upconn_t *u, int status, const char *why) {}
 
 static const sl_upconn_cb_t tunnel_up_cb = {on_up_read, on_up_timeout, on_up_connected, on_up_written};
@@ -169,9 +167,10 @@ static const sl_conn_takeover_t tunnel_takeover = {on_client_read, on_client_shu
 
 void sl__tunnel_start(sl_req_t *r) {
     sl_conn_t *c = conn_of(r);
-    sl_upconn_t *u = r->up;
-    assert(r->ds->can_upgrade);
+    sl_upconn_t *u = r->tun.u;
+    SL_BUG_ON(!r->ds->can_upgrade || !u || u->state != SL_UP_ACTIVE);
     c->takeover = &tunnel_takeover;
+    u->user = r;
     u->cb = &tunnel_up_cb;
     r->tun.cu_end = c->rpos; /* the upgrade's head may still be in flight toward the upstream */
     r->tun.cl_eof = c->peer_eof;
@@ -182,10 +181,17 @@ void sl__tunnel_start(sl_req_t *r) {
     pump_up(r);
 }
 
+void sl__tunnel_close_upstream(sl_req_t *r) {
+    sl_upconn_t *u = r->tun.u;
+    r->tun.u = NULL;
+    u->user = NULL;
+    sl__upconn_close(u);
+}
+
 /* A write toward the upstream completed (the upgrade's head may have been in flight at
  * the switch). */
 static void on_up_written(sl_upconn_t *u, int status) {
-    sl_req_t *r = u->req;
+    sl_req_t *r = u->user;
     r->upq.writing = 0;
     if (status < 0) {
         end(r);
@@ -223,7 +229,7 @@ static void on_client_read(sl_conn_t *c, ssize_t nread) {
 }
 
 static void on_up_read(sl_upconn_t *u, ssize_t nread) {
-    sl_req_t *r = u->req;
+    sl_req_t *r = u->user;
     if (nread == 0) {
         sl__upconn_release_buffer(u);
         return;

@@ -10,9 +10,11 @@
 typedef struct sl_req_s sl_req_t;
 
 /** The upstream answered 101 to r's upgrade and the 101 head is in r->clq: switch the
- *  client connection and r->up into a byte tunnel. Bytes already buffered on either side
+ *  client connection and r->tun.u into a byte tunnel. Bytes already buffered on either side
  *  go first. The request object owns the tunnel until sl__req_abort ends it. Only on
  *  a downstream that can upgrade (r->ds->can_upgrade: an HTTP/1 connection). */
 void sl__tunnel_start(sl_req_t *r);
+/** The tunnel ends (sl__req_abort): its upstream connection r->tun.u closes. */
+void sl__tunnel_close_upstream(sl_req_t *r);
 
 #endif

@@ -28,7 +28,7 @@ void sl__upconn_release_buffer(sl_upconn_t *u) {
 
 static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     sl_upconn_t *u = (sl_upconn_t *)s;
-    if (!u->req) {
+    if (!u->user) {
         if (nread == 0) {
             sl__upconn_release_buffer(u);
             return;
@@ -37,8 +37,16 @@ static void up_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         sl__upconn_close(u);
         return;
     }
+    SL_BUG_ON(u->state == SL_UP_IDLE || u->state == SL_UP_CLOSED);
     if (nread > 0) u->rlen += (uint32_t)nread;
     u->cb->on_read(u, nread);
+}
+
+void sl__upconn_ready(sl_upconn_t *u) {
+    SL_BUG_ON(u->state != SL_UP_CONNECTING);
+    u->state = SL_UP_ACTIVE;
+    sl_deadline_clear(&u->timer);
+    uv_tcp_nodelay(&u->s.tcp, 1);
 }
 
 void sl__upconn_start_reading(sl_upconn_t *u) {
@@ -55,7 +63,7 @@ void sl__upconn_stop_reading(sl_upconn_t *u) {
 
 static void up_on_timer(uv_timer_t *t) {
     sl_upconn_t *u = t->data;
-    if (!u->req) {
+    if (!u->user) {
         sl__upconn_close(u); /* idle keep-alive expired */
         return;
     }
@@ -68,15 +76,23 @@ void sl__upconn_arm(sl_upconn_t *u, uint64_t ms) {
 
 static void up_on_write(uv_write_t *wr, int status) {
     sl_upconn_t *u = (sl_upconn_t *)wr->handle;
-    if (!u->req) return; /* cancelled by a close */
+    if (!u->user) return; /* cancelled by a close */
     u->cb->on_written(u, status);
 }
 
-int sl__upconn_write(sl_upconn_t *u, sl_outq_t *q) { return sl_stream_write(&u->s, q, &u->wreq, up_on_write); }
+int sl__upconn_write(sl_upconn_t *u, sl_outq_t *q) {
+    SL_BUG_ON(u->state != SL_UP_ACTIVE);
+    return sl_stream_write(&u->s, q, &u->wreq, up_on_write);
+}
+
+int sl__upconn_writev(sl_upconn_t *u, const uv_buf_t *b, unsigned n) {
+    SL_BUG_ON(u->state != SL_UP_ACTIVE);
+    return sl_stream_writev(&u->s, &u->wreq, b, n, up_on_write);
+}
 
 /* The connection is ready for the request (TCP connected, TLS established), or failed. */
 static void up_connected(sl_upconn_t *u, int status, const char *why) {
-    if (!u->req || u->state == SL_UP_CLOSED) return;
+    if (!u->user || u->state == SL_UP_CLOSED) return;
     u->cb->on_connected(u, status, why);
 }
 
@@ -97,7 +113,7 @@ static const sl_tls_target_conf_t *up_tls_conf(const sl_upconn_t *u) {
 
 static void up_on_connect(uv_connect_t *creq, int status) {
     sl_upconn_t *u = SL_CONTAINER_OF(creq, sl_upconn_t, creq);
-    if (!u->req || u->state == SL_UP_CLOSED) return;
+    if (!u->user || u->state == SL_UP_CLOSED) return;
     const sl_tls_target_conf_t *tc = status >= 0 ? up_tls_conf(u) : NULL;
     if (tc) {
         /* The handshake runs under the connect timeout already armed. */
@@ -111,13 +127,13 @@ static void up_on_connect(uv_connect_t *creq, int status) {
     up_connected(u, status, NULL);
 }
 
-sl_upconn_t *sl__upconn_new(sl_worker_t *w, sl_req_t *r, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t) {
+sl_upconn_t *sl__upconn_new(sl_worker_t *w, void *user, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t) {
     sl_upconn_t *u = calloc(1, sizeof(*u));
     if (!u) return NULL;
     u->w = w;
     u->upstream = upstream;
     u->target = t;
-    u->req = r;
+    u->user = user;
     u->cb = cb;
     u->state = SL_UP_CONNECTING;
     uv_tcp_init(&w->loop, &u->s.tcp);
@@ -129,16 +145,18 @@ sl_upconn_t *sl__upconn_new(sl_worker_t *w, sl_req_t *r, const sl_upconn_cb_t *c
 }
 
 int sl__upconn_connect(sl_upconn_t *u, const struct sockaddr *sa, uint64_t timeout_ms) {
+    SL_BUG_ON(u->state != SL_UP_CONNECTING);
     int rc = uv_tcp_connect(&u->creq, &u->s.tcp, sa, up_on_connect);
     if (rc < 0) return rc;
     sl__upconn_arm(u, timeout_ms);
     return 0;
 }
 
-sl_upconn_t *sl__upconn_reuse(sl_worker_t *w, sl_req_t *r, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t) {
+sl_upconn_t *sl__upconn_reuse(sl_worker_t *w, void *user, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t) {
     sl_upconn_t *u = sl__pool_get(w, upstream, t);
     if (!u) return NULL;
-    u->req = r;
+    SL_BUG_ON(u->state != SL_UP_IDLE || u->user);
+    u->user = user;
     u->cb = cb;
     u->state = SL_UP_ACTIVE;
     return u;

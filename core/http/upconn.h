@@ -1,7 +1,8 @@
 /* upconn.h — an HTTP/1.1 connection to an upstream target, and the worker's keep-alive
  * pool of them (pool.c). Internal: sl__ names.
  *
- * Ownership: an upstream connection is owned by the request using it (`req`), or by the
+ * Ownership: an upstream connection is owned by its user (`user`: an HTTP/1.1 exchange,
+ * exchange_h1.c, or after a 101 the request that owns the tunnel, tunnel.c), or by the
  * worker's idle pool between requests. A pooled connection keeps reading: bytes or EOF
  * arriving while it is idle mean it is no longer at a clean message boundary, and it is
  * closed. It holds no buffer and its timer counts the keep-alive idle timeout.
@@ -11,6 +12,7 @@
 
 #include <uv.h>
 
+#include "base/bug.h"
 #include "base/deadline.h"
 #include "ctx/worker.h"
 #include "net/stream.h"
@@ -18,7 +20,7 @@
 
 enum { SL_UP_CONNECTING = 1, SL_UP_ACTIVE, SL_UP_IDLE, SL_UP_CLOSED };
 
-/** What the connection's user hears of it while u->req is set (a pooled connection's
+/** What the connection's user hears of it while u->user is set (a pooled connection's
  *  events are the pool's own: bytes, EOF or its timer close it). */
 typedef struct {
     /** nread > 0 bytes were appended to u->rbuf; 0: nothing now; <0: EOF or an error. */
@@ -39,8 +41,8 @@ struct sl_upconn_s {
     uv_write_t wreq;
     uv_shutdown_t sreq; /**< a tunnel's half-close toward the upstream */
     sl_worker_t *w;
-    sl_req_t *req; /**< the request using it; NULL while pooled */
-    const sl_upconn_cb_t *cb; /**< its user's callbacks, while req is set */
+    void *user; /**< its user (see above); NULL while pooled */
+    const sl_upconn_cb_t *cb; /**< its user's callbacks, while user is set */
     uint32_t upstream, target;
     char *rbuf;
     uint32_t rlen, rpos;
@@ -65,14 +67,16 @@ void sl__upconn_close(sl_upconn_t *u);
 void sl__pool_close_all(sl_worker_t *w);
 
 /* upconn.c */
-/** A new connection of request r to target t of upstream `upstream` (UINT32_MAX: an
+/** A new connection of `user` to target t of upstream `upstream` (UINT32_MAX: an
  *  address of a plugin's, never pooled), not yet connecting; NULL when out of memory. */
-sl_upconn_t *sl__upconn_new(sl_worker_t *w, sl_req_t *r, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t);
+sl_upconn_t *sl__upconn_new(sl_worker_t *w, void *user, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t);
 /** Starts connecting u to sa under a timer of timeout_ms (TLS follows when the target
  *  has it, under the same timer): 0, or <0 at once (no callback follows). */
 int sl__upconn_connect(sl_upconn_t *u, const struct sockaddr *sa, uint64_t timeout_ms);
-/** Takes a pooled connection for r (NULL when none). */
-sl_upconn_t *sl__upconn_reuse(sl_worker_t *w, sl_req_t *r, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t);
+/** Takes a pooled connection for `user` (NULL when none). */
+sl_upconn_t *sl__upconn_reuse(sl_worker_t *w, void *user, const sl_upconn_cb_t *cb, uint32_t upstream, uint32_t t);
+/** Connected (on_connected said so): CONNECTING -> ACTIVE, the connect timer cleared. */
+void sl__upconn_ready(sl_upconn_t *u);
 void sl__upconn_start_reading(sl_upconn_t *u);
 void sl__upconn_stop_reading(sl_upconn_t *u);
 /** Gives the read buffer back when it holds nothing. */
@@ -81,5 +85,7 @@ void sl__upconn_release_buffer(sl_upconn_t *u);
 void sl__upconn_arm(sl_upconn_t *u, uint64_t ms);
 /** Writes q (u->cb->on_written follows a 0), with sl_stream_write's contract. */
 int sl__upconn_write(sl_upconn_t *u, sl_outq_t *q);
+/** Writes n buffers: 1 written at once (no callback), 0 (u->cb->on_written follows), <0. */
+int sl__upconn_writev(sl_upconn_t *u, const uv_buf_t *b, unsigned n);
 
 #endif

@@ -36,6 +36,6 @@ int64_t sl_ffi_resp_body_length(sl_req_t *r) {
         if (r->rhead.body_kind == SL_BODY_LENGTH) return (int64_t)r->rhead.content_length;
         return r->rhead.body_kind == SL_BODY_NONE ? 0 : -1;
     }
-    if (r->exit_status) return (int64_t)r->exit_body.len; /* a plugin's answer (response.exit) */
+    if (r->exit.status) return (int64_t)r->exit.body.len; /* a plugin's answer (response.exit) */
     return -1;
 }

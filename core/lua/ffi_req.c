@@ -25,10 +25,10 @@ static int out(sl_str_t s, const char **p, size_t *len) {
 
 int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len) { return out(r->head.method, p, len); }
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) {
-    return out(r->path_override.p ? r->path_override : r->head.path, p, len);
+    return out(r->over.path.p ? r->over.path : r->head.path, p, len);
 }
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) {
-    return out(r->query_set ? r->query_override : r->head.query, p, len);
+    return out(r->over.query_set ? r->over.query : r->head.query, p, len);
 }
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
@@ -94,7 +94,7 @@ static bool query_next(sl_str_t q, size_t *off, sl_str_t *k, sl_str_t *v, int *h
     return false;
 }
 
-static sl_str_t req_query(sl_req_t *r) { return r->query_set ? r->query_override : r->head.query; }
+static sl_str_t req_query(sl_req_t *r) { return r->over.query_set ? r->over.query : r->head.query; }
 
 int sl_ffi_req_get_query_arg(sl_req_t *r, const char *name, size_t nl, char *buf, size_t cap, size_t *len) {
     sl_str_t q = req_query(r), k, v;
@@ -247,7 +247,7 @@ int sl_ffi_req_header_at(sl_req_t *r, int i, const char **name, size_t *name_len
 }
 
 static bool head_editable(sl_req_t *r, const char **err) {
-    if (r->upq.niov || r->req_sent || r->up || r->h2s) {
+    if (r->upq.niov || sl__req_x(r)->sent || sl__req_upstream_busy(r)) {
         *err = "the request head was already sent upstream";
         return false;
     }
@@ -288,7 +288,7 @@ int sl_ffi_req_set_path(sl_req_t *r, const char *p, size_t len, const char **err
         return SL_ERROR;
     }
     memcpy(copy, p, len);
-    r->path_override = (sl_str_t){copy, len};
+    r->over.path = (sl_str_t){copy, len};
     r->strip = 0;
     return SL_OK;
 }
@@ -308,8 +308,8 @@ int sl_ffi_req_set_query(sl_req_t *r, const char *q, size_t len, const char **er
         return SL_ERROR;
     }
     if (len) memcpy(copy, q, len);
-    r->query_override = (sl_str_t){copy, len};
-    r->query_set = 1;
+    r->over.query = (sl_str_t){copy, len};
+    r->over.query_set = 1;
     return SL_OK;
 }
 
@@ -404,8 +404,8 @@ int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, cons
         /* Small bodies live in the arena; large ones (an echo of a big body) on the heap. */
         copy = len <= 4096 ? sl_arena_alloc(&r->arena, len) : NULL;
         if (!copy) {
-            free(r->exit_alloc);
-            copy = r->exit_alloc = malloc(len);
+            free(r->exit.alloc);
+            copy = r->exit.alloc = malloc(len);
         }
         if (!copy) {
             *err = "out of memory";
@@ -413,13 +413,13 @@ int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, cons
         }
         memcpy(copy, body, len);
     }
-    r->exit_status = status;
-    r->exit_body = (sl_str_t){copy, len};
+    r->exit.status = status;
+    r->exit.body = (sl_str_t){copy, len};
     return SL_OK;
 }
 
 int sl_ffi_resp_get_status(sl_req_t *r) {
-    if (r->exit_status) return r->exit_status;
+    if (r->exit.status) return r->exit.status;
     return r->status;
 }
 
@@ -459,7 +459,7 @@ int sl_ffi_resp_header_at(sl_req_t *r, int i, const char **name, size_t *name_le
 }
 
 static bool resp_editable(sl_req_t *r, const char **err) {
-    if (r->resp_head) {
+    if (sl__req_resp_head(r)) {
         *err = "the response head was already sent";
         return false;
     }
@@ -482,16 +482,16 @@ int sl_ffi_resp_clear_header(sl_req_t *r, const char *n, size_t nl, const char *
 }
 
 int sl_ffi_upstream_set(sl_req_t *r, const char *name, size_t len, const char **err) {
-    if (r->up || r->h2s || r->stage > SL_STAGE_ACCESS) {
+    if (sl__req_upstream_busy(r) || r->stage > SL_STAGE_ACCESS) {
         *err = "the upstream was already chosen";
         return SL_ERROR;
     }
-    _Static_assert(sizeof(r->address_text) == SL_ADDR_TEXT_MAX, "an address text is SL_ADDR_TEXT_MAX");
+    _Static_assert(sizeof(r->addr.text) == SL_ADDR_TEXT_MAX, "an address text is SL_ADDR_TEXT_MAX");
     int up;
-    if (sl_upstream_resolve(r->w->cfg, name, len, &up, &r->address, r->address_text, err) != SL_OK)
+    if (sl_upstream_resolve(r->w->cfg, name, len, &up, &r->addr.ss, r->addr.text, err) != SL_OK)
         return SL_ERROR;
     r->upstream = up;
-    r->to_address = up < 0;
+    r->addr.set = up < 0;
     return SL_OK;
 }
 
@@ -530,7 +530,7 @@ int sl_ffi_balancer_target(sl_req_t *r, int i, sl_target_info_t *out) {
         .healthy = sl_tstate_healthy(ts, now),
         .breaker = sl_tstate_breaker_now(ts, uc, SL_LAYER_HTTP, now),
         .in_flight = (int)atomic_load_explicit(&ts->live.in_flight, memory_order_relaxed),
-        .tried = r->tries.words > 0 && sl_tries_has(r->tries.tried, (uint32_t)i),
+        .tried = r->at.tries.words > 0 && sl_tries_has(r->at.tries.tried, (uint32_t)i),
         .ewma_ms = atomic_load_explicit(&ts->live.ewma_ns, memory_order_relaxed) / 1e6,
     };
     return SL_OK;
@@ -552,7 +552,7 @@ int sl_ffi_balancer_set_target(sl_req_t *r, const char *addr, size_t len, const 
         *err = "no target with that address in the request's upstream";
         return SL_ERROR;
     }
-    r->lua_target = (uint16_t)(t + 1);
+    r->at.lua_target = (uint16_t)(t + 1);
     return SL_OK;
 }
 
@@ -627,8 +627,8 @@ int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st) {
     st->bytes_out = r->bytes_out;
     st->duration_ms = (double)(sl_now_ns() - r->start_ns) / 1e6;
     st->upstream = r->upstream >= 0 ? cfg->upstreams[r->upstream].name : "";
-    st->target = r->to_address ? r->address_text
-                 : r->upstream >= 0 && r->att.target >= 0 ? cfg->upstreams[r->upstream].targets[r->att.target].addr.text
+    st->target = r->addr.set ? r->addr.text
+                 : r->upstream >= 0 && sl__req_x(r)->att.target >= 0 ? cfg->upstreams[r->upstream].targets[sl__req_x(r)->att.target].addr.text
                                                       : "";
     st->route = r->route >= 0 ? cfg->routes[r->route].name : "";
     return SL_OK;

@@ -1,6 +1,6 @@
 /* limit_conn.c — the limit-conn functions of the FFI ABI (sluice.h, "limit-conn"): the
  * running request takes slots of core/upstream/conn_limit.c and holds them in
- * r->conn_slots until sl__req_free gives them back.
+ * r->slots.v until sl__req_free gives them back.
  */
 #include "http/request.h"
 #include "sluice.h"
@@ -14,7 +14,7 @@ int sl_ffi_limit_conn_acquire(sl_req_t *r, int route, const char *key, size_t le
         *err = "limit-conn works in rewrite and access only";
         return SL_ERROR;
     }
-    if (r->nconn_slots >= SL_REQ_CONN_SLOTS) {
+    if (r->slots.n >= SL_REQ_CONN_SLOTS) {
         *err = "a request holds at most 4 limit-conn slots";
         return SL_ERROR;
     }
@@ -25,7 +25,7 @@ int sl_ffi_limit_conn_acquire(sl_req_t *r, int route, const char *key, size_t le
     sl_conn_slot_t *slot;
     uint32_t n = 0;
     int rc = sl_conn_limit_acquire(route, key, len, (uint32_t)max, (uint32_t)burst, &slot, &n, err);
-    if (slot) r->conn_slots[r->nconn_slots++] = slot;
+    if (slot) r->slots.v[r->slots.n++] = slot;
     *in_flight = (int)n;
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/bug.h"
 #include "base/common.h"
 
 /* ---- buffers ---- */
@@ -318,6 +319,7 @@ static void tls_sock_update(sl_tls_t *t) {
 static int tls_flush(sl_tls_t *t);
 
 static void tls_fail(sl_tls_t *t, int e, const char *when) {
+    SL_BUG_ON(t->detached); /* a closed session reports nothing */
     tls_set_error(t, e, when);
     t->failed = 1;
     tls_flush(t); /* an alert, if OpenSSL wrote one */
@@ -342,6 +344,7 @@ static void tls_deliver_once(sl_tls_t *t) {
         int rc = SSL_do_handshake(t->ssl);
         if (tls_flush(t) < 0 && rc == 1) rc = -1;
         if (rc == 1) {
+            SL_BUG_ON(t->established || t->detached);
             t->established = 1;
             if (t->client) {
                 void (*cb)(sl_tls_t *, int) = t->hs_done;
@@ -484,6 +487,7 @@ static int tls_flush(sl_tls_t *t) {
     b = uv_buf_init(t->flight.p + n, (unsigned)(t->flight.len - (size_t)n));
     int rc = uv_write(&t->wreq, t->s, &b, 1, tls_on_write);
     if (rc < 0) return t->werr = rc;
+    SL_BUG_ON(t->writing); /* one ciphertext write in flight: `flight` is its buffer */
     t->writing = 1;
     return 0;
 }
@@ -498,6 +502,7 @@ static void tls_free(sl_tls_t *t) {
 
 static void tls_on_write(uv_write_t *wr, int status) {
     sl_tls_t *t = SL_CONTAINER_OF(wr, sl_tls_t, wreq);
+    SL_BUG_ON(!t->writing);
     t->writing = 0;
     t->flight.len = 0;
     tbuf_release(t, &t->flight);
@@ -586,6 +591,7 @@ int sl_tls_shutdown_write(sl_tls_t *t, uv_shutdown_t *req, uv_shutdown_cb cb) {
 }
 
 int sl_tls_handshake(sl_tls_t *t, void (*done)(sl_tls_t *t, int status)) {
+    SL_BUG_ON(t->established || t->detached || t->hs_done); /* one handshake per session */
     t->hs_done = done;
     ERR_clear_error();
     int rc = SSL_do_handshake(t->ssl);
@@ -597,6 +603,7 @@ int sl_tls_handshake(sl_tls_t *t, void (*done)(sl_tls_t *t, int status)) {
         return UV_EPROTO;
     }
     if (rc == 1) { /* cannot happen for a client before the server spoke; kept for safety */
+        SL_BUG_ON(t->established || t->detached);
         t->established = 1;
         pump_add(t);
     }

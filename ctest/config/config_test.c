@@ -1118,14 +1118,11 @@ static void test_sni_routes(void) {
 /* issue 26: a key accepted where nothing reads it is an error at the key, saying why. */
 static void test_keys_that_do_nothing(void) {
 #define UP(extra) LISTENER "upstreams:\n  - name: u\n    targets: [ { address: 1.2.3.4:5 } ]\n    " extra "\n"
-    /* hedging is HTTP/1.1 only */
-    EXPECT_ERROR(UP("protocol: h2c\n    retry: { hedge_after: 50ms }"),
-                 "6:14: 'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams yet "
-                 "(this one is protocol: h2c; retry.hedge_after is HTTP/1.1 only)");
-    EXPECT_ERROR(UP("retry: { hedge_after: 50ms }\n    protocol: h2c"),
-                 "5:14: 'hedge_after' does nothing here: hedging is not available on h2/h2c upstreams yet "
-                 "(this one is protocol: h2c; retry.hedge_after is HTTP/1.1 only)");
-    sl_config_t *c = PARSE_OK(UP("protocol: h2c\n    retry: { hedge_after: 0ms, max_body: 2MiB }"));
+    /* hedging acts on every protocol: a stream over HTTP/2 */
+    sl_config_t *c = PARSE_OK(UP("protocol: h2c\n    retry: { hedge_after: 50ms }"));
+    if (c) CHECK_INT(c->upstreams[0].retry.hedge_after_ms, 50);
+    sl_config_free(c);
+    c = PARSE_OK(UP("protocol: h2c\n    retry: { hedge_after: 0ms, max_body: 2MiB }"));
     if (c) CHECK_INT(c->upstreams[0].retry.max_body, 2 << 20); /* h2: a GOAWAY replay's bound */
     sl_config_free(c);
     /* with one attempt nothing is tried again */

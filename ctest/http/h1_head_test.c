@@ -173,7 +173,7 @@ static void test_answer_head(void) {
     fx_t f;
     fx_open(&f, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", false);
     f.r->status = 503;
-    f.r->retry_after_s = 7;
+    f.r->at.retry_after_s = 7;
     CHECK_INT(sl__h1_answer_head(f.r, SL_LIT("application/json"), 10), SL_OK);
     char *h = client_bytes(&f);
     CHECK(strncmp(h, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0);

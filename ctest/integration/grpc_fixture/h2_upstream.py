@@ -8,6 +8,9 @@
   --mode hang    never answers.
   --mode head    answers a gRPC response head and one message, then nothing more.
   --mode cut     answers a gRPC response head and one message, then closes the connection.
+  --mode slow    answers each request --delay seconds after it ended, 200 "<--name>:<connection
+                 number>"; a stream the client resets first is counted ("resets") and never
+                 answered, and its connection goes on.
 """
 import argparse
 import json
@@ -25,14 +28,62 @@ from hyperframe.frame import GoAwayFrame
 ap = argparse.ArgumentParser()
 ap.add_argument("--serve", type=int, default=5)
 ap.add_argument("--max-streams", type=int, default=100)
-ap.add_argument("--mode", default="goaway", choices=["goaway", "hang", "head", "cut"])
+ap.add_argument("--mode", default="goaway", choices=["goaway", "hang", "head", "cut", "slow"])
+ap.add_argument("--delay", type=float, default=0.0)
+ap.add_argument("--name", default="h2")
 a = ap.parse_args()
 
-stats = {"conns": 0, "answered": 0, "unanswered": 0}
+stats = {"conns": 0, "answered": 0, "unanswered": 0, "resets": 0, "closed": 0}
 lock = threading.Lock()
 
 
+def handle_slow(sock, n):
+    """--mode slow: each request answered --delay seconds after its end, unless reset."""
+    cfg = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+    c = h2.connection.H2Connection(config=cfg)
+    c.initiate_connection()
+    sock.sendall(c.data_to_send())
+    sock.settimeout(0.01)
+    due = {}  # stream id -> when to answer
+    while True:
+        try:
+            data = sock.recv(65536)
+            if not data:
+                break
+        except socket.timeout:
+            data = b""
+        except OSError:
+            break
+        for ev in c.receive_data(data) if data else []:
+            if isinstance(ev, h2.events.DataReceived):
+                c.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded):
+                due[ev.stream_id] = time.monotonic() + a.delay
+            elif isinstance(ev, h2.events.StreamReset):
+                with lock:
+                    stats["resets"] += 1
+                due.pop(ev.stream_id, None)
+        now = time.monotonic()
+        for sid in [s for s, d in due.items() if d <= now]:
+            del due[sid]
+            body = ("%s:%d" % (a.name, n)).encode()
+            c.send_headers(sid, [(":status", "200"), ("content-length", str(len(body)))])
+            c.send_data(sid, body, end_stream=True)
+            with lock:
+                stats["answered"] += 1
+        try:
+            sock.sendall(c.data_to_send())
+        except OSError:
+            break
+    with lock:
+        stats["closed"] += 1
+    sock.close()
+
+
 def handle(sock, n):
+    if a.mode == "slow":
+        handle_slow(sock, n)
+        return
     cfg = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
     c = h2.connection.H2Connection(config=cfg)
     c.local_settings.max_concurrent_streams = a.max_streams

@@ -1,0 +1,113 @@
+"""Hedging on an HTTP/2 (h2c) upstream: the hedge is a second stream, to another target.
+
+Two python3-h2 origins (grpc_fixture/h2_upstream.py --mode slow): one answers each request
+after 1 s, the other at once. retry.hedge_after 50ms, round-robin, one worker.
+
+  1. Every request answers from the fast origin, well before the slow one would (a
+     request whose first attempt went to the fast one needs no hedge; one that went to
+     the slow one is hedged to the fast one at 50 ms).
+  2. The loser's stream is reset, not its connection: the slow origin saw one RST_STREAM
+     per request it lost, and one connection that carried all of them and is still open.
+  3. The same config without hedge_after waits for the slow origin (the test's control).
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+t = h.Suite("hedge_h2", budget=120)
+PY = "/usr/bin/python3"
+FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_fixture")
+D = h.new_tmpdir("hedge_h2")
+
+
+def spawn(*args):
+    """An h2c origin; returns (Popen, port) once it printed READY."""
+    err = open(os.path.join(D, "origin-%s.log" % args[-1]), "wb")
+    p = subprocess.Popen([PY, os.path.join(FIX, "h2_upstream.py")] + [str(x) for x in args],
+                         stdout=subprocess.PIPE, stdin=subprocess.PIPE, stderr=err, text=True,
+                         preexec_fn=h._die_with_parent)
+    line = p.stdout.readline()
+    if not line.startswith("READY"):
+        raise RuntimeError("h2_upstream.py did not start: %r" % line)
+    return p, int(line.split()[1])
+
+
+def stats(p):
+    """The origin's counts (it exits once its stdin closes)."""
+    out, _ = p.communicate("", timeout=10)
+    for line in out.splitlines():
+        if line.startswith("STATS "):
+            import json
+            return json.loads(line[6:])
+    return {}
+
+
+CONF = """
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: h2
+    protocol: h2c
+    balancer: round-robin
+    targets: [ { address: 127.0.0.1:%(slow)d }, { address: 127.0.0.1:%(fast)d } ]
+    timeouts: { read: 5s }
+    %(retry)s
+routes: [ { name: r, match: { paths: [/] }, upstream: h2 } ]
+"""
+
+
+def run(retry, n):
+    slow, slow_port = spawn("--mode", "slow", "--delay", "1.0", "--name", "slow")
+    fast, fast_port = spawn("--mode", "slow", "--delay", "0", "--name", "fast")
+    s = h.start_sluice(CONF % {"slow": slow_port, "fast": fast_port, "retry": retry}, suite=t)
+    answers = []
+    try:
+        c = h.Client(s.port(), timeout=5)
+        for i in range(n):
+            t0 = time.monotonic()
+            c.send(h.build_request("GET", "/h/%d" % i))
+            r = c.read_response()
+            answers.append((r.status, r.body, time.monotonic() - t0))
+        time.sleep(0.3)  # the resets reach the origin
+        st_slow, st_fast = stats(slow), stats(fast)
+    finally:
+        s.stop()
+        for p in (slow, fast):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    return answers, st_slow, st_fast
+
+
+def test_hedged(t):
+    answers, st_slow, st_fast = run("retry: { hedge_after: 50ms }", 6)
+    t.info("answers %s; slow origin %s; fast origin %s" % ([(a[0], a[1], round(a[2], 3)) for a in answers],
+                                                          st_slow, st_fast))
+    t.check("hedge_after 50ms on h2c: every request answers 200 from the fast origin",
+            all(a[0] == 200 and a[1].startswith(b"fast:") for a in answers), "6 x 200 fast:N",
+            [(a[0], a[1]) for a in answers])
+    t.check("every request answers well before the slow origin's 1 s",
+            all(a[2] < 0.8 for a in answers), "< 0.8 s each", [round(a[2], 3) for a in answers])
+    lost = st_slow.get("resets", -1)
+    t.check("the slow origin got requests (round-robin sent first attempts there) and answered none",
+            lost >= 2 and st_slow.get("answered") == 0, ">= 2 requests, 0 answered", st_slow)
+    t.check("the loser's stream is reset: one RST_STREAM per request the slow origin lost",
+            lost >= 2, ">= 2 resets", st_slow)
+    t.check("not its connection: one connection to the slow origin carried every stream and stayed open",
+            st_slow.get("conns") == 1 and st_slow.get("closed") == 0, "conns 1, closed 0", st_slow)
+
+
+def test_unhedged(t):
+    answers, st_slow, _ = run("", 2)
+    t.check("without hedge_after one of two requests waits for the slow origin (>= 1 s)",
+            any(a[2] >= 1.0 and a[1].startswith(b"slow:") for a in answers), "one slow answer",
+            [(a[1], round(a[2], 3)) for a in answers])
+
+
+t.run(test_hedged, test_unhedged)
