@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "config/router.h"
 #include "http/request.h"
 #include "proto/compress.h"
 #include "upstream/conn_limit.h"
@@ -231,6 +232,30 @@ void sl__req_wakeup(sl_req_t *r) {
     req_run(r);
 }
 
+/* The parsed head's headers are read by the router as sl_route_header_t: the same fields
+ * first, then more (header_stride steps over them). */
+_Static_assert(offsetof(sl_h1_header_t, name) == offsetof(sl_route_header_t, name) &&
+                   offsetof(sl_h1_header_t, value) == offsetof(sl_route_header_t, value) &&
+                   sizeof(sl_str_t) == sizeof(const char *) + sizeof(size_t),
+               "sl_h1_header_t starts like sl_route_header_t");
+
+/* The request's route (-1: none) and the path bytes its strip_prefix removes, from the
+ * generation's C router; Lua runs only for a candidate whose match is a Lua function. */
+static int route_request(sl_req_t *r, uint32_t *strip) {
+    sl_str_t path = r->path_override.p ? r->path_override : r->head.path; /* as get_path reads it */
+    sl_route_query_t q = {.host = r->host, .host_len = r->host_len,
+                          .method = r->head.method.p, .method_len = r->head.method.len,
+                          .path = path.p, .path_len = path.len,
+                          .headers = (const sl_route_header_t *)(const void *)r->head.headers,
+                          .nheaders = r->head.nheaders, .header_stride = sizeof(sl_h1_header_t)};
+    sl_route_cursor_t c = {0};
+    int idx;
+    while ((idx = sl_router_next(r->w->cfg->router, &q, &c)) >= 0 && c.lua && !sl_lua_route_match(r->w, r, idx)) {
+    }
+    *strip = idx >= 0 ? c.strip : 0;
+    return idx;
+}
+
 void sl__req_begin(sl_req_t *r) {
     sl_worker_t *w = r->w;
     r->body_done = r->head.body_kind == SL_BODY_NONE;
@@ -240,7 +265,7 @@ void sl__req_begin(sl_req_t *r) {
     sl__trace_begin(r);
 
     uint32_t strip = 0;
-    r->route = sl_lua_route(w, r, &strip);
+    r->route = route_request(r, &strip);
     r->strip = strip;
     if (r->route < 0) {
         static const char body[] = "{\"error\":\"no route\"}";

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "config/router.h"
 #include "script/lua_host.h"
 
 static char *join_path(const char *dir, const char *rel) {
@@ -373,6 +374,9 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     lua_pop(L, 1);
     if (note_files(L, files, cfg) != SL_OK) sl_errors_add(errs, path, 1, 1, "out of memory");
     lua_close(L);
+    /* The routes are final (lua_routes appended): compile them, once for every worker. A
+     * config with errors anywhere (its YAML too) never serves, so it gets no router. */
+    if (errs->n == 0 && sl_router_build_config(cfg, &err) != SL_OK) sl_errors_add(errs, path, 1, 1, "%s", err);
     return errs->n > before ? SL_ERROR : SL_OK;
 lua_fail:
     sl_errors_add(errs, path, 1, 1, "plugin validation failed: %s", lua_tostring(L, -1));
