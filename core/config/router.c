@@ -48,7 +48,7 @@ typedef struct {
 } slot_t;
 typedef struct {
     slot_t *v;
-    uint32_t mask;
+    uint32_t mask, n; /* n: keys held (a request skips an empty table: no hash to compute) */
 } table_t;
 
 struct sl_router_s {
@@ -60,7 +60,7 @@ struct sl_router_s {
     hdr_t *hdrs;
     uint32_t nhdrs, chdrs;
     uint64_t *msets;
-    uint32_t nmsets, cmsets, mwords;
+    uint32_t nmsets, cmsets;
     char *bytes;
     uint32_t nbytes, cbytes;
     table_t exact, wild, methods; /* host -> tree root; ".suffix" -> tree root; method -> bit */
@@ -119,7 +119,7 @@ static slot_t *table_slot(const sl_router_t *rt, const table_t *t, const char *p
 }
 
 static uint32_t table_get(const sl_router_t *rt, const table_t *t, const char *p, size_t n) {
-    return t->v ? table_slot(rt, t, p, n)->val : NONE;
+    return t->n ? table_slot(rt, t, p, n)->val : NONE;
 }
 
 /* ---- build ---- */
@@ -237,6 +237,7 @@ static list_t *find_list(sl_router_t *rt, list_t **ls, uint32_t *n, uint32_t *ca
         s->len = (uint32_t)strlen(key);
         s->key = put_bytes(rt, key, s->len);
         s->val = *n;
+        (wild ? &rt->wild : &rt->exact)->n++;
     } else {
         rt->none = *n;
     }
@@ -263,7 +264,7 @@ static uint32_t method_id(sl_router_t *rt, const char *m) {
     if (s->val == NONE) {
         s->key = put_bytes(rt, m, n);
         s->len = (uint32_t)n;
-        s->val = rt->mwords++; /* counted here as methods; turned into words below */
+        s->val = rt->methods.n++;
     }
     return s->val;
 }
@@ -295,8 +296,7 @@ static bool collect(sl_router_t *rt, const sl_route_def_t *routes, size_t n, lis
         return false;
     for (size_t i = 0; i < n; i++)
         for (uint32_t k = 0; k < routes[i].nmethods; k++) method_id(rt, routes[i].methods[k]);
-    uint32_t words = rt->mwords ? (rt->mwords + 63) / 64 : 1;
-    rt->mwords = words;
+    uint32_t words = rt->methods.n ? (rt->methods.n + 63) / 64 : 1;
     for (size_t i = 0; i < n && !rt->oom; i++) {
         const sl_route_def_t *r = &routes[i];
         entry_t e = {.route = (uint32_t)i, .mset = method_set(rt, r, words), .hdr = rt->nhdrs,
@@ -409,17 +409,35 @@ void sl_router_free(sl_router_t *rt) {
 
 /* ---- lookup ---- */
 
+/* The child of node n whose label starts with byte b, or NONE. Few children (the common
+ * case: "/" under the root, a handful of stems) are compared in a loop, more with memchr:
+ * a libc call costs more than a short loop. */
+static inline uint32_t child_of(const sl_router_t *rt, const node_t *n, unsigned char b) {
+    const uint8_t *f = rt->first + n->child;
+    if (n->nchild <= 8) {
+        for (uint32_t i = 0; i < n->nchild; i++)
+            if (f[i] == b) return n->child + i;
+        return NONE;
+    }
+    const uint8_t *hit = memchr(f, b, n->nchild);
+    return hit ? (uint32_t)(hit - rt->first) : NONE;
+}
+
 /* The deepest node of tree `root` whose whole prefix begins path and that holds entries. */
 static uint32_t deepest(const sl_router_t *rt, uint32_t root, const char *path, size_t plen) {
     const node_t *nodes = rt->nodes;
     uint32_t best = nodes[root].nent ? root : NONE, cur = root;
     size_t pos = 0;
     while (pos < plen && nodes[cur].nchild) {
-        const uint8_t *f = memchr(rt->first + nodes[cur].child, (unsigned char)path[pos], nodes[cur].nchild);
-        if (!f) break;
-        uint32_t c = (uint32_t)(f - rt->first);
+        uint32_t c = child_of(rt, &nodes[cur], (unsigned char)path[pos]);
+        if (c == NONE) break;
         const node_t *n = &nodes[c];
-        if (n->label_len > plen - pos || memcmp(rt->bytes + n->label, path + pos, n->label_len) != 0) break;
+        if (n->label_len > plen - pos) break;
+        /* the first byte matched already; labels are short, so byte by byte */
+        const char *l = rt->bytes + n->label, *p = path + pos;
+        uint32_t i = 1;
+        while (i < n->label_len && l[i] == p[i]) i++;
+        if (i < n->label_len) break;
         pos += n->label_len;
         cur = c;
         if (n->nent) best = c;
@@ -461,8 +479,12 @@ static bool next_tree(const sl_router_t *rt, const sl_route_query_t *q, sl_route
             root = table_get(rt, &rt->exact, q->host, q->host_len);
             break;
         case T_EXACT:
-            c->tier = T_WILD;
+            c->tier = rt->wild.n ? T_WILD : T_NONE;
             c->dot = 0;
+            if (c->tier == T_NONE) {
+                root = rt->none;
+                break;
+            }
             /* fall through */
         case T_WILD: {
             /* the suffixes at each '.' after the first byte, longest first: *.a.b.c before *.b.c */
