@@ -15,6 +15,7 @@
  */
 #include "config/router.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,40 +358,6 @@ fail:
     sl_router_free(rt);
     *err = "out of memory compiling the routes";
     return NULL;
-}
-
-int sl_router_build_config(sl_config_t *cfg, const char **err) {
-    /* The config's routes as definitions: pointers into the config, headers flattened. */
-    size_t nh = 0;
-    for (size_t i = 0; i < cfg->nroutes; i++) nh += cfg->routes[i].nheaders;
-    sl_route_def_t *defs = calloc(cfg->nroutes + 1, sizeof *defs);
-    const char **hv = calloc(2 * nh + 1, sizeof *hv);
-    if (!defs || !hv) {
-        free(defs);
-        free(hv);
-        *err = "out of memory compiling the routes";
-        return SL_ERROR;
-    }
-    for (size_t i = 0, h = 0; i < cfg->nroutes; i++) {
-        const sl_route_conf_t *r = &cfg->routes[i];
-        defs[i] = (sl_route_def_t){
-            .hosts = (const char *const *)r->hosts, .nhosts = (uint32_t)r->nhosts,
-            .paths = (const char *const *)r->paths, .npaths = (uint32_t)r->npaths,
-            .methods = (const char *const *)r->methods, .nmethods = (uint32_t)r->nmethods,
-            .headers = hv + h, .nheaders = (uint32_t)r->nheaders,
-            .strip_prefix = r->strip_prefix, .match_fn = r->match_fn};
-        for (size_t k = 0; k < r->nheaders; k++) {
-            hv[h++] = r->headers[k].name;
-            hv[h++] = r->headers[k].value;
-        }
-    }
-    sl_router_t *rt = sl_router_build(defs, cfg->nroutes, err);
-    free(defs);
-    free(hv);
-    if (!rt) return SL_ERROR;
-    sl_router_free(cfg->router);
-    cfg->router = rt;
-    return SL_OK;
 }
 
 void sl_router_free(sl_router_t *rt) {

@@ -1,7 +1,8 @@
 /* router.h — the route matcher of a config generation, in C.
  *
- * Compiled once per config build (sl_router_build_config, main thread) and freed with the
- * config; immutable afterwards, so every worker reads the one copy without locks.
+ * Compiled once per config build (script/plugin.c, main thread, from the config's routes)
+ * into cfg->router and freed with the config; immutable afterwards, so every worker reads
+ * the one copy without locks. It knows only sluice.h's types, not the config's.
  *
  * Precedence (the design, and what lua/sluice/router.lua, the reference, does): an exact
  * host over a wildcard host (the longest suffix first) over no host, each class tried
@@ -16,15 +17,12 @@
 #ifndef SL_ROUTER_H
 #define SL_ROUTER_H
 
-#include "config/config.h"
+#include <stddef.h>
+
 #include "sluice.h"
 
 /** Compiles routes[0..n). NULL with *err (static) when out of memory. Any thread. */
 sl_router_t *sl_router_build(const sl_route_def_t *routes, size_t n, const char **err);
-
-/** Compiles cfg's routes (YAML and lua_routes, in cfg->routes order) into cfg->router. 0, or
- *  SL_ERROR with *err when out of memory. */
-int sl_router_build_config(sl_config_t *cfg, const char **err);
 
 /** The next candidate route of q (sluice.h's sl_ffi_router_next). */
 int sl_router_next(const sl_router_t *rt, const sl_route_query_t *q, sl_route_cursor_t *c);
