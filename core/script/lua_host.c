@@ -448,7 +448,7 @@ static void clear_table(lua_State *L, int idx) {
 
 void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t) {
     lua_State *L = w->L;
-    if (!L) return;
+    if (!L || (!t->co && !t->ctx_ref)) return; /* no phase ran: a route without plugins */
     struct sl_lua_pool_s *pool = w->lua_pool;
     if (t->co && t->ctx_ref && !t->waiting && lua_status(t->co) == 0 && pool && pool->n < POOL_MAX) {
         lua_settop(t->co, 0);
