@@ -198,6 +198,10 @@ struct sl_lua_pool_s {
 
 int sl_lua_open(sl_worker_t *w, const char **err) {
     static __thread char msg[1024];
+    if (!w->cfg->router) { /* every request is routed by it: a config build compiles it */
+        *err = "the config's routes were not compiled (sl_plugins_check)";
+        return SL_ERROR;
+    }
     lua_State *L = sl_lua_new_state(err);
     if (!L) return SL_ERROR;
     lua_getglobal(L, "require");
