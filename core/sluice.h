@@ -8,7 +8,7 @@
  *
  * Sections, each under a banner: result codes, phases, request, response, upstream and
  * balancer, breaker, http client, redis, limit, shared dict, cache, crypto, client
- * certificates, tcp session, log, time and randomness.
+ * certificates, tcp session, router, log, time and randomness.
  *
  * Each module of lua/sluice/ declares (ffi.cdef) the functions and constants it uses,
  * copied from here; spec/sluice/abi_spec.lua fails when one differs. lua/sluice/base.lua
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /** Bumped on any change to a signature, struct or code below; both sides must agree. */
-#define SL_ABI_VERSION 2
+#define SL_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -546,6 +546,74 @@ int sl_ffi_session_set_upstream(sl_session_t *s, const char *name, size_t len, c
 void sl_ffi_session_close(sl_session_t *s, const char *msg, size_t len);
 /** A log line with the listener's name and the plugin's. */
 void sl_ffi_session_log(sl_session_t *s, int level, const char *plugin, const char *msg, size_t len);
+
+/* ======================== router (sluice.router, core/config/router.c)
+ * The route matcher of a config generation, compiled once when the config is built and
+ * freed with it: exact hosts in a hash, wildcard hosts by suffix, path prefixes in a radix
+ * tree, methods as a bitset, header conditions checked only for candidates. A route whose
+ * `match` is a Lua function is a candidate the caller confirms by calling that function:
+ * the matcher never calls into Lua. */
+
+typedef struct sl_router_s sl_router_t;
+
+/** A request header as the matcher reads it. */
+typedef struct {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} sl_route_header_t;
+
+/** What a route is matched against. Borrowed for the calls that take it. */
+typedef struct {
+    const char *host;   /**< normalized: lower-case, without the port */
+    size_t host_len;
+    const char *method;
+    size_t method_len;
+    const char *path;   /**< without the query */
+    size_t path_len;
+    const sl_route_header_t *headers; /**< header conditions take the first of a name */
+    uint32_t nheaders;
+    uint32_t header_stride; /**< bytes from one header to the next: sizeof(sl_route_header_t),
+                                 or more when each is the start of a larger struct */
+} sl_route_query_t;
+
+/** Where a match stands: zeroed before the first sl_ffi_router_next of a query. The
+ *  fields before strip are the matcher's own. */
+typedef struct {
+    int32_t tier, dot;
+    uint32_t node, k, method;
+    uint32_t strip; /**< out: the path bytes the route's strip_prefix removes */
+    uint32_t lua;   /**< out: 1 when the route's Lua match function must also say yes */
+} sl_route_cursor_t;
+
+/** The next route of the query in precedence order whose hosts, paths, methods and headers
+ *  hold: its 0-based index (in the config's route order), or -1 when none is left. When
+ *  c->lua is 1 the caller calls the route's match function and, when it says no, calls
+ *  again with the same cursor. Allocates nothing; any thread (the router is immutable). */
+int sl_ffi_router_next(const sl_router_t *rt, const sl_route_query_t *q, sl_route_cursor_t *c);
+
+/** A route for sl_ffi_router_new: the lists of its `match` (hosts lower-case, methods
+ *  upper-case, as a config build leaves them), NUL-terminated strings. */
+typedef struct {
+    const char *const *hosts;
+    uint32_t nhosts;
+    const char *const *paths;
+    uint32_t npaths;
+    const char *const *methods;
+    uint32_t nmethods;
+    const char *const *headers; /**< 2 * nheaders strings: name, value, name, value, ... */
+    uint32_t nheaders;
+    uint8_t strip_prefix;
+    uint8_t match_fn; /**< its match is a Lua function */
+} sl_route_def_t;
+
+/** Compiles routes[0..n) (route i is index i) into a router the caller owns (strings are
+ *  copied): free it with sl_ffi_router_free. NULL with *err when out of memory. */
+sl_router_t *sl_ffi_router_new(const sl_route_def_t *routes, uint32_t n, const char **err);
+void sl_ffi_router_free(sl_router_t *rt);
+/** The router of the request's config generation (owned by it). Worker thread. */
+const sl_router_t *sl_ffi_req_router(sl_req_t *r);
 
 /* ======================== log */
 

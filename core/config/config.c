@@ -15,6 +15,7 @@
  */
 
 #include "config/config.h"
+#include "config/router.h"
 #include "base/common.h"
 
 #include <errno.h>
@@ -183,6 +184,7 @@ static void plugins_free(sl_plugin_conf_t *p, size_t n) {
 
 void sl_config_free(sl_config_t *cfg) {
     if (!cfg) return;
+    sl_router_free(cfg->router);
     explicit_bzero(cfg->admin_token, sizeof cfg->admin_token); /* a secret: not left in freed memory */
     explicit_bzero(cfg->debug_token, sizeof cfg->debug_token);
     free(cfg->path);

@@ -271,6 +271,8 @@ typedef struct {
     sl_listener_conf_t *listeners; size_t nlisteners;
     sl_upstream_conf_t *upstreams; size_t nupstreams;
     sl_route_conf_t *routes; size_t nroutes;
+    struct sl_router_s *router;  /**< the routes compiled (config/router.h): built once the
+                                      whole config (lua_routes too) has validated, owned */
     sl_consumer_conf_t *consumers; size_t nconsumers;
     char *consumer_header;       /**< default "X-Consumer": set upstream from ctx.consumer, never from the client */
     bool redis_enabled;          /**< `redis:` present */

@@ -64,7 +64,7 @@ typedef struct sl_worker_s {
     uint64_t generation;    /**< the config generation it serves (srv->generation's number) */
     int *listen_fds;        /**< borrowed from the server or the reload that made it */
     lua_State *L;
-    int lua_dispatch;       /**< registry ref of the router dispatcher */
+    int lua_dispatch;       /**< registry ref of the match-function dispatcher (lua_routes) */
     int lua_phase;          /**< registry ref of the phase dispatcher */
     int lua_preread;        /**< registry ref of the tcp listeners' preread dispatcher */
     struct sl_lua_pool_s *lua_pool; /**< requests' coroutines and ctx tables kept for reuse (lua_host.c) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "config/router.h"
 #include "http/request.h"
 #include "proto/compress.h"
 #include "upstream/conn_limit.h"
@@ -73,10 +74,29 @@ int sl__req_detach_head(sl_req_t *r, const char *base) {
         rebase(&h->headers[i].name, from, n, to);
         rebase(&h->headers[i].value, from, n, to);
     }
+    sl_str_t host = {r->host, r->host_len}; /* normalize_host's, when it kept the head's bytes */
+    rebase(&host, from, n, to);
+    r->host = host.p;
     return SL_OK;
 }
 
 /* ---- request start ---- */
+
+/* Eight lower-case hex digits of x, lowest nibble first, in one 64-bit word (SWAR: each
+ * nibble spread into a byte of its own, then '0' added, and 39 more to those above 9):
+ * about 20 instructions where a digit at a time through a table took 8 a digit. */
+static void hex8(char *out, uint32_t x) {
+    uint64_t n = x;
+    n = (n | n << 16) & 0x0000ffff0000ffffull;
+    n = (n | n << 8) & 0x00ff00ff00ff00ffull;
+    n = (n | n << 4) & 0x0f0f0f0f0f0f0f0full;
+    uint64_t above9 = ((n + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull;
+    n += 0x3030303030303030ull + above9 * 39;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    n = __builtin_bswap64(n);
+#endif
+    memcpy(out, &n, 8); /* byte i (in memory order: the i-th character) holds nibble i */
+}
 
 static void make_request_id(sl_req_t *r) {
     const sl_h1_header_t *x = sl_h1_find(&r->head, "x-request-id", 12);
@@ -98,11 +118,7 @@ static void make_request_id(sl_req_t *r) {
         v[i] = s * 0x2545F4914F6CDD1DULL;
     }
     v[1] ^= ++w->rid_seq;
-    static const char hex[] = "0123456789abcdef";
-    for (int k = 0; k < 2; k++) {
-        uint64_t n = v[k]; /* lowest nibble first, as before: 14 instructions a digit became 4 */
-        for (int i = 0; i < 16; i++, n >>= 4) r->rid[16 * k + i] = hex[n & 15];
-    }
+    for (int k = 0; k < 4; k++) hex8(r->rid + 8 * k, (uint32_t)(v[k / 2] >> (32 * (k % 2))));
     r->rid_len = 32;
 }
 
@@ -117,7 +133,16 @@ static void normalize_host(sl_req_t *r) {
         if (colon) n = (size_t)(colon - h.p);
     }
     if (n > SL_REQ_HOST_MAX) n = SL_REQ_HOST_MAX;
-    char *lower = n ? sl_arena_alloc(&r->arena, n) : NULL;
+    /* Lower-case already (nearly every client's): the head's own bytes, which live as long
+     * as the request (sl__req_detach_head moves r->host with the head); a copy otherwise. */
+    size_t up = 0;
+    while (up < n && !(h.p[up] >= 'A' && h.p[up] <= 'Z')) up++;
+    if (up == n) {
+        r->host = n ? h.p : "";
+        r->host_len = (uint16_t)n;
+        return;
+    }
+    char *lower = sl_arena_alloc(&r->arena, n);
     if (!lower) n = 0; /* out of memory: matched as no Host, which routes by path alone */
     for (size_t i = 0; i < n; i++) lower[i] = sl_lower(h.p[i]);
     r->host = lower ? lower : "";
@@ -231,6 +256,30 @@ void sl__req_wakeup(sl_req_t *r) {
     req_run(r);
 }
 
+/* The parsed head's headers are read by the router as sl_route_header_t: the same fields
+ * first, then more (header_stride steps over them). */
+_Static_assert(offsetof(sl_h1_header_t, name) == offsetof(sl_route_header_t, name) &&
+                   offsetof(sl_h1_header_t, value) == offsetof(sl_route_header_t, value) &&
+                   sizeof(sl_str_t) == sizeof(const char *) + sizeof(size_t),
+               "sl_h1_header_t starts like sl_route_header_t");
+
+/* The request's route (-1: none) and the path bytes its strip_prefix removes, from the
+ * generation's C router; Lua runs only for a candidate whose match is a Lua function. */
+static int route_request(sl_req_t *r, uint32_t *strip) {
+    sl_str_t path = r->path_override.p ? r->path_override : r->head.path; /* as get_path reads it */
+    sl_route_query_t q = {.host = r->host, .host_len = r->host_len,
+                          .method = r->head.method.p, .method_len = r->head.method.len,
+                          .path = path.p, .path_len = path.len,
+                          .headers = (const sl_route_header_t *)(const void *)r->head.headers,
+                          .nheaders = r->head.nheaders, .header_stride = sizeof(sl_h1_header_t)};
+    sl_route_cursor_t c = {0};
+    int idx;
+    while ((idx = sl_router_next(r->w->cfg->router, &q, &c)) >= 0 && c.lua && !sl_lua_route_match(r->w, r, idx)) {
+    }
+    *strip = idx >= 0 ? c.strip : 0;
+    return idx;
+}
+
 void sl__req_begin(sl_req_t *r) {
     sl_worker_t *w = r->w;
     r->body_done = r->head.body_kind == SL_BODY_NONE;
@@ -240,7 +289,7 @@ void sl__req_begin(sl_req_t *r) {
     sl__trace_begin(r);
 
     uint32_t strip = 0;
-    r->route = sl_lua_route(w, r, &strip);
+    r->route = route_request(r, &strip);
     r->strip = strip;
     if (r->route < 0) {
         static const char body[] = "{\"error\":\"no route\"}";

@@ -123,8 +123,9 @@ struct sl_req_s {
     uint8_t consumer_len;
     char rid[33];       /**< X-Request-ID */
     uint8_t rid_len;
-    const char *host;   /**< Host, lower-cased, port removed (in the arena; at most
-                             SL_REQ_HOST_MAX bytes): what the router matches */
+    const char *host;   /**< Host, lower-cased, port removed (the head's bytes, or a
+                             lower-cased copy in the arena; at most SL_REQ_HOST_MAX bytes):
+                             what the router matches */
     uint16_t host_len;
     const char *client_ip; /**< the real-ip plugin's client address (arena, NUL-terminated);
                                 NULL: the peer's, ds->peer */

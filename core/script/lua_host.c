@@ -198,6 +198,10 @@ struct sl_lua_pool_s {
 
 int sl_lua_open(sl_worker_t *w, const char **err) {
     static __thread char msg[1024];
+    if (!w->cfg->router) { /* every request is routed by it: a config build compiles it */
+        *err = "the config's routes were not compiled (sl_plugins_check)";
+        return SL_ERROR;
+    }
     lua_State *L = sl_lua_new_state(err);
     if (!L) return SL_ERROR;
     lua_getglobal(L, "require");
@@ -205,8 +209,8 @@ int sl_lua_open(sl_worker_t *w, const char **err) {
     if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
     lua_getfield(L, -1, "new");
     push_generation(L, w->cfg);
-    /* returns router dispatcher, phase dispatcher, { [route index] = phase bits }, preread
-     * dispatcher */
+    /* returns the match-function dispatcher, phase dispatcher, { [route index] = phase bits },
+     * preread dispatcher */
     if (lua_pcall(L, 1, 4, 0) != 0) goto fail;
     w->lua_preread = luaL_ref(L, LUA_REGISTRYINDEX);
     w->route_phases = calloc(w->cfg->nroutes + 1, 1);
@@ -254,20 +258,19 @@ void sl_lua_close(sl_worker_t *w) {
     w->lua_pool = NULL;
 }
 
-int sl_lua_route(sl_worker_t *w, void *req, uint32_t *strip) {
+bool sl_lua_route_match(sl_worker_t *w, void *req, int route) {
     lua_State *L = w->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_dispatch);
     lua_pushnumber(L, (lua_Number)(uintptr_t)req); /* as in sl_lua_phase */
-    if (lua_pcall(L, 1, 2, 0) != 0) {
+    lua_pushinteger(L, route);
+    if (lua_pcall(L, 2, 1, 0) != 0) {
         sl_log_err("router error: %s", lua_tostring(L, -1));
         lua_settop(L, 0);
-        *strip = 0;
-        return -1;
+        return false;
     }
-    int idx = (int)lua_tointeger(L, -2);
-    *strip = (uint32_t)lua_tointeger(L, -1);
+    bool yes = lua_toboolean(L, -1);
     lua_settop(L, 0);
-    return idx;
+    return yes;
 }
 
 uint8_t sl_lua_route_phases(sl_worker_t *w, int route) {
@@ -449,7 +452,7 @@ static void clear_table(lua_State *L, int idx) {
 
 void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t) {
     lua_State *L = w->L;
-    if (!L) return;
+    if (!L || (!t->co && !t->ctx_ref)) return; /* no phase ran: a route without plugins */
     struct sl_lua_pool_s *pool = w->lua_pool;
     if (t->co && t->ctx_ref && !t->waiting && lua_status(t->co) == 0 && pool && pool->n < POOL_MAX) {
         lua_settop(t->co, 0);

@@ -2,7 +2,7 @@
  *
  * Each worker owns one VM. C enters Lua through one small dispatcher per
  * concern (the design: a handler called straight from C with lua_pcall is never
- * JIT-compiled; a dispatcher that calls it is): the router, and the phase
+ * JIT-compiled; a dispatcher that calls it is): lua_routes' match functions, and the phase
  * dispatcher, which runs a route's chain for one phase inside the request's
  * coroutine, so plugins can yield (sleep, read the body) while the loop runs on.
  */
@@ -48,9 +48,10 @@ typedef struct {
     const char *rid;
 } sl_lua_who_t;
 
-/** Routes a request (an opaque FFI handle): the route index, or -1 when none matches;
- *  *strip = prefix bytes to drop. */
-int sl_lua_route(sl_worker_t *w, void *req, uint32_t *strip);
+/** Whether the Lua `match` function of route `route` (a lua_routes route; the C router,
+ *  config/router.h, found its other conditions hold) says yes for a request (an opaque FFI
+ *  handle). A function that raises is logged and says no. */
+bool sl_lua_route_match(sl_worker_t *w, void *req, int route);
 
 /** SL_PHASE_* bits of the phases route `route` defines (0 for -1). */
 uint8_t sl_lua_route_phases(sl_worker_t *w, int route);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "config/router.h"
 #include "script/lua_host.h"
 
 static char *join_path(const char *dir, const char *rel) {
@@ -290,6 +291,42 @@ static int note_files(lua_State *L, int files, sl_config_t *cfg) {
     return SL_OK;
 }
 
+/* Compiles cfg's routes (YAML and lua_routes, in cfg->routes order) into cfg->router: 0, or
+ * SL_ERROR with *err when out of memory. */
+static int compile_routes(sl_config_t *cfg, const char **err) {
+    /* The config's routes as definitions: pointers into the config, headers flattened. */
+    size_t nh = 0;
+    for (size_t i = 0; i < cfg->nroutes; i++) nh += cfg->routes[i].nheaders;
+    sl_route_def_t *defs = calloc(cfg->nroutes + 1, sizeof *defs);
+    const char **hv = calloc(2 * nh + 1, sizeof *hv);
+    if (!defs || !hv) {
+        free(defs);
+        free(hv);
+        *err = "out of memory compiling the routes";
+        return SL_ERROR;
+    }
+    for (size_t i = 0, h = 0; i < cfg->nroutes; i++) {
+        const sl_route_conf_t *r = &cfg->routes[i];
+        defs[i] = (sl_route_def_t){
+            .hosts = (const char *const *)r->hosts, .nhosts = (uint32_t)r->nhosts,
+            .paths = (const char *const *)r->paths, .npaths = (uint32_t)r->npaths,
+            .methods = (const char *const *)r->methods, .nmethods = (uint32_t)r->nmethods,
+            .headers = hv + h, .nheaders = (uint32_t)r->nheaders,
+            .strip_prefix = r->strip_prefix, .match_fn = r->match_fn};
+        for (size_t k = 0; k < r->nheaders; k++) {
+            hv[h++] = r->headers[k].name;
+            hv[h++] = r->headers[k].value;
+        }
+    }
+    sl_router_t *rt = sl_router_build(defs, cfg->nroutes, err);
+    free(defs);
+    free(hv);
+    if (!rt) return SL_ERROR;
+    sl_router_free(cfg->router);
+    cfg->router = rt;
+    return SL_OK;
+}
+
 int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     const char *path = cfg->path ? cfg->path : "<config>";
     if (!cfg->plugin_search && resolve_search(cfg) != SL_OK) {
@@ -373,6 +410,9 @@ int sl_plugins_check(sl_config_t *cfg, sl_errors_t *errs) {
     lua_pop(L, 1);
     if (note_files(L, files, cfg) != SL_OK) sl_errors_add(errs, path, 1, 1, "out of memory");
     lua_close(L);
+    /* The routes are final (lua_routes appended): compile them, once for every worker. A
+     * config with errors anywhere (its YAML too) never serves, so it gets no router. */
+    if (errs->n == 0 && compile_routes(cfg, &err) != SL_OK) sl_errors_add(errs, path, 1, 1, "%s", err);
     return errs->n > before ? SL_ERROR : SL_OK;
 lua_fail:
     sl_errors_add(errs, path, 1, 1, "plugin validation failed: %s", lua_tostring(L, -1));

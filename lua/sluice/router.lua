@@ -1,22 +1,71 @@
--- sluice.router: compiles the config's routes once per generation and matches requests.
+-- sluice.router: the route precedence, in Lua, and the C route matcher through FFI.
+--
+-- Requests are routed in C (core/config/router.c: compiled once per config build, exact
+-- hosts in a hash, wildcard hosts by suffix, path prefixes in a radix tree). This module
+-- keeps three things:
+--   * the functions of lua_routes routes whose `match` is a Lua function: the C router
+--     hands such a route over as a candidate and the worker asks `functions`/`call` here;
+--   * `ranks`, for `sluice explain`;
+--   * `compile`/`match`, the reference implementation of the precedence in plain Lua,
+--     against which spec/sluice/router_diff_spec.lua checks the C router, and `c_new`/
+--     `c_match` to ask the C router from Lua.
 --
 -- Precedence (the design): exact host over wildcard host over no host; then the
 -- longest path prefix; then the route with more conditions; then file order.
--- Requests are read through FFI accessors; matching a path prefix or a header
--- value compares bytes in place, so a match creates no Lua strings beyond the
--- (interned) host and method.
 local ffi = require("ffi")
 local base = require("sluice.base")
 
--- The request accessors and sl_ffi_log are declared by sluice (init.lua), which owns them.
+-- sl_ffi_log is declared by sluice (init.lua), which owns it.
 require("sluice")
 
+ffi.cdef[[
+typedef struct sl_router_s sl_router_t;
+typedef struct {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} sl_route_header_t;
+typedef struct {
+    const char *host;
+    size_t host_len;
+    const char *method;
+    size_t method_len;
+    const char *path;
+    size_t path_len;
+    const sl_route_header_t *headers;
+    uint32_t nheaders;
+    uint32_t header_stride;
+} sl_route_query_t;
+typedef struct {
+    int32_t tier, dot;
+    uint32_t node, k, method;
+    uint32_t strip;
+    uint32_t lua;
+} sl_route_cursor_t;
+int sl_ffi_router_next(const sl_router_t *rt, const sl_route_query_t *q, sl_route_cursor_t *c);
+typedef struct {
+    const char *const *hosts;
+    uint32_t nhosts;
+    const char *const *paths;
+    uint32_t npaths;
+    const char *const *methods;
+    uint32_t nmethods;
+    const char *const *headers;
+    uint32_t nheaders;
+    uint8_t strip_prefix;
+    uint8_t match_fn;
+} sl_route_def_t;
+sl_router_t *sl_ffi_router_new(const sl_route_def_t *routes, uint32_t n, const char **err);
+void sl_ffi_router_free(sl_router_t *rt);
+const sl_router_t *sl_ffi_req_router(sl_req_t *r);
+]]
+
 local C = ffi.C
-local str_p, len_p = base.str_p, base.len_p
-local ffi_string = ffi.string
-local tonumber = tonumber
+local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
+local tostring, tonumber, pcall, ipairs = tostring, tonumber, pcall, ipairs
 local sort = table.sort
-local sub = string.sub
+local sub, find = string.sub, string.find
 
 local _M = {}
 
@@ -182,73 +231,47 @@ function _M.ranks(routes)
     return rank, n
 end
 
--- The request and its path travel through the matching functions as numbers (addresses)
--- and become pointers only inside the FFI calls: a pointer held in a Lua slot where one trace
--- hands over to another (the list scan is a loop, its own trace) or leaves to the
--- interpreter is boxed, an allocation per request (spec/sluice/alloc_spec.lua saw 48 bytes).
-local ffi_cast, CHAR_PTR, UINTPTR = ffi.cast, ffi.typeof("const char *"), ffi.typeof("uintptr_t")
-local REQ_PTR = base.REQ_PTR
+-- ---- the reference matcher ----
+-- q: { host = normalized host, method = string, path = string (without the query),
+--      header = function(name) -> the first value of that header or nil,
+--      call = function(fn, index) -> whether route `index`'s match function (fn; nil when
+--      the C router asks) says yes }
 
-local function headers_match(req, headers)
+local function headers_match(q, headers)
     for i = 1, #headers do
         local h = headers[i]
-        local name, want = h[1], h[2]
-        if C.sl_ffi_req_get_header(ffi_cast(REQ_PTR, req), name, #name, str_p, len_p) ~= C.SL_OK then
-            return false
-        end
-        local n = tonumber(len_p[0])
-        if n ~= #want or C.memcmp(str_p[0], want, n) ~= 0 then return false end
+        if q.header(h[1]) ~= h[2] then return false end
     end
     return true
 end
 
--- First entry of `list` whose conditions hold; path is (pointer, length).
-local function call_match(e, req)
-    -- a Lua match function sees the request through the plugin API
-    local api = e.api or require("sluice")
-    e.api = api
-    base.begin(req, nil, e.index)
-    local ok, res = pcall(e.fn, api.request)
-    base.req = nil
-    if not ok then
-        local msg = "lua_routes match function failed (no match): " .. tostring(res)
-        C.sl_ffi_log(ffi_cast(REQ_PTR, req), C.SL_LOG_ERR, nil, msg, #msg)
-        return false
-    end
-    return res and true or false
+local function holds(e, q)
+    local path = q.path
+    return e.plen <= #path and (e.plen == 0 or sub(path, 1, e.plen) == e.prefix)
+        and (not e.methods or e.methods[q.method])
+        and (#e.headers == 0 or headers_match(q, e.headers))
+        and (not e.fn or q.call(e.fn, e.index))
 end
 
-local function holds(e, req, path, plen, method)
-    return e.plen <= plen and (e.plen == 0 or C.memcmp(ffi_cast(CHAR_PTR, path), e.prefix, e.plen) == 0)
-        and (not e.methods or e.methods[method])
-        and (#e.headers == 0 or headers_match(req, e.headers))
-        and (not e.fn or call_match(e, req))
-end
-
-local function scan_all(list, req, path, plen, method)
+local function scan_all(list, q)
     for i = 1, #list do
         local e = list[i]
-        if holds(e, req, path, plen, method) then return e end
+        if holds(e, q) then return e end
     end
     return nil
 end
 
 -- The first entry of `list` (in precedence order) whose conditions hold. A long list is
--- indexed (see index below): only the entries under the path's first segment and those
+-- indexed (see index above): only the entries under the path's first segment and those
 -- whose prefix is shorter than any segment are tried, merged back into precedence order
 -- by their rank.
-local SLASH = 47
-local function scan(list, req, path, plen, method)
+local function scan(list, q)
     local buckets = list.buckets
-    if not buckets then return scan_all(list, req, path, plen, method) end
-    local bucket
-    if plen > 1 then
-        local p = ffi_cast(CHAR_PTR, path)
-        local q = C.memchr(p + 1, SLASH, plen - 1)
-        if q ~= nil then bucket = buckets[ffi_string(p, tonumber(ffi_cast(CHAR_PTR, q) - p) + 1)] end
-    end
+    if not buckets then return scan_all(list, q) end
+    local k = #q.path > 1 and find(q.path, "/", 2, true)
+    local bucket = k and buckets[sub(q.path, 1, k)]
     local short = list.short
-    if not bucket then return scan_all(short, req, path, plen, method) end
+    if not bucket then return scan_all(short, q) end
     local i, j, ni, nj = 1, 1, #bucket, #short
     while i <= ni or j <= nj do
         local e
@@ -257,49 +280,121 @@ local function scan(list, req, path, plen, method)
         else
             e, j = short[j], j + 1
         end
-        if holds(e, req, path, plen, method) then return e end
+        if holds(e, q) then return e end
     end
     return nil
 end
 
 -- Returns the matching route's 0-based index and the bytes strip_prefix removes, or -1, 0.
--- req: the request's address as a number (what C passes).
-function _M.match(t, req)
-    C.sl_ffi_req_get_host(ffi_cast(REQ_PTR, req), str_p, len_p)
-    local host = ffi_string(str_p[0], len_p[0])
-    C.sl_ffi_req_get_method(ffi_cast(REQ_PTR, req), str_p, len_p)
-    local method = ffi_string(str_p[0], len_p[0])
-    C.sl_ffi_req_get_path(ffi_cast(REQ_PTR, req), str_p, len_p)
-    local path, plen = tonumber(ffi_cast(UINTPTR, str_p[0])), tonumber(len_p[0])
-
+function _M.match(t, q)
+    local host = q.host
     local list = t.exact[host]
-    local e = list and scan(list, req, path, plen, method)
+    local e = list and scan(list, q)
     if e then return e.index, e.strip end
     local wild = t.wild
     local hlen = #host
     for i = 1, #wild do
         local w = wild[i]
         if hlen > w.slen and sub(host, hlen - w.slen + 1) == w.suffix then
-            e = scan(w.list, req, path, plen, method)
+            e = scan(w.list, q)
             if e then return e.index, e.strip end
         end
     end
-    e = scan(t.none, req, path, plen, method)
+    e = scan(t.none, q)
     if e then return e.index, e.strip end
     return -1, 0
 end
 
--- The dispatcher C calls once per request (see lua_host.c).
-function _M.new(routes)
-    local t = _M.compile(routes)
-    local match = _M.match
-    return function(req)
-        -- C passes the request's address as a number, which match casts (a lightuserdata
-        -- does not convert in a trace: "NYI: unsupported C type conversion", and the router
-        -- stayed in the interpreter)
-        local a, b = match(t, req)
-        return a, b
+-- ---- the C router ----
+
+-- Compiles routes (as compile takes them: hosts, paths, methods, headers = { {name,
+-- value}, ... }, strip_prefix, match_fn) into a C router, freed when collected.
+function _M.c_new(routes)
+    local n = #routes
+    local defs = ffi_new("sl_route_def_t[?]", n + 1)
+    local keep = {} -- the strings and arrays the definitions point to, alive until built
+    local function strings(list)
+        local a = ffi_new("const char *[?]", #list + 1)
+        for i, s in ipairs(list) do a[i - 1] = s end
+        keep[#keep + 1] = a
+        return a, #list
     end
+    for i, r in ipairs(routes) do
+        local d = defs[i - 1]
+        d.hosts, d.nhosts = strings(r.hosts or {})
+        d.paths, d.npaths = strings(r.paths or {})
+        d.methods, d.nmethods = strings(r.methods or {})
+        local flat = {}
+        for _, h in ipairs(r.headers or {}) do
+            flat[#flat + 1] = h[1]
+            flat[#flat + 1] = h[2]
+        end
+        d.headers = strings(flat)
+        d.nheaders = #(r.headers or {})
+        d.strip_prefix = r.strip_prefix and 1 or 0
+        d.match_fn = (r.match_fn or r.lua_file) and 1 or 0
+    end
+    local rt = C.sl_ffi_router_new(defs, n, base.err_p)
+    if rt == nil then return nil, ffi_string(base.err_p[0]) end
+    return ffi_gc(rt, C.sl_ffi_router_free)
+end
+
+local query = ffi_new("sl_route_query_t")
+local cursor = ffi_new("sl_route_cursor_t")
+local HEADER_SIZE = ffi.sizeof("sl_route_header_t")
+
+-- Matches q (as match takes it, plus q.headers = { {name, value}, ... } in request order:
+-- the C router reads the request's header list) with a C router: the route's 0-based index
+-- and the bytes strip_prefix removes, or -1, 0. Match functions are asked through q.call.
+function _M.c_match(rt, q)
+    local hs = q.headers or {}
+    local arr = ffi_new("sl_route_header_t[?]", #hs + 1)
+    for i, h in ipairs(hs) do
+        arr[i - 1].name, arr[i - 1].name_len = h[1], #h[1]
+        arr[i - 1].value, arr[i - 1].value_len = h[2], #h[2]
+    end
+    query.host, query.host_len = q.host, #q.host
+    query.method, query.method_len = q.method, #q.method
+    query.path, query.path_len = q.path, #q.path
+    query.headers, query.nheaders, query.header_stride = arr, #hs, HEADER_SIZE
+    ffi.fill(cursor, ffi.sizeof(cursor))
+    while true do
+        local idx = C.sl_ffi_router_next(rt, query, cursor)
+        if idx < 0 then return -1, 0 end
+        if cursor.lua == 0 or q.call(nil, idx) then return idx, tonumber(cursor.strip) end
+    end
+end
+
+-- The router of the running request's generation (during a phase).
+function _M.current()
+    return C.sl_ffi_req_router(base.reqp())
+end
+
+-- ---- lua_routes match functions, in the worker ----
+
+-- { [route index] = match function } of a generation's routes (each file loaded once).
+function _M.functions(routes)
+    local fns, files = {}, {}
+    for _, r in ipairs(routes) do
+        if r.lua_file then fns[r.index] = match_function(r, files) end
+    end
+    return fns
+end
+
+-- Asks route `index`'s match function about the request (its address as a number, as C
+-- passes it): the function sees it through the plugin API. An error is logged: no.
+local api
+function _M.call(fn, req, index)
+    api = api or require("sluice")
+    base.begin(req, nil, index)
+    local ok, res = pcall(fn, api.request)
+    base.req = nil
+    if not ok then
+        local msg = "lua_routes match function failed (no match): " .. tostring(res)
+        C.sl_ffi_log(ffi.cast(base.REQ_PTR, req), C.SL_LOG_ERR, nil, msg, #msg)
+        return false
+    end
+    return res and true or false
 end
 
 return _M

@@ -1,5 +1,5 @@
--- sluice.runtime: one config generation inside a worker VM. Builds the router and
--- every route's chain per phase (global plugins first, then the route's, exactly
+-- sluice.runtime: one config generation inside a worker VM. Loads lua_routes' match
+-- functions and builds every route's chain per phase (global plugins first, then the route's, exactly
 -- as written), and returns the phase dispatcher C calls inside each request's
 -- coroutine. A phase no plugin of a chain defines is absent from the route's
 -- phase bits, so C never crosses into Lua for it. tcp listeners' `plugins:` chains run
@@ -106,7 +106,13 @@ function _M.new(gen)
         masks[r.index] = mask
     end
 
-    local route_dispatch = router.new(gen.routes)
+    -- lua_routes' match functions: the C router (core/config/router.c) matches everything
+    -- else and asks this dispatcher only about a candidate route whose match is a function.
+    local match_fns, call_match = router.functions(gen.routes), router.call
+    local function route_dispatch(req, route)
+        local yes = call_match(match_fns[route], req, route)
+        return yes
+    end
     local begin = base.begin
     -- each plugin's end is marked in C (duration metric, request debugging) when timed
     local timed = gen.timed

@@ -4,7 +4,7 @@
 -- root trace", "inner loop in root trace", "loop unroll limit reached", "call unroll limit
 -- reached") are not failures.
 --
--- Two parts. The per-request path (the router, runtime's phase dispatcher, the
+-- Two parts. The per-request path (runtime's phase dispatcher, the
 -- sluice.request/response accessors, the built-in plugins' phases) runs in worker VMs,
 -- separate lua_States on the gateway's threads that jit.attach here does not see: the
 -- fixture plugin jit-probe attaches there and reports each non-benign abort through the
@@ -137,8 +137,8 @@ describe("JIT: the per-request path in a worker VM compiles", function()
                                                                 response = { set = { ["X-B"] = "2" }, add = { ["X-C"] = "3" } } } },
                                  { name = "ip-restriction", config = { allow = { "127.0.0.0/8" }, deny = { "10.0.0.0/8" } } } }),
                 route("read", { { name = "header-read" } }),
-                -- under a first segment of its own: with the fillers below, the router's
-                -- host-less list is indexed and this route is found through its bucket
+                -- under a first segment of its own, among the fillers below: found deeper in
+                -- the router's prefix tree
                 { name = "bucketed", match = { paths = { "/b/read/" } }, upstream = "m",
                   plugins = { { name = "jit-probe" }, { name = "header-read" } } },
             },
@@ -153,12 +153,13 @@ describe("JIT: the per-request path in a worker VM compiles", function()
         if mock then lib.sl_mock_stop(mock) end
     end)
 
-    -- Every request goes through the router (Lua), the phase dispatcher and the chain.
+    -- Every request goes through the phase dispatcher and the chain (routing is C's:
+    -- core/config/router.c).
     for _, case in ipairs({
         { "request-id, headers, ip-restriction (the gateway's id)", "three", "" },
         { "request-id, headers, ip-restriction (a client's id)", "three", "X-Request-ID: abc-1\r\n" },
         { "one header read in access", "read", "X-Probe: 1\r\n" },
-        { "the same, routed through the index of a long route list", "b/read/x", "X-Probe: 1\r\n" },
+        { "the same, routed among a long route list", "b/read/x", "X-Probe: 1\r\n" },
     }) do
         it(case[1], function()
             local req = "GET /" .. case[2] .. " HTTP/1.1\r\nHost: a\r\n" .. case[3] .. "\r\n"
