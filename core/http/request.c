@@ -266,7 +266,7 @@ _Static_assert(offsetof(sl_h1_header_t, name) == offsetof(sl_route_header_t, nam
 /* The request's route (-1: none) and the path bytes its strip_prefix removes, from the
  * generation's C router; Lua runs only for a candidate whose match is a Lua function. */
 static int route_request(sl_req_t *r, uint32_t *strip) {
-    sl_str_t path = r->path_override.p ? r->path_override : r->head.path; /* as get_path reads it */
+    sl_str_t path = r->over.path.p ? r->over.path : r->head.path; /* as get_path reads it */
     sl_route_query_t q = {.host = r->host, .host_len = r->host_len,
                           .method = r->head.method.p, .method_len = r->head.method.len,
                           .path = path.p, .path_len = path.len,
