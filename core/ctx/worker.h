@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <uv.h>
 
+#include "base/thread.h"
 #include "base/block.h"
 #include "config/config.h"
 #include "ctx/metrics.h"
@@ -38,9 +39,7 @@ typedef struct sl_worker_s {
     const sl_config_t *cfg;
     const struct sl_upgen_s *ug; /**< the generation's balancers and target states */
     uv_loop_t loop;
-    pthread_t thread;
-    void *stack;            /**< the thread's stack, mapped here and unmapped after the join */
-    size_t stack_size;
+    sl_thread_t thread;     /**< on a stack mapped for it, unmapped after the join */
     uv_async_t async;
     uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
     uint16_t *listen_ports; /**< [cfg->nlisteners] each listener's bound port (X-Forwarded-Port) */

@@ -176,8 +176,7 @@ static void render_discovery(sl_server_t *srv, sl_wbuf_t *t) {
 static char *render_status(sl_server_t *srv, size_t *len) {
     const sl_config_t *cfg = srv->cfg;
     sl_wbuf_t t = {0};
-    int retiring = 0;
-    for (sl_retired_t *r = srv->retired; r; r = r->next) retiring++;
+    int retiring = sl__reload_retiring(srv);
     sl_wbuf_printf(&t, "{\"generation\":%llu,\"hash\":\"%016llx\",\"draining\":%s,\"retiring_generations\":%d,\"listeners\":[",
          (unsigned long long)srv->generation, (unsigned long long)srv->config_hash,
          sl_server_draining(srv) ? "true" : "false", retiring);

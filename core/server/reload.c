@@ -24,6 +24,7 @@
 
 #include "base/hash.h"
 #include "base/log.h"
+#include "base/thread.h"
 #include "base/wbuf.h"
 #include "script/plugin.h"
 #include "server/etcd.h"
@@ -348,6 +349,9 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
  * only where raising back is allowed (root, or RLIMIT_NICE of 20: privileges.c sets it
  * before leaving root); elsewhere the threads keep normal priority. */
 #define SL_RELOAD_BOOST_MS 5000
+/* The build's and the reap's stacks (base/thread.h: unmapped at the join): the config
+ * parser and the VMs' loading run on them; Lua runs on its own stacks. */
+#define SL_RELOAD_STACK (4u << 20)
 #define SL_RELOAD_TICK_MS 20
 #define SL_RELOAD_MAX_WORKERS 256 /* workers whose load is looked at */
 /* A worker that used this share of a tick's CPU time is busy. */
@@ -374,7 +378,7 @@ static void normal_priority(pid_t tid) {
  * generation takes tens of milliseconds to free, then malloc_trim walks the heap. */
 typedef struct sl_reaper_s {
     struct sl_reaper_s *next;
-    pthread_t thread;
+    sl_thread_t thread;
     pid_t tid; /* (atomic) its thread id once running */
     sl_worker_t *workers;
     int nworkers;
@@ -401,13 +405,13 @@ static void *reaper_main(void *arg) {
 static void join_reapers(sl_server_t *srv, bool all) {
     for (reaper_t **pp = &srv->reapers; *pp;) {
         reaper_t *rp = *pp;
-        if (!all && pthread_tryjoin_np(rp->thread, NULL) != 0) {
+        if (!all && !sl_thread_tryjoin(&rp->thread)) {
             pp = &rp->next;
             continue;
         }
         if (all) {
             normal_priority(__atomic_load_n(&rp->tid, __ATOMIC_ACQUIRE)); /* the process is ending */
-            pthread_join(rp->thread, NULL);
+            sl_thread_join(&rp->thread);
         }
         *pp = rp->next;
         free(rp);
@@ -426,13 +430,20 @@ static void free_generation(sl_server_t *srv, sl_retired_t *r, bool now) {
     use->nworkers = r->nworkers;
     use->listen_fds = r->listen_fds;
     use->cfg = r->cfg != srv->boot_cfg ? r->cfg : NULL; /* the first generation's belongs to main() */
-    if (!now && rp && pthread_create(&rp->thread, NULL, reaper_main, rp) == 0) {
+    if (!now && rp && sl_thread_start(&rp->thread, SL_RELOAD_STACK, reaper_main, rp) == SL_OK) {
         rp->next = srv->reapers;
         srv->reapers = rp;
         return;
     }
     reap(use);
     free(rp);
+}
+
+int sl__reload_retiring(const sl_server_t *srv) {
+    int n = 0;
+    for (const sl_retired_t *r = srv->retired; r; r = r->next) n++;
+    for (const reaper_t *rp = srv->reapers; rp; rp = rp->next) n++;
+    return n;
 }
 
 static void on_retire_poll(uv_timer_t *t) {
@@ -537,7 +548,7 @@ typedef struct sl_reload_job_s {
     char why[48];
     bool forced;
     bool tell;         /* the service manager heard RELOADING=1 */
-    pthread_t thread;
+    sl_thread_t thread;
     pid_t tid;         /* (atomic) the thread's id once running */
     uv_timer_t tick;   /* its priority, decided every SL_RELOAD_TICK_MS (on_tick) */
     bool tick_on;
@@ -833,10 +844,10 @@ static void start_job(sl_server_t *srv);
 static void job_free(uv_handle_t *h) { free(h->data); }
 
 /* CPU time a thread used (ns), or 0. */
-static uint64_t thread_cpu_ns(pthread_t th) {
+static uint64_t thread_cpu_ns(const sl_thread_t *th) {
     clockid_t c;
     struct timespec ts;
-    if (pthread_getcpuclockid(th, &c) != 0 || clock_gettime(c, &ts) != 0) return 0;
+    if (!th->stack || pthread_getcpuclockid(th->id, &c) != 0 || clock_gettime(c, &ts) != 0) return 0;
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -850,7 +861,7 @@ static void on_tick(uv_timer_t *t) {
     uint64_t now = sl_now_ns();
     bool busy = false;
     for (int i = 0; i < srv->nworkers && i < SL_RELOAD_MAX_WORKERS; i++) {
-        uint64_t c = thread_cpu_ns(srv->workers[i].thread);
+        uint64_t c = thread_cpu_ns(&srv->workers[i].thread);
         busy |= j->wcpu[i] && now > j->tick_ns &&
                 (c - j->wcpu[i]) * 100 >= (now - j->tick_ns) * SL_RELOAD_BUSY_PERCENT;
         j->wcpu[i] = c;
@@ -893,9 +904,8 @@ static void job_done(sl_reload_job_t *j, int rc, char *json) {
 static void on_built(uv_async_t *a) {
     sl_server_t *srv = a->data;
     sl_reload_job_t *j = srv->reload_job;
-    if (!j || !j->thread) return;
-    pthread_join(j->thread, NULL);
-    j->thread = 0;
+    if (!j || !j->thread.stack) return;
+    sl_thread_join(&j->thread);
     char *json = NULL;
     int rc = finish(j, &json);
     job_done(j, rc, json);
@@ -955,14 +965,13 @@ static void start_job(sl_server_t *srv) {
     }
     j->start_ns = j->tick_ns = sl_now_ns();
     j->nice = can_restore_priority() ? 19 : 0; /* what the thread starts at (low_priority) */
-    for (int i = 0; i < srv->nworkers && i < SL_RELOAD_MAX_WORKERS; i++) j->wcpu[i] = thread_cpu_ns(srv->workers[i].thread);
+    for (int i = 0; i < srv->nworkers && i < SL_RELOAD_MAX_WORKERS; i++) j->wcpu[i] = thread_cpu_ns(&srv->workers[i].thread);
     if (uv_timer_init(srv->loop, &j->tick) == 0) {
         j->tick.data = j;
         j->tick_on = true;
         uv_timer_start(&j->tick, on_tick, SL_RELOAD_TICK_MS / 2, SL_RELOAD_TICK_MS);
     }
-    if (pthread_create(&j->thread, NULL, build_main, j) != 0) {
-        j->thread = 0;
+    if (sl_thread_start(&j->thread, SL_RELOAD_STACK, build_main, j) != SL_OK) {
         if (!j->err) j->err = strdup("cannot start the reload thread");
         char *json = NULL;
         int rc = finish(j, &json);
@@ -1046,10 +1055,9 @@ void sl__reload_init(sl_server_t *srv) {
 /** Closes what reload and watch keep open (drain). */
 void sl__reload_close(sl_server_t *srv) {
     /* A build in flight ends first; its askers hear that the server is shutting down. */
-    if (srv->reload_job && srv->reload_job->thread) {
+    if (srv->reload_job && srv->reload_job->thread.stack) {
         normal_priority(__atomic_load_n(&srv->reload_job->tid, __ATOMIC_ACQUIRE));
-        pthread_join(srv->reload_job->thread, NULL);
-        srv->reload_job->thread = 0;
+        sl_thread_join(&srv->reload_job->thread);
         char *json = NULL;
         int rc = finish(srv->reload_job, &json);
         job_done(srv->reload_job, rc, json);

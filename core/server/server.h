@@ -137,6 +137,9 @@ void sl_admin_stop(sl_server_t *srv);
 void sl__reload_init(sl_server_t *srv);
 void sl__reload_close(sl_server_t *srv);
 void sl__reload_free_retired(sl_server_t *srv);
+/** Generations replaced and not yet freed: draining, or being freed (/status's
+ *  retiring_generations). Main thread. */
+int sl__reload_retiring(const sl_server_t *srv);
 
 /** True once the server started draining. Any thread. */
 static inline bool sl_server_draining(const sl_server_t *s) {

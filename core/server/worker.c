@@ -4,7 +4,6 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,36 +141,14 @@ int sl_worker_start(sl_worker_t *w) {
             return SL_ERROR;
         }
     }
-    /* The stack is mapped here and unmapped after the join: glibc caches the stacks of
-     * joined threads (up to 40 MiB), and their touched pages stayed in RSS across reloads,
-     * which start and end worker threads. 1 MiB is plenty (Lua runs on its own stacks). */
-    w->stack_size = 1u << 20;
-    w->stack = mmap(NULL, w->stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (w->stack == MAP_FAILED) {
-        w->stack = NULL;
-        return SL_ERROR;
-    }
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstack(&attr, w->stack, w->stack_size);
-    int rc = pthread_create(&w->thread, &attr, worker_main, w);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        munmap(w->stack, w->stack_size);
-        w->stack = NULL;
-        return SL_ERROR;
-    }
-    return SL_OK;
+    /* A stack of its own mapping (base/thread.h): 1 MiB is plenty (Lua runs on its own
+     * stacks). */
+    return sl_thread_start(&w->thread, 1u << 20, worker_main, w);
 }
 
 void sl_worker_drain(sl_worker_t *w) { uv_async_send(&w->async); }
 
-void sl_worker_join(sl_worker_t *w) {
-    if (!w->stack) return;
-    pthread_join(w->thread, NULL);
-    munmap(w->stack, w->stack_size);
-    w->stack = NULL;
-}
+void sl_worker_join(sl_worker_t *w) { sl_thread_join(&w->thread); }
 
 void sl_worker_destroy(sl_worker_t *w) {
     sl_lua_close(w);
