@@ -144,7 +144,8 @@ static void test_headers(void) {
     r.headers[2].h = (sl_route_header_t){"X-Env", 5, "prod", 4};
     CHECK_INT(match_lua(rt, &r, false, NULL, NULL), 0);
     /* the first header of a name is the one compared */
-    r.headers[1].h.value = "prod", r.headers[2].h.value = "canary";
+    r.headers[1].h.value = "prod", r.headers[1].h.value_len = 4;
+    r.headers[2].h.value = "canary", r.headers[2].h.value_len = 6;
     CHECK_INT(match_lua(rt, &r, false, NULL, NULL), -1);
     r.headers[1].h.value = "canary", r.headers[1].h.value_len = 5; /* "canar" */
     CHECK_INT(match_lua(rt, &r, false, NULL, NULL), -1);
