@@ -45,6 +45,19 @@ _M.num_p = ffi.new("double[1]")
 -- req is the request's address as a number (what the phase dispatcher gets from C: a
 -- number costs no allocation, a boxed cdata pointer would, every phase) or a cdata
 -- pointer (a lua_routes match function's); _M.reqp() gives it as `sl_req_t *`.
+--- Adds v under k in an args table: the first value alone, a repeated key's values as a
+-- list in arrival order (what get_query and kong.request.get_query return).
+function _M.args_put(out, k, v)
+    local old = out[k]
+    if old == nil then
+        out[k] = v
+    elseif type(old) == "table" then
+        old[#old + 1] = v
+    else
+        out[k] = { old, v }
+    end
+end
+
 _M.req = nil
 _M.ctx = nil
 _M.route = nil

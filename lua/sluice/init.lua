@@ -235,15 +235,7 @@ function request.get_query_args()
         if rc ~= OK and rc ~= 1 then break end
         local kl = tonumber(klen_p[0])
         local k = ffi_string(qbuf, kl)
-        local v = rc == 1 or ffi_string(qbuf + kl, len_p[0])
-        local old = out[k]
-        if old == nil then
-            out[k] = v
-        elseif type(old) == "table" then
-            old[#old + 1] = v
-        else
-            out[k] = { old, v }
-        end
+        base.args_put(out, k, rc == 1 or ffi_string(qbuf + kl, len_p[0]))
     end
     return out
 end

@@ -66,15 +66,7 @@ local function decode_args(s, max)
         if max and max > 0 and n > max then break end
         local k, eq, v = pair:match("^([^=]*)(=?)(.*)$")
         k = unescape(k)
-        local val = eq == "" and true or unescape(v)
-        local old = out[k]
-        if old == nil then
-            out[k] = val
-        elseif type(old) == "table" then
-            old[#old + 1] = val
-        else
-            out[k] = { old, val }
-        end
+        base.args_put(out, k, eq == "" and true or unescape(v))
     end
     return out
 end
