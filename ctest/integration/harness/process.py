@@ -82,9 +82,13 @@ class Suite:
         sys.stdout.flush()
 
     def run(self, *tests):
-        """Runs each test function with this suite; an exception fails that test."""
+        """Runs each test function with this suite; an exception fails that test.
+        SLUICE_TEST_ONLY=name[,name] runs only those (and `setup`), for a developer's loop."""
         print("== %s (binary %s)" % (self.name, BIN), flush=True)
+        only = [n for n in os.environ.get("SLUICE_TEST_ONLY", "").split(",") if n]
         for fn in tests:
+            if only and fn.__name__ not in only and fn.__name__ != "setup":
+                continue
             print("-- %s" % fn.__name__, flush=True)
             try:
                 fn(self)
