@@ -285,11 +285,24 @@ static void drop_coroutine(sl_worker_t *w, sl_lua_task_t *t) {
 
 /* An error the dispatcher did not catch: a plugin's phase function raised (the dispatcher
  * calls them without a pcall, so that their traces compile; sluice.base's .pos and
- * .plugin say which), or the dispatcher itself failed (.pos is -1). The coroutine is dead. */
+ * .plugin say which), or the dispatcher itself failed (.pos is -1). The coroutine is dead.
+ * sluice.base's UNWIND, raised by a call that answered the request (kong.response.exit),
+ * is no error: the chain is DONE. */
 static int uncaught(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, const char *route) {
     lua_State *co = t->co, *L = w->L;
     const char *msg = lua_tostring(co, -1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, w->lua_pool->base_ref);
+    lua_getfield(L, -1, "UNWIND");
+    lua_getfield(L, -2, "exited");
+    bool answered = lua_istable(co, -1) && lua_topointer(co, -1) == lua_topointer(L, -2) && lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    if (answered) {
+        lua_pushinteger(L, -1);
+        lua_setfield(L, -2, "pos");
+        lua_pop(L, 1);
+        drop_coroutine(w, t); /* the request's later phases get a new one, with the same ctx */
+        return SL_DONE;
+    }
     lua_getfield(L, -1, "pos");
     lua_getfield(L, -2, "plugin");
     int pos = lua_isnumber(L, -2) ? (int)lua_tointeger(L, -2) : -1;

@@ -40,11 +40,6 @@ _M.len2_p = ffi.new("size_t[1]")
 _M.err_p = ffi.new("const char *[1]")
 _M.num_p = ffi.new("double[1]")
 
--- The request whose phase is running, its ctx and route: set by the phase dispatcher
--- (and restored after every yield), read by the API. One VM serves one request at a time.
--- req is the request's address as a number (what the phase dispatcher gets from C: a
--- number costs no allocation, a boxed cdata pointer would, every phase) or a cdata
--- pointer (a lua_routes match function's); _M.reqp() gives it as `sl_req_t *`.
 --- Adds v under k in an args table: the first value alone, a repeated key's values as a
 -- list in arrival order (what get_query and kong.request.get_query return).
 function _M.args_put(out, k, v)
@@ -58,6 +53,11 @@ function _M.args_put(out, k, v)
     end
 end
 
+-- The request whose phase is running, its ctx and route: set by the phase dispatcher
+-- (and restored after every yield), read by the API. One VM serves one request at a time.
+-- req is the request's address as a number (what the phase dispatcher gets from C: a
+-- number costs no allocation, a boxed cdata pointer would, every phase) or a cdata
+-- pointer (a lua_routes match function's); _M.reqp() gives it as `sl_req_t *`.
 _M.req = nil
 _M.ctx = nil
 _M.route = nil
@@ -68,14 +68,24 @@ _M.plugin = nil
 -- coroutine and the core reads this and _M.plugin to report it.
 _M.pos = -1
 _M.exited = false
+-- The running phase (SL_PHASE_*; nil for a tcp session's preread) and the request's number
+-- in this worker (requests reuse ctx tables: this tells them apart).
+_M.phase = nil
+_M.serial = nil
+-- Raised (error(_M.UNWIND, 0)) by a call that answered the request (exited is true) and
+-- ends the plugin's phase function there: kong.response.exit in rewrite and access. It
+-- unwinds the request's coroutine, and the core takes it for "a plugin answered", not an
+-- error (lua_host.c), so no pcall sits between the dispatcher and a plugin (one would
+-- keep the plugin's traces from returning into the dispatcher, as above).
+_M.UNWIND = setmetatable({}, { __tostring = function() return "the request was answered" end })
 -- True while a plugin's prepare(conf) runs (sluice.runtime): waiting is refused then.
 _M.preparing = false
 -- The tcp session whose preread chain is running (nil otherwise): while it is set there is
 -- no request, so the request API refuses instead of reading a stale one.
 _M.sess = nil
 
-function _M.begin(req, ctx, route)
-    _M.req, _M.ctx, _M.route, _M.exited, _M.sess = req, ctx, route, false, nil
+function _M.begin(req, ctx, route, phase, serial)
+    _M.req, _M.ctx, _M.route, _M.exited, _M.sess, _M.phase, _M.serial = req, ctx, route, false, nil, phase, serial
 end
 
 -- Suspends the running request's coroutine (the caller armed what resumes it) and, once
@@ -88,12 +98,14 @@ function _M.wait()
         error("prepare cannot wait (sleep, http, redis, get_body): it runs once for all requests", 2)
     end
     local req, ctx, route, plugin, pos, exited = _M.req, _M.ctx, _M.route, _M.plugin, _M.pos, _M.exited
+    local phase, serial = _M.phase, _M.serial
     co_yield()
     _M.req, _M.ctx, _M.route, _M.plugin, _M.pos, _M.exited, _M.sess = req, ctx, route, plugin, pos, exited, nil
+    _M.phase, _M.serial = phase, serial
 end
 
 function _M.begin_session(sess, ctx, listener)
-    _M.req, _M.sess, _M.ctx, _M.route, _M.exited = nil, sess, ctx, nil, false
+    _M.req, _M.sess, _M.ctx, _M.route, _M.exited, _M.phase, _M.serial = nil, sess, ctx, nil, false, nil, nil
     _M.listener = listener
 end
 

@@ -228,7 +228,7 @@ function _M.new(gen)
     -- pointer held in a local would be boxed whenever the trace leaves to the interpreter);
     -- serial: the request's number in this worker (for prepare).
     local function dispatch(phase, req, route, ctx, serial)
-        begin(req, ctx, route)
+        begin(req, ctx, route, phase, serial)
         if phase == BODY_FILTER then return body_filter(chains[route][phase], req, ctx, serial) end
         return runners[route][phase](req, ctx, serial)
     end

@@ -129,7 +129,7 @@ describe("JIT: the per-request path in a worker VM compiles", function()
             return { name = name, match = { paths = { "/" .. name } }, upstream = "m", plugins = plugins }
         end
         local conf = {
-            plugin_paths = { test.source_path("spec/fixtures/plugins") },
+            plugin_paths = { test.source_path("spec/fixtures/plugins"), test.source_path("scripts/bench-plugins") },
             upstreams = { { name = "m", targets = { { address = "127.0.0.1:" .. lib.sl_mock_port(mock) } } } },
             routes = {
                 route("three", { { name = "request-id" },
@@ -137,6 +137,8 @@ describe("JIT: the per-request path in a worker VM compiles", function()
                                                                 response = { set = { ["X-B"] = "2" }, add = { ["X-C"] = "3" } } } },
                                  { name = "ip-restriction", config = { allow = { "127.0.0.0/8" }, deny = { "10.0.0.0/8" } } } }),
                 route("read", { { name = "header-read" } }),
+                -- the Kong plugin scripts/bench measures against the same logic written for sluice
+                route("kong", { { name = "kong-same-logic" } }),
                 -- under a first segment of its own, among the fillers below: found deeper in
                 -- the router's prefix tree
                 { name = "bucketed", match = { paths = { "/b/read/" } }, upstream = "m",
@@ -159,6 +161,8 @@ describe("JIT: the per-request path in a worker VM compiles", function()
         { "request-id, headers, ip-restriction (the gateway's id)", "three", "" },
         { "request-id, headers, ip-restriction (a client's id)", "three", "X-Request-ID: abc-1\r\n" },
         { "one header read in access", "read", "X-Probe: 1\r\n" },
+        { "a Kong plugin: kong.request.get_header, kong.service.request.set_header, kong.response.set_header, kong.ctx.plugin",
+          "kong", "User-Agent: jit\r\n" },
         { "the same, routed among a long route list", "b/read/x", "X-Probe: 1\r\n" },
     }) do
         it(case[1], function()

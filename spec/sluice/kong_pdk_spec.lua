@@ -236,8 +236,12 @@ describe("kong PDK", function()
         assert.same({ cjson.null }, (hf("kong.ctx.shared"))) -- a new request starts empty
     end)
     pdk("kong.ctx.plugin", function()
-        assert.same({ "mine" }, (hf("kong.ctx.plugin", { headers = { ["X-Probe"] = "kong.ctx.plugin" } })))
-        assert.same({ cjson.null }, (hf("kong.ctx.plugin")))
+        -- a request's table starts empty: the ctx tables (and the plugin's table in each) are
+        -- reused by later requests, emptied first
+        for _ = 1, 5 do
+            assert.same({ "mine" }, (hf("kong.ctx.plugin", { headers = { ["X-Probe"] = "kong.ctx.plugin" } })))
+            assert.same({ cjson.null }, (hf("kong.ctx.plugin")))
+        end
     end)
 
     -- ------------------------------------------------------------ kong.log
@@ -434,6 +438,11 @@ describe("kong PDK", function()
         local res = assert(gw:request({ path = "/probe", headers = { ["X-Probe"] = "ngx.exit" } }))
         assert.equal(403, res.status)
         assert.is_nil(res.headers["x-after"])
+    end)
+    it("ngx.exit(ngx.OK) ends the method without an answer, and the chain goes on", function()
+        local h = pass("ngx.exit(ngx.OK)").headers
+        assert.equal("1", h["x-before"])
+        assert.is_nil(h["x-after"])
     end)
     pdk("ngx.arg", function()
         local res = assert(gw:request({ path = "/probe/abc", headers = { ["X-Probe-Body"] = "arg" } }))

@@ -18,15 +18,28 @@ local type, pairs, ipairs, tostring, tonumber, error, select, setmetatable, rawg
 local lower, gsub, find, sub, concat, sort = string.lower, string.gsub, string.find, string.sub,
     table.concat, table.sort
 
+local table_new, table_clear = require("table.new"), require("table.clear")
+
 local _M = {}
 
--- Raised by kong.response.exit (and ngx.exit) to end the phase function, as Kong's ends
--- the handler; sluice.kong.plugin catches it around rewrite and access.
-_M.EXIT = setmetatable({}, { __tostring = function() return "kong.response.exit" end })
+-- kong.response.exit in rewrite and access ends the phase function, as Kong's ends the
+-- handler: it raises sluice.base's UNWIND, which the core takes for "a plugin answered"
+-- (no pcall around the method: one would keep its traces from compiling). ngx.exit(ngx.OK)
+-- ends the method without an answer: it raises NGX_OK, which the pcall sluice.kong.plugin
+-- puts around the methods of a plugin whose source calls ngx.exit catches.
+_M.EXIT = base.UNWIND
+_M.NGX_OK = setmetatable({}, { __tostring = function() return "ngx.exit(ngx.OK)" end })
+local REWRITE, ACCESS = 0, 1 -- SL_PHASE_REWRITE, SL_PHASE_ACCESS (sluice.h)
+
+-- True in the phases where kong.response.exit and ngx.exit end the method.
+function _M.ends_method()
+    local ph = base.phase
+    return ph == ACCESS or ph == REWRITE
+end
+local ends_method = _M.ends_method
 
 -- Keys in the request's ctx.
-local PLUGIN_CTX, IN_PHASE, BODY_BUF = "kong.ctx.plugin", "kong.phase", "kong.body"
-_M.IN_PHASE = IN_PHASE
+local BODY_BUF = "kong.body"
 
 local function strict(t, path)
     return setmetatable(t, { __index = function(_, k)
@@ -41,11 +54,26 @@ _M.kong = kong
 
 -- ---------------------------------------------------------------- helpers
 
--- "X_Foo" and "x-foo" name one header, as Kong's get_header reads ngx.var.http_x_foo.
+-- "X_Foo" and "x-foo" name one header, as Kong's get_header reads ngx.var.http_x_foo. The
+-- names a plugin passes are mostly its source's constants: each is looked at once and its
+-- answer kept (up to HNAMES_MAX names; past that, looked at on every call), so the
+-- per-request call is a table lookup.
+local HNAMES_MAX, hnames_n = 512, 0
+local function hname_of(name)
+    if not find(name, "_", 1, true) then return name end
+    return (gsub(name, "_", "-"))
+end
+local hnames = setmetatable({}, { __index = function(t, name)
+    local v = hname_of(name)
+    if hnames_n < HNAMES_MAX then
+        hnames_n = hnames_n + 1
+        t[name] = v
+    end
+    return v
+end })
 local function hname(name)
     if type(name) ~= "string" then error("header name must be a string", 3) end
-    if not find(name, "_", 1, true) then return name end -- gsub is not compiled: only when needed
-    return (gsub(name, "_", "-"))
+    return hnames[name]
 end
 
 local function unescape(s)
@@ -93,8 +121,6 @@ local function encode_args(t)
     return concat(out, "&")
 end
 _M.encode_args = encode_args
-
-local function ctx() return base.ctx end
 
 -- ---------------------------------------------------------------- kong.request
 
@@ -203,8 +229,7 @@ function kresp.exit(status, body, headers)
         body = cjson.encode(body)
     end
     response.exit(status, body, headers)
-    local c = base.ctx
-    if c and c[IN_PHASE] then error(EXIT, 0) end
+    if ends_method() then error(EXIT, 0) end
 end
 
 -- body_filter only: the whole response body once its last piece is here (nil before).
@@ -295,19 +320,37 @@ function sresp.get_headers(max_headers) return headers_of(response, max_headers)
 -- ---------------------------------------------------------------- kong.ctx
 
 -- kong.ctx.shared is the request's ctx: what sluice plugins of the chain see as ctx.
--- kong.ctx.plugin is a table per plugin per request.
+-- kong.ctx.plugin is a table per plugin per request. Requests reuse ctx tables (lua_host.c
+-- keeps a pool of them), and each ctx table keeps one table per Kong plugin, emptied when a
+-- new request (base.serial) first asks for it: no table is made per request. (A plugin that
+-- keeps kong.ctx.plugin past its request, in a timer say, sees it emptied by a later one.)
+local plugin_ctx = setmetatable({}, { __mode = "k" }) -- ctx table -> { [plugin] = table }
+local plugin_serial = setmetatable({}, { __mode = "k" }) -- such a table -> the request's serial
+local function plugin_table(c)
+    local of = plugin_ctx[c]
+    if not of then
+        of = {}
+        plugin_ctx[c] = of
+    end
+    local name, serial = base.plugin, base.serial
+    local t = of[name]
+    if not t then
+        t = table_new(0, 4)
+        of[name] = t
+    elseif plugin_serial[t] ~= serial then
+        table_clear(t)
+    end
+    plugin_serial[t] = serial
+    return t
+end
+
 kong.ctx = setmetatable({}, { __index = function(_, k)
     local c = base.ctx
-    if k == "shared" then return c end
     if k == "plugin" then
         if not c then return nil end
-        local all = c[PLUGIN_CTX]
-        if not all then all = {}; c[PLUGIN_CTX] = all end
-        local name = base.plugin
-        local t = all[name]
-        if not t then t = {}; all[name] = t end
-        return t
+        return plugin_table(c)
     end
+    if k == "shared" then return c end
     error(("kong.ctx.%s is not supported by sluice's Kong layer"):format(tostring(k)), 2)
 end })
 
@@ -527,7 +570,6 @@ cache.invalidate_local = cache.invalidate
 
 -- ---------------------------------------------------------------- kong.table, kong.ip
 
-local table_new, table_clear = require("table.new"), require("table.clear")
 kong.table = {
     new = function(narr, nrec) return table_new(narr or 0, nrec or 0) end,
     clear = function(t) table_clear(t) end,

@@ -124,8 +124,7 @@ end
 function ngx.exit(status)
     if type(status) ~= "number" then error("status must be a number", 2) end
     if status >= 200 then return kmod.kong.response.exit(status) end
-    local c = base.ctx
-    if c and c[kmod.IN_PHASE] then error(kmod.EXIT, 0) end
+    if kmod.ends_method() then error(kmod.NGX_OK, 0) end
 end
 
 -- ---------------------------------------------------------------- ctx, arg, header

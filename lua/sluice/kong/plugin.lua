@@ -24,7 +24,7 @@ local find, sub, concat = string.find, string.sub, table.concat
 local _M = {}
 
 local kong, ngx = kmod.kong, kngx.ngx
-local EXIT, IN_PHASE, ARG = kmod.EXIT, kmod.IN_PHASE, kmod.arg
+local EXIT, NGX_OK, ARG = kmod.EXIT, kmod.NGX_OK, kmod.arg
 
 -- ---------------------------------------------------------------- the source check
 
@@ -172,6 +172,9 @@ local function run_file(state, file)
     if not src then error(("cannot read %s"):format(file), 0) end
     local bad = _M.check_source(src, file)
     if #bad > 0 then error(concat(bad, "; "), 0) end
+    -- ngx.exit(ngx.OK) ends a method without an answer: the plugin's methods then run
+    -- under a pcall that catches it (phases below)
+    if find(src, "ngx%s*%.%s*exit") then state.catch = true end
     local chunk, err = loadstring(src, "@" .. file)
     if not chunk then error(err, 0) end
     setfenv(chunk, state.env)
@@ -212,13 +215,16 @@ local KONG_PHASES = { "init_worker", "certificate", "rewrite", "access", "respon
                       "body_filter", "log", "preread", "configure", "balancer", "ws_handshake",
                       "ws_client_frame", "ws_upstream_frame", "ws_close" }
 
--- rewrite and access: kong.response.exit ends the method (raises EXIT, caught here).
-local function protected(h, fn)
-    return function(conf, ctx)
-        ctx[IN_PHASE] = true
+-- rewrite and access: kong.response.exit ends the method by unwinding the request's
+-- coroutine (sluice.base.UNWIND: no pcall, so the method's traces compile). A plugin whose
+-- source calls ngx.exit runs them under a pcall that catches ngx.exit(ngx.OK), which ends
+-- the method and lets the chain go on, and the answer's unwind. state.catch is read at each
+-- call: a module required later, from a method, can still set it.
+local function protected(state, h, fn)
+    return function(conf)
+        if not state.catch then return fn(h, conf) end
         local ok, err = pcall(fn, h, conf)
-        ctx[IN_PHASE] = nil
-        if not ok and err ~= EXIT then error(err, 0) end
+        if not ok and err ~= NGX_OK and err ~= EXIT then error(err, 0) end
     end
 end
 
@@ -271,8 +277,8 @@ function _M.load(paths, dir, name)
             end
         end
     end
-    if handler.rewrite then mod.rewrite = protected(handler, handler.rewrite) end
-    if handler.access then mod.access = protected(handler, handler.access) end
+    if handler.rewrite then mod.rewrite = protected(state, handler, handler.rewrite) end
+    if handler.access then mod.access = protected(state, handler, handler.access) end
     if handler.header_filter then mod.header_filter = plain(handler, handler.header_filter) end
     if handler.body_filter then mod.body_filter = body(handler, handler.body_filter) end
     if handler.log then mod.log = plain(handler, handler.log) end
