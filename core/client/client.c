@@ -34,7 +34,7 @@ struct sl_client_s {
     int status;
     const char *err; /**< static text, or errbuf */
     char errbuf[160];
-    char *out; /**< the request bytes, until written */
+    char *out; /**< the request bytes (a copy, or the caller's), until written */
     size_t out_len;
     char *in; /**< response bytes: the head stays here, its fields point into it */
     size_t in_len, in_cap;
@@ -47,10 +47,16 @@ struct sl_client_s {
     char rbuf[16384];                        /**< body reads (the head's bytes stay put in `in`) */
 };
 
+/* The request bytes are written (or the call is over): a copy goes. */
+static void drop_out(sl_client_t *c) {
+    if (!c->rq.req_borrowed) free(c->out);
+    c->out = NULL;
+}
+
 static void maybe_free(sl_client_t *c) {
     if (c->tcp_open || c->timer_open || c->gai_pending || c->held) return;
     if (c->rq.tls_owned) sl_tls_client_free(c->rq.tls);
-    free(c->out);
+    drop_out(c);
     free(c->in);
     free(c->body);
     free(c);
@@ -211,8 +217,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static void on_written(uv_write_t *wr, int status) {
     sl_client_t *c = wr->data;
-    free(c->out);
-    c->out = NULL;
+    drop_out(c);
     if (c->finished) return;
     if (status < 0) finish_fmt(c, "write", status);
 }
@@ -222,10 +227,7 @@ static void send_request(sl_client_t *c) {
     uv_buf_t b = uv_buf_init(c->out, (unsigned)c->out_len);
     c->write.data = c;
     int rc = sl_stream_writev(&c->s, &c->write, &b, 1, on_written);
-    if (rc == 1) { /* taken at once (TLS): no callback follows */
-        free(c->out);
-        c->out = NULL;
-    }
+    if (rc == 1) drop_out(c); /* taken at once (TLS): no callback follows */
     if (rc >= 0) rc = sl_stream_read_start(&c->s, on_alloc, on_read);
     if (rc < 0) finish_fmt(c, "write", rc);
 }
@@ -301,7 +303,7 @@ static void start(sl_client_t *c, const struct sockaddr *addr) {
 sl_client_t *sl_client_start(const sl_client_req_t *rq, const char **err) {
     static __thread char msg[160];
     sl_client_t *c = calloc(1, sizeof(*c));
-    char *out = malloc(rq->req_len ? rq->req_len : 1);
+    char *out = rq->req_borrowed ? (char *)rq->req : malloc(rq->req_len ? rq->req_len : 1);
     const char *why = !c || !out ? "out of memory" : NULL;
     if (!why && !rq->addr && (!rq->host || !*rq->host || strlen(rq->host) >= sizeof c->name || !rq->port))
         why = "bad host or port";
@@ -309,11 +311,11 @@ sl_client_t *sl_client_start(const sl_client_req_t *rq, const char **err) {
     if (why) {
         if (rq->tls_owned) sl_tls_client_free(rq->tls);
         free(c);
-        free(out);
+        if (!rq->req_borrowed) free(out);
         *err = why;
         return NULL;
     }
-    memcpy(out, rq->req, rq->req_len);
+    if (!rq->req_borrowed) memcpy(out, rq->req, rq->req_len);
     c->rq = *rq;
     c->rq.req = NULL;
     c->rq.host = NULL;

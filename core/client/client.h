@@ -41,9 +41,11 @@ typedef struct {
     sl_tls_pump_t *pump;
     const char *tls_name;
     bool tls_owned;
-    /** The whole request (head and body), copied. */
+    /** The whole request (head and body), copied; with req_borrowed not copied: the bytes
+     *  stay the caller's, unchanged, until on_done returned or the call was closed. */
     const char *req;
     size_t req_len;
+    bool req_borrowed;
     bool head_req;     /**< a HEAD request: its response has no body */
     bool idle_timeout; /**< timeout_ms bounds silence (connecting, between reads), not the whole */
     bool drop_body;    /**< the body is read and dropped (without on_body) */

@@ -162,40 +162,42 @@ static void post_done(void *ud, int status, const char *err) {
         snprintf(pt->why, pt->whylen, "the collector answered %d", status);
 }
 
-/* POSTs body to the endpoint; true on a 2xx. The host is resolved each time (a name may
- * move); a failure is logged once per state change by the caller. */
-static bool post(uv_loop_t *loop, const char *host, uint16_t port, const char *path, const char *headers,
-                 const sl_wbuf_t *body, uint64_t timeout_ms, char *why, size_t whylen) {
-    sl_wbuf_t req = {0};
-    sl_wbuf_printf(&req,
+/* POSTs body to the endpoint, the request built in req (the exporter's, reused: no
+ * allocation per batch once it has grown); true on a 2xx. The host is resolved each time
+ * (a name may move); a failure is logged once per state change by the caller. */
+static bool post(uv_loop_t *loop, sl_wbuf_t *req, const char *host, uint16_t port, const char *path,
+                 const char *headers, const sl_wbuf_t *body, uint64_t timeout_ms, char *why, size_t whylen) {
+    req->len = 0;
+    sl_wbuf_printf(req,
                    "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: application/json\r\n"
                    "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
                    path, host, port, body->len, headers ? headers : "");
-    sl_wbuf_put(&req, body->p, body->len);
+    sl_wbuf_put(req, body->p, body->len);
     post_t pt = {.why = why, .whylen = whylen};
     sl_client_req_t rq = {.loop = loop,
                           .host = host,
                           .port = port,
-                          .req = req.p,
-                          .req_len = req.len,
+                          .req = req->p,
+                          .req_len = req->len,
+                          .req_borrowed = true, /* the loop runs until the call is gone */
                           .timeout_ms = timeout_ms ? timeout_ms : 1,
                           .drop_body = true,
                           .oneshot = true,
                           .ud = &pt,
                           .on_done = post_done};
     const char *err = "out of memory";
-    if (!sl_wbuf_failed(&req) && sl_client_start(&rq, &err))
+    if (!sl_wbuf_failed(req) && sl_client_start(&rq, &err))
         uv_run(loop, UV_RUN_DEFAULT); /* until the call freed itself */
     else
         snprintf(why, whylen, "%s", err);
-    free(req.p);
+    req->oom = false; /* "out of memory" is why; the next batch tries again */
     return pt.status >= 200 && pt.status < 300;
 }
 
 static void *exporter_main(void *arg) {
     (void)arg;
     sl_span_t *batch = malloc(SL_TELEMETRY_BATCH * sizeof(sl_span_t));
-    sl_wbuf_t body = {0};
+    sl_wbuf_t body = {0}, req = {0};
     bool failing = false;
     uv_loop_t loop;
     if (uv_loop_init(&loop) != 0) {
@@ -229,7 +231,7 @@ static void *exporter_main(void *arg) {
         bool ok = false;
         if (host && path && service) {
             encode(&body, batch, n, service);
-            ok = !sl_wbuf_failed(&body) && post(&loop, host, port, path, headers, &body, timeout, why, sizeof why);
+            ok = !sl_wbuf_failed(&body) && post(&loop, &req, host, port, path, headers, &body, timeout, why, sizeof why);
             body.oom = false; /* "out of memory" is why; the next batch tries again */
         }
         if (ok) {
@@ -256,6 +258,7 @@ static void *exporter_main(void *arg) {
     if (batch) uv_loop_close(&loop);
     free(batch);
     free(body.p);
+    free(req.p);
     return NULL;
 }
 

@@ -1,7 +1,8 @@
 /* client_test.c — core/client/client.c against a real HTTP/1.1 server on loopback (one on
  * the same loop, answering each request with a scenario's bytes): Content-Length, chunked
  * (kept whole and streamed), close-delimited bodies, an interim 100, a malformed status
- * line, a refused connection, a timeout, and a cancel that never calls back. Every test
+ * line, a refused connection, a timeout (whole, and idle with a stream's timer stopped),
+ * a cancel that never calls back, and closes from inside on_head and on_body. Every test
  * ends with the loop empty: the call freed itself and closed its handles. */
 #include "client/client.h"
 
@@ -176,7 +177,8 @@ static void test_chunked_streamed(void) {
     setup(chunked, false);
     sl_client_req_t rq = request();
     rq.on_body = on_body;
-    rq.oneshot = true; /* released after on_done: no close */
+    rq.oneshot = true;      /* released after on_done: no close */
+    rq.req_borrowed = true; /* the request is static: not copied */
     const char *err = NULL;
     CHECK(sl_client_start(&rq, &err) != NULL);
     for (int i = 0; i < 10000 && !F.done; i++) uv_run(&F.loop, UV_RUN_ONCE);
@@ -275,6 +277,83 @@ static void test_cancel(void) {
     CHECK_INT(F.done, 0);
 }
 
+/* Closing the call from inside its own callbacks (health decides on the head; an etcd
+ * line handler cancels its watch): nothing calls back afterwards and the call goes. */
+static void close_on_head(void *ud, sl_client_t *c) {
+    (void)ud;
+    F.heads++;
+    F.status = sl_client_head(c)->status;
+    sl_client_close(c);
+}
+
+static int close_on_body(void *ud, sl_client_t *c, const char *p, size_t n) {
+    on_body(ud, c, p, n);
+    sl_client_close(c);
+    return 0;
+}
+
+static void test_close_inside_callbacks(void) {
+    setup(chunked, false);
+    sl_client_req_t rq = request();
+    rq.on_head = close_on_head;
+    CHECK(sl_client_start(&rq, &(const char *){NULL}) != NULL);
+    for (int i = 0; i < 200 && !F.heads; i++) uv_run(&F.loop, UV_RUN_ONCE);
+    run_and_teardown();
+    CHECK_INT(F.heads, 1);
+    CHECK_INT(F.status, 200);
+    CHECK_INT(F.done, 0);
+
+    setup(chunked, false);
+    rq = request();
+    rq.on_body = close_on_body;
+    CHECK(sl_client_start(&rq, &(const char *){NULL}) != NULL);
+    for (int i = 0; i < 200 && !F.streamed_len; i++) uv_run(&F.loop, UV_RUN_ONCE);
+    run_and_teardown();
+    CHECK_INT(F.streamed_len, 5); /* the first chunk, then nothing */
+    CHECK_INT(F.done, 0);
+}
+
+/* An idle timeout bounds silence: a stream whose head stopped the timer outlives it; one
+ * that did not times out. */
+static void stop_timer_on_head(void *ud, sl_client_t *c) {
+    (void)ud;
+    F.heads++;
+    sl_client_set_timeout(c, 0);
+}
+
+static void waited(uv_timer_t *t) { (void)t; }
+
+static void test_idle_timeout(void) {
+    static const char stream_head[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab\n\r\n";
+    setup(stream_head, false);
+    sl_client_req_t rq = request();
+    rq.idle_timeout = true;
+    rq.timeout_ms = 50;
+    rq.on_head = stop_timer_on_head;
+    rq.on_body = on_body;
+    sl_client_t *c = sl_client_start(&rq, &(const char *){NULL});
+    CHECK(c != NULL);
+    uv_timer_t wait;
+    uv_timer_init(&F.loop, &wait);
+    uv_timer_start(&wait, waited, 200, 0);
+    while (uv_is_active((uv_handle_t *)&wait) && !F.done) uv_run(&F.loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&wait, NULL);
+    CHECK_INT(F.done, 0); /* 200 ms of silence after the head: still open */
+    CHECK_INT(F.streamed_len, 3);
+    sl_client_close(c);
+    run_and_teardown();
+
+    setup(stream_head, false);
+    rq = request();
+    rq.idle_timeout = true;
+    rq.timeout_ms = 50;
+    rq.on_body = on_body;
+    c = run_call(rq);
+    CHECK_STR(F.err, "timeout");
+    sl_client_close(c);
+    run_and_teardown();
+}
+
 static void test_bad_host(void) {
     setup(NULL, false);
     sl_client_req_t rq = request();
@@ -298,6 +377,8 @@ int main(int argc, char **argv) {
         {"timeout", test_timeout},
         {"refused", test_refused},
         {"cancel", test_cancel},
+        {"close_inside_callbacks", test_close_inside_callbacks},
+        {"idle_timeout", test_idle_timeout},
         {"bad_host", test_bad_host},
     };
     return check_main(tests, sizeof tests / sizeof tests[0], argc, argv);
