@@ -1,20 +1,18 @@
-/* telemetry.c — the span queue and the OTLP/HTTP JSON exporter thread (telemetry.h). */
+/* telemetry.c — the span queue and the OTLP/HTTP JSON exporter thread (telemetry.h).
+ *
+ * The exporter thread POSTs each batch with the core's HTTP client (client/client.h) on a
+ * libuv loop of its own, run only while one POST is under way: the thread blocks on the
+ * queue's condition variable between batches, as before. */
 #include "ctx/telemetry.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "base/wbuf.h"
+#include "client/client.h"
 #include "proto/traceparent.h"
 
 typedef struct {
@@ -147,104 +145,65 @@ static void encode(sl_wbuf_t *b, const sl_span_t *s, size_t n, const char *servi
     SL_WBUF_LIT(b, "]}]}]}");
 }
 
-/* ---- one POST, blocking, bounded by timeout_ms (this thread is the exporter's own) ---- */
+/* ---- one POST, bounded by timeout_ms, on the exporter's own loop ---- */
 
-static int wait_fd(int fd, short ev, uint64_t deadline_ms) {
-    for (;;) {
-        uint64_t now = sl_now_ms();
-        if (now >= deadline_ms) return -1;
-        struct pollfd p = {fd, ev, 0};
-        int rc = poll(&p, 1, (int)(deadline_ms - now));
-        if (rc > 0) return 0;
-        if (rc < 0 && errno != EINTR) return -1;
-    }
+typedef struct {
+    int status;
+    char *why;
+    size_t whylen;
+} post_t;
+
+static void post_done(void *ud, int status, const char *err) {
+    post_t *pt = ud;
+    pt->status = status;
+    if (err)
+        snprintf(pt->why, pt->whylen, "%s", err);
+    else if (status < 200 || status >= 300)
+        snprintf(pt->why, pt->whylen, "the collector answered %d", status);
 }
 
-/* POSTs body to the endpoint; true on a 2xx. The host is resolved each time (a name may
- * move); a failure is logged once per state change by the caller. */
-static bool post(const char *host, uint16_t port, const char *path, const char *headers, const sl_wbuf_t *body,
-                 uint64_t timeout_ms, char *why, size_t whylen) {
-    uint64_t deadline = sl_now_ms() + timeout_ms;
-    char portstr[8];
-    snprintf(portstr, sizeof portstr, "%u", port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res) {
-        snprintf(why, whylen, "cannot resolve %s", host);
-        return false;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    bool ok = false;
-    if (fd < 0) {
-        snprintf(why, whylen, "socket: %s", strerror(errno));
-        goto out;
-    }
-    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
-        snprintf(why, whylen, "connect: %s", strerror(errno));
-        goto out;
-    }
-    int err = 0;
-    socklen_t el = sizeof err;
-    if (wait_fd(fd, POLLOUT, deadline) != 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err) {
-        snprintf(why, whylen, "connect: %s", err ? strerror(err) : "timeout");
-        goto out;
-    }
-    char head[2048];
-    int hl = snprintf(head, sizeof head,
-                      "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: application/json\r\n"
-                      "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                      path, host, port, body->len, headers ? headers : "");
-    if (hl < 0 || (size_t)hl >= sizeof head) {
-        snprintf(why, whylen, "otlp.headers too long");
-        goto out;
-    }
-    const char *parts[2] = {head, body->p};
-    size_t lens[2] = {(size_t)hl, body->len};
-    for (int i = 0; i < 2; i++) {
-        size_t off = 0;
-        while (off < lens[i]) {
-            ssize_t w = send(fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
-            if (w > 0) {
-                off += (size_t)w;
-            } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-                if (wait_fd(fd, POLLOUT, deadline) != 0) {
-                    snprintf(why, whylen, "write: timeout");
-                    goto out;
-                }
-            } else {
-                snprintf(why, whylen, "write: %s", strerror(errno));
-                goto out;
-            }
-        }
-    }
-    char resp[512];
-    size_t got = 0;
-    while (got < 12) {
-        if (wait_fd(fd, POLLIN, deadline) != 0) {
-            snprintf(why, whylen, "no answer within %llums", (unsigned long long)timeout_ms);
-            goto out;
-        }
-        ssize_t r = recv(fd, resp + got, sizeof resp - 1 - got, 0);
-        if (r <= 0) {
-            if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-            snprintf(why, whylen, "the collector closed without an answer");
-            goto out;
-        }
-        got += (size_t)r;
-    }
-    resp[got] = 0;
-    ok = strncmp(resp, "HTTP/1.", 7) == 0 && resp[9] == '2';
-    if (!ok) snprintf(why, whylen, "the collector answered %.12s", resp + 9);
-out:
-    if (fd >= 0) close(fd);
-    freeaddrinfo(res);
-    return ok;
+/* POSTs body to the endpoint, the request built in req (the exporter's, reused: no
+ * allocation per batch once it has grown); true on a 2xx. The host is resolved each time
+ * (a name may move); a failure is logged once per state change by the caller. */
+static bool post(uv_loop_t *loop, sl_wbuf_t *req, const char *host, uint16_t port, const char *path,
+                 const char *headers, const sl_wbuf_t *body, uint64_t timeout_ms, char *why, size_t whylen) {
+    req->len = 0;
+    sl_wbuf_printf(req,
+                   "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
+                   path, host, port, body->len, headers ? headers : "");
+    sl_wbuf_put(req, body->p, body->len);
+    post_t pt = {.why = why, .whylen = whylen};
+    sl_client_req_t rq = {.loop = loop,
+                          .host = host,
+                          .port = port,
+                          .req = req->p,
+                          .req_len = req->len,
+                          .req_borrowed = true, /* the loop runs until the call is gone */
+                          .timeout_ms = timeout_ms ? timeout_ms : 1,
+                          .drop_body = true,
+                          .oneshot = true,
+                          .ud = &pt,
+                          .on_done = post_done};
+    const char *err = "out of memory";
+    if (!sl_wbuf_failed(req) && sl_client_start(&rq, &err))
+        uv_run(loop, UV_RUN_DEFAULT); /* until the call freed itself */
+    else
+        snprintf(why, whylen, "%s", err);
+    req->oom = false; /* "out of memory" is why; the next batch tries again */
+    return pt.status >= 200 && pt.status < 300;
 }
 
 static void *exporter_main(void *arg) {
     (void)arg;
     sl_span_t *batch = malloc(SL_TELEMETRY_BATCH * sizeof(sl_span_t));
-    sl_wbuf_t body = {0};
+    sl_wbuf_t body = {0}, req = {0};
     bool failing = false;
+    uv_loop_t loop;
+    if (uv_loop_init(&loop) != 0) {
+        free(batch);
+        batch = NULL; /* spans are dropped at the stop, as for a collector that is down */
+    }
     pthread_mutex_lock(&tel.mu);
     while (batch) {
         /* wait for a full batch, the oldest span's flush time, or stop */
@@ -272,7 +231,7 @@ static void *exporter_main(void *arg) {
         bool ok = false;
         if (host && path && service) {
             encode(&body, batch, n, service);
-            ok = !sl_wbuf_failed(&body) && post(host, port, path, headers, &body, timeout, why, sizeof why);
+            ok = !sl_wbuf_failed(&body) && post(&loop, &req, host, port, path, headers, &body, timeout, why, sizeof why);
             body.oom = false; /* "out of memory" is why; the next batch tries again */
         }
         if (ok) {
@@ -296,8 +255,10 @@ static void *exporter_main(void *arg) {
         if (last && tel.n == 0) break;
     }
     pthread_mutex_unlock(&tel.mu);
+    if (batch) uv_loop_close(&loop);
     free(batch);
     free(body.p);
+    free(req.p);
     return NULL;
 }
 

@@ -1,6 +1,7 @@
 /* http_client.h — the core's own HTTP/1.1 requests on a worker's loop, detached from any
- * client request: the same client as sluice.http.request (http_client.c), for senders
- * that nothing waits for (the mirror plugin's copies, http-logger's batches).
+ * client request: the core's one client (client/client.h), as sluice.http.request uses it
+ * (http_client.c), for senders that nothing waits for (the mirror plugin's copies,
+ * http-logger's batches).
  */
 #ifndef SL_HTTP_CLIENT_H
 #define SL_HTTP_CLIENT_H

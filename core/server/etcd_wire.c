@@ -1,16 +1,14 @@
 /* etcd_wire.c — etcd's HTTP/JSON gateway, spoken on a libuv loop (see etcd_wire.h).
  *
  * The gateway streams one JSON object per line; libyaml (already the config parser)
- * reads JSON, so no JSON library is added. The HTTP exchange uses proto/http1.c's
- * response parser, as http/http_client.c does for plugins; that client is tied to a
- * request's coroutine and buffers a body whole, while a watch is an endless stream on
- * the main loop, so the etcd source has this small exchange of its own.
+ * reads JSON, so no JSON library is added. The HTTP exchange is the core's one client
+ * (client/client.h), its body streamed here: kept whole for a unary call, handed over
+ * line by line for a watch, whose stream has no end (its timer stops at the head).
  */
 #include "server/etcd_wire.h"
 
 #include <netdb.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,25 +202,10 @@ void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_
 
 /* ---- one HTTP/1.1 exchange with etcd's gateway on a libuv loop ---- */
 
-static void ec_closed(uv_handle_t *h) {
-    sl_ec_t *c = h->data;
-    if (--c->open) return;
-    free(c->out.p);
-    free(c->in.p);
+static void ec_free(sl_ec_t *c) {
+    sl_client_close(c->call);
     free(c->body.p);
     free(c);
-}
-
-static void ec_close(sl_ec_t *c) {
-    if (!uv_is_closing((uv_handle_t *)&c->tcp)) uv_close((uv_handle_t *)&c->tcp, ec_closed);
-    if (!uv_is_closing((uv_handle_t *)&c->timer)) uv_close((uv_handle_t *)&c->timer, ec_closed);
-}
-
-static void ec_finish(sl_ec_t *c, const char *err) {
-    if (c->finished) return;
-    c->finished = true;
-    if (c->on_done) c->on_done(c, err);
-    ec_close(c);
 }
 
 /** Ends a call without calling it back. */
@@ -230,116 +213,51 @@ void sl__ec_cancel(sl_ec_t *c) {
     if (!c) return;
     c->on_done = NULL;
     c->on_line = NULL;
-    c->finished = true;
-    ec_close(c);
+    c->cancelled = true;
+    if (!c->in_cb) ec_free(c); /* else the callback that runs frees it when it returns */
 }
 
-static void ec_failf(sl_ec_t *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
-    va_end(ap);
-    ec_finish(c, c->err);
+static void ec_head(void *ud, sl_client_t *call) {
+    sl_ec_t *c = ud;
+    c->status = sl_client_head(call)->status;
+    if (c->on_line && c->status == 200) sl_client_set_timeout(call, 0); /* a stream has no end */
 }
 
-static void ec_timeout(uv_timer_t *t) { ec_failf(t->data, "timed out"); }
-
-static int ec_body(void *ud, const char *p, size_t n) {
+static int ec_body(void *ud, sl_client_t *call, const char *p, size_t n) {
+    (void)call;
     sl_ec_t *c = ud;
     if (c->body.len + n > MAX_BODY || !sl__eb_put(&c->body, p, n)) return -1;
-    if (!c->on_line || c->head.status != 200) return 0;
+    if (!c->on_line || c->status != 200) return 0;
     /* a stream: hand over each complete line, keep the rest */
     size_t start = 0;
-    for (size_t i = c->scanned; i < c->body.len && !c->finished; i++)
+    c->in_cb++;
+    for (size_t i = c->scanned; i < c->body.len && !c->cancelled; i++)
         if (c->body.p[i] == '\n') {
             if (i > start) c->on_line(c, c->body.p + start, i - start);
             start = i + 1;
         }
-    if (c->finished) return -1;
+    c->in_cb--;
+    if (c->cancelled) {
+        ec_free(c);
+        return -1;
+    }
     memmove(c->body.p, c->body.p + start, c->body.len - start);
     c->body.len -= start;
     c->scanned = c->body.len;
     return 0;
 }
 
-static void ec_consume(sl_ec_t *c, const char *p, size_t n) {
-    if (!c->head_done) {
-        size_t used = 0;
-        int st = 0;
-        int rc = sl_h1_head(&c->h1, c->in.p, c->in.len, &c->head, &used, &st);
-        if (rc == SL_EAGAIN) return;
-        if (rc != SL_OK) return ec_failf(c, "malformed response head");
-        c->head_done = true;
-        if (c->on_line && c->head.status == 200) uv_timer_stop(&c->timer); /* a stream has no end */
-        p = c->in.p + used;
-        n = c->in.len - used;
-        c->h1.on_data = ec_body;
-        c->h1.ud = c;
-        if (c->head.body_kind == SL_BODY_NONE) return ec_finish(c, NULL);
+static void ec_done(void *ud, int status, const char *err) {
+    sl_ec_t *c = ud;
+    if (!err && status != 200) {
+        snprintf(c->err, sizeof c->err, "HTTP %d: %.200s", status, c->body.p ? c->body.p : "");
+        err = c->err;
+    } else if (!err && c->on_line) {
+        err = "the watch stream ended";
     }
-    bool done = false;
-    while (n > 0 && !done) {
-        size_t used = 0;
-        c->h1.spans_left = UINT32_MAX;
-        int rc = sl_h1_body(&c->h1, p, n, &used);
-        if (c->finished) return;
-        if (rc == SL_DONE)
-            done = true;
-        else if (rc != SL_OK)
-            return ec_failf(c, "malformed response body");
-        p += used, n -= used;
-    }
-    if (done) {
-        if (c->head.status != 200) return ec_failf(c, "HTTP %d: %.200s", c->head.status, c->body.p ? c->body.p : "");
-        ec_finish(c, c->on_line ? "the watch stream ended" : NULL);
-    }
-}
-
-static void ec_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
-    (void)hint;
-    sl_ec_t *c = h->data;
-    if (!c->head_done) {
-        /* c->in.max bounds the head; past it, what room is left (then none: too large) */
-        if (c->in.cap - c->in.len < 4097) sl_wbuf_reserve(&c->in, 8192);
-        *b = c->in.cap > c->in.len + 1 ? uv_buf_init(c->in.p + c->in.len, (unsigned)(c->in.cap - c->in.len - 1))
-                                     : uv_buf_init(NULL, 0);
-        return;
-    }
-    *b = uv_buf_init(c->rbuf, sizeof c->rbuf);
-}
-
-static void ec_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {
-    sl_ec_t *c = s->data;
-    if (c->finished || nread == 0) return;
-    /* a large answer is not a slow one: the timeout is for silence */
-    if (nread > 0 && !(c->head_done && c->on_line)) uv_timer_start(&c->timer, ec_timeout, c->timeout_ms, 0);
-    if (nread < 0) {
-        if (nread == UV_ENOBUFS) return ec_failf(c, "response head too large");
-        if (nread == UV_EOF && c->head_done && c->head.body_kind == SL_BODY_EOF && !c->on_line)
-            return ec_finish(c, c->head.status == 200 ? NULL : "error answer");
-        return ec_failf(c, "%s", nread == UV_EOF ? "connection closed" : uv_strerror((int)nread));
-    }
-    if (!c->head_done) {
-        c->in.len += (size_t)nread;
-        return ec_consume(c, NULL, 0);
-    }
-    ec_consume(c, b->base, (size_t)nread);
-}
-
-static void ec_written(uv_write_t *w, int status) {
-    sl_ec_t *c = w->data;
-    if (status < 0 && !c->finished) ec_failf(c, "write: %s", uv_strerror(status));
-}
-
-static void ec_connected(uv_connect_t *r, int status) {
-    sl_ec_t *c = r->data;
-    if (c->finished) return;
-    if (status < 0) return ec_failf(c, "connect: %s", uv_strerror(status));
-    uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
-    c->wr.data = c;
-    int rc = uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, ec_written);
-    if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, ec_alloc, ec_read);
-    if (rc < 0) ec_failf(c, "write: %s", uv_strerror(rc));
+    c->in_cb++;
+    if (c->on_done) c->on_done(c, err);
+    ec_free(c);
 }
 
 /* "http://host:port[/...]" -> an address (names resolved here: the main thread, not
@@ -373,30 +291,28 @@ sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const c
     if (endpoint_addr(url, &ss, hostport, sizeof hostport) != 0) return NULL;
     sl_ec_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->in.max = 131072; /* the response head's limit (the body has its own, MAX_BODY) */
     c->on_done = done, c->on_line = line, c->ud = ud;
-    c->timeout_ms = timeout_ms ? timeout_ms : 2000;
-    sl_wbuf_printf(&c->out, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n",
-                  path, hostport, strlen(body));
-    if (token && *token)
-        sl__eb_puts(&c->out, "Authorization: "), sl__eb_puts(&c->out, token), sl__eb_puts(&c->out, "\r\n");
-    sl__eb_puts(&c->out, line ? "\r\n" : "Connection: close\r\n\r\n");
-    sl__eb_puts(&c->out, body);
-    if (c->out.oom) {
-        free(c->out.p);
+    sl_wbuf_t out = {0};
+    sl_wbuf_printf(&out, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n",
+                   path, hostport, strlen(body));
+    if (token && *token) sl__eb_puts(&out, "Authorization: "), sl__eb_puts(&out, token), sl__eb_puts(&out, "\r\n");
+    sl__eb_puts(&out, line ? "\r\n" : "Connection: close\r\n\r\n");
+    sl__eb_puts(&out, body);
+    sl_client_req_t rq = {.loop = loop,
+                          .addr = (const struct sockaddr *)&ss,
+                          .req = out.p,
+                          .req_len = out.len,
+                          .idle_timeout = true, /* a large answer is not a slow one */
+                          .timeout_ms = timeout_ms ? timeout_ms : 2000,
+                          .ud = c,
+                          .on_head = ec_head,
+                          .on_body = ec_body,
+                          .on_done = ec_done};
+    const char *err = NULL;
+    if (!out.oom) c->call = sl_client_start(&rq, &err);
+    free(out.p);
+    if (!c->call) {
         free(c);
-        return NULL;
-    }
-    c->lim = (sl_h1_limits_t){.max_header_size = 65536, .max_request_line = 65536};
-    sl_h1_init(&c->h1, HTTP_RESPONSE, &c->lim);
-    uv_tcp_init(loop, &c->tcp);
-    uv_timer_init(loop, &c->timer);
-    c->tcp.data = c->timer.data = c->conn.data = c;
-    c->open = 2;
-    uv_timer_start(&c->timer, ec_timeout, c->timeout_ms, 0);
-    int rc = uv_tcp_connect(&c->conn, &c->tcp, (struct sockaddr *)&ss, ec_connected);
-    if (rc < 0) {
-        sl__ec_cancel(c);
         return NULL;
     }
     return c;

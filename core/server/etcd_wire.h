@@ -1,5 +1,6 @@
 /* etcd_wire.h — talking to etcd's HTTP/JSON gateway: bytes, base64, JSON read with
- * libyaml, the set of keys under a prefix, and one HTTP/1.1 exchange on a libuv loop.
+ * libyaml, the set of keys under a prefix, and one exchange on a libuv loop (the core's
+ * HTTP client, client/client.h: a unary call, or a watch's endless stream).
  *
  * Internal to the etcd config source (server/etcd.c, the watch; server/etcd_cli.c,
  * push and pull). Every function here runs on the thread that owns the loop it is
@@ -16,7 +17,7 @@
 #include <yaml.h>
 
 #include "base/wbuf.h"
-#include "proto/http1.h"
+#include "client/client.h"
 
 /** A parsed JSON text (libyaml: JSON is YAML's flow style); root NULL when empty. */
 typedef struct {
@@ -45,23 +46,16 @@ typedef void (*sl_ec_line_cb)(sl_ec_t *c, const char *line, size_t n);
 
 /** One exchange: POST, then the answer (whole in `body`, or streamed line by line). */
 struct sl_ec_s {
-    uv_tcp_t tcp;
-    uv_timer_t timer;
-    uv_connect_t conn;
-    uv_write_t wr;
-    int open; /* handles not closed yet */
-    bool finished, head_done;
-    sl_wbuf_t out, in, body;
+    sl_client_t *call;
+    int status;   /* the answer's, once its head came */
+    int in_cb;    /* inside a callback of its own: a cancel frees it when that returns */
+    bool cancelled;
+    sl_wbuf_t body;
     size_t scanned;
-    sl_h1_t h1;
-    sl_h1_limits_t lim;
-    sl_h1_head_t head;
     sl_ec_done_cb on_done;
     sl_ec_line_cb on_line;
     void *ud;
-    uint64_t timeout_ms; /* silence allowed: connecting, or between two reads */
     char err[256];
-    char rbuf[16384];
 };
 
 /* etcd's texts go on as C strings (request bodies, files, answers): these append to a

@@ -3,7 +3,8 @@
  * Each target of an upstream with `health.active` gets a prober: a timer that fires
  * every `interval` (the first time at a random point of the first interval, so
  * probes of many targets do not fire together), a fresh connection, and for `http`
- * a `GET path` whose status line decides (expect_status, or any 2xx/3xx). A probe
+ * a `GET path` through the core's HTTP client (client/client.h) whose response head
+ * decides (expect_status, or any 2xx/3xx; the body is not waited for). A probe
  * that does not finish within `timeout` failed. `unhealthy_threshold` failures in a
  * row mark the target down, `healthy_threshold` successes in a row bring it back (and
  * end a passive ejection). Workers only read the outcome (sl_tstate_t atomics).
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "client/client.h"
 #include "upstream/grpc_probe.h"
 
 typedef struct sl_prober_s {
@@ -42,8 +44,8 @@ typedef struct sl_prober_s {
     const sl_tls_target_conf_t *tls; /**< the target's TLS, or NULL */
     sl_tls_t *t;                /**< the probe connection's TLS session */
     char req[512];
-    char resp[256];
-    size_t resp_len;
+    char resp[256];             /**< a grpc probe's reads */
+    sl_client_t *call;          /**< an http probe's exchange, while it runs */
     uint8_t tcp_open, stopping;
     uint8_t open_handles;       /**< timers and the probe connection not yet closed */
     sl_grpc_probe_t *gp;        /**< a grpc probe's exchange, while its connection is open */
@@ -65,6 +67,8 @@ static void prober_closed(uv_handle_t *h) {
 }
 
 static void probe_close_conn(sl_prober_t *p) {
+    sl_client_close(p->call);
+    p->call = NULL;
     if (!p->tcp_open) return;
     p->tcp_open = 0;
     sl_grpc_probe_free(p->gp);
@@ -102,41 +106,6 @@ static void probe_done(sl_prober_t *p, bool ok, const char *why) {
 }
 
 static void on_probe_deadline(uv_timer_t *t) { probe_done(t->data, false, "timeout"); }
-
-static void probe_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
-    (void)hint;
-    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)h, sl_prober_t, tcp);
-    *buf = uv_buf_init(p->resp + p->resp_len, (unsigned)(sizeof(p->resp) - 1 - p->resp_len));
-}
-
-static void probe_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-    (void)buf;
-    sl_prober_t *p = SL_CONTAINER_OF((uv_tcp_t *)s, sl_prober_t, tcp);
-    if (n == 0) return;
-    if (n < 0) {
-        probe_done(p, false, n == UV_EOF ? "closed before a status line" : uv_strerror((int)n));
-        return;
-    }
-    p->resp_len += (size_t)n;
-    p->resp[p->resp_len] = 0;
-    char *eol = strstr(p->resp, "\r\n");
-    if (!eol && p->resp_len < sizeof(p->resp) - 1) return;
-    int status = 0;
-    if (sscanf(p->resp, "HTTP/1.%*d %3d", &status) != 1) {
-        probe_done(p, false, "not an HTTP response");
-        return;
-    }
-    int want = p->uc->health.expect_status;
-    bool ok = want ? status == want : status >= 200 && status < 400;
-    char why[48];
-    snprintf(why, sizeof why, "status %d", status);
-    probe_done(p, ok, why);
-}
-
-static void probe_written(uv_write_t *w, int status) {
-    sl_prober_t *p = w->data;
-    if (status < 0 && p->tcp_open) probe_done(p, false, uv_strerror(status));
-}
 
 static void probe_ready(sl_prober_t *p);
 
@@ -224,6 +193,16 @@ static void probe_tls_done(sl_tls_t *t, int status) {
     probe_ready(p);
 }
 
+/* The pump of probes' TLS sessions on the main loop, made for the first one. */
+static sl_tls_pump_t *probe_pump(sl_health_t *hc) {
+    if (!hc->pump_ready) {
+        hc->blocks.max_free = 4;
+        sl_tls_pump_init(&hc->pump, hc->loop, &hc->blocks);
+        hc->pump_ready = true;
+    }
+    return &hc->pump;
+}
+
 static void probe_connected(uv_connect_t *c, int status) {
     sl_prober_t *p = c->data;
     if (!p->tcp_open || !p->ts->probing) return; /* timed out meanwhile */
@@ -232,12 +211,7 @@ static void probe_connected(uv_connect_t *c, int status) {
         return;
     }
     if (p->tls) { /* a TLS target: the handshake is part of the probe (a tcp probe's whole check) */
-        if (!p->hc->pump_ready) {
-            p->hc->blocks.max_free = 4;
-            sl_tls_pump_init(&p->hc->pump, p->hc->loop, &p->hc->blocks);
-            p->hc->pump_ready = true;
-        }
-        p->t = sl_tls_connect(p->tls->rt, (uv_stream_t *)&p->tcp, &p->hc->pump, NULL);
+        p->t = sl_tls_connect(p->tls->rt, (uv_stream_t *)&p->tcp, probe_pump(p->hc), NULL);
         if (!p->t || sl_tls_handshake(p->t, probe_tls_done) != 0)
             probe_done(p, false, p->t ? sl_tls_error(p->t) : "out of memory");
         return;
@@ -245,38 +219,60 @@ static void probe_connected(uv_connect_t *c, int status) {
     probe_ready(p);
 }
 
-/* Connected (and TLS established): a tcp probe passed; an http probe sends its request. */
+/* Connected (and TLS established): a tcp probe passed; a grpc probe sends its request. */
 static void probe_ready(sl_prober_t *p) {
     if (p->uc->health.active_type == SL_PROBE_TCP) {
         probe_done(p, true, NULL);
         return;
     }
-    if (p->uc->health.active_type == SL_PROBE_GRPC) {
-        p->gp = sl_grpc_probe_new(p->host, p->t != NULL, p->uc->health.service);
-        if (!p->gp) {
-            probe_done(p, false, "out of memory");
-            return;
-        }
-        if (!grpc_flush(p)) return;
-        int rc = p->t ? sl_tls_read_start(p->t, grpc_alloc, grpc_read)
-                      : uv_read_start((uv_stream_t *)&p->tcp, grpc_alloc, grpc_read);
-        if (rc != 0) probe_done(p, false, "read failed");
+    p->gp = sl_grpc_probe_new(p->host, p->t != NULL, p->uc->health.service);
+    if (!p->gp) {
+        probe_done(p, false, "out of memory");
         return;
     }
+    if (!grpc_flush(p)) return;
+    int rc = p->t ? sl_tls_read_start(p->t, grpc_alloc, grpc_read)
+                  : uv_read_start((uv_stream_t *)&p->tcp, grpc_alloc, grpc_read);
+    if (rc != 0) probe_done(p, false, "read failed");
+}
+
+/* An http probe's final response head: its status decides, the body is not waited for. */
+static void http_head(void *ud, sl_client_t *c) {
+    sl_prober_t *p = ud;
+    int status = sl_client_head(c)->status;
+    int want = p->uc->health.expect_status;
+    bool ok = want ? status == want : status >= 200 && status < 400;
+    char why[48];
+    snprintf(why, sizeof why, "status %d", status);
+    probe_done(p, ok, why); /* closes the call */
+}
+
+/* Ended before a head (a head closes the call first): the probe failed. */
+static void http_done(void *ud, int status, const char *err) {
+    (void)status;
+    char why[160]; /* the call's text goes with the call, which probe_done closes */
+    snprintf(why, sizeof why, "%s", err ? err : "no response");
+    probe_done(ud, false, why);
+}
+
+/* An http probe: GET path on a fresh connection (TLS for a TLS target); the prober's
+ * deadline bounds it. */
+static void probe_http(sl_prober_t *p) {
     int n = snprintf(p->req, sizeof p->req,
                      "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice-health\r\nConnection: close\r\n\r\n",
                      p->uc->health.path, p->host);
-    uv_buf_t b = uv_buf_init(p->req, (unsigned)n);
-    p->wreq.data = p;
-    p->resp_len = 0;
-    if (p->t) {
-        if (sl_tls_write(p->t, &p->wreq, &b, 1, probe_written) < 0 || sl_tls_read_start(p->t, probe_alloc, probe_read) != 0)
-            probe_done(p, false, "write failed");
-        return;
-    }
-    if (uv_write(&p->wreq, (uv_stream_t *)&p->tcp, &b, 1, probe_written) != 0 ||
-        uv_read_start((uv_stream_t *)&p->tcp, probe_alloc, probe_read) != 0)
-        probe_done(p, false, "write failed");
+    sl_client_req_t rq = {.loop = p->hc->loop,
+                          .addr = (const struct sockaddr *)&p->addr,
+                          .tls = p->tls ? p->tls->rt : NULL,
+                          .pump = p->tls ? probe_pump(p->hc) : NULL,
+                          .req = p->req,
+                          .req_len = (size_t)SL_MIN(n, (int)sizeof p->req - 1),
+                          .drop_body = true,
+                          .ud = p,
+                          .on_head = http_head,
+                          .on_done = http_done};
+    const char *err = NULL;
+    if (!(p->call = sl_client_start(&rq, &err))) probe_done(p, false, err);
 }
 
 /* The slot's address now: an empty slot is not probed; a slot refilled with another
@@ -301,12 +297,16 @@ static void on_probe_timer(uv_timer_t *t) {
     sl_prober_t *p = t->data;
     if (p->ts->probing || p->stopping || !probe_target(p)) return;
     p->ts->probing = true;
+    uv_timer_start(&p->deadline, on_probe_deadline, p->uc->health.timeout_ms, 0);
+    if (p->uc->health.active_type == SL_PROBE_HTTP) {
+        probe_http(p);
+        return;
+    }
     uv_tcp_init(p->hc->loop, &p->tcp);
     p->tcp.data = p;
     p->tcp_open = 1;
     p->open_handles++;
     p->creq.data = p;
-    uv_timer_start(&p->deadline, on_probe_deadline, p->uc->health.timeout_ms, 0);
     if (uv_tcp_connect(&p->creq, &p->tcp, (const struct sockaddr *)&p->addr, probe_connected) != 0)
         probe_done(p, false, "connect failed");
 }
