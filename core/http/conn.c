@@ -33,15 +33,10 @@ static const sl_downstream_ops_t h1_ops;
 
 static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     sl_conn_t *c = (sl_conn_t *)h;
-    if (!c->rbuf) {
-        c->rbuf = sl_block_get(&c->w->blocks);
-        c->rlen = c->rpos = 0;
-        if (!c->rbuf) {
-            *buf = uv_buf_init(NULL, 0);
-            return;
-        }
-    }
-    *buf = uv_buf_init(c->rbuf + c->rlen, SL_BLOCK_SIZE - c->rlen);
+    unsigned room;
+    char *p = sl_block_room(&c->w->blocks, &c->rbuf, &c->rlen, &c->rpos, &room);
+    (void)hint;
+    *buf = uv_buf_init(p, room);
 }
 
 void sl__conn_start_reading(sl_conn_t *c) {
