@@ -19,7 +19,7 @@ WORKDIR /src
 COPY . .
 RUN cmake -S . -B build-pkg -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON \
- && cmake --build build-pkg -j"$(nproc)" --target sluice_bin sluice \
+ && cmake --build build-pkg -j"$(nproc)" --target sluice_bin sluice sluice_test \
  && cd build-pkg && cpack -G DEB && mv sluice_*.deb /sluice.deb
 
 FROM debian:12-slim AS runtime

@@ -44,6 +44,21 @@ typedef struct {
 /** Returns a block of SL_BLOCK_SIZE bytes, or NULL when memory is exhausted. */
 char *sl_block_get(sl_blockpool_t *bp);
 void sl_block_put(sl_blockpool_t *bp, char *b);
+
+/** A connection's read room: the free end of its read buffer *rbuf, whose first *rlen bytes
+ *  are filled (*rpos of them consumed). A buffer-less connection (idle ones hold none) takes
+ *  a block from bp first, empty. *room is the room's size; NULL and 0 when out of memory. */
+static inline char *sl_block_room(sl_blockpool_t *bp, char **rbuf, uint32_t *rlen, uint32_t *rpos, unsigned *room) {
+    if (!*rbuf) {
+        *rlen = *rpos = 0;
+        if (!(*rbuf = sl_block_get(bp))) {
+            *room = 0;
+            return NULL;
+        }
+    }
+    *room = SL_BLOCK_SIZE - *rlen;
+    return *rbuf + *rlen;
+}
 void sl_blockpool_destroy(sl_blockpool_t *bp);
 /** Frees the free blocks beyond low_water that stayed unused since the previous call
  *  (see the top of this file) and starts the next interval. Returns the blocks freed.

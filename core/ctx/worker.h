@@ -13,6 +13,7 @@
 
 #include "base/thread.h"
 #include "base/block.h"
+#include "base/list.h"
 #include "config/config.h"
 #include "ctx/metrics.h"
 #include "net/tls.h"
@@ -22,11 +23,11 @@ typedef struct sl_conn_s sl_conn_t;
 typedef struct sl_upconn_s sl_upconn_t;
 typedef struct sl_req_s sl_req_t;
 
-/** Idle keep-alive connections to one target, most recently used first. */
+/** A worker's connections to one target (heads initialised by sl_worker_init). */
 typedef struct {
-    sl_upconn_t *head;
-    uint32_t n;
-    struct sl_h2up_s *h2; /**< HTTP/2 connections to the target, busy or idle (http/h2_up.c) */
+    sl_list_t pool; /**< idle keep-alive HTTP/1.1 connections (sl_upconn_t), most recently used first */
+    uint32_t n;     /**< connections in `pool` */
+    sl_list_t h2;   /**< HTTP/2 connections to the target, busy or idle (http/h2_up.c), newest first */
 } sl_idle_list_t;
 
 typedef struct {
@@ -52,7 +53,7 @@ typedef struct sl_worker_s {
     sl_req_t *free_reqs;    /**< recycled request objects */
     uint32_t nfree_reqs;
     sl_upstream_state_t *ups; /**< [cfg->nupstreams] */
-    sl_conn_t *conns;       /**< every open client connection, for drain */
+    sl_list_t conns;        /**< every open client connection (sl_conn_t), for drain */
     uint32_t nconns;
     uint32_t nupconns;      /**< open upstream connections, idle or busy */
     bool draining;

@@ -8,17 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
 #include "base/log.h"
 #include "base/wbuf.h"
 
-/* A link of a worker's list of requests waiting for a lock (a sentinel heads each list). */
-typedef struct wlink_s {
-    struct wlink_s *prev, *next;
-} wlink_t;
-
 /* A request's cache state, in its arena (r->cache). */
 typedef struct sl_cache_req_s {
-    wlink_t wl;             /**< in the worker's bell's waiters while it waits; else unlinked */
+    sl_list_t wl;           /**< in the worker's bell's waiters while it waits; else unlinked */
     sl_req_t *r;
     sl_str_t key;           /**< in the request's arena */
     sl_cache_policy_t pol;
@@ -389,22 +385,8 @@ bool sl__cache_req_stale(sl_req_t *r, int *status, sl_str_t *ctype, sl_str_t *bo
 
 typedef struct sl_cache_bell_s {
     uv_async_t async;
-    wlink_t waiters; /* sentinel */
+    sl_list_t waiters; /* sl_cache_req_t, in the order they began to wait */
 } sl_cache_bell_t;
-
-static void wl_unlink(wlink_t *l) {
-    if (!l->next) return;
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    l->prev = l->next = NULL;
-}
-
-static void wl_push(wlink_t *head, wlink_t *l) {
-    l->next = head;
-    l->prev = head->prev;
-    head->prev->next = l;
-    head->prev = l;
-}
 
 static void bell_ring(void *ud) { uv_async_send(&((sl_cache_bell_t *)ud)->async); }
 
@@ -413,17 +395,13 @@ static void bell_ring(void *ud) { uv_async_send(&((sl_cache_bell_t *)ud)->async)
  * by another's wakeup) unlinks itself from the local list. */
 static void bell_rung(uv_async_t *a) {
     sl_cache_bell_t *b = a->data;
-    wlink_t local = {&local, &local};
-    if (b->waiters.next == &b->waiters) return;
-    local.next = b->waiters.next;
-    local.prev = b->waiters.prev;
-    local.next->prev = &local;
-    local.prev->next = &local;
-    b->waiters.next = b->waiters.prev = &b->waiters;
-    while (local.next != &local) {
-        sl_cache_req_t *c = SL_CONTAINER_OF(local.next, sl_cache_req_t, wl);
+    sl_list_t local;
+    sl_list_init(&local);
+    sl_list_splice(&local, &b->waiters);
+    while (!sl_list_empty(&local)) {
+        sl_cache_req_t *c = SL_LIST_FIRST(&local, sl_cache_req_t, wl);
         sl_req_t *r = c->r;
-        wl_unlink(&c->wl);
+        sl_list_remove(&c->wl);
         sl__req_cancel_wait(r);
         sl__req_wakeup(r);
     }
@@ -435,7 +413,7 @@ static sl_cache_bell_t *bell_of(sl_worker_t *w) {
     if (w->cache_bell || w->draining) return w->cache_bell;
     sl_cache_bell_t *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    b->waiters.next = b->waiters.prev = &b->waiters;
+    sl_list_init(&b->waiters);
     uv_async_init(&w->loop, &b->async, bell_rung);
     b->async.data = b;
     uv_unref((uv_handle_t *)&b->async); /* never keeps a draining loop alive */
@@ -452,25 +430,25 @@ void sl__cache_bell_close(sl_worker_t *w) {
     if (!b) return;
     w->cache_bell = NULL;
     sl_cache_bell_remove(b); /* from here on nobody rings it */
-    while (b->waiters.next != &b->waiters) wl_unlink(b->waiters.next); /* their timers go on */
+    while (!sl_list_empty(&b->waiters)) sl_list_remove(b->waiters.next); /* their timers go on */
     uv_close((uv_handle_t *)&b->async, bell_closed);
 }
 
 static void wait_timed_out(sl_req_t *r) {
-    wl_unlink(&r->cache->wl);
+    sl_list_remove(&r->cache->wl);
     sl__req_wakeup(r);
 }
 
 int sl__cache_req_wait(sl_req_t *r, uint64_t ms) {
     if (sl__req_wait_ms(r, ms, SL_WAIT_SLEEP, wait_timed_out) != SL_OK) return SL_ERROR;
     sl_cache_bell_t *b = bell_of(r->w);
-    if (b) wl_push(&b->waiters, &r->cache->wl); /* without one (draining), the timer alone */
+    if (b) sl_list_push_back(&b->waiters, &r->cache->wl); /* without one (draining), the timer alone */
     return SL_OK;
 }
 
 void sl__cache_req_free(sl_req_t *r) {
     sl_cache_req_t *c = r->cache;
-    wl_unlink(&c->wl);
+    sl_list_remove(&c->wl);
     capture_drop(c);
     unlock(c, false);
     sl_cache_release(c->held);

@@ -33,15 +33,10 @@ static const sl_downstream_ops_t h1_ops;
 
 static void conn_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     sl_conn_t *c = (sl_conn_t *)h;
-    if (!c->rbuf) {
-        c->rbuf = sl_block_get(&c->w->blocks);
-        c->rlen = c->rpos = 0;
-        if (!c->rbuf) {
-            *buf = uv_buf_init(NULL, 0);
-            return;
-        }
-    }
-    *buf = uv_buf_init(c->rbuf + c->rlen, SL_BLOCK_SIZE - c->rlen);
+    unsigned room;
+    char *p = sl_block_room(&c->w->blocks, &c->rbuf, &c->rlen, &c->rpos, &room);
+    (void)hint;
+    *buf = uv_buf_init(p, room);
 }
 
 void sl__conn_start_reading(sl_conn_t *c) {
@@ -99,11 +94,7 @@ static void conn_close(sl_conn_t *c) {
     if (c->state == SL_CONN_CLOSED) return;
     c->state = SL_CONN_CLOSED;
     sl_worker_t *w = c->w;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next) c->next->prev = c->prev;
+    sl_list_remove(&c->link);
     SL_COUNTER_ADD(w->metrics.conns_active[c->ds.lidx], -1);
     sl_stream_end_tls(&c->s);
     c->nclose = 2;
@@ -234,9 +225,7 @@ void sl__conn_on_accept(uv_stream_t *server, int status) {
     sl_deadline_init(&w->loop, &c->timer, c, conn_on_timer);
     c->s.tcp.data = c;
     c->state = SL_CONN_IDLE;
-    c->next = w->conns;
-    if (w->conns) w->conns->prev = c;
-    w->conns = c;
+    sl_list_push_front(&w->conns, &c->link);
     w->nconns++;
     SL_COUNTER_ADD(w->metrics.conns_active[c->ds.lidx], 1);
     SL_COUNTER_ADD(w->metrics.accepted, 1);
@@ -518,9 +507,9 @@ static void conn_request_done(sl_conn_t *c) {
 }
 
 void sl__conn_close_idle(sl_worker_t *w) {
-    sl_conn_t *c = w->conns;
-    while (c) {
-        sl_conn_t *next = c->next;
+    sl_list_t *n, *next;
+    sl_list_foreach_safe(n, next, &w->conns) {
+        sl_conn_t *c = SL_LIST_ENTRY(n, sl_conn_t, link);
         c->ds.closing = 1;
         if (c->takeover) {
             c->takeover->drain(c); /* a tunnel: closed at shutdown_timeout, like a TCP session */
@@ -534,7 +523,6 @@ void sl__conn_close_idle(sl_worker_t *w) {
                 conn_close(c);
             }
         }
-        c = next;
     }
 }
 

@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "base/deadline.h"
+#include "base/list.h"
 #include "ctx/worker.h"
 #include "http/downstream.h"
 #include "net/stream.h"
@@ -46,7 +47,7 @@ struct sl_conn_s {
     const struct sl_conn_takeover_s *takeover;
     /** The HTTP/2 session the connection was handed to after its preface (h2.h), or NULL. */
     struct sl_h2_s *h2;
-    sl_conn_t *prev, *next;
+    sl_list_t link; /**< in w->conns while open */
 };
 
 /** What takes a connection over from the HTTP/1 parser (tunnel.c, after a 101): its

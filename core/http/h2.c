@@ -97,7 +97,7 @@ struct sl_h2_stream_s {
     size_t qoff;
     sl__h2_ev_t ev;         /**< EV_* bits waiting for h2_run; in h->ev while any */
     uint64_t due;           /**< loop ms when the stream times out; 0: none */
-    sl_h2_stream_t *prev, *next;   /**< h->streams */
+    sl_list_t link;         /**< in h->streams */
 };
 
 struct sl_h2_s {
@@ -126,7 +126,7 @@ struct sl_h2_s {
     uint64_t data_sent, opened;   /* DATA frames sent, streams opened by the client */
     uint64_t conn_due;            /* idle deadline while no stream is open (loop ms) */
     uint64_t next_due;            /* when the owner's timer is set to fire */
-    sl_h2_stream_t *streams;
+    sl_list_t streams;             /* newest first */
     sl_list_t ev;                  /* streams with events, first come first run */
 };
 
@@ -323,11 +323,7 @@ static void stream_free(sl_h2_stream_t *st) {
     sl__h2_ev_take(&st->ev);
     stream_release_body(st);
     h2_free(st->tnv, NULL);
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        h->streams = st->next;
-    if (st->next) st->next->prev = st->prev;
+    sl_list_remove(&st->link);
     if (!st->nclosed && !h->closed) nghttp2_session_set_stream_user_data(h->ss, st->id, NULL);
     h2_free(st, NULL);
     SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], -1);
@@ -351,8 +347,8 @@ static void stream_drop_request(sl_h2_stream_t *st) {
 
 /* Every stream's request is abandoned and the stream freed. */
 static void h2_drop_streams(sl_h2_t *h) {
-    while (h->streams) {
-        sl_h2_stream_t *st = h->streams;
+    while (!sl_list_empty(&h->streams)) {
+        sl_h2_stream_t *st = SL_LIST_FIRST(&h->streams, sl_h2_stream_t, link);
         stream_drop_request(st);
         stream_free(st);
     }
@@ -560,9 +556,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     r->keep_alive = 1;
     r->start_ns = sl_wake_ns(); /* its HEADERS arrived by the loop's wake */
     st->ds.req = r;
-    st->next = h->streams;
-    if (h->streams) h->streams->prev = st;
-    h->streams = st;
+    sl_list_push_front(&h->streams, &st->link);
     h->nstreams++;
     SL_COUNTER_ADD(h->w->metrics.h2_streams[h->tmpl.lidx], 1);
     nghttp2_session_set_stream_user_data(ss, st->id, st);
@@ -881,7 +875,7 @@ sl_h2_t *sl__h2_new(sl_worker_t *w, sl_stream_t *s, const sl_downstream_t *tmpl,
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_option *opt = NULL;
     sl_h2_t *h = calloc(1, sizeof(*h));
-    if (h) sl_list_init(&h->ev);
+    if (h) sl_list_init(&h->ev), sl_list_init(&h->streams);
     if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     h->w = w;
     h->s = s;
@@ -957,8 +951,9 @@ void sl__h2_on_timer(sl_h2_t *h) {
     }
     uint64_t now = h2_now(h), next = 0;
     h->next_due = 0;
-    for (sl_h2_stream_t *st = h->streams, *nx; st; st = nx) {
-        nx = st->next;
+    sl_list_t *n, *nx;
+    sl_list_foreach_safe(n, nx, &h->streams) {
+        sl_h2_stream_t *st = SL_LIST_ENTRY(n, sl_h2_stream_t, link);
         if (!st->due) continue;
         if (st->due > now) {
             next = next && next < st->due ? next : st->due;

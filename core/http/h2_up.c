@@ -91,7 +91,7 @@ struct sl_h2up_s {
     uint64_t idle_due;          /**< loop ms when an idle connection closes; 0: busy */
     uint64_t connect_due;       /**< loop ms when connecting gives up */
     uint64_t next_due;          /**< when the timer is set to fire; 0: not set */
-    sl_h2up_t *prev, *next;     /**< the target's list */
+    sl_list_t link;             /**< in its target's list (sl_idle_list_t.h2) until closing */
     sl_list_t streams; /* newest first */
     sl_list_t ev;      /* streams with events, first come first run */
 };
@@ -170,21 +170,11 @@ static void conn_on_close(uv_handle_t *h) {
     if (!c->nstreams) conn_free(c);
 }
 
-static void conn_unlink(sl_h2up_t *c) {
-    sl_idle_list_t *l = &c->w->ups[c->upstream].idle[c->target];
-    if (c->prev)
-        c->prev->next = c->next;
-    else if (l->h2 == c)
-        l->h2 = c->next;
-    if (c->next) c->next->prev = c->prev;
-    c->prev = c->next = NULL;
-}
-
 /* Closes the connection now; its streams have no request left (conn_fail detached them). */
 static void conn_close(sl_h2up_t *c) {
     if (c->state == C_CLOSING) return;
     c->state = C_CLOSING;
-    conn_unlink(c);
+    sl_list_remove(&c->link);
     if (c->counted) atomic_fetch_sub(&c->ts->h2_conns, 1);
     c->nclose = 3;
     uv_idle_stop(&c->idle);
@@ -196,10 +186,13 @@ static void conn_close(sl_h2up_t *c) {
 
 /* The target's other connections of this worker that are up and carry no stream. */
 static uint32_t idle_siblings(const sl_h2up_t *c) {
-    uint32_t n = 0;
-    for (const sl_h2up_t *o = c->w->ups[c->upstream].idle[c->target].h2; o; o = o->next)
-        n += o != c && o->state == C_READY && !o->nstreams && o->idle_due;
-    return n;
+    const sl_list_t *h = &c->w->ups[c->upstream].idle[c->target].h2, *n;
+    uint32_t k = 0;
+    sl_list_foreach(n, h) {
+        const sl_h2up_t *o = SL_LIST_ENTRY(n, sl_h2up_t, link);
+        k += o != c && o->state == C_READY && !o->nstreams && o->idle_due;
+    }
+    return k;
 }
 
 /* No stream left: the idle timeout starts, unless keepalive.max_idle idle connections to
@@ -549,7 +542,7 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     if (c->state == C_CLOSING) return;
     bool connecting = c->state == C_CONNECTING;
     c->state = C_RETIRED; /* picked by no one from here */
-    conn_unlink(c);
+    sl_list_remove(&c->link);
     sl_list_t *n, *nx;
     sl_list_foreach_safe(n, nx, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
@@ -776,11 +769,15 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     /* until its own SETTINGS arrive, a connection takes what its siblings were allowed:
      * the streams past the first connection's limit open a second one at once */
     c->max_streams = H2UP_FIRST_STREAMS;
-    for (sl_h2up_t *o = w->ups[upstream].idle[t].h2; o; o = o->next)
+    sl_idle_list_t *l = &w->ups[upstream].idle[t];
+    sl_list_t *n;
+    sl_list_foreach(n, &l->h2) {
+        const sl_h2up_t *o = SL_LIST_ENTRY(n, sl_h2up_t, link);
         if (o->settings_known) {
             c->max_streams = o->max_streams;
             break;
         }
+    }
     c->last_id = INT32_MAX;
     c->ts = atomic_load(&w->ug->ups[upstream].ts[t]);
     uv_tcp_init(&w->loop, &c->s.tcp);
@@ -791,10 +788,7 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     w->nupconns++;
     atomic_fetch_add(&c->ts->h2_conns, 1);
     c->counted = 1;
-    sl_idle_list_t *l = &w->ups[upstream].idle[t];
-    c->next = l->h2;
-    if (l->h2) l->h2->prev = c;
-    l->h2 = c;
+    sl_list_push_front(&l->h2, &c->link);
     int rc = uv_tcp_connect(&c->creq, &c->s.tcp, (const struct sockaddr *)&uc->targets[t].addr.ss, conn_on_connect);
     if (rc < 0) {
         conn_close(c);
@@ -814,8 +808,11 @@ fail:
 
 /* A connection to the target with a stream free, the most recent first. */
 static sl_h2up_t *conn_pick(sl_worker_t *w, uint32_t upstream, uint32_t t) {
-    for (sl_h2up_t *c = w->ups[upstream].idle[t].h2; c; c = c->next)
+    sl_list_t *n;
+    sl_list_foreach(n, &w->ups[upstream].idle[t].h2) {
+        sl_h2up_t *c = SL_LIST_ENTRY(n, sl_h2up_t, link);
         if ((c->state == C_READY || c->state == C_CONNECTING) && c->nstreams < c->max_streams) return c;
+    }
     return NULL;
 }
 
@@ -1042,13 +1039,15 @@ const sl_exchange_ops_t sl__exchange_h2 = {
 
 void sl__h2up_drain(sl_worker_t *w) {
     for (size_t i = 0; i < w->cfg->nupstreams; i++)
-        for (size_t t = 0; t < w->cfg->upstreams[i].ntargets; t++)
-            for (sl_h2up_t *c = w->ups[i].idle[t].h2, *nx; c; c = nx) {
-                nx = c->next;
+        for (size_t t = 0; t < w->cfg->upstreams[i].ntargets; t++) {
+            sl_list_t *n, *nx;
+            sl_list_foreach_safe(n, nx, &w->ups[i].idle[t].h2) {
+                sl_h2up_t *c = SL_LIST_ENTRY(n, sl_h2up_t, link);
                 if (c->nstreams) continue; /* it closes when its last stream ends */
                 if (c->state == C_CONNECTING)
                     conn_close(c);
                 else
                     conn_went_idle(c);
             }
+        }
 }

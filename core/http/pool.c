@@ -18,14 +18,8 @@ static void upconn_on_close(uv_handle_t *h) {
 }
 
 static void pool_unlink(sl_worker_t *w, sl_upconn_t *u) {
-    sl_idle_list_t *l = &w->ups[u->upstream].idle[u->target];
-    if (u->pool_prev)
-        u->pool_prev->pool_next = u->pool_next;
-    else
-        l->head = u->pool_next;
-    if (u->pool_next) u->pool_next->pool_prev = u->pool_prev;
-    u->pool_next = u->pool_prev = NULL;
-    l->n--;
+    sl_list_remove(&u->pool_link);
+    w->ups[u->upstream].idle[u->target].n--;
 }
 
 void sl__upconn_close(sl_upconn_t *u) {
@@ -41,8 +35,7 @@ void sl__upconn_close(sl_upconn_t *u) {
 }
 
 sl_upconn_t *sl__pool_get(sl_worker_t *w, uint32_t upstream, uint32_t target) {
-    sl_idle_list_t *l = &w->ups[upstream].idle[target];
-    sl_upconn_t *u = l->head;
+    sl_upconn_t *u = SL_LIST_FIRST(&w->ups[upstream].idle[target].pool, sl_upconn_t, pool_link);
     if (!u) return NULL;
     SL_BUG_ON(u->state != SL_UP_IDLE);
     pool_unlink(w, u);
@@ -66,10 +59,7 @@ void sl__pool_put(sl_worker_t *w, sl_upconn_t *u) {
     u->rlen = u->rpos = 0;
     u->state = SL_UP_IDLE;
     u->user = NULL;
-    u->pool_prev = NULL;
-    u->pool_next = l->head;
-    if (l->head) l->head->pool_prev = u;
-    l->head = u;
+    sl_list_push_front(&l->pool, &u->pool_link);
     l->n++;
     /* the connection's timer callback closes it when it fires with no request */
     sl_deadline_set(&u->timer, uc->keepalive_idle_timeout_ms);
@@ -78,5 +68,6 @@ void sl__pool_put(sl_worker_t *w, sl_upconn_t *u) {
 void sl__pool_close_all(sl_worker_t *w) {
     for (size_t i = 0; i < w->cfg->nupstreams; i++)
         for (size_t t = 0; t < w->cfg->upstreams[i].ntargets; t++)
-            while (w->ups[i].idle[t].head) sl__upconn_close(w->ups[i].idle[t].head);
+            while (!sl_list_empty(&w->ups[i].idle[t].pool))
+                sl__upconn_close(SL_LIST_FIRST(&w->ups[i].idle[t].pool, sl_upconn_t, pool_link));
 }

@@ -8,15 +8,10 @@
 
 static void up_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     sl_upconn_t *u = (sl_upconn_t *)h;
-    if (!u->rbuf) {
-        u->rbuf = sl_block_get(&u->w->blocks);
-        u->rlen = u->rpos = 0;
-        if (!u->rbuf) {
-            *buf = uv_buf_init(NULL, 0);
-            return;
-        }
-    }
-    *buf = uv_buf_init(u->rbuf + u->rlen, SL_BLOCK_SIZE - u->rlen);
+    unsigned room;
+    char *p = sl_block_room(&u->w->blocks, &u->rbuf, &u->rlen, &u->rpos, &room);
+    (void)hint;
+    *buf = uv_buf_init(p, room);
 }
 
 void sl__upconn_release_buffer(sl_upconn_t *u) {

@@ -14,6 +14,7 @@
 
 #include "base/bug.h"
 #include "base/deadline.h"
+#include "base/list.h"
 #include "ctx/worker.h"
 #include "net/stream.h"
 #include "proto/http1.h"
@@ -53,7 +54,7 @@ struct sl_upconn_s {
     uint8_t nclose;
     uint32_t nreqs; /**< exchanges completed on it: >0 means a reused connection */
     sl_h1_t h1;
-    sl_upconn_t *pool_next, *pool_prev;
+    sl_list_t pool_link; /**< in its target's pool (ctx/worker.h) while idle */
 };
 
 /* pool.c */

@@ -31,7 +31,7 @@ struct sl_tls_s {
     uv_stream_t *s;
     void *owner;                 /**< the stream's data before the session attached */
     sl_tls_pump_t *pump;
-    sl_tls_t *pnext, *pprev;
+    sl_list_t plink;             /**< in its pump's head or run list while it waits to deliver */
     uv_alloc_cb ualloc;
     uv_read_cb uread;
     void (*on_est)(sl_tls_t *t);
@@ -46,8 +46,7 @@ struct sl_tls_s {
     tbuf_t fill, flight;         /**< ciphertext produced; the part being written */
     int sock_err;                /**< the socket's read error (not EOF) */
     int werr;                    /**< a write failed */
-    uint8_t user_reading, sock_reading, sock_eof, established, failed, detached, writing, pumping,
-        client;
+    uint8_t user_reading, sock_reading, sock_eof, established, failed, detached, writing, client;
     uint8_t busy;                /**< inside tls_deliver: a close from a callback frees later */
     char err[200];
 };
@@ -153,51 +152,36 @@ static void bio_method_init(void) {
 
 static void tls_deliver(sl_tls_t *t);
 
-static void pump_unlink(sl_tls_t *t) {
-    if (!t->pumping) return;
-    if (t->pprev)
-        t->pprev->pnext = t->pnext;
-    else if (t->pump->head == t)
-        t->pump->head = t->pnext;
-    else
-        t->pump->run = t->pnext; /* closed by a session pump_cb delivered before it */
-    if (t->pnext) t->pnext->pprev = t->pprev;
-    t->pnext = t->pprev = NULL;
-    t->pumping = 0;
-}
+/* From whichever of its pump's lists holds it (a session closed by a delivery pump_cb made
+ * before its own turn is in `run`). */
+static void pump_unlink(sl_tls_t *t) { sl_list_remove(&t->plink); }
 
 static void pump_cb(uv_idle_t *h) {
     sl_tls_pump_t *p = h->data;
-    p->run = p->head;
-    p->head = NULL;
+    sl_list_splice(&p->run, &p->head);
     uv_idle_stop(h);
     /* Sessions added while these run wait for the next turn of the loop. The list being
      * run lives in the pump, so that a delivery closing a session still in it (a client
      * connection aborting its upstream's) unlinks it from there. */
-    for (sl_tls_t *t; (t = p->run);) {
-        p->run = t->pnext;
-        if (p->run) p->run->pprev = NULL;
-        t->pnext = t->pprev = NULL;
-        t->pumping = 0;
+    while (!sl_list_empty(&p->run)) {
+        sl_tls_t *t = SL_LIST_FIRST(&p->run, sl_tls_t, plink);
+        sl_list_remove(&t->plink);
         tls_deliver(t);
     }
 }
 
+/* First come, first delivered. */
 static void pump_add(sl_tls_t *t) {
-    if (t->pumping || t->detached) return;
-    sl_tls_pump_t *p = t->pump;
-    t->pnext = p->head;
-    t->pprev = NULL;
-    if (p->head) p->head->pprev = t;
-    p->head = t;
-    t->pumping = 1;
-    uv_idle_start(&p->idle, pump_cb);
+    if (sl_list_linked(&t->plink) || t->detached) return;
+    sl_list_push_back(&t->pump->head, &t->plink);
+    uv_idle_start(&t->pump->idle, pump_cb);
 }
 
 void sl_tls_pump_init(sl_tls_pump_t *p, uv_loop_t *loop, sl_blockpool_t *blocks) {
     uv_idle_init(loop, &p->idle);
     p->idle.data = p;
-    p->head = p->run = NULL;
+    sl_list_init(&p->head);
+    sl_list_init(&p->run);
     p->blocks = blocks;
 }
 

@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "base/block.h"
+#include "base/list.h"
 #include "config/tls_ctx.h" /* the contexts a session starts from */
 #include "sluice.h"          /* sl_client_cert_t */
 
@@ -33,8 +34,8 @@ typedef struct sl_tls_s sl_tls_t;
  *  a read restarted with bytes in hand is served from the loop, never re-entrantly. */
 typedef struct {
     uv_idle_t idle;
-    sl_tls_t *head;
-    sl_tls_t *run;  /**< what pump_cb is delivering now (head collects the next turn's) */
+    sl_list_t head; /**< sessions (sl_tls_t) to deliver on the loop's next turn, first come first */
+    sl_list_t run;  /**< what pump_cb is delivering now (head collects the next turn's) */
     sl_blockpool_t *blocks;
 } sl_tls_pump_t;
 

@@ -1,15 +1,17 @@
 /* admin.c — a small HTTP/1.1 server for operators, one request per connection.
  *
  * It runs on the main thread, never on a worker, so a scrape or a status call
- * never delays traffic. Requests are tiny: the head is read into a fixed
- * buffer, the answer is written, and the connection is closed. A head larger
- * than the buffer is cut off, and a connection gets ADMIN_IO_TIMEOUT_MS for its
- * head and again for its answer, so idle or slow clients cannot pile up.
+ * never delays traffic. Requests are tiny: the head is read into a fixed buffer
+ * and parsed by the proxy's own parser (proto/http1.h), a body (Content-Length or
+ * chunked) is framed by it into a second fixed buffer, the answer is written, and
+ * the connection is closed. A head the parser refuses, or one larger than the
+ * buffer, is answered with the parser's status (400, 414, 431, ...) and a JSON
+ * error. A connection gets ADMIN_IO_TIMEOUT_MS for its request and again for its
+ * answer, so idle or slow clients cannot pile up.
  */
 #include "server/server.h"
 #include "ctx/telemetry.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,27 +21,43 @@
 #include "base/wbuf.h"
 #include "http/http_logger.h"
 #include "http/mirror.h"
+#include "proto/http1.h"
 #include "server/etcd.h"
+#include "server/etcd_wire.h" /* sl__json_*: JSON read with libyaml */
 #include "upstream/conn_limit.h"
 #include "upstream/cache.h"
 
 #define ADMIN_HEAD_MAX 8192
+#define ADMIN_BODY_MAX 8192
 #define ADMIN_IO_TIMEOUT_MS 5000
+/* After a refusal sent before the request was read whole: how long the rest is read and
+ * dropped, so that closing with unread bytes does not reset the answer away. */
+#define ADMIN_LINGER_MS 1000
+
+static const sl_h1_limits_t admin_limits = {.max_header_size = ADMIN_HEAD_MAX,
+                                            .max_request_line = ADMIN_HEAD_MAX / 2};
 
 typedef struct {
     uv_tcp_t tcp;
-    uv_timer_t timer; /* the head's deadline, then the answer's */
+    uv_timer_t timer; /* the request's deadline, then the answer's */
     uv_write_t wreq;
+    uv_shutdown_t sreq;
     sl_server_t *srv;
     int open_handles; /* tcp and timer: freed when both are closed */
     bool closing;
     bool awaiting; /* a reload's answer is due: freed by it, not by the close */
-    char buf[ADMIN_HEAD_MAX];
-    size_t len;
+    bool head_done; /* `head` is parsed; the body is being read */
+    bool lingering; /* refused mid-request: what the client still sends is dropped */
+    bool writing;   /* the answer is being written */
+    sl_h1_t h1;
+    sl_h1_head_t head; /* slices of buf[0..head_len) */
+    sl_h1_header_t spill[SL_H1_MAX_HEADERS]; /* a head's fields beyond the inline ones */
+    char buf[ADMIN_HEAD_MAX]; /* the head, then after it each read of the body's bytes */
+    size_t len, head_len;
+    sl_wbuf_t body; /* bounded, over bodybuf: the body, unframed */
+    char bodybuf[ADMIN_BODY_MAX];
     char *out;
     uv_buf_t iov[2];
-    const char *body; /* a PUT's body, in buf */
-    size_t body_len;
 } admin_conn_t;
 
 static void admin_on_close(uv_handle_t *h) {
@@ -59,20 +77,32 @@ static void admin_close(admin_conn_t *a) {
 
 static void admin_on_timeout(uv_timer_t *t) { admin_close(t->data); }
 
+static void admin_on_shutdown(uv_shutdown_t *sr, int status) {
+    admin_conn_t *a = sr->data;
+    if (status < 0) admin_close(a); /* else the client's EOF, or the linger timer, closes */
+}
+
 static void admin_on_write(uv_write_t *wr, int status) {
-    (void)status;
-    admin_close(wr->data);
+    admin_conn_t *a = wr->data;
+    a->writing = false;
+    if (status < 0 || !a->lingering || a->closing) {
+        admin_close(a);
+        return;
+    }
+    /* a FIN after the answer, and the client's remaining bytes read and dropped until its
+     * own EOF (admin_on_read) or ADMIN_LINGER_MS */
+    a->sreq.data = a;
+    uv_timer_start(&a->timer, admin_on_timeout, ADMIN_LINGER_MS, 0);
+    if (uv_shutdown(&a->sreq, (uv_stream_t *)&a->tcp, admin_on_shutdown) != 0) admin_close(a);
 }
 
 static void admin_send_with(admin_conn_t *a, int status, const char *ctype, const char *extra, char *body,
                             size_t len) {
     char head[320];
-    const char *reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 503 ? "Service Unavailable" :
-                         status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented" :
-                         status == 422 ? "Unprocessable Content" : status == 401 ? "Unauthorized" : "Bad Request";
+    sl_str_t reason = sl_h1_reason(status);
     int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                     status, reason, ctype, len, extra);
+                     "HTTP/1.1 %d %.*s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                     status, (int)reason.len, reason.p, ctype, len, extra);
     a->out = malloc((size_t)n + len);
     if (!a->out) {
         free(body);
@@ -85,6 +115,7 @@ static void admin_send_with(admin_conn_t *a, int status, const char *ctype, cons
     a->iov[0] = uv_buf_init(a->out, (unsigned)((size_t)n + len));
     a->wreq.data = a;
     uv_timer_start(&a->timer, admin_on_timeout, ADMIN_IO_TIMEOUT_MS, 0); /* a client that never reads */
+    a->writing = true;
     if (uv_write(&a->wreq, (uv_stream_t *)&a->tcp, a->iov, 1, admin_on_write) != 0) admin_close(a);
 }
 
@@ -373,31 +404,13 @@ static char *render_ui_data(sl_server_t *srv, size_t *len) {
 /* ---- the registry: /upstreams/NAME/targets ---- */
 
 /* A registration's body: one flat JSON object with "address" (string), "weight"
- * (integer) and "ttl" ("10s", "500ms", "1m", or a number of seconds). NULL, or why not. */
+ * (integer) and "ttl" ("10s", "500ms", "1m", or a number of seconds). */
 typedef struct {
     char address[SL_TARGET_TEXT_MAX];
     int64_t weight;
     uint64_t ttl_ms;
     bool has_address, has_ttl;
 } registration_t;
-
-static const char *skip_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
-    return p;
-}
-
-/* A JSON string without escapes into out; the position after it, or NULL. */
-static const char *json_string(const char *p, const char *e, char *out, size_t cap) {
-    if (p >= e || *p != '"') return NULL;
-    size_t n = 0;
-    for (p++; p < e && *p != '"'; p++) {
-        if (*p == '\\' || (unsigned char)*p < 0x20 || n + 1 >= cap) return NULL;
-        out[n++] = *p;
-    }
-    if (p >= e) return NULL;
-    out[n] = 0;
-    return p + 1;
-}
 
 static bool parse_ttl(const char *s, uint64_t *ms) {
     char *end;
@@ -410,50 +423,47 @@ static bool parse_ttl(const char *s, uint64_t *ms) {
     return *ms > 0;
 }
 
-static const char *parse_registration(const char *p, size_t len, registration_t *r) {
-    const char *e = p + len;
-    *r = (registration_t){.weight = 1};
-    p = skip_ws(p, e);
-    if (p >= e || *p++ != '{') return "the body must be a JSON object";
-    for (bool first = true;; first = false) {
-        p = skip_ws(p, e);
-        if (p < e && *p == '}' && first) break;
-        char key[32], val[64];
-        if (!(p = json_string(p, e, key, sizeof key))) return "expected a key (a string without escapes)";
-        p = skip_ws(p, e);
-        if (p >= e || *p++ != ':') return "expected ':' after a key";
-        p = skip_ws(p, e);
-        bool str = p < e && *p == '"';
-        if (str) {
-            if (!(p = json_string(p, e, val, sizeof val))) return "a value is not a short string without escapes";
-        } else {
-            size_t n = 0;
-            while (p < e && n + 1 < sizeof val && (isalnum((unsigned char)*p) || *p == '.' || *p == '-')) val[n++] = *p++;
-            val[n] = 0;
-            if (!n) return "a value must be a string or a number";
-        }
-        if (!strcmp(key, "address")) {
-            if (!str) return "address must be a string";
-            snprintf(r->address, sizeof r->address, "%s", val);
-            r->has_address = true;
-        } else if (!strcmp(key, "weight")) {
-            char *end;
-            r->weight = str ? -1 : strtoll(val, &end, 10);
-            if (str || *end) return "weight must be an integer";
-        } else if (!strcmp(key, "ttl")) {
-            if (!parse_ttl(val, &r->ttl_ms)) return "ttl must be a duration such as \"10s\" or \"500ms\"";
-            r->has_ttl = true;
-        } else {
-            return "unknown key (expected address, weight and ttl)";
-        }
-        p = skip_ws(p, e);
-        if (p < e && *p == ',') {
-            p++;
-            continue;
-        }
-        if (p < e && *p == '}') break;
-        return "expected ',' or '}'";
+/* One key of the registration: NULL, or why not. A JSON string is a quoted scalar of the
+ * YAML document, a number a plain one. */
+static const char *registration_key(registration_t *r, const char *key, const yaml_node_t *v) {
+    if (!v || v->type != YAML_SCALAR_NODE) return "a value must be a string or a number";
+    const char *val = (const char *)v->data.scalar.value;
+    bool str = v->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE ||
+               v->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE;
+    if (!strcmp(key, "address")) {
+        if (!str) return "address must be a string";
+        if (v->data.scalar.length >= sizeof r->address) return "address is too long";
+        memcpy(r->address, val, v->data.scalar.length + 1);
+        r->has_address = true;
+    } else if (!strcmp(key, "weight")) {
+        char *end;
+        r->weight = str || !*val ? -1 : strtoll(val, &end, 10);
+        if (str || !*val || *end) return "weight must be an integer";
+    } else if (!strcmp(key, "ttl")) {
+        if (!parse_ttl(val, &r->ttl_ms)) return "ttl must be a duration such as \"10s\" or \"500ms\"";
+        r->has_ttl = true;
+    } else {
+        return "unknown key (expected address, weight and ttl)";
     }
+    return NULL;
+}
+
+/* The body read with the project's JSON reader (libyaml: JSON is YAML's flow style, as
+ * for etcd's answers). NULL, or why not. */
+static const char *parse_registration(const char *p, size_t len, registration_t *r) {
+    *r = (registration_t){.weight = 1};
+    sl_jdoc_t d;
+    if (!len || !sl__json_parse(&d, p, len)) return "the body must be a JSON object";
+    const char *why = NULL;
+    if (d.root->type != YAML_MAPPING_NODE || d.root->data.mapping.style != YAML_FLOW_MAPPING_STYLE)
+        why = "the body must be a JSON object";
+    for (yaml_node_pair_t *pr = why ? NULL : d.root->data.mapping.pairs.start;
+         pr && pr < d.root->data.mapping.pairs.top && !why; pr++) {
+        const char *key = sl__json_str(yaml_document_get_node(&d.doc, pr->key));
+        why = key ? registration_key(r, key, yaml_document_get_node(&d.doc, pr->value)) : "expected a string key";
+    }
+    yaml_document_delete(&d.doc);
+    if (why) return why;
     if (!r->has_address) return "address is required";
     if (!r->has_ttl) return "ttl is required";
     if (r->weight < 1 || r->weight > 1000000) return "weight must be an integer from 1 to 1000000";
@@ -517,7 +527,7 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
             return true;
         }
         registration_t r;
-        const char *why = parse_registration(a->body ? a->body : "", a->body_len, &r);
+        const char *why = parse_registration(a->body.p, a->body.len, &r);
         if (why) {
             send_json_error(a, 400, why);
             return true;
@@ -609,11 +619,9 @@ static void admin_cache(admin_conn_t *a, sl_str_t m, const char *q, size_t qlen)
     admin_send(a, 200, "application/json", t.p, t.p ? t.len : 0);
 }
 
-static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const char *path, size_t plen) {
+static void admin_handle(admin_conn_t *a) {
     sl_server_t *srv = a->srv;
-    sl_str_t m = {method, mlen}, p = {path, plen};
-    const char *q = memchr(path, '?', plen);
-    if (q) p.len = (size_t)(q - path);
+    sl_str_t m = a->head.method, p = a->head.path, q = a->head.query;
     bool get = SL_IEQ(m, "get") || SL_IEQ(m, "head");
     char *body = NULL;
     size_t len = 0;
@@ -705,7 +713,7 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
             sl_server_reload(srv, "POST /reload", true, admin_reloaded, a);
         }
     } else if (sl_str_ieq(p, "/cache", 6)) {
-        admin_cache(a, m, q ? q + 1 : "", q ? plen - (size_t)(q + 1 - path) : 0);
+        admin_cache(a, m, q.p ? q.p : "", q.len);
     } else if (!admin_registry(a, m, p)) {
         SEND_LIT(404, "{\"error\":\"not found\"}\n");
     }
@@ -714,51 +722,25 @@ static void admin_handle(admin_conn_t *a, const char *method, size_t mlen, const
 
 static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     admin_conn_t *a = h->data;
+    (void)hint;
     *buf = uv_buf_init(a->buf + a->len, (unsigned)(sizeof(a->buf) - a->len));
 }
 
-/* The credentials of the head's one Authorization header (leading and trailing
- * whitespace trimmed); false when there is none or more than one. */
-static bool admin_authorization(const char *head, size_t len, sl_str_t *out) {
+/* The credentials of the head's one Authorization field; false when there is none or more
+ * than one. */
+static bool admin_authorization(const sl_h1_head_t *hd, sl_str_t *out) {
     int found = 0;
-    const char *p = memchr(head, '\n', len), *end = head + len;
-    while (p && ++p < end) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol) break;
-        const char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon && sl_str_ieq((sl_str_t){p, (size_t)(colon - p)}, "authorization", 13)) {
-            const char *v = colon + 1, *ve = eol;
-            while (v < ve && (*v == ' ' || *v == '\t')) v++;
-            while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
-            *out = (sl_str_t){v, (size_t)(ve - v)};
-            found++;
-        }
-        p = eol;
-    }
+    for (uint16_t i = 0; i < hd->nheaders; i++)
+        if (SL_IEQ(hd->headers[i].name, "authorization")) *out = hd->headers[i].value, found++;
     return found == 1;
-}
-
-/* The head's Content-Length (0 when absent or unreadable). */
-static size_t admin_content_length(const char *head, size_t len) {
-    const char *p = memchr(head, '\n', len), *end = head + len;
-    while (p && ++p < end) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol) break;
-        const char *colon = memchr(p, ':', (size_t)(eol - p));
-        if (colon && sl_str_ieq((sl_str_t){p, (size_t)(colon - p)}, "content-length", 14))
-            return (size_t)strtoull(colon + 1, NULL, 10);
-        p = eol;
-    }
-    return 0;
 }
 
 /* Whether the head carries `Authorization: Bearer <the configured token>`. The
  * comparison reads every byte of the token whatever the client sent, so its time
  * tells nothing about how many leading bytes matched, nor the token's content. */
-static bool admin_authorized(const sl_config_t *cfg, const char *head, size_t len) {
+static bool admin_authorized(const sl_config_t *cfg, const sl_h1_head_t *hd) {
     sl_str_t cred;
-    if (!admin_authorization(head, len, &cred) || cred.len < 7 ||
-        !sl_str_ieq((sl_str_t){cred.p, 7}, "bearer ", 7))
+    if (!admin_authorization(hd, &cred) || cred.len < 7 || !sl_str_ieq((sl_str_t){cred.p, 7}, "bearer ", 7))
         return false;
     const char *given = cred.p + 7;
     size_t glen = cred.len - 7;
@@ -767,56 +749,108 @@ static bool admin_authorized(const sl_config_t *cfg, const char *head, size_t le
 }
 
 /* /health and /ready answer without a token: orchestrators and load balancers probe
- * them, and they tell nothing but "up". */
+ * them, and they tell nothing but "up". /ui is the page alone (no data): it asks for
+ * the token and sends it with /ui/data. */
 static bool admin_public(sl_str_t path) {
-    const char *q = memchr(path.p, '?', path.len);
-    if (q) path.len = (size_t)(q - path.p);
-    /* /ui is the page alone (no data): it asks for the token and sends it with /ui/data */
     return sl_str_ieq(path, "/health", 7) || sl_str_ieq(path, "/ready", 6) || sl_str_ieq(path, "/ui", 3);
+}
+
+/* A request refused before it was read whole: its status and a JSON error, then the rest
+ * of what the client sends is dropped until it closes (admin_on_write). */
+static void admin_refuse(admin_conn_t *a, int status, const char *why) {
+    a->lingering = true;
+    send_json_error(a, status, why);
+}
+
+static const char *refusal(int status) {
+    switch (status) {
+    case 414: return "request line too long";
+    case 431: return "request head too large";
+    case 417: return "unsupported Expect";
+    case 501: return "unsupported transfer coding";
+    case 505: return "unsupported HTTP version";
+    default: return "bad request";
+    }
+}
+
+/* The body's bytes as the parser frames them (Content-Length or chunked). */
+static int admin_on_body(void *ud, const char *p, size_t n) {
+    admin_conn_t *a = ud;
+    return sl_wbuf_put(&a->body, p, n) ? 0 : -1;
+}
+
+/* SL_OK: the request is whole; SL_EAGAIN: more bytes are needed; SL_ERROR: it was
+ * refused (the answer is on its way). */
+static int admin_read_request(admin_conn_t *a) {
+    if (!a->head_done) {
+        size_t used = 0;
+        int status = 400;
+        int rc = sl_h1_head(&a->h1, a->buf, a->len, &a->head, &used, &status);
+        if (rc == SL_EAGAIN && a->len < sizeof(a->buf)) return SL_EAGAIN;
+        if (rc != SL_OK) {
+            if (rc == SL_EAGAIN) status = 431; /* the buffer is full and holds no whole head */
+            admin_refuse(a, status, refusal(status));
+            return SL_ERROR;
+        }
+        const sl_h1_head_t *hd = &a->head;
+        if (hd->body_kind == SL_BODY_LENGTH && hd->content_length > sizeof(a->bodybuf)) {
+            admin_refuse(a, 400, "body too large");
+            return SL_ERROR;
+        }
+        a->head_done = true;
+        a->head_len = used;
+        a->body = SL_WBUF_BOUNDED(a->bodybuf, sizeof(a->bodybuf));
+        a->h1.on_data = admin_on_body;
+        a->h1.ud = a;
+        a->h1.spans_left = UINT32_MAX;
+    }
+    /* the body's raw bytes pass through buf after the head, one read at a time */
+    size_t used = 0;
+    int rc = sl_h1_body(&a->h1, a->buf + a->head_len, a->len - a->head_len, &used);
+    a->len = a->head_len;
+    if (rc == SL_ERROR) {
+        admin_refuse(a, 400, a->body.full ? "body too large" : "malformed body");
+        return SL_ERROR;
+    }
+    if (rc == SL_DONE) return SL_OK; /* bytes after the message are ignored: one request a connection */
+    if (a->head_len == sizeof(a->buf)) {
+        admin_refuse(a, 400, "body too large"); /* no room left to read it into */
+        return SL_ERROR;
+    }
+    return SL_EAGAIN;
 }
 
 static void admin_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     admin_conn_t *a = s->data;
+    (void)buf;
     if (nread == 0) return;
-    if (nread < 0) {
+    if (nread < 0 && a->lingering && a->writing) {
+        /* the client half-closed after its refused request: its answer still goes out */
+        uv_read_stop(s);
+        a->lingering = false;
+        return;
+    }
+    if (nread < 0 || a->closing) {
         admin_close(a);
         return;
     }
+    if (a->lingering) return; /* dropped: a->len stays where the refusal left it */
     a->len += (size_t)nread;
-    const char *blank = memmem(a->buf, a->len, "\r\n\r\n", 4);
-    if (!blank) {
-        if (a->len == sizeof(a->buf)) admin_close(a);
+    int rc = admin_read_request(a);
+    if (rc == SL_EAGAIN) return;
+    if (rc == SL_ERROR) {
+        a->len = 0; /* from here on every read lands at the buffer's start and is dropped */
         return;
     }
-    size_t head_len = (size_t)(blank + 2 - a->buf); /* what follows is a body, not headers */
-    /* a body (a registration's JSON) is read whole when Content-Length announces one */
-    size_t cl = admin_content_length(a->buf, head_len);
-    if (cl > sizeof(a->buf) - head_len - 2) {
-        char *b = strdup("{\"error\":\"body too large\"}\n");
-        uv_read_stop(s);
-        admin_send(a, 400, "application/json", b, b ? strlen(b) : 0);
-        return;
-    }
-    if (a->len < head_len + 2 + cl) return;
-    a->body = a->buf + head_len + 2;
-    a->body_len = cl;
     uv_read_stop(s);
-    const char *sp1 = memchr(a->buf, ' ', a->len);
-    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', a->len - (size_t)(sp1 + 1 - a->buf)) : NULL;
-    if (!sp1 || !sp2) {
-        char *b = strdup("{\"error\":\"bad request\"}\n");
-        admin_send(a, 400, "application/json", b, b ? strlen(b) : 0);
-        return;
-    }
-    sl_str_t path = {sp1 + 1, (size_t)(sp2 - sp1 - 1)};
     const sl_config_t *cfg = a->srv->cfg;
-    if (cfg->admin_token_len && !admin_public(path) && !admin_authorized(cfg, a->buf, head_len)) {
+    if (cfg->admin_token_len && !admin_public(a->head.path) && !admin_authorized(cfg, &a->head)) {
         char *b = strdup("{\"error\":\"unauthorized: send Authorization: Bearer <admin token>\"}\n");
         admin_send_with(a, 401, "application/json", "WWW-Authenticate: Bearer realm=\"sluice admin\"\r\n", b,
                         b ? strlen(b) : 0);
         return;
     }
-    admin_handle(a, a->buf, (size_t)(sp1 - a->buf), path.p, path.len);
+    admin_handle(a);
 }
 
 static void admin_on_conn(uv_stream_t *server, int status) {
@@ -828,6 +862,9 @@ static void admin_on_conn(uv_stream_t *server, int status) {
     uv_timer_init(server->loop, &a->timer);
     a->tcp.data = a->timer.data = a;
     a->open_handles = 2;
+    sl_h1_init(&a->h1, HTTP_REQUEST, &admin_limits);
+    a->head.spill = sl_h1_spill_array;
+    a->head.spill_ud = a->spill;
     if (uv_accept(server, (uv_stream_t *)&a->tcp) != 0 ||
         uv_read_start((uv_stream_t *)&a->tcp, admin_alloc, admin_on_read) != 0) {
         admin_close(a);

@@ -3,8 +3,9 @@
  * They are tools around the gateway rather than the gateway: reading spec
  * files, printing diffs, writing templates and starting busted read best in
  * Lua, and `sluice test` starts its in-process gateways through the same FFI
- * entry points sluice.test uses from busted, found in the binary itself (it
- * exports its symbols) instead of in libsluice.so.
+ * entry points sluice.test uses from busted: the core's found in the binary itself
+ * (it exports its symbols) instead of in libsluice.so, the harness's (sl_test_*,
+ * sl_mock_*) in libsluice_test.so, which sluice.test loads beside the binary.
  */
 #include "server/cli_lua.h"
 

@@ -12,7 +12,7 @@
  * One accept thread and one thread per connection, blocking I/O; every wait also polls a
  * pipe that sl_mock_stop writes to, so a stop ends them all at once. A test tool, never on
  * a gateway's path: it runs in the process of `sluice test`, beside the in-process
- * gateway's own threads.
+ * gateway's own threads, from libsluice_test.so (never in the binary: see testapi.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>

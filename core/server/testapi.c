@@ -1,8 +1,10 @@
-/* testapi.c — in-process gateways for specs (lua/sluice/test.lua through libsluice.so).
+/* testapi.c — in-process gateways for specs (lua/sluice/test.lua). Built into
+ * libsluice_test.so, never into the binary or libsluice.so: its calls into the core
+ * resolve against the core already loaded in the process.
  *
  * A spec starts a whole gateway from config text: it is parsed and validated like
  * a file, its workers and admin run on threads of this process, and a blocking
- * HTTP client sends requests to it. Not used by the sluice binary.
+ * HTTP client sends requests to it. Loaded by `sluice test` and busted specs.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -28,6 +28,7 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
         return SL_ERROR;
     }
     w->loop.data = w;
+    sl_list_init(&w->conns);
     w->blocks.max_free = 4096;
     w->blocks.low_water = SL_BLOCK_LOW_WATER;
     w->rid_seed = ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)w ^ ((uint64_t)id << 56) ^ sl_now_ns();
@@ -48,6 +49,10 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         w->ups[u].idle = calloc(cfg->upstreams[u].ntargets, sizeof(sl_idle_list_t));
         if (!w->ups[u].idle) goto oom;
+        for (size_t t = 0; t < cfg->upstreams[u].ntargets; t++) {
+            sl_list_init(&w->ups[u].idle[t].pool);
+            sl_list_init(&w->ups[u].idle[t].h2);
+        }
     }
     if (sl_metrics_init(&w->metrics, cfg) != SL_OK) goto oom;
     if (sl_config_timed(cfg)) sl_ticks_calibrate();

@@ -1,6 +1,6 @@
 /* block_test.c — unit tests for core/base/block.c: the freelist trim keeps its low-water
  * mark and every block the interval's busiest moment used, frees the rest, and a steady
- * load around trims takes nothing more from malloc.
+ * load around trims takes nothing more from malloc; a connection's read room.
  *
  *   block_test [name-substring]
  */
@@ -128,7 +128,28 @@ static void test_arena_first_chunk(void) {
     sl_blockpool_destroy(&bp);
 }
 
+/* A connection's read room: a block taken only when it has none, its free end after. */
+static void test_read_room(void) {
+    sl_blockpool_t bp = {.max_free = 16};
+    char *rbuf = NULL;
+    uint32_t rlen = 7, rpos = 3; /* stale counts of a released buffer */
+    unsigned room;
+    char *p = sl_block_room(&bp, &rbuf, &rlen, &rpos, &room);
+    CHECK(p != NULL && p == rbuf);
+    CHECK_INT(rlen, 0);
+    CHECK_INT(rpos, 0);
+    CHECK_INT(room, SL_BLOCK_SIZE);
+    rlen = 100, rpos = 40;
+    CHECK(sl_block_room(&bp, &rbuf, &rlen, &rpos, &room) == rbuf + 100);
+    CHECK_INT(room, SL_BLOCK_SIZE - 100);
+    CHECK_INT(rpos, 40);
+    CHECK_INT(bp.mallocs, 1);
+    sl_block_put(&bp, rbuf);
+    sl_blockpool_destroy(&bp);
+}
+
 static const check_test_t tests[] = {
+    {"read_room", test_read_room},
     {"arena_first_chunk", test_arena_first_chunk},
     {"trim_keeps_low_water", test_trim_keeps_low_water},
     {"trim_keeps_what_the_interval_used", test_trim_keeps_what_the_interval_used},

@@ -13,9 +13,14 @@ bounds how long and how large a request may be.
 - POST /reload of a config that exposes the admin API without a token is rejected (422,
   the error names admin.token_env) and the old generation keeps serving.
 - 20 admin connections that never finish their head are closed within 8 s (5 s timeout);
-  a head larger than the admin buffer is cut off.
+  a head larger than the admin buffer is answered 431 at once and the connection closed.
+- Requests are read by the proxy's HTTP/1 parser (proto/http1.h): a malformed request
+  line, a bad or doubled Content-Length, a body over the admin buffer and an HTTP/1.1
+  request without Host are answered 400 with a JSON error; a chunked body is read; the
+  admin API and the listener keep serving after each.
 """
 
+import json
 import os
 import re
 import socket
@@ -243,11 +248,82 @@ def test_unfinished_requests_closed(t):
         pass
     data, how = c.read_until_close(timeout=3)
     c.close()
-    t.check("a head over the admin buffer is cut off at once, unanswered",
-            how in ("eof", "reset") and data == b"" and time.monotonic() - t0 < 3,
-            "closed, no answer", (how, data[:80], time.monotonic() - t0))
+    t.check("a head over the admin buffer is answered 431 at once, then closed",
+            how == "eof" and data.startswith(b"HTTP/1.1 431 ") and b'"error"' in data
+            and time.monotonic() - t0 < 3,
+            "431, then EOF", (how, data[:80], time.monotonic() - t0))
+    s.stop()
+
+
+def raw_admin(s, data, half_close=False):
+    """Sends raw bytes to the admin port; (status or None, body bytes, how it closed)."""
+    c = h.Client(s.admin_port, timeout=5)
+    try:
+        c.send(data)
+        if half_close:
+            c.shutdown_write()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    got, how = c.read_until_close(timeout=4)
+    c.close()
+    m = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
+    return (int(m.group(1)) if m else None), got.split(b"\r\n\r\n", 1)[-1], how
+
+
+def test_malformed_requests(t):
+    s = h.start_sluice(config(0), suite=t, name="malformed", env=env_with(None))
+    big = b"{" + b" " * 9000 + b"}"
+    cases = [
+        ("a bad request line", b"GARBAGE\r\n\r\n", 400),
+        ("a request line without a version", b"GET /status\r\nHost: a\r\n\r\n", 400),
+        ("an HTTP/1.1 request without Host", b"GET /status HTTP/1.1\r\n\r\n", 400),
+        ("a bare LF in the head", b"GET /status HTTP/1.1\nHost: a\n\n", 400),
+        ("a Content-Length that is not a number",
+         b"PUT /upstreams/u/targets HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n{}", 400),
+        ("two Content-Lengths",
+         b"PUT /upstreams/u/targets HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+        ("Content-Length and chunked",
+         b"PUT /upstreams/u/targets HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        ("a bad chunk size",
+         b"PUT /upstreams/u/targets HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+        ("a body over the admin buffer",
+         b"PUT /upstreams/u/targets HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(big) + big, 400),
+        ("a chunked body over the admin buffer",
+         b"PUT /upstreams/u/targets HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+         + b"%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n", 400),
+        ("a request line over the limit", b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", 414),
+    ]
+    for label, data, want in cases:
+        for half in (False, True):
+            st, body, how = raw_admin(s, data, half_close=half)
+            err = ""
+            try:
+                err = json.loads(body).get("error", "")
+            except ValueError:
+                pass
+            t.check("%s%s: %d with a JSON error, then closed" % (label, " (then a half-close)" if half else "", want),
+                    st == want and len(err) > 3 and how == "eof", (want, "error", "eof"), (st, body[:100], how))
+            r = h.request(s.admin_port, "GET", "/health", timeout=3)
+            t.check("... the admin API still answers", r.status == 200, 200, r.status)
+    r = h.request(s.port(), "GET", "/", timeout=3)
+    t.check("the listener still serves after the malformed admin requests", r.status == 200, 200, r.status)
+
+    # bodies the parser frames: Content-Length and chunked reach the registry whole
+    reg = b'{"address": "127.0.0.1:9", "ttl": "2s"}'
+    for label, data in (
+            ("Content-Length", h.build_request("PUT", "/upstreams/nope/targets", body=reg)),
+            ("chunked", h.build_request("PUT", "/upstreams/nope/targets", body=reg, chunked=True)),
+            ("chunked in two pieces", b"PUT /upstreams/nope/targets HTTP/1.1\r\nHost: a\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n5\r\n" + reg[:5] + b"\r\n%x\r\n" % (len(reg) - 5)
+             + reg[5:] + b"\r\n0\r\n\r\n")):
+        st, body, how = raw_admin(s, data)
+        t.check("a %s body is read whole: the registry answers 404 for an unknown upstream" % label,
+                st == 404 and b"no upstream" in body, 404, (st, body[:120]))
+    st, body, how = raw_admin(s, h.build_request("PUT", "/upstreams/nope/targets", body=b"address=1"))
+    t.check("a body that is not JSON: 400 naming it", st == 400 and b"JSON object" in body, 400, (st, body[:120]))
     s.stop()
 
 
 t.run(test_no_token_is_open, test_token_required, test_reload_adds_token, test_check_non_loopback,
-      test_reload_rejects_exposed_admin, test_unfinished_requests_closed)
+      test_reload_rejects_exposed_admin, test_unfinished_requests_closed, test_malformed_requests)

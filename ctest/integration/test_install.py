@@ -83,6 +83,16 @@ def check_layout(label, root, prefix, destdir=None):
     missing = [w for w in want if not os.path.exists(os.path.join(root, w))]
     t.check("%s: layout (bin, share/sluice/lua and plugins, the unit)" % label, not missing, want, missing)
     t.check("%s: libsluice.so installed" % label, len(libs) == 1, "one libsluice.so", libs)
+    tlibs = [os.path.join(os.path.dirname(l), "libsluice_test.so") for l in libs]
+    t.check("%s: libsluice_test.so (the test harness) installed beside it" % label,
+            len(tlibs) == 1 and os.path.exists(tlibs[0]), "beside libsluice.so", tlibs)
+    # the installed `sluice test` finds the harness in its prefix: it is not in the binary
+    spec = os.path.join(SRC, "spec", "smoke", "real-ip.yaml")
+    p = subprocess.run([os.path.join(root, "bin/sluice"), "test", spec], capture_output=True, text=True,
+                       timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")})
+    t.check("%s: installed `sluice test` runs a smoke spec" % label,
+            p.returncode == 0 and " 0 failed" in p.stdout, "exit 0, 0 failed",
+            (p.returncode, p.stdout[-400:], p.stderr[-400:]))
     n_src = len(glob.glob(os.path.join(SRC, "plugins", "*.lua")))
     n_dst = len(glob.glob(os.path.join(root, "share/sluice/plugins", "*.lua")))
     t.check("%s: every built-in plugin" % label, n_src == n_dst and n_src > 0, n_src, n_dst)

@@ -4,6 +4,8 @@
 --   sluice new plugin NAME [--dir D]               a plugin, its busted spec, its smoke spec
 local _M = {}
 
+local libpath = require("sluice.libpath")
+
 local fmt = string.format
 
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", [['"'"']]) .. "'" end
@@ -27,14 +29,7 @@ end
 local function find_lib(exe)
     local env = os.getenv("SLUICE_LIB")
     if env and env ~= "" then return env end
-    local bindir = exe:match("^(.*)/[^/]*$") or "."
-    local prefix = bindir:match("^(.*)/bin$") or bindir .. "/.."
-    for _, p in ipairs({ bindir .. "/libsluice.so", prefix .. "/lib/libsluice.so",
-                         prefix .. "/lib/x86_64-linux-gnu/libsluice.so",
-                         prefix .. "/lib/aarch64-linux-gnu/libsluice.so", prefix .. "/lib64/libsluice.so",
-                         prefix .. "/lib/sluice/libsluice.so" }) do
-        if exists(p) then return p end
-    end
+    return libpath.find(libpath.dir(exe), "libsluice.so")
 end
 
 -- A sanitizer build of sluice: the runtimes it was linked with, which must come first in

@@ -13,15 +13,16 @@
 --                                                    -- plugin_paths are relative to it
 --
 -- The gateway runs on threads of the busted process through libsluice.so (loaded
--- once, globally, so worker VMs find the FFI ABI): no external process, ready in
--- milliseconds. Inside the sluice binary (`sluice test`) the same symbols come from the
--- binary itself. Config tables are sent as JSON (a subset of YAML); defaults:
+-- once, globally, so worker VMs find the FFI ABI) and the harness in libsluice_test.so:
+-- no external process, ready in milliseconds. Inside the sluice binary (`sluice test`)
+-- the core's symbols come from the binary itself, the harness's from libsluice_test.so. Config tables are sent as JSON (a subset of YAML); defaults:
 -- workers 1, one listener "web" on 127.0.0.1:0, admin on 127.0.0.1:0.
 --
 -- Log lines are kept in memory (test.logs()) instead of on stderr, unless
 -- SLUICE_TEST_VERBOSE=1.
 local ffi = require("ffi")
 local cjson = require("cjson.safe")
+local libpath = require("sluice.libpath")
 
 local _M = {}
 
@@ -33,6 +34,7 @@ void sl_log_capture(int on);
 size_t sl_log_captured(char *out, size_t cap);
 uint64_t sl_now_ns(void);
 int setenv(const char *name, const char *value, int overwrite);
+long readlink(const char *path, char *buf, size_t n);
 int poll(void *fds, unsigned long n, int timeout);
 char *sl_ffi_yaml_decode(const char *path, const char *text, size_t len, char **pos, char *err,
                          size_t errlen);
@@ -72,13 +74,34 @@ function _M.source_path(rel)
     end
     return dir .. "/" .. rel
 end
--- The core's symbols: the sluice binary's own (it exports them), else libsluice.so.
-local lib
-if pcall(function() return ffi.C.sl_test_start end) then
-    lib = ffi.C
+-- The core's symbols: the sluice binary's own (it exports them), else libsluice.so's. The
+-- harness's own (sl_test_*, sl_mock_*) are in libsluice_test.so, which neither ships inside:
+-- $SLUICE_TEST_LIB, else beside the core (the binary, or libsluice.so), else in the lib
+-- folders of its prefix. Both are loaded globally, so ffi.C and the worker VMs see them
+-- all, and the test library's own calls into the core resolve against the one core there.
+-- Their namespaces are kept (in _M.loaded): a collected one would unload its library.
+_M.loaded = {}
+local function has(sym) return (pcall(function() return ffi.C[sym] end)) end
+
+local core_dir
+if has("sl_log_capture") then
+    local exe = ffi.new("char[4096]")
+    local n = ffi.C.readlink("/proc/self/exe", exe, 4095)
+    core_dir = libpath.dir(n > 0 and ffi.string(exe, n) or ".")
 else
-    lib = ffi.load(os.getenv("SLUICE_LIB") or (_M.SOURCE_DIR .. "/build/libsluice.so"), true)
+    local core = os.getenv("SLUICE_LIB")
+    if not core or core == "" then core = _M.SOURCE_DIR .. "/build/libsluice.so" end
+    _M.loaded.core = ffi.load(core, true)
+    core_dir = libpath.dir(core)
 end
+if not has("sl_test_start") then
+    local path = os.getenv("SLUICE_TEST_LIB")
+    if not path or path == "" then path = libpath.find(core_dir, "libsluice_test.so") end
+    if not path then error("sluice.test: libsluice_test.so not found beside " .. core_dir ..
+                           " nor in its prefix's lib folders; set SLUICE_TEST_LIB", 2) end
+    _M.loaded.test = ffi.load(path, true)
+end
+local lib = ffi.C
 _M.lib = lib
 
 local quiet = os.getenv("SLUICE_TEST_VERBOSE") ~= "1"
