@@ -22,8 +22,8 @@
 #include "http/http_logger.h"
 #include "http/mirror.h"
 #include "proto/http1.h"
+#include "proto/json.h"
 #include "server/etcd.h"
-#include "server/etcd_wire.h" /* sl__json_*: JSON read with libyaml */
 #include "upstream/conn_limit.h"
 #include "upstream/cache.h"
 
@@ -453,13 +453,13 @@ static const char *registration_key(registration_t *r, const char *key, const ya
 static const char *parse_registration(const char *p, size_t len, registration_t *r) {
     *r = (registration_t){.weight = 1};
     sl_jdoc_t d;
-    if (!len || !sl__json_parse(&d, p, len)) return "the body must be a JSON object";
+    if (!len || !sl_json_parse(&d, p, len)) return "the body must be a JSON object";
     const char *why = NULL;
     if (d.root->type != YAML_MAPPING_NODE || d.root->data.mapping.style != YAML_FLOW_MAPPING_STYLE)
         why = "the body must be a JSON object";
     for (yaml_node_pair_t *pr = why ? NULL : d.root->data.mapping.pairs.start;
          pr && pr < d.root->data.mapping.pairs.top && !why; pr++) {
-        const char *key = sl__json_str(yaml_document_get_node(&d.doc, pr->key));
+        const char *key = sl_json_str(yaml_document_get_node(&d.doc, pr->key));
         why = key ? registration_key(r, key, yaml_document_get_node(&d.doc, pr->value)) : "expected a string key";
     }
     yaml_document_delete(&d.doc);

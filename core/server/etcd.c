@@ -75,18 +75,18 @@ static bool check_value(const char *prefix, const sl_ekv_t *kv, const char *kind
     } else if (!kind) {
         for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; pr < root->data.mapping.pairs.top; pr++) {
             yaml_node_t *k = yaml_document_get_node(&d, pr->key);
-            if (!sl__json_str(k) || strcmp(sl__json_str(k), "plugins") != 0) {
+            if (!sl_json_str(k) || strcmp(sl_json_str(k), "plugins") != 0) {
                 sl_errors_add(errs, where, (int)k->start_mark.line + 1, (int)k->start_mark.column + 1,
                               "'global' holds only 'plugins' (the global chain)");
                 ok = false;
             }
         }
     } else {
-        yaml_node_t *n = sl__json_get(&j, root, "name");
-        if (!sl__json_str(n) || strcmp(sl__json_str(n), name) != 0) {
+        yaml_node_t *n = sl_json_get(&j, root, "name");
+        if (!sl_json_str(n) || strcmp(sl_json_str(n), name) != 0) {
             int l = n ? (int)n->start_mark.line + 1 : 1, c = n ? (int)n->start_mark.column + 1 : 1;
             sl_errors_add(errs, where, l, c, "name '%s' is not the key's last part '%s'",
-                          sl__json_str(n) ? sl__json_str(n) : "", name);
+                          sl_json_str(n) ? sl_json_str(n) : "", name);
             ok = false;
         }
     }
@@ -385,8 +385,8 @@ static void applied(sl_server_t *srv, int rc, char *json, void *ud) {
         e->rejected++;
         sl_jdoc_t d;
         const char *msg = NULL;
-        if (json && sl__json_parse(&d, json, strlen(json))) {
-            msg = sl__json_str(sl__json_get(&d, d.root, "error"));
+        if (json && sl_json_parse(&d, json, strlen(json))) {
+            msg = sl_json_str(sl_json_get(&d, d.root, "error"));
             snprintf(e->last_error, sizeof e->last_error, "%s", msg ? msg : json);
             yaml_document_delete(&d.doc);
         } else {
@@ -425,15 +425,15 @@ static void changed(sl_etcd_t *e) {
 static void on_watch_line(sl_ec_t *c, const char *line, size_t n) {
     sl_etcd_t *e = c->ud;
     sl_jdoc_t d;
-    if (!sl__json_parse(&d, line, n)) return went_down(e, "unreadable watch message");
-    yaml_node_t *res = sl__json_get(&d, d.root, "result");
+    if (!sl_json_parse(&d, line, n)) return went_down(e, "unreadable watch message");
+    yaml_node_t *res = sl_json_get(&d, d.root, "result");
     if (!res) {
         yaml_document_delete(&d.doc);
         return went_down(e, "watch error");
     }
-    yaml_node_t *canceled = sl__json_get(&d, res, "canceled");
-    long long compact = sl__json_int(sl__json_get(&d, res, "compact_revision"));
-    if (sl__json_str(canceled) && !strcmp(sl__json_str(canceled), "true")) {
+    yaml_node_t *canceled = sl_json_get(&d, res, "canceled");
+    long long compact = sl_json_int(sl_json_get(&d, res, "compact_revision"));
+    if (sl_json_str(canceled) && !strcmp(sl_json_str(canceled), "true")) {
         yaml_document_delete(&d.doc);
         if (compact) {
             e->compactions++;
@@ -443,20 +443,20 @@ static void on_watch_line(sl_ec_t *c, const char *line, size_t n) {
         stop_calls(e);
         return start_read(e); /* the whole prefix again: nothing in the gap is lost */
     }
-    long long rev = sl__json_int(sl__json_get(&d, sl__json_get(&d, res, "header"), "revision"));
-    yaml_node_t *evs = sl__json_get(&d, res, "events");
+    long long rev = sl_json_int(sl_json_get(&d, sl_json_get(&d, res, "header"), "revision"));
+    yaml_node_t *evs = sl_json_get(&d, res, "events");
     size_t pl = strlen(e->prefix);
-    for (size_t i = 0; i < sl__json_len(evs); i++) {
-        yaml_node_t *ev = sl__json_at(&d, evs, i), *kv = sl__json_get(&d, ev, "kv");
-        const char *type = sl__json_str(sl__json_get(&d, ev, "type"));
+    for (size_t i = 0; i < sl_json_len(evs); i++) {
+        yaml_node_t *ev = sl_json_at(&d, evs, i), *kv = sl_json_get(&d, ev, "kv");
+        const char *type = sl_json_str(sl_json_get(&d, ev, "type"));
         size_t kl = 0, vl = 0;
         char *k = sl__b64_dec(
-            sl__json_str(sl__json_get(&d, kv, "key")) ? sl__json_str(sl__json_get(&d, kv, "key")) : "", &kl);
+            sl_json_str(sl_json_get(&d, kv, "key")) ? sl_json_str(sl_json_get(&d, kv, "key")) : "", &kl);
         if (k && kl > pl + 1 && !strncmp(k, e->prefix, pl) && k[pl] == '/') {
             if (type && !strcmp(type, "DELETE")) {
                 sl__kv_del(&e->kvs, k + pl + 1);
             } else {
-                const char *v64 = sl__json_str(sl__json_get(&d, kv, "value"));
+                const char *v64 = sl_json_str(sl_json_get(&d, kv, "value"));
                 char *v = sl__b64_dec(v64 ? v64 : "", &vl);
                 if (v && !sl__kv_put(&e->kvs, k + pl + 1, v, vl)) free(v);
             }
@@ -464,7 +464,7 @@ static void on_watch_line(sl_ec_t *c, const char *line, size_t n) {
         free(k);
     }
     if (rev > e->rev) e->rev = rev;
-    if (sl__json_len(evs)) changed(e);
+    if (sl_json_len(evs)) changed(e);
     yaml_document_delete(&d.doc);
 }
 
@@ -479,8 +479,8 @@ static void on_progress_done(sl_ec_t *c, const char *err) {
     e->probe = NULL;
     if (err) return went_down(e, err);
     sl_jdoc_t d;
-    if (!sl__json_parse(&d, c->body.p, c->body.len)) return;
-    long long rev = sl__json_int(sl__json_get(&d, sl__json_get(&d, d.root, "header"), "revision"));
+    if (!sl_json_parse(&d, c->body.p, c->body.len)) return;
+    long long rev = sl_json_int(sl_json_get(&d, sl_json_get(&d, d.root, "header"), "revision"));
     yaml_document_delete(&d.doc);
     if (rev && rev < e->rev) {
         sl_log_warn("etcd: revision went backwards (%lld < %lld): etcd was wiped or restored; reading %s again", rev,
@@ -546,8 +546,8 @@ static void on_auth_done(sl_ec_t *c, const char *err) {
     e->call = NULL;
     if (err) return went_down(e, err);
     sl_jdoc_t d;
-    if (sl__json_parse(&d, c->body.p, c->body.len)) {
-        const char *tok = sl__json_str(sl__json_get(&d, d.root, "token"));
+    if (sl_json_parse(&d, c->body.p, c->body.len)) {
+        const char *tok = sl_json_str(sl_json_get(&d, d.root, "token"));
         snprintf(e->token, sizeof e->token, "%s", tok ? tok : "");
         yaml_document_delete(&d.doc);
     }

@@ -60,8 +60,8 @@ static const char *cli_token(const char *url) {
     if (b.p) explicit_bzero(b.p, b.len);
     free(b.p);
     sl_jdoc_t d;
-    if (ans && sl__json_parse(&d, ans, s.len)) {
-        const char *tok = sl__json_str(sl__json_get(&d, d.root, "token"));
+    if (ans && sl_json_parse(&d, ans, s.len)) {
+        const char *tok = sl_json_str(sl_json_get(&d, d.root, "token"));
         snprintf(token, sizeof token, "%s", tok ? tok : "");
         yaml_document_delete(&d.doc);
     }
@@ -123,25 +123,25 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
     size_t len = 0;
     char *text = sl__etcd_read_file(file, &len);
     sl_jdoc_t j;
-    if (!text || !sl__json_parse(&j, text, len)) {
+    if (!text || !sl_json_parse(&j, text, len)) {
         free(text);
         fprintf(stderr, "sluice push: cannot read %s again\n", file);
         return false;
     }
     bool ok = true;
     for (size_t k = 0; k < 3; k++) {
-        yaml_node_t *list = sl__json_get(&j, j.root, sl__etcd_kinds[k]);
-        for (size_t i = 0; i < sl__json_len(list); i++) {
-            yaml_node_t *m = sl__json_at(&j, list, i);
-            const char *name = sl__json_str(sl__json_get(&j, m, "name"));
+        yaml_node_t *list = sl_json_get(&j, j.root, sl__etcd_kinds[k]);
+        for (size_t i = 0; i < sl_json_len(list); i++) {
+            yaml_node_t *m = sl_json_at(&j, list, i);
+            const char *name = sl_json_str(sl_json_get(&j, m, "name"));
             char key[128];
             char *v = name ? node_text(text, m) : NULL;
             snprintf(key, sizeof key, "%s/%s", sl__etcd_kinds[k], name ? name : "");
             if (v && !sl__kv_put(d, key, v, strlen(v))) ok = false;
         }
     }
-    yaml_node_t *g = sl__json_get(&j, j.root, "plugins");
-    if (g && sl__json_len(g)) {
+    yaml_node_t *g = sl_json_get(&j, j.root, "plugins");
+    if (g && sl_json_len(g)) {
         char *seq = node_text(text, g);
         sl_wbuf_t b = {0};
         sl__eb_puts(&b, g->data.sequence.style == YAML_FLOW_SEQUENCE_STYLE ? "plugins: " : "plugins:\n");
@@ -313,10 +313,10 @@ int sl_etcd_push(const char *file, const char *url, const char *prefix) {
     sl_jdoc_t d;
     bool won = false;
     long long nrev = 0;
-    if (sl__json_parse(&d, ans, s.len)) {
-        const char *sc = sl__json_str(sl__json_get(&d, d.root, "succeeded"));
+    if (sl_json_parse(&d, ans, s.len)) {
+        const char *sc = sl_json_str(sl_json_get(&d, d.root, "succeeded"));
         won = sc && !strcmp(sc, "true");
-        nrev = sl__json_int(sl__json_get(&d, sl__json_get(&d, d.root, "header"), "revision"));
+        nrev = sl_json_int(sl_json_get(&d, sl_json_get(&d, d.root, "header"), "revision"));
         yaml_document_delete(&d.doc);
     }
     free(ans);

@@ -43,47 +43,6 @@ char *sl__b64_dec(const char *s, size_t *n) {
     return out;
 }
 
-/* ---- JSON, read with libyaml (JSON is YAML's flow style) ---- */
-
-bool sl__json_parse(sl_jdoc_t *d, const char *s, size_t n) {
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p)) return false;
-    yaml_parser_set_input_string(&p, (const unsigned char *)s, n);
-    bool ok = yaml_parser_load(&p, &d->doc);
-    yaml_parser_delete(&p);
-    if (!ok) return false;
-    d->root = yaml_document_get_root_node(&d->doc);
-    if (!d->root) yaml_document_delete(&d->doc);
-    return d->root != NULL;
-}
-
-yaml_node_t *sl__json_get(sl_jdoc_t *d, const yaml_node_t *map, const char *key) {
-    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top; pr++) {
-        yaml_node_t *k = yaml_document_get_node(&d->doc, pr->key);
-        if (k && k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
-            return yaml_document_get_node(&d->doc, pr->value);
-    }
-    return NULL;
-}
-
-const char *sl__json_str(const yaml_node_t *n) {
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-long long sl__json_int(const yaml_node_t *n) {
-    const char *s = sl__json_str(n);
-    return s ? strtoll(s, NULL, 10) : 0;
-}
-
-size_t sl__json_len(const yaml_node_t *n) {
-    return n && n->type == YAML_SEQUENCE_NODE ? (size_t)(n->data.sequence.items.top - n->data.sequence.items.start) : 0;
-}
-
-yaml_node_t *sl__json_at(sl_jdoc_t *d, const yaml_node_t *n, size_t i) {
-    return yaml_document_get_node(&d->doc, n->data.sequence.items.start[i]);
-}
-
 /* ---- the key set: relative key -> value, sorted by key ---- */
 
 size_t sl__kv_pos(const sl_ekvset_t *s, const char *key, bool *found) {
@@ -160,15 +119,15 @@ uint64_t sl__kv_hash(const sl_ekvset_t *s) {
  * snapshot) into s, keys made relative to prefix. */
 bool sl__kv_from_range(sl_ekvset_t *s, long long *rev, const char *prefix, const char *text, size_t len) {
     sl_jdoc_t d;
-    if (!sl__json_parse(&d, text, len)) return false;
-    yaml_node_t *h = sl__json_get(&d, d.root, "header");
-    *rev = sl__json_int(h ? sl__json_get(&d, h, "revision") : sl__json_get(&d, d.root, "revision"));
-    yaml_node_t *kvs = sl__json_get(&d, d.root, "kvs");
+    if (!sl_json_parse(&d, text, len)) return false;
+    yaml_node_t *h = sl_json_get(&d, d.root, "header");
+    *rev = sl_json_int(h ? sl_json_get(&d, h, "revision") : sl_json_get(&d, d.root, "revision"));
+    yaml_node_t *kvs = sl_json_get(&d, d.root, "kvs");
     size_t pl = strlen(prefix);
     bool ok = true;
-    for (size_t i = 0; i < sl__json_len(kvs) && ok; i++) {
-        yaml_node_t *kv = sl__json_at(&d, kvs, i);
-        const char *k64 = sl__json_str(sl__json_get(&d, kv, "key")), *v64 = sl__json_str(sl__json_get(&d, kv, "value"));
+    for (size_t i = 0; i < sl_json_len(kvs) && ok; i++) {
+        yaml_node_t *kv = sl_json_at(&d, kvs, i);
+        const char *k64 = sl_json_str(sl_json_get(&d, kv, "key")), *v64 = sl_json_str(sl_json_get(&d, kv, "value"));
         size_t kl = 0, vl = 0;
         char *k = k64 ? sl__b64_dec(k64, &kl) : NULL;
         char *v = sl__b64_dec(v64 ? v64 : "", &vl);

@@ -1,5 +1,5 @@
-/* etcd_wire.h — talking to etcd's HTTP/JSON gateway: bytes, base64, JSON read with
- * libyaml, the set of keys under a prefix, and one exchange on a libuv loop (the core's
+/* etcd_wire.h — talking to etcd's HTTP/JSON gateway: bytes, base64, JSON (read by
+ * proto/json.h), the set of keys under a prefix, and one exchange on a libuv loop (the core's
  * HTTP client, client/client.h: a unary call, or a watch's endless stream).
  *
  * Internal to the etcd config source (server/etcd.c, the watch; server/etcd_cli.c,
@@ -18,12 +18,7 @@
 
 #include "base/wbuf.h"
 #include "client/client.h"
-
-/** A parsed JSON text (libyaml: JSON is YAML's flow style); root NULL when empty. */
-typedef struct {
-    yaml_document_t doc;
-    yaml_node_t *root;
-} sl_jdoc_t;
+#include "proto/json.h" /* sl_json_*: JSON read with libyaml */
 
 /** One key under the prefix and its value (both owned by the set). */
 typedef struct {
@@ -70,16 +65,6 @@ char *sl__b64_enc(const void *p, size_t n);
 /** The bytes of s, malloc'ed (NUL-terminated, *n their length); NULL when malformed. */
 char *sl__b64_dec(const char *s, size_t *n);
 
-/** Parses s[0..n); on success the caller deletes d->doc (yaml_document_delete). */
-bool sl__json_parse(sl_jdoc_t *d, const char *s, size_t n);
-/** The value of `key` in mapping `map`, or NULL. */
-yaml_node_t *sl__json_get(sl_jdoc_t *d, const yaml_node_t *map, const char *key);
-/** A scalar's text (borrowed from the document), or NULL. */
-const char *sl__json_str(const yaml_node_t *n);
-/** A scalar as an integer (etcd writes int64 as strings); 0 when absent. */
-long long sl__json_int(const yaml_node_t *n);
-size_t sl__json_len(const yaml_node_t *n);
-yaml_node_t *sl__json_at(sl_jdoc_t *d, const yaml_node_t *n, size_t i);
 /** Appends s as a JSON string (sl_wbuf_json_quoted), NUL-terminated. */
 static inline void sl__json_quote(sl_wbuf_t *b, const char *s) {
     if (sl_wbuf_json_cstr(b, s)) sl_wbuf_cstr(b);

@@ -1,5 +1,5 @@
-/* etcd_wire_test.c — base64, JSON through libyaml, the key set, range answers and
- * snapshots, and list items, as core/server/etcd_wire.c does them. */
+/* etcd_wire_test.c — base64, JSON through libyaml (proto/json.c, on etcd's answers), the
+ * key set, range answers and snapshots, and list items, as core/server/etcd_wire.c does them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,16 +28,16 @@ static void test_json(void) {
     const char *t = "{\"result\":{\"header\":{\"revision\":\"42\"},\"canceled\":true,\"compact_revision\":\"7\","
                     "\"events\":[{\"type\":\"DELETE\",\"kv\":{\"key\":\"eA==\"}},{\"kv\":{\"key\":\"eQ==\"}}]}}";
     sl_jdoc_t d;
-    CHECK(sl__json_parse(&d, t, strlen(t)));
-    yaml_node_t *res = sl__json_get(&d, d.root, "result");
-    CHECK_INT(sl__json_int(sl__json_get(&d, sl__json_get(&d, res, "header"), "revision")), 42);
-    CHECK_STR(sl__json_str(sl__json_get(&d, res, "canceled")), "true");
-    CHECK_INT(sl__json_int(sl__json_get(&d, res, "compact_revision")), 7);
-    yaml_node_t *evs = sl__json_get(&d, res, "events");
-    CHECK_INT(sl__json_len(evs), 2);
-    CHECK_STR(sl__json_str(sl__json_get(&d, sl__json_at(&d, evs, 0), "type")), "DELETE");
-    CHECK(sl__json_get(&d, sl__json_at(&d, evs, 1), "type") == NULL); /* a PUT has no type */
-    CHECK(sl__json_get(&d, res, "missing") == NULL);
+    CHECK(sl_json_parse(&d, t, strlen(t)));
+    yaml_node_t *res = sl_json_get(&d, d.root, "result");
+    CHECK_INT(sl_json_int(sl_json_get(&d, sl_json_get(&d, res, "header"), "revision")), 42);
+    CHECK_STR(sl_json_str(sl_json_get(&d, res, "canceled")), "true");
+    CHECK_INT(sl_json_int(sl_json_get(&d, res, "compact_revision")), 7);
+    yaml_node_t *evs = sl_json_get(&d, res, "events");
+    CHECK_INT(sl_json_len(evs), 2);
+    CHECK_STR(sl_json_str(sl_json_get(&d, sl_json_at(&d, evs, 0), "type")), "DELETE");
+    CHECK(sl_json_get(&d, sl_json_at(&d, evs, 1), "type") == NULL); /* a PUT has no type */
+    CHECK(sl_json_get(&d, res, "missing") == NULL);
     yaml_document_delete(&d.doc);
 
     sl_wbuf_t b = {0};
@@ -60,9 +60,9 @@ static void test_json_quote_control_characters(void) {
     sl__eb_puts(&b, "}");
     CHECK_STR(b.p, "{\"name\":\"root\",\"password\":\"p\\tw\\u0001d\\nx\\u007f\"}");
     sl_jdoc_t d;
-    CHECK(sl__json_parse(&d, b.p, b.len));
+    CHECK(sl_json_parse(&d, b.p, b.len));
     if (d.root) {
-        CHECK_STR(sl__json_str(sl__json_get(&d, d.root, "password")), pass);
+        CHECK_STR(sl_json_str(sl_json_get(&d, d.root, "password")), pass);
         yaml_document_delete(&d.doc);
     }
     free(b.p);
