@@ -18,6 +18,9 @@
 
 /** Largest response head accepted, as for upstream responses. */
 #define MAX_HEAD (64 * 1024)
+/** Addresses of a name tried (localhost is often ::1 then 127.0.0.1, and a server may
+ *  listen on one of them only). */
+#define SL_CLIENT_ADDRS 4
 
 struct sl_client_s {
     sl_stream_t s; /**< first: the tcp handle's address is the call's */
@@ -27,6 +30,9 @@ struct sl_client_s {
     uv_getaddrinfo_t gai;
     sl_client_req_t rq; /**< the caller's, its pointers to bytes replaced by copies below */
     char name[256];     /**< the host to resolve */
+    /** A resolved name's addresses, tried in turn while a connect is refused or fails. */
+    struct sockaddr_storage addrs[SL_CLIENT_ADDRS];
+    uint8_t naddrs, addr_i;
     char tls_name[256]; /**< the TLS server name, when the caller gave one */
     uint8_t tcp_open, timer_open, gai_pending, held; /* see the lifetime note above */
     uint8_t finished, head_done, too_big, refused;
@@ -242,9 +248,24 @@ static void on_tls(sl_tls_t *t, int status) {
     send_request(c);
 }
 
+static void start_connect(sl_client_t *c, const struct sockaddr *sa);
+
+/* The handle of a failed connect is closed: the name's next address. */
+static void on_tcp_closed_next(uv_handle_t *h) {
+    sl_client_t *c = h->data;
+    c->tcp_open = 0;
+    if (c->finished) return maybe_free(c);
+    start_connect(c, (const struct sockaddr *)&c->addrs[c->addr_i]);
+}
+
 static void on_connected(uv_connect_t *cr, int status) {
     sl_client_t *c = cr->data;
     if (c->finished) return;
+    if (status < 0 && c->addr_i + 1 < c->naddrs) {
+        c->addr_i++;
+        uv_close((uv_handle_t *)&c->s.tcp, on_tcp_closed_next);
+        return;
+    }
     if (status < 0) return finish_fmt(c, "connect", status);
     if (c->rq.idle_timeout && c->rq.timeout_ms) uv_timer_start(&c->timer, on_timeout, c->rq.timeout_ms, 0);
     uv_tcp_nodelay(&c->s.tcp, 1);
@@ -274,15 +295,20 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res) {
         maybe_free(c);
         return;
     }
-    if (status < 0 || !res) {
-        finish_fmt(c, "resolve", status < 0 ? status : UV_EAI_NONAME);
-    } else {
-        if (res->ai_family == AF_INET)
-            ((struct sockaddr_in *)res->ai_addr)->sin_port = htons(c->rq.port);
+    c->naddrs = 0;
+    for (struct addrinfo *a = res; status >= 0 && a && c->naddrs < SL_CLIENT_ADDRS; a = a->ai_next) {
+        if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) || a->ai_addrlen > sizeof c->addrs[0]) continue;
+        struct sockaddr_storage *ss = &c->addrs[c->naddrs++];
+        memcpy(ss, a->ai_addr, a->ai_addrlen);
+        if (a->ai_family == AF_INET)
+            ((struct sockaddr_in *)ss)->sin_port = htons(c->rq.port);
         else
-            ((struct sockaddr_in6 *)res->ai_addr)->sin6_port = htons(c->rq.port);
-        start_connect(c, res->ai_addr);
+            ((struct sockaddr_in6 *)ss)->sin6_port = htons(c->rq.port);
     }
+    if (c->naddrs == 0)
+        finish_fmt(c, "resolve", status < 0 ? status : UV_EAI_NONAME);
+    else
+        start_connect(c, (const struct sockaddr *)&c->addrs[0]);
     uv_freeaddrinfo(res);
 }
 

@@ -4,9 +4,10 @@
  * which loop: docs/ARCHITECTURE.md, "The HTTP client").
  *
  * A call resolves its host (libuv's thread pool, only for a name that is not an IP
- * literal) or takes the caller's address, connects through net/stream.h (TCP, or TLS
- * when given a context), writes the caller's request bytes, and reads the response with
- * proto/http1.h (the same head validator and body framing as for upstream responses):
+ * literal; its addresses, up to 4, are tried in turn while a connect fails) or takes the
+ * caller's address, connects through net/stream.h (TCP, or TLS when given a context),
+ * writes the caller's request bytes, and reads the response with proto/http1.h (the
+ * same head validator and body framing as for upstream responses):
  * Content-Length, chunked or close-delimited, interim 1xx skipped. One timer bounds the
  * exchange, whole or (idle_timeout) as silence between reads. The connection is not
  * pooled: a request should say `Connection: close`.

@@ -7,7 +7,6 @@
  */
 #include "server/etcd_wire.h"
 
-#include <netdb.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,35 +218,36 @@ static void ec_done(void *ud, int status, const char *err) {
     ec_free(c);
 }
 
-/* "http://host:port[/...]" -> an address (names resolved here: the main thread, not
- * the data path). */
-static int endpoint_addr(const char *url, struct sockaddr_storage *ss, char *hostport, size_t hplen) {
+/* "http://host:port[/...]" -> hostport (the Host header), host (brackets dropped) and port
+ * (2379 when none is given). A name is resolved by the client, on libuv's pool: the main
+ * loop does not wait for DNS. */
+static int endpoint_parts(const char *url, char *hostport, size_t hplen, char *host, size_t hostlen, uint16_t *port) {
     const char *h = strncmp(url, "http://", 7) == 0 ? url + 7 : url;
     size_t n = strcspn(h, "/");
     if (n == 0 || n >= hplen) return -1;
     memcpy(hostport, h, n);
     hostport[n] = 0;
-    char host[256];
     const char *colon = strrchr(hostport, ':');
-    const char *port = colon && !strchr(colon, ']') ? colon + 1 : "2379";
-    size_t hl = colon && !strchr(colon, ']') ? (size_t)(colon - hostport) : n;
-    if (hl >= sizeof host) return -1;
+    bool has_port = colon && !strchr(colon, ']');
+    size_t hl = has_port ? (size_t)(colon - hostport) : n;
+    if (hl == 0 || hl >= hostlen) return -1;
     memcpy(host, hostport, hl);
     host[hl] = 0;
     if (host[0] == '[' && hl > 1 && host[hl - 1] == ']') memmove(host, host + 1, hl - 2), host[hl - 2] = 0;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return -1;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
+    char *end = NULL;
+    long v = has_port ? strtol(colon + 1, &end, 10) : 2379;
+    if ((has_port && (end == colon + 1 || *end)) || v < 1 || v > 65535) return -1;
+    *port = (uint16_t)v;
     return 0;
 }
 
-/* POSTs body to path at url. NULL when nothing could start (then no callback). */
+/* POSTs body to path at url. NULL when nothing could start (a malformed url, no memory: then
+ * no callback); a name that does not resolve fails through the callback. */
 sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const char *body, const char *token,
                      uint64_t timeout_ms, sl_ec_done_cb done, sl_ec_line_cb line, void *ud) {
-    struct sockaddr_storage ss;
-    char hostport[300];
-    if (endpoint_addr(url, &ss, hostport, sizeof hostport) != 0) return NULL;
+    char hostport[300], host[256];
+    uint16_t port;
+    if (endpoint_parts(url, hostport, sizeof hostport, host, sizeof host, &port) != 0) return NULL;
     sl_ec_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->on_done = done, c->on_line = line, c->ud = ud;
@@ -258,7 +258,8 @@ sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const c
     sl__eb_puts(&out, line ? "\r\n" : "Connection: close\r\n\r\n");
     sl__eb_puts(&out, body);
     sl_client_req_t rq = {.loop = loop,
-                          .addr = (const struct sockaddr *)&ss,
+                          .host = host,
+                          .port = port,
                           .req = out.p,
                           .req_len = out.len,
                           .idle_timeout = true, /* a large answer is not a slow one */

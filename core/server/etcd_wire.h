@@ -85,11 +85,13 @@ bool sl__kv_from_range(sl_ekvset_t *s, long long *rev, const char *prefix, const
 void sl__kv_to_json(const sl_ekvset_t *s, const char *prefix, long long rev, sl_wbuf_t *b);
 
 /**
- * POSTs `body` to `path` at `url` ("http://host:port"; a name is resolved here, on the
- * calling thread) with `token` as Authorization when set. `line` set: the answer is a
- * stream handed over line by line, and `done` is called when it ends. `timeout_ms` bounds
- * silence (connecting, or between reads). NULL when nothing could start (no callback
- * then); else the exchange is freed after `done` returned, or after sl__ec_cancel.
+ * POSTs `body` to `path` at `url` ("http://host:port"; a name is resolved by the client
+ * on libuv's pool, so the loop never waits for DNS) with `token` as Authorization when set.
+ * `line` set: the answer is a stream handed over line by line, and `done` is called when it
+ * ends. `timeout_ms` bounds silence (connecting, or between reads). NULL when nothing could
+ * start (a malformed url, no memory; no callback then); else `done` follows (a name that
+ * does not resolve included), and the exchange is freed after `done` returned, or after
+ * sl__ec_cancel.
  */
 sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const char *body, const char *token,
                      uint64_t timeout_ms, sl_ec_done_cb done, sl_ec_line_cb line, void *ud);

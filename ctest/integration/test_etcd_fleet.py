@@ -3,6 +3,9 @@
 - Three gateways converge on a pushed change: p99 <= 1 s over 50 pushes, measured at
   the data path (the new route answers on all three), with zero failed requests under
   steady load during 20 of them.
+- An endpoint given by a name is resolved off the main loop: a name with two addresses
+  whose first refuses (a private /etc/hosts, ::1 first) is read through the second; a name
+  that does not resolve leaves the source down while /health answers at once.
 - A plugin's code changed by a push takes effect on all three without a restart.
 - An invalid route written with `etcdctl put` is rejected (old config keeps serving,
   the error names the key and its line:col, sluice_reloads_total{result="rejected"});
@@ -224,6 +227,52 @@ def test_fleet(t):
             "0 failed", (load.ok, load.failed[:3]))
     gen = gws[0].status()["generation"]
     t.check("one generation per push", gen >= 50, ">= 50", gen)
+
+
+class Named:
+    """An endpoint given by a name: the client resolves it on libuv's pool, so the main loop
+    never waits for DNS."""
+    def __init__(self, name, port):
+        self.url = "http://%s:%d" % (name, port)
+
+
+# A private /etc/hosts (a mount namespace of the gateway's own) where one name has two
+# addresses, ::1 first (RFC 6724 sorts it before 127.0.0.1) while etcd listens on 127.0.0.1
+# only: the client must try the second address when the first refuses.
+TWO = "sluice-etcd-two"
+
+
+def two_address_prefix():
+    hosts = os.path.join(h.new_tmpdir("hosts"), "hosts")
+    with open(hosts, "w") as f:
+        f.write("::1 %s\n127.0.0.1 %s\n127.0.0.1 localhost\n" % (TWO, TWO))
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
+            hosts], hosts
+
+
+def test_endpoint_names(t):
+    etcd, gws = S["etcd"], S["gws"]
+    want = get(gws[0], "/a/")
+    prefix, hosts = two_address_prefix()
+    order = subprocess.run(prefix + ["getent", "ahosts", TWO], capture_output=True,
+                           text=True, timeout=10).stdout.split()
+    t.info("%s resolves, in order, to %s" % (TWO, [x for x in order if ":" in x or x.count(".") == 3][:4]))
+    g = h.start_sluice(gw_conf(Named(TWO, etcd.port), snapshot=False), name="gw-named", suite=t, prefix=prefix)
+    ok = until(lambda: get(g, "/a/") == want, 5)
+    t.check("an endpoint given by a name of two addresses, the first refusing, is read through the second",
+            ok, want, get(g, "/a/"))
+    t.check("... sluice_config_source_up 1", source_up(g) == [1], [1], source_up(g))
+    g.stop()
+    # a name that cannot be resolved: the source is down, the admin API answers meanwhile
+    g2 = h.start_sluice(gw_conf(Named("sluice-no-such-name.invalid", 2379), snapshot=False),
+                        name="gw-unresolvable", suite=t)
+    t0 = time.monotonic()
+    st = g2.admin_get("/health").status
+    t.check("an unresolvable endpoint: /health answers at once", st == 200 and time.monotonic() - t0 < 1, 200, st)
+    ok = until(lambda: source_up(g2) == [0], 5)
+    t.check("... and the source is down", ok, [0], source_up(g2))
+    t.check("... not ready (no config yet)", g2.admin_get("/ready").status == 503, 503, g2.admin_get("/ready").status)
+    g2.stop()
 
 
 def test_plugin_code(t):
@@ -530,5 +579,5 @@ def test_auth(t):
     t.check("... and the authenticated watch delivers it", ok, 200, get(g, "/authed/"))
 
 
-t.run(test_fleet, test_plugin_code, test_invalid_key, test_compaction_behind, test_etcd_down, test_wipe, test_race, test_pull,
+t.run(test_fleet, test_endpoint_names, test_plugin_code, test_invalid_key, test_compaction_behind, test_etcd_down, test_wipe, test_race, test_pull,
       test_local_file_rules, test_auth)
