@@ -29,7 +29,11 @@ local _M = {}
 -- puts around the methods of a plugin whose source calls ngx.exit catches.
 _M.EXIT = base.UNWIND
 _M.NGX_OK = setmetatable({}, { __tostring = function() return "ngx.exit(ngx.OK)" end })
-local REWRITE, ACCESS = 0, 1 -- SL_PHASE_REWRITE, SL_PHASE_ACCESS (sluice.h)
+-- phase ids as the dispatcher numbers them (sluice.loader.PHASES, from 0: sluice.h SL_PHASE_*)
+local REWRITE, ACCESS
+for i, name in ipairs(require("sluice.loader").PHASES) do
+    if name == "rewrite" then REWRITE = i - 1 elseif name == "access" then ACCESS = i - 1 end
+end
 
 -- True in the phases where kong.response.exit and ngx.exit end the method.
 function _M.ends_method()
