@@ -23,6 +23,89 @@ static const uint64_t plugin_ns[SL_METRIC_BUCKETS] = {10000,   25000,   50000,  
 const char *const sl_tcp_end_label[SL_TCP_ENDS] = {"closed",   "reset",   "connect_failed", "unavailable", "no_route",
                                                   "rejected", "timeout", "shutdown",       "error"};
 
+/* ---- counts by status (sl_codes_t) ---- */
+
+static void codes_free(sl_codes_t *k) {
+    if (!k) return;
+    for (size_t b = 0; b < SL_METRIC_COL_BLOCKS; b++) free(k->block[b]);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+static sl_codes_t *codes_new(size_t rows) {
+    sl_codes_t *k = calloc(1, sizeof(*k));
+    if (!k) return NULL;
+    k->rows = rows;
+    pthread_mutex_init(&k->mu, NULL);
+    if (!(k->block[0] = calloc(rows * SL_METRIC_COLS_BLOCK, sizeof(uint64_t)))) {
+        codes_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* The column (+ 1) of status index ci (status - 100), given now if it has none; 0 when its
+ * block could not be allocated (the count is lost, nothing else). */
+static unsigned codes_col(sl_codes_t *k, int ci) {
+    unsigned c = __atomic_load_n(&k->col[ci], __ATOMIC_ACQUIRE);
+    if (SL_LIKELY(c)) return c;
+    pthread_mutex_lock(&k->mu);
+    c = k->col[ci];
+    uint32_t n = k->ncols;
+    if (!c) {
+        size_t b = n / SL_METRIC_COLS_BLOCK;
+        if (!k->block[b]) {
+            uint64_t *p = calloc(k->rows * SL_METRIC_COLS_BLOCK, sizeof(uint64_t));
+            if (p) __atomic_store_n(&k->block[b], p, __ATOMIC_RELEASE);
+        }
+        if (k->block[b]) {
+            k->code[n] = (uint16_t)ci;
+            __atomic_store_n(&k->ncols, n + 1, __ATOMIC_RELEASE);
+            c = n + 1;
+            __atomic_store_n(&k->col[ci], (uint16_t)c, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    return c;
+}
+
+static uint64_t *codes_slot(const sl_codes_t *k, size_t row, unsigned c) {
+    unsigned i = c - 1;
+    return &k->block[i / SL_METRIC_COLS_BLOCK][row * SL_METRIC_COLS_BLOCK + i % SL_METRIC_COLS_BLOCK];
+}
+
+static void codes_add(sl_codes_t *k, size_t row, int ci, uint64_t v) {
+    unsigned c = codes_col(k, ci);
+    if (c) SL_COUNTER_ADD(*codes_slot(k, row, c), v);
+}
+
+uint64_t sl_codes_get(const sl_codes_t *k, size_t row, int status) {
+    if (status < 100 || status > 599 || row >= k->rows) return 0;
+    unsigned c = __atomic_load_n(&k->col[status - 100], __ATOMIC_ACQUIRE);
+    return c ? SL_COUNTER_GET(*codes_slot(k, row, c)) : 0;
+}
+
+/* Row fr of `from` added into row tr of `to`, status by status (the counts that moved). */
+static void codes_fold(sl_codes_t *to, size_t tr, const sl_codes_t *from, size_t fr) {
+    uint32_t n = __atomic_load_n(&from->ncols, __ATOMIC_ACQUIRE);
+    for (unsigned c = 1; c <= n; c++) {
+        uint64_t v = SL_COUNTER_GET(*codes_slot(from, fr, c));
+        if (v) codes_add(to, tr, from->code[c - 1], v);
+    }
+}
+
+/* used[s] set for every status index some worker's table (at `field`) gave a column. */
+static void codes_used(sl_wmetrics_t *const *ms, size_t n, size_t field, bool used[SL_METRIC_CODES]) {
+    memset(used, 0, SL_METRIC_CODES);
+    for (size_t w = 0; w < n; w++) {
+        const sl_codes_t *k = *(sl_codes_t *const *)((const char *)ms[w] + field);
+        uint32_t nc = __atomic_load_n(&k->ncols, __ATOMIC_ACQUIRE);
+        for (uint32_t c = 0; c < nc; c++) used[k->code[c]] = true;
+    }
+}
+
+/* ---- a worker's counters ---- */
+
 int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
     memset(m, 0, sizeof(*m));
     m->nroutes = cfg->nroutes + 1;
@@ -31,10 +114,9 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
         m->target_base[u] = m->ntargets;
         m->ntargets += cfg->upstreams[u].ntargets;
     }
-    m->req_codes = calloc(m->nroutes * SL_METRIC_CODES, sizeof(uint64_t));
-    m->code_bits = calloc(m->nroutes, sizeof(uint64_t));
+    m->req_codes = codes_new(m->nroutes);
     m->req_dur = calloc(m->nroutes, sizeof(sl_hist_t));
-    m->up_codes = calloc((m->ntargets + 1) * SL_METRIC_CODES, sizeof(uint64_t));
+    m->up_codes = codes_new(m->ntargets + 1);
     m->up_dur = calloc(m->ntargets + 1, sizeof(sl_hist_t));
     m->up_noresp = calloc(m->ntargets + 1, sizeof(uint64_t));
     m->conns_active = calloc(cfg->nlisteners + 1, sizeof(int64_t));
@@ -64,7 +146,7 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
         sl_metrics_free(m);
         return SL_ERROR;
     }
-    if (!m->retries || !m->ratelimit || !m->cache || !m->grpc || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->code_bits || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
+    if (!m->retries || !m->ratelimit || !m->cache || !m->grpc || !m->plugin_base || !m->plugin_len || !m->target_base || !m->req_codes || !m->req_dur || !m->up_codes || !m->up_dur || !m->up_noresp || !m->plugin_errors || !m->lplugin_errors ||
         !m->conns_active || !m->tcp_bytes || !m->tcp_sni || !m->tcp_end || !m->tcp_connect_fail || !m->tls_hs || !m->h2_streams || !m->h2_goaway) {
         sl_metrics_free(m);
         return SL_ERROR;
@@ -74,10 +156,9 @@ int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg) {
 
 void sl_metrics_free(sl_wmetrics_t *m) {
     free(m->target_base);
-    free(m->req_codes);
-    free(m->code_bits);
+    codes_free(m->req_codes);
     free(m->req_dur);
-    free(m->up_codes);
+    codes_free(m->up_codes);
     free(m->up_dur);
     free(m->up_noresp);
     free(m->conns_active);
@@ -119,11 +200,7 @@ static int code_index(int status) {
 void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns) {
     size_t r = route < 0 ? m->nroutes - 1 : (size_t)route;
     int ci = code_index(status);
-    if (ci >= 0) {
-        SL_COUNTER_ADD(m->req_codes[r * SL_METRIC_CODES + (size_t)ci], 1);
-        uint64_t bit = 1ull << ((unsigned)ci >> 3);
-        if (!(SL_COUNTER_GET(m->code_bits[r]) & bit)) __atomic_fetch_or(&m->code_bits[r], bit, __ATOMIC_RELAXED);
-    }
+    if (ci >= 0) codes_add(m->req_codes, r, ci, 1);
     hist_add(&m->req_dur[r], dur_ns);
     SL_COUNTER_ADD(m->requests, 1);
 }
@@ -133,7 +210,7 @@ void sl_metrics_upstream(sl_wmetrics_t *m, int upstream, int target, int status,
     size_t t = m->target_base[upstream] + (size_t)target;
     int ci = code_index(status);
     if (ci >= 0)
-        SL_COUNTER_ADD(m->up_codes[t * SL_METRIC_CODES + (size_t)ci], 1);
+        codes_add(m->up_codes, t, ci, 1);
     else /* no response: refused, reset, timed out; shown as code="0" */
         SL_COUNTER_ADD(m->up_noresp[t], 1);
     hist_add(&m->up_dur[t], dur_ns);
@@ -188,8 +265,8 @@ static int route_named(const sl_config_t *c, const char *name, size_t hint) {
 }
 
 /* to[i] += from[i] for the counters that moved. Most of a retired worker's counters are
- * zero (500 status slots per route, most routes quiet): skipping them saves the locked
- * adds, and leaves the successor's untouched pages unmapped (10,000 routes: 40 MB). */
+ * zero (most routes quiet): skipping them saves the locked adds, and leaves the
+ * successor's untouched pages unmapped. */
 static void fold_counters(uint64_t *to, const uint64_t *from, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint64_t v = SL_COUNTER_GET(from[i]);
@@ -210,14 +287,7 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
         /* the last slot is "none" in both */
         int tr = r + 1 == from->nroutes ? (int)to->nroutes - 1 : route_named(tcfg, fcfg->routes[r].name, r);
         if (tr < 0) continue; /* a route that is gone takes its series with it */
-        /* the statuses: only the blocks of 8 the route used */
-        uint64_t bits = SL_COUNTER_GET(from->code_bits[r]);
-        if (bits) __atomic_fetch_or(&to->code_bits[tr], bits, __ATOMIC_RELAXED);
-        for (; bits; bits &= bits - 1) {
-            size_t k = (size_t)__builtin_ctzll(bits) * 8;
-            fold_counters(&to->req_codes[(size_t)tr * SL_METRIC_CODES + k], &from->req_codes[r * SL_METRIC_CODES + k],
-                          SL_MIN((size_t)8, SL_METRIC_CODES - k));
-        }
+        codes_fold(to->req_codes, (size_t)tr, from->req_codes, r);
         fold_hist(&to->req_dur[tr], &from->req_dur[r]);
         fold_counters(&to->ratelimit[(size_t)tr * SL_RL_RESULTS], &from->ratelimit[r * SL_RL_RESULTS], SL_RL_RESULTS);
         fold_counters(&to->cache[(size_t)tr * SL_CACHE_STATUSES], &from->cache[r * SL_CACHE_STATUSES],
@@ -253,8 +323,7 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                         strcmp(fu->targets[a].addr.text, tu->targets[b].addr.text) != 0)
                         continue;
                     size_t ft = from->target_base[u] + a, tt = to->target_base[v] + b;
-                    for (size_t c = 0; c < SL_METRIC_CODES; c++)
-                        SL_COUNTER_ADD(to->up_codes[tt * SL_METRIC_CODES + c], from->up_codes[ft * SL_METRIC_CODES + c]);
+                    codes_fold(to->up_codes, tt, from->up_codes, ft);
                     SL_COUNTER_ADD(to->up_noresp[tt], from->up_noresp[ft]);
                     SL_COUNTER_ADD(to->tcp_connect_fail[tt], from->tcp_connect_fail[ft]);
                     fold_hist(&to->up_dur[tt], &from->up_dur[ft]);
@@ -319,12 +388,15 @@ double sl_metrics_bucket_le(int i) { return bucket_le[i]; }
 void sl_metrics_route_totals(sl_wmetrics_t *const *ms, size_t n, size_t r, uint64_t *requests, uint64_t *errors,
                              sl_hist_t *dur) {
     *requests = *errors = 0;
-    for (size_t w = 0; w < n; w++)
-        for (int c = 0; c < SL_METRIC_CODES; c++) {
-            uint64_t v = SL_COUNTER_GET(ms[w]->req_codes[r * SL_METRIC_CODES + (size_t)c]);
+    for (size_t w = 0; w < n; w++) {
+        const sl_codes_t *k = ms[w]->req_codes;
+        uint32_t nc = __atomic_load_n(&k->ncols, __ATOMIC_ACQUIRE);
+        for (unsigned c = 1; c <= nc; c++) {
+            uint64_t v = SL_COUNTER_GET(*codes_slot(k, r, c));
             *requests += v;
-            if (c + 100 >= 500) *errors += v;
+            if (k->code[c - 1] + 100 >= 500) *errors += v;
         }
+    }
     sum_hist(dur, ms, n, false, r);
 }
 
@@ -434,14 +506,17 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     if (!sl_wbuf_reserve(&t, 16384)) return SL_ERROR;
     size_t nroutes = cfg->nroutes + 1;
     char labels[512];
+    bool used[SL_METRIC_CODES];
 
     sl_wbuf_printf(&t, "# HELP sluice_requests_total Requests answered, by route and status code.\n"
                 "# TYPE sluice_requests_total counter\n");
+    codes_used(ms, n, offsetof(sl_wmetrics_t, req_codes), used);
     for (size_t r = 0; r < nroutes; r++) {
         const char *rn = r < cfg->nroutes ? cfg->routes[r].name : "none";
         for (int c = 0; c < SL_METRIC_CODES; c++) {
+            if (!used[c]) continue;
             uint64_t v = 0;
-            for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->req_codes[r * SL_METRIC_CODES + (size_t)c]);
+            for (size_t w = 0; w < n; w++) v += sl_codes_get(ms[w]->req_codes, r, c + 100);
             if (v) sl_wbuf_printf(&t, "sluice_requests_total{route=\"%s\",code=\"%d\"} %llu\n", rn, c + 100, (unsigned long long)v);
         }
     }
@@ -456,6 +531,7 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
     }
     sl_wbuf_printf(&t, "# HELP sluice_upstream_requests_total Upstream exchanges by target and status (0: no response).\n"
                 "# TYPE sluice_upstream_requests_total counter\n");
+    codes_used(ms, n, offsetof(sl_wmetrics_t, up_codes), used);
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
         for (size_t k = 0; k < uc->ntargets; k++) {
@@ -466,8 +542,9 @@ int sl_metrics_render(const sl_config_t *cfg, sl_wmetrics_t *const *ms, size_t n
             if (none) sl_wbuf_printf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"0\"} %llu\n",
                               uc->name, uc->targets[k].addr.text, (unsigned long long)none);
             for (int c = 0; c < SL_METRIC_CODES; c++) {
+                if (!used[c]) continue;
                 uint64_t v = 0;
-                for (size_t w = 0; w < n; w++) v += SL_COUNTER_GET(ms[w]->up_codes[ti * SL_METRIC_CODES + (size_t)c]);
+                for (size_t w = 0; w < n; w++) v += sl_codes_get(ms[w]->up_codes, ti, c + 100);
                 if (v) sl_wbuf_printf(&t, "sluice_upstream_requests_total{upstream=\"%s\",target=\"%s\",code=\"%d\"} %llu\n",
                                uc->name, uc->targets[k].addr.text, c + 100, (unsigned long long)v);
             }

@@ -7,6 +7,8 @@
 #ifndef SL_METRICS_H
 #define SL_METRICS_H
 
+#include <pthread.h>
+
 #include "base/common.h"
 #include "config/config.h"
 #include "proto/sni.h"
@@ -72,6 +74,24 @@ extern const char *const sl_tcp_end_label[SL_TCP_ENDS];
 #define SL_COUNTER_ADD(x, v) __atomic_fetch_add(&(x), (v), __ATOMIC_RELAXED)
 #define SL_COUNTER_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
+/** Counts by HTTP status, one row per route (or target), kept in columns: a status gets the
+ *  next column the first time its table counts it, and a block of 8 columns is allocated
+ *  when its first column is given ([rows][8] counters; the first at init). A worker sees a
+ *  handful of statuses, so a row is 8 counters, not 500: a fold, a render and the pages a
+ *  10,000-route table maps stay small. The worker counts; the main thread reads (render)
+ *  and, while folding a retired worker in, counts too: a column is given under `mu` (rare),
+ *  its block published before its status's `col` (release), counters are atomic adds. */
+#define SL_METRIC_COLS_BLOCK 8
+#define SL_METRIC_COL_BLOCKS ((SL_METRIC_CODES + SL_METRIC_COLS_BLOCK - 1) / SL_METRIC_COLS_BLOCK)
+typedef struct {
+    size_t rows;
+    uint32_t ncols;                        /**< columns given (acquire) */
+    uint16_t col[SL_METRIC_CODES];         /**< [status - 100]: its column + 1; 0: none yet */
+    uint16_t code[SL_METRIC_CODES];        /**< [column]: its status - 100 */
+    uint64_t *block[SL_METRIC_COL_BLOCKS]; /**< [column / 8]: [rows][8] counters, or NULL */
+    pthread_mutex_t mu;                    /**< held while a column is given */
+} sl_codes_t;
+
 typedef struct {
     uint64_t buckets[SL_METRIC_BUCKETS]; /**< cumulative counts are computed at render */
     uint64_t sum_ns, count;
@@ -84,13 +104,9 @@ typedef struct {
     size_t nroutes;        /**< config routes + 1 ("none": no route matched or rejected) */
     size_t ntargets;       /**< all targets of all upstreams */
     size_t *target_base;   /**< [nupstreams]: first global target index of each upstream */
-    uint64_t *req_codes;   /**< [nroutes][SL_METRIC_CODES] */
-    /** [nroutes]: bit k set once a status of 100 + 8k .. 100 + 8k + 7 was counted (atomic OR:
-     *  the worker, and the main thread folding a retired worker into this one): a fold
-     *  reads the few blocks of 8 a route used instead of its 500 slots. */
-    uint64_t *code_bits;
+    sl_codes_t *req_codes; /**< [nroutes] rows */
     sl_hist_t *req_dur;    /**< [nroutes] */
-    uint64_t *up_codes;    /**< [ntargets][SL_METRIC_CODES] */
+    sl_codes_t *up_codes;  /**< [ntargets + 1] rows */
     sl_hist_t *up_dur;     /**< [ntargets] */
     uint64_t *up_noresp;   /**< [ntargets]: exchanges that got no response */
     int64_t *conns_active; /**< [nlisteners] */
@@ -119,6 +135,9 @@ typedef struct {
 
 int sl_metrics_init(sl_wmetrics_t *m, const sl_config_t *cfg);
 void sl_metrics_free(sl_wmetrics_t *m);
+
+/** The count of `status` in row `row` of k (any thread; 0 for a status never counted). */
+uint64_t sl_codes_get(const sl_codes_t *k, size_t row, int status);
 
 /** Records one finished request; route -1 means "none". Worker thread only. */
 void sl_metrics_request(sl_wmetrics_t *m, int route, int status, uint64_t dur_ns);
