@@ -188,6 +188,7 @@ void sl_config_free(sl_config_t *cfg) {
     explicit_bzero(cfg->admin_token, sizeof cfg->admin_token); /* a secret: not left in freed memory */
     explicit_bzero(cfg->debug_token, sizeof cfg->debug_token);
     free(cfg->path);
+    free(cfg->worker_cpus);
     free(cfg->consumer_header);
     free(cfg->telemetry.host);
     free(cfg->telemetry.path);

@@ -242,6 +242,11 @@ typedef struct {
     char *path;                  /**< file name used in errors */
     sl_source_conf_t source;     /**< config_source (enabled false when absent) */
     int workers;                 /**< resolved: "auto" becomes the CPU count */
+    /** `worker_cpus`: worker i runs on CPU worker_cpus[i % n] (`auto`: the process's CPUs in
+     *  order); the other threads keep off the CPUs workers use while any are left. n 0:
+     *  no pinning (the default). */
+    int *worker_cpus;
+    size_t nworker_cpus;
     bool watch;
     uint64_t shutdown_timeout_ms;/**< default 30s */
     bool admin_enabled;          /**< true unless `admin: { listen: off }` */

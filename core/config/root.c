@@ -1,11 +1,12 @@
 /* root.c — the document: sl_config_parse (YAML text to a node graph, the walk, the errors
- * sorted by position) and the top-level mapping: process keys (workers, watch,
- * shutdown_timeout, user, group), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
+ * sorted by position) and the top-level mapping: process keys (workers, worker_cpus,
+ * watch, shutdown_timeout, user, group), `admin:`, `redis:`, plugin and lua_routes folders, consumer_header,
  * and the walk into each section in the order references need (upstreams before
  * listeners and routes). */
 
 #include "config/parse.h"
 #include "base/common.h"
+#include "base/cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ enum {
     G_TELEMETRY,
     G_CONFIG_SOURCE,
     G_CACHE,
+    G_WORKER_CPUS,
     G_N
 };
 static const char *const top_keys[G_N] = {
@@ -66,6 +68,7 @@ static const char *const top_keys[G_N] = {
     [G_TELEMETRY] = "telemetry",
     [G_CONFIG_SOURCE] = "config_source",
     [G_CACHE] = "cache",
+    [G_WORKER_CPUS] = "worker_cpus",
 };
 static const char *const top_later[] = {NULL};
 enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
@@ -342,6 +345,42 @@ static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, s
     cfg->run_user = sl__cx_strdup(cx, u);
 }
 
+/* worker_cpus: `auto` (worker i on the i-th CPU of the process's set, counting round) or a
+ * list of CPU numbers from that set (worker i on the (i mod n)-th). */
+static void worker_cpus(sl__cx_t *cx, const yaml_node_t *v) {
+    sl_config_t *cfg = cx->cfg;
+    char have[256];
+    cpu_set_t set;
+    sl_cpus_allowed(&set);
+    sl_cpus_text(&set, have, sizeof have);
+    if (v->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(v), "auto") == 0) {
+        int n = CPU_COUNT(&set) < cfg->workers ? CPU_COUNT(&set) : cfg->workers;
+        if (n < 1) n = 1;
+        if (!(cfg->worker_cpus = calloc((size_t)n, sizeof(int)))) return;
+        for (int i = 0; i < n; i++) cfg->worker_cpus[i] = sl_cpus_nth(i);
+        cfg->nworker_cpus = (size_t)n;
+        return;
+    }
+    if (v->type != YAML_SEQUENCE_NODE || sl__cfg_seq_len(v) == 0) {
+        sl__cx_err(cx, v, "expected auto or a list of CPU numbers for 'worker_cpus' (this process may run on %s)",
+                   have);
+        return;
+    }
+    size_t n = sl__cfg_seq_len(v);
+    if (!(cfg->worker_cpus = calloc(n, sizeof(int)))) return;
+    for (size_t i = 0; i < n; i++) {
+        const yaml_node_t *it = sl__cfg_seq_at(cx, v, i);
+        int64_t c;
+        if (!it || !sl__cfg_get_int(cx, it, "worker_cpus", 0, CPU_SETSIZE - 1, &c)) continue;
+        if (!sl_cpus_has((int)c)) {
+            sl__cx_err(cx, it, "worker_cpus: CPU %lld is not one this process may run on (it may run on %s)",
+                       (long long)c, have);
+            continue;
+        }
+        cfg->worker_cpus[cfg->nworker_cpus++] = (int)c;
+    }
+}
+
 void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     sl_config_t *cfg = cx->cfg;
     const char *where = "the top level";
@@ -363,6 +402,7 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
         else if (sl__cfg_get_int(cx, v, "workers", 1, MAX_WORKERS, &n))
             cfg->workers = (int)n;
     }
+    if ((v = f[G_WORKER_CPUS].val)) worker_cpus(cx, v);
     cfg->watch = true;
     if ((v = f[G_WATCH].val)) sl__cfg_get_bool(cx, v, "watch", &cfg->watch);
     cfg->shutdown_timeout_ms = 30 * 1000;

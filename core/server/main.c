@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu.h"
 #include "config/config.h"
 #include "base/log.h"
 #include "script/plugin.h"
@@ -343,6 +344,7 @@ int main(int argc, char **argv) {
     const char *etcd = NULL, *prefix = "/sluice", *plugins_dir = NULL; /* push, pull */
     sl_target_opts_t target = {0};
     int i = 1;
+    sl_cpus_init(); /* the CPUs the process was given, before any thread is placed */
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
     if (sl_cli_lua_has(cmd)) return sl_cli_lua(cmd, argc - i, argv + i);
     for (; i < argc; i++) {

@@ -788,6 +788,7 @@ static int apply(sl_reload_job_t *j, char **json) {
     }
     srv->workers = ws;
     srv->cfg = n;
+    sl__server_place_main(srv); /* off the CPUs n's workers are pinned to */
     sl_cache_set_size(n->cache_size);
     srv->ug = ug;
     sl_health_stop(&srv->health); /* probers of the old generation; states carry over */

@@ -14,6 +14,7 @@
 #include "upstream/cache.h"
 #include "server/notify.h"
 #include "server/privileges.h"
+#include "base/cpu.h"
 #include "script/lua_host.h"
 #include "base/log.h"
 #include "base/wbuf.h"
@@ -145,6 +146,17 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 static void on_stop_async(uv_async_t *a) { start_drain(a->data, "stop requested"); }
 
+void sl__server_place_main(const sl_server_t *srv) {
+    const sl_config_t *cfg = srv->cfg;
+    if (srv->embedded) return; /* the host's thread is not ours to move */
+    cpu_set_t set, rest;
+    sl_cpus_allowed(&set);
+    rest = set;
+    for (int i = 0; cfg->nworker_cpus && i < cfg->workers; i++)
+        CPU_CLR(cfg->worker_cpus[(size_t)i % cfg->nworker_cpus], &rest);
+    if (CPU_COUNT(&rest) && sl_cpus_place_self(&rest) != 0) sl_log_warn("cannot place the main thread: %s", strerror(errno));
+}
+
 int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err) {
     memset(srv, 0, sizeof(*srv));
     srv->cfg = cfg;
@@ -194,6 +206,7 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
     }
     uv_async_init(srv->loop, &srv->stop_async, on_stop_async);
     srv->stop_async.data = srv;
+    sl__server_place_main(srv); /* before the workers: they start from its CPUs */
     for (int i = 0; i < srv->nworkers; i++) {
         if (sl_worker_start(&srv->workers[i]) != SL_OK) {
             *err = "cannot start a worker";

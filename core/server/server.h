@@ -102,6 +102,10 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
  * thread of the caller's) until sl_server_stop drains it. Returns 0 or -1 with *err.
  */
 int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err);
+/** Places the main thread (and so what it starts later: a reload's build, the freeing of a
+ *  generation) on the process's CPUs less those srv->cfg's workers are pinned to
+ *  (`worker_cpus`), while any are left; all of them otherwise. Not when embedded. */
+void sl__server_place_main(const sl_server_t *srv);
 void sl_server_loop(sl_server_t *srv);
 /** Any thread: starts the drain; sl_server_loop returns when every worker finished. */
 void sl_server_stop(sl_server_t *srv);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <errno.h>
+#include <string.h>
 
 #include "http/http.h"
 #include "proto/http1.h"
@@ -16,6 +18,7 @@
 #include "script/lua_host.h"
 #include "server/server.h"
 #include "l4/tcp_proxy.h"
+#include "base/cpu.h"
 
 int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int id, const char **err) {
     memset(w, 0, sizeof(*w));
@@ -100,6 +103,18 @@ static void *worker_main(void *arg) {
     char name[16];
     snprintf(name, sizeof(name), "sl-worker-%d", w->id);
     pthread_setname_np(pthread_self(), name);
+    /* worker_cpus: this worker's CPU; else every CPU of the process (the main thread that
+     * started it may be kept off some: sl__server_place_main) */
+    const sl_config_t *cfg = w->cfg;
+    cpu_set_t set;
+    if (cfg->nworker_cpus) {
+        CPU_ZERO(&set);
+        CPU_SET(cfg->worker_cpus[(size_t)w->id % cfg->nworker_cpus], &set);
+    } else {
+        sl_cpus_allowed(&set);
+    }
+    if ((cfg->nworker_cpus || !w->srv->embedded) && sl_cpus_place_self(&set) != 0)
+        sl_log_warn("worker %d: cannot place it on its CPUs: %s", w->id, strerror(errno));
     __atomic_store_n(&w->running, true, __ATOMIC_RELEASE);
     sl_wake_enable(!w->draining);
     uv_run(&w->loop, UV_RUN_DEFAULT);
