@@ -339,10 +339,11 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
 
 /* ---- retiring old worker sets ---- */
 
-/* A reload's threads run at nice 19 while a worker is busy: a worker that wakes preempts
- * them at once (its virtual deadline is far earlier than a nice-19 thread's), so a worker
- * sharing its core does not wait out their time slices, as it did with the build at
- * normal priority (docs/DECISIONS.md). While the workers are idle the build runs at nice 0
+/* A reload's threads run at nice 19 while a worker is busy, so that a worker sharing their
+ * core gets most of it; they still take slices of up to a tick from a queued worker
+ * (docs/DECISIONS.md: on one busy core the build's CPU is the worker's wait; `worker_cpus`
+ * keeps them off the workers' CPUs, and then they keep normal priority: no worker is
+ * there to yield to). While the workers are idle the build runs at nice 0
  * and ends as soon as it can; after SL_RELOAD_BOOST_MS it stays at nice 0 whatever the
  * load, so that a machine busy with more than sluice still gets its reload. The main loop
  * decides every SL_RELOAD_TICK_MS from the workers' thread CPU clocks. Lowering is done
@@ -362,10 +363,12 @@ static bool can_restore_priority(void) {
     return geteuid() == 0 || (getrlimit(RLIMIT_NICE, &nl) == 0 && nl.rlim_cur >= 20);
 }
 
-static pid_t low_priority(const char *name) {
+/* apart: the thread runs on CPUs no worker is pinned to (worker_cpus): it keeps normal
+ * priority, there is no worker there to yield to. */
+static pid_t low_priority(const char *name, bool apart) {
     pthread_setname_np(pthread_self(), name);
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    if (can_restore_priority()) setpriority(PRIO_PROCESS, (id_t)tid, 19);
+    if (!apart && can_restore_priority()) setpriority(PRIO_PROCESS, (id_t)tid, 19);
     return tid;
 }
 
@@ -380,6 +383,7 @@ typedef struct sl_reaper_s {
     struct sl_reaper_s *next;
     sl_thread_t thread;
     pid_t tid; /* (atomic) its thread id once running */
+    bool apart; /* on CPUs no worker is pinned to: normal priority (low_priority) */
     sl_worker_t *workers;
     int nworkers;
     int *listen_fds;
@@ -395,7 +399,7 @@ static void reap(reaper_t *rp) {
 
 static void *reaper_main(void *arg) {
     reaper_t *rp = arg;
-    __atomic_store_n(&rp->tid, low_priority("sluice-reap"), __ATOMIC_RELEASE);
+    __atomic_store_n(&rp->tid, low_priority("sluice-reap", rp->apart), __ATOMIC_RELEASE);
     reap(rp);
     malloc_trim(0); /* a generation's VMs and buffers are gone: give the pages back */
     return NULL;
@@ -430,6 +434,7 @@ static void free_generation(sl_server_t *srv, sl_retired_t *r, bool now) {
     use->nworkers = r->nworkers;
     use->listen_fds = r->listen_fds;
     use->cfg = r->cfg != srv->boot_cfg ? r->cfg : NULL; /* the first generation's belongs to main() */
+    use->apart = sl__server_workers_apart(srv);
     if (!now && rp && sl_thread_start(&rp->thread, SL_RELOAD_STACK, reaper_main, rp) == SL_OK) {
         rp->next = srv->reapers;
         srv->reapers = rp;
@@ -553,6 +558,7 @@ typedef struct sl_reload_job_s {
     uv_timer_t tick;   /* its priority, decided every SL_RELOAD_TICK_MS (on_tick) */
     bool tick_on;
     int nice;          /* the thread's nice value as last set */
+    bool apart;        /* it runs apart from the workers' CPUs (worker_cpus): never lowered */
     uint64_t start_ns, tick_ns;
     uint64_t wcpu[SL_RELOAD_MAX_WORKERS]; /* the served workers' CPU clocks at the last tick */
     uint64_t etcd_hash;
@@ -640,7 +646,7 @@ static const char *needs_restart(const sl_config_t *o, const sl_config_t *n) {
 static void *build_main(void *arg) {
     sl_reload_job_t *j = arg;
     sl_server_t *srv = j->srv;
-    __atomic_store_n(&j->tid, low_priority("sluice-reload"), __ATOMIC_RELEASE);
+    __atomic_store_n(&j->tid, low_priority("sluice-reload", j->apart), __ATOMIC_RELEASE);
     if (!j->n) { /* (etcd's was built on the main loop) */
         size_t len = 0;
         char *text = NULL;
@@ -881,7 +887,7 @@ static void on_tick(uv_timer_t *t) {
     }
     j->tick_ns = now;
     bool late = now - j->start_ns >= (uint64_t)SL_RELOAD_BOOST_MS * 1000000;
-    int want = busy && !late ? 19 : 0;
+    int want = busy && !late && !j->apart ? 19 : 0;
     if (late) uv_timer_stop(t);
     if (tid <= 0 || want == j->nice || !can_restore_priority()) return;
     if (late && j->nice)
@@ -977,7 +983,8 @@ static void start_job(sl_server_t *srv) {
         }
     }
     j->start_ns = j->tick_ns = sl_now_ns();
-    j->nice = can_restore_priority() ? 19 : 0; /* what the thread starts at (low_priority) */
+    j->apart = sl__server_workers_apart(srv);
+    j->nice = !j->apart && can_restore_priority() ? 19 : 0; /* what the thread starts at (low_priority) */
     for (int i = 0; i < srv->nworkers && i < SL_RELOAD_MAX_WORKERS; i++) j->wcpu[i] = thread_cpu_ns(&srv->workers[i].thread);
     if (uv_timer_init(srv->loop, &j->tick) == 0) {
         j->tick.data = j;

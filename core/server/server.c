@@ -146,15 +146,28 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 static void on_stop_async(uv_async_t *a) { start_drain(a->data, "stop requested"); }
 
+/* The process's CPUs less those cfg's workers are pinned to: false when none are left (or
+ * no worker is pinned), and then the whole set. */
+static bool apart_set(const sl_config_t *cfg, cpu_set_t *out) {
+    sl_cpus_allowed(out);
+    if (!cfg->nworker_cpus) return false;
+    cpu_set_t rest = *out;
+    for (int i = 0; i < cfg->workers; i++) CPU_CLR(cfg->worker_cpus[(size_t)i % cfg->nworker_cpus], &rest);
+    if (!CPU_COUNT(&rest)) return false;
+    *out = rest;
+    return true;
+}
+
+bool sl__server_workers_apart(const sl_server_t *srv) {
+    cpu_set_t set;
+    return !srv->embedded && apart_set(srv->cfg, &set);
+}
+
 void sl__server_place_main(const sl_server_t *srv) {
-    const sl_config_t *cfg = srv->cfg;
     if (srv->embedded) return; /* the host's thread is not ours to move */
-    cpu_set_t set, rest;
-    sl_cpus_allowed(&set);
-    rest = set;
-    for (int i = 0; cfg->nworker_cpus && i < cfg->workers; i++)
-        CPU_CLR(cfg->worker_cpus[(size_t)i % cfg->nworker_cpus], &rest);
-    if (CPU_COUNT(&rest) && sl_cpus_place_self(&rest) != 0) sl_log_warn("cannot place the main thread: %s", strerror(errno));
+    cpu_set_t set;
+    apart_set(srv->cfg, &set);
+    if (sl_cpus_place_self(&set) != 0) sl_log_warn("cannot place the main thread: %s", strerror(errno));
 }
 
 int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const char **err) {

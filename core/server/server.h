@@ -106,6 +106,9 @@ int sl_server_start(sl_server_t *srv, sl_config_t *cfg, bool embedded, const cha
  *  generation) on the process's CPUs less those srv->cfg's workers are pinned to
  *  (`worker_cpus`), while any are left; all of them otherwise. Not when embedded. */
 void sl__server_place_main(const sl_server_t *srv);
+/** Whether the main thread (and what it starts) runs on CPUs no worker is pinned to: a
+ *  reload's build then needs no lower priority to leave the workers their CPUs. */
+bool sl__server_workers_apart(const sl_server_t *srv);
 void sl_server_loop(sl_server_t *srv);
 /** Any thread: starts the drain; sl_server_loop returns when every worker finished. */
 void sl_server_stop(sl_server_t *srv);
