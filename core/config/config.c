@@ -189,6 +189,9 @@ void sl_config_free(sl_config_t *cfg) {
     explicit_bzero(cfg->debug_token, sizeof cfg->debug_token);
     free(cfg->path);
     free(cfg->worker_cpus);
+    for (size_t i = 0; cfg->plugin_file_texts && i < cfg->nplugin_files; i++) free(cfg->plugin_file_texts[i]);
+    free(cfg->plugin_file_texts);
+    free(cfg->plugin_file_lens);
     free(cfg->consumer_header);
     free(cfg->telemetry.host);
     free(cfg->telemetry.path);

@@ -268,6 +268,10 @@ typedef struct {
                                                       config file) then the built-in folder */
     char **lua_routes; size_t nlua_routes;       /**< as written */
     char **lua_route_files; size_t nlua_route_files; /**< resolved like plugin_paths */
+    /** [nplugin_files]: the text the check read from each (NULL: the path was only
+     *  resolved, not read), handed to every worker VM (sluice.files.read), and its length */
+    char **plugin_file_texts;
+    size_t *plugin_file_lens;
     char **plugin_files; size_t nplugin_files; /**< the files plugins read at load (sluice.files,
                                                     `*_file` keys), resolved: part of the
                                                     generation's content and watched */

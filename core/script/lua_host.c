@@ -125,6 +125,13 @@ static void push_generation(lua_State *L, const sl_config_t *cfg) {
     lua_setfield(L, -2, "plugin_paths");
     lua_pushstring(L, cfg->path ? cfg->path : "<config>"); /* sluice.files resolves against its folder */
     lua_setfield(L, -2, "config_path");
+    lua_newtable(L); /* files = { [path] = text }: what the check read (sluice.files.read) */
+    for (size_t i = 0; i < cfg->nplugin_files; i++) {
+        if (!cfg->plugin_file_texts || !cfg->plugin_file_texts[i]) continue;
+        lua_pushlstring(L, cfg->plugin_file_texts[i], cfg->plugin_file_lens[i]);
+        lua_setfield(L, -2, cfg->plugin_files[i]);
+    }
+    lua_setfield(L, -2, "files");
     push_chain(L, cfg->plugins, cfg->nplugins);
     lua_setfield(L, -2, "global");
     /* the dispatcher reports each plugin's end (sl_ffi_plugin_timed) for the duration

@@ -268,26 +268,40 @@ static void push_use(lua_State *L, const sl_plugin_conf_t *p, const char *where,
 }
 
 /* The files the checks read (sluice.files.noted(), the module at index files) become
- * cfg->plugin_files: the generation's content includes them (server/reload.c). */
+ * cfg->plugin_files: the generation's content includes them (server/reload.c), and the text
+ * read from each goes to every worker VM (lua_host.c), so all of a generation's workers see
+ * the same file whenever their plugins prepare. */
 static int note_files(lua_State *L, int files, sl_config_t *cfg) {
     lua_getfield(L, files, "noted");
-    if (lua_pcall(L, 0, 1, 0) != 0 || !lua_istable(L, -1)) {
-        lua_pop(L, 1);
+    if (lua_pcall(L, 0, 2, 0) != 0 || !lua_istable(L, -2)) {
+        lua_pop(L, 2);
         return SL_OK;
     }
-    size_t n = lua_objlen(L, -1);
+    size_t n = lua_objlen(L, -2);
     cfg->plugin_files = calloc(n + 1, sizeof(char *));
-    if (!cfg->plugin_files) {
-        lua_pop(L, 1);
+    cfg->plugin_file_texts = calloc(n + 1, sizeof(char *));
+    cfg->plugin_file_lens = calloc(n + 1, sizeof(size_t));
+    if (!cfg->plugin_files || !cfg->plugin_file_texts || !cfg->plugin_file_lens) {
+        lua_pop(L, 2);
         return SL_ERROR;
     }
     for (size_t i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, (int)i);
+        lua_rawgeti(L, -2, (int)i);
         const char *p = lua_tostring(L, -1);
-        if (p && (cfg->plugin_files[cfg->nplugin_files] = strdup(p))) cfg->nplugin_files++;
+        if (p && (cfg->plugin_files[cfg->nplugin_files] = strdup(p))) {
+            size_t len = 0;
+            lua_getfield(L, -2, p); /* its text, when read */
+            const char *text = lua_tolstring(L, -1, &len);
+            if (text && (cfg->plugin_file_texts[cfg->nplugin_files] = malloc(len + 1))) {
+                memcpy(cfg->plugin_file_texts[cfg->nplugin_files], text, len + 1);
+                cfg->plugin_file_lens[cfg->nplugin_files] = len;
+            }
+            lua_pop(L, 1);
+            cfg->nplugin_files++;
+        }
         lua_pop(L, 1);
     }
-    lua_pop(L, 1);
+    lua_pop(L, 2);
     return SL_OK;
 }
 

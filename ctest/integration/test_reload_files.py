@@ -8,7 +8,10 @@ file is rotated to k2 only, the config text untouched, and:
      lists "file:PATH" of the JWKS in `changed`; k1 200, k2 401 within 1 s;
   3. the file watch (watch: true, no explicit reload at all): k2 200, k1 401 within 1 s
      of the rotation (the JWKS's folder is watched; its content is in the watch's hash);
-  4. 20 explicit reloads (POST /reload) of unchanged content under keep-alive load: each
+  4. a generation keeps the text its check read: rotated before any request (jwt-auth
+     prepares per worker at its first request), with no reload, the old key still passes
+     and the new one is refused on every worker, until SIGHUP;
+  5. 20 explicit reloads (POST /reload) of unchanged content under keep-alive load: each
      answers applied with the next generation number and `unchanged: true`, /status
      counts 20 new generations, and no request of the load failed.
 Before the fix an explicit reload of an unchanged YAML answered "unchanged" and kept the
@@ -168,7 +171,27 @@ def test_forced_unchanged(t):
             "> 100 requests, 0 failed", res)
 
 
+def test_generation_snapshot(t):
+    """A generation keeps the file its check read: rotated before any request reached a
+    worker (whose plugin prepares at its first request), with no reload and no watch, the
+    old key still passes and the new one is refused, on every worker; a reload applies it."""
+    s = S["snapshot"]
+    write_jwks(s, "k2")
+    got = [(code(s, "k1"), code(s, "k2")) for _ in range(12)]  # new connections: both workers
+    t.check("rotated to k2 before the first request, no reload: 12 times k1 200 and k2 401 (the generation's file)",
+            all(g == (200, 401) for g in got), [(200, 401)] * 12, got)
+    os.kill(s.pid, signal.SIGHUP)
+    got = settles(s, "k2", "k1")
+    t.check("... SIGHUP applies the rotation: k2 200, k1 401", got == (200, 401), (200, 401), got)
+
+
 def boot(t):
+    d = h.new_tmpdir("gw")
+    os.makedirs(os.path.join(d, "keys"))
+    with open(os.path.join(d, "keys", "jwks.json"), "w") as f:
+        json.dump({"keys": [S["jwk"]["k1"]]}, f)
+    S["snapshot"] = h.start_sluice(CONF % ("false", S["up"].address), suite=t, cwd=h.new_tmpdir("cwd"),
+                                   name="snapshot", config_dir=d)
     for watch in (False, True):
         d = h.new_tmpdir("gw")
         os.makedirs(os.path.join(d, "keys"))
@@ -179,4 +202,4 @@ def boot(t):
             name="watch" if watch else "explicit", config_dir=d)
 
 
-t.run(setup, boot, test_sighup_and_cli, test_watch, test_forced_unchanged)
+t.run(setup, boot, test_generation_snapshot, test_sighup_and_cli, test_watch, test_forced_unchanged)

@@ -5,7 +5,12 @@
 --     systemd it is /);
 --   * the path joins the config generation's files: the core hashes their content into the
 --     generation, reports a changed one as "file:PATH" in a reload's `changed`, and the file
---     watch (watch: true) reloads when one changes.
+--     watch (watch: true) reloads when one changes;
+--   * what read() returns is the generation's: the text the config's check read, handed to
+--     every worker VM of that generation, so a plugin that prepares later (at its first
+--     request) sees the same key set as the others, not a file rotated since. A rotation
+--     takes effect with the generation it builds (a reload, or the watch), on every
+--     worker at once.
 -- Every plugin config key whose name ends in `_file` is such a path: the loader resolves
 -- and notes it before the plugin's check and prepare see the config.
 local _M = {}
@@ -15,8 +20,9 @@ local io_open = io.open
 -- The config file's folder ("" for the working directory), set by the core before
 -- plugins are checked or loaded.
 local dir = ""
--- The paths noted since the last reset, in first-use order, each once.
-local noted, seen = {}, {}
+-- The paths noted since the last reset, in first-use order, each once; the texts read, by
+-- resolved path (a worker VM: its generation's, given by the core).
+local noted, seen, texts = {}, {}, {}
 
 local function exists(path)
     local f = io_open(path, "rb")
@@ -27,8 +33,11 @@ end
 -- Called by the core (script/plugin.c, script/lua_host.c) with the config file's path.
 function _M.set_config_path(path)
     dir = type(path) == "string" and path:sub(1, 1) ~= "<" and path:match("^(.*)/[^/]*$") or ""
-    noted, seen = {}, {}
+    noted, seen, texts = {}, {}, {}
 end
+
+-- Called by the core in a worker VM: { [resolved path] = text } the generation's check read.
+function _M.set_texts(t) texts = t or {} end
 
 -- The path a config value names: absolute as written, else under the config's folder.
 -- Like the core's certificate paths, a relative path that exists only under the working
@@ -55,16 +64,19 @@ end
 -- error naming the file.
 function _M.read(path)
     local p = _M.path(path)
+    if texts[p] then return texts[p] end
     local f, err = io_open(p, "rb")
     if not f then return nil, err end
     local text = f:read("*a")
     f:close()
     if not text then return nil, p .. ": not a readable file" end
+    texts[p] = text
     return text
 end
 
--- The paths noted since set_config_path, for the core (a list of strings).
-function _M.noted() return noted end
+-- The paths noted since set_config_path, for the core (a list of strings), and the text
+-- read from each (nil for a path only resolved).
+function _M.noted() return noted, texts end
 
 -- Resolves and notes every string under a key ending in `_file` of a validated plugin
 -- config (top level, and lists of such paths), in place, in key order (the noted list,

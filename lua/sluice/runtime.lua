@@ -83,6 +83,7 @@ end
 function _M.new(gen)
     math.randomseed(tonumber(require("sluice").random_hex(7), 16))
     require("sluice.files").set_config_path(gen.config_path)
+    require("sluice.files").set_texts(gen.files)
     require("sluice.consumers").load(gen.consumers)
     local cache = {}
     local global = build(gen.plugin_paths, gen.global, 0, cache)
