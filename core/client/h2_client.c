@@ -26,30 +26,34 @@ static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int
     return n == SL_EAGAIN ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* A header block begins: its stream is looked up here, once, for every field of the block
+ * (HTTP/2 never interleaves two blocks). */
+static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
+    sl_h2c_t *c = ud;
+    c->cur = frame->hd.type == NGHTTP2_HEADERS ? stream_of(ss, frame->hd.stream_id) : NULL;
+    c->cur_id = c->cur ? frame->hd.stream_id : 0;
+    return 0;
+}
+
+/* An op's answer goes back to nghttp2 as it is (0 or SL_H2C_RESET): a tail call. */
 static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint8_t *name, size_t nl,
                      const uint8_t *value, size_t vl, uint8_t flags, void *ud) {
     sl_h2c_t *c = ud;
+    sl_h2c_stream_t *st = c->cur;
+    (void)ss;
     (void)flags;
-    sl_h2c_stream_t *st = stream_of(ss, frame->hd.stream_id);
-    if (!st || frame->hd.type != NGHTTP2_HEADERS) return 0;
+    if (frame->hd.stream_id != c->cur_id) return 0;
     st->head_bytes += (uint32_t)(nl + vl + 32);
-    if (c->max_head_bytes && st->head_bytes > c->max_head_bytes) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (st->head_done)
-        return c->ops->on_field && c->ops->on_field(c->ud, st, true, name, nl, value, vl) < 0
-                   ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE
-                   : 0;
+    if (c->max_head_bytes && st->head_bytes > c->max_head_bytes) return SL_H2C_RESET;
+    if (st->head_done) return c->ops->on_trailer ? c->ops->on_trailer(c->ud, st, name, nl, value, vl) : 0;
     if (nl == 7 && memcmp(name, ":status", 7) == 0) {
         int status = 0;
         for (size_t i = 0; i < vl; i++) status = status * 10 + (value[i] - '0'); /* nghttp2 checked it */
         st->interim = status < 200;
-        if (!st->interim && c->ops->on_status && c->ops->on_status(c->ud, st, status) < 0)
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        return 0;
+        return st->interim || !c->ops->on_status ? 0 : c->ops->on_status(c->ud, st, status);
     }
     if (st->interim || (nl && name[0] == ':')) return 0;
-    if (c->ops->on_field && c->ops->on_field(c->ud, st, false, name, nl, value, vl) < 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    return 0;
+    return c->ops->on_field ? c->ops->on_field(c->ud, st, name, nl, value, vl) : 0;
 }
 
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
@@ -95,7 +99,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const u
     sl_h2c_stream_t *st = stream_of(ss, id);
     if (!st) return 0;
     int rc = c->ops->on_data ? c->ops->on_data(c->ud, st, data, len) : 1;
-    if (rc < 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (rc < 0) return SL_H2C_RESET;
     if (rc > 0 && c->manual_window) nghttp2_session_consume_stream(ss, id, len);
     return 0;
 }
@@ -104,6 +108,7 @@ static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void 
     sl_h2c_t *c = ud;
     sl_h2c_stream_t *st = stream_of(ss, id);
     if (!st) return 0;
+    if (c->cur == st) c->cur = NULL, c->cur_id = 0;
     st->closed = 1;
     st->close_code = code;
     if (code == NGHTTP2_REFUSED_STREAM) st->refused = 1;
@@ -148,6 +153,7 @@ int sl_h2c_init(sl_h2c_t *c, const sl_h2c_opts_t *o, const sl_h2c_ops_t *ops, vo
                     .manual_window = o->manual_window};
     if (nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
     nghttp2_session_callbacks_set_send_callback(cb, on_send);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
@@ -188,54 +194,3 @@ int32_t sl_h2c_submit(sl_h2c_t *c, sl_h2c_stream_t *st, const nghttp2_nv *nva, s
     st->id = id;
     return id;
 }
-
-void sl_h2c_resume(sl_h2c_t *c, sl_h2c_stream_t *st) {
-    if (st->deferred && st->id && !st->closed) {
-        st->deferred = 0;
-        nghttp2_session_resume_data(c->ss, st->id);
-    }
-}
-
-void sl_h2c_consume(sl_h2c_t *c, sl_h2c_stream_t *st, size_t n) {
-    if (!st->closed && c->manual_window) nghttp2_session_consume_stream(c->ss, st->id, n);
-}
-
-void sl_h2c_reset(sl_h2c_t *c, sl_h2c_stream_t *st, uint32_t code) {
-    if (st->id && !st->closed) nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, st->id, code);
-}
-
-void sl_h2c_cancel(sl_h2c_t *c, sl_h2c_stream_t *st) {
-    if (!st->id || st->closed) return;
-    if (!nghttp2_session_get_stream_local_close(c->ss, st->id) || !st->remote_done)
-        nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-}
-
-void sl_h2c_forget(sl_h2c_t *c, sl_h2c_stream_t *st) {
-    if (c->ss && st->id && !st->closed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
-}
-
-void sl_h2c_stream_gone(sl_h2c_stream_t *st) {
-    st->closed = 1;
-    st->remote_done = 1;
-}
-
-void sl_h2c_terminate(sl_h2c_t *c, uint32_t code) { nghttp2_session_terminate_session(c->ss, code); }
-
-int sl_h2c_feed(sl_h2c_t *c, const char *data, size_t len, const char **why) {
-    ssize_t rv = nghttp2_session_mem_recv(c->ss, (const uint8_t *)data, len);
-    if (SL_LIKELY(rv >= 0)) return SL_OK;
-    *why = nghttp2_strerror((int)rv);
-    return SL_ERROR;
-}
-
-int sl_h2c_send(sl_h2c_t *c, const char **why) {
-    int rv = nghttp2_session_send(c->ss);
-    if (SL_LIKELY(rv == 0)) return SL_OK;
-    *why = nghttp2_strerror(rv);
-    return SL_ERROR;
-}
-
-bool sl_h2c_want_read(const sl_h2c_t *c) { return nghttp2_session_want_read(c->ss); }
-bool sl_h2c_want_write(const sl_h2c_t *c) { return nghttp2_session_want_write(c->ss); }
-
-const char *sl_h2c_code_text(uint32_t code) { return nghttp2_http2_strerror(code); }

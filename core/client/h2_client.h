@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/common.h"
+
 /** One stream of a session, embedded in the user's stream object. Read by the user,
  *  written by the driver (sl_h2c_stream_gone aside). */
 typedef struct {
@@ -49,25 +51,33 @@ typedef struct {
     uint8_t deferred;     /**< internal: the body waits for sl_h2c_resume */
 } sl_h2c_stream_t;
 
-/** What a session tells its user; `ud` is sl_h2c_init's. Any op but `send` may be NULL.
+/** An op's answer refusing a stream's response (a field it cannot keep, bytes past its
+ *  window): the stream is reset (INTERNAL_ERROR). nghttp2's own code, so that the driver
+ *  hands an op's answer back to nghttp2 as it is (a tail call on every header field). */
+#define SL_H2C_RESET NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE
+
+/** What a session tells its user; `ud` is sl_h2c_init's. Any op but `send` (and `read_body`
+ *  for a request with a body) may be NULL.
  *  Called only from inside sl_h2c_feed / sl_h2c_send: record, then return. */
 typedef struct {
     /** Bytes to write to the peer: how many were taken (all, or fewer), or SL_EAGAIN when
      *  none can be taken now (the rest stays in nghttp2 for the next sl_h2c_send), or
      *  SL_ERROR (the session fails). */
     long (*send)(void *ud, const uint8_t *data, size_t len);
-    /** The final response head begins: its :status (200..599). */
+    /** The final response head begins: its :status (200..599). 0, or SL_H2C_RESET. */
     int (*on_status)(void *ud, sl_h2c_stream_t *st, int status);
-    /** A field of the final head (trailer 0) or of the trailers (trailer 1), pseudo-headers
-     *  and a 1xx head's fields left out. Borrowed for the call. Negative: refused, the
-     *  stream is reset (INTERNAL_ERROR). */
-    int (*on_field)(void *ud, sl_h2c_stream_t *st, bool trailer, const uint8_t *name, size_t nl,
-                    const uint8_t *value, size_t vl);
+    /** A field of the final head, pseudo-headers and a 1xx head's fields left out.
+     *  Borrowed for the call. 0, or SL_H2C_RESET (nothing else: nghttp2 would end the
+     *  session). */
+    int (*on_field)(void *ud, sl_h2c_stream_t *st, const uint8_t *name, size_t nl, const uint8_t *value,
+                    size_t vl);
+    /** A field of the trailers, as on_field. */
+    int (*on_trailer)(void *ud, sl_h2c_stream_t *st, const uint8_t *name, size_t nl, const uint8_t *value,
+                      size_t vl);
     /** The final head is complete; `end`: no body or trailers follow (on_end follows). */
     void (*on_head)(void *ud, sl_h2c_stream_t *st, bool end);
     /** Body bytes, borrowed for the call. 0: kept (with manual_window, given back later with
-     *  sl_h2c_consume); 1: dropped, the driver gives the window back now; negative:
-     *  refused, the stream is reset (INTERNAL_ERROR). */
+     *  sl_h2c_consume); 1: dropped, the driver gives the window back now; SL_H2C_RESET. */
     int (*on_data)(void *ud, sl_h2c_stream_t *st, const uint8_t *data, size_t len);
     /** The peer ended the stream (after the head, the body, or the trailers). */
     void (*on_end)(void *ud, sl_h2c_stream_t *st);
@@ -100,6 +110,8 @@ typedef struct {
     const sl_h2c_ops_t *ops;
     void *ud;
     int32_t last_id;      /**< a GOAWAY's last-stream-id; INT32_MAX before one */
+    int32_t cur_id;       /**< the stream whose header block is being received (0: none) ... */
+    sl_h2c_stream_t *cur; /**< ... looked up once per block, not once per field */
     uint32_t max_head_bytes;
     uint8_t manual_window;
 } sl_h2c_t;
@@ -112,37 +124,77 @@ int sl_h2c_init(sl_h2c_t *c, const sl_h2c_opts_t *o, const sl_h2c_ops_t *ops, vo
 /** Frees the session; its streams are forgotten without an op (no on_close). */
 void sl_h2c_fini(sl_h2c_t *c);
 
+/* The calls below are thin over nghttp2 and made per request on the proxy path: inline. */
+
 /** Submits a request on the zeroed stream st: `nva` (pseudo-headers first; borrowed for the
  *  call, HPACK copies it), with a body read through ops->read_body when `body`, else
  *  END_STREAM on the HEADERS. The stream id (st->id), or SL_ERROR. */
 int32_t sl_h2c_submit(sl_h2c_t *c, sl_h2c_stream_t *st, const nghttp2_nv *nva, size_t n, bool body);
+
 /** The stream's body has more (or its end): read_body is asked again. */
-void sl_h2c_resume(sl_h2c_t *c, sl_h2c_stream_t *st);
+static inline void sl_h2c_resume(sl_h2c_t *c, sl_h2c_stream_t *st) {
+    if (st->deferred && st->id && !st->closed) {
+        st->deferred = 0;
+        nghttp2_session_resume_data(c->ss, st->id);
+    }
+}
+
 /** Gives back `n` body bytes to the stream's window (manual_window; ignored when closed). */
-void sl_h2c_consume(sl_h2c_t *c, sl_h2c_stream_t *st, size_t n);
+static inline void sl_h2c_consume(sl_h2c_t *c, sl_h2c_stream_t *st, size_t n) {
+    if (!st->closed && c->manual_window) nghttp2_session_consume_stream(c->ss, st->id, n);
+}
+
 /** Resets a submitted stream that is still open with `code` (an RST_STREAM). */
-void sl_h2c_reset(sl_h2c_t *c, sl_h2c_stream_t *st, uint32_t code);
+static inline void sl_h2c_reset(sl_h2c_t *c, sl_h2c_stream_t *st, uint32_t code) {
+    if (st->id && !st->closed) nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, st->id, code);
+}
+
 /** The user abandons the stream: reset (CANCEL) unless both sides have ended already; it
  *  stays nghttp2's until it closed (on_close). */
-void sl_h2c_cancel(sl_h2c_t *c, sl_h2c_stream_t *st);
+static inline void sl_h2c_cancel(sl_h2c_t *c, sl_h2c_stream_t *st) {
+    if (!st->id || st->closed) return;
+    if (!nghttp2_session_get_stream_local_close(c->ss, st->id) || !st->remote_done)
+        nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+}
+
 /** The driver forgets an open stream now: no op names it again (its user frees it). */
-void sl_h2c_forget(sl_h2c_t *c, sl_h2c_stream_t *st);
+static inline void sl_h2c_forget(sl_h2c_t *c, sl_h2c_stream_t *st) {
+    if (c->cur == st) c->cur = NULL, c->cur_id = 0;
+    if (c->ss && st->id && !st->closed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
+}
+
 /** The transport under the session failed: the stream counts as ended and closed, and
  *  nothing goes to nghttp2 for it any more. */
-void sl_h2c_stream_gone(sl_h2c_stream_t *st);
+static inline void sl_h2c_stream_gone(sl_h2c_stream_t *st) {
+    st->closed = 1;
+    st->remote_done = 1;
+}
+
 /** A GOAWAY (error `code`) is submitted: no new stream on either side. */
-void sl_h2c_terminate(sl_h2c_t *c, uint32_t code);
+static inline void sl_h2c_terminate(sl_h2c_t *c, uint32_t code) { nghttp2_session_terminate_session(c->ss, code); }
 
 /** Bytes read from the peer. SL_OK, or SL_ERROR with *why (nghttp2's static text): the
  *  session is broken. The ops were called for what the bytes held. */
-int sl_h2c_feed(sl_h2c_t *c, const char *data, size_t len, const char **why);
+static inline int sl_h2c_feed(sl_h2c_t *c, const char *data, size_t len, const char **why) {
+    ssize_t rv = nghttp2_session_mem_recv(c->ss, (const uint8_t *)data, len);
+    if (SL_LIKELY(rv >= 0)) return SL_OK;
+    *why = nghttp2_strerror((int)rv);
+    return SL_ERROR;
+}
+
 /** Hands what the session has to send to ops->send until it has nothing or send says
  *  SL_EAGAIN. SL_OK, or SL_ERROR with *why. */
-int sl_h2c_send(sl_h2c_t *c, const char **why);
+static inline int sl_h2c_send(sl_h2c_t *c, const char **why) {
+    int rv = nghttp2_session_send(c->ss);
+    if (SL_LIKELY(rv == 0)) return SL_OK;
+    *why = nghttp2_strerror(rv);
+    return SL_ERROR;
+}
+
 /** Whether the session still reads, or has something to write; neither: it is over
  *  (a GOAWAY with no stream left, or a fatal error). */
-bool sl_h2c_want_read(const sl_h2c_t *c);
-bool sl_h2c_want_write(const sl_h2c_t *c);
+static inline bool sl_h2c_want_read(const sl_h2c_t *c) { return nghttp2_session_want_read(c->ss); }
+static inline bool sl_h2c_want_write(const sl_h2c_t *c) { return nghttp2_session_want_write(c->ss); }
 
 /** A stream that did not reach the peer's application for sure: never submitted, or above
  *  the last-stream-id of a GOAWAY. */
@@ -151,6 +203,6 @@ static inline bool sl_h2c_unseen(const sl_h2c_t *c, const sl_h2c_stream_t *st) {
 }
 
 /** An HTTP/2 error code's name ("CANCEL", "REFUSED_STREAM", ...). */
-const char *sl_h2c_code_text(uint32_t code);
+static inline const char *sl_h2c_code_text(uint32_t code) { return nghttp2_http2_strerror(code); }
 
 #endif

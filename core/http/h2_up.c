@@ -276,10 +276,10 @@ static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
 /* A trailer field for the client; past H2UP_MAX_TRAILERS they are dropped. */
 static int push_trailer(sl_req_t *r, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
     if (!r->trailers && !(r->trailers = sl_arena_alloc(&r->arena, H2UP_MAX_TRAILERS * sizeof(sl_h1_header_t))))
-        return SL_ERROR;
+        return SL_H2C_RESET;
     if (r->ntrailers == H2UP_MAX_TRAILERS) return 0;
     sl_h1_header_t *x = &r->trailers[r->ntrailers];
-    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_ERROR;
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
     x->hop = 0;
     r->ntrailers++;
     return 0;
@@ -295,16 +295,20 @@ static int op_status(void *ud, sl_h2c_stream_t *s, int status) {
     return 0;
 }
 
-static int op_field(void *ud, sl_h2c_stream_t *s, bool trailer, const uint8_t *name, size_t nl, const uint8_t *value,
-                    size_t vl) {
+static int op_trailer(void *ud, sl_h2c_stream_t *s, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+    (void)ud;
+    sl_exchange_t *x = up_stream(s)->x;
+    return x ? push_trailer(x->r, name, nl, value, vl) : 0;
+}
+
+static int op_field(void *ud, sl_h2c_stream_t *s, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
     (void)ud;
     sl_exchange_t *ex = up_stream(s)->x;
     if (!ex) return 0;
     sl_req_t *r = ex->r;
-    if (trailer) return push_trailer(r, name, nl, value, vl);
     sl_h1_header_t *x = sl_h1_push(&r->rhead);
-    if (!x) return SL_ERROR; /* past SL_H1_MAX_HEADERS: the stream is reset */
-    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_ERROR;
+    if (!x) return SL_H2C_RESET; /* past SL_H1_MAX_HEADERS: the stream is reset */
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
     x->hop = 0;
     if (nl == 14 && memcmp(name, "content-length", 14) == 0) {
         uint64_t n = 0;
@@ -340,8 +344,8 @@ static int op_data(void *ud, sl_h2c_stream_t *s, const uint8_t *data, size_t len
     sl_h2up_t *c = ud;
     sl_h2up_stream_t *st = up_stream(s);
     if (!st->x || st->expired) return 1;
-    if (!st->body && !(st->body = sl_block_get(&c->w->blocks))) return SL_ERROR;
-    if (len > SL_BLOCK_SIZE - st->blen) return SL_ERROR; /* past its window */
+    if (!st->body && !(st->body = sl_block_get(&c->w->blocks))) return SL_H2C_RESET;
+    if (len > SL_BLOCK_SIZE - st->blen) return SL_H2C_RESET; /* past its window */
     memcpy(st->body + st->blen, data, len);
     st->blen += (uint32_t)len;
     ev_push(st, EV_DATA);
@@ -399,6 +403,7 @@ static const sl_h2c_ops_t h2up_ops = {
     .send = op_send,
     .on_status = op_status,
     .on_field = op_field,
+    .on_trailer = op_trailer,
     .on_head = op_head,
     .on_data = op_data,
     .on_end = op_end,

@@ -67,10 +67,10 @@ static int op_status(void *ud, sl_h2c_stream_t *st, int status) {
 }
 
 /* grpc-status, in the head (trailers-only) or the trailers. */
-static int op_field(void *ud, sl_h2c_stream_t *st, bool trailer, const uint8_t *name, size_t nlen,
-                    const uint8_t *value, size_t vlen) {
+static int op_field(void *ud, sl_h2c_stream_t *st, const uint8_t *name, size_t nlen, const uint8_t *value,
+                    size_t vlen) {
     sl_grpc_probe_t *p = ud;
-    (void)st, (void)trailer;
+    (void)st;
     if (nlen == 11 && memcmp(name, "grpc-status", 11) == 0) {
         int c = 0;
         for (size_t i = 0; i < vlen && i < 3; i++) c = c * 10 + (value[i] - '0');
@@ -95,6 +95,7 @@ static const sl_h2c_ops_t probe_ops = {
     .send = op_send,
     .on_status = op_status,
     .on_field = op_field,
+    .on_trailer = op_field,
     .on_data = op_data,
     .read_body = op_read_body,
 };

@@ -7,7 +7,8 @@
  * last-stream-id (the streams above it refused, one submitted after it never sent, the
  * one below it answered); SETTINGS' max concurrent streams; flow control (a held stream
  * gets its window only, the connection's is given back as DATA arrives, consume and a
- * dropped chunk give a stream's back); a cancel; a head past max_head_bytes; forget.
+ * dropped chunk give a stream's back); a cancel; a head past max_head_bytes; a field an
+ * op refuses (that stream reset, the session going on); forget.
  *
  * Run: h2_client_test [substring]
  */
@@ -119,6 +120,7 @@ typedef struct {
     size_t data_len;
     int data_ok;          /* every byte was i % 251 */
     int drop;             /* on_data says 1 (dropped) */
+    int refuse;           /* on_field says SL_H2C_RESET */
     /* the request body: `body` once ready (NULL: not yet) */
     const char *body;
     size_t body_off;
@@ -151,12 +153,20 @@ static int c_status(void *ud, sl_h2c_stream_t *st, int status) {
     return 0;
 }
 
-static int c_field(void *ud, sl_h2c_stream_t *st, bool trailer, const uint8_t *n, size_t nl, const uint8_t *v,
-                   size_t vl) {
-    (void)ud;
-    char *to = trailer ? cs(st)->trailers : cs(st)->fields;
+static void add_field(char *to, const uint8_t *n, size_t nl, const uint8_t *v, size_t vl) {
     size_t o = strlen(to);
     snprintf(to + o, 256 - o, "%.*s: %.*s\n", (int)nl, n, (int)vl, v);
+}
+
+static int c_field(void *ud, sl_h2c_stream_t *st, const uint8_t *n, size_t nl, const uint8_t *v, size_t vl) {
+    (void)ud;
+    add_field(cs(st)->fields, n, nl, v, vl);
+    return cs(st)->refuse ? SL_H2C_RESET : 0;
+}
+
+static int c_trailer(void *ud, sl_h2c_stream_t *st, const uint8_t *n, size_t nl, const uint8_t *v, size_t vl) {
+    (void)ud;
+    add_field(cs(st)->trailers, n, nl, v, vl);
     return 0;
 }
 
@@ -213,6 +223,7 @@ static const sl_h2c_ops_t ops = {
     .send = c_send,
     .on_status = c_status,
     .on_field = c_field,
+    .on_trailer = c_trailer,
     .on_head = c_head,
     .on_data = c_data,
     .on_end = c_end,
@@ -280,6 +291,21 @@ static int32_t start(client_t *c, server_t *s, const sl_h2c_opts_t *o, cstream_t
     return id;
 }
 
+/* A stream answered whole: one head of `status`, `len` good body bytes, those trailers,
+ * the end and the close (no error). */
+static void check_answered(const cstream_t *a, int status, size_t len, const char *trailers) {
+    CHECK_INT(a->status, status);
+    CHECK_INT(a->nstatus, 1);
+    CHECK_INT(a->heads, 1);
+    CHECK_INT(a->data_len, len);
+    CHECK(a->data_ok);
+    CHECK_STR(a->trailers, trailers);
+    CHECK_INT(a->ends, 1);
+    CHECK_INT(a->closes, 1);
+    CHECK(a->h2.head_done && a->h2.remote_done && a->h2.closed && !a->h2.refused);
+    CHECK_INT(a->h2.close_code, NGHTTP2_NO_ERROR);
+}
+
 /* ---- the cases ---- */
 
 static void test_head_body_trailers(void) {
@@ -294,18 +320,9 @@ static void test_head_body_trailers(void) {
     CHECK_INT(nghttp2_submit_headers(s.ss, NGHTTP2_FLAG_NONE, id, NULL, early, 2, NULL), 0);
     srv_respond(&s, id, "200", 3000, "0");
     pump(&c, &s);
-    CHECK_INT(a.status, 200);
-    CHECK_INT(a.nstatus, 1);
+    check_answered(&a, 200, 3000, "grpc-status: 0\n");
     CHECK_STR(a.fields, "x-f: v\n");
-    CHECK_INT(a.heads, 1);
     CHECK_INT(a.head_end, 0);
-    CHECK_INT(a.data_len, 3000);
-    CHECK(a.data_ok);
-    CHECK_STR(a.trailers, "grpc-status: 0\n");
-    CHECK_INT(a.ends, 1);
-    CHECK_INT(a.closes, 1);
-    CHECK(a.h2.head_done && a.h2.remote_done && a.h2.closed && !a.h2.refused);
-    CHECK_INT(a.h2.close_code, NGHTTP2_NO_ERROR);
     CHECK(!sl_h2c_unseen(&c.h2, &a.h2));
     done(&c, &s);
 }
@@ -507,6 +524,27 @@ static void test_head_too_big(void) {
     done(&c, &s);
 }
 
+static void test_field_refused(void) {
+    client_t c;
+    server_t s;
+    cstream_t a, b;
+    int32_t ia = start(&c, &s, &(sl_h2c_opts_t){0}, &a, false);
+    a.refuse = 1;
+    int32_t ib = submit(&c, &b, false);
+    pump(&c, &s);
+    srv_respond(&s, ia, "200", 10, NULL);
+    pump(&c, &s);
+    CHECK_INT(a.heads, 0);
+    CHECK_INT(a.closes, 1);
+    CHECK_INT(a.data_len, 0);
+    CHECK_INT(s.rst[sidx(ia)], NGHTTP2_INTERNAL_ERROR + 1);
+    /* the stream alone: the session goes on */
+    srv_respond(&s, ib, "200", 10, "0");
+    pump(&c, &s);
+    check_answered(&b, 200, 10, "grpc-status: 0\n");
+    done(&c, &s);
+}
+
 static void test_forget(void) {
     client_t c;
     server_t s;
@@ -531,6 +569,7 @@ int main(int argc, char **argv) {
         {"flow_control", test_flow_control},
         {"cancel", test_cancel},
         {"head_too_big", test_head_too_big},
+        {"field_refused", test_field_refused},
         {"forget", test_forget},
     };
     return check_main(tests, SL_ARRAY_LEN(tests), argc, argv);
