@@ -12,7 +12,8 @@
  *
  * The ops are called from inside nghttp2 (sl_h2c_feed, sl_h2c_send): they should only
  * record what happened and return; a user acts after the driver's call returned. An op
- * calls nothing of this file but sl_h2c_consume.
+ * calls nothing of this file but sl_h2c_consume and (on_close, freeing its stream)
+ * sl_h2c_forget.
  *
  * Streams: the user embeds an sl_h2c_stream_t in its own stream object (zeroed) and gets
  * it back in every op (SL_CONTAINER_OF): no allocation of the driver's per stream. The
