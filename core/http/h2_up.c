@@ -1,12 +1,15 @@
-/* h2_up.c — HTTP/2 connections to upstream targets, nghttp2 in client mode (h2_up.h).
+/* h2_up.c — HTTP/2 connections to upstream targets (h2_up.h), over the core's HTTP/2
+ * client driver (client/h2_client.h: the nghttp2 session, its callbacks, a response's
+ * status, fields, head, body, trailers and close). This file keeps the connection's part:
+ * TCP and TLS, the per-target lists, the exchange's operations, the event queue, timers.
  *
- * As on the server side (h2.c), nghttp2's callbacks only record what happened on a stream
- * (its response head is complete, body bytes or the end arrived, its request body was
- * taken, it closed) and the connection acts on the events after nghttp2 returned
- * (h2up_run), from the loop's own callbacks (a read, a write's end, the timer, the idle
- * handle) and never from inside a request's call: an operation a request calls records,
- * sends what nghttp2 then has to send (conn_kick), and leaves any event that made to the
- * idle handle, so no request is ever re-entered from below itself.
+ * As on the server side (h2.c), the driver's ops (called from inside nghttp2) only record
+ * what happened on a stream (its response head is complete, body bytes or the end
+ * arrived, its request body was taken, it closed) and the connection acts on the events
+ * after nghttp2 returned (h2up_run), from the loop's own callbacks (a read, a write's end,
+ * the timer, the idle handle) and never from inside a request's call: an operation a
+ * request calls records, sends what nghttp2 then has to send (conn_kick), and leaves any
+ * event that made to the idle handle, so no request is ever re-entered from below itself.
  *
  * The request's head is the one proxy.c rebuilt for an HTTP/1.1 upstream (h1_head.c:
  * header edits, X-Forwarded-*, the path a plugin set, the request id, traceparent),
@@ -14,15 +17,14 @@
  * protocol (docs/DECISIONS.md, "Upstream HTTP/2").
  *
  * Flow control: the response body of a stream is copied into one block (its window is the
- * block's size); it is given back to the upstream (nghttp2_session_consume) once the client
- * took what was handed, so a slow client backpressures its upstream stream and no other.
- * The connection's window is given back as DATA arrives. The request body goes up from
- * r->upq through a data provider; the upstream's windows pause it, and through it the
- * client's.
+ * block's size); it is given back to the upstream (sl_h2c_consume) once the client took
+ * what was handed, so a slow client backpressures its upstream stream and no other. The
+ * connection's window is given back as DATA arrives (the driver's manual_window). The
+ * request body goes up from r->upq through the driver's read_body; the upstream's windows
+ * pause it, and through it the client's.
  */
 #include "http/h2_up.h"
 
-#include <nghttp2/nghttp2.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@
 
 #include "base/list.h"
 #include "base/log.h"
+#include "client/h2_client.h"
 #include "http/h2.h"
 #include "http/request.h"
 #include "proto/grpc_timeout.h"
@@ -51,13 +54,9 @@ typedef struct sl_h2up_s sl_h2up_t;
 struct sl_h2up_stream_s {
     sl_h2up_t *c;
     sl_exchange_t *x;       /**< the exchange using it; NULL once it left */
-    int32_t id;             /**< 0 until submitted */
+    sl_h2c_stream_t h2;     /**< the driver's: id, head_done, remote_done, closed, refused */
     sl__h2_ev_t ev;    /**< EV_* bits waiting for h2up_run; in c->ev while any */
-    uint8_t interim;        /**< the HEADERS being received is a 1xx */
-    uint8_t head_done, remote_done, nclosed, refused, expired;
-    uint8_t has_body, body_eof, deferred;
-    uint32_t hdr_bytes;     /**< the response head's size so far (RFC 9113's count) */
-    uint32_t close_code;
+    uint8_t expired, has_body, body_eof;
     char *body;             /**< response body block, or NULL */
     uint32_t blen, bpos;
     sl_outq_t *q;           /**< the request body being taken by the data provider */
@@ -78,7 +77,7 @@ struct sl_h2up_s {
     sl_worker_t *w;
     uint32_t upstream, target;
     sl_tstate_t *ts;            /**< the target's shared state: /status counts */
-    nghttp2_session *ss;
+    sl_h2c_t h2;                /**< the nghttp2 client session (client/h2_client.h) */
     char *out, *rbuf;
     uint32_t olen;
     uint8_t state;              /**< C_* */
@@ -87,7 +86,6 @@ struct sl_h2up_s {
     uint8_t settings_known;     /**< the peer's SETTINGS arrived */
     uint32_t nstreams;          /**< streams with a request */
     uint32_t max_streams;       /**< the peer's SETTINGS_MAX_CONCURRENT_STREAMS */
-    int32_t last_id;            /**< a GOAWAY's last-stream-id; INT32_MAX before */
     uint64_t idle_due;          /**< loop ms when an idle connection closes; 0: busy */
     uint64_t connect_due;       /**< loop ms when connecting gives up */
     uint64_t next_due;          /**< when the timer is set to fire; 0: not set */
@@ -144,7 +142,7 @@ static void stream_free(sl_h2up_stream_t *st) {
     sl__h2_ev_take(&st->ev);
     if (st->body) sl_block_put(&c->w->blocks, st->body);
     sl_list_remove(&st->link);
-    if (c->ss && st->id && !st->nclosed) nghttp2_session_set_stream_user_data(c->ss, st->id, NULL);
+    sl_h2c_forget(&c->h2, &st->h2);
     sl__h2_mem_free(st);
 }
 
@@ -154,7 +152,7 @@ static void conn_free(sl_h2up_t *c) {
     SL_BUG_ON(c->state != C_CLOSING || c->nstreams); /* no exchange holds one of its streams */
     sl_worker_t *w = c->w;
     while (!sl_list_empty(&c->streams)) stream_free(SL_LIST_FIRST(&c->streams, sl_h2up_stream_t, link));
-    if (c->ss) nghttp2_session_del(c->ss);
+    sl_h2c_fini(&c->h2);
     if (c->out) sl_block_put(&w->blocks, c->out);
     if (c->rbuf) sl_block_put(&w->blocks, c->rbuf);
     free(c);
@@ -202,7 +200,7 @@ static uint32_t idle_siblings(const sl_h2up_t *c) {
 static void conn_went_idle(sl_h2up_t *c) {
     const sl_upstream_conf_t *uc = conn_uc(c);
     if (c->state == C_RETIRED || c->w->draining || idle_siblings(c) >= uc->keepalive_max_idle) {
-        if (c->state != C_CONNECTING) nghttp2_session_terminate_session(c->ss, NGHTTP2_NO_ERROR);
+        if (c->state != C_CONNECTING) sl_h2c_terminate(&c->h2, NGHTTP2_NO_ERROR);
         c->state = C_RETIRED;
         c->idle_due = loop_now(c) + 1000; /* the GOAWAY goes out, then the close */
         conn_schedule(c, c->idle_due);
@@ -255,18 +253,16 @@ static void on_timer(uv_timer_t *t) {
     if (next) conn_schedule(c, next);
 }
 
-/* ---- nghttp2's callbacks: they record, h2up_run acts ---- */
+/* ---- the driver's ops (client/h2_client.h): they record, h2up_run acts ---- */
 
-static sl_h2up_stream_t *stream_of(nghttp2_session *ss, int32_t id) {
-    return id > 0 ? nghttp2_session_get_stream_user_data(ss, id) : NULL;
-}
+static sl_h2up_stream_t *up_stream(sl_h2c_stream_t *s) { return SL_CONTAINER_OF(s, sl_h2up_stream_t, h2); }
 
-static ssize_t on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *ud) {
+static long op_send(void *ud, const uint8_t *data, size_t len) {
     sl_h2up_t *c = ud;
-    (void)ss;
-    (void)flags;
-    if (c->writing || c->state == C_CLOSING) return NGHTTP2_ERR_WOULDBLOCK;
-    return sl__h2_out_put(&c->w->blocks, &c->out, &c->olen, data, len);
+    if (c->writing || c->state == C_CLOSING) return SL_EAGAIN;
+    ssize_t n = sl__h2_out_put(&c->w->blocks, &c->out, &c->olen, data, len);
+    if (SL_LIKELY(n >= 0)) return (long)n;
+    return n == NGHTTP2_ERR_WOULDBLOCK ? SL_EAGAIN : SL_ERROR;
 }
 
 static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
@@ -280,42 +276,39 @@ static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
 /* A trailer field for the client; past H2UP_MAX_TRAILERS they are dropped. */
 static int push_trailer(sl_req_t *r, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
     if (!r->trailers && !(r->trailers = sl_arena_alloc(&r->arena, H2UP_MAX_TRAILERS * sizeof(sl_h1_header_t))))
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return SL_H2C_RESET;
     if (r->ntrailers == H2UP_MAX_TRAILERS) return 0;
     sl_h1_header_t *x = &r->trailers[r->ntrailers];
-    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value))
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
     x->hop = 0;
     r->ntrailers++;
     return 0;
 }
 
-static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint8_t *name, size_t nl,
-                     const uint8_t *value, size_t vl, uint8_t flags, void *ud) {
-    (void)flags;
+static int op_status(void *ud, sl_h2c_stream_t *s, int status) {
     (void)ud;
-    sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
-    if (!st || !st->x || frame->hd.type != NGHTTP2_HEADERS) return 0;
-    sl_req_t *r = st->x->r;
-    st->hdr_bytes += (uint32_t)(nl + vl + 32);
-    if (st->hdr_bytes > st->c->w->resp_limits->max_header_size) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (st->head_done) return push_trailer(r, name, nl, value, vl);
-    if (nl == 7 && memcmp(name, ":status", 7) == 0) {
-        int status = 0;
-        for (size_t i = 0; i < vl; i++) status = status * 10 + (value[i] - '0'); /* nghttp2 checked it */
-        st->interim = status < 200;
-        if (!st->interim) {
-            sl_h1_head_clear(&r->rhead);
-            r->rhead.status = status;
-            r->rhead.major = 2;
-        }
-        return 0;
-    }
-    if (st->interim || (nl && name[0] == ':')) return 0;
+    sl_exchange_t *x = up_stream(s)->x;
+    if (!x) return 0;
+    sl_h1_head_clear(&x->r->rhead);
+    x->r->rhead.status = status;
+    x->r->rhead.major = 2;
+    return 0;
+}
+
+static int op_trailer(void *ud, sl_h2c_stream_t *s, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+    (void)ud;
+    sl_exchange_t *x = up_stream(s)->x;
+    return x ? push_trailer(x->r, name, nl, value, vl) : 0;
+}
+
+static int op_field(void *ud, sl_h2c_stream_t *s, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+    (void)ud;
+    sl_exchange_t *ex = up_stream(s)->x;
+    if (!ex) return 0;
+    sl_req_t *r = ex->r;
     sl_h1_header_t *x = sl_h1_push(&r->rhead);
-    if (!x) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* past SL_H1_MAX_HEADERS: the stream is reset */
-    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value))
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (!x) return SL_H2C_RESET; /* past SL_H1_MAX_HEADERS: the stream is reset */
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
     x->hop = 0;
     if (nl == 14 && memcmp(name, "content-length", 14) == 0) {
         uint64_t n = 0;
@@ -327,125 +320,98 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     return 0;
 }
 
-static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {
-    sl_h2up_t *c = ud;
-    switch (frame->hd.type) {
-    case NGHTTP2_SETTINGS:
-        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK)) {
-            c->max_streams = nghttp2_session_get_remote_settings(ss, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
-            c->settings_known = 1;
-        }
-        return 0;
-    case NGHTTP2_GOAWAY:
-        /* Retired: no new stream; nghttp2 closes the ones above last-stream-id with
-         * REFUSED_STREAM, and they go again elsewhere. */
-        c->last_id = frame->goaway.last_stream_id;
-        if (c->state == C_READY) c->state = C_RETIRED;
-        sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", conn_uc(c)->name}, 1,
-                  "upstream %s sent GOAWAY (last stream %d, code %u): connection retired",
-                  conn_uc(c)->targets[c->target].addr.text, (int)c->last_id, frame->goaway.error_code);
-        return 0;
-    case NGHTTP2_HEADERS:
-    case NGHTTP2_DATA: break;
-    default: return 0;
-    }
-    sl_h2up_stream_t *st = stream_of(ss, frame->hd.stream_id);
-    if (!st || !st->x) return 0;
-    bool end = frame->hd.flags & NGHTTP2_FLAG_END_STREAM;
-    if (frame->hd.type == NGHTTP2_HEADERS && !st->head_done) {
-        if (st->interim) {
-            st->interim = 0; /* a 1xx ends here: the gateway sent its own 100 */
-            return 0;
-        }
-        sl_h1_head_t *h = &st->x->r->rhead;
-        st->head_done = 1;
-        h->body_kind = end                                                  ? SL_BODY_NONE
-                       : (h->flags & SL_H1_HAS_CL) && h->content_length == 0 ? SL_BODY_NONE
-                       : (h->flags & SL_H1_HAS_CL)                          ? SL_BODY_LENGTH
-                                                                            : SL_BODY_CHUNKED;
-        ev_push(st, EV_HEAD);
-    }
-    if (end) {
-        st->remote_done = 1;
-        ev_push(st, EV_DATA);
-    }
-    return 0;
+static void op_head(void *ud, sl_h2c_stream_t *s, bool end) {
+    (void)ud;
+    sl_h2up_stream_t *st = up_stream(s);
+    if (!st->x) return;
+    sl_h1_head_t *h = &st->x->r->rhead;
+    h->body_kind = end                                                  ? SL_BODY_NONE
+                   : (h->flags & SL_H1_HAS_CL) && h->content_length == 0 ? SL_BODY_NONE
+                   : (h->flags & SL_H1_HAS_CL)                          ? SL_BODY_LENGTH
+                                                                        : SL_BODY_CHUNKED;
+    ev_push(st, EV_HEAD);
 }
 
-static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *ud) {
+static void op_end(void *ud, sl_h2c_stream_t *s) {
+    (void)ud;
+    sl_h2up_stream_t *st = up_stream(s);
+    if (st->x) ev_push(st, EV_DATA);
+}
+
+/* Into the stream's block, whose size is the stream's window; the window is given back
+ * when the client took the bytes (h2_wait). A stream nobody reads gives it back now. */
+static int op_data(void *ud, sl_h2c_stream_t *s, const uint8_t *data, size_t len) {
     sl_h2up_t *c = ud;
-    (void)flags;
-    nghttp2_session_consume_connection(ss, len);
-    sl_h2up_stream_t *st = stream_of(ss, id);
-    if (!st || !st->x || st->expired) {
-        if (st) nghttp2_session_consume_stream(ss, id, len);
-        return 0;
-    }
-    if (!st->body && !(st->body = sl_block_get(&c->w->blocks))) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (len > SL_BLOCK_SIZE - st->blen) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* past its window */
+    sl_h2up_stream_t *st = up_stream(s);
+    if (!st->x || st->expired) return 1;
+    if (!st->body && !(st->body = sl_block_get(&c->w->blocks))) return SL_H2C_RESET;
+    if (len > SL_BLOCK_SIZE - st->blen) return SL_H2C_RESET; /* past its window */
     memcpy(st->body + st->blen, data, len);
     st->blen += (uint32_t)len;
     ev_push(st, EV_DATA);
     return 0;
 }
 
-static int on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *ud) {
+static void op_close(void *ud, sl_h2c_stream_t *s) {
     (void)ud;
-    sl_h2up_stream_t *st = stream_of(ss, id);
-    if (!st) return 0;
-    st->nclosed = 1;
-    st->close_code = code;
-    if (code == NGHTTP2_REFUSED_STREAM) st->refused = 1;
+    sl_h2up_stream_t *st = up_stream(s);
     if (st->x)
         ev_push(st, EV_CLOSED);
     else
         stream_free(st);
-    return 0;
 }
 
-/* A request HEADERS that never left (the session is going away): never processed. */
-static int on_frame_not_send(nghttp2_session *ss, const nghttp2_frame *frame, int err, void *ud) {
+/* The request body from r->upq (or a hedge's buffered body), then the end. */
+static long op_read_body(void *ud, sl_h2c_stream_t *s, uint8_t *buf, size_t len, bool *eof) {
     (void)ud;
-    (void)err;
-    sl_h2up_stream_t *st = frame->hd.type == NGHTTP2_HEADERS ? stream_of(ss, frame->hd.stream_id) : NULL;
-    if (st) st->refused = 1;
-    return 0;
-}
-
-/* The data provider: the request body from r->upq, then the end. */
-static ssize_t on_read_req(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
-                           nghttp2_data_source *src, void *ud) {
-    sl_h2up_stream_t *st = src->ptr;
+    sl_h2up_stream_t *st = up_stream(s);
     sl_outq_t *q = st->q;
-    (void)ss;
-    (void)id;
-    (void)ud;
-    if (!st->x) {
-        st->deferred = 1;
-        return NGHTTP2_ERR_DEFERRED; /* the reset that goes with the detach follows */
-    }
+    if (!st->x) return 0; /* deferred: the reset that goes with the detach follows */
     if (st->x->whole) { /* the whole body, then the end */
         size_t n = SL_MIN(len, st->slen - st->soff);
         if (n) memcpy(buf, st->src + st->soff, n);
         st->soff += n;
-        if (st->soff == st->slen) *flags |= NGHTTP2_DATA_FLAG_EOF;
-        return (ssize_t)n;
+        *eof = st->soff == st->slen;
+        return (long)n;
     }
     size_t n = q ? sl_outq_copy(q, &st->qi, &st->qoff, buf, len) : 0;
     if (q && st->qi == q->niov) {
         st->q = NULL;
         ev_push(st, EV_WRITTEN);
     }
-    if (!st->q && st->body_eof) {
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-        return (ssize_t)n;
-    }
-    if (!n) {
-        st->deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
-    }
-    return (ssize_t)n;
+    *eof = !st->q && st->body_eof;
+    return (long)n;
 }
+
+static void op_settings(void *ud, uint32_t max_streams) {
+    sl_h2up_t *c = ud;
+    c->max_streams = max_streams;
+    c->settings_known = 1;
+}
+
+/* Retired: no new stream; nghttp2 closes the ones above last-stream-id with
+ * REFUSED_STREAM, and they go again elsewhere. */
+static void op_goaway(void *ud, int32_t last_id, uint32_t code) {
+    sl_h2up_t *c = ud;
+    if (c->state == C_READY) c->state = C_RETIRED;
+    sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", conn_uc(c)->name}, 1,
+              "upstream %s sent GOAWAY (last stream %d, code %u): connection retired",
+              conn_uc(c)->targets[c->target].addr.text, (int)last_id, code);
+}
+
+static const sl_h2c_ops_t h2up_ops = {
+    .send = op_send,
+    .on_status = op_status,
+    .on_field = op_field,
+    .on_trailer = op_trailer,
+    .on_head = op_head,
+    .on_data = op_data,
+    .on_end = op_end,
+    .on_close = op_close,
+    .read_body = op_read_body,
+    .on_settings = op_settings,
+    .on_goaway = op_goaway,
+};
 
 /* ---- running the connection ---- */
 
@@ -465,9 +431,9 @@ static void on_written(uv_write_t *wr, int status) {
  * connection failed (soft: left to h2up_run, which meets the failure again and acts). */
 static bool conn_flush(sl_h2up_t *c, bool soft) {
     while (c->state != C_CLOSING && !c->writing) {
-        int rv = nghttp2_session_send(c->ss);
-        if (rv != 0) {
-            if (!soft) conn_fail(c, 502, SL_FAIL_RESET, nghttp2_strerror(rv));
+        const char *why;
+        if (sl_h2c_send(&c->h2, &why) != SL_OK) {
+            if (!soft) conn_fail(c, 502, SL_FAIL_RESET, why);
             return false;
         }
         if (!c->olen) break;
@@ -500,19 +466,19 @@ static void stream_run(sl_h2up_stream_t *st) {
         x->cb->on_written(x);
         return;
     }
-    if ((ev & EV_CLOSED) && !st->remote_done && !st->expired) {
-        if (st->refused) {
+    if ((ev & EV_CLOSED) && !st->h2.remote_done && !st->expired) {
+        if (st->h2.refused) {
             x->cb->on_refused(x, "upstream refused the stream");
             return;
         }
         char why[96];
-        snprintf(why, sizeof why, "upstream reset the stream (%s)", nghttp2_http2_strerror(st->close_code));
+        snprintf(why, sizeof why, "upstream reset the stream (%s)", sl_h2c_code_text(st->h2.close_code));
         x->cb->on_failed(x, 502, SL_FAIL_RESET, why);
         return;
     }
     if (ev & (EV_HEAD | EV_DATA)) {
-        if (st->due && !st->remote_done) st->due = loop_now(st->c) + sl__req_upstream_conf(x->r)->read_timeout_ms;
-        if (st->remote_done) st->due = 0;
+        if (st->due && !st->h2.remote_done) st->due = loop_now(st->c) + sl__req_upstream_conf(x->r)->read_timeout_ms;
+        if (st->h2.remote_done) st->due = 0;
         x->cb->on_readable(x);
     }
 }
@@ -529,7 +495,7 @@ static void h2up_run(sl_h2up_t *c) {
     }
     c->in_run = 0;
     if (c->state == C_CLOSING || c->state == C_CONNECTING) return;
-    if (!nghttp2_session_want_read(c->ss) && !nghttp2_session_want_write(c->ss) && !c->writing) {
+    if (!sl_h2c_want_read(&c->h2) && !sl_h2c_want_write(&c->h2) && !c->writing) {
         conn_fail(c, 502, SL_FAIL_RESET, "upstream closed the HTTP/2 session");
         return;
     }
@@ -547,9 +513,9 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
     sl_list_foreach_safe(n, nx, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
         sl_exchange_t *x = st->x;
-        if (!x || st->remote_done || st->expired) continue;
+        if (!x || st->h2.remote_done || st->expired) continue;
         /* a stream never sent, or above a GOAWAY's last-stream-id, reached no application */
-        if (!connecting && (!st->id || st->id > c->last_id))
+        if (!connecting && sl_h2c_unseen(&c->h2, &st->h2))
             x->cb->on_refused(x, why);
         else
             x->cb->on_failed(x, status, kind, why);
@@ -558,10 +524,7 @@ static void conn_fail(sl_h2up_t *c, int status, int kind, const char *why) {
      * they finish (detach frees a stream of a closing connection) */
     sl_list_foreach(n, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
-        if (st->x) {
-            st->nclosed = 1;
-            st->remote_done = 1;
-        }
+        if (st->x) sl_h2c_stream_gone(&st->h2);
     }
     conn_close(c);
 }
@@ -586,9 +549,9 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     if (nread > 0) {
-        ssize_t rv = nghttp2_session_mem_recv(c->ss, (const uint8_t *)c->rbuf, (size_t)nread);
-        if (rv < 0) {
-            conn_fail(c, 502, SL_FAIL_RESET, nghttp2_strerror((int)rv));
+        const char *why;
+        if (sl_h2c_feed(&c->h2, c->rbuf, (size_t)nread, &why) != SL_OK) {
+            conn_fail(c, 502, SL_FAIL_RESET, why);
             return;
         }
     }
@@ -675,10 +638,7 @@ static bool stream_submit(sl_h2up_stream_t *st) {
     }
 #undef NV
     st->has_body = r->body_buffered ? r->heap_len > 0 : r->head.body_kind != SL_BODY_NONE;
-    nghttp2_data_provider prd = {.source = {.ptr = st}, .read_callback = on_read_req};
-    int32_t id = nghttp2_submit_request(st->c->ss, NULL, nva, n, st->has_body ? &prd : NULL, st);
-    if (id < 0) return false;
-    st->id = id;
+    if (sl_h2c_submit(&st->c->h2, &st->h2, nva, n, st->has_body) < 0) return false;
     atomic_fetch_add(&st->c->ts->h2_streams, 1);
     return true;
 }
@@ -693,16 +653,10 @@ static void conn_ready(sl_h2up_t *c) {
         conn_fail(c, 502, SL_FAIL_CONNECT, "upstream read failed");
         return;
     }
-    nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2UP_STREAM_WINDOW},
-    };
-    nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, iv, SL_ARRAY_LEN(iv));
-    nghttp2_session_set_local_window_size(c->ss, NGHTTP2_FLAG_NONE, 0, H2UP_CONN_WINDOW);
     sl_list_t *n, *nx;
     sl_list_foreach_safe(n, nx, &c->streams) {
         sl_h2up_stream_t *st = SL_LIST_ENTRY(n, sl_h2up_stream_t, link);
-        if (st->x && !st->id && !stream_submit(st)) st->x->cb->on_failed(st->x, 502, SL_FAIL_OTHER, "out of memory");
+        if (st->x && !st->h2.id && !stream_submit(st)) st->x->cb->on_failed(st->x, 502, SL_FAIL_OTHER, "out of memory");
     }
     h2up_run(c);
 }
@@ -746,22 +700,23 @@ static void conn_on_connect(uv_connect_t *creq, int status) {
 
 static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     const sl_upstream_conf_t *uc = &w->cfg->upstreams[upstream];
-    nghttp2_session_callbacks *cb = NULL;
-    nghttp2_option *opt = NULL;
     sl_h2up_t *c = calloc(1, sizeof(*c));
-    if (c) sl_list_init(&c->ev), sl_list_init(&c->streams);
-    if (!c || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
-    nghttp2_session_callbacks_set_send_callback(cb, on_send);
-    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-    nghttp2_session_callbacks_set_on_frame_not_send_callback(cb, on_frame_not_send);
-    nghttp2_option_set_no_auto_window_update(opt, 1); /* the requests give the windows back */
-    nghttp2_option_set_peer_max_concurrent_streams(opt, H2UP_FIRST_STREAMS);
-    if (nghttp2_session_client_new3(&c->ss, cb, c, opt, sl__h2_mem()) != 0) goto fail;
-    nghttp2_option_del(opt);
-    nghttp2_session_callbacks_del(cb);
+    if (!c) return NULL;
+    sl_list_init(&c->ev);
+    sl_list_init(&c->streams);
+    /* the SETTINGS and the connection's window wait in the session until it is connected */
+    const sl_h2c_opts_t opts = {
+        .mem = sl__h2_mem(),
+        .manual_window = true, /* the requests give the windows back */
+        .stream_window = H2UP_STREAM_WINDOW,
+        .conn_window = H2UP_CONN_WINDOW,
+        .assume_max_streams = H2UP_FIRST_STREAMS,
+        .max_head_bytes = w->resp_limits->max_header_size,
+    };
+    if (sl_h2c_init(&c->h2, &opts, &h2up_ops, c) != SL_OK) {
+        free(c);
+        return NULL;
+    }
     c->w = w;
     c->upstream = upstream;
     c->target = t;
@@ -778,7 +733,6 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
             break;
         }
     }
-    c->last_id = INT32_MAX;
     c->ts = atomic_load(&w->ug->ups[upstream].ts[t]);
     uv_tcp_init(&w->loop, &c->s.tcp);
     c->s.tcp.data = c;
@@ -797,11 +751,6 @@ static sl_h2up_t *conn_new(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     c->connect_due = loop_now(c) + uc->connect_timeout_ms;
     conn_schedule(c, c->connect_due);
     return c;
-fail:
-    if (opt) nghttp2_option_del(opt);
-    if (cb) nghttp2_session_callbacks_del(cb);
-    free(c);
-    return NULL;
 }
 
 /* ---- what a request asks of its stream ---- */
@@ -839,7 +788,7 @@ static void stream_detach(sl_exchange_t *x) {
     st->x = NULL;
     st->q = NULL;
     c->nstreams--;
-    if (st->id) atomic_fetch_sub(&c->ts->h2_streams, 1);
+    if (st->h2.id) atomic_fetch_sub(&c->ts->h2_streams, 1);
     if (c->state == C_CLOSING) { /* freed with the connection */
         if (c->handles_closed && !c->nstreams) conn_free(c);
         return;
@@ -848,14 +797,11 @@ static void stream_detach(sl_exchange_t *x) {
         sl_block_put(&c->w->blocks, st->body);
         st->body = NULL;
     }
-    if (!st->id || st->nclosed) {
+    if (!st->h2.id || st->h2.closed)
         stream_free(st);
-    } else {
-        /* a stream still open on either side is cancelled; nghttp2 closes it (and it is
-         * freed) once the RST_STREAM went */
-        if (!nghttp2_session_get_stream_local_close(c->ss, st->id) || !st->remote_done)
-            nghttp2_submit_rst_stream(c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-    }
+    else /* a stream still open on either side is cancelled; nghttp2 closes it (and it is
+          * freed: op_close) once the RST_STREAM went */
+        sl_h2c_cancel(&c->h2, &st->h2);
     if (!c->nstreams) c->idle_due = 0; /* h2up_run starts the idle timeout */
     conn_kick(c);
 }
@@ -904,10 +850,7 @@ static int h2_start(sl_exchange_t *x) {
 }
 
 static void stream_resume(sl_h2up_stream_t *st) {
-    if (st->deferred && st->id && !st->nclosed) {
-        st->deferred = 0;
-        nghttp2_session_resume_data(st->c->ss, st->id);
-    }
+    sl_h2c_resume(&st->c->h2, &st->h2);
     conn_kick(st->c);
 }
 
@@ -935,14 +878,14 @@ static int h2_head(sl_exchange_t *x, int *kind, const char **why) {
     (void)kind;
     (void)why;
     SL_BUG_ON(x->state != SL_X_OPEN);
-    if (!x->u.stream->head_done) return SL_EAGAIN;
+    if (!x->u.stream->h2.head_done) return SL_EAGAIN;
     x->state = SL_X_HEAD;
     return SL_OK;
 }
 
 static int h2_peek(sl_exchange_t *x, const char **why) {
     (void)why;
-    return x->state != SL_X_FREE && x->u.stream->head_done ? SL_OK : SL_EAGAIN;
+    return x->state != SL_X_FREE && x->u.stream->h2.head_done ? SL_OK : SL_EAGAIN;
 }
 
 static int h2_body(sl_exchange_t *x, uint32_t room, sl_body_cb cb, void *ud, const char **why) {
@@ -959,7 +902,7 @@ static int h2_body(sl_exchange_t *x, uint32_t room, sl_body_cb cb, void *ud, con
         st->bpos += n;
         return SL_OK;
     }
-    return st->remote_done ? SL_DONE : SL_EAGAIN;
+    return st->h2.remote_done ? SL_DONE : SL_EAGAIN;
 }
 
 /* Everything handed went to the client: the block starts over and its bytes go back to the
@@ -969,7 +912,7 @@ static int h2_wait(sl_exchange_t *x, const char **why) {
     SL_BUG_ON(x->state != SL_X_HEAD);
     sl_h2up_stream_t *st = x->u.stream;
     if (st->bpos != st->blen || !st->blen) return SL_OK;
-    if (!st->nclosed) nghttp2_session_consume_stream(st->c->ss, st->id, st->blen);
+    sl_h2c_consume(&st->c->h2, &st->h2, st->blen);
     st->blen = st->bpos = 0;
     if (st->body) {
         sl_block_put(&st->c->w->blocks, st->body);
@@ -1012,8 +955,8 @@ static void h2_cut(sl_exchange_t *x) {
     sl_h2up_stream_t *st = x->u.stream;
     st->expired = 1;
     st->due = 0;
-    if (st->id && !st->nclosed && st->c->state != C_CLOSING) {
-        nghttp2_submit_rst_stream(st->c->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+    if (st->h2.id && !st->h2.closed && st->c->state != C_CLOSING) {
+        sl_h2c_reset(&st->c->h2, &st->h2, NGHTTP2_CANCEL);
         conn_kick(st->c);
     }
 }

@@ -1,19 +1,21 @@
-/* grpc_probe.c — a gRPC health check over nghttp2's client session (grpc_probe.h).
+/* grpc_probe.c — a gRPC health check over the core's HTTP/2 client driver (grpc_probe.h,
+ * client/h2_client.h).
  *
  * The wire format is small enough to write by hand: HealthCheckRequest is field 1 (string
  * service), HealthCheckResponse field 1 (enum status: 0 UNKNOWN, 1 SERVING, 2 NOT_SERVING,
  * 3 SERVICE_UNKNOWN), each message behind gRPC's 5-byte prefix (a flag byte, a 32-bit
- * big-endian length). nghttp2 does the HTTP/2 framing and HPACK, as it does for clients.
+ * big-endian length). The driver does the HTTP/2 session (framing, HPACK, the response's
+ * status, fields and trailers); this file keeps the message and the verdict.
  */
 #include "upstream/grpc_probe.h"
 
-#include <nghttp2/nghttp2.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
+#include "client/h2_client.h"
 
 /* The prefix and a service name of up to 200 bytes (config limit) with its key and length. */
 #define PROBE_REQ_MAX (5 + 3 + 200)
@@ -21,8 +23,8 @@
 #define PROBE_RESP_MAX 64
 
 struct sl_grpc_probe_s {
-    nghttp2_session *ss;
-    int32_t sid;
+    sl_h2c_t h2;
+    sl_h2c_stream_t st; /* the one call */
     char req[PROBE_REQ_MAX];
     size_t req_len, req_off;
     char authority[128];
@@ -30,29 +32,46 @@ struct sl_grpc_probe_s {
     int grpc_status;  /* -1: none seen */
     unsigned char msg[PROBE_RESP_MAX];
     size_t msg_len;
-    uint8_t closed, too_long, got_bytes;
+    uint8_t too_long, got_bytes;
+    char *out;        /* what the session has to send, until take hands it over */
+    size_t out_len;
     char why[96];
 };
 
-static ssize_t req_read(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
-                        nghttp2_data_source *src, void *ud) {
-    (void)ss, (void)sid, (void)src;
+/* The session's output collects in a malloc'ed buffer that take hands over. */
+static long op_send(void *ud, const uint8_t *data, size_t len) {
     sl_grpc_probe_t *p = ud;
+    char *no = realloc(p->out, p->out_len + len);
+    if (!no) return SL_ERROR;
+    memcpy(no + p->out_len, data, len);
+    p->out = no;
+    p->out_len += len;
+    return (long)len;
+}
+
+static long op_read_body(void *ud, sl_h2c_stream_t *st, uint8_t *buf, size_t len, bool *eof) {
+    sl_grpc_probe_t *p = ud;
+    (void)st;
     size_t n = SL_MIN(len, p->req_len - p->req_off);
     memcpy(buf, p->req + p->req_off, n);
     p->req_off += n;
-    if (p->req_off == p->req_len) *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return (ssize_t)n;
+    *eof = p->req_off == p->req_len;
+    return (long)n;
 }
 
-static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
-                     const uint8_t *value, size_t vlen, uint8_t flags, void *ud) {
-    (void)ss, (void)flags;
+static int op_status(void *ud, sl_h2c_stream_t *st, int status) {
     sl_grpc_probe_t *p = ud;
-    if (f->hd.stream_id != p->sid) return 0;
-    if (nlen == 7 && memcmp(name, ":status", 7) == 0 && vlen == 3)
-        p->http_status = (value[0] - '0') * 100 + (value[1] - '0') * 10 + (value[2] - '0');
-    else if (nlen == 11 && memcmp(name, "grpc-status", 11) == 0) {
+    (void)st;
+    p->http_status = status;
+    return 0;
+}
+
+/* grpc-status, in the head (trailers-only) or the trailers. */
+static int op_field(void *ud, sl_h2c_stream_t *st, const uint8_t *name, size_t nlen, const uint8_t *value,
+                    size_t vlen) {
+    sl_grpc_probe_t *p = ud;
+    (void)st;
+    if (nlen == 11 && memcmp(name, "grpc-status", 11) == 0) {
         int c = 0;
         for (size_t i = 0; i < vlen && i < 3; i++) c = c * 10 + (value[i] - '0');
         p->grpc_status = vlen && vlen <= 2 ? c : 99;
@@ -60,10 +79,9 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
     return 0;
 }
 
-static int on_data(nghttp2_session *ss, uint8_t flags, int32_t sid, const uint8_t *data, size_t len, void *ud) {
-    (void)ss, (void)flags;
+static int op_data(void *ud, sl_h2c_stream_t *st, const uint8_t *data, size_t len) {
     sl_grpc_probe_t *p = ud;
-    if (sid != p->sid) return 0;
+    (void)st;
     if (p->msg_len + len > sizeof p->msg) {
         p->too_long = 1;
         return 0;
@@ -73,23 +91,22 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t sid, const uint8_
     return 0;
 }
 
-static int on_close(nghttp2_session *ss, int32_t sid, uint32_t code, void *ud) {
-    (void)ss, (void)code;
-    sl_grpc_probe_t *p = ud;
-    if (sid == p->sid) p->closed = 1;
-    return 0;
-}
+static const sl_h2c_ops_t probe_ops = {
+    .send = op_send,
+    .on_status = op_status,
+    .on_field = op_field,
+    .on_trailer = op_field,
+    .on_data = op_data,
+    .read_body = op_read_body,
+};
 
 sl_grpc_probe_t *sl_grpc_probe_new(const char *authority, bool tls, const char *service) {
     sl_grpc_probe_t *p = calloc(1, sizeof(*p));
-    nghttp2_session_callbacks *cb = NULL;
-    if (!p || nghttp2_session_callbacks_new(&cb) != 0) goto fail;
-    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_close);
-    int rc = nghttp2_session_client_new(&p->ss, cb, p);
-    nghttp2_session_callbacks_del(cb);
-    if (rc != 0) goto fail;
+    if (!p) return NULL;
+    if (sl_h2c_init(&p->h2, &(sl_h2c_opts_t){0}, &probe_ops, p) != SL_OK) {
+        free(p);
+        return NULL;
+    }
     p->grpc_status = -1;
     snprintf(p->authority, sizeof p->authority, "%s", authority);
     /* HealthCheckRequest { string service = 1; }: absent when "" (proto3 default). */
@@ -122,14 +139,11 @@ sl_grpc_probe_t *sl_grpc_probe_new(const char *authority, bool tls, const char *
                         NV("te", "trailers"),
                         NV("user-agent", "sluice-health")};
 #undef NV
-    nghttp2_data_provider prd = {.source = {.ptr = p}, .read_callback = req_read};
-    if (nghttp2_submit_settings(p->ss, NGHTTP2_FLAG_NONE, NULL, 0) != 0) goto fail;
-    p->sid = nghttp2_submit_request(p->ss, NULL, nva, SL_ARRAY_LEN(nva), &prd, NULL);
-    if (p->sid < 0) goto fail;
+    if (sl_h2c_submit(&p->h2, &p->st, nva, SL_ARRAY_LEN(nva), true) < 0) {
+        sl_grpc_probe_free(p);
+        return NULL;
+    }
     return p;
-fail:
-    sl_grpc_probe_free(p);
-    return NULL;
 }
 
 /* A protobuf varint at m[*i..n): false when it runs past the end or past 64 bits. */
@@ -200,13 +214,9 @@ int sl_grpc_probe_feed(sl_grpc_probe_t *p, const char *data, size_t len, const c
         return SL_ERROR;
     }
     p->got_bytes |= len > 0;
-    ssize_t rc = nghttp2_session_mem_recv(p->ss, (const uint8_t *)data, len);
-    if (rc < 0) {
-        *why = nghttp2_strerror((int)rc);
-        return SL_ERROR;
-    }
-    if (p->closed) return verdict(p, why);
-    if (!nghttp2_session_want_read(p->ss)) {
+    if (sl_h2c_feed(&p->h2, data, len, why) != SL_OK) return SL_ERROR;
+    if (p->st.closed) return verdict(p, why);
+    if (!sl_h2c_want_read(&p->h2)) {
         *why = "connection ended (GOAWAY)";
         return SL_ERROR;
     }
@@ -214,32 +224,19 @@ int sl_grpc_probe_feed(sl_grpc_probe_t *p, const char *data, size_t len, const c
 }
 
 long sl_grpc_probe_take(sl_grpc_probe_t *p, char **buf) {
-    char *out = NULL;
-    size_t n = 0;
+    const char *why;
     *buf = NULL;
-    for (;;) {
-        const uint8_t *d;
-        ssize_t k = nghttp2_session_mem_send(p->ss, &d);
-        if (k < 0) {
-            free(out);
-            return SL_ERROR;
-        }
-        if (k == 0) break;
-        char *no = realloc(out, n + (size_t)k);
-        if (!no) {
-            free(out);
-            return SL_ERROR;
-        }
-        out = no;
-        memcpy(out + n, d, (size_t)k);
-        n += (size_t)k;
-    }
-    *buf = out;
-    return (long)n;
+    if (sl_h2c_send(&p->h2, &why) != SL_OK) return SL_ERROR;
+    long n = (long)p->out_len;
+    *buf = p->out;
+    p->out = NULL;
+    p->out_len = 0;
+    return n;
 }
 
 void sl_grpc_probe_free(sl_grpc_probe_t *p) {
     if (!p) return;
-    if (p->ss) nghttp2_session_del(p->ss);
+    sl_h2c_fini(&p->h2);
+    free(p->out);
     free(p);
 }
