@@ -802,6 +802,8 @@ static int apply(sl_reload_job_t *j, char **json) {
     srv->listen_fds = fds;
     free(srv->listen_text);
     srv->listen_text = texts;
+    if (srv->ready_file && sl__server_write_ready_file(srv) != SL_OK)
+        sl_log_err("cannot write ready file %s", srv->ready_file);
     srv->generation++;
     srv->reloads_ok++;
     if (sl_telemetry_configure(&n->telemetry) != SL_OK) sl_log_err("telemetry: cannot start the exporter");

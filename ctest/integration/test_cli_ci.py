@@ -3,7 +3,8 @@ instance whose admin listens on port 0 (--ready-file PATH, --admin ADDR), the re
 goes away when the process exits, `sluice check` without -c says what it checked, an
 explicit reload of unchanged content applies a new generation and says the content was
 unchanged (`applied: true, unchanged: true`) while the file watch applies nothing for a
-save that changed nothing, and /status keeps the last rejected reload."""
+save that changed nothing, /status keeps the last rejected reload, and a reload that adds
+or removes listeners rewrites the ready file."""
 
 import json
 import subprocess
@@ -52,6 +53,36 @@ def test_reload_port_zero(t):
     t.check("exit 0 on SIGTERM", rc == 0, 0, rc)
     t.check("the ready file is removed when the process exits", not os.path.exists(s.ready_path), "gone",
             os.listdir(s.dir))
+
+
+def test_ready_file_follows_reload(t):
+    """A reload that adds or removes a listener rewrites the ready file: a CI step finds the
+    new listener's port (`listen: 127.0.0.1:0`), and the file never names a listener that
+    is gone."""
+    s = h.start_sluice(CFG, suite=t)
+    with open(s.config_path, "w") as f:
+        f.write(CFG.replace("  - { name: web, listen: 127.0.0.1:0 }\n",
+                            "  - { name: web, listen: 127.0.0.1:0 }\n  - { name: extra, listen: 127.0.0.1:0 }\n"))
+    code, ans = s.reload(new_content=False)
+    with open(s.ready_path) as f:
+        ready = json.load(f)
+    extra = ready["listeners"].get("extra")
+    live = {x["name"]: x["listen"] for x in s.status()["listeners"]}
+    t.check("a listener added by a reload: in the ready file, at its real address", code == 200 and extra is not None
+            and extra == live.get("extra") and not extra.endswith(":0"), live.get("extra"), (code, ready))
+    if extra:
+        r = h.request(int(extra.rsplit(":", 1)[1]), "GET", "/")
+        t.check("... and that address serves", r.status == 200, 200, r.status)
+    t.check("... the admin address and pid are unchanged", ready.get("admin") == s.admin
+            and ready.get("pid") == s.proc.pid, (s.admin, s.proc.pid), ready)
+    with open(s.config_path, "w") as f:
+        f.write(CFG.replace("name: web,", "name: other,"))
+    code, ans = s.reload(new_content=False)
+    with open(s.ready_path) as f:
+        ready = json.load(f)
+    t.check("listeners removed by a reload: gone from the ready file", code == 200
+            and sorted(ready["listeners"]) == ["other"], ["other"], (code, ready))
+    s.stop()
 
 
 def test_unchanged_and_rejected(t):
@@ -132,4 +163,4 @@ def test_check_without_c(t):
             (r.returncode, r.stdout, r.stderr))
 
 
-t.run(test_reload_port_zero, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
+t.run(test_reload_port_zero, test_ready_file_follows_reload, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
