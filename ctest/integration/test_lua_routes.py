@@ -114,6 +114,8 @@ def test_errors(t):
         # a port, a path without '/' or a method that is no token would never match)
         ("bad route name", 'return { { name = \'a"b\', plugins = { { name = "echo" } } } }',
          "route 1: invalid route name 'a\"b': use 1 to 64 letters", "'a\"b'"),
+        ("reserved route name", 'return { { name = "none", plugins = { { name = "echo" } } } }',
+         "route 'none': route name 'none' is reserved", '"none"'),
         ("bad plugin name", 'return { { name = "p", plugins = { { name = "../echo" } } } }',
          "route 'p': invalid plugin name '../echo'", '"../echo"'),
         ("path without /", 'return { { name = "q", match = { paths = { "/ok", "v1" } }, plugins = { { name = "echo" } } } }',

@@ -322,6 +322,9 @@ local function route_errors(fi, i, r, node, add)
         fail("name", "%s: 'name' must be a string", label)
     elseif not valid_name(r.name, true) then
         fail("name", "%s: invalid route name '%s': %s", label, r.name, name_rule(true))
+    elseif r.name == "none" then -- SL_ROUTE_NONE (config/parse.h)
+        fail("name", "%s: route name 'none' is reserved: the metrics label requests that matched no route with "
+            .. 'route="none"', label)
     end
     if r.strip_prefix ~= nil and type(r.strip_prefix) ~= "boolean" then
         fail("strip_prefix", "%s: strip_prefix must be a boolean (true or false)", label)
