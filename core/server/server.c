@@ -113,7 +113,9 @@ static void on_drain_deadline(uv_timer_t *t) {
         for (int i = 0; i < srv->nworkers; i++) uv_stop(&srv->workers[i].loop);
         return;
     }
-    /* Connections still open are closed by the kernel when the process exits. */
+    /* Connections still open are closed by the kernel when the process exits; the ready
+     * file goes first, as after a drain that ended in time (sl_server_run). */
+    if (srv->ready_file) unlink(srv->ready_file);
     _exit(0);
 }
 

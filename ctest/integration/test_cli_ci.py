@@ -55,6 +55,29 @@ def test_reload_port_zero(t):
             os.listdir(s.dir))
 
 
+def test_ready_file_gone_after_shutdown_timeout(t):
+    """A drain cut short at shutdown_timeout (a request still in flight) exits 0 and removes
+    the ready file too, like a drain that ended in time."""
+    up = h.MockUpstream(lambda req: h.HANG)
+    cfg = ("workers: 1\nshutdown_timeout: 500ms\nadmin: { listen: 127.0.0.1:0 }\n"
+           "listeners: [ { name: web, listen: 127.0.0.1:0 } ]\n"
+           "upstreams: [ { name: u, targets: [ { address: %s } ], timeouts: { read: 30s } } ]\n"
+           "routes: [ { name: hang, upstream: u } ]\n" % up.address)
+    s = h.start_sluice(cfg, suite=t)
+    c = h.Client(s.port(), timeout=10)
+    c.send(h.build_request("GET", "/hang"))
+    deadline = time.monotonic() + 5
+    while not up.accepted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rc = s.stop()
+    c.close()
+    t.check("a request in flight at shutdown_timeout: exit 0", up.accepted and rc == 0, 0, (up.accepted, rc))
+    t.check("... and the ready file is removed", not os.path.exists(s.ready_path), "gone", os.listdir(s.dir))
+    t.check("... after the drain was cut", "shutdown_timeout reached" in s.log(), "shutdown_timeout reached",
+            s.log()[-400:])
+    up.stop()
+
+
 def test_ready_file_follows_reload(t):
     """A reload that adds or removes a listener rewrites the ready file: a CI step finds the
     new listener's port (`listen: 127.0.0.1:0`), and the file never names a listener that
@@ -163,4 +186,4 @@ def test_check_without_c(t):
             (r.returncode, r.stdout, r.stderr))
 
 
-t.run(test_reload_port_zero, test_ready_file_follows_reload, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
+t.run(test_reload_port_zero, test_ready_file_follows_reload, test_ready_file_gone_after_shutdown_timeout, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
