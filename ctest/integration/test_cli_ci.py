@@ -147,6 +147,25 @@ def test_unchanged_and_rejected(t):
     s.stop()
 
 
+def test_restart_keys_rejected_at_their_position(t):
+    """A reload that changes what only a restart applies (workers, the admin listener) is
+    rejected with FILE:LINE:COL of the key's value, as every other rejected reload."""
+    s = h.start_sluice(CFG, suite=t)
+    gen = s.status()["generation"]
+    cases = (("workers", CFG.replace("workers: 1", "workers: 2"), "1:10", "'workers' changed: a restart applies it"),
+             ("admin listener", CFG.replace("admin: { listen: 127.0.0.1:0 }", "admin: { listen: 127.0.0.1:9 }"),
+              "2:18", "the admin listener changed: a restart applies it"))
+    for name, text, at, msg in cases:
+        with open(s.config_path, "w") as f:
+            f.write(text)
+        code, ans = s.reload(new_content=False)
+        want = "%s:%s: %s" % (s.config_path, at, msg)
+        t.check("a reload changing %s: 422 with FILE:LINE:COL" % name,
+                code == 422 and (ans or {}).get("error") == want, (422, want), (code, ans))
+    t.check("... the first generation still serves", s.status()["generation"] == gen, gen, s.status()["generation"])
+    s.stop()
+
+
 def test_env_substitution(t):
     cfg = CFG.replace("admin: { listen: 127.0.0.1:0 }", 'admin: { listen: "${T_ADMIN:-127.0.0.1:0}" }') \
              .replace("- { name: web, listen: 127.0.0.1:0 }", "- name: web\n    listen: 127.0.0.1:${T_PORT}")
@@ -186,4 +205,6 @@ def test_check_without_c(t):
             (r.returncode, r.stdout, r.stderr))
 
 
-t.run(test_reload_port_zero, test_ready_file_follows_reload, test_ready_file_gone_after_shutdown_timeout, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
+t.run(test_reload_port_zero, test_ready_file_follows_reload, test_ready_file_gone_after_shutdown_timeout,
+      test_unchanged_and_rejected, test_restart_keys_rejected_at_their_position, test_env_substitution,
+      test_check_without_c)
