@@ -295,6 +295,9 @@ typedef struct {
     char *run_user;
     uid_t run_uid;
     gid_t run_gid;
+    /** Where the keys a reload cannot change were written (their value; 1:1 when absent), for
+     *  the FILE:LINE:COL of a reload that changes them. */
+    int workers_line, workers_col, admin_line, admin_col, user_line, user_col;
 } sl_config_t;
 
 /** Whether phase dispatchers mark each plugin's end (sl_ffi_plugin_timed): for the duration

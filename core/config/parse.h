@@ -22,6 +22,12 @@
 #define MAX_PLUGIN_JSON (1u << 20)  /* bounds alias expansion ("billion laughs") too */
 #define MAX_JSON_DEPTH 32           /* also stops recursive aliases (&a [ *a ]) */
 #define MAX_NAME_LEN 64             /* names become metric labels and log fields */
+/* The route label of requests no route matched (metrics.c): no route may be named so, or
+ * its series and theirs would be one label set twice (a scrape Prometheus refuses). */
+#define SL_ROUTE_NONE "none"
+#define SL_ROUTE_NONE_MSG                                                                    \
+    "route name 'none' is reserved: the metrics label requests that matched no route with " \
+    "route=\"none\""
 #define MAX_WORKERS 1024
 #define AUTO_WORKERS_CAP 64
 #define MAX_WEIGHT 1000000 /* keeps the sum of an upstream's weights far from overflow */

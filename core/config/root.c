@@ -392,6 +392,14 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
     sl__cfg_scan_map(cx, root, where, top_keys, f, G_N, top_later);
     const yaml_node_t *v;
 
+    /* the keys a reload cannot change: where they stand, for its error (reload.c) */
+    const yaml_node_t *at;
+    cfg->workers_line = (at = f[G_WORKERS].val) ? sl__cfg_line_of(at) : 1;
+    cfg->workers_col = at ? sl__cfg_col_of(at) : 1;
+    at = f[G_USER].val ? f[G_USER].val : f[G_GROUP].val;
+    cfg->user_line = at ? sl__cfg_line_of(at) : 1;
+    cfg->user_col = at ? sl__cfg_col_of(at) : 1;
+
     cfg->workers = auto_workers();
     if ((v = f[G_WORKERS].val) &&
         !(v->type == YAML_SCALAR_NODE && strcmp(sl__cfg_sval(v), "auto") == 0)) {
@@ -445,6 +453,9 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
                        "environment variable holding a bearer token, or listen on 127.0.0.1 or [::1]",
                        cfg->admin_listen.text);
     }
+    at = admin_at ? admin_at : f[G_ADMIN].val;
+    cfg->admin_line = at ? sl__cfg_line_of(at) : 1;
+    cfg->admin_col = at ? sl__cfg_col_of(at) : 1;
     if (cfg->admin_enabled && !cfg->admin_listen.text) {
         const char *why;
         if (sl__cfg_parse_addr("127.0.0.1:9090", &cfg->admin_listen, &why) == 0)

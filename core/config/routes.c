@@ -266,7 +266,9 @@ void sl__cfg_parse_route(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     const yaml_node_t *v = sl__cfg_required(cx, m, &f[R_NAME], where);
     if (v && sl__cfg_get_name(cx, v, "route", true, &r->name)) {
         long first = earlier_route(cx, cfg, idx, r->name);
-        if (first >= 0)
+        if (strcmp(r->name, SL_ROUTE_NONE) == 0)
+            sl__cx_err(cx, v, SL_ROUTE_NONE_MSG);
+        else if (first >= 0)
             sl__cx_err(cx, v, "duplicate route name '%s' (first defined at line %d)", r->name,
                        cfg->routes[first].line);
     }

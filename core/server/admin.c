@@ -103,16 +103,18 @@ static void admin_send_with(admin_conn_t *a, int status, const char *ctype, cons
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %.*s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
                      status, (int)reason.len, reason.p, ctype, len, extra);
-    a->out = malloc((size_t)n + len);
+    /* HEAD: the head GET would get, Content-Length included, and no body (RFC 9110 9.3.2) */
+    size_t blen = SL_IEQ(a->head.method, "head") ? 0 : len;
+    a->out = malloc((size_t)n + blen);
     if (!a->out) {
         free(body);
         admin_close(a);
         return;
     }
     memcpy(a->out, head, (size_t)n);
-    memcpy(a->out + n, body, len);
+    if (blen) memcpy(a->out + n, body, blen);
     free(body);
-    a->iov[0] = uv_buf_init(a->out, (unsigned)((size_t)n + len));
+    a->iov[0] = uv_buf_init(a->out, (unsigned)((size_t)n + blen));
     a->wreq.data = a;
     uv_timer_start(&a->timer, admin_on_timeout, ADMIN_IO_TIMEOUT_MS, 0); /* a client that never reads */
     a->writing = true;

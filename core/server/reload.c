@@ -631,15 +631,22 @@ static void build_config(sl_reload_job_t *j, char *text, size_t len) {
     if (srv->etcd) j->hash = sl_fnv1a64(j->hash, &j->etcd_hash, sizeof j->etcd_hash);
 }
 
-/* What a reload cannot change in this build, or NULL. */
-static const char *needs_restart(const sl_config_t *o, const sl_config_t *n) {
-    if (n->workers != o->workers) return "'workers' changed: a restart applies it";
+/* What a reload cannot change in this build, or NULL; *line and *col: where n writes it. */
+static const char *needs_restart(const sl_config_t *o, const sl_config_t *n, int *line, int *col) {
+    if (n->workers != o->workers) {
+        *line = n->workers_line, *col = n->workers_col;
+        return "'workers' changed: a restart applies it";
+    }
     if (n->admin_enabled != o->admin_enabled ||
-        (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0))
+        (n->admin_enabled && strcmp(n->admin_listen.text, o->admin_listen.text) != 0)) {
+        *line = n->admin_line, *col = n->admin_col;
         return "the admin listener changed: a restart applies it";
+    }
     if ((n->run_user != NULL) != (o->run_user != NULL) ||
-        (n->run_user && (n->run_uid != o->run_uid || n->run_gid != o->run_gid)))
+        (n->run_user && (n->run_uid != o->run_uid || n->run_gid != o->run_gid))) {
+        *line = n->user_line, *col = n->user_col;
         return "'user' or 'group' changed: a restart applies it";
+    }
     return NULL;
 }
 
@@ -679,9 +686,13 @@ static void *build_main(void *arg) {
         j->n = NULL;
         goto done;
     }
-    const char *restart = needs_restart(srv->cfg, j->n);
+    int line = 1, col = 1;
+    const char *restart = needs_restart(srv->cfg, j->n, &line, &col);
     if (restart) {
-        j->err = strdup(restart);
+        const char *path = srv->config_path ? srv->config_path : "<embedded default>";
+        size_t cap = strlen(path) + strlen(restart) + 32;
+        if ((j->err = malloc(cap))) snprintf(j->err, cap, "%s:%d:%d: %s", path, line, col, restart);
+        else j->werr = restart; /* rejected all the same, by apply() */
         goto done;
     }
     /* The new workers with their VMs loaded: the longest part of a reload. */
@@ -802,6 +813,8 @@ static int apply(sl_reload_job_t *j, char **json) {
     srv->listen_fds = fds;
     free(srv->listen_text);
     srv->listen_text = texts;
+    if (srv->ready_file && sl__server_write_ready_file(srv) != SL_OK)
+        sl_log_err("cannot write ready file %s", srv->ready_file);
     srv->generation++;
     srv->reloads_ok++;
     if (sl_telemetry_configure(&n->telemetry) != SL_OK) sl_log_err("telemetry: cannot start the exporter");

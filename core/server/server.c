@@ -41,7 +41,7 @@ static int bind_listeners(sl_server_t *srv, const char **err) {
     return SL_OK;
 }
 
-static int write_ready_file(sl_server_t *srv) {
+int sl__server_write_ready_file(sl_server_t *srv) {
     const sl_config_t *cfg = srv->cfg;
     char tmp[4096];
     size_t pl = strlen(srv->ready_file);
@@ -113,7 +113,9 @@ static void on_drain_deadline(uv_timer_t *t) {
         for (int i = 0; i < srv->nworkers; i++) uv_stop(&srv->workers[i].loop);
         return;
     }
-    /* Connections still open are closed by the kernel when the process exits. */
+    /* Connections still open are closed by the kernel when the process exits; the ready
+     * file goes first, as after a drain that ended in time (sl_server_run). */
+    if (srv->ready_file) unlink(srv->ready_file);
     _exit(0);
 }
 
@@ -310,7 +312,7 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
         return 1;
     }
     srv->ready_file = ready_file;
-    if (ready_file && write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
+    if (ready_file && sl__server_write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
     if (sl_notify("READY=1") != 0) sl_log_warn("cannot notify the service manager at $NOTIFY_SOCKET");
     sl_server_loop(srv);
     /* A ready file left behind would name ports nobody listens on: the next CI step (or a

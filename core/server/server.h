@@ -153,6 +153,11 @@ static inline bool sl_server_draining(const sl_server_t *s) {
     return __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE) != 0;
 }
 
+/** Writes srv->ready_file (when set) with the listeners' real addresses: at start, and
+ *  again when a reload adds, moves or removes a listener, so it never names a port nobody
+ *  listens on. SL_OK or SL_ERROR. Main thread. */
+int sl__server_write_ready_file(sl_server_t *srv);
+
 /** Records the generation now served (srv->generation, srv->config_hash) with its reload's
  *  "changed" JSON items (owned from here; NULL for the first). Main thread. */
 void sl__server_note_generation(sl_server_t *srv, char *changed);

@@ -474,6 +474,11 @@ static void test_required_and_names(void) {
                           "  - { name: r, plugins: [ { name: echo } ] }\n"
                           "  - { name: r, plugins: [ { name: echo } ] }\n",
                  "4:13: duplicate route name 'r' (first defined at line 3)");
+    /* route="none" labels requests no route matched: a route so named would share its series */
+    EXPECT_ERROR(LISTENER "routes:\n"
+                          "  - { name: none, plugins: [ { name: echo } ] }\n",
+                 "3:13: route name 'none' is reserved: the metrics label requests that matched no route "
+                 "with route=\"none\"");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, upstream: nope } ]\n",
                  "2:32: route 'r' names unknown upstream 'nope'");
     EXPECT_ERROR("listeners:\n"
@@ -1034,7 +1039,7 @@ static void test_upgrade(void) {
                                          "routes:\n"
                                          "  - { name: ws, upstream: u, upgrade: [WebSocket, foo/2] }\n"
                                          "  - { name: any, upstream: u, upgrade: [\"*\"] }\n"
-                                         "  - { name: none, upstream: u }\n"
+                                         "  - { name: plain, upstream: u }\n"
                                          "  - { name: empty, upstream: u, upgrade: [] }\n");
     if (!cfg) return;
     CHECK_INT(cfg->routes[0].nupgrade, 2);

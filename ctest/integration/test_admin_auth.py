@@ -17,7 +17,7 @@ bounds how long and how large a request may be.
 - Requests are read by the proxy's HTTP/1 parser (proto/http1.h): a malformed request
   line, a bad or doubled Content-Length, a body over the admin buffer and an HTTP/1.1
   request without Host are answered 400 with a JSON error; a chunked body is read; the
-  admin API and the listener keep serving after each.
+  admin API and the listener keep serving after each. A HEAD request gets the head alone.
 """
 
 import json
@@ -322,6 +322,13 @@ def test_malformed_requests(t):
                 st == 404 and b"no upstream" in body, 404, (st, body[:120]))
     st, body, how = raw_admin(s, h.build_request("PUT", "/upstreams/nope/targets", body=b"address=1"))
     t.check("a body that is not JSON: 400 naming it", st == 400 and b"JSON object" in body, 400, (st, body[:120]))
+
+    # HEAD (a load balancer's health check): GET's head, Content-Length included, no body
+    for path in ("/health", "/ready", "/status", "/metrics"):
+        st, body, how = raw_admin(s, b"HEAD %s HTTP/1.1\r\nHost: a\r\n\r\n" % path.encode())
+        _, gbody, _ = raw_admin(s, b"GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % path.encode())
+        t.check("HEAD %s: 200 and no body after the head" % path, st == 200 and body == b"" and how == "eof"
+                and len(gbody) > 0, (200, b"", "eof"), (st, body[:80], how))
     s.stop()
 
 

@@ -3,7 +3,8 @@ instance whose admin listens on port 0 (--ready-file PATH, --admin ADDR), the re
 goes away when the process exits, `sluice check` without -c says what it checked, an
 explicit reload of unchanged content applies a new generation and says the content was
 unchanged (`applied: true, unchanged: true`) while the file watch applies nothing for a
-save that changed nothing, and /status keeps the last rejected reload."""
+save that changed nothing, /status keeps the last rejected reload, and a reload that adds
+or removes listeners rewrites the ready file."""
 
 import json
 import subprocess
@@ -54,6 +55,59 @@ def test_reload_port_zero(t):
             os.listdir(s.dir))
 
 
+def test_ready_file_gone_after_shutdown_timeout(t):
+    """A drain cut short at shutdown_timeout (a request still in flight) exits 0 and removes
+    the ready file too, like a drain that ended in time."""
+    up = h.MockUpstream(lambda req: h.HANG)
+    cfg = ("workers: 1\nshutdown_timeout: 500ms\nadmin: { listen: 127.0.0.1:0 }\n"
+           "listeners: [ { name: web, listen: 127.0.0.1:0 } ]\n"
+           "upstreams: [ { name: u, targets: [ { address: %s } ], timeouts: { read: 30s } } ]\n"
+           "routes: [ { name: hang, upstream: u } ]\n" % up.address)
+    s = h.start_sluice(cfg, suite=t)
+    c = h.Client(s.port(), timeout=10)
+    c.send(h.build_request("GET", "/hang"))
+    deadline = time.monotonic() + 5
+    while not up.accepted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rc = s.stop()
+    c.close()
+    t.check("a request in flight at shutdown_timeout: exit 0", up.accepted and rc == 0, 0, (up.accepted, rc))
+    t.check("... and the ready file is removed", not os.path.exists(s.ready_path), "gone", os.listdir(s.dir))
+    t.check("... after the drain was cut", "shutdown_timeout reached" in s.log(), "shutdown_timeout reached",
+            s.log()[-400:])
+    up.stop()
+
+
+def test_ready_file_follows_reload(t):
+    """A reload that adds or removes a listener rewrites the ready file: a CI step finds the
+    new listener's port (`listen: 127.0.0.1:0`), and the file never names a listener that
+    is gone."""
+    s = h.start_sluice(CFG, suite=t)
+    with open(s.config_path, "w") as f:
+        f.write(CFG.replace("  - { name: web, listen: 127.0.0.1:0 }\n",
+                            "  - { name: web, listen: 127.0.0.1:0 }\n  - { name: extra, listen: 127.0.0.1:0 }\n"))
+    code, ans = s.reload(new_content=False)
+    with open(s.ready_path) as f:
+        ready = json.load(f)
+    extra = ready["listeners"].get("extra")
+    live = {x["name"]: x["listen"] for x in s.status()["listeners"]}
+    t.check("a listener added by a reload: in the ready file, at its real address", code == 200 and extra is not None
+            and extra == live.get("extra") and not extra.endswith(":0"), live.get("extra"), (code, ready))
+    if extra:
+        r = h.request(int(extra.rsplit(":", 1)[1]), "GET", "/")
+        t.check("... and that address serves", r.status == 200, 200, r.status)
+    t.check("... the admin address and pid are unchanged", ready.get("admin") == s.admin
+            and ready.get("pid") == s.proc.pid, (s.admin, s.proc.pid), ready)
+    with open(s.config_path, "w") as f:
+        f.write(CFG.replace("name: web,", "name: other,"))
+    code, ans = s.reload(new_content=False)
+    with open(s.ready_path) as f:
+        ready = json.load(f)
+    t.check("listeners removed by a reload: gone from the ready file", code == 200
+            and sorted(ready["listeners"]) == ["other"], ["other"], (code, ready))
+    s.stop()
+
+
 def test_unchanged_and_rejected(t):
     s = h.start_sluice(CFG, suite=t)
     st = s.status()
@@ -90,6 +144,25 @@ def test_unchanged_and_rejected(t):
     except ValueError:
         pass
     t.check("/status: the rejection's time is UTC ISO 8601, now", ok, "~%d" % before, ts)
+    s.stop()
+
+
+def test_restart_keys_rejected_at_their_position(t):
+    """A reload that changes what only a restart applies (workers, the admin listener) is
+    rejected with FILE:LINE:COL of the key's value, as every other rejected reload."""
+    s = h.start_sluice(CFG, suite=t)
+    gen = s.status()["generation"]
+    cases = (("workers", CFG.replace("workers: 1", "workers: 2"), "1:10", "'workers' changed: a restart applies it"),
+             ("admin listener", CFG.replace("admin: { listen: 127.0.0.1:0 }", "admin: { listen: 127.0.0.1:9 }"),
+              "2:18", "the admin listener changed: a restart applies it"))
+    for name, text, at, msg in cases:
+        with open(s.config_path, "w") as f:
+            f.write(text)
+        code, ans = s.reload(new_content=False)
+        want = "%s:%s: %s" % (s.config_path, at, msg)
+        t.check("a reload changing %s: 422 with FILE:LINE:COL" % name,
+                code == 422 and (ans or {}).get("error") == want, (422, want), (code, ans))
+    t.check("... the first generation still serves", s.status()["generation"] == gen, gen, s.status()["generation"])
     s.stop()
 
 
@@ -132,4 +205,6 @@ def test_check_without_c(t):
             (r.returncode, r.stdout, r.stderr))
 
 
-t.run(test_reload_port_zero, test_unchanged_and_rejected, test_env_substitution, test_check_without_c)
+t.run(test_reload_port_zero, test_ready_file_follows_reload, test_ready_file_gone_after_shutdown_timeout,
+      test_unchanged_and_rejected, test_restart_keys_rejected_at_their_position, test_env_substitution,
+      test_check_without_c)

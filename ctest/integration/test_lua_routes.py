@@ -1,7 +1,9 @@
 """lua_routes: Lua files returning routes with the keys of YAML routes, where `match` may be
 a function(request) -> boolean. Checked: static Lua routes, a function match (above a "/"
 catch-all, below a longer prefix), an error in a match function (logged, no match),
-config errors at build time, and a reload picking up an edited routes file."""
+hosts and methods normalized as YAML's are, config errors at build time (the checks of
+YAML routes' names and match conditions included), and a reload picking up an edited
+routes file."""
 
 import json
 import os
@@ -22,6 +24,8 @@ ROUTES = """return {
   { name = "boom", match = function(req) error("oops") end,
     plugins = { { name = "response", config = { body = "never" } } } },
   { name = "api", match = { paths = { "/api/" } }, upstream = "up", strip_prefix = true },
+  { name = "cased", match = { hosts = { "Lua.Example.COM" }, paths = { "/cased" }, methods = { "post" } },
+    plugins = { { name = "response", config = { body = "cased" } } } },
 }
 """
 
@@ -65,6 +69,10 @@ def test_routes(t):
     seen = json.loads(r.body) if r.status == 200 else {}
     t.check("a Lua route to an upstream, with strip_prefix", r.status == 200 and seen.get("target") == "/v1?q=1",
             "/v1?q=1", (r.status, seen.get("target")))
+    # hosts are lower-cased and methods upper-cased when loaded, as in YAML
+    r = h.request(s.port(), "POST", "/cased", headers=[("Host", "lua.example.com")])
+    t.check("a Lua route's hosts and methods ignore the case they were written in",
+            (r.status, r.body) == (200, b"cased"), (200, b"cased"), (r.status, r.body))
     t.check("an error in a match function is logged and does not match",
             "lua_routes match function failed" in s.log() and "oops" in s.log(), "logged", s.log()[-500:])
     _, m = s.metrics()
@@ -102,6 +110,26 @@ def test_errors(t):
          "route 'w': upgrade: h2c is never forwarded", "{ \"H2C\" }"),
         ("bad upgrade token", 'return { { name = "v", upgrade = { "web socket" }, plugins = { { name = "echo" } } } }',
          "upgrade protocol 'web socket' is not a token", '{ "web socket" }'),
+        # the checks of a YAML route's names and match (a name is a metric label; a host with
+        # a port, a path without '/' or a method that is no token would never match)
+        ("bad route name", 'return { { name = \'a"b\', plugins = { { name = "echo" } } } }',
+         "route 1: invalid route name 'a\"b': use 1 to 64 letters", "'a\"b'"),
+        ("reserved route name", 'return { { name = "none", plugins = { { name = "echo" } } } }',
+         "route 'none': route name 'none' is reserved", '"none"'),
+        ("bad plugin name", 'return { { name = "p", plugins = { { name = "../echo" } } } }',
+         "route 'p': invalid plugin name '../echo'", '"../echo"'),
+        ("path without /", 'return { { name = "q", match = { paths = { "/ok", "v1" } }, plugins = { { name = "echo" } } } }',
+         "route 'q': path 'v1' must start with '/'", '"v1"'),
+        ("host with a port", 'return { { name = "r", match = { hosts = { "A.com:80" } }, plugins = { { name = "echo" } } } }',
+         "route 'r': host 'a.com:80': hosts match without the port", '"A.com:80"'),
+        ("bad method", 'return { { name = "s", match = { methods = { "G T" } }, plugins = { { name = "echo" } } } }',
+         "route 's': method 'G T' is not a valid HTTP method token", '"G T"'),
+        ("bad header name", 'return { { name = "t", match = { headers = { ["X A"] = "1" } }, plugins = { { name = "echo" } } } }',
+         "route 't': header name 'X A' is not a valid token", '"X A"'),
+        ("strip_prefix not a boolean", 'return { { name = "u", strip_prefix = "yes", plugins = { { name = "echo" } } } }',
+         "route 'u': strip_prefix must be a boolean", '"yes"'),
+        ("strip_prefix without paths", 'return { { name = "w", strip_prefix = true, plugins = { { name = "echo" } } } }',
+         "route 'w': strip_prefix needs match.paths", "true"),
     ]
     for name, lua, want, at in cases:
         with open(os.path.join(d, "routes.lua"), "w") as f:

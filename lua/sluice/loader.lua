@@ -236,6 +236,61 @@ local function is_list_of_strings(v)
     return true
 end
 
+-- The checks routes.c makes on a YAML route's names and match conditions, with the same
+-- messages, so a Lua route cannot hold what YAML refuses (a name that would break the
+-- metrics text, a host with a port or a path without '/' that never matches).
+local NAME_MAX = 64 -- MAX_NAME_LEN: names become metric labels and log fields
+
+local function valid_name(s, dot)
+    return type(s) == "string" and #s >= 1 and #s <= NAME_MAX and not s:find(dot and "[^%w%-_.]" or "[^%w%-_]")
+end
+
+local function name_rule(dot)
+    return ("use 1 to %d letters, digits, %s'-' or '_'"):format(NAME_MAX, dot and "'.', " or "")
+end
+
+local function is_token(s)
+    return s ~= "" and not s:find("[^%w!#$%%&'*+%-.^_`|~]")
+end
+
+-- A host (lower-cased already): nil, or why it is refused.
+local function host_error(s)
+    local name = s:sub(1, 2) == "*." and s:sub(3) or s
+    if name:find("*", 1, true) or s == "*." then
+        return ("host '%s': '*' is only allowed as a whole first label, as in *.example.com"):format(s)
+    end
+    if name:sub(1, 1) == "[" then
+        local inner = name:match("^%[(.+)%]$")
+        if name == s and inner and inner:find(":", 1, true) and require("sluice.cidr").parse_ip(inner) then
+            return nil
+        end
+        return ("host '%s' is not a valid bracketed IPv6 address"):format(s)
+    end
+    if name:find(":", 1, true) then return ("host '%s': hosts match without the port"):format(s) end
+    if name:find("[^%w%-_.]") then return ("host '%s' is not a valid host name"):format(s) end
+    if name == "" then return "host must not be empty" end
+    return nil
+end
+
+local function path_error(s)
+    if s:sub(1, 1) ~= "/" then return ("path '%s' must start with '/'"):format(s) end
+    if s:find("[%z\1-\32\127?#]") then
+        return ("path '%s' must not contain spaces, control characters, '?' or '#'"):format(s)
+    end
+    return nil
+end
+
+local function method_error(s)
+    if not is_token(s) then return ("method '%s' is not a valid HTTP method token"):format(s) end
+    return nil
+end
+
+local MATCH_CHECKS = {
+    hosts = { check = host_error, norm = string.lower },
+    paths = { check = path_error },
+    methods = { check = method_error, norm = string.upper },
+}
+
 local function route_errors(fi, i, r, node, add)
     local function pos(field)
         if field then return field.line, field.col end
@@ -254,7 +309,7 @@ local function route_errors(fi, i, r, node, add)
         add(l, c, ("route %d is not a table"):format(i))
         return nil
     end
-    local label = type(r.name) == "string" and r.name ~= "" and ("route '%s'"):format(r.name) or ("route %d"):format(i)
+    local label = valid_name(r.name, true) and ("route '%s'"):format(r.name) or ("route %d"):format(i)
     for k in pairs(r) do
         if type(k) ~= "string" or not schema.has(KNOWN_ROUTE_KEYS, k) then
             bad = true
@@ -263,7 +318,17 @@ local function route_errors(fi, i, r, node, add)
             add(l, c, ("%s: unknown key '%s'%s"):format(label, tostring(k), schema.did_you_mean(tostring(k), KNOWN_ROUTE_KEYS)))
         end
     end
-    if type(r.name) ~= "string" or r.name == "" then fail("name", "%s: 'name' must be a string", label) end
+    if type(r.name) ~= "string" or r.name == "" then
+        fail("name", "%s: 'name' must be a string", label)
+    elseif not valid_name(r.name, true) then
+        fail("name", "%s: invalid route name '%s': %s", label, r.name, name_rule(true))
+    elseif r.name == "none" then -- SL_ROUTE_NONE (config/parse.h)
+        fail("name", "%s: route name 'none' is reserved: the metrics label requests that matched no route with "
+            .. 'route="none"', label)
+    end
+    if r.strip_prefix ~= nil and type(r.strip_prefix) ~= "boolean" then
+        fail("strip_prefix", "%s: strip_prefix must be a boolean (true or false)", label)
+    end
     local d = { file = fi - 1, index = i, name = r.name, upstream = r.upstream,
                 strip_prefix = r.strip_prefix and true or false,
                 hosts = {}, paths = {}, methods = {}, headers = {}, plugins = {}, upgrade = {} }
@@ -304,24 +369,52 @@ local function route_errors(fi, i, r, node, add)
             end
         end
         for _, k in ipairs({ "hosts", "paths", "methods" }) do
+            local f = mnode and mnode.fields[k]
+            local l, c = pos(fields.match)
+            if f then l, c = f.line, f.col end
             if m[k] ~= nil and not is_list_of_strings(m[k]) then
-                local f = mnode and mnode.fields[k]
-                local l, c = pos(fields.match)
-                if f then l, c = f.line, f.col end
                 bad = true
                 add(l, c, ("%s: match.%s must be a list of strings"):format(label, k))
             else
-                d[k] = m[k] or {}
+                local mc, list = MATCH_CHECKS[k], {}
+                for j, s in ipairs(m[k] or {}) do
+                    if mc.norm then s = mc.norm(s) end
+                    local err = mc.check(s)
+                    if err then
+                        local it = f and f.node and f.node.items[j]
+                        bad = true
+                        add(it and it.line or l, it and it.col or c, ("%s: %s"):format(label, err))
+                    end
+                    list[j] = s
+                end
+                d[k] = list
             end
         end
         if m.headers ~= nil and type(m.headers) ~= "table" then
             fail("match", "%s: match.headers must map names to strings", label)
         end
+        local hnode = mnode and mnode.fields.headers and mnode.fields.headers.node
+        local seen = {}
         for k, v in pairs(type(m.headers) == "table" and m.headers or {}) do
             if type(k) ~= "string" or type(v) ~= "string" then
                 fail("match", "%s: match.headers must map names to strings", label)
                 break
             end
+            local hf = hnode and hnode.fields[k]
+            local kl, kc = pos(fields.match)
+            local vl, vc = kl, kc
+            if hf then kl, kc, vl, vc = hf.kline, hf.kcol, hf.line, hf.col end
+            if not is_token(k) then
+                bad = true
+                add(kl, kc, ("%s: header name '%s' is not a valid token"):format(label, k))
+            elseif seen[k:lower()] then
+                bad = true
+                add(kl, kc, ("%s: header '%s' is matched twice (header names ignore case)"):format(label, k))
+            elseif v:find("[%z\1-\8\10-\31\127]") then
+                bad = true
+                add(vl, vc, ("%s: header value for '%s' contains a control character"):format(label, k))
+            end
+            seen[k:lower()] = true
             d.headers[#d.headers + 1] = { k, v }
         end
     elseif m ~= nil then
@@ -339,6 +432,10 @@ local function route_errors(fi, i, r, node, add)
             if item then l, c = item.line, item.col end
             bad = true
             add(l, c, ("%s: plugins[%d] needs a name"):format(label, j))
+        elseif not valid_name(p.name, false) then
+            local l, c = pos(inode and inode.fields.name or item or fields.plugins)
+            bad = true
+            add(l, c, ("%s: invalid plugin name '%s': %s"):format(label, p.name, name_rule(false)))
         else
             local js = cjson.encode(p.config or {})
             if js == "[]" then js = "{}" end
@@ -351,6 +448,9 @@ local function route_errors(fi, i, r, node, add)
             if u.positions_json == "[]" then u.positions_json = "{}" end
             d.plugins[j] = u
         end
+    end
+    if r.strip_prefix == true and #d.paths == 0 then
+        fail("strip_prefix", "%s: strip_prefix needs match.paths to know what to strip", label)
     end
     if r.upstream == nil and (r.plugins == nil or #r.plugins == 0) then
         fail("name", "%s needs an upstream or at least one plugin", label)

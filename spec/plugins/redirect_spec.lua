@@ -15,7 +15,7 @@ describe("redirect", function()
                 route("plain", { to = "https://new.example/" }),
                 route("path", { to = "https://new.example/", keep_path = true, status = 301 }),
                 route("path-noslash", { to = "https://new.example/base", keep_path = true }),
-                route("none", { to = "https://new.example/landing", keep_query = false, status = 308 }),
+                route("no-query", { to = "https://new.example/landing", keep_query = false, status = 308 }),
                 route("path-only", { to = "https://new.example/", keep_path = true, keep_query = false }),
                 route("own-query", { to = "https://new.example/p?a=1", status = 307 }),
                 route("own-query-path", { to = "https://new.example/p/?a=1", keep_path = true, status = 303 }),
@@ -48,7 +48,7 @@ describe("redirect", function()
     end)
 
     it("keep_query = false drops the request's query, with or without keep_path", function()
-        assert.same({ 308, "https://new.example/landing" }, { go("none", "/old/a?x=1") })
+        assert.same({ 308, "https://new.example/landing" }, { go("no-query", "/old/a?x=1") })
         assert.same({ 302, "https://new.example/old/a" }, { go("path-only", "/old/a?x=1&y=2") })
     end)
 

@@ -52,7 +52,7 @@ describe("request-id", function()
                 route("override", { override = true }),
                 route("custom", { header = "X-Correlation-ID" }),
                 route("quiet", { response = false }),
-                { name = "none", match = { paths = { "/none" } }, upstream = "u" },
+                { name = "plain", match = { paths = { "/none" } }, upstream = "u" },
             },
         }))
     end)
