@@ -131,6 +131,9 @@ static void normalize_host(sl_req_t *r) {
     } else if (n) { /* no Host at all (HTTP/1.0): nothing to search, and h.p may be NULL */
         const char *colon = memchr(h.p, ':', n);
         if (colon) n = (size_t)(colon - h.p);
+        /* "a.example.com." is the same name fully qualified (RFC 1034 3.1), and routes
+         * like "a.example.com" (nginx drops the dot too) */
+        if (n > 1 && h.p[n - 1] == '.') n--;
     }
     if (n > SL_REQ_HOST_MAX) n = SL_REQ_HOST_MAX;
     /* Lower-case already (nearly every client's): the head's own bytes, which live as long

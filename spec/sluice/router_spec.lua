@@ -99,6 +99,11 @@ for _, pad in ipairs({ 0, 40 }) do
             assert.equal("exact", which("/x", { host = "API.Example.COM:8080" }))
             assert.equal("exact-other", which("/only", { host = "other.example.org" }))
             assert.equal("exact-other", which("/only", { host = "127.0.0.1:80" }))
+            -- a fully qualified name: one trailing dot, with or without the port
+            assert.equal("exact", which("/x", { host = "api.example.com." }))
+            assert.equal("exact", which("/x", { host = "API.example.com.:8080" }))
+            assert.equal("wild", which("/x", { host = "www.example.com." }))
+            assert.equal("no-host", which("/x", { host = "api.example.com.." }))
         end)
 
         it("lets the host decide before the path length", function()
