@@ -375,11 +375,26 @@ static void conn_h2_start(sl_conn_t *c) {
     sl__conn_start_reading(c);
 }
 
+/* Whether the buffered bytes of an idle connection are only the empty lines a server ignores
+ * before a request line (RFC 9112 2.2; some clients send one after a POST body): no request
+ * has begun, so the connection stays idle (idle_timeout, then a silent close) instead of
+ * running the header deadline to a 408. The bytes stay: scan_head skips them, and past its
+ * 64 bytes of them refuses the head. A closing connection (a reload, a drain) is left as it
+ * was: it waits for the request it may be getting right now. */
+static bool conn_empty_lines_only(const sl_conn_t *c) {
+    uint32_t n = c->rlen - c->rpos;
+    if (c->state != SL_CONN_IDLE || c->proxy || c->ds.closing || c->w->draining || n > 64) return false;
+    const char *p = c->rbuf + c->rpos;
+    for (uint32_t i = 0; i < n; i += 2)
+        if (p[i] != '\r' || (i + 1 < n && p[i + 1] != '\n')) return false;
+    return true;
+}
+
 /* Reads the next request head from the buffer, if a whole one is there. */
 static void conn_process(sl_conn_t *c) {
     assert(!c->ds.req);
     if (c->state == SL_CONN_CLOSED) return;
-    if (c->rpos == c->rlen) {
+    if (c->rpos == c->rlen || conn_empty_lines_only(c)) {
         conn_release_buffer(c);
         if (c->ds.closing || c->w->draining) {
             conn_close(c);

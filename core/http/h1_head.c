@@ -31,6 +31,17 @@ static int arena_build(sl_req_t *r, bool (*fill)(sl_req_t *r, sl_wbuf_t *b, cons
     return SL_OK;
 }
 
+/* Whether the loop below copies a Host field of the client's: one that is present, even
+ * empty (an origin-form request with no authority sends "Host:"), and not removed. */
+static bool client_host_kept(const sl_h1_head_t *h, const sl_hdr_edits_t *ed) {
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        const sl_h1_header_t *x = &h->headers[i];
+        if (!x->hop && SL_IEQ(x->name, "host") && !(ed->nremoved && sl_edits_removed(ed, x->name)))
+            return true;
+    }
+    return false;
+}
+
 /* The head sent upstream: method, path (prefix stripped), the client's end-to-end
  * headers, X-Forwarded-*, X-Request-ID and our own framing. */
 static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
@@ -85,7 +96,9 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
         if (SL_IEQ(ed->added[i].name, "x-request-id")) has_rid = true;
         ok = put_header(&b, ed->added[i].name, ed->added[i].value);
     }
-    if (!h->host.len && !sl_edits_find(ed, SL_LIT("host")))
+    /* Only a request without one gets a Host: an empty client Host is copied above, and a
+     * second one would make the request one that the upstream must refuse (RFC 9110 7.2). */
+    if (!h->host.len && !sl_edits_find(ed, SL_LIT("host")) && !client_host_kept(h, ed))
         ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
     /* Several X-Forwarded-For fields are one list (RFC 9110 5.3): all of them, in order. */

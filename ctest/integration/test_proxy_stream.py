@@ -302,6 +302,13 @@ def test_hop_by_hop(t):
     t.check("end-to-end X-End reaches the client", r.header("X-End") == "ok", "ok",
             r.header("X-End"))
 
+    # an empty Host (a target with no authority, RFC 9112 3.2) is copied, never doubled
+    c.send(b"GET /u/empty-host HTTP/1.1\r\nHost: \r\n\r\n")
+    r = c.read_response()
+    hosts = h.hall(r.json()["headers"], "host") if r.status == 200 else None
+    t.check("an empty client Host reaches the upstream as exactly one (empty) Host", hosts == [""],
+            [""], hosts)
+
     # a client X-Forwarded-For is extended (or replaced) with the real peer, never trusted alone
     c.send(h.build_request("GET", "/u/xff", [("X-Forwarded-For", "10.1.2.3")]))
     r = c.read_response()

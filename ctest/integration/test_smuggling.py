@@ -4,7 +4,8 @@ Each case sends one bad request followed, in the same send, by a valid GET.
 The gateway must answer the bad one (400; 501 for an unknown coding; 431/414
 for the limits), close the connection without answering the pipelined GET,
 and the upstream must receive zero bytes and no connection for the case.
-Then a byte-a-half-second trickle hits header_timeout (2 s) -> 408 and close,
+Then a byte-a-half-second trickle hits header_timeout (2 s) -> 408 and close, while
+an empty line after a request is no request (no 408; the connection stays idle),
 and a good request on a fresh connection still works.
 """
 
@@ -236,6 +237,30 @@ def test_trickle_408(t):
             [r.path for r in S["up"].requests])
 
 
+def test_empty_lines_are_not_a_request(t):
+    """An empty line after a request (some clients send CRLF after a POST body) is ignored
+    (RFC 9112 2.2): no request has begun, so header_timeout (2 s) gives no 408; the
+    connection stays idle and serves the next request."""
+    up = S["up"]
+    n0 = len(up.requests)
+    c = h.Client(S["port"], timeout=6)
+    c.send(b"POST /crlf-after-body HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc\r\n")
+    r = c.read_response()
+    t.check("POST with a CRLF after its body -> 200", r.status == 200, 200, r.status)
+    late, how = c.read_until_close(3.0)
+    t.check("the CRLF after the body gets no 408 past header_timeout (the connection is idle)",
+            late == b"" and how == "timeout", (b"", "timeout"), (late[:120], how))
+    got = None
+    if how == "timeout":
+        c.send(b"GET /after-crlf HTTP/1.1\r\nHost: a\r\n\r\n")
+        got = c.read_response().status
+    c.close()
+    t.check("the next request on that connection -> 200", got == 200, 200, got)
+    t.check("the upstream saw the two requests", [x.path for x in up.requests[n0:]]
+            == ["/crlf-after-body", "/after-crlf"], ["/crlf-after-body", "/after-crlf"],
+            [x.path for x in up.requests[n0:]])
+
+
 def test_limits_not_too_tight(t):
     up = S["up"]
     n0 = len(up.requests)
@@ -258,7 +283,8 @@ def test_good_after(t):
     t.check("the good request reached the upstream", up.wait_requests(n0 + 1, 2)
             and up.requests[-1].path == "/after-all", "/after-all",
             [x.path for x in up.requests[n0:]])
-    allowed = {"/after-all", "/first-good", "/closing", "/under-limit"}
+    allowed = {"/after-all", "/first-good", "/closing", "/under-limit", "/crlf-after-body",
+               "/after-crlf"}
     others = [x.path[:40] for x in up.requests if x.path not in allowed
               and not x.path.startswith("/llll")]
     t.check("over the whole file the upstream saw only the good requests", others == [], [],
@@ -269,4 +295,5 @@ def test_good_after(t):
     t.check("gateway exits 0 on SIGTERM", code == 0, 0, code)
 
 
-t.run(setup, test_cases, test_bad_after_good, test_close_then_pipelined, test_trickle_408, test_limits_not_too_tight, test_good_after)
+t.run(setup, test_cases, test_bad_after_good, test_close_then_pipelined, test_trickle_408,
+      test_empty_lines_are_not_a_request, test_limits_not_too_tight, test_good_after)
