@@ -86,7 +86,9 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
                                                             : 0;
             if (fwd && (!r->ds->trusted || (kept & fwd))) continue;
             kept |= fwd;
-            if (SL_IEQ(x->name, "x-request-id")) has_rid = true;
+            /* the client's id goes up as the request's own (below): once, and only when it
+             * could be one (make_request_id), so the upstream and the logs name one id */
+            if (SL_IEQ(x->name, "x-request-id")) continue;
         }
         ok = put_header(&b, x->name, x->value);
     }

@@ -8,6 +8,7 @@ upstream; a truncated upstream body ends the client connection without a
 second response; 100-continue; strip_prefix; the no-route 404; /metrics.
 """
 
+import re
 import json
 import os
 import sys
@@ -308,6 +309,17 @@ def test_hop_by_hop(t):
     hosts = h.hall(r.json()["headers"], "host") if r.status == 200 else None
     t.check("an empty client Host reaches the upstream as exactly one (empty) Host", hosts == [""],
             [""], hosts)
+
+    # the upstream gets one X-Request-ID, the request's own id: the client's first when it
+    # can be an id (1..32 visible ASCII characters), else the gateway's 32 hex digits
+    for sent, want in ((["abc"], "abc"), (["abc", "def"], "abc"), (["x" * 40], None), ([""], None)):
+        c.send(h.build_request("GET", "/u/rid", [("X-Request-ID", v) for v in sent]))
+        r = c.read_response()
+        rid = h.hall(r.json()["headers"], "x-request-id") if r.status == 200 else None
+        ok = rid is not None and len(rid) == 1 and (
+            rid[0] == want if want else re.fullmatch(r"[0-9a-f]{32}", rid[0]) is not None)
+        t.check("client X-Request-ID %r: the upstream gets exactly one, %s" % (sent, want or "the gateway's"),
+                ok, [want or "32 hex digits"], rid)
 
     # a client X-Forwarded-For is extended (or replaced) with the real peer, never trusted alone
     c.send(h.build_request("GET", "/u/xff", [("X-Forwarded-For", "10.1.2.3")]))
