@@ -372,6 +372,16 @@ static int method_id(sl_str_t m) {
     return -1;
 }
 
+/* A :path the HTTP/1.1 path would take as a request-target: visible ASCII (nghttp2 refuses
+ * controls and spaces, not bytes above 0x7e, which llhttp refuses), no fragment, every '%'
+ * a pct-encoded octet (sl_h1_valid_target). Anything else is not origin-form: the upstream
+ * and the router could read it differently (the HTTP/2 -> HTTP/1 downgrade). */
+static bool path_bytes_ok(sl_str_t v) {
+    for (size_t i = 0; i < v.len; i++)
+        if ((unsigned char)v.p[i] < 0x21 || (unsigned char)v.p[i] > 0x7e) return false;
+    return sl_h1_valid_target(v);
+}
+
 static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const uint8_t *v, size_t vn) {
     sl_h1_head_t *hd = &r->head;
     sl_str_t val;
@@ -384,6 +394,7 @@ static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const 
         hd->method_id = (uint8_t)id;
     } else if (SL_IEQ(name, ":path")) {
         if (!val.len || (val.p[0] != '/' && !(val.len == 1 && val.p[0] == '*'))) return 400;
+        if (!path_bytes_ok(val)) st->malformed = 1;
         hd->target = val;
         const char *qm = memchr(val.p, '?', val.len);
         hd->path = (sl_str_t){val.p, qm ? (size_t)(qm - val.p) : val.len};
@@ -436,6 +447,8 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
         x->hop = 1;
     } else if (SL_IEQ(nm, "cookie")) {
         st->ncookies++;
+    } else if (sl_h1_hop_header(nm)) {
+        x->hop = 1; /* Trailer, HTTP2-Settings, Proxy-*: dropped as on the HTTP/1.1 path */
     }
     return 0;
 }
@@ -501,6 +514,7 @@ static int head_finish(sl_h2_stream_t *st, sl_req_t *r) {
         host = st->authority;
     }
     if (!host.len) return 400;
+    if (!sl_h1_valid_host(host)) return SL_ERROR; /* "evil@a.test", "a.test,b.test": 400 over HTTP/1.1 */
     hd->host = host;
     if (!join_cookies(st, r)) return 431;
     if (st->remote_done || ((hd->flags & SL_H1_HAS_CL) && hd->content_length == 0))
