@@ -77,7 +77,7 @@ struct sl_h2_stream_s {
     char *body;             /**< body block, or NULL */
     uint32_t blen, bpos;    /**< bytes buffered; handed to the request */
     uint32_t hdr_bytes;     /**< header list size so far (RFC 9113 6.5.2's count) */
-    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 431) */
+    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 417, 431) */
     uint16_t ncookies;
     sl_str_t authority;
     uint8_t malformed;      /**< the head broke a rule of RFC 9113 8.1.1: a stream error */
@@ -443,7 +443,11 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     } else if (SL_IEQ(nm, "te")) {
         x->hop = 1; /* "trailers", nghttp2 checked: meaningless to an HTTP/1.1 upstream */
     } else if (SL_IEQ(nm, "expect")) {
-        if (SL_IEQ(x->value, "100-continue")) hd->flags |= SL_H1_EXPECT_CONTINUE;
+        if (!SL_IEQ(x->value, "100-continue")) {
+            st->status_err = 417; /* as over HTTP/1.1: an expectation sluice cannot meet */
+            return 0;
+        }
+        hd->flags |= SL_H1_EXPECT_CONTINUE;
         x->hop = 1;
     } else if (SL_IEQ(nm, "cookie")) {
         st->ncookies++;
@@ -845,6 +849,7 @@ static void stream_run(sl_h2_stream_t *st) {
             sl__req_respond_error(r, s,
                                   s == 431   ? "request header fields too large"
                                   : s == 405 ? "method not allowed"
+                                  : s == 417 ? "expectation failed"
                                              : "bad request",
                                   true);
             return;
