@@ -77,7 +77,7 @@ struct sl_h2_stream_s {
     char *body;             /**< body block, or NULL */
     uint32_t blen, bpos;    /**< bytes buffered; handed to the request */
     uint32_t hdr_bytes;     /**< header list size so far (RFC 9113 6.5.2's count) */
-    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 431) */
+    uint16_t status_err;    /**< an answer the head earned instead of routing (400, 405, 417, 431) */
     uint16_t ncookies;
     sl_str_t authority;
     uint8_t malformed;      /**< the head broke a rule of RFC 9113 8.1.1: a stream error */
@@ -372,6 +372,16 @@ static int method_id(sl_str_t m) {
     return -1;
 }
 
+/* A :path the HTTP/1.1 path would take as a request-target: visible ASCII (nghttp2 refuses
+ * controls and spaces, not bytes above 0x7e, which llhttp refuses), no fragment, every '%'
+ * a pct-encoded octet (sl_h1_valid_target). Anything else is not origin-form: the upstream
+ * and the router could read it differently (the HTTP/2 -> HTTP/1 downgrade). */
+static bool path_bytes_ok(sl_str_t v) {
+    for (size_t i = 0; i < v.len; i++)
+        if ((unsigned char)v.p[i] < 0x21 || (unsigned char)v.p[i] > 0x7e) return false;
+    return sl_h1_valid_target(v);
+}
+
 static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const uint8_t *v, size_t vn) {
     sl_h1_head_t *hd = &r->head;
     sl_str_t val;
@@ -384,6 +394,7 @@ static uint16_t on_pseudo(sl_h2_stream_t *st, sl_req_t *r, sl_str_t name, const 
         hd->method_id = (uint8_t)id;
     } else if (SL_IEQ(name, ":path")) {
         if (!val.len || (val.p[0] != '/' && !(val.len == 1 && val.p[0] == '*'))) return 400;
+        if (!path_bytes_ok(val)) st->malformed = 1;
         hd->target = val;
         const char *qm = memchr(val.p, '?', val.len);
         hd->path = (sl_str_t){val.p, qm ? (size_t)(qm - val.p) : val.len};
@@ -432,10 +443,16 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     } else if (SL_IEQ(nm, "te")) {
         x->hop = 1; /* "trailers", nghttp2 checked: meaningless to an HTTP/1.1 upstream */
     } else if (SL_IEQ(nm, "expect")) {
-        if (SL_IEQ(x->value, "100-continue")) hd->flags |= SL_H1_EXPECT_CONTINUE;
+        if (!SL_IEQ(x->value, "100-continue")) {
+            st->status_err = 417; /* as over HTTP/1.1: an expectation sluice cannot meet */
+            return 0;
+        }
+        hd->flags |= SL_H1_EXPECT_CONTINUE;
         x->hop = 1;
     } else if (SL_IEQ(nm, "cookie")) {
         st->ncookies++;
+    } else if (sl_h1_hop_header(nm)) {
+        x->hop = 1; /* Trailer, HTTP2-Settings, Proxy-*: dropped as on the HTTP/1.1 path */
     }
     return 0;
 }
@@ -501,6 +518,7 @@ static int head_finish(sl_h2_stream_t *st, sl_req_t *r) {
         host = st->authority;
     }
     if (!host.len) return 400;
+    if (!sl_h1_valid_host(host)) return SL_ERROR; /* "evil@a.test", "a.test,b.test": 400 over HTTP/1.1 */
     hd->host = host;
     if (!join_cookies(st, r)) return 431;
     if (st->remote_done || ((hd->flags & SL_H1_HAS_CL) && hd->content_length == 0))
@@ -831,6 +849,7 @@ static void stream_run(sl_h2_stream_t *st) {
             sl__req_respond_error(r, s,
                                   s == 431   ? "request header fields too large"
                                   : s == 405 ? "method not allowed"
+                                  : s == 417 ? "expectation failed"
                                              : "bad request",
                                   true);
             return;

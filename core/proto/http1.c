@@ -344,12 +344,16 @@ static bool hop_name(sl_str_t nm) {
     }
 }
 
+static bool hop_header(sl_str_t nm) {
+    return hop_name(nm) || (nm.len >= 6 && sl_str_ieq((sl_str_t){nm.p, 6}, "proxy-", 6));
+}
+
 static void mark_hop(sl_h1_head_t *hd) {
     bool connection = false;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
         sl_str_t nm = x->name;
-        if (hop_name(nm) || (nm.len >= 6 && sl_str_ieq((sl_str_t){nm.p, 6}, "proxy-", 6))) x->hop = 1;
+        if (hop_header(nm)) x->hop = 1;
         if (nm.len == 10 && SL_IEQ(nm, "connection")) connection = true;
     }
     for (uint16_t i = 0; connection && i < hd->nheaders; i++) {
@@ -844,6 +848,12 @@ sl_h1_header_t *sl_h1_push(sl_h1_head_t *hd) {
 sl_h1_header_t *sl_h1_spill_array(void *ud) { return ud; }
 
 bool sl_h1_next_token(sl_str_t *list, sl_str_t *tok) { return next_token(list, tok); }
+
+bool sl_h1_valid_host(sl_str_t host) { return valid_host(host); }
+
+bool sl_h1_valid_target(sl_str_t target) { return valid_target_bytes(target); }
+
+bool sl_h1_hop_header(sl_str_t name) { return hop_header(name); }
 
 const sl_h1_header_t *sl_h1_find(const sl_h1_head_t *hd, const char *lower, size_t n) {
     for (uint16_t i = 0; i < hd->nheaders; i++)

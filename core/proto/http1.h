@@ -145,6 +145,16 @@ int sl_h1_body(sl_h1_t *h, const char *p, size_t n, size_t *used);
  *  *list into *tok; false when none is left. */
 bool sl_h1_next_token(sl_str_t *list, sl_str_t *tok);
 
+/** The checks a request head passes before it is rebuilt for an upstream, for the heads
+ *  HTTP/2 fills itself (h2.c), so both protocols are held to one strictness:
+ *  sl_h1_valid_host: a Host (or :authority) of host characters only (no userinfo, comma,
+ *  slash); sl_h1_valid_target: a target without a fragment, each '%' a pct-encoded octet;
+ *  sl_h1_hop_header: a hop-by-hop name (Connection, Keep-Alive, TE, Trailer, Upgrade,
+ *  Transfer-Encoding, HTTP2-Settings, Content-Length, Proxy-*), never forwarded. */
+bool sl_h1_valid_host(sl_str_t host);
+bool sl_h1_valid_target(sl_str_t target);
+bool sl_h1_hop_header(sl_str_t name);
+
 /** Finds a header by lower-case name; NULL when absent. */
 const sl_h1_header_t *sl_h1_find(const sl_h1_head_t *head, const char *lower, size_t n);
 

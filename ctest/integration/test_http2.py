@@ -571,6 +571,10 @@ def test_malformed(t):
         t.check("%s: stream error PROTOCOL_ERROR, no answer, the connection lives" % name,
                 (s.get("status"), s.get("reset"), res.get("alive")) == (None, 1, True), (None, 1, True),
                 (s.get("status"), s.get("reset"), res.get("alive"), res.get("error", "")[-300:]))
+    # an expectation other than 100-continue is 417, as over HTTP/1.1
+    res = h2run(port, [req("/up/bad", extra=[["expect", "bogus"]])])
+    s = res["streams"][0] if res["streams"] else {}
+    t.check("expect: bogus -> 417, never upstream", s.get("status") == 417, 417, (s, res.get("error", "")[-300:]))
     time.sleep(0.2)
     bad = [r.target for r in S["up"].requests[n0:]]
     t.check("the upstream saw none of the malformed requests", bad == [], [], bad)

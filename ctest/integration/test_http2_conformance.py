@@ -28,7 +28,11 @@ RFC 9113 names:
   - pseudo-headers (8.3): missing :method, :scheme or :path, a pseudo-header after a
     regular field, a duplicate, an empty :path, an unknown pseudo-header, a response
     pseudo-header in a request -> RST_STREAM PROTOCOL_ERROR; the connection lives on
-    (PING answered) and the upstream (an HTTP/1.1 mock) sees none of them.
+    (PING answered) and the upstream (an HTTP/1.1 mock) sees none of them;
+  - the HTTP/1.1 path's strictness (the downgrade): a :path with a fragment, a bad
+    pct-encoding or a byte above 0x7e, an :authority or host with userinfo or a comma ->
+    RST_STREAM PROTOCOL_ERROR, never upstream; Trailer, HTTP2-Settings and Proxy-* fields
+    are dropped before the upstream, as over HTTP/1.1.
 """
 
 import os
@@ -273,6 +277,55 @@ def test_pseudo_headers(t):
     t.check("the upstream saw none of the malformed requests", seen == [], [], seen)
 
 
+def test_downgrade(t):
+    # the HTTP/1.1 path's strictness (DESIGN: an HTTP/2 request is held to it before it is
+    # rewritten as HTTP/1.1): a :path with a fragment, a bad pct-encoding or a byte above
+    # 0x7e, an authority or host with characters a host never has -> RST_STREAM
+    # PROTOCOL_ERROR, never upstream (each is 400 over HTTP/1.1); hop-by-hop fields nghttp2
+    # lets through (Trailer, HTTP2-Settings, Proxy-*) are dropped as over HTTP/1.1
+    def auth(path, a, name=":authority"):
+        return [(":method", "GET"), (":scheme", "http"), (":path", path), (name, a)]
+
+    n0 = len(S["up"].requests)
+    mark = S["up"].mark()
+    bad = [
+        ("a fragment in :path", head(path="/up/d1#frag")),
+        ("a fragment after the query", head(path="/up/d2?x=1#frag")),
+        ("a '%' not starting a pct-encoded octet", head(path="/up/d3%zz")),
+        ("a '%' at the end of :path", head(path="/up/d4%")),
+        ("a byte above 0x7e in :path", head(path="/up/d5\xe9")),
+        ("userinfo in :authority", auth("/up/d6", "evil@127.0.0.1")),
+        ("a comma in :authority", auth("/up/d7", "127.0.0.1,evil.test")),
+        ("userinfo in host (no :authority)", auth("/up/d8", "evil@127.0.0.1", "host")),
+    ]
+    hop = [("trailer", "x-t"), ("http2-settings", "AAMAAABk"), ("proxy-authorization", "Basic eA=="),
+           ("proxy-x", "1")]
+    steps, sid = [], 1
+    for _, fields in bad:
+        steps.append(headers(sid, fields))
+        sid += 2
+    steps += [headers(sid, head(path="/up/d-hop", extra=hop + [("x-kept", "1")])), 1.5]
+    got, closed = converse(*steps)
+    for i, (name, _) in enumerate(bad):
+        r = rst_of(got, 1 + 2 * i)
+        t.check("%s -> RST_STREAM PROTOCOL_ERROR" % name, r == "PROTOCOL_ERROR", "PROTOCOL_ERROR", r)
+    answered = any(f[0] == HEADERS and f[2] == sid for f in got)
+    t.check("the connection lives on: the next stream is answered, no GOAWAY",
+            answered and goaway_of(got) is None and not closed, (True, None, False),
+            (answered, goaway_of(got), closed))
+    time.sleep(0.3)
+    seen = [r for r in S["up"].requests[n0:]]
+    raw = S["up"].since(mark)
+    t.check("the upstream saw none of the malformed requests", [r.target for r in seen] == ["/up/d-hop"],
+            ["/up/d-hop"], [r.target for r in seen])
+    t.check("none of their targets or authorities reached the upstream's bytes",
+            not any(x in raw for x in (b"/up/d1", b"/up/d3", b"/up/d5", b"/up/d6", b"evil")), "none", raw[:300])
+    fwd = seen[0].headers if seen else []
+    names = sorted(k.lower() for k, _ in fwd if k.lower() in {n for n, _ in hop} | {"x-kept"})
+    t.check("Trailer, HTTP2-Settings and Proxy-* are dropped, other fields kept", names == ["x-kept"], ["x-kept"],
+            fwd)
+
+
 def test_floods(t):
     # SETTINGS flood, from a client that reads every ACK: past 100 SETTINGS (+1 per stream
     # opened) GOAWAY ENHANCE_YOUR_CALM, and no more ACKs than the bound
@@ -392,4 +445,4 @@ if __name__ == "__main__":
     # test_http2_load imports the frame helpers above
     t = h.Suite("http2_conformance", budget=120)
     t.run(setup, test_frame_sizes, test_settings, test_flow_control, test_stream_states, test_pseudo_headers,
-          test_floods, test_metrics)
+          test_downgrade, test_floods, test_metrics)
