@@ -105,9 +105,15 @@ static void test_upstream_head_rebuilt(void) {
 static void test_upstream_head_framing(void) {
     fx_t f;
     fx_open(&f, "POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nX-Request-ID: mine\r\n\r\n", false);
+    /* the request's id is the client's (request.c's make_request_id, which this fixture
+     * skips): it goes up once, as the gateway's own, never the client's field beside it */
+    memcpy(f.r->rid, "mine", 4);
+    f.r->rid_len = 4;
     char *h = upstream_head(&f);
     CHECK(strstr(h, "Transfer-Encoding: chunked\r\n") != NULL);
-    CHECK(strstr(h, "X-Request-ID: mine\r\n") != NULL);
+    const char *id = strstr(h, "X-Request-ID: mine\r\n");
+    CHECK(id != NULL);
+    CHECK(id && strstr(id + 1, "X-Request-ID") == NULL);
     CHECK(strstr(h, "rid-1") == NULL);
     fx_close(&f);
     fx_open(&f, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", false);
