@@ -338,6 +338,14 @@ static void check_names(const sl_config_t *cfg) {
         }
 }
 
+/* The options that take the next argument as their value. */
+static bool takes_value(const char *a) {
+    static const char *const opts[] = {"-c", "--config", "--etcd", "--prefix", "--plugins", "--ready-file", "--admin"};
+    for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
+        if (strcmp(a, opts[k]) == 0) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
     const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
     bool costs = false;
@@ -370,6 +378,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
+        } else if (i + 1 == argc && takes_value(argv[i])) {
+            fprintf(stderr, "sluice: '%s' needs a value\n", argv[i]);
+            usage(stderr);
+            return 2;
         } else {
             fprintf(stderr, "sluice: unknown argument '%s'\n", argv[i]);
             usage(stderr);

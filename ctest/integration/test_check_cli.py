@@ -138,6 +138,14 @@ def test_syntax_error_and_missing_file(t):
     t.check("missing file: the message names the file", missing in cp.stdout + cp.stderr,
             missing, (cp.stdout + cp.stderr)[-300:])
 
+    # an option without its value says so, not that the option is unknown
+    for argv in (["check", "-c"], ["reload", "--admin"], ["run", "--ready-file"]):
+        cp = h.run_cli(argv)
+        msg = (cp.stdout + cp.stderr).splitlines()[:1]
+        t.check("%s: exit 2, '%s' needs a value" % (" ".join(argv), argv[-1]),
+                cp.returncode == 2 and msg == ["sluice: '%s' needs a value" % argv[-1]],
+                (2, "sluice: '%s' needs a value" % argv[-1]), (cp.returncode, msg))
+
 
 def test_shipped_configs(t):
     files = sorted(set(glob.glob(os.path.join(h.SRC, "conf", "**", "*.yaml"), recursive=True)
