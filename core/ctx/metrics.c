@@ -277,8 +277,8 @@ static void fold_counters(uint64_t *to, const uint64_t *from, size_t n) {
 static void fold_hist(sl_hist_t *to, const sl_hist_t *from) {
     if (!SL_COUNTER_GET(from->count)) return;
     fold_counters(to->buckets, from->buckets, SL_METRIC_BUCKETS);
-    SL_COUNTER_ADD(to->sum_ns, from->sum_ns);
-    SL_COUNTER_ADD(to->count, from->count);
+    SL_COUNTER_ADD(to->sum_ns, SL_COUNTER_GET(from->sum_ns));
+    SL_COUNTER_ADD(to->count, SL_COUNTER_GET(from->count));
 }
 
 void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
@@ -303,7 +303,7 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
             const char *b = pos < tcfg->nplugins ? tcfg->plugins[pos].name : trc->plugins[pos - tcfg->nplugins].name;
             if (strcmp(a, b) != 0) continue;
             SL_COUNTER_ADD(to->plugin_errors[(size_t)tr * SL_METRIC_MAX_CHAIN + pos],
-                           from->plugin_errors[r * SL_METRIC_MAX_CHAIN + pos]);
+                           SL_COUNTER_GET(from->plugin_errors[r * SL_METRIC_MAX_CHAIN + pos]));
             if (to->plugin_dur && from->plugin_dur)
                 for (size_t ph = 0; ph < SL_METRIC_PHASES; ph++)
                     fold_hist(&to->plugin_dur[(to->plugin_base[tr] + pos) * SL_METRIC_PHASES + ph],
@@ -316,7 +316,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
             const sl_upstream_conf_t *tu = &tcfg->upstreams[v];
             if (strcmp(fu->name, tu->name) != 0) continue;
             for (size_t k = 0; k < SL_RETRY_REASONS; k++)
-                SL_COUNTER_ADD(to->retries[v * SL_RETRY_REASONS + k], from->retries[u * SL_RETRY_REASONS + k]);
+                SL_COUNTER_ADD(to->retries[v * SL_RETRY_REASONS + k],
+                               SL_COUNTER_GET(from->retries[u * SL_RETRY_REASONS + k]));
             for (size_t a = 0; a < fu->ntargets; a++)
                 for (size_t b = 0; b < tu->ntargets; b++) {
                     if (!fu->targets[a].addr.text[0] ||
@@ -324,8 +325,8 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
                         continue;
                     size_t ft = from->target_base[u] + a, tt = to->target_base[v] + b;
                     codes_fold(to->up_codes, tt, from->up_codes, ft);
-                    SL_COUNTER_ADD(to->up_noresp[tt], from->up_noresp[ft]);
-                    SL_COUNTER_ADD(to->tcp_connect_fail[tt], from->tcp_connect_fail[ft]);
+                    SL_COUNTER_ADD(to->up_noresp[tt], SL_COUNTER_GET(from->up_noresp[ft]));
+                    SL_COUNTER_ADD(to->tcp_connect_fail[tt], SL_COUNTER_GET(from->tcp_connect_fail[ft]));
                     fold_hist(&to->up_dur[tt], &from->up_dur[ft]);
                 }
         }
@@ -334,24 +335,38 @@ void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetri
         for (size_t k = 0; k < tcfg->nlisteners; k++)
             if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0) {
                 for (size_t dir = 0; dir < 2; dir++)
-                    SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], from->tcp_bytes[l * 2 + dir]);
+                    SL_COUNTER_ADD(to->tcp_bytes[k * 2 + dir], SL_COUNTER_GET(from->tcp_bytes[l * 2 + dir]));
                 for (size_t res = 0; res < SL_TLS_HS_RESULTS; res++)
-                    SL_COUNTER_ADD(to->tls_hs[k * SL_TLS_HS_RESULTS + res], from->tls_hs[l * SL_TLS_HS_RESULTS + res]);
+                    SL_COUNTER_ADD(to->tls_hs[k * SL_TLS_HS_RESULTS + res],
+                                   SL_COUNTER_GET(from->tls_hs[l * SL_TLS_HS_RESULTS + res]));
                 for (size_t g = 0; g < SL_H2_GOAWAY_REASONS; g++)
                     SL_COUNTER_ADD(to->h2_goaway[k * SL_H2_GOAWAY_REASONS + g],
-                                   from->h2_goaway[l * SL_H2_GOAWAY_REASONS + g]);
+                                   SL_COUNTER_GET(from->h2_goaway[l * SL_H2_GOAWAY_REASONS + g]));
                 for (size_t r = 0; r < SL_SNI_RESULTS; r++)
-                    SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r], from->tcp_sni[l * SL_SNI_RESULTS + r]);
+                    SL_COUNTER_ADD(to->tcp_sni[k * SL_SNI_RESULTS + r],
+                                   SL_COUNTER_GET(from->tcp_sni[l * SL_SNI_RESULTS + r]));
                 for (size_t r = 0; r < SL_TCP_ENDS; r++)
-                    SL_COUNTER_ADD(to->tcp_end[k * SL_TCP_ENDS + r], from->tcp_end[l * SL_TCP_ENDS + r]);
+                    SL_COUNTER_ADD(to->tcp_end[k * SL_TCP_ENDS + r],
+                                   SL_COUNTER_GET(from->tcp_end[l * SL_TCP_ENDS + r]));
                 const sl_listener_conf_t *fl = &fcfg->listeners[l], *tl = &tcfg->listeners[k];
                 for (size_t pos = 0; pos < fl->nplugins && pos < tl->nplugins && pos < SL_METRIC_MAX_CHAIN; pos++)
                     if (strcmp(fl->plugins[pos].name, tl->plugins[pos].name) == 0)
                         SL_COUNTER_ADD(to->lplugin_errors[k * SL_METRIC_MAX_CHAIN + pos],
-                                       from->lplugin_errors[l * SL_METRIC_MAX_CHAIN + pos]);
+                                       SL_COUNTER_GET(from->lplugin_errors[l * SL_METRIC_MAX_CHAIN + pos]));
             }
-    SL_COUNTER_ADD(to->accepted, from->accepted);
-    SL_COUNTER_ADD(to->requests, from->requests);
+    SL_COUNTER_ADD(to->accepted, SL_COUNTER_GET(from->accepted));
+    SL_COUNTER_ADD(to->requests, SL_COUNTER_GET(from->requests));
+}
+
+void sl_metrics_fold_live(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
+                          const sl_config_t *fcfg) {
+    sl_metrics_fold(to, tcfg, from, fcfg);
+    for (size_t l = 0; l < fcfg->nlisteners; l++)
+        for (size_t k = 0; k < tcfg->nlisteners; k++)
+            if (strcmp(fcfg->listeners[l].name, tcfg->listeners[k].name) == 0) {
+                SL_COUNTER_ADD(to->conns_active[k], SL_COUNTER_GET(from->conns_active[l]));
+                SL_COUNTER_ADD(to->h2_streams[k], SL_COUNTER_GET(from->h2_streams[l]));
+            }
 }
 
 static void render_hist_le(sl_wbuf_t *t, const char *name, const char *labels, const sl_hist_t *sum,

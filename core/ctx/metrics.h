@@ -170,6 +170,11 @@ void sl_metrics_listener_plugin_error(sl_wmetrics_t *m, uint32_t lidx, int pos);
  *  routes, upstream targets and listeners by name. Main thread, after `from`'s worker ended. */
 void sl_metrics_fold(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
                      const sl_config_t *fcfg);
+/** The same from a worker that may still run (a retired generation's, draining), with its
+ *  listeners' gauges (open connections, HTTP/2 streams) too: for /metrics to show what the
+ *  old generation counted while it drains. Main thread; `from` is read with relaxed loads. */
+void sl_metrics_fold_live(sl_wmetrics_t *to, const sl_config_t *tcfg, const sl_wmetrics_t *from,
+                          const sl_config_t *fcfg);
 
 /**
  * Renders the Prometheus text of all workers into a malloc'ed buffer (*out, *len).

@@ -337,11 +337,17 @@ static void sess_end(sl_tcp_sess_t *s, bool reset, int result) {
         s->direct = NULL;
         s->upstream = -1;
     }
+    bool flowing = s->state == ST_FLOWING;
     s->state = ST_CLOSED;
     sl_list_remove(&s->link);
     SL_COUNTER_ADD(s->w->metrics.conns_active[s->lidx], -1);
     for (int i = 0; i < 2; i++) {
         sl_tcp_dir_t *d = &s->d[i];
+        /* bytes still waiting for a destination that stopped taking them (idle_timeout,
+         * shutdown_timeout): they are lost, so that peer must not get a FIN after the
+         * bytes it did take, which would pass the stream off as complete. (Before
+         * ST_FLOWING the bytes waiting are the preread's, for an upstream never reached.) */
+        if (flowing && (d->len || d->in_pipe)) reset = true;
         if (d->buf) sl_block_put(&s->w->blocks, d->buf);
         if (d->pipe) pipe_put(tw, d->pipe, d->in_pipe);
         d->buf = NULL;

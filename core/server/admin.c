@@ -351,6 +351,24 @@ static char *render_status(sl_server_t *srv, size_t *len) {
 extern const char sl_ui_page[];
 extern const size_t sl_ui_page_len;
 
+/* The counter tables /metrics and /ui/data sum: the workers' (at most 256), then, while
+ * generations are still draining (a reload's old workers, with their open connections and
+ * TCP sessions), one table `carry` of what they counted, matched to this config by name.
+ * Their counts are folded into their successors only once they stop (reload.c): without
+ * them every counter would drop back to what the new generation alone counted, and jump
+ * up again at the fold. ms has room for 257; *carried: carry is to be freed. */
+static int metrics_tables(sl_server_t *srv, sl_wmetrics_t **ms, sl_wmetrics_t *carry, bool *carried) {
+    int n = SL_MIN(srv->nworkers, 256);
+    for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
+    *carried = srv->retired && sl_metrics_init(carry, srv->cfg) == SL_OK;
+    if (*carried) {
+        for (const sl_retired_t *r = srv->retired; r; r = r->next)
+            for (int i = 0; i < r->nworkers; i++) sl_metrics_fold_live(carry, srv->cfg, &r->workers[i].metrics, r->cfg);
+        ms[n++] = carry;
+    }
+    return n;
+}
+
 /* {"status": /status, "time": unix s, "routes": [{name, requests, errors, le, buckets}],
  *  "generations": [{generation, hash, time, changed}], "telemetry": {...}} */
 static char *render_ui_data(sl_server_t *srv, size_t *len) {
@@ -362,9 +380,9 @@ static char *render_ui_data(sl_server_t *srv, size_t *len) {
     status[slen] = 0;
     sl_wbuf_printf(&t, "{\"time\":%lld,\"status\":%s,\"routes\":[", (long long)time(NULL), status);
     free(status);
-    sl_wmetrics_t *ms[256];
-    int n = SL_MIN(srv->nworkers, 256);
-    for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
+    sl_wmetrics_t *ms[257], carry;
+    bool carried;
+    int n = metrics_tables(srv, ms, &carry, &carried);
     const sl_config_t *cfg = srv->cfg;
     for (size_t r = 0; r < cfg->nroutes; r++) {
         uint64_t reqs, errs;
@@ -382,6 +400,7 @@ static char *render_ui_data(sl_server_t *srv, size_t *len) {
         }
         sl_wbuf_printf(&t, "],\"count\":%llu}", (unsigned long long)h.count);
     }
+    if (carried) sl_metrics_free(&carry);
     sl_wbuf_printf(&t, "],\"generations\":[");
     unsigned gn = sizeof srv->gens / sizeof srv->gens[0], shown = 0;
     for (unsigned k = 0; k < gn && k < srv->gen_next; k++) {
@@ -643,9 +662,9 @@ static void admin_handle(admin_conn_t *a) {
         else
             SEND_LIT(200, "{\"ready\":true}\n");
     } else if (sl_str_ieq(p, "/metrics", 8) && get) {
-        sl_wmetrics_t *ms[256];
-        int n = SL_MIN(srv->nworkers, 256);
-        for (int i = 0; i < n; i++) ms[i] = &srv->workers[i].metrics;
+        sl_wmetrics_t *ms[257], carry;
+        bool carried;
+        int n = metrics_tables(srv, ms, &carry, &carried);
         char extra[512];
         sl_wbuf_t gauges = {0};
         render_target_gauges(srv, &gauges);
@@ -690,6 +709,7 @@ static void admin_handle(admin_conn_t *a) {
         free(src);
         int rc = gauges.p ? sl_metrics_render(srv->cfg, ms, (size_t)n, gauges.p, &body, &len) : SL_ERROR;
         free(gauges.p);
+        if (carried) sl_metrics_free(&carry);
         if (rc != SL_OK)
             SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
         else

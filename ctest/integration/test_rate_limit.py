@@ -84,6 +84,14 @@ routes:
         x3 = h.request(p, "GET", "/proxied", headers=[("X-Forwarded-For", "198.51.100.1, 203.0.113.7")]).status
         t.check("trusted_proxies: the client is the X-Forwarded-For hop before the proxy (per-client buckets)",
                 (x1, x2, x3) == (200, 200, 429), (200, 200, 429), (x1, x2, x3))
+        # A proxy that adds its own X-Forwarded-For field after the client's (HAProxy's
+        # `option forwardfor`) sends two fields: the client's claim first, the address the
+        # proxy saw last. The key is read over both, so a new claim each time is no new bucket.
+        x4 = [h.request(p, "GET", "/proxied", headers=[("X-Forwarded-For", "10.9.9.%d" % i),
+                                                       ("X-Forwarded-For", "198.51.100.2")]).status
+              for i in range(3)]
+        t.check("trusted_proxies: X-Forwarded-For over every field (a proxy's own field last), "
+                "a client's forged first field changes nothing", x4 == [200, 429, 429], [200, 429, 429], x4)
     finally:
         s.stop()
         up.stop()

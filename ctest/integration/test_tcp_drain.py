@@ -5,7 +5,9 @@
      soon as it has (well before shutdown_timeout);
   2. a session that never ends is closed at shutdown_timeout, and the process exits 0;
   3. a reload (SIGHUP) keeps a session open on the old generation while new connections
-     are served by the new one; the old one closes it at shutdown_timeout.
+     are served by the new one; the old one closes it at shutdown_timeout. Meanwhile
+     /metrics shows the old generation's counts (bytes, open sessions) with the new one's:
+     no counter drops at the reload, none is counted twice once the old workers stop.
 """
 
 import os
@@ -41,6 +43,13 @@ def refused(port):
         return "accepted, then %s" % type(e).__name__
     finally:
         c.close()
+
+
+def tcp_counts(gw):
+    """(sluice_tcp_bytes_total{listener=t,direction=in}, sluice_connections_active{listener=t})."""
+    _, m = gw.metrics()
+    return (sum(h.metric_values(m, "sluice_tcp_bytes_total", listener="t", direction="in")),
+            sum(h.metric_values(m, "sluice_connections_active", listener="t")))
 
 
 def test_sigterm_finishes_session(t):
@@ -99,6 +108,7 @@ def test_reload(t):
     done = h.Client(port, timeout=10)
     done.send(b"SINK\n" + b"x" * 1000)
     time.sleep(0.2)
+    before = tcp_counts(gw)
     with open(gw.config_path, "a") as f:
         f.write("\n# reloaded\n")
     gw.signal(signal.SIGHUP)
@@ -106,6 +116,13 @@ def test_reload(t):
     while "generation 2 applied" not in gw.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     t.check("the reload was applied", "generation 2 applied" in gw.log(), "applied", gw.log()[-400:])
+    # The old generation's workers count on until they stop; /metrics shows their counts
+    # meanwhile: no counter drops back (a counter reset to Prometheus), the gauge counts
+    # the sessions still open on them.
+    after = tcp_counts(gw)
+    t.check("right after the reload /metrics still shows the old generation's counts: "
+            "sluice_tcp_bytes_total{in} 2 x 1005 and sluice_connections_active 2 (its open sessions)",
+            before == (2010, 2) and after == before, ((2010, 2), (2010, 2)), (before, after))
     ok, detail = tp.exchange(port, b"new", 100)
     t.check("after a reload new sessions are served", ok, True, detail)
     done.send(b"y" * 1000)
@@ -119,6 +136,13 @@ def test_reload(t):
     took = time.monotonic() - t0
     t.check("the old generation's session stayed open, then was closed at shutdown_timeout",
             how in ("eof", "reset") and took > 0.5, "closed after ~1.2 s more", (how, round(took, 2), data))
+    deadline = time.monotonic() + 5
+    while tcp_counts(gw)[1] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    got = tcp_counts(gw)
+    t.check("once the old generation's sessions ended, its bytes are counted once "
+            "(2 x 1005 + 2 x 1000 on the old sessions, 9 on the new one), no session open",
+            got == (4019, 0), (4019, 0), got)
     ok, detail = tp.exchange(port, b"after", 100)
     t.check("and new sessions still are served", ok, True, detail)
 

@@ -8,8 +8,9 @@
 --   local key = limit_key.of(c, ctx)             -- "ROUTE|ip:1.2.3.4", per request
 --
 -- ip: the client address (the socket's peer or, when the peer is one of trusted_proxies,
--- the rightmost X-Forwarded-For hop that is not); consumer: ctx.consumer (the address when
--- absent); header:NAME: that header's value (the address when absent); route: the route.
+-- the rightmost X-Forwarded-For hop that is not, over every field of that name);
+-- consumer: ctx.consumer (the address when absent); header:NAME: that header's value
+-- (the address when absent); route: the route.
 -- A key always starts with the route's name: limits never cross routes.
 local sluice = require("sluice")
 local cidr = require("sluice.cidr")
@@ -51,7 +52,9 @@ local function client_ip(c)
     if #c.trusted == 0 then return peer end
     local ip = cidr.parse_ip(peer)
     if not ip or not cidr.any(ip, c.trusted) then return peer end
-    local xff = request.get_header("X-Forwarded-For")
+    -- every X-Forwarded-For field, joined in order: a proxy that adds its own field after
+    -- a client's (HAProxy's `option forwardfor`) is read from the last one, not the first
+    local xff = request.get_headers()["x-forwarded-for"]
     if not xff then return peer end
     local hops = {}
     for part in xff:gmatch("[^,%s]+") do hops[#hops + 1] = part end
