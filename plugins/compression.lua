@@ -58,15 +58,19 @@ local function vary()
     response.set_header("Vary", v .. ", Accept-Encoding")
 end
 
+-- Every field `name` of one side (request or response) as one value: a list header may come
+-- in several fields (RFC 9110 5.3), and get_header gives the first. nil when absent.
+local function joined(api, name, lname)
+    local v = api.get_header(name)
+    if v == nil then return nil end
+    return api.get_headers()[lname] or v
+end
+
 -- Why a response is left as it is (nil: it may be compressed).
 local function ineligible(conf, p)
     if request.get_method() == "HEAD" then return "HEAD" end
     local status = response.get_status()
     if status < 200 or status == 204 or status == 304 or status == 206 then return "status" end
-    local ce = response.get_header("Content-Encoding")
-    if ce and lower(ce) ~= "identity" then return "already encoded" end
-    local cc = response.get_header("Cache-Control")
-    if cc and find(lower(cc), "no-transform", 1, true) then return "no-transform" end
     if response.get_header("Content-Range") then return "a range" end
     local ct = response.get_header("Content-Type")
     if not p.match(ct) then return "type" end
@@ -74,6 +78,10 @@ local function ineligible(conf, p)
     if find(lower(ct), "text/event-stream", 1, true) then return "event stream" end
     local cl = compress.body_length()
     if cl and cl < conf.min_length then return "short" end
+    local ce = joined(response, "Content-Encoding", "content-encoding")
+    if ce and lower(ce) ~= "identity" then return "already encoded" end
+    local cc = joined(response, "Cache-Control", "cache-control")
+    if cc and find(lower(cc), "no-transform", 1, true) then return "no-transform" end
     return nil
 end
 
@@ -82,7 +90,7 @@ function M.header_filter(conf, ctx, p)
     if why then return end
     -- From here the response depends on Accept-Encoding, compressed or not: caches must key on it.
     vary()
-    local coding = compress.choose(request.get_header("Accept-Encoding"), p.prefer)
+    local coding = compress.choose(joined(request, "Accept-Encoding", "accept-encoding"), p.prefer)
     if not coding then return end
     local ok, err = compress.begin(coding, p.level[coding])
     if not ok then

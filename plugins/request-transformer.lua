@@ -4,7 +4,7 @@
 local sluice = require("sluice")
 local transform = require("sluice.transform")
 
-local request, log, json = sluice.request, sluice.log, sluice.json
+local request, log = sluice.request, sluice.log
 local ipairs, tostring, tonumber = ipairs, tostring, tonumber
 local concat, char, byte, format = table.concat, string.char, string.byte, string.format
 
@@ -138,10 +138,10 @@ local function body(conf, p)
     if cl == 0 then return end
     local raw, err = request.get_body()
     if not raw then return skip(p, err or "empty") end
-    local doc = transform.object(json.decode, raw)
+    local doc = transform.members(raw)
     if not doc then return skip(p, "not a JSON object") end
     transform.fields(doc, p, "body")
-    request.set_body(json.encode(doc))
+    request.set_body(transform.object_text(doc))
 end
 
 -- ---------------------------------------------------------------- access

@@ -8,6 +8,10 @@ local request, response, json = sluice.request, sluice.response, sluice.json
 local type, ipairs, pairs, next, tonumber, tostring, floor = type, ipairs, pairs, next, tonumber, tostring, math.floor
 local sort, find, byte = table.sort, string.find, string.byte
 local null = json.null
+-- lua-cjson reads NaN, Infinity and hex numbers (0x10) by default: none is JSON, and an
+-- upstream's parser would refuse them or read them otherwise
+local strict = require("cjson.safe").new()
+strict.decode_invalid_numbers(false)
 
 local any_map = { type = "map" }
 
@@ -229,11 +233,22 @@ local function validate(c, v, path)
     return nil
 end
 
+-- v as a number when it is written as JSON writes one (tonumber also takes " 1", "0x10",
+-- "inf" and "nan", which an upstream would refuse or read otherwise); else nil.
+local function json_number(v)
+    local rest = v:match("^%-?%d+(.*)$")
+    if not rest then return nil end
+    rest = rest:match("^%.%d+(.*)$") or rest
+    rest = rest:match("^[eE][+-]?%d+(.*)$") or rest
+    if rest ~= "" then return nil end
+    return tonumber(v)
+end
+
 -- Query arguments and headers are strings: one declared number, integer or boolean is
 -- read as one first (so `?page=2` meets `type: integer`).
 local function coerce(c, v)
     if type(v) ~= "string" or not c or not c.types or c.types.string then return v end
-    if c.types.integer or c.types.number then return tonumber(v) or v end
+    if c.types.integer or c.types.number then return json_number(v) or v end
     if c.types.boolean then
         if v == "true" then return true elseif v == "false" then return false end
     end
@@ -276,7 +291,7 @@ function M.access(conf, _, p)
             return response.exit(err == "request body too large" and 413 or 400, { error = err })
         end
         local raw = n > 0 and request.get_body() or ""
-        local doc = json.decode(raw)
+        local doc = strict.decode(raw)
         if doc == nil then return reject(conf, "body", "not valid JSON") end
         local fp, why = validate(c, doc, "body")
         if fp then return reject(conf, fp, why) end

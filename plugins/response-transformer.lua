@@ -4,7 +4,7 @@
 local sluice = require("sluice")
 local transform = require("sluice.transform")
 
-local response, log, json = sluice.response, sluice.log, sluice.json
+local response, log = sluice.response, sluice.log
 local tonumber, concat = tonumber, table.concat
 
 local list = { type = "array", items = { type = "string" }, default = {} }
@@ -68,13 +68,13 @@ function M.body_filter(conf, ctx, chunk, eof, p)
     if not eof then return "" end
     ctx[p] = nil
     local raw = concat(st)
-    local doc = transform.object(json.decode, raw)
+    local doc = transform.members(raw)
     if not doc then
         skip(p, "not a JSON object")
         return raw
     end
     transform.fields(doc, p, "json")
-    return json.encode(doc)
+    return transform.object_text(doc)
 end
 
 return M

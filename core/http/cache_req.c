@@ -200,9 +200,12 @@ static uint64_t delta_seconds(sl_str_t v, bool *ok) {
 }
 
 /* Reads the response's Cache-Control: false when it forbids a shared cache to store it
- * (no-store, private, no-cache); *ttl_s gets s-maxage, else max-age, else stays. */
-static bool cache_control(const sl_h1_head_t *h, double *ttl_s) {
+ * (no-store, private, no-cache); *ttl_s gets s-maxage, else max-age, else stays; *shared
+ * whether it lets a shared cache keep a response to a request with Authorization (public,
+ * s-maxage, must-revalidate: RFC 9111 3.5). */
+static bool cache_control(const sl_h1_head_t *h, double *ttl_s, bool *shared) {
     bool have_s = false;
+    *shared = false;
     for (uint16_t i = 0; i < h->nheaders; i++) {
         if (!SL_IEQ(h->headers[i].name, "cache-control")) continue;
         sl_str_t list = h->headers[i].value, tok;
@@ -216,7 +219,9 @@ static bool cache_control(const sl_h1_head_t *h, double *ttl_s) {
             while (name.len && (name.p[name.len - 1] == ' ' || name.p[name.len - 1] == '\t')) name.len--;
             bool ok;
             if (SL_IEQ(name, "no-store") || SL_IEQ(name, "private") || SL_IEQ(name, "no-cache")) return false;
+            if (SL_IEQ(name, "public") || SL_IEQ(name, "must-revalidate")) *shared = true;
             if (SL_IEQ(name, "s-maxage")) {
+                *shared = true;
                 uint64_t n = delta_seconds(val, &ok);
                 if (!ok) return false; /* unreadable: not stored */
                 *ttl_s = (double)n;
@@ -231,15 +236,29 @@ static bool cache_control(const sl_h1_head_t *h, double *ttl_s) {
     return *ttl_s > 0;
 }
 
+/* Whether the request went upstream with an Authorization field (the client's, unless a
+ * plugin cleared it, or one a plugin set). */
+static bool sent_authorization(const sl_req_t *r) {
+    sl_str_t n = {"authorization", 13};
+    if (sl_edits_find(&r->req_edits, n)) return true;
+    if (sl_edits_removed(&r->req_edits, n)) return false;
+    for (uint16_t i = 0; i < r->head.nheaders; i++)
+        if (SL_IEQ(r->head.headers[i].name, "authorization")) return true;
+    return false;
+}
+
 /* Whether the response may be stored; *ttl_s its freshness, *vary its Vary value. */
 static bool cacheable(const sl_req_t *r, const sl_cache_policy_t *pol, double *ttl_s, sl_str_t *vary) {
     const sl_h1_head_t *h = &r->rhead;
-    bool listed = false;
+    bool listed = false, shared;
     for (int i = 0; i < pol->nstatuses; i++) listed |= pol->statuses[i] == h->status;
     if (!listed || h->status == 101) return false;
     if (h->body_kind == SL_BODY_LENGTH && h->content_length > pol->max_body) return false;
     *ttl_s = pol->ttl;
-    if (!cache_control(h, ttl_s)) return false;
+    if (!cache_control(h, ttl_s, &shared)) return false;
+    /* an answer to a request with credentials is that client's unless the upstream says
+     * otherwise: stored, it would go to every client without them */
+    if (!shared && sent_authorization(r)) return false;
     *vary = (sl_str_t){NULL, 0};
     for (uint16_t i = 0; i < h->nheaders; i++) {
         sl_str_t n = h->headers[i].name;

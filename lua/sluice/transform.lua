@@ -2,7 +2,11 @@
 -- shape): "name:value" entries checked at load and split once, and the five sections
 -- applied in Kong's order (remove, rename, replace, add, append) to headers or to the
 -- top-level fields of a JSON object.
-local ipairs, type, next = ipairs, type, next
+local cjson = require("cjson.safe")
+
+local ipairs, type = ipairs, type
+local find, sub, byte, concat, remove = string.find, string.sub, string.byte, table.concat, table.remove
+local encode = cjson.encode
 
 local _M = {}
 
@@ -87,33 +91,131 @@ function _M.headers(api, p)
     for _, kv in ipairs(p.append.headers) do api.add_header(kv[1], kv[2]) end
 end
 
--- Applies p's sections under `what` to doc, a decoded JSON object (edited in place).
--- append makes a field an array, or adds to one.
-function _M.fields(doc, p, what)
-    for _, kv in ipairs(p.remove[what]) do doc[kv[1]] = nil end
+-- ---------------------------------------------------------------- JSON bodies
+-- A body's top-level members are edited as text: a value no section names goes on byte for
+-- byte as it came. Decoding the whole document and encoding it again changed what the
+-- other side got: lua-cjson writes numbers with 14 significant digits (an id
+-- 1234567890123456 became 1.2345678901235e+15) and reads [] and {} alike ([] became {}).
+
+local strict = cjson.new()
+strict.decode_invalid_numbers(false) -- NaN, Infinity, 0x10: not JSON
+
+-- The index of the closing quote of the JSON string opening at i.
+local function string_end(s, i)
+    local j = i + 1
+    while true do
+        local k = find(s, '["\\]', j)
+        if byte(s, k) == 92 then j = k + 2 else return k end
+    end
+end
+
+-- The index of the last byte of the JSON value starting at i (s is valid JSON).
+local function value_end(s, i)
+    local c = byte(s, i)
+    if c == 34 then return string_end(s, i) end
+    if c == 123 or c == 91 then
+        local depth, j = 0, i
+        while true do
+            local k = find(s, '["{}%[%]]', j)
+            local b = byte(s, k)
+            if b == 34 then
+                j = string_end(s, k) + 1
+            else
+                depth = (b == 123 or b == 91) and depth + 1 or depth - 1
+                if depth == 0 then return k end
+                j = k + 1
+            end
+        end
+    end
+    return (find(s, "[%s,}%]]", i) or #s + 1) - 1
+end
+
+-- The members of a JSON object's text, in order: { { name, name as written, value as
+-- written }, ... }; nil for anything else (an array, a scalar, not JSON).
+function _M.members(raw)
+    local i = find(raw, "[^ \t\r\n]")
+    if not i or byte(raw, i) ~= 123 or type(strict.decode(raw)) ~= "table" then return nil end
+    local list = {}
+    i = find(raw, "[^ \t\r\n]", i + 1)
+    while byte(raw, i) ~= 125 do
+        local e = string_end(raw, i)
+        local written = sub(raw, i, e)
+        local name = find(written, "\\", 1, true) and strict.decode(written) or sub(written, 2, -2)
+        local vs = find(raw, "[^ \t\r\n]", find(raw, ":", e + 1, true) + 1)
+        local ve = value_end(raw, vs)
+        list[#list + 1] = { name, written, sub(raw, vs, ve) }
+        i = find(raw, "[^ \t\r\n]", ve + 1)
+        if byte(raw, i) == 44 then i = find(raw, "[^ \t\r\n]", i + 1) end
+    end
+    return list
+end
+
+-- Keeps the last member `name` (a later one wins, as when decoding) and drops the others;
+-- its index, or nil.
+local function last(list, name)
+    local at
+    for i = #list, 1, -1 do
+        if list[i][1] == name then
+            if at then
+                remove(list, i)
+                at = at - 1
+            else
+                at = i
+            end
+        end
+    end
+    return at
+end
+
+-- Applies p's sections under `what` to a JSON object's members (edited in place; values
+-- set are strings). append makes a field an array, or adds to one.
+function _M.fields(list, p, what)
+    for _, kv in ipairs(p.remove[what]) do
+        local at = last(list, kv[1])
+        if at then remove(list, at) end
+    end
     for _, kv in ipairs(p.rename[what]) do
-        local v = doc[kv[1]]
-        if v ~= nil then
-            doc[kv[1]] = nil
-            doc[kv[2]] = v
+        local at = last(list, kv[1])
+        if at and kv[1] ~= kv[2] then
+            local m = list[at]
+            m[1], m[2] = kv[2], encode(kv[2])
+            for i = #list, 1, -1 do -- the renamed one replaces any of its new name
+                if i ~= at and list[i][1] == kv[2] then
+                    remove(list, i)
+                    if i < at then at = at - 1 end
+                end
+            end
         end
     end
     for _, kv in ipairs(p.replace[what]) do
-        if doc[kv[1]] ~= nil then doc[kv[1]] = kv[2] end
+        local at = last(list, kv[1])
+        if at then list[at][3] = encode(kv[2]) end
     end
     for _, kv in ipairs(p.add[what]) do
-        if doc[kv[1]] == nil then doc[kv[1]] = kv[2] end
+        if not last(list, kv[1]) then list[#list + 1] = { kv[1], encode(kv[1]), encode(kv[2]) } end
     end
     for _, kv in ipairs(p.append[what]) do
-        local v = doc[kv[1]]
-        if v == nil then
-            doc[kv[1]] = kv[2]
-        elseif type(v) == "table" and (v[1] ~= nil or next(v) == nil) then
-            v[#v + 1] = kv[2]
+        local at, v = last(list, kv[1]), encode(kv[2])
+        if not at then
+            list[#list + 1] = { kv[1], encode(kv[1]), v }
         else
-            doc[kv[1]] = { v, kv[2] }
+            local old = list[at][3]
+            if byte(old, 1) ~= 91 then
+                list[at][3] = "[" .. old .. "," .. v .. "]"
+            elseif find(old, "^%[[ \t\r\n]*%]$") then
+                list[at][3] = "[" .. v .. "]"
+            else
+                list[at][3] = sub(old, 1, -2) .. "," .. v .. "]"
+            end
         end
     end
+end
+
+-- The members as a JSON object's text.
+function _M.object_text(list)
+    local parts = {}
+    for i, m in ipairs(list) do parts[i] = m[2] .. ":" .. m[3] end
+    return "{" .. concat(parts, ",") .. "}"
 end
 
 -- true for application/json and application/*+json (any parameters).
@@ -121,13 +223,6 @@ function _M.is_json(ct)
     if not ct then return false end
     ct = ct:lower()
     return ct:find("^application/json") ~= nil or ct:find("^application/[%w.%-]+%+json") ~= nil
-end
-
--- A decoded JSON object, or nil for anything else (an array, a scalar, bad JSON).
-function _M.object(decode, raw)
-    local doc = decode(raw)
-    if type(doc) ~= "table" or doc[1] ~= nil then return nil end
-    return doc
 end
 
 -- Logs at info, once per prepared table p (a worker's plugin use), why `what` was left

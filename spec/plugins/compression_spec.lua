@@ -114,6 +114,11 @@ describe("compression plugin", function()
                                    body = BIG }),
             route("gzonly", { headers = { ["Content-Type"] = "application/json" }, body = BIG },
                   { encodings = { "gzip" }, level = { gzip = 9 } }),
+            { name = "twocc", match = { paths = { "/twocc" } }, plugins = {
+                { name = "headers", config = { response = { add = { ["Cache-Control"] = "no-transform" } } } },
+                { name = "compression" },
+                { name = "response", config = { headers = { ["Content-Type"] = "text/plain", ["Cache-Control"] = "public" },
+                                                body = BIG } } } },
         } }))
     end)
     teardown(function() gw:stop() end)
@@ -158,6 +163,23 @@ describe("compression plugin", function()
         assert.equal("gzip", res.headers["content-encoding"])
         assert.equal(BIG, res.body)
         res = get("/notransform", "br")
+        assert.is_nil(res.headers["content-encoding"])
+        assert.equal(BIG, res.body)
+    end)
+
+    it("reads every field of Accept-Encoding and Cache-Control, not the first alone", function()
+        local function raw(path, ...)
+            local lines = { "GET " .. path .. " HTTP/1.1", "Host: x", "Connection: close" }
+            for _, f in ipairs({ ... }) do lines[#lines + 1] = f end
+            return assert(gw:request({ raw = table.concat(lines, "\r\n") .. "\r\n\r\n" }))
+        end
+        -- br refused in the second field: br would reach a client that cannot read it
+        local res = raw("/text", "Accept-Encoding: *", "Accept-Encoding: br;q=0")
+        assert.equal("gzip", res.headers["content-encoding"])
+        res = raw("/text", "Accept-Encoding: br;q=0", "Accept-Encoding: gzip")
+        assert.equal("gzip", res.headers["content-encoding"])
+        res = raw("/twocc", "Accept-Encoding: gzip")
+        assert.equal("public, no-transform", res.headers["cache-control"])
         assert.is_nil(res.headers["content-encoding"])
         assert.equal(BIG, res.body)
     end)

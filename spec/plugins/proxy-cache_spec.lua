@@ -101,6 +101,9 @@ describe("proxy-cache through the core", function()
             origin_route("quoted", { ["Cache-Control"] = 'max-age="60"' }),
             origin_route("cookie", { ["Set-Cookie"] = "a=1" }),
             origin_route("varystar", { Vary = "*" }),
+            origin_route("authed", {}),
+            origin_route("authpublic", { ["Cache-Control"] = "public" }),
+            origin_route("authsmax", { ["Cache-Control"] = "s-maxage=60" }),
         } }))
         gw = assert(test.start({
             upstreams = { { name = "o", targets = { { address = origin:address() } } } },
@@ -139,6 +142,19 @@ describe("proxy-cache through the core", function()
         assert.same({ "MISS", "HIT" }, { a, b })
         a, b = twice("/quoted")
         assert.same({ "MISS", "HIT" }, { a, b })
+    end)
+
+    it("stores an answer to a request with Authorization only when the upstream says it may", function()
+        -- RFC 9111 3.5: stored, the answer to alice's credentials went to every client
+        local auth = { Authorization = "Basic YWxpY2U6c2VjcmV0" }
+        local a = assert(gw:request({ path = "/authed", headers = auth }))
+        local b = assert(gw:request({ path = "/authed" }))
+        assert.same({ "BYPASS", "MISS" }, { a.headers["x-cache-status"], b.headers["x-cache-status"] })
+        for _, path in ipairs({ "/authpublic", "/authsmax" }) do
+            a = assert(gw:request({ path = path, headers = auth }))
+            b = assert(gw:request({ path = path }))
+            assert.same({ "MISS", "HIT" }, { a.headers["x-cache-status"], b.headers["x-cache-status"] })
+        end
     end)
 
     it("bypasses methods it does not cache", function()

@@ -71,6 +71,16 @@ describe("request-transformer", function()
         assert.same({ new = 1, rep = "R", keep = "k", added = "yes", tags = { "t1", "t2" }, one = { "o1", "o2" } }, got)
     end)
 
+    it("sends the fields no section names exactly as the client wrote them", function()
+        -- decoding and encoding the whole body turned 1234567890123456 into
+        -- 1.2345678901235e+15 and [] into {}
+        local body = '{"id":1234567890123456,"list":[],"deep":{"a":[],"n":0.1},"tags":[ ],"old":1,"rep":2,"secret":0}'
+        local res = assert(gw:request({ method = "POST", path = "/b", body = body,
+                                        headers = { ["Content-Type"] = "application/json" } }))
+        assert.equal('{"id":1234567890123456,"list":[],"deep":{"a":[],"n":0.1},"tags":["t2"],"new":1,"rep":"R",'
+                     .. '"added":"yes","keep":"no","one":"o2"}', res.json().body)
+    end)
+
     it("leaves a body that is not JSON, over max_body or chunked as it is", function()
         local res = assert(gw:request({ method = "POST", path = "/b", body = '{"secret":1}',
                                         headers = { ["Content-Type"] = "text/plain" } }))

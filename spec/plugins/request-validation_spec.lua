@@ -79,6 +79,10 @@ describe("request-validation", function()
         assert.equal("expected string or null", fails({ name = "ab", items = {}, maybe = 1 }, "body.maybe"))
         assert.equal("expected object", fails("[1]", "body"))
         assert.equal("not valid JSON", fails("{nope", "body"))
+        -- lua-cjson's default reader takes these; no JSON parser upstream does
+        assert.equal("not valid JSON", fails('{"name":"ab","items":[],"age":0x10}', "body"))
+        assert.equal("not valid JSON", fails('{"name":"ab","items":[],"age":Infinity}', "body"))
+        assert.equal("not valid JSON", fails('{"name":"ab","items":[],"age":NaN}', "body"))
     end)
 
     it("counts characters, not bytes", function()
@@ -98,6 +102,16 @@ describe("request-validation", function()
         assert.equal("query.page", res.json().path)
         res = assert(gw:request({ path = "/q?page=x", headers = { ["X-Api-Version"] = "2" } }))
         assert.equal("query.page", res.json().path)
+        -- only numbers as JSON writes them: Lua's tonumber takes all of these
+        for _, page in ipairs({ "0x10", "inf", "%201", "1%20", "nan", "1e", "--1" }) do
+            res = assert(gw:request({ path = "/q?page=" .. page, headers = { ["X-Api-Version"] = "2" } }))
+            assert.equal(422, res.status, page)
+            assert.equal("query.page", res.json().path)
+        end
+        for _, page in ipairs({ "1e2", "10", "2.0" }) do
+            res = assert(gw:request({ path = "/q?page=" .. page, headers = { ["X-Api-Version"] = "2" } }))
+            assert.equal(200, res.status, page)
+        end
         res = assert(gw:request({ path = "/q?page=1&flag=maybe", headers = { ["X-Api-Version"] = "2" } }))
         assert.equal("query.flag", res.json().path)
         res = assert(gw:request({ path = "/q?page=1" }))

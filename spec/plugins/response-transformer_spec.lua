@@ -27,6 +27,8 @@ describe("response-transformer", function()
             route("big", { headers = { ["Content-Type"] = "application/json" },
                            body = '{"secret":"' .. ("x"):rep(200) .. '"}' }, CONF),
             route("array", { headers = { ["Content-Type"] = "application/json" }, body = "[1,2]" }, CONF),
+            route("exact", { headers = { ["Content-Type"] = "application/json" },
+                             body = '{"id":1234567890123456,"l":[],"d":{"a":[]},"tags":[],"rep":3}' }, CONF),
         } }))
     end)
     teardown(function() gw:stop() end)
@@ -45,6 +47,13 @@ describe("response-transformer", function()
         assert.equal("two", hs["x-app"])
         assert.same({ new = 2, rep = "R", keep = 4, added = "yes", tags = { "t1", "t2" } }, cjson.decode(res.body))
         assert.equal(tostring(#res.body), hs["content-length"])
+    end)
+
+    it("sends the fields no section names exactly as the upstream wrote them", function()
+        -- decoding and encoding the whole body turned 1234567890123456 into
+        -- 1.2345678901235e+15 and [] into {}
+        local res = assert(gw:request({ path = "/exact" }))
+        assert.equal('{"id":1234567890123456,"l":[],"d":{"a":[]},"tags":["t2"],"rep":"R","added":"yes","keep":"no"}', res.body)
     end)
 
     it("leaves a body that is not JSON, over max_body, or not an object as it is", function()
