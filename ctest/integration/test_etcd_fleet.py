@@ -21,6 +21,8 @@
 - etcd wiped and reloaded from a push: the gateways follow the new history.
 - A gateway started while etcd is down serves from its snapshot; one with neither answers
   /ready 503 until etcd gives it a config.
+- `sluice push`/`pull` refuse a --prefix that config_source would refuse ("" would
+  delete every key starting with '/').
 - Two `sluice push` runs racing (a relay holds each one's write, the txn, until both have
   read): exactly one wins, the other exits 1 and says why.
 """
@@ -540,6 +542,22 @@ def test_local_file_rules(t):
             c.stderr)
     r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url])
     t.check("push refuses a file with config_source (it pushes ordinary configs)", r.returncode == 1, 1, r.stderr)
+    # --prefix follows config_source's rule: "" would be every key starting with '/' (the
+    # push would delete another application's keys), "/x/" keys no gateway reads
+    etcd = S["etcd"]
+    etcd.put("/other-app/k", "v")
+    ordinary = os.path.join(d, "ordinary.yaml")
+    with open(ordinary, "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n")
+    for bad in ("", "/x/", "x"):
+        for cmd in (["push", "-c", ordinary], ["pull"]):
+            r = h.run_cli(cmd + ["--etcd", etcd.url, "--prefix", bad])
+            t.check("%s refuses --prefix '%s'" % (cmd[0], bad),
+                    r.returncode == 2 and "must start with '/' and not end with one" in r.stderr, 2,
+                    (r.returncode, r.stdout, r.stderr))
+    t.check("... and wrote nothing: another application's key is still there",
+            etcd.ctl("get", "/other-app/k", "--print-value-only").stdout.strip() == "v", "v",
+            etcd.ctl("get", "--prefix", "/", "--keys-only").stdout[:300])
     os.makedirs(os.path.join(d, "plugins", "folded"))
     with open(os.path.join(d, "plugins", "folded", "init.lua"), "w") as f:
         f.write('return { name = "folded", version = "1", schema = {}, access = function() end }\n')
