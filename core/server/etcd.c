@@ -166,15 +166,6 @@ static void prune_plugin_dirs(const char *base) {
     if (d) closedir(d);
 }
 
-static bool valid_name(const char *s) {
-    if (!*s || strlen(s) > 64) return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
-              *s == '-' || *s == '.'))
-            return false;
-    return true;
-}
-
 /* Takes line (malloc'ed) into errs. */
 static void errs_push(sl_errors_t *errs, char *line) {
     if (!line) return;
@@ -229,8 +220,8 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
             line += sl__etcd_put_item(&t, kv->val, kv->vlen, 0);
             continue;
         }
-        if (known && slash && valid_name(slash + 1)) continue;
-        if (slash && kl == 7 && !strncmp(kv->key, "plugins", 7) && valid_name(slash + 1)) continue;
+        if (known && slash && sl__etcd_valid_name(slash + 1)) continue;
+        if (slash && kl == 7 && !strncmp(kv->key, "plugins", 7) && sl__etcd_valid_name(slash + 1)) continue;
         char where[600];
         snprintf(where, sizeof where, "etcd %s/%s", prefix, kv->key);
         sl_errors_add(&tmp, where, 1, 1,

@@ -21,6 +21,7 @@
 - etcd wiped and reloaded from a push: the gateways follow the new history.
 - A gateway started while etcd is down serves from its snapshot; one with neither answers
   /ready 503 until etcd gives it a config.
+- `sluice pull --plugins DIR` writes no file outside DIR for a key plugins/../../x.
 - `sluice push`/`pull` refuse a --prefix that config_source would refuse ("" would
   delete every key starting with '/').
 - Two `sluice push` runs racing (a relay holds each one's write, the txn, until both have
@@ -526,6 +527,18 @@ def test_pull(t):
     t.check("sluice pull prints a file sluice check accepts (plugins written to --plugins)",
             r.returncode == 0 and c.returncode == 0 and os.path.exists(os.path.join(d, "pl", "hello.lua")),
             0, (r.returncode, r.stderr, c.stderr, r.stdout[:400]))
+    # a plugin key whose NAME is a path (gateways reject the key) is not written outside DIR
+    outside = os.path.join(d, "outside")
+    rel = os.path.relpath(outside, os.path.join(d, "pl2"))
+    p.etcd.put("/evil/plugins/" + rel, "return {}")
+    p.etcd.put("/evil/plugins/fine", "return {}")
+    r = subprocess.run([h.BIN, "pull", "--etcd", p.etcd.url, "--prefix", "/evil", "--plugins", os.path.join(d, "pl2")],
+                       capture_output=True, text=True, timeout=20)
+    t.check("pull --plugins writes no file outside DIR for a key plugins/%s" % rel,
+            not os.path.exists(outside + ".lua") and os.path.exists(os.path.join(d, "pl2", "fine.lua")),
+            "only pl2/fine.lua", (os.listdir(d), r.stderr))
+    t.check("... and says so, exit 1", r.returncode == 1 and "not a plugin name" in r.stderr, 1,
+            (r.returncode, r.stderr))
 
 
 def test_local_file_rules(t):
