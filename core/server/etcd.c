@@ -118,7 +118,10 @@ static int plugin_dir(const char *base, const sl_ekvset_t *s, char *out, size_t 
             n++;
         }
     if (!n) return 0;
-    if (mkdir(base, 0700) == 0) own(base);
+    if (mkdir(base, 0700) == 0)
+        own(base);
+    else if (errno != EEXIST)
+        return -1; /* its errno (EACCES: a folder `user:` cannot write), not the next mkdir's ENOENT */
     snprintf(out, outlen, "%s/%016llx", base, (unsigned long long)h);
     struct stat st;
     if (stat(out, &st) == 0) return 1;

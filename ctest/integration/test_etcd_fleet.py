@@ -291,6 +291,17 @@ def test_plugin_code(t):
     until(lambda: len(os.listdir(pdir)) == 1, 3)
     dirs = os.listdir(pdir)
     t.check("the folder of the old code is removed once the new one applies", len(dirs) == 1, 1, dirs)
+    if os.geteuid() == 0:
+        # with `user:`, a snapshot folder that user cannot write rejects the generation
+        # (documented); the error gives the real cause, not the ENOENT of a later mkdir
+        d = h.new_tmpdir("gw-user")
+        os.mkdir(os.path.join(d, "ro"), 0o755)
+        conf = "user: nobody\n" + gw_conf(S["etcd"], snapshot=False).replace("timeout: 1s", "timeout: 1s, snapshot: ro/snap.json")
+        g = h.start_sluice(conf, name="gw-user", suite=t, config_dir=d, shared_dir=True)
+        err = until(lambda: (g.status().get("config_source") or {}).get("last_error"), 5)
+        t.check("a snapshot folder `user:` cannot write: the error says so",
+                err and "snap.json.plugins: Permission denied" in err, "Permission denied", err)
+        g.stop()
 
 
 def test_invalid_key(t):
