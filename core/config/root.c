@@ -127,8 +127,25 @@ static void parse_endpoint(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_conf
     }
     const char *h = s + 7, *slash = strchr(h, '/');
     size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-    const char *colon = memchr(h, ':', hl);
-    size_t namel = colon ? (size_t)(colon - h) : hl;
+    const char *name = h, *colon;
+    size_t namel;
+    if (h[0] == '[') { /* an IPv6 literal: http://[::1]:4318/v1/traces */
+        const char *close = memchr(h, ']', hl);
+        char lit[64];
+        namel = close ? (size_t)(close - h - 1) : 0;
+        if (namel) memcpy(lit, h + 1, namel < sizeof lit ? namel : sizeof lit - 1);
+        struct in6_addr a6;
+        if (!close || namel >= sizeof lit || (lit[namel] = 0, inet_pton(AF_INET6, lit, &a6) != 1) ||
+            (close + 1 != h + hl && close[1] != ':')) {
+            sl__cx_err(cx, v, "otlp.endpoint '%s': a bracketed host must be an IPv6 address ([::1])", s);
+            return;
+        }
+        name = h + 1;
+        colon = close + 1 != h + hl ? close + 1 : NULL;
+    } else {
+        colon = memchr(h, ':', hl);
+        namel = colon ? (size_t)(colon - h) : hl;
+    }
     long port = 4318;
     if (colon) {
         char *end;
@@ -143,7 +160,7 @@ static void parse_endpoint(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_conf
         return;
     }
     t->host = sl__cx_calloc(cx, namel + 1, 1);
-    if (t->host) memcpy(t->host, h, namel);
+    if (t->host) memcpy(t->host, name, namel);
     t->port = (uint16_t)port;
     t->path = sl__cx_strdup(cx, slash ? slash : "/v1/traces");
 }

@@ -169,9 +169,10 @@ static bool post(uv_loop_t *loop, sl_wbuf_t *req, const char *host, uint16_t por
                  const char *headers, const sl_wbuf_t *body, uint64_t timeout_ms, char *why, size_t whylen) {
     req->len = 0;
     sl_wbuf_printf(req,
-                   "POST %s HTTP/1.1\r\nHost: %s:%u\r\nContent-Type: application/json\r\n"
+                   "POST %s HTTP/1.1\r\nHost: %s%s%s:%u\r\nContent-Type: application/json\r\n"
                    "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                   path, host, port, body->len, headers ? headers : "");
+                   path, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port, body->len,
+                   headers ? headers : "");
     sl_wbuf_put(req, body->p, body->len);
     post_t pt = {.why = why, .whylen = whylen};
     sl_client_req_t rq = {.loop = loop,

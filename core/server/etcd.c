@@ -118,7 +118,10 @@ static int plugin_dir(const char *base, const sl_ekvset_t *s, char *out, size_t 
             n++;
         }
     if (!n) return 0;
-    if (mkdir(base, 0700) == 0) own(base);
+    if (mkdir(base, 0700) == 0)
+        own(base);
+    else if (errno != EEXIST)
+        return -1; /* its errno (EACCES: a folder `user:` cannot write), not the next mkdir's ENOENT */
     snprintf(out, outlen, "%s/%016llx", base, (unsigned long long)h);
     struct stat st;
     if (stat(out, &st) == 0) return 1;
@@ -164,15 +167,6 @@ static void prune_plugin_dirs(const char *base) {
         rmdir(p);
     }
     if (d) closedir(d);
-}
-
-static bool valid_name(const char *s) {
-    if (!*s || strlen(s) > 64) return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
-              *s == '-' || *s == '.'))
-            return false;
-    return true;
 }
 
 /* Takes line (malloc'ed) into errs. */
@@ -229,8 +223,8 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
             line += sl__etcd_put_item(&t, kv->val, kv->vlen, 0);
             continue;
         }
-        if (known && slash && valid_name(slash + 1)) continue;
-        if (slash && kl == 7 && !strncmp(kv->key, "plugins", 7) && valid_name(slash + 1)) continue;
+        if (known && slash && sl__etcd_valid_name(slash + 1)) continue;
+        if (slash && kl == 7 && !strncmp(kv->key, "plugins", 7) && sl__etcd_valid_name(slash + 1)) continue;
         char where[600];
         snprintf(where, sizeof where, "etcd %s/%s", prefix, kv->key);
         sl_errors_add(&tmp, where, 1, 1,

@@ -365,6 +365,12 @@ int sl_etcd_pull(const char *url, const char *prefix, const char *plugins_dir) {
             sl_wbuf_printf(&out, "# %s: %zu bytes of Lua (pull --plugins DIR writes it)\n", s.a[i].key, s.a[i].vlen);
             continue;
         }
+        if (!sl__etcd_valid_name(s.a[i].key + 8)) { /* "plugins/../../x" is no file under DIR */
+            fprintf(stderr, "sluice pull: %s/%s: not a plugin name (gateways reject the key): not written\n", prefix,
+                    s.a[i].key);
+            rc = 1;
+            continue;
+        }
         char f[PATH_MAX + 128];
         snprintf(f, sizeof f, "%s/%s.lua", plugins_dir, s.a[i].key + 8);
         mkdir(plugins_dir, 0755);

@@ -282,6 +282,15 @@ sl_ec_t *sl__ec_post(uv_loop_t *loop, const char *url, const char *path, const c
 
 const char *const sl__etcd_kinds[3] = {"upstreams", "routes", "consumers"}; /* upstreams first: read order */
 
+bool sl__etcd_valid_name(const char *s) {
+    if (!*s || strlen(s) > 64) return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '-' || *s == '.'))
+            return false;
+    return true;
+}
+
 void sl__etcd_range_body(const char *prefix, bool count_only, sl_wbuf_t *b) {
     size_t pl = strlen(prefix);
     char *k = malloc(pl + 2), *e = malloc(pl + 2);

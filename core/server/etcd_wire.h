@@ -100,6 +100,8 @@ void sl__ec_cancel(sl_ec_t *c);
 
 /** "upstreams", "routes", "consumers": the list kinds under the prefix, in build order. */
 extern const char *const sl__etcd_kinds[3];
+/** NAME of a key KIND/NAME a gateway takes: 1-64 of letters, digits, '_', '-', '.'. */
+bool sl__etcd_valid_name(const char *s);
 /** {"key":PREFIX/,"range_end":PREFIX0[,"count_only":true]}: the whole prefix. */
 void sl__etcd_range_body(const char *prefix, bool count_only, sl_wbuf_t *b);
 /** A whole file, malloc'ed and NUL-terminated, or NULL. */

@@ -438,6 +438,15 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+        /* config_source.etcd.prefix's rule: "" would make the range every key starting
+         * with '/' (a push deletes what its file lacks: another application's keys too),
+         * and "/sluice/" keys no gateway reads ("/sluice//routes/a") */
+        size_t pl = strlen(prefix);
+        if (prefix[0] != '/' || (pl > 1 && prefix[pl - 1] == '/')) {
+            fprintf(stderr, "sluice %s: --prefix '%s' must start with '/' and not end with one (e.g. /sluice)\n", cmd,
+                    prefix);
+            return 2;
+        }
         return cmd[2] == 's' ? sl_etcd_push(conf, etcd, prefix) : sl_etcd_pull(etcd, prefix, plugins_dir);
     }
     if (strcmp(cmd, "run") != 0) {

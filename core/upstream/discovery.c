@@ -309,18 +309,34 @@ int sl_discovery_bind(sl_discovery_t *d, sl_upgen_t *g, const char **err) {
         *pp = n->next;
         dname_free(n); /* a lookup in flight was cancelled with the resolver, or answers into nothing */
     }
-    /* registrations of upstreams gone, or no longer taking them */
+    /* registrations of upstreams gone, or no longer taking them; and those the new
+     * generation cannot hold: an address it lists as a static target (it would be the
+     * same address twice), or beyond a lowered `registry.max_targets` (it would get no
+     * slot while its renewals still answered 200) */
+    uint32_t *kept = calloc(cfg->nupstreams + 1, sizeof *kept);
     for (sl_dreg_t **pp = &d->regs; *pp;) {
         sl_dreg_t *r = *pp;
         int u = upstream_index(cfg, r->upstream);
+        const char *why = NULL;
         if (u >= 0 && cfg->upstreams[u].registry) {
-            pp = &r->next;
-            continue;
+            const sl_upstream_conf_t *uc = &cfg->upstreams[u];
+            for (size_t i = 0; i < uc->ntargets && !why; i++)
+                if (uc->targets[i].kind == SL_TARGET_STATIC && strcmp(uc->targets[i].addr.text, r->text) == 0)
+                    why = "the address is now a configured target of this upstream";
+            if (!why && kept && kept[u] >= uc->registry_slots) why = "beyond the upstream's registry.max_targets";
+            if (!why) {
+                if (kept) kept[u]++;
+                pp = &r->next;
+                continue;
+            }
+            sl_log_kv(SL_LOG_WARN, (const char *[]){"upstream", r->upstream, "target", r->text}, 2,
+                      "registration dropped by the reload: %s", why);
         }
         *pp = r->next;
         free(r->upstream);
         free(r);
     }
+    free(kept);
     for (sl_dname_t *n = d->names; n; n = n->next) {
         if (n->have) dname_apply(d, n);
         if (!n->have || !uv_is_active((uv_handle_t *)&n->timer)) dname_query(n);

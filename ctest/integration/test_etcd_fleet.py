@@ -21,6 +21,9 @@
 - etcd wiped and reloaded from a push: the gateways follow the new history.
 - A gateway started while etcd is down serves from its snapshot; one with neither answers
   /ready 503 until etcd gives it a config.
+- `sluice pull --plugins DIR` writes no file outside DIR for a key plugins/../../x.
+- `sluice push`/`pull` refuse a --prefix that config_source would refuse ("" would
+  delete every key starting with '/').
 - Two `sluice push` runs racing (a relay holds each one's write, the txn, until both have
   read): exactly one wins, the other exits 1 and says why.
 """
@@ -288,6 +291,17 @@ def test_plugin_code(t):
     until(lambda: len(os.listdir(pdir)) == 1, 3)
     dirs = os.listdir(pdir)
     t.check("the folder of the old code is removed once the new one applies", len(dirs) == 1, 1, dirs)
+    if os.geteuid() == 0:
+        # with `user:`, a snapshot folder that user cannot write rejects the generation
+        # (documented); the error gives the real cause, not the ENOENT of a later mkdir
+        d = h.new_tmpdir("gw-user")
+        os.mkdir(os.path.join(d, "ro"), 0o755)
+        conf = "user: nobody\n" + gw_conf(S["etcd"], snapshot=False).replace("timeout: 1s", "timeout: 1s, snapshot: ro/snap.json")
+        g = h.start_sluice(conf, name="gw-user", suite=t, config_dir=d, shared_dir=True)
+        err = until(lambda: (g.status().get("config_source") or {}).get("last_error"), 5)
+        t.check("a snapshot folder `user:` cannot write: the error says so",
+                err and "snap.json.plugins: Permission denied" in err, "Permission denied", err)
+        g.stop()
 
 
 def test_invalid_key(t):
@@ -524,6 +538,18 @@ def test_pull(t):
     t.check("sluice pull prints a file sluice check accepts (plugins written to --plugins)",
             r.returncode == 0 and c.returncode == 0 and os.path.exists(os.path.join(d, "pl", "hello.lua")),
             0, (r.returncode, r.stderr, c.stderr, r.stdout[:400]))
+    # a plugin key whose NAME is a path (gateways reject the key) is not written outside DIR
+    outside = os.path.join(d, "outside")
+    rel = os.path.relpath(outside, os.path.join(d, "pl2"))
+    p.etcd.put("/evil/plugins/" + rel, "return {}")
+    p.etcd.put("/evil/plugins/fine", "return {}")
+    r = subprocess.run([h.BIN, "pull", "--etcd", p.etcd.url, "--prefix", "/evil", "--plugins", os.path.join(d, "pl2")],
+                       capture_output=True, text=True, timeout=20)
+    t.check("pull --plugins writes no file outside DIR for a key plugins/%s" % rel,
+            not os.path.exists(outside + ".lua") and os.path.exists(os.path.join(d, "pl2", "fine.lua")),
+            "only pl2/fine.lua", (os.listdir(d), r.stderr))
+    t.check("... and says so, exit 1", r.returncode == 1 and "not a plugin name" in r.stderr, 1,
+            (r.returncode, r.stderr))
 
 
 def test_local_file_rules(t):
@@ -540,6 +566,22 @@ def test_local_file_rules(t):
             c.stderr)
     r = h.run_cli(["push", "-c", path, "--etcd", S["etcd"].url])
     t.check("push refuses a file with config_source (it pushes ordinary configs)", r.returncode == 1, 1, r.stderr)
+    # --prefix follows config_source's rule: "" would be every key starting with '/' (the
+    # push would delete another application's keys), "/x/" keys no gateway reads
+    etcd = S["etcd"]
+    etcd.put("/other-app/k", "v")
+    ordinary = os.path.join(d, "ordinary.yaml")
+    with open(ordinary, "w") as f:
+        f.write("listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n")
+    for bad in ("", "/x/", "x"):
+        for cmd in (["push", "-c", ordinary], ["pull"]):
+            r = h.run_cli(cmd + ["--etcd", etcd.url, "--prefix", bad])
+            t.check("%s refuses --prefix '%s'" % (cmd[0], bad),
+                    r.returncode == 2 and "must start with '/' and not end with one" in r.stderr, 2,
+                    (r.returncode, r.stdout, r.stderr))
+    t.check("... and wrote nothing: another application's key is still there",
+            etcd.ctl("get", "/other-app/k", "--print-value-only").stdout.strip() == "v", "v",
+            etcd.ctl("get", "--prefix", "/", "--keys-only").stdout[:300])
     os.makedirs(os.path.join(d, "plugins", "folded"))
     with open(os.path.join(d, "plugins", "folded", "init.lua"), "w") as f:
         f.write('return { name = "folded", version = "1", schema = {}, access = function() end }\n')

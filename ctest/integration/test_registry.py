@@ -10,7 +10,10 @@
 - DELETE removes a target; GET lists static and registered ones with their expiry;
 - the admin token protects the endpoints when one is set;
 - active health probes follow registered targets (an unhealthy one shows in /status and
-  gets no traffic).
+  gets no traffic);
+- a reload drops the registrations its generation cannot hold, and their renewals then
+  say so: an address the reload made a static target (not listed twice), and those
+  beyond a lowered registry.max_targets (not "registered" while getting no traffic).
 """
 
 import json
@@ -194,4 +197,57 @@ def test_registry(t):
         m_.stop()
 
 
-t.run(test_registry)
+RELOAD_CFG = ("workers: 1\nwatch: false\nadmin: { listen: 127.0.0.1:0 }\n"
+              "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+              "upstreams:\n  - name: svc\n    registry: { enabled: true, max_ttl: 30s, max_targets: %d }\n"
+              "    targets: [%s]\n"
+              "routes:\n  - { name: all, match: { paths: [/] }, upstream: svc }\n")
+
+
+def test_reload_drops_what_it_cannot_hold(t):
+    ms = [h.MockUpstream(name="m%d" % i) for i in range(3)]
+    s = h.start_sluice(RELOAD_CFG % (3, ""), suite=t)
+
+    def put(m):
+        r = h.request(s.admin_port, "PUT", "/upstreams/svc/targets", headers=[("Host", "127.0.0.1")],
+                      body=json.dumps({"address": m.address, "ttl": "30s"}).encode(), timeout=5)
+        return r.status
+
+    def listed():
+        st = s.status()
+        up = [u for u in st["upstreams"] if u["name"] == "svc"][0]
+        served = sorted(x["address"] for x in up["targets"])
+        r = s.admin_get("/upstreams/svc/targets")
+        return served, sorted(x["address"] for x in json.loads(r.body)["targets"])
+
+    t.check("three register", [put(m) for m in ms] == [200] * 3, [200] * 3, None)
+    # m0 becomes a static target: it is listed once, and its renewal is refused
+    with open(s.config_path, "w") as f:
+        f.write(RELOAD_CFG % (3, "{ address: %s }" % ms[0].address))
+    st, res = s.reload(new_content=False)
+    t.check("reload applied", st == 200, 200, (st, res))
+    served, got = listed()
+    want = sorted(m.address for m in ms)
+    t.check("an address made static by a reload is one target, not two", served == want and got == want,
+            want, (served, got))
+    t.check("its renewal is refused (400: a configured target)", put(ms[0]) == 400, 400, None)
+
+    # max_targets lowered from 3 to 1 (m0 static again removed): one registration is kept
+    for m in ms:
+        put(m)
+    with open(s.config_path, "w") as f:
+        f.write(RELOAD_CFG % (1, ""))
+    st, res = s.reload(new_content=False)
+    t.check("reload applied", st == 200, 200, (st, res))
+    served, got = listed()
+    t.check("one registration kept with max_targets 1, listed as served", len(served) == 1 and got == served,
+            "1, the same", (served, got))
+    codes = [put(m) for m in ms]
+    t.check("the others' renewals get 503 (full), not 200", sorted(codes) == [200, 503, 503],
+            [200, 503, 503], codes)
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+    for m in ms:
+        m.stop()
+
+
+t.run(test_registry, test_reload_drops_what_it_cannot_hold)

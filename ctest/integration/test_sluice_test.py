@@ -354,6 +354,11 @@ def test_new_plugin(t):
     cp = sluice(["new", "plugin", "demo"], cwd=d)
     t.check("sluice new refuses to overwrite", cp.returncode == 1 and "exists" in cp.stderr,
             1, (cp.returncode, cp.stderr))
+    # gw.yaml answers with the built-in echo: a plugin named echo would shadow it and the
+    # scaffold would fail its own specs
+    cp = sluice(["new", "plugin", "echo"], cwd=d)
+    t.check("sluice new refuses the name echo, saying why", cp.returncode == 2 and "shadow" in cp.stderr
+            and not os.path.exists(os.path.join(d, "echo")), 2, (cp.returncode, cp.stdout, cp.stderr))
     cp = sluice(["new", "plugin", "x", "--dir", "plugins/x"], cwd=d)
     t.check("--dir D writes there", cp.returncode == 0
             and os.path.exists(os.path.join(d, "plugins", "x", "x.lua")), True, cp.stderr)

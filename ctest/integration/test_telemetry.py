@@ -30,7 +30,7 @@ t = h.Suite("telemetry", budget=240)
 
 
 class Collector:
-    def __init__(self, delay=0.0):
+    def __init__(self, delay=0.0, ipv6=False):
         self.spans, self.bodies, self.lock, self.delay = [], [], threading.Lock(), delay
         outer = self
 
@@ -57,7 +57,10 @@ class Collector:
             def log_message(self, *a):
                 pass
 
-        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ipv6 else socket.AF_INET
+
+        self.srv = Server(("::1" if ipv6 else "127.0.0.1", 0), Handler)
         self.srv.daemon_threads = True
         self.port = self.srv.server_address[1]
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
@@ -251,6 +254,24 @@ def test_sampling(t):
     up.stop()
 
 
+def test_ipv6_endpoint(t):
+    """otlp.endpoint http://[::1]:PORT/v1/traces: a URL's IPv6 host was refused ("the port
+    must be 1-65535"); it is accepted and spans reach the collector, with Host: [::1]:PORT."""
+    col = Collector(ipv6=True)
+    up = h.MockUpstream(name="api")
+    conf = (CONF % (col.port, "1.0", up.address, "127.0.0.1:1", "127.0.0.1:2")).replace(
+        "http://127.0.0.1:%d/v1/traces" % col.port, "http://[::1]:%d/v1/traces" % col.port)
+    s = h.start_sluice(conf, suite=t, name="ipv6")
+    h.request(s.port(), "GET", "/v6")
+    ok = col.wait(lambda sp: any(attrs(x).get("url.path") == "/v6" for x in sp), timeout=6)
+    t.check("spans reach a collector named by an IPv6 literal", ok, True, len(col.spans))
+    hosts = [hd.get("Host") for _, hd, _ in col.bodies]
+    t.check("... with Host: [::1]:PORT", hosts and hosts[0] == "[::1]:%d" % col.port, "[::1]:%d" % col.port, hosts)
+    s.stop()
+    col.stop()
+    up.stop()
+
+
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
@@ -397,4 +418,4 @@ def test_hedge_spans(t):
         fast.stop()
 
 
-t.run(test_spans, test_hedge_spans, test_sampling, test_collector_down_and_slow, test_plugin_spans)
+t.run(test_spans, test_hedge_spans, test_ipv6_endpoint, test_sampling, test_collector_down_and_slow, test_plugin_spans)

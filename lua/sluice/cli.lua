@@ -258,6 +258,11 @@ function _M.new(args)
         io.stderr:write("sluice new: a plugin name is a letter then letters, digits, '-' or '_'\n")
         return 2
     end
+    if name == "echo" then -- gw.yaml answers with the built-in echo, which the plugin would shadow
+        io.stderr:write("sluice new: 'echo' would shadow the built-in echo plugin that the generated gw.yaml "
+            .. "answers with: choose another name\n")
+        return 2
+    end
     dir = (dir or name):gsub("/+$", "")
     if dir == "" then dir = "." end
     if exit_status(os.execute("mkdir -p " .. sh_quote(dir))) ~= 0 then
