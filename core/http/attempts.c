@@ -176,6 +176,20 @@ void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
 bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
     int st = r->rhead.status;
     if (r->addr.set) return false;
+    sl_exchange_t *hx = sl__req_hedge_x(r);
+    if (st >= 500 && hx->state != SL_X_FREE && !r->resp.written &&
+        retry_condition(&sl__req_upstream_conf(r)->retry, SL_FAIL_STATUS, st)) {
+        /* A status retry.on names is no answer while the hedge still runs: the hedge
+         * becomes the attempt, as after a failure (sl__proxy_failed), instead of being
+         * cancelled with no attempt left for a retry. */
+        sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
+        attempt_ended(r, st, sl_now_ns());
+        r->status = 0;
+        sl__hedge_promote(r, SL_OUT_FAILURE);
+        const char *ignored;
+        if (hx->ops->peek(hx, &ignored) != SL_EAGAIN) sl__proxy_pump_down(r);
+        return true;
+    }
     sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
     sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
     if (st >= 500 && sl__attempt_retry(r, SL_FAIL_STATUS, st)) return true;

@@ -508,6 +508,41 @@ routes:
         fast.stop()
 
 
+def test_hedge_after_retryable_status(t):
+    """The first attempt answers a status retry.on names while the hedge still runs: the
+    hedge becomes the attempt (as after a reset), it is not cancelled with no attempt left."""
+    bad = h.MockUpstream(named("bad", lambda req: h.Response(502, b'{"name":"bad"}', delay=0.3)), name="bad502")
+    late = h.MockUpstream(named("late", lambda req: h.Response(200, b'{"name":"late"}', delay=0.6)), name="late")
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: hedged
+    targets: [ { address: %(bad)s }, { address: %(late)s } ]
+    retry: { attempts: 2, hedge_after: 50ms, backoff: 0ms, max_backoff: 0ms }
+routes: [ { name: hedged, upstream: hedged } ]
+"""
+    s = h.start_sluice(conf % {"bad": bad.address, "late": late.address}, suite=t, name="hedge502")
+    try:
+        p = s.port()
+        got = []
+        for _ in range(4):  # round-robin: half start on the 502 target, half on the late one
+            r = h.request(p, "GET", "/x")
+            got.append((r.status, who(r)))
+        t.check("a 502 from the first attempt while the hedge runs: the hedge answers (200 each time)",
+                got == [(200, "late")] * 4, [(200, "late")] * 4, got)
+        t.check("... the 502 target was tried as the first attempt", len(bad.requests) >= 2, ">= 2",
+                len(bad.requests))
+        st = status_targets(s, "hedged")
+        t.check("... and nothing is left in flight", all(x["in_flight"] == 0 for x in st.values()), 0,
+                [x["in_flight"] for x in st.values()])
+    finally:
+        s.stop()
+        bad.stop()
+        late.stop()
+
+
 def test_balancer_hook(t):
     ms = {n: h.MockUpstream(named(n, lambda req: h.Response(503, b"no") if req.path == "/bad" else None), name=n)
           for n in ("a", "b", "c")}
@@ -560,4 +595,5 @@ routes:
             m.stop()
 
 
-t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging, test_balancer_hook)
+t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging,
+      test_hedge_after_retryable_status, test_balancer_hook)
