@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /** Bumped on any change to a signature, struct or code below; both sides must agree. */
-#define SL_ABI_VERSION 3
+#define SL_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -152,6 +152,9 @@ int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
 /** Answers the request (rewrite/access); the chain stops after the current plugin. */
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
 int sl_ffi_resp_get_status(sl_req_t *r);
+/** The status the upstream answered with; 0 when none did (yet): an exit, a cache HIT,
+ *  the gateway's own error. */
+int sl_ffi_resp_upstream_status(sl_req_t *r);
 int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len);
 /** The response's fields as plugins see them (the upstream's, not hop-by-hop or cleared,
  *  then added ones), like sl_ffi_req_header_count/_at: SL_DECLINED for a cleared slot. */

@@ -59,6 +59,7 @@ typedef struct sl_worker_s {
     bool draining;
     bool retiring;          /**< drained because a reload replaced it, not for shutdown */
     bool stopped;           /**< the thread's loop ended (atomic) */
+    bool tcp_ended;         /**< draining: no TCP session of it is open any more (atomic) */
     bool running;           /**< the thread's loop started (atomic): a reload's acknowledgement */
     int nworkers;           /**< of its generation: listen_fds is [listener][nworkers] */
     uint64_t generation;    /**< the config generation it serves (srv->generation's number) */

@@ -29,6 +29,7 @@ typedef struct sl_cache_req_s {
     /* the capture: the upstream's head, then its body */
     int rstatus;
     uint64_t fresh_ns;
+    uint64_t age0_ns;       /**< the upstream's Age: the response's age when stored */
     sl_cache_field_t *fields;
     uint16_t nfields;
     sl_str_t vary;
@@ -88,7 +89,7 @@ static void answer_from(sl_req_t *r, sl_cache_entry_t *e, int status) {
         sl_edits_add_borrowed(&r->resp_edits, &r->arena, e->fields[i].name, e->fields[i].value);
     char *age = sl_arena_alloc(&r->arena, 20), *p = age + 20;
     if (age) {
-        uint64_t now = sl_wake_ns(), s = now > e->stored_at ? (now - e->stored_at) / 1000000000u : 0;
+        uint64_t now = sl_wake_ns(), s = ((now > e->stored_at ? now - e->stored_at : 0) + e->age0_ns) / 1000000000u;
         do *--p = (char)('0' + s % 10);
         while (s /= 10);
         sl_edits_add_borrowed(&r->resp_edits, &r->arena, SL_LIT("Age"), (sl_str_t){p, (size_t)(age + 20 - p)});
@@ -236,6 +237,18 @@ static bool cache_control(const sl_h1_head_t *h, double *ttl_s, bool *shared) {
     return *ttl_s > 0;
 }
 
+/* The upstream's Age in seconds (0 when absent or unreadable): how old the response
+ * already is, as seen by the caches before this one (RFC 9111 4.2.3, its age_value). */
+static uint64_t upstream_age(const sl_h1_head_t *h) {
+    for (uint16_t i = 0; i < h->nheaders; i++) {
+        if (!SL_IEQ(h->headers[i].name, "age")) continue;
+        bool ok;
+        uint64_t n = delta_seconds(h->headers[i].value, &ok);
+        return ok ? n : 0;
+    }
+    return 0;
+}
+
 /* Whether the request went upstream with an Authorization field (the client's, unless a
  * plugin cleared it, or one a plugin set). */
 static bool sent_authorization(const sl_req_t *r) {
@@ -247,8 +260,9 @@ static bool sent_authorization(const sl_req_t *r) {
     return false;
 }
 
-/* Whether the response may be stored; *ttl_s its freshness, *vary its Vary value. */
-static bool cacheable(const sl_req_t *r, const sl_cache_policy_t *pol, double *ttl_s, sl_str_t *vary) {
+/* Whether the response may be stored; *ttl_s its freshness left (its lifetime less the
+ * upstream's Age in *age_s: one already stale is not stored), *vary its Vary value. */
+static bool cacheable(const sl_req_t *r, const sl_cache_policy_t *pol, double *ttl_s, double *age_s, sl_str_t *vary) {
     const sl_h1_head_t *h = &r->rhead;
     bool listed = false, shared;
     for (int i = 0; i < pol->nstatuses; i++) listed |= pol->statuses[i] == h->status;
@@ -256,6 +270,9 @@ static bool cacheable(const sl_req_t *r, const sl_cache_policy_t *pol, double *t
     if (h->body_kind == SL_BODY_LENGTH && h->content_length > pol->max_body) return false;
     *ttl_s = pol->ttl;
     if (!cache_control(h, ttl_s, &shared)) return false;
+    *age_s = (double)upstream_age(h);
+    *ttl_s -= *age_s;
+    if (*ttl_s <= 0) return false;
     /* an answer to a request with credentials is that client's unless the upstream says
      * otherwise: stored, it would go to every client without them */
     if (!shared && sent_authorization(r)) return false;
@@ -313,15 +330,16 @@ int sl__cache_req_head(sl_req_t *r) {
     capture_drop(c); /* a retry's response replaces an earlier attempt's */
     c->ended = 0;
     if (r->status >= 500 && c->stale) return SL_DONE;
-    double ttl_s;
+    double ttl_s, age_s;
     sl_str_t vary;
-    if (!cacheable(r, &c->pol, &ttl_s, &vary) || !snapshot(c, &r->rhead, vary)) {
+    if (!cacheable(r, &c->pol, &ttl_s, &age_s, &vary) || !snapshot(c, &r->rhead, vary)) {
         unlock(c, true);
         say(r, SL_CACHE_BYPASS);
         return SL_OK;
     }
     c->rstatus = r->status;
     c->fresh_ns = secs_ns(ttl_s);
+    c->age0_ns = secs_ns(age_s);
     c->capturing = 1;
     if (r->rhead.body_kind == SL_BODY_NONE) c->ended = 1;
     say(r, c->status);
@@ -370,6 +388,7 @@ void sl__cache_req_finish(sl_req_t *r) {
         .fresh_until = now + c->fresh_ns,
         .stale_until = now + c->fresh_ns + secs_ns(c->pol.stale_if_error),
         .stored_at = now,
+        .age0_ns = c->age0_ns,
     };
     c->body = NULL; /* the store owns it now, whatever the outcome */
     c->len = c->cap = 0;

@@ -309,6 +309,7 @@ static void on_closed(uv_handle_t *h) {
         sess_release(tw, s);
     if (tw->draining && !tw->nsessions && !tw->drain_closed) {
         tw->drain_closed = 1;
+        __atomic_store_n(&w->tcp_ended, true, __ATOMIC_RELEASE);
         uv_close((uv_handle_t *)&tw->drain, NULL);
         epoll_close(tw);
     }
@@ -1041,10 +1042,14 @@ static void on_drain_deadline(uv_timer_t *t) {
     sl_log_warn("worker %d: shutdown_timeout reached: closing %u TCP session(s)", w->id, tw->nsessions);
     sl_list_t *n, *tmp;
     sl_list_foreach_safe(n, tmp, &tw->sessions) sess_end(SL_LIST_ENTRY(n, sl_tcp_sess_t, link), false, SL_TCP_END_SHUTDOWN);
+    /* every socket is closed (reset where bytes waited): a process past its own
+     * shutdown_timeout may exit now (server.c) */
+    __atomic_store_n(&w->tcp_ended, true, __ATOMIC_RELEASE);
 }
 
 void sl__tcp_drain(sl_worker_t *w) {
     struct sl_tcpw_s *tw = w->tcp;
+    if (!tw) __atomic_store_n(&w->tcp_ended, true, __ATOMIC_RELEASE);
     if (!tw || tw->draining) return;
     tw->draining = 1;
     for (size_t i = 0; i < w->cfg->nlisteners; i++) {
@@ -1057,6 +1062,7 @@ void sl__tcp_drain(sl_worker_t *w) {
     uv_close((uv_handle_t *)&tw->pause, NULL);
     if (!tw->nsessions) {
         tw->drain_closed = 1;
+        __atomic_store_n(&w->tcp_ended, true, __ATOMIC_RELEASE);
         uv_close((uv_handle_t *)&tw->drain, NULL);
         epoll_close(tw);
     } else {

@@ -423,6 +423,14 @@ int sl_ffi_resp_get_status(sl_req_t *r) {
     return r->status;
 }
 
+/* r->status is the upstream's from its head on (proxy.c) until the gateway answers alone
+ * (LOCAL); rhead is not cleared between requests, so r->status says whether it is this
+ * one's. */
+int sl_ffi_resp_upstream_status(sl_req_t *r) {
+    if (r->exit.status || !r->status || (r->mode != SL_MODE_PROXY && r->mode != SL_MODE_TUNNEL)) return 0;
+    return r->rhead.status;
+}
+
 int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len) {
     sl_str_t name = {n, nl};
     const sl_field_t *f = sl_edits_find(&r->resp_edits, name);

@@ -516,6 +516,47 @@ static void send_json_error(admin_conn_t *a, int status, const char *why) {
     admin_send(a, status, "application/json", t.p, t.p ? t.len : 0);
 }
 
+/* Methods a path takes, as bits: a known path asked with another method is answered 405
+ * with Allow, an unknown path 404. */
+enum { M_GET = 1, M_PUT = 2, M_POST = 4, M_DELETE = 8 };
+
+static int method_bit(sl_str_t m) {
+    if (SL_IEQ(m, "get") || SL_IEQ(m, "head")) return M_GET;
+    if (SL_IEQ(m, "put")) return M_PUT;
+    if (SL_IEQ(m, "post")) return M_POST;
+    if (SL_IEQ(m, "delete")) return M_DELETE;
+    return 0;
+}
+
+/* 405 with `Allow` (RFC 9110 15.5.6) naming the methods of `methods`, and "METHODS PATH"
+ * as the JSON error. */
+static void send_405(admin_conn_t *a, int methods, const char *path) {
+    static const char *const names[] = {"GET, HEAD", "PUT", "POST", "DELETE"};
+    char list[32] = "", extra[64];
+    for (int i = 0; i < 4; i++)
+        if (methods & (1 << i)) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "", names[i]);
+    snprintf(extra, sizeof extra, "Allow: %s\r\n", list);
+    sl_wbuf_t t = {0};
+    sl_wbuf_printf(&t, "{\"error\":");
+    char why[160];
+    snprintf(why, sizeof why, "%s %s", list, path);
+    sl_wbuf_json_cstr(&t, why);
+    sl_wbuf_printf(&t, "}\n");
+    admin_send_with(a, 405, "application/json", extra, t.p, t.p ? t.len : 0);
+}
+
+/* Paths are compared byte for byte: a URL's path is case-sensitive (RFC 3986 6.2.2.1), so
+ * "/HEALTH" is not "/health" (it is 404, and not public: admin_public). */
+static bool path_is(sl_str_t p, const char *path) { return p.len == strlen(path) && memcmp(p.p, path, p.len) == 0; }
+
+static const struct {
+    const char *path;
+    int methods;
+} admin_paths[] = {
+    {"/health", M_GET}, {"/ready", M_GET}, {"/metrics", M_GET}, {"/status", M_GET}, {"/ui", M_GET},
+    {"/ui/data", M_GET}, {"/reload", M_POST}, {"/cache", M_DELETE},
+};
+
 /* /upstreams/NAME/targets[/ADDRESS] (p without the query). True when it was one. */
 static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
     if (p.len <= 11 || memcmp(p.p, "/upstreams/", 11) != 0) return false;
@@ -544,7 +585,7 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
             return true;
         }
         if (!SL_IEQ(m, "put")) {
-            send_json_error(a, 405, "GET or PUT /upstreams/NAME/targets");
+            send_405(a, M_GET | M_PUT, "/upstreams/NAME/targets");
             return true;
         }
         registration_t r;
@@ -568,7 +609,7 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
     }
     if (*rest != '/' || (size_t)(e - rest - 1) >= sizeof addr || e - rest < 2) return false;
     if (!SL_IEQ(m, "delete")) {
-        send_json_error(a, 405, "DELETE /upstreams/NAME/targets/ADDRESS");
+        send_405(a, M_DELETE, "/upstreams/NAME/targets/ADDRESS");
         return true;
     }
     snprintf(addr, sizeof addr, "%.*s", (int)(e - rest - 1), rest + 1);
@@ -617,14 +658,10 @@ static long query_arg(const char *q, size_t n, const char *name, char *out, size
 }
 
 /* DELETE /cache?key=KEY | ?route=NAME | ?all: purges the proxy-cache store. */
-static void admin_cache(admin_conn_t *a, sl_str_t m, const char *q, size_t qlen) {
+static void admin_cache(admin_conn_t *a, const char *q, size_t qlen) {
     char v[4096];
     long n;
     size_t purged;
-    if (!SL_IEQ(m, "delete")) {
-        send_json_error(a, 405, "DELETE /cache?key=KEY, ?route=NAME or ?all");
-        return;
-    }
     if ((n = query_arg(q, qlen, "key", v, sizeof v)) >= 0)
         purged = sl_cache_purge_key((sl_str_t){v, (size_t)n});
     else if ((n = query_arg(q, qlen, "route", v, sizeof v)) >= 0)
@@ -643,7 +680,6 @@ static void admin_cache(admin_conn_t *a, sl_str_t m, const char *q, size_t qlen)
 static void admin_handle(admin_conn_t *a) {
     sl_server_t *srv = a->srv;
     sl_str_t m = a->head.method, p = a->head.path, q = a->head.query;
-    bool get = SL_IEQ(m, "get") || SL_IEQ(m, "head");
     char *body = NULL;
     size_t len = 0;
 #define SEND_LIT(st, s)                                                 \
@@ -652,16 +688,21 @@ static void admin_handle(admin_conn_t *a) {
         admin_send(a, st, "application/json", body, body ? strlen(s) : 0); \
     } while (0)
 
-    if (sl_str_ieq(p, "/health", 7) && get) {
+    for (size_t i = 0; i < sizeof admin_paths / sizeof admin_paths[0]; i++) {
+        if (!path_is(p, admin_paths[i].path) || (admin_paths[i].methods & method_bit(m))) continue;
+        send_405(a, admin_paths[i].methods, admin_paths[i].path);
+        return;
+    }
+    if (path_is(p, "/health")) {
         SEND_LIT(200, "{\"status\":\"ok\"}\n");
-    } else if (sl_str_ieq(p, "/ready", 6) && get) {
+    } else if (path_is(p, "/ready")) {
         if (sl_server_draining(srv))
             SEND_LIT(503, "{\"ready\":false,\"reason\":\"draining\"}\n");
         else if (!sl_etcd_ready(srv->etcd))
             SEND_LIT(503, "{\"ready\":false,\"reason\":\"no config from etcd or a snapshot yet\"}\n");
         else
             SEND_LIT(200, "{\"ready\":true}\n");
-    } else if (sl_str_ieq(p, "/metrics", 8) && get) {
+    } else if (path_is(p, "/metrics")) {
         sl_wmetrics_t *ms[257], carry;
         bool carried;
         int n = metrics_tables(srv, ms, &carry, &carried);
@@ -714,28 +755,24 @@ static void admin_handle(admin_conn_t *a) {
             SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
         else
             admin_send(a, 200, "text/plain; version=0.0.4", body, len);
-    } else if (sl_str_ieq(p, "/ui", 3) && get) {
+    } else if (path_is(p, "/ui")) {
         admin_send(a, 200, "text/html; charset=utf-8", strdup(sl_ui_page), sl_ui_page_len);
-    } else if (sl_str_ieq(p, "/ui/data", 8) && get) {
+    } else if (path_is(p, "/ui/data")) {
         body = render_ui_data(srv, &len);
         if (!body)
             SEND_LIT(503, "{\"error\":\"out of memory\"}\n");
         else
             admin_send(a, 200, "application/json", body, len);
-    } else if (sl_str_ieq(p, "/status", 7) && get) {
+    } else if (path_is(p, "/status")) {
         body = render_status(srv, &len);
         admin_send(a, 200, "application/json", body, len);
-    } else if (sl_str_ieq(p, "/reload", 7)) {
-        if (!SL_IEQ(m, "post")) {
-            SEND_LIT(405, "{\"error\":\"POST /reload\"}\n");
-        } else {
-            /* the answer comes once the new workers serve: no deadline meanwhile */
-            uv_timer_stop(&a->timer);
-            a->awaiting = true;
-            sl_server_reload(srv, "POST /reload", true, admin_reloaded, a);
-        }
-    } else if (sl_str_ieq(p, "/cache", 6)) {
-        admin_cache(a, m, q.p ? q.p : "", q.len);
+    } else if (path_is(p, "/reload")) {
+        /* the answer comes once the new workers serve: no deadline meanwhile */
+        uv_timer_stop(&a->timer);
+        a->awaiting = true;
+        sl_server_reload(srv, "POST /reload", true, admin_reloaded, a);
+    } else if (path_is(p, "/cache")) {
+        admin_cache(a, q.p ? q.p : "", q.len);
     } else if (!admin_registry(a, m, p)) {
         SEND_LIT(404, "{\"error\":\"not found\"}\n");
     }
@@ -774,7 +811,7 @@ static bool admin_authorized(const sl_config_t *cfg, const sl_h1_head_t *hd) {
  * them, and they tell nothing but "up". /ui is the page alone (no data): it asks for
  * the token and sends it with /ui/data. */
 static bool admin_public(sl_str_t path) {
-    return sl_str_ieq(path, "/health", 7) || sl_str_ieq(path, "/ready", 6) || sl_str_ieq(path, "/ui", 3);
+    return path_is(path, "/health") || path_is(path, "/ready") || path_is(path, "/ui");
 }
 
 /* A request refused before it was read whole: its status and a JSON error, then the rest

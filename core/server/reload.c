@@ -162,7 +162,7 @@ uint64_t sl_config_hash(const sl_config_t *cfg, const char *text, size_t len) {
     return sl_fnv1a64(sl_fnv1a64(SL_FNV64_INIT, text, len), &c, sizeof(c));
 }
 
-/* ---- what changed: one signature per route, upstream and listener ---- */
+/* ---- what changed: one signature per route, upstream, listener and consumer ---- */
 
 static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
     uint64_t h = sl_fnv1a64(SL_FNV64_INIT, r->name, strlen(r->name));
@@ -239,6 +239,15 @@ static uint64_t sig_listener(const sl_listener_conf_t *l) {
         h = sl_fnv1a64(h, l->plugins[i].name, strlen(l->plugins[i].name) + 1);
         h = sl_fnv1a64(h, l->plugins[i].config_json, strlen(l->plugins[i].config_json) + 1);
     }
+    return h;
+}
+
+/* Credentials and groups: a consumer's new key changes what the auth plugins accept. */
+static uint64_t sig_consumer(const sl_consumer_conf_t *c) {
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, c->name, strlen(c->name) + 1);
+    if (c->credentials_json) h = sl_fnv1a64(h, c->credentials_json, strlen(c->credentials_json) + 1);
+    for (size_t i = 0; i < c->ngroups; i++)
+        if (c->groups[i]) h = sl_fnv1a64(h, c->groups[i], strlen(c->groups[i]) + 1);
     return h;
 }
 
@@ -325,6 +334,7 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
     DIFF("route", o->routes, o->nroutes, n->routes, n->nroutes, NAME_OF, SIG_ROUTE);
     DIFF("upstream", o->upstreams, o->nupstreams, n->upstreams, n->nupstreams, NAME_OF, sig_upstream);
     DIFF("listener", o->listeners, o->nlisteners, n->listeners, n->nlisteners, NAME_OF, sig_listener);
+    DIFF("consumer", o->consumers, o->nconsumers, n->consumers, n->nconsumers, NAME_OF, sig_consumer);
     uint64_t go = 0, gn = 0;
     for (size_t i = 0; i < o->nplugins; i++) go = sl_fnv1a64(sl_fnv1a64(go, o->plugins[i].name, strlen(o->plugins[i].name) + 1),
                                                    o->plugins[i].config_json, strlen(o->plugins[i].config_json));

@@ -102,6 +102,33 @@ static void on_drain_poll(uv_timer_t *t) {
     sl_admin_stop(srv);
 }
 
+/* How long past shutdown_timeout the process waits for its workers to cut their TCP
+ * sessions before it exits anyway (a worker stuck in a plugin). */
+#define SL_EXIT_GRACE_MS 1000
+
+static bool workers_tcp_ended(const sl_worker_t *ws, int n) {
+    for (int i = 0; i < n; i++)
+        if (!__atomic_load_n(&ws[i].stopped, __ATOMIC_ACQUIRE) && !__atomic_load_n(&ws[i].tcp_ended, __ATOMIC_ACQUIRE))
+            return false;
+    return true;
+}
+
+/* Past shutdown_timeout: exits once every worker cut its TCP sessions (its own timer, armed
+ * with the same shutdown_timeout when it started draining, fires within milliseconds). A
+ * session cut with bytes still waiting ends with RSTs (tcp_proxy.c); the kernel would close
+ * it with a FIN at _exit, passing a truncated stream off as complete. Connections still
+ * open otherwise (HTTP) are closed by the kernel when the process exits; the ready file
+ * goes first, as after a drain that ended in time (sl_server_run). */
+static void on_exit_poll(uv_timer_t *t) {
+    sl_server_t *srv = t->data;
+    bool ended = workers_tcp_ended(srv->workers, srv->nworkers);
+    for (sl_retired_t *r = srv->retired; r && ended; r = r->next) ended = workers_tcp_ended(r->workers, r->nworkers);
+    if (!ended && uv_now(srv->loop) < srv->exit_by) return;
+    if (!ended) sl_log_warn("a worker did not cut its TCP sessions within %dms: exiting", SL_EXIT_GRACE_MS);
+    if (srv->ready_file) unlink(srv->ready_file);
+    _exit(0);
+}
+
 static void on_drain_deadline(uv_timer_t *t) {
     sl_server_t *srv = t->data;
     int busy = 0;
@@ -113,10 +140,8 @@ static void on_drain_deadline(uv_timer_t *t) {
         for (int i = 0; i < srv->nworkers; i++) uv_stop(&srv->workers[i].loop);
         return;
     }
-    /* Connections still open are closed by the kernel when the process exits; the ready
-     * file goes first, as after a drain that ended in time (sl_server_run). */
-    if (srv->ready_file) unlink(srv->ready_file);
-    _exit(0);
+    srv->exit_by = uv_now(srv->loop) + SL_EXIT_GRACE_MS;
+    uv_timer_start(&srv->drain_deadline, on_exit_poll, 0, 2);
 }
 
 static void start_drain(sl_server_t *srv, const char *why) {

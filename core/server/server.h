@@ -47,6 +47,7 @@ struct sl_server_s {
     uv_loop_t own_loop;        /**< the main loop when embedded */
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_poll, drain_deadline;
+    uint64_t exit_by;          /**< past shutdown_timeout: _exit at the latest then (loop ms) */
     uv_async_t stop_async;     /**< another thread asks for a drain (embedded) */
     uv_tcp_t admin_listener;
     bool admin_open;

@@ -378,6 +378,7 @@ int sl_cache_insert(const sl_cache_put_t *put, sl_cache_header_fn hdr, void *ud,
     e->fresh_until = put->fresh_until;
     e->stale_until = put->stale_until;
     e->stored_at = put->stored_at;
+    e->age0_ns = put->age0_ns;
     if (node) {
         node->vary_node = 1;
         node->fresh_until = node->stale_until = UINT64_MAX; /* lives as long as LRU keeps it */

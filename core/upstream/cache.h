@@ -58,6 +58,7 @@ typedef struct sl_cache_entry_s {
     int status;
     uint64_t fresh_until, stale_until; /**< monotonic ns */
     uint64_t stored_at;                /**< monotonic ns (Age) */
+    uint64_t age0_ns;                  /**< its age when stored: the upstream's Age (Age adds it) */
     size_t size;                       /**< bytes counted against the store's size */
     sl_str_t key, route, vary;
     sl_cache_field_t *fields;
@@ -106,7 +107,7 @@ typedef struct {
     uint16_t nfields;
     sl_str_t body;
     bool body_owned;
-    uint64_t fresh_until, stale_until, stored_at;
+    uint64_t fresh_until, stale_until, stored_at, age0_ns;
 } sl_cache_put_t;
 /** Inserts (replacing the key's entry), evicting LRU entries to fit, and releases the
  *  key's lock when `token` holds it. hdr/ud: the request's headers (for a Vary key).

@@ -18,6 +18,9 @@ bounds how long and how large a request may be.
   line, a bad or doubled Content-Length, a body over the admin buffer and an HTTP/1.1
   request without Host are answered 400 with a JSON error; a chunked body is read; the
   admin API and the listener keep serving after each. A HEAD request gets the head alone.
+- Paths are case-sensitive (/HEALTH is 404, and with a token it is not public); a known
+  path asked with a method it does not take is 405 with `Allow` (POST /metrics, GET
+  /reload, GET /cache, DELETE /status, POST /upstreams/NAME/targets); an unknown path 404.
 """
 
 import json
@@ -332,5 +335,28 @@ def test_malformed_requests(t):
     s.stop()
 
 
+def test_paths_and_methods(t):
+    s = h.start_sluice(config(0), suite=t, name="paths", env=env_with(None))
+    for path in ("/HEALTH", "/Metrics", "/STATUS", "/Reload", "/nowhere"):
+        for method in ("GET", "POST"):
+            r = admin_req(s, method, path)
+            t.check("%s %s (paths are case-sensitive) -> 404" % (method, path), r.status == 404, 404,
+                    (r.status, r.body[:120]))
+    for method, path, allow in (("POST", "/metrics", "GET, HEAD"), ("POST", "/health", "GET, HEAD"),
+                                ("DELETE", "/status", "GET, HEAD"), ("GET", "/reload", "POST"),
+                                ("HEAD", "/reload", "POST"), ("GET", "/cache", "DELETE"),
+                                ("POST", "/upstreams/u/targets", "GET, HEAD, PUT"),
+                                ("GET", "/upstreams/u/targets/127.0.0.1:1", "DELETE")):
+        r = admin_req(s, method, path)
+        t.check("%s %s -> 405 with Allow: %s" % (method, path, allow),
+                r.status == 405 and r.header("Allow") == allow, (405, allow), (r.status, r.header("Allow")))
+    s.stop()
+    s = h.start_sluice(config(h.free_port(), VAR), suite=t, name="paths-token", env=env_with(TOKEN))
+    r = admin_req(s, "GET", "/HEALTH")
+    t.check("token set: GET /HEALTH is not the public /health -> 401", r.status == 401, 401, r.status)
+    s.stop()
+
+
 t.run(test_no_token_is_open, test_token_required, test_reload_adds_token, test_check_non_loopback,
-      test_reload_rejects_exposed_admin, test_unfinished_requests_closed, test_malformed_requests)
+      test_reload_rejects_exposed_admin, test_unfinished_requests_closed, test_malformed_requests,
+      test_paths_and_methods)

@@ -7,6 +7,8 @@
   keeps serving, POST /reload answers 422 with the error, and `sluice reload` exits 1.
 - Old VMs and workers are freed: anonymous RSS has no upward trend over 200 reloads
   (least-squares slope under 10 KiB per reload; a worker is about 400 KiB).
+- A reload that changes only `consumers:` lists each consumer new, changed or gone as
+  `consumer:NAME` in `changed` (it answered `"changed":[]` with `"unchanged":false`).
 """
 
 import json
@@ -272,4 +274,23 @@ def test_reload_off_the_loop(t):
     t.check("the new plugin answers", body(s) == (200, b"slow\n"), (200, b"slow\n"), body(s))
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
-t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop)
+def test_consumers_changed(t):
+    d, cfg = setup(watch="false")
+    consumers = ("consumers:\n"
+                 "  - { name: alice, credentials: { key-auth: { key: k-alice } } }\n"
+                 "  - { name: bob, credentials: { key-auth: { key: k-bob } } }\n")
+    s = h.start_sluice(cfg + consumers, suite=t)
+    write(s.config_path, cfg + consumers.replace("k-alice", "k-alice-2").replace(
+        "  - { name: bob, credentials: { key-auth: { key: k-bob } } }\n",
+        "  - { name: carol, credentials: { key-auth: { key: k-carol } } }\n"))
+    code, res = post_reload(s)
+    t.check("a reload of consumers only: changed lists consumer:alice (new key), consumer:carol (new) "
+            "and consumer:bob (gone)",
+            code == 200 and res.get("unchanged") is False
+            and sorted(res.get("changed", [])) == ["consumer:alice", "consumer:bob", "consumer:carol"],
+            ["consumer:alice", "consumer:bob", "consumer:carol"], (code, res))
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
+t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop,
+      test_consumers_changed)

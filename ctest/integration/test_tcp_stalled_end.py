@@ -13,12 +13,15 @@ listener (`splice: auto` and `splice: off`):
   3. the control: a session whose bytes were all delivered still ends at idle_timeout
      with a FIN (the upstream reads every byte, then EOF);
   4. a reload with shutdown_timeout 1s (idle_timeout 60s) while the upstream takes
-     nothing: the old generation's session cut at shutdown_timeout resets the upstream too.
+     nothing: the old generation's session cut at shutdown_timeout resets the upstream too;
+  5. the same on SIGTERM: the process past its shutdown_timeout (1s) resets the cut
+     sessions before it exits, instead of letting the kernel close them with a FIN.
 Without the rule the gateway closed such sessions with a FIN after the bytes the
 stalled side's socket held: its reader took a few MiB of a longer stream for all of it.
 """
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -184,5 +187,27 @@ def test_reload_shutdown_timeout(t):
     u.close()
 
 
+def test_sigterm_shutdown_timeout(t):
+    gw = gateway(S["up"], idle="60s", name="stalled-sigterm")  # only shutdown_timeout ends it
+    pairs = []
+    for lis in ("sp", "cp"):
+        c = socket.create_connection(("127.0.0.1", gw.port(lis)), timeout=5)
+        u = S["up"].next()
+        pairs.append((lis, c, u, fill(c)))
+    t0 = time.monotonic()
+    gw.signal(signal.SIGTERM)
+    code = gw.wait(6)
+    t.check("SIGTERM with sessions stalled: sluice exits 0 soon after shutdown_timeout (1s)",
+            code == 0 and time.monotonic() - t0 < 4, 0, (code, round(time.monotonic() - t0, 2)))
+    for lis, c, u, sent in pairs:
+        got, how = drain(u)
+        t.check("[%s] SIGTERM, shutdown_timeout 1s, the upstream taking nothing: the session cut "
+                "at shutdown_timeout resets the upstream (%d of %d bytes undelivered)" % (lis, sent - got, sent),
+                how == "reset" and got < sent, "reset", (how, got, sent))
+        c.close()
+        u.close()
+
+
 if __name__ == "__main__":
-    t.run(setup, test_idle_in, test_idle_out, test_idle_delivered, test_reload_shutdown_timeout)
+    t.run(setup, test_idle_in, test_idle_out, test_idle_delivered, test_reload_shutdown_timeout,
+          test_sigterm_shutdown_timeout)

@@ -14,7 +14,7 @@ local ffi = require("ffi")
 local _M = {}
 
 ffi.cdef[[
-enum { SL_ABI_VERSION = 3 };
+enum { SL_ABI_VERSION = 4 };
 enum {
     SL_OK = 0,
     SL_ERROR = -1,

@@ -48,6 +48,7 @@ typedef struct {
 int sl_ffi_req_stats(sl_req_t *r, sl_req_stats_t *st);
 int sl_ffi_resp_exit(sl_req_t *r, int status, const char *body, size_t len, const char **err);
 int sl_ffi_resp_get_status(sl_req_t *r);
+int sl_ffi_resp_upstream_status(sl_req_t *r);
 int sl_ffi_resp_get_header(sl_req_t *r, const char *n, size_t nl, const char **p, size_t *len);
 int sl_ffi_resp_header_count(sl_req_t *r);
 int sl_ffi_resp_header_at(sl_req_t *r, int i, const char **name, size_t *name_len,
@@ -401,6 +402,14 @@ end
 
 function response.get_status()
     return C.sl_ffi_resp_get_status(cur())
+end
+
+-- The status the upstream answered with; nil when none did (an exit, a cache HIT, the
+-- gateway's own error), or not yet.
+function response.get_upstream_status()
+    local s = C.sl_ffi_resp_upstream_status(cur())
+    if s == 0 then return nil end
+    return s
 end
 
 function response.get_header(name)

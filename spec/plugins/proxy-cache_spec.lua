@@ -104,6 +104,9 @@ describe("proxy-cache through the core", function()
             origin_route("authed", {}),
             origin_route("authpublic", { ["Cache-Control"] = "public" }),
             origin_route("authsmax", { ["Cache-Control"] = "s-maxage=60" }),
+            origin_route("aged", { ["Cache-Control"] = "max-age=10", Age = "100" }),
+            origin_route("agedttl", { Age = "100" }),
+            origin_route("aging", { ["Cache-Control"] = "max-age=600", Age = "100" }),
         } }))
         gw = assert(test.start({
             upstreams = { { name = "o", targets = { { address = origin:address() } } } },
@@ -155,6 +158,18 @@ describe("proxy-cache through the core", function()
             b = assert(gw:request({ path = path }))
             assert.same({ "MISS", "HIT" }, { a.headers["x-cache-status"], b.headers["x-cache-status"] })
         end
+    end)
+
+    it("counts a response's age from the upstream's Age (RFC 9111 4.2.3)", function()
+        -- max-age=10 (or ttl's 60s) with Age: 100: stale already, so never stored
+        for _, path in ipairs({ "/aged", "/agedttl" }) do
+            local a, b = twice(path)
+            assert.same({ "BYPASS", "BYPASS" }, { a, b })
+        end
+        local a, b, res = twice("/aging")
+        assert.same({ "MISS", "HIT" }, { a, b })
+        local age = tonumber(res.headers["age"])
+        assert.is_true(age >= 100 and age < 110, "Age " .. tostring(res.headers["age"]))
     end)
 
     it("bypasses methods it does not cache", function()

@@ -317,7 +317,8 @@ function sreq.set_body(args, mimetype)
     return true
 end
 
-function sresp.get_status() return response.get_status() end
+-- Kong: nil when no upstream answered (kong.response.exit, an error of the gateway's).
+function sresp.get_status() return response.get_upstream_status() end
 function sresp.get_header(name) return response.get_header(hname(name)) end
 function sresp.get_headers(max_headers) return headers_of(response, max_headers) end
 
