@@ -304,14 +304,22 @@ static int hexval(unsigned char c) {
     return -1;
 }
 
+/* The bytes a Host may hold: a reg-name's or an IP literal's, a port's, pct-encoding
+ * (letters, digits, "-._~:[]%"); a table, as the header check runs on every request. */
+static const uint8_t host_chars[256] = {
+    ['%'] = 1, ['-'] = 1, ['.'] = 1, [':'] = 1, ['['] = 1, [']'] = 1, ['_'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
 static bool valid_host(sl_str_t v) {
-    for (size_t i = 0; i < v.len; i++) {
-        unsigned char c = (unsigned char)v.p[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '.' || c == ':' || c == '[' || c == ']' || c == '_' || c == '~' ||
-              c == '%'))
-            return false;
-    }
+    for (size_t i = 0; i < v.len; i++)
+        if (!host_chars[(unsigned char)v.p[i]]) return false;
     return true;
 }
 

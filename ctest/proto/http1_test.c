@@ -348,6 +348,13 @@ static void test_host(void) {
     r = REQ("GET / HTTP/1.1\r\nHost:\r\n\r\n");
     CHECK_INT(r->rc, SL_OK);
     CHECK_INT(r->head.host.len, 0);
+    /* every byte value: a host character is exactly a letter, a digit or one of "-.:[]_~%" */
+    for (int c = 0; c < 256; c++) {
+        char b = (char)c;
+        bool want = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    (c != 0 && strchr("-.:[]_~%", c) != NULL);
+        if (sl_h1_valid_host((sl_str_t){&b, 1}) != want) CHECK_INT(c, -1);
+    }
 }
 
 static void test_version(void) {
