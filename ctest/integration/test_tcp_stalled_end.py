@@ -126,34 +126,31 @@ def setup(t):
     S["gw"] = gateway(S["up"])
 
 
-def test_idle_in(t):
+def idle_cut(t, inbound):
+    """One side sends into a peer that reads nothing until idle_timeout ends the session with
+    bytes still in the gateway: the stalled reader must meet a reset, not an EOF."""
     for lis in ("sp", "cp"):
         before = ended(S["gw"], lis, "timeout")
         c = socket.create_connection(("127.0.0.1", S["gw"].port(lis)), timeout=5)
         u = S["up"].next()
-        sent = fill(c)
+        sender, reader = (c, u) if inbound else (u, c)
+        sent = fill(sender)
         wait_ended(S["gw"], lis, "timeout", before)  # idle_timeout 500ms after the last byte moved
-        got, how = drain(u)
-        t.check("[%s] client -> stalled upstream, ended at idle_timeout with %d of %d bytes "
-                "undelivered: the upstream meets a reset, not an EOF" % (lis, sent - got, sent),
+        got, how = drain(reader)
+        t.check("[%s] %s, ended at idle_timeout with %d of %d bytes undelivered: the %s meets a "
+                "reset, not an EOF" % (lis, "client -> stalled upstream" if inbound else "upstream -> stalled client",
+                                       sent - got, sent, "upstream" if inbound else "client"),
                 how == "reset" and got < sent, "reset", (how, got, sent))
         c.close()
         u.close()
+
+
+def test_idle_in(t):
+    idle_cut(t, True)
 
 
 def test_idle_out(t):
-    for lis in ("sp", "cp"):
-        before = ended(S["gw"], lis, "timeout")
-        c = socket.create_connection(("127.0.0.1", S["gw"].port(lis)), timeout=5)
-        u = S["up"].next()
-        sent = fill(u)
-        wait_ended(S["gw"], lis, "timeout", before)
-        got, how = drain(c)
-        t.check("[%s] upstream -> stalled client, ended at idle_timeout with %d of %d bytes "
-                "undelivered: the client meets a reset, not an EOF" % (lis, sent - got, sent),
-                how == "reset" and got < sent, "reset", (how, got, sent))
-        c.close()
-        u.close()
+    idle_cut(t, False)
 
 
 def test_idle_delivered(t):
