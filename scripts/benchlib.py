@@ -420,9 +420,9 @@ def md_table(header, rows):
 # The page shows one compact table per scenario; the results file keeps everything the run
 # printed (every table, the ranges, the notes) and every repetition's figures.
 _RANGE = re.compile(r"\s*\([^()]*?(?:–| to )[^()]*\)")  # " (a–b)", " (a to b, n=3)"
-# Notes shown under a scenario's table: the ones that qualify its figures (a busy machine, a
-# noisy comparison, what a reload did); the others are in the file.
-NOTES_SHOWN = ("scale", "compression", "edge")
+# Notes shown under a scenario's table: the ones that qualify its figures and that the table
+# does not show (a comparison within noise, what a reload did); the others are in the file.
+NOTES_SHOWN = ("scale", "edge")
 # Plugin runs the page shows (the goals' figures and their comparisons); the file has all.
 PLUGIN_ROWS = ("sluice none", "sluice noop×10", "sluice read×1", "sluice three",
                "sluice response", "sluice cache HIT", "sluice native", "sluice kong", "nginx none",
@@ -439,23 +439,27 @@ def _short_version(v):
     return m.group(0) if m else str(v)
 
 
-def run_heading(rec):
+def run_heading(rec, also=()):
     """One line: what ran, commit and date, the machine, the same-run peers' versions, the file
-    and the command."""
+    and the command. also: records of the same invocation shown in the same table (their
+    titles and files are added)."""
     m = rec.get("machine") or {}
     kernel = re.match(r"\d+\.\d+", m.get("kernel") or "")
     machine = ", ".join(x for x in (m.get("cpu"), "%s cores" % m.get("cores", "?"),
                                     "Linux " + kernel.group(0) if kernel else None) if x)
     peers = ", ".join("%s %s" % (k, _short_version(v)) for k, v in sorted((rec.get("peers") or {}).items()) if v)
     title = rec["title"]
+    for r in also:  # "A — how" + "B — how" -> "A; B — how"
+        head, _, how = r["title"].partition(" — ")
+        mine, sep, myhow = title.partition(" — ")
+        title = "%s; %s%s%s" % (mine, head, sep, myhow) if how == myhow else "%s; %s" % (title, r["title"])
     if title[1:2].islower():  # "small keep-alive GET" -> "Small ...", "gRPC" and "mTLS" kept
         title = title[0].upper() + title[1:]
+    files = ", ".join("[%s](../bench/results/%s)" % (r["_file"], r["_file"]) for r in (rec,) + tuple(also))
     parts = [title,
              "`%s`%s, %s" % (rec.get("commit") or "unknown", " + local changes" if rec.get("dirty") else "",
                              rec["date"][:10]),
-             machine, peers,
-             "[%s](../bench/results/%s)%s" % (rec["_file"], rec["_file"],
-                                              " (transcribed)" if rec.get("transcribed") else ""),
+             machine, peers, files + (" (transcribed)" if rec.get("transcribed") else ""),
              "`%s`" % rec["command"]]
     return "#### " + " · ".join(p for p in parts if p)
 
@@ -587,17 +591,52 @@ def compact_l4peers(rec):
 COMPACT = {"plugins": compact_plugins, "l4": compact_join, "l4peers": compact_l4peers}
 
 
-def render_run(rec):
-    """A scenario's region: the one-line heading of run_heading, then one table (COMPACT's
-    for the scenarios that printed several tables; else the main table with its paired
-    ratios as a column), medians only; then its notes for NOTES_SHOWN."""
+def _table(rec):
+    return COMPACT.get(rec["scenario"], compact_paired)(rec)
+
+
+def render_run(rec, also=()):
+    """A scenario's run: the one-line heading of run_heading, then one table (COMPACT's for
+    the scenarios that printed several tables; else the main table with its paired ratios as
+    a column), medians only; then its notes for NOTES_SHOWN. also: runs of the same
+    invocation with a table of the same shape (h2-tls and h2-h2c), joined as columns
+    prefixed by the part of the scenario's name after its first "-"."""
     if not rec.get("tables"):
         return run_heading(rec) + "\n\nNo table in this results file."
-    header, rows = COMPACT.get(rec["scenario"], compact_paired)(rec)
-    lines = [run_heading(rec), md_table(header, rows)]
-    if rec.get("notes") and rec["scenario"] in NOTES_SHOWN:
-        lines += ["", " ".join(rec["notes"])]
+    header, rows = _table(rec)
+    if also:
+        group = (rec,) + tuple(also)
+        label = [r["scenario"].split("-", 1)[-1] for r in group]
+        header = [header[0]] + ["%s %s" % (label[i], h) for i, r in enumerate(group) for h in _table(r)[0][1:]]
+        index, rows = {}, []
+        for i, r in enumerate(group):
+            h, rs = _table(r)
+            at = 1 + sum(len(_table(x)[0]) - 1 for x in group[:i])
+            for row in rs:
+                if row[0] not in index:
+                    index[row[0]] = [row[0]] + [""] * (len(header) - 1)
+                    rows.append(index[row[0]])
+                index[row[0]][at:at + len(h) - 1] = row[1:]
+    lines = [run_heading(rec, also), md_table(header, rows)]
+    notes = [n for r in (rec,) + tuple(also) if r["scenario"] in NOTES_SHOWN for n in r.get("notes") or []]
+    if notes:
+        lines += ["", " ".join(notes)]
     return "\n".join(lines)
+
+
+def render_runs(group):
+    """Records in the page's order; consecutive ones of one invocation (same command, date and
+    commit) whose tables have the same header share one heading and one table."""
+    out, i = [], 0
+    while i < len(group):
+        j = i + 1
+        while (j < len(group) and group[i].get("tables") and group[j].get("tables")
+               and all(group[j].get(k) == group[i].get(k) for k in ("command", "date", "commit"))
+               and _table(group[j])[0] == _table(group[i])[0]):
+            j += 1
+        out.append(render_run(group[i], tuple(group[i + 1:j])))
+        i = j
+    return "\n".join(out)
 
 
 def render_goals(recs):
@@ -630,18 +669,24 @@ def render_page(text, recs):
     newest = newest_complete(recs)
     seen, missing = set(), []
 
-    def one(name):
-        seen.add(name)
-        if name == "goals":
-            return render_goals(recs)
-        if name in newest:
-            return render_run(newest[name])
-        missing.append(name)
-        return "No results file for scenario %s yet." % name
-
     def sub(m):
-        body = "\n".join(one(name) for name in m.group(2).split())
-        return m.group(1) + body + "\n" + m.group(4)
+        parts, runs = [], []
+        for name in m.group(2).split():
+            seen.add(name)
+            if name in newest and name != "goals":
+                runs.append(newest[name])
+                continue
+            if runs:
+                parts.append(render_runs(runs))
+                runs = []
+            if name == "goals":
+                parts.append(render_goals(recs))
+            else:
+                missing.append(name)
+                parts.append("No results file for scenario %s yet." % name)
+        if runs:
+            parts.append(render_runs(runs))
+        return m.group(1) + "\n".join(parts) + "\n" + m.group(4)
 
     out = REGION.sub(sub, text)
     return out, missing, sorted(set(newest) - seen)
