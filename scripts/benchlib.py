@@ -227,7 +227,8 @@ def make_cert(d, kind):
 # --------------------------------------------------------------------------- results
 # Every run of scripts/bench writes one file per scenario to bench/results/
 # (<scenario>-<UTC timestamp>.json); scripts/bench-report renders the newest file of each
-# scenario into docs/BENCHMARKS.md, between `<!-- results NAME -->` and `<!-- /results -->`,
+# scenario into docs/BENCHMARKS.md, between `<!-- results NAME ... -->` and `<!-- /results -->`
+# (render_run: one heading line and one compact table per scenario; the file keeps the rest),
 # and the goals table from GOALS below. scripts/check-docs fails when the page differs.
 
 RESULTS_SCHEMA = 1
@@ -305,7 +306,10 @@ def goal_value(g):
     s = "—" if v is None else (f"{v:.2f}×" if unit == "×" else f"{v:.2f}{unit}")
     if not g.get("clean", True):
         s += " (sluice had errors)"
-    return s + (f"; {g['note']}" if g.get("note") else "")
+    note = g.get("note") or ""
+    if len(note) > 80:  # the first clause; the whole note is in the results file
+        note = note.split("; ")[0] + "; more in the file"
+    return s + (f"; {note}" if note else "")
 
 
 def results_dir(root=ROOT):
@@ -413,24 +417,226 @@ def md_table(header, rows):
     return "\n".join(out)
 
 
-def render_run(rec):
-    """A scenario's section body: what ran, where and how (a link to its file), its tables and
-    notes."""
+# The page shows one compact table per scenario; the results file keeps everything the run
+# printed (every table, the ranges, the notes) and every repetition's figures.
+_RANGE = re.compile(r"\s*\([^()]*?(?:–| to )[^()]*\)")  # " (a–b)", " (a to b, n=3)"
+# Notes shown under a scenario's table: the ones that qualify its figures and that the table
+# does not show (a comparison within noise, what a reload did); the others are in the file.
+NOTES_SHOWN = ("scale", "edge")
+# Plugin runs the page shows (the goals' figures and their comparisons); the file has all.
+PLUGIN_ROWS = ("sluice none", "sluice noop×10", "sluice read×1", "sluice three",
+               "sluice response", "sluice cache HIT", "sluice native", "sluice kong", "nginx none",
+               "nginx+lua three")
+
+
+def median_only(cell):
+    """A cell without its range: "39,035 (33,312–40,540)" -> "39,035"."""
+    return _RANGE.sub("", str(cell))
+
+
+def _short_version(v):
+    m = re.search(r"\d+(?:\.\d+)+", str(v))
+    return m.group(0) if m else str(v)
+
+
+def run_heading(rec, also=()):
+    """One line: what ran, commit and date, the machine, the same-run peers' versions, the file
+    and the command. also: records of the same invocation shown in the same table (their
+    titles and files are added)."""
     m = rec.get("machine") or {}
-    peers = ", ".join("%s %s" % (k, v) for k, v in sorted((rec.get("peers") or {}).items()) if v)
-    lines = ["**%s.** %s UTC, commit `%s`%s; %s%s cores, kernel %s%s; [%s](../bench/results/%s):" % (
-        rec["title"][0].upper() + rec["title"][1:], rec["date"][:16].replace("T", " "), rec.get("commit") or "unknown",
-        " + local changes" if rec.get("dirty") else "", m["cpu"] + ", " if m.get("cpu") else "", m.get("cores", "?"),
-        m.get("kernel") or "?", "; " + peers if peers else "", rec["_file"], rec["_file"]),
-        "`%s`." % rec["command"]]
-    if rec.get("transcribed"):
-        lines.append("Transcribed " + rec["transcribed"])
-    for t in rec.get("tables", []):
-        lines += ["", t["title"] + ":" if t.get("title") else None, "" if t.get("title") else None,
-                  md_table(t["header"], t["rows"])]
-    if rec.get("notes"):
-        lines += [""] + rec["notes"]
-    return "\n".join(x for x in lines if x is not None)
+    kernel = re.match(r"\d+\.\d+", m.get("kernel") or "")
+    machine = ", ".join(x for x in (m.get("cpu"), "%s cores" % m.get("cores", "?"),
+                                    "Linux " + kernel.group(0) if kernel else None) if x)
+    peers = ", ".join("%s %s" % (k, _short_version(v)) for k, v in sorted((rec.get("peers") or {}).items()) if v)
+    title = rec["title"]
+    for r in also:  # "A — how" + "B — how" -> "A; B — how"
+        head, _, how = r["title"].partition(" — ")
+        mine, sep, myhow = title.partition(" — ")
+        title = "%s; %s%s%s" % (mine, head, sep, myhow) if how == myhow else "%s; %s" % (title, r["title"])
+    if title[1:2].islower():  # "small keep-alive GET" -> "Small ...", "gRPC" and "mTLS" kept
+        title = title[0].upper() + title[1:]
+    files = ", ".join("[%s](../bench/results/%s)" % (r["_file"], r["_file"]) for r in (rec,) + tuple(also))
+    parts = [title,
+             "`%s`%s, %s" % (rec.get("commit") or "unknown", " + local changes" if rec.get("dirty") else "",
+                             rec["date"][:10]),
+             machine, peers, files + (" (transcribed)" if rec.get("transcribed") else ""),
+             "`%s`" % rec["command"]]
+    return "#### " + " · ".join(p for p in parts if p)
+
+
+def _is_ratio(t):
+    return t["header"][0] == "ratio"
+
+
+def _metric(h):
+    return {"CPU µs/req": "CPU", "added CPU (− none)": "added CPU"}.get(h, h.split(" (")[0])
+
+
+def compact_paired(rec):
+    """The main table with each "sluice/PEER" ratio table's row folded into a column on PEER's
+    row ("sluice ÷ this: METRICS"); a ratio row naming no row of the table is appended."""
+    tables = rec.get("tables", [])
+    main, ratios = tables[0], [t for t in tables[1:] if _is_ratio(t)]
+    header = list(main["header"])
+    rows = [[median_only(c) for c in r] for r in main["rows"]]
+    for t in ratios:
+        header.append("sluice ÷ this: " + ", ".join(t["header"][1:]))
+        for r in rows:
+            r.append("")
+        for rr in t["rows"]:
+            cell = ", ".join(median_only(c) or "—" for c in rr[1:])
+            peer = rr[0].split("/", 1)[1].strip() if rr[0].startswith("sluice/") else None
+            hit = next((r for r in rows if peer and (r[0] == peer or r[0].startswith(peer + " "))), None)
+            if hit is not None:
+                hit[-1] = cell
+            else:
+                rows.append([rr[0]] + [""] * (len(header) - 2) + [cell])
+    return header, rows  # other tables (none today) stay in the file
+
+
+def compact_plugins(rec):
+    """One row per configuration the goals use; the ratio tables and the per-phase/per-call
+    figures go into a "compared" column of the row they are about."""
+    tables = rec["tables"]
+    main = tables[0]
+    keep = [main["header"].index(h) for h in ("run", "what the proxy does", "req/s", "p99 ms", "proxy CPU µs/req",
+                                              "added CPU µs/req", "errors") if h in main["header"]]
+    header = [main["header"][i] for i in keep] + ["compared"]
+    rows = [[median_only(r[i]) for i in keep] + [[]] for r in main["rows"]
+            if r[0] in PLUGIN_ROWS or not PLUGIN_ROWS]
+    by_name = {r[0]: r for r in rows}
+    for t in tables[1:]:
+        for rr in t["rows"]:
+            if _is_ratio(t) and " / " in rr[0]:
+                a, b = rr[0].split(" / ", 1)
+                if a in by_name:
+                    by_name[a][-1].append("÷ %s: %s" % (b, ", ".join(
+                        "%s %s" % (_metric(h), median_only(c)) for h, c in zip(t["header"][1:], rr[1:]))))
+            else:
+                m = re.search(r"\(\((\S+) −", rr[0])  # derived: "each further phase entered ((phases×4 − ..."
+                if m and "sluice " + m.group(1) in by_name:
+                    by_name["sluice " + m.group(1)][-1].append("%s: %s ns" % (rr[0].split(" ((")[0],
+                                                                             median_only(rr[1])))
+    for r in rows:
+        r[-1] = "; ".join(r[-1])
+    return header, rows
+
+
+def compact_join(rec):
+    """Tables about the same proxies (first column) side by side: one row per proxy; a table
+    of sluice's ratios to peers ("sluice mode" | "/ PEER"...) becomes one column."""
+    header, rows, index = ["proxy"], [], {}
+    for t in rec["tables"]:
+        n = len(header)
+        if t["header"][0] == "sluice mode":
+            header.append("sluice CPU ÷ " + ", ".join(h.lstrip("/ ") for h in t["header"][1:]))
+            cols = None
+        else:
+            prefix = "1 MiB download " if (t.get("title") or "").startswith("L4 download") else ""
+            header += [prefix + h for h in t["header"][1:]]
+            cols = len(t["header"]) - 1
+        for r in rows:
+            r += [""] * (len(header) - len(r))
+        for rr in t["rows"]:
+            if rr[0] not in index:
+                index[rr[0]] = [rr[0]] + [""] * (len(header) - 1)
+                rows.append(index[rr[0]])
+            row = index[rr[0]]
+            if cols is None:
+                row[n] = ", ".join(median_only(c) for c in rr[1:])
+            else:
+                row[n:n + cols] = [median_only(c) for c in rr[1:]]
+    return header, rows
+
+
+def compact_l4peers(rec):
+    """Three protocols, each a table and a table of sluice's ratios: per proxy, each
+    protocol's rate with its ratio to direct, sluice's ratio to HAProxy mode tcp (copy), and
+    the errors of all three."""
+    def name(title):
+        t = (title or "").lower()
+        return ("pgbench durable" if "synchronous_commit on" in t else "pgbench no-wait"
+                if "synchronous_commit off" in t else "redis-benchmark" if "redis" in t else title)
+    tables = rec["tables"]
+    header, rows, index, errors = ["proxy"], [], {}, {}
+    for i in range(0, len(tables), 2):
+        main, ratio = tables[i], tables[i + 1] if i + 1 < len(tables) else None
+        h = main["header"]
+        header.append("%s %s (× direct)" % (name(main.get("title")), h[1]))
+        for rr in main["rows"]:
+            if rr[0] not in index:
+                index[rr[0]] = [rr[0]]
+                rows.append(index[rr[0]])
+            row = index[rr[0]]
+            row += [""] * (len(header) - 1 - len(row))
+            row.append("%s (%s)" % (median_only(rr[1]), median_only(rr[2])))
+            if "errors" in h:
+                errors[rr[0]] = errors.get(rr[0], 0) + int(str(rr[h.index("errors")]).replace(",", "") or 0)
+        if ratio:
+            col = next((j for j, x in enumerate(ratio["header"]) if "haproxy mode tcp" in x), None)
+            if col is not None:
+                header.append("sluice ÷ haproxy tcp")
+                for r in rows:
+                    r += [""] * (len(header) - len(r))
+                for rr in ratio["rows"]:
+                    if rr[0] in index:
+                        index[rr[0]][-1] = median_only(rr[col])
+    header.append("errors")
+    for r in rows:
+        r += [""] * (len(header) - 1 - len(r))
+        r.append(str(errors.get(r[0], "—")))
+    return header, rows
+
+
+COMPACT = {"plugins": compact_plugins, "l4": compact_join, "l4peers": compact_l4peers}
+
+
+def _table(rec):
+    return COMPACT.get(rec["scenario"], compact_paired)(rec)
+
+
+def render_run(rec, also=()):
+    """A scenario's run: the one-line heading of run_heading, then one table (COMPACT's for
+    the scenarios that printed several tables; else the main table with its paired ratios as
+    a column), medians only; then its notes for NOTES_SHOWN. also: runs of the same
+    invocation with a table of the same shape (h2-tls and h2-h2c), joined as columns
+    prefixed by the part of the scenario's name after its first "-"."""
+    if not rec.get("tables"):
+        return run_heading(rec) + "\n\nNo table in this results file."
+    header, rows = _table(rec)
+    if also:
+        group = (rec,) + tuple(also)
+        label = [r["scenario"].split("-", 1)[-1] for r in group]
+        header = [header[0]] + ["%s %s" % (label[i], h) for i, r in enumerate(group) for h in _table(r)[0][1:]]
+        index, rows = {}, []
+        for i, r in enumerate(group):
+            h, rs = _table(r)
+            at = 1 + sum(len(_table(x)[0]) - 1 for x in group[:i])
+            for row in rs:
+                if row[0] not in index:
+                    index[row[0]] = [row[0]] + [""] * (len(header) - 1)
+                    rows.append(index[row[0]])
+                index[row[0]][at:at + len(h) - 1] = row[1:]
+    lines = [run_heading(rec, also), md_table(header, rows)]
+    notes = [n for r in (rec,) + tuple(also) if r["scenario"] in NOTES_SHOWN for n in r.get("notes") or []]
+    if notes:
+        lines += ["", " ".join(notes)]
+    return "\n".join(lines)
+
+
+def render_runs(group):
+    """Records in the page's order; consecutive ones of one invocation (same command, date and
+    commit) whose tables have the same header share one heading and one table."""
+    out, i = [], 0
+    while i < len(group):
+        j = i + 1
+        while (j < len(group) and group[i].get("tables") and group[j].get("tables")
+               and all(group[j].get(k) == group[i].get(k) for k in ("command", "date", "commit"))
+               and _table(group[j])[0] == _table(group[i])[0]):
+            j += 1
+        out.append(render_run(group[i], tuple(group[i + 1:j])))
+        i = j
+    return "\n".join(out)
 
 
 def render_goals(recs):
@@ -446,32 +652,41 @@ def render_goals(recs):
         if gid in best:
             g, rec = best[gid]
             rows.append([str(issue), text, goal_value(g), "**%s**" % goal_result(g),
-                         "%s, `%s`, %s" % (rec["scenario"], rec.get("commit") or "?", rec["date"][:10])])
+                         "[%s](../bench/results/%s), `%s`, %s" % (rec["scenario"], rec["_file"],
+                                                                  rec.get("commit") or "?", rec["date"][:10])])
         else:
             rows.append([str(issue), text, "—", "no data", "—"])
     return md_table(["issue", "goal", "measured", "result", "run (scenario, commit, date)"], rows)
 
 
-REGION = re.compile(r"(<!-- results (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
+REGION = re.compile(r"(<!-- results ([^>]*?) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
 def render_page(text, recs):
     """text with every results region replaced by what the records say; also the regions the
-    page names that have no record, and the scenarios the page has no region for."""
+    page names that have no record, and the scenarios the page has no region for. A region
+    may name several scenarios (`<!-- results small big -->`): their runs follow each other."""
     newest = newest_complete(recs)
     seen, missing = set(), []
 
     def sub(m):
-        name = m.group(2)
-        seen.add(name)
-        if name == "goals":
-            body = render_goals(recs)
-        elif name in newest:
-            body = render_run(newest[name])
-        else:
-            missing.append(name)
-            body = "No results file for this scenario yet."
-        return m.group(1) + body + "\n" + m.group(4)
+        parts, runs = [], []
+        for name in m.group(2).split():
+            seen.add(name)
+            if name in newest and name != "goals":
+                runs.append(newest[name])
+                continue
+            if runs:
+                parts.append(render_runs(runs))
+                runs = []
+            if name == "goals":
+                parts.append(render_goals(recs))
+            else:
+                missing.append(name)
+                parts.append("No results file for scenario %s yet." % name)
+        if runs:
+            parts.append(render_runs(runs))
+        return m.group(1) + "\n".join(parts) + "\n" + m.group(4)
 
     out = REGION.sub(sub, text)
     return out, missing, sorted(set(newest) - seen)

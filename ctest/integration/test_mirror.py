@@ -5,7 +5,8 @@ unchanged within noise.
 Load: 2,000 GETs per route from 8 keep-alive HTTP/1.1 clients, first to a route without
 mirror, then to routes mirroring to a mirror that never answers, to a refused port and
 to one answering after 200 ms. Each route's p99 must stay under the baseline's + 50 ms,
-and no main request may fail. The figures are printed (docs/BENCHMARKS.md, "mirror").
+and no main request may fail. The figures are printed (docs/DECISIONS.md, "Measurements
+outside scripts/bench").
 """
 
 import hashlib

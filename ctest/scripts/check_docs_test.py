@@ -208,5 +208,28 @@ check(rc == 1 and 'docs/BENCHMARKS.md: results region `grpc` has no bench/result
       'a results region without a results file fails', out)
 shutil.rmtree(d)
 
+# the page's rendering: one heading line and one table per scenario, paired ratios folded in
+sys.path.insert(0, os.path.join(ROOT, 'scripts'))
+import benchlib  # noqa: E402
+
+rec = {'scenario': 'small', 'title': 'small GET', 'date': '2026-12-07T13:54:47Z', 'commit': 'abc1234',
+       'machine': {'cpu': 'AMD EPYC', 'cores': 2, 'kernel': '6.18.44-fc'}, 'peers': {'nginx': '1.22.1-deb'},
+       'command': 'scripts/bench', '_file': 'small-20261207T135447Z.json', 'notes': ['a story'],
+       'tables': [{'title': None, 'header': ['proxy', 'req/s'],
+                   'rows': [['sluice', '39,035 (33,312–40,540)'], ['nginx', '37,887 (23,938–39,784)']]},
+                  {'title': 'Paired ratios', 'header': ['ratio', 'req/s'],
+                   'rows': [['sluice/nginx', '1.05× (1.01–1.39)']]}]}
+out = benchlib.render_run(rec)
+check(out == '#### Small GET · `abc1234`, 2026-12-07 · AMD EPYC, 2 cores, Linux 6.18 · nginx 1.22.1 · '
+             '[small-20261207T135447Z.json](../bench/results/small-20261207T135447Z.json) · `scripts/bench`\n'
+             '| proxy | req/s | sluice ÷ this: req/s |\n|---|---|---|\n| sluice | 39,035 |  |\n'
+             '| nginx | 37,887 | 1.05× |',
+      'a run renders as one heading line and one table of medians, the ratio on the peer\'s row, '
+      'notes left in the file', out)
+page, missing, _ = benchlib.render_page('<!-- results small grpc -->\nold\n<!-- /results -->\n', [rec])
+check(missing == ['grpc'] and page.count('#### Small GET') == 1
+      and 'No results file for scenario grpc yet.' in page,
+      'a region naming several scenarios renders each and names the one without a file', page)
+
 print('%d failure(s)' % failures)
 sys.exit(1 if failures else 0)
