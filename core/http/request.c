@@ -37,7 +37,8 @@ sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
         r = malloc(sizeof(*r));
         if (!r) return NULL;
     }
-    /* Only the scalar part is cleared: the two heads are filled by the parser. */
+    /* Only the scalar part is cleared: the two heads are filled by the parser, the arena's
+     * first chunk and the write queues are set up below. */
     memset(r, 0, offsetof(sl_req_t, head));
     memset(&r->head_off, 0, sizeof(*r) - offsetof(sl_req_t, head_off));
     r->ds = ds;
@@ -51,6 +52,8 @@ sl_req_t *sl__req_new(sl_worker_t *w, sl_downstream_t *ds) {
     r->head.spill = r->rhead.spill = head_spill;
     r->head.spill_ud = r->rhead.spill_ud = &r->arena;
     r->head.nheaders = r->rhead.nheaders = 0;
+    sl_outq_init(&r->upq);
+    sl_outq_init(&r->clq);
     r->head.headers = r->head.inline_headers;
     r->rhead.headers = r->rhead.inline_headers;
     return r;

@@ -57,6 +57,11 @@ struct sl_req_s {
     /** The arena's first chunk (block.h): the rebuilt heads of most requests fit in it, so
      *  a request waiting on its upstream holds no arena block. Not cleared by sl__req_new. */
     char arena_first[SL_REQ_ARENA_FIRST];
+    /** The two directions' write queues: 2.3 KiB of slices and chunk-size lines that are
+     *  never read past their counts, so sl__req_new empties them (sl_outq_init) rather
+     *  than clearing them with the scalars below. */
+    sl_outq_t upq;      /**< toward the upstream */
+    sl_outq_t clq;      /**< toward the client */
     uint32_t head_off, head_end;
     int route;          /**< index into cfg->routes, -1 when none */
     uint32_t strip;     /**< bytes of path removed by strip_prefix */
@@ -112,10 +117,8 @@ struct sl_req_s {
     uint64_t start_ns;
     uint64_t body_in;   /**< request body bytes read */
     uint64_t bytes_out; /**< response bytes handed to the client socket */
-    sl_outq_t upq;      /**< toward the upstream */
     uv_buf_t uphead;    /**< the rebuilt request head, kept for a retry */
     uint16_t body_err;  /**< status for a body the client got wrong (400, 413) */
-    sl_outq_t clq;      /**< toward the client */
     sl_arena_t arena;   /**< rebuilt heads and canned answers */
     char *heap;         /**< a malloc'ed buffer freed with the request (echo) */
     size_t heap_len, heap_cap;

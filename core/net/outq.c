@@ -4,6 +4,11 @@
 #include "base/common.h"
 #include "base/wbuf.h"
 
+void sl_outq_init(sl_outq_t *q) {
+    q->niov = q->nsizes = 0;
+    q->writing = q->chunked = 0;
+}
+
 void sl_outq_reset(sl_outq_t *q) {
     q->niov = 0;
     q->nsizes = 0;

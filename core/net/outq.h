@@ -22,6 +22,9 @@ typedef struct {
     uint8_t chunked;              /**< spans are framed as chunks */
 } sl_outq_t;
 
+/** An empty queue, not chunked, no write in flight: its arrays are left as they are (nothing
+ *  reads them past niov and nsizes). */
+void sl_outq_init(sl_outq_t *q);
 /** Empties the queue (the chunked flag stays). */
 void sl_outq_reset(sl_outq_t *q);
 /** Queues n bytes as they are; false when the queue is full. */
