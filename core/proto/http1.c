@@ -484,10 +484,9 @@ static int check_request(sl_h1_head_t *hd, bool tokens) {
         if (hd->authority.len == 0 || !valid_host(hd->authority)) return 400;
         hd->authority = authority_without_default_port(hd->authority, skip == 8);
         if (hd->authority.len == 0) return 400; /* "http://:80/" */
-        if (!host) return 400;
         /* RFC 9112 3.2.2: the target's authority is the request's host, whatever Host says
-         * (checked above as any Host is). The Host field takes the authority's value, so
-         * that routing, plugins and the upstream all read one host. */
+         * (checked above as any Host is; only HTTP/1.0 may have none). The Host field takes
+         * the authority's value, so that routing, plugins and the upstream all read one host. */
         hd->host = hd->authority;
         if (host) host->value = hd->authority;
         hd->flags |= SL_H1_ABSOLUTE_FORM;

@@ -3,6 +3,9 @@ upstreams: the target's authority is the request's host whatever Host says, the 
 default port compares equal to none, routing goes by that host, and the upstream gets an
 origin-form request line with that host as its one Host. A Host that is not a Host, a
 duplicate, and an HTTP/1.1 request without Host are still 400 and reach no upstream.
+HTTP/1.0 may omit Host (RFC 9112 3.2): with absolute-form the target's authority is the
+host (and the Host the upstream gets); with origin-form the request goes to the route
+without hosts, as nginx serves it from its default server.
 """
 
 import os
@@ -88,10 +91,23 @@ def test_still_refused(t):
     refused("HTTP/1.1 origin-form without Host: 400", b"GET / HTTP/1.1\r\nX-A: 1\r\n\r\n")
 
 
+def test_http10_without_host(t):
+    routed("HTTP/1.0 absolute-form without Host: routed by the target's host, which the upstream gets",
+           b"GET http://a.test/x HTTP/1.0\r\n\r\n", "a", "/x", "a.test")
+    routed("... the default port dropped, another port kept",
+           b"GET http://b.test:8080/x HTTP/1.0\r\n\r\n", "b", "/x", "b.test:8080")
+    routed("... https's default port on https", b"GET https://b.test:443/s?k=v HTTP/1.0\r\n\r\n", "b",
+           "/s?k=v", "b.test")
+    routed("HTTP/1.0 origin-form without Host: the route without hosts", b"GET /o HTTP/1.0\r\n\r\n", "any",
+           "/o", "")
+    refused("HTTP/1.1 absolute-form without Host: still 400 (RFC 9112 3.2)",
+            b"GET http://a.test/x HTTP/1.1\r\n\r\n")
+
+
 def teardown(t):
     state["s"].stop()
     for m in ups.values():
         m.stop()
 
 
-t.run(setup, test_authority_wins, test_still_refused, teardown)
+t.run(setup, test_authority_wins, test_still_refused, test_http10_without_host, teardown)

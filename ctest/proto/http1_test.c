@@ -349,7 +349,12 @@ static void test_absolute_form(void) {
     REJECT("GET http://a/ HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400);
     REJECT("GET http://a/ HTTP/1.1\r\n\r\n", 400);
     REJECT("GET http://:80/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    REJECT("GET http://example.com/ HTTP/1.0\r\n\r\n", 400); /* no Host to agree with */
+    /* HTTP/1.0 may have no Host (RFC 9112 3.2): the target's authority is the host */
+    r = REQ("GET http://example.com:80/x HTTP/1.0\r\n\r\n");
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.host, "example.com");
+    CHECK_SLICE(r->head.path, "/x");
+    CHECK_INT(r->head.nheaders, 0);
     REJECT("GET http://user@example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n", 400);
     REJECT("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     REJECT("GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
