@@ -484,9 +484,13 @@ static int check_request(sl_h1_head_t *hd, bool tokens) {
         if (hd->authority.len == 0 || !valid_host(hd->authority)) return 400;
         hd->authority = authority_without_default_port(hd->authority, skip == 8);
         if (hd->authority.len == 0) return 400; /* "http://:80/" */
-        /* RFC 9112 3.2.2: the target's authority is the request's host, whatever Host says
-         * (checked above as any Host is; only HTTP/1.0 may have none). The Host field takes
-         * the authority's value, so that routing, plugins and the upstream all read one host. */
+        /* RFC 9112 3.2.2: the target's authority is the request's host. A Host naming
+         * another host is still refused (which would routing believe, and which a peer
+         * behind?); one that differs only by the scheme's default port or by case names
+         * the same host. Only HTTP/1.0 may have none. The Host field takes the authority's
+         * value, so that routing, plugins and the upstream all read one host. */
+        if (host && !sl_str_ieq2(hd->authority, authority_without_default_port(host->value, skip == 8)))
+            return 400;
         hd->host = hd->authority;
         if (host) host->value = hd->authority;
         hd->flags |= SL_H1_ABSOLUTE_FORM;

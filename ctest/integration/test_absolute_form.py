@@ -73,15 +73,19 @@ def test_authority_wins(t):
             req.header("x-forwarded-host"))
     routed("https://a.test:443 with Host: a.test:443: the upstream's Host has no default port",
            b"GET https://a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", "a", "/", "a.test")
-    routed("http://A.test:8080/ with Host: a.test: routed by host, the port kept upstream",
-           b"GET http://A.test:8080/p HTTP/1.1\r\nHost: a.test\r\n\r\n", "a", "/p", "A.test:8080")
-    routed("http://a.test/ with Host: b.test: the target's authority wins, and is the Host sent",
-           b"GET http://a.test/y HTTP/1.1\r\nHost: b.test\r\n\r\n", "a", "/y", "a.test")
+    routed("http://A.test:8080/ with Host: a.test:8080: routed by host, the port kept upstream",
+           b"GET http://A.test:8080/p HTTP/1.1\r\nHost: a.test:8080\r\n\r\n", "a", "/p", "A.test:8080")
+    routed("http://a.test/ with Host: a.test:80: the same host", b"GET http://a.test/y HTTP/1.1\r\nHost: a.test:80\r\n\r\n",
+           "a", "/y", "a.test")
     routed("origin-form still routes by Host", b"GET /z HTTP/1.1\r\nHost: b.test:80\r\n\r\n", "b", "/z",
            "b.test:80")
 
 
 def test_still_refused(t):
+    refused("http://a.test/ with Host: b.test: another host, 400",
+            b"GET http://a.test/y HTTP/1.1\r\nHost: b.test\r\n\r\n")
+    refused("http://a.test:8080/ with Host: a.test: another port, 400",
+            b"GET http://a.test:8080/y HTTP/1.1\r\nHost: a.test\r\n\r\n")
     refused("absolute-form with a malformed Host (userinfo): 400",
             b"GET http://a.test/ HTTP/1.1\r\nHost: evil@a.test\r\n\r\n")
     refused("absolute-form with two Hosts: 400",
