@@ -175,13 +175,13 @@ void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
 
 bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
     int st = r->rhead.status;
-    if (r->addr.set) return false;
     sl_exchange_t *hx = sl__req_hedge_x(r);
-    if (st >= 500 && hx->state != SL_X_FREE && !r->resp.written &&
+    if (!r->addr.set && st >= 500 && hx->state != SL_X_FREE && !r->resp.written &&
         retry_condition(&sl__req_upstream_conf(r)->retry, SL_FAIL_STATUS, st)) {
-        /* A status retry.on names is no answer while the hedge still runs: the hedge
-         * becomes the attempt, as after a failure (sl__proxy_failed), instead of being
-         * cancelled with no attempt left for a retry. */
+        /* A status retry.on names is no answer while the other attempt still runs (the
+         * hedge, or the first attempt a hedge's head overtook: sl__hedge_answered): the
+         * other becomes the attempt, as after a failure (sl__proxy_failed), instead of
+         * being cancelled with no attempt left for a retry. */
         sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
         attempt_ended(r, st, sl_now_ns());
         r->status = 0;
@@ -190,7 +190,8 @@ bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
         if (hx->ops->peek(hx, &ignored) != SL_EAGAIN) sl__proxy_pump_down(r);
         return true;
     }
-    sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the hedge lost */
+    sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the other lost */
+    if (r->addr.set) return false;
     sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
     if (st >= 500 && sl__attempt_retry(r, SL_FAIL_STATUS, st)) return true;
     sl_attempt_outcome(&r->at.of, &sl__req_x(r)->att, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS, now_ns / 1000000u);
@@ -202,9 +203,9 @@ bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
  * When the first attempt of an idempotent request (no body, or a buffered one) has not
  * begun to answer after hedge_after, a second attempt goes to another eligible target, on
  * the request's second exchange, whatever the protocol: a connection of its own over
- * HTTP/1.1, a stream over HTTP/2. The first to send response bytes wins; the other is
- * cancelled (breaker: cancel, not failure): its connection closed, or its stream reset
- * while the connection goes on serving others. The hedge's exchange sends the whole
+ * HTTP/1.1, a stream over HTTP/2. The first to send a response head wins, unless its
+ * status is one retry.on names; the other is cancelled (breaker: cancel, not failure): its
+ * connection closed, or its stream reset while the connection goes on serving others. The hedge's exchange sends the whole
  * request itself (x->whole). attempt_swap makes the hedge's exchange the current one for
  * the attempt functions: it flips r->at.cur, nothing moves. */
 
@@ -224,7 +225,9 @@ void sl__hedge_end(sl_req_t *r, int outcome) {
 
 void sl__hedge_promote(sl_req_t *r, int lost) {
     sl_exchange_t *x = sl__req_x(r), *hx = sl__req_hedge_x(r);
-    SL_BUG_ON(hx->state == SL_X_FREE || !hx->whole);
+    /* the other exchange sends nothing more through r->upq: a hedge sends itself, and a
+     * first attempt waits in the hedge's place only once its request went whole */
+    SL_BUG_ON(hx->state == SL_X_FREE || !(hx->whole || hx->sent));
     if (r->trace.on && lost == SL_OUT_CANCEL) sl__trace_attempt_cancelled(r);
     sl__attempt_outcome(r, lost);
     sl__attempt_release(r);
@@ -243,8 +246,19 @@ void sl__hedge_failed(sl_req_t *r, const char *why) {
 void sl__hedge_answered(sl_req_t *r) {
     if (sl__req_resp_head(r)) return; /* cannot happen: the hedge ends when the other answers */
     sl_log_kv(SL_LOG_DEBUG, (const char *[]){"request_id", r->rid}, 1, "the hedge answered first");
-    sl__hedge_promote(r, SL_OUT_CANCEL);
     sl_exchange_t *x = sl__req_x(r);
+    if (x->whole || x->sent) {
+        /* The exchanges trade places and both go on: the head decides the race
+         * (sl__attempt_answered). A status retry.on names is no answer while the other
+         * still runs, so a hedge's fast 503 must not cancel a first attempt about to
+         * answer 200; any other head ends the other attempt as a lost race. A first
+         * attempt still sending its request cannot wait in the hedge's place (its bytes
+         * go through r->upq): it loses at the hedge's first byte, as before. */
+        attempt_swap(r);
+    } else {
+        sl__hedge_promote(r, SL_OUT_CANCEL);
+    }
+    x = sl__req_x(r);
     x->ops->arm(x, sl__req_upstream_conf(r)->read_timeout_ms);
     sl__proxy_pump_down(r);
 }

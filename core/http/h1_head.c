@@ -99,9 +99,13 @@ static bool fill_upstream_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
         ok = put_header(&b, ed->added[i].name, ed->added[i].value);
     }
     /* Only a request without one gets a Host: an empty client Host is copied above, and a
-     * second one would make the request one that the upstream must refuse (RFC 9110 7.2). */
-    if (!h->host.len && !sl_edits_find(ed, SL_LIT("host")) && !client_host_kept(h, ed))
-        ok = ok && put_header(&b, SL_LIT("Host"), (sl_str_t){r->host, r->host_len});
+     * second one would make the request one that the upstream must refuse (RFC 9110 7.2).
+     * An HTTP/1.0 request may have none: its absolute-form target's authority (h->host, the
+     * port kept), else an empty one. */
+    bool absolute = h->flags & SL_H1_ABSOLUTE_FORM;
+    if ((!h->host.len || (absolute && !sl_h1_find(h, "host", 4))) && !sl_edits_find(ed, SL_LIT("host")) &&
+        !client_host_kept(h, ed))
+        ok = ok && put_header(&b, SL_LIT("Host"), absolute ? h->host : (sl_str_t){r->host, r->host_len});
     ok = ok && SL_WBUF_LIT(&b, "X-Forwarded-For: ");
     /* Several X-Forwarded-For fields are one list (RFC 9110 5.3): all of them, in order. */
     for (uint16_t i = 0; has_xff && i < h->nheaders && ok; i++) {

@@ -323,6 +323,20 @@ static bool valid_host(sl_str_t v) {
     return true;
 }
 
+/* An absolute-form target's authority with a port that says nothing dropped: the scheme's
+ * default or an empty one (RFC 3986 6.2.3), so "http://a:80/" and "http://a/" name one
+ * host, as they do to nginx. */
+static sl_str_t authority_without_default_port(sl_str_t a, bool https) {
+    size_t i = a.len;
+    while (i > 0 && a.p[i - 1] >= '0' && a.p[i - 1] <= '9') i--;
+    if (i == 0 || a.p[i - 1] != ':') return a;
+    /* the port's colon follows the host: an IP literal's closing ']', or a name without colons */
+    if (a.p[0] == '[' ? a.p[i - 2] != ']' : memchr(a.p, ':', i - 1) != NULL) return a;
+    sl_str_t port = {a.p + i, a.len - i};
+    if (port.len == 0 || (https ? SL_IEQ(port, "443") : SL_IEQ(port, "80"))) a.len = i - 1;
+    return a;
+}
+
 /* Both found by scripts/difffuzz; llhttp passes them.
  * - A fragment is never part of a request-target (RFC 9112 3.2): "/admin#x" would route as
  *   a path of its own while an upstream that drops the fragment serves /admin (HAProxy
@@ -429,7 +443,7 @@ static int check_framing(sl_h1_head_t *hd, bool request, bool *chunked, bool *ha
 /* `tokens`: every field name is known to be a token already (the fast path read them so). */
 static int check_request(sl_h1_head_t *hd, bool tokens) {
     if (hd->major != 1 || hd->minor > 1) return 400;
-    const sl_h1_header_t *host = NULL;
+    sl_h1_header_t *host = NULL;
     for (uint16_t i = 0; i < hd->nheaders; i++) {
         sl_h1_header_t *x = &hd->headers[i];
         /* RFC 9110 5.1: field-name = token. Without llhttp's strict build "X Y: v" passes,
@@ -468,7 +482,17 @@ static int check_request(sl_h1_head_t *hd, bool tokens) {
         if (q && q < stop) stop = q;
         hd->authority = (sl_str_t){a, (size_t)(stop - a)};
         if (hd->authority.len == 0 || !valid_host(hd->authority)) return 400;
-        if (!host || !sl_str_ieq2(hd->authority, host->value)) return 400;
+        hd->authority = authority_without_default_port(hd->authority, skip == 8);
+        if (hd->authority.len == 0) return 400; /* "http://:80/" */
+        /* RFC 9112 3.2.2: the target's authority is the request's host. A Host naming
+         * another host is still refused (which would routing believe, and which a peer
+         * behind?); one that differs only by the scheme's default port or by case names
+         * the same host. Only HTTP/1.0 may have none. The Host field takes the authority's
+         * value, so that routing, plugins and the upstream all read one host. */
+        if (host && !sl_str_ieq2(hd->authority, authority_without_default_port(host->value, skip == 8)))
+            return 400;
+        hd->host = hd->authority;
+        if (host) host->value = hd->authority;
         hd->flags |= SL_H1_ABSOLUTE_FORM;
         t = (sl_str_t){stop, (size_t)(e - stop)};
     } else {

@@ -18,7 +18,8 @@
      probes and the breaker return it to service; /status shows each step;
   6. hedging: one target answering in 500 ms and one in 5 ms, hedge_after 50ms: p99 of
      200 requests stays under 300 ms, and the slow target's breaker (which would open
-     after 5 failures) stays closed: a lost race is a cancellation, not a failure;
+     after 5 failures) stays closed: a lost race is a cancellation, not a failure; a 5xx
+     that retry.on names, from either attempt while the other runs, is no answer;
   7. the balancer phase: a plugin sees the targets (sluice.balancer.targets, breaker.state)
      and picks one (set_target); a tried or ineligible choice falls back to the balancer;
      an error in the hook answers 500.
@@ -543,6 +544,81 @@ routes: [ { name: hedged, upstream: hedged } ]
         late.stop()
 
 
+def test_hedge_answering_retryable_status(t):
+    """The hedge answers first with a status retry.on names while the first attempt still
+    runs: that is no answer, the first attempt's 200 is; when both answer 503 the retry
+    policy decides (attempts left: another target; none: the last 503 as it came)."""
+    def late(name, status):
+        return h.MockUpstream(named(name, lambda req: h.Response(status, json.dumps({"name": name}).encode(),
+                                                                   delay=0.3)), name=name)
+
+    def fast(name, status):
+        return h.MockUpstream(named(name, lambda req: h.Response(status, json.dumps({"name": name}).encode())),
+                              name=name)
+
+    ms = {"slow": late("slow", 200), "slow503": late("slow503", 503), "fast503": fast("fast503", 503),
+          "good": fast("good", 200)}
+    conf = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: one_good
+    targets: [ { address: %(slow)s }, { address: %(fast503)s } ]
+    retry: { attempts: 2, hedge_after: 50ms, backoff: 0ms, max_backoff: 0ms }
+  - name: both_bad
+    targets: [ { address: %(slow503)s }, { address: %(fast503)s } ]
+    retry: { attempts: 2, hedge_after: 50ms, backoff: 0ms, max_backoff: 0ms }
+  - name: third_try
+    targets: [ { address: %(slow503)s }, { address: %(fast503)s }, { address: %(good)s } ]
+    retry: { attempts: 3, hedge_after: 50ms, backoff: 0ms, max_backoff: 0ms }
+routes:
+  - { name: one_good, match: { paths: [/one] }, upstream: one_good }
+  - { name: both_bad, match: { paths: [/both] }, upstream: both_bad }
+  - { name: third_try, match: { paths: [/third] }, upstream: third_try }
+"""
+    s = h.start_sluice(conf % {n: m.address for n, m in ms.items()}, suite=t, name="hedge503")
+
+    def hits():
+        return {n: len(m.requests) for n, m in ms.items()}
+
+    def run(path, n=4):
+        before = hits()
+        got = []
+        for _ in range(n):
+            r = h.request(s.port(), "GET", path)
+            got.append((r.status, who(r)))
+        return got, {k: v - before[k] for k, v in hits().items()}
+
+    try:
+        # Round-robin with a hedge taking the next turn: every request starts on the slow
+        # target and hedges to the fast 503 one; one starting on the 503 target would get
+        # its 503 before hedge_after and retry on the slow one: one hit each either way.
+        got, n = run("/one/x")
+        t.check("the hedge's 503 comes first while the first attempt runs: the client gets the first's 200",
+                got == [(200, "slow")] * 4, [(200, "slow")] * 4, got)
+        t.check("... each request tried both targets once", (n["slow"], n["fast503"]) == (4, 4), (4, 4),
+                (n["slow"], n["fast503"]))
+        got, n = run("/both/x")
+        t.check("both attempts answer 503, no attempt left: the last 503 as it came (the slow target's)",
+                got == [(503, "slow503")] * 4, [(503, "slow503")] * 4, got)
+        t.check("... each target once per request", (n["slow503"], n["fast503"]) == (4, 4), (4, 4),
+                (n["slow503"], n["fast503"]))
+        got, n = run("/third/x", 3)
+        t.check("both answer 503 with an attempt left: a retry on the third target answers",
+                got == [(200, "good")] * 3, [(200, "good")] * 3, got)
+        t.check("... each of the three targets once per request", (n["slow503"], n["fast503"], n["good"]) == (3, 3, 3),
+                (3, 3, 3), (n["slow503"], n["fast503"], n["good"]))
+        for up in ("one_good", "both_bad", "third_try"):
+            st = status_targets(s, up)
+            t.check("%s: nothing is left in flight" % up, all(x["in_flight"] == 0 for x in st.values()), 0,
+                    [x["in_flight"] for x in st.values()])
+    finally:
+        s.stop()
+        for m in ms.values():
+            m.stop()
+
+
 def test_balancer_hook(t):
     ms = {n: h.MockUpstream(named(n, lambda req: h.Response(503, b"no") if req.path == "/bad" else None), name=n)
           for n in ("a", "b", "c")}
@@ -596,4 +672,4 @@ routes:
 
 
 t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging,
-      test_hedge_after_retryable_status, test_balancer_hook)
+      test_hedge_after_retryable_status, test_hedge_answering_retryable_status, test_balancer_hook)

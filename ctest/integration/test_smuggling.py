@@ -80,6 +80,9 @@ CASES = [
      b"GET / HTTP/1.1\r\nX-A: b\r\n\r\n", 400),
     ("absolute-form target whose host differs from Host",
      b"GET http://evil.test/ HTTP/1.1\r\nHost: good.test\r\n\r\n", 400),
+    ("absolute-form target with a Host that is no host (its authority is the host, and the "
+     "Host field is still checked)",
+     b"GET http://good.test/ HTTP/1.1\r\nHost: evil.test@good.test\r\n\r\n", 400),
     ("HTTP/2.0 in the request line",
      b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 400),
     ("HTTP/1.2 in the request line",

@@ -319,10 +319,46 @@ static void test_absolute_form(void) {
     CHECK_SLICE(r->head.authority, "a");
     CHECK_SLICE(r->head.path, "/");
     CHECK_SLICE(r->head.query, "");
+    /* RFC 9112 3.2.2: the target's authority is the host, and the Host field takes its
+     * value (what goes upstream); the scheme's default port and an empty one say nothing,
+     * so Host may differ from the authority by them (and by case), not otherwise */
+    r = REQ("GET http://a:80/x HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.authority, "a");
+    CHECK_SLICE(r->head.host, "a");
+    CHECK_SLICE(r->head.path, "/x");
+    r = REQ("GET https://a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n");
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.host, "a");
+    CHECK_SLICE(r->head.headers[0].value, "a");
+    r = REQ("GET http://a:/ HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK_SLICE(r->head.host, "a");
+    r = REQ("GET http://[::1]:80/ HTTP/1.1\r\nHost: [::1]\r\n\r\n");
+    CHECK_SLICE(r->head.host, "[::1]");
+    r = REQ("GET http://A:80/ HTTP/1.1\r\nHost: a:80\r\n\r\n");
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.host, "A");
+    r = REQ("GET http://a:8080/ HTTP/1.1\r\nHost: a:8080\r\n\r\n");
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.host, "a:8080");
     /* the target names another host than Host: which one would routing believe? */
+    REJECT("GET http://a:443/ HTTP/1.1\r\nHost: a\r\n\r\n", 400); /* https's port on http */
+    REJECT("GET http://a:8080/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET http://a/ HTTP/1.1\r\nHost: a:8080\r\n\r\n", 400);
     REJECT("GET http://evil.example/ HTTP/1.1\r\nHost: example.com\r\n\r\n", 400);
     REJECT("GET http://example.com:81/ HTTP/1.1\r\nHost: example.com\r\n\r\n", 400);
-    REJECT("GET http://example.com/ HTTP/1.0\r\n\r\n", 400); /* no Host to agree with */
+    /* Host is still checked as a Host; HTTP/1.1 still needs one, and only one */
+    REJECT("GET http://a/ HTTP/1.1\r\nHost: a@b\r\n\r\n", 400);
+    REJECT("GET http://a/ HTTP/1.1\r\nHost: a/b\r\n\r\n", 400);
+    REJECT("GET http://a/ HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400);
+    REJECT("GET http://a/ HTTP/1.1\r\n\r\n", 400);
+    REJECT("GET http://:80/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    /* HTTP/1.0 may have no Host (RFC 9112 3.2): the target's authority is the host */
+    r = REQ("GET http://example.com:80/x HTTP/1.0\r\n\r\n");
+    CHECK_INT(r->rc, SL_OK);
+    CHECK_SLICE(r->head.host, "example.com");
+    CHECK_SLICE(r->head.path, "/x");
+    CHECK_INT(r->head.nheaders, 0);
     REJECT("GET http://user@example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n", 400);
     REJECT("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     REJECT("GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
