@@ -26,7 +26,8 @@ and a key that does not match its certificate.
   5. Robustness: 1,000 garbage connections and 100 stalled half ClientHellos
      (handshake_timeout 1s) while HTTPS keeps answering; FDs back to baseline, RSS growth
      small, sluice_tls_handshakes_total failed >= 1000 and timeout >= 100; plain HTTP on
-     the TLS port gets a plaintext 400.
+     the TLS port gets a plaintext 400, whatever its method (OpenSSL itself recognises
+     only GET, POST, HEAD and PUT) and for an HTTP/2 prior-knowledge preface.
   6. Bulk: 20 MiB request and response bodies through client TLS and upstream TLS,
      checksummed at the far ends; pipelined requests over TLS answered in order.
 """
@@ -797,12 +798,21 @@ def test_robustness(t):
         else:
             t.check("RSS growth < 8 MiB", growth < 8, "< 8 MiB", "%.1f MiB" % growth)
 
-        c = h.Client(p, timeout=10)
-        c.send(h.build_request("GET", "/", host="a.test"))
-        data, how = c.read_until_close(10)
-        c.close()
-        t.check("plain HTTP to the TLS port: a plaintext 400, then close",
-                data.startswith(b"HTTP/1.1 400 ") and how in ("eof", "reset"), "HTTP/1.1 400 ...", (data[:120], how))
+        # every method, not only the four OpenSSL itself names ("http request"), and an
+        # HTTP/2 prior-knowledge preface: nginx answers them all
+        for m in ("GET", "POST", "DELETE", "OPTIONS", "PATCH", "CONNECT", "PRI"):
+            c = h.Client(p, timeout=10)
+            if m == "PRI":
+                c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            elif m == "CONNECT":
+                c.send(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n")
+            else:
+                c.send(h.build_request(m, "/", host="a.test"))
+            data, how = c.read_until_close(10)
+            c.close()
+            t.check("plain HTTP %s to the TLS port: a plaintext 400, then close" % m,
+                    data.startswith(b"HTTP/1.1 400 ") and b"plain HTTP request sent to a TLS listener" in data
+                    and how in ("eof", "reset"), "HTTP/1.1 400 ...", (data[:120], how))
     finally:
         s.stop()
 
