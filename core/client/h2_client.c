@@ -32,6 +32,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     sl_h2c_t *c = ud;
     c->cur = frame->hd.type == NGHTTP2_HEADERS ? stream_of(ss, frame->hd.stream_id) : NULL;
     c->cur_id = c->cur ? frame->hd.stream_id : 0;
+    if (c->cur) c->cur->head_bytes = 0; /* each block has the limit: trailers are not the head's */
     return 0;
 }
 
@@ -44,7 +45,10 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     (void)flags;
     if (frame->hd.stream_id != c->cur_id) return 0;
     st->head_bytes += (uint32_t)(nl + vl + 32);
-    if (c->max_head_bytes && st->head_bytes > c->max_head_bytes) return SL_H2C_RESET;
+    if (c->max_head_bytes && st->head_bytes > c->max_head_bytes) {
+        st->head_too_big = 1;
+        return SL_H2C_RESET;
+    }
     if (st->head_done) return c->ops->on_trailer ? c->ops->on_trailer(c->ud, st, name, nl, value, vl) : 0;
     if (nl == 7 && memcmp(name, ":status", 7) == 0) {
         int status = 0;

@@ -472,7 +472,11 @@ static void stream_run(sl_h2up_stream_t *st) {
             return;
         }
         char why[96];
-        snprintf(why, sizeof why, "upstream reset the stream (%s)", sl_h2c_code_text(st->h2.close_code));
+        if (st->h2.head_too_big) /* the reset was ours: say why, not the code we sent */
+            snprintf(why, sizeof why, "upstream sent a header block over %u bytes",
+                     st->c->w->resp_limits->max_header_size);
+        else
+            snprintf(why, sizeof why, "upstream reset the stream (%s)", sl_h2c_code_text(st->h2.close_code));
         x->cb->on_failed(x, 502, SL_FAIL_RESET, why);
         return;
     }
