@@ -49,7 +49,12 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
         st->head_too_big = 1;
         return SL_H2C_RESET;
     }
-    if (st->head_done) return c->ops->on_trailer ? c->ops->on_trailer(c->ud, st, name, nl, value, vl) : 0;
+    int rc = 0;
+    if (st->head_done) {
+        rc = c->ops->on_trailer ? c->ops->on_trailer(c->ud, st, name, nl, value, vl) : 0;
+        st->field_refused |= rc != 0;
+        return rc;
+    }
     if (nl == 7 && memcmp(name, ":status", 7) == 0) {
         int status = 0;
         for (size_t i = 0; i < vl; i++) status = status * 10 + (value[i] - '0'); /* nghttp2 checked it */
@@ -57,7 +62,9 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
         return st->interim || !c->ops->on_status ? 0 : c->ops->on_status(c->ud, st, status);
     }
     if (st->interim || (nl && name[0] == ':')) return 0;
-    return c->ops->on_field ? c->ops->on_field(c->ud, st, name, nl, value, vl) : 0;
+    rc = c->ops->on_field ? c->ops->on_field(c->ud, st, name, nl, value, vl) : 0;
+    st->field_refused |= rc != 0;
+    return rc;
 }
 
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {

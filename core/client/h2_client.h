@@ -49,6 +49,7 @@ typedef struct {
     uint8_t closed;       /**< nghttp2 closed the stream (or sl_h2c_stream_gone) */
     uint8_t refused;      /**< never processed by the peer: REFUSED_STREAM, or HEADERS never sent */
     uint8_t head_too_big; /**< reset here: a header block of the response passed max_head_bytes */
+    uint8_t field_refused; /**< reset here: an op refused a field of the response (SL_H2C_RESET) */
     uint8_t interim;      /**< internal: the HEADERS being received is a 1xx */
     uint8_t deferred;     /**< internal: the body waits for sl_h2c_resume */
 } sl_h2c_stream_t;

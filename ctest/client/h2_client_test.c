@@ -554,6 +554,7 @@ static void test_field_refused(void) {
     CHECK_INT(a.closes, 1);
     CHECK_INT(a.data_len, 0);
     CHECK_INT(s.rst[sidx(ia)], NGHTTP2_INTERNAL_ERROR + 1);
+    CHECK(a.h2.field_refused && !a.h2.head_too_big);
     /* the stream alone: the session goes on */
     srv_respond(&s, ib, "200", 10, "0");
     pump(&c, &s);
