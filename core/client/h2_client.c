@@ -32,6 +32,7 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *frame, voi
     sl_h2c_t *c = ud;
     c->cur = frame->hd.type == NGHTTP2_HEADERS ? stream_of(ss, frame->hd.stream_id) : NULL;
     c->cur_id = c->cur ? frame->hd.stream_id : 0;
+    if (c->cur) c->cur->head_bytes = 0; /* each block has the limit: trailers are not the head's */
     return 0;
 }
 
@@ -44,8 +45,16 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
     (void)flags;
     if (frame->hd.stream_id != c->cur_id) return 0;
     st->head_bytes += (uint32_t)(nl + vl + 32);
-    if (c->max_head_bytes && st->head_bytes > c->max_head_bytes) return SL_H2C_RESET;
-    if (st->head_done) return c->ops->on_trailer ? c->ops->on_trailer(c->ud, st, name, nl, value, vl) : 0;
+    if (c->max_head_bytes && st->head_bytes > c->max_head_bytes) {
+        st->head_too_big = 1;
+        return SL_H2C_RESET;
+    }
+    int rc = 0;
+    if (st->head_done) {
+        rc = c->ops->on_trailer ? c->ops->on_trailer(c->ud, st, name, nl, value, vl) : 0;
+        st->field_refused |= rc != 0;
+        return rc;
+    }
     if (nl == 7 && memcmp(name, ":status", 7) == 0) {
         int status = 0;
         for (size_t i = 0; i < vl; i++) status = status * 10 + (value[i] - '0'); /* nghttp2 checked it */
@@ -53,7 +62,9 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *frame, const uint
         return st->interim || !c->ops->on_status ? 0 : c->ops->on_status(c->ud, st, status);
     }
     if (st->interim || (nl && name[0] == ':')) return 0;
-    return c->ops->on_field ? c->ops->on_field(c->ud, st, name, nl, value, vl) : 0;
+    rc = c->ops->on_field ? c->ops->on_field(c->ud, st, name, nl, value, vl) : 0;
+    st->field_refused |= rc != 0;
+    return rc;
 }
 
 static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *frame, void *ud) {

@@ -43,11 +43,13 @@
 typedef struct {
     int32_t id;           /**< 0 until submitted */
     uint32_t close_code;  /**< RST_STREAM's (or the session's) error code, once closed */
-    uint32_t head_bytes;  /**< the response's header fields so far, RFC 9113's count (32 + n + v) */
+    uint32_t head_bytes;  /**< the header block being received so far, RFC 9113's count (32 + n + v) */
     uint8_t head_done;    /**< the final (non-1xx) response head arrived */
     uint8_t remote_done;  /**< the peer ended the stream (END_STREAM) */
     uint8_t closed;       /**< nghttp2 closed the stream (or sl_h2c_stream_gone) */
     uint8_t refused;      /**< never processed by the peer: REFUSED_STREAM, or HEADERS never sent */
+    uint8_t head_too_big; /**< reset here: a header block of the response passed max_head_bytes */
+    uint8_t field_refused; /**< reset here: an op refused a field of the response (SL_H2C_RESET) */
     uint8_t interim;      /**< internal: the HEADERS being received is a 1xx */
     uint8_t deferred;     /**< internal: the body waits for sl_h2c_resume */
 } sl_h2c_stream_t;
@@ -101,8 +103,9 @@ typedef struct {
     uint32_t stream_window;       /**< SETTINGS_INITIAL_WINDOW_SIZE sent; 0: nghttp2's 65535 */
     uint32_t conn_window;         /**< the connection's receive window; 0: 65535 */
     uint32_t assume_max_streams;  /**< the peer's concurrent streams before its SETTINGS; 0: nghttp2's */
-    uint32_t max_head_bytes;      /**< a response's header fields (head, 1xx and trailers, counted
-                                       as head_bytes); past it the stream is reset. 0: no limit */
+    uint32_t max_head_bytes;      /**< each header block of a response (a 1xx head, the head, the
+                                       trailers), counted as head_bytes; past it the stream is
+                                       reset (head_too_big). 0: no limit */
 } sl_h2c_opts_t;
 
 /** A session; embed it, never copy it. */

@@ -528,7 +528,11 @@ sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char 
     }
     SSL_CTX_set_app_data(c->ctx, c);
     SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
-    SSL_CTX_set_options(c->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+    /* A peer that closes without close_notify (Python's ssl servers, many HTTP/1.0 ones)
+     * ends its stream like a FIN, as nginx and curl take it: a close-delimited body ends
+     * there; one with a length or chunked that is cut short is still an error. */
+    SSL_CTX_set_options(c->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
+                                    SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(c->ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(c->ctx,
                                    SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);

@@ -179,7 +179,7 @@ static void conn_tls_failed(sl_conn_t *c) {
     }
     tls_count(c, SL_TLS_HS_FAILED);
     sl_log_debug("listener %s: TLS handshake from %s failed: %s", c->ds.lc->name, c->ds.peer, why);
-    if (strstr(why, "http request")) {
+    if (sl_tls_plain_http(c->s.tls)) {
         /* Plain HTTP on the TLS port: say so in plain HTTP, as the client will read it. */
         static const char resp[] = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
                                    "Content-Length: 52\r\nConnection: close\r\n\r\n"

@@ -44,7 +44,7 @@
 /* Streams a connection takes before the peer's SETTINGS said how many it allows. */
 #define H2UP_FIRST_STREAMS 100
 /* Trailer fields kept for the client. */
-#define H2UP_MAX_TRAILERS 32
+#define H2UP_TRAILERS_FIRST 32 /* room for a response's trailers; more move to SL_H1_MAX_HEADERS */
 
 enum { C_CONNECTING = 1, C_READY, C_RETIRED, C_CLOSING };
 enum { EV_HEAD = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
@@ -273,11 +273,19 @@ static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
     return true;
 }
 
-/* A trailer field for the client; past H2UP_MAX_TRAILERS they are dropped. */
+/* A trailer field for the client. A longer list than H2UP_TRAILERS_FIRST moves to room for
+ * SL_H1_MAX_HEADERS, the head's own bound; past it the stream is reset, as for the head
+ * (a field silently dropped could be the grpc-status). */
 static int push_trailer(sl_req_t *r, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
-    if (!r->trailers && !(r->trailers = sl_arena_alloc(&r->arena, H2UP_MAX_TRAILERS * sizeof(sl_h1_header_t))))
+    if (!r->trailers && !(r->trailers = sl_arena_alloc(&r->arena, H2UP_TRAILERS_FIRST * sizeof(sl_h1_header_t))))
         return SL_H2C_RESET;
-    if (r->ntrailers == H2UP_MAX_TRAILERS) return 0;
+    if (r->ntrailers == SL_H1_MAX_HEADERS) return SL_H2C_RESET;
+    if (r->ntrailers == H2UP_TRAILERS_FIRST) {
+        sl_h1_header_t *more = sl_arena_alloc(&r->arena, SL_H1_MAX_HEADERS * sizeof(sl_h1_header_t));
+        if (!more) return SL_H2C_RESET;
+        memcpy(more, r->trailers, r->ntrailers * sizeof(sl_h1_header_t));
+        r->trailers = more;
+    }
     sl_h1_header_t *x = &r->trailers[r->ntrailers];
     if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
     x->hop = 0;
@@ -472,7 +480,13 @@ static void stream_run(sl_h2up_stream_t *st) {
             return;
         }
         char why[96];
-        snprintf(why, sizeof why, "upstream reset the stream (%s)", sl_h2c_code_text(st->h2.close_code));
+        if (st->h2.head_too_big) /* the reset was ours: say why, not the code we sent */
+            snprintf(why, sizeof why, "upstream sent a header block over %u bytes",
+                     st->c->w->resp_limits->max_header_size);
+        else if (st->h2.field_refused)
+            snprintf(why, sizeof why, "upstream sent a header block of over %d fields", SL_H1_MAX_HEADERS);
+        else
+            snprintf(why, sizeof why, "upstream reset the stream (%s)", sl_h2c_code_text(st->h2.close_code));
         x->cb->on_failed(x, 502, SL_FAIL_RESET, why);
         return;
     }

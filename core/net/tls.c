@@ -48,6 +48,8 @@ struct sl_tls_s {
     int werr;                    /**< a write failed */
     uint8_t user_reading, sock_reading, sock_eof, established, failed, detached, writing, client;
     uint8_t busy;                /**< inside tls_deliver: a close from a callback frees later */
+    uint8_t head_len;            /**< how much of head OpenSSL has read */
+    char head[5];                /**< the first bytes OpenSSL read: a record header, or not */
     char err[200];
 };
 
@@ -109,6 +111,11 @@ static int bio_read_ex(BIO *b, char *data, size_t len, size_t *readbytes) {
     }
     size_t n = SL_MIN(avail, len);
     memcpy(data, t->in + t->in_pos, n);
+    if (t->head_len < sizeof t->head) {
+        size_t k = SL_MIN(n, sizeof t->head - t->head_len);
+        memcpy(t->head + t->head_len, data, k);
+        t->head_len += (uint8_t)k;
+    }
     t->in_pos += (uint32_t)n;
     *readbytes = n;
     return 1;
@@ -619,6 +626,20 @@ bool sl_tls_alpn_h2(const sl_tls_t *t) {
     return n == 2 && memcmp(p, "h2", 2) == 0;
 }
 const char *sl_tls_error(const sl_tls_t *t) { return t->err; }
+
+/* A request line starts with a method token; a TLS record with a content type byte
+ * (0x14-0x18) and SSLv2 with the high bit. OpenSSL names only GET, POST, HEAD and PUT
+ * ("http request"); any upper-case token followed by a space is plain HTTP here, as
+ * nginx takes anything that is not a handshake for it. */
+bool sl_tls_plain_http(const sl_tls_t *t) {
+    if (t->client || t->established || t->head_len == 0) return false;
+    for (uint8_t i = 0; i < t->head_len; i++) {
+        char ch = t->head[i];
+        if (ch == ' ') return i > 0;
+        if (ch < 'A' || ch > 'Z') return false;
+    }
+    return true;
+}
 const char *sl_tls_servername(const sl_tls_t *t) {
     return SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name);
 }

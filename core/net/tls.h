@@ -79,6 +79,9 @@ bool sl_tls_established(const sl_tls_t *t);
 bool sl_tls_session_reused(const sl_tls_t *t);
 /** Why the session failed (handshake or record error), or "". */
 const char *sl_tls_error(const sl_tls_t *t);
+/** Server, before its handshake: the client's first bytes were an HTTP request line's
+ *  (an upper-case method token, then a space), not a TLS record: plain HTTP on a TLS port. */
+bool sl_tls_plain_http(const sl_tls_t *t);
 /** The server name the client asked for (SNI), or NULL. */
 const char *sl_tls_servername(const sl_tls_t *t);
 /** Whether ALPN chose h2 (an HTTP/2 upstream's handshake). */

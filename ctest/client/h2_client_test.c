@@ -7,7 +7,8 @@
  * last-stream-id (the streams above it refused, one submitted after it never sent, the
  * one below it answered); SETTINGS' max concurrent streams; flow control (a held stream
  * gets its window only, the connection's is given back as DATA arrives, consume and a
- * dropped chunk give a stream's back); a cancel; a head past max_head_bytes; a field an
+ * dropped chunk give a stream's back); a cancel; a head past max_head_bytes (head_too_big),
+ * and trailers that pass it only together with the head (each block has the limit); a field an
  * op refuses (that stream reset, the session going on); forget.
  *
  * Run: h2_client_test [substring]
@@ -521,6 +522,21 @@ static void test_head_too_big(void) {
     CHECK_INT(a.closes, 1);
     CHECK_INT(s.rst[sidx(ia)], NGHTTP2_INTERNAL_ERROR + 1);
     CHECK(a.h2.head_bytes > 100);
+    CHECK(a.h2.head_too_big);
+    done(&c, &s);
+}
+
+/* The limit is per header block: a head and trailers each under it pass, though together
+ * (78 + 44 bytes, RFC 9113's count) they are over it. */
+static void test_trailers_own_limit(void) {
+    client_t c;
+    server_t s;
+    cstream_t a;
+    int32_t id = start(&c, &s, &(sl_h2c_opts_t){.max_head_bytes = 100}, &a, false);
+    srv_respond(&s, id, "200", 10, "0");
+    pump(&c, &s);
+    check_answered(&a, 200, 10, "grpc-status: 0\n");
+    CHECK(!a.h2.head_too_big);
     done(&c, &s);
 }
 
@@ -538,6 +554,7 @@ static void test_field_refused(void) {
     CHECK_INT(a.closes, 1);
     CHECK_INT(a.data_len, 0);
     CHECK_INT(s.rst[sidx(ia)], NGHTTP2_INTERNAL_ERROR + 1);
+    CHECK(a.h2.field_refused && !a.h2.head_too_big);
     /* the stream alone: the session goes on */
     srv_respond(&s, ib, "200", 10, "0");
     pump(&c, &s);
@@ -569,6 +586,7 @@ int main(int argc, char **argv) {
         {"flow_control", test_flow_control},
         {"cancel", test_cancel},
         {"head_too_big", test_head_too_big},
+        {"trailers_own_limit", test_trailers_own_limit},
         {"field_refused", test_field_refused},
         {"forget", test_forget},
     };

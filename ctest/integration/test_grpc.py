@@ -15,7 +15,10 @@ misbehaves on purpose (grpc_fixture/h2_upstream.py); curl and h2load.
      DEADLINE_EXCEEDED; the grpcio client's own call gets DEADLINE_EXCEEDED. An upstream
      that closes mid-stream: the message, then UNAVAILABLE.
   4. Translation: an HTTP/1.1 curl client to an h2c upstream (gRPC framed body back,
-     chunked), plain requests with and without bodies.
+     chunked), plain requests with and without bodies. The 32 KiB bound on an upstream's
+     header block is per block (a 20,000-byte head and 20,000-byte trailers pass; a
+     40,000-byte trailer block is refused and logged as such); 60 trailers all pass, 150
+     (over the head's bound of 100 fields) are refused and logged as such.
   5. GOAWAY: an upstream that retires each connection after 20 streams (GOAWAY naming
      the last, later streams unanswered): every request (GET and POST with a body)
      succeeds; a grpcio server stopped gracefully under load (two targets): no unary RPC
@@ -167,6 +170,44 @@ def test_kinds(t):
             t.check("an HTTP/1.1 client reaches the h2c upstream (translation both ways)",
                     head.startswith(b"HTTP/1.1 200") and b"application/grpc" in head and
                     body == b"\x00\x00\x00\x00\x05hello", "200 + framed hello", out[:300])
+            # the 32 KiB bound on an upstream's header block holds for each block: a head and
+            # trailers of 20,000 bytes each pass; a 40,000-byte trailer block is refused, and
+            # the log says so rather than blaming the upstream for the reset
+            def meta(hn, tn, msg=None):
+                msg = msg or b"meta:%d:%d" % (hn, tn)
+                return subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null", "--http2-prior-knowledge",
+                                       "-H", "content-type: application/grpc", "-H", "te: trailers",
+                                       "--data-binary", "@-", "http://127.0.0.1:%d/t.S/Unary" % port],
+                                      input=b"\x00" + len(msg).to_bytes(4, "big") + msg, capture_output=True,
+                                      timeout=20).stdout.decode(errors="replace")
+            out = meta(20000, 20000)
+            t.check("a 20,000-byte header and a 20,000-byte trailer (each block under 32 KiB) pass",
+                    "x-big-head: " + "h" * 20000 in out and "x-big-trailer: " + "t" * 20000 in out and
+                    "grpc-status: 0" in out, "both, grpc-status 0", out[:200] + " ... " + out[-200:])
+            out = meta(10, 40000)
+            t.check("a 40,000-byte trailer block is refused: the stream is cut (no grpc-status 0)",
+                    "x-big-head: hhhhhhhhhh" in out and "grpc-status: 0" not in out, "no grpc-status 0",
+                    out[-300:])
+            until = time.time() + 5
+            while "upstream sent a header block over 32768 bytes" not in sl.log() and time.time() < until:
+                time.sleep(0.05)
+            t.check("... and the log names the header block, not an upstream reset",
+                    "upstream sent a header block over 32768 bytes" in sl.log(),
+                    "upstream sent a header block over 32768 bytes",
+                    [x for x in sl.log().splitlines() if "header block" in x or "reset" in x][-3:])
+            # trailers past 32 fields (grpcio sends grpc-status first; a server that sends
+            # it last must not lose it) reach the client, up to the head's bound of 100
+            out = meta(0, 0, b"trailers:60")
+            got = sum(1 for i in range(60) if "x-t%03d: v%d" % (i, i) in out)
+            t.check("60 trailers from the upstream all reach the client, with grpc-status 0",
+                    got == 60 and "grpc-status: 0" in out, 60, (got, out[-200:]))
+            out = meta(0, 0, b"trailers:150")
+            until = time.time() + 5
+            while "upstream sent a header block of over 100 fields" not in sl.log() and time.time() < until:
+                time.sleep(0.05)
+            t.check("150 trailers: the stream is cut, and the log says why",
+                    "grpc-status: 0" not in out and "upstream sent a header block of over 100 fields" in sl.log(),
+                    "cut + log", [x for x in sl.log().splitlines() if "header block" in x][-2:])
         sl.stop()
 
 

@@ -21,12 +21,15 @@ and a key that does not match its certificate.
   4. Upstream TLS (a Python ssl server reporting session reuse and the SNI it got):
      verified 200; the configured SNI arrives; without sni the IP SAN is verified (and a
      certificate without it is refused); the next connection resumes; a wrong CA is 502
-     with "certificate verify failed" in the log; verify: false passes; HTTP health
-     probes over TLS keep the target healthy.
+     with "certificate verify failed" in the log; verify: false passes; a target that
+     closes without close_notify ends a close-delimited body whole (a body with a length
+     cut short that way is still a failure); HTTP health probes over TLS keep the target
+     healthy.
   5. Robustness: 1,000 garbage connections and 100 stalled half ClientHellos
      (handshake_timeout 1s) while HTTPS keeps answering; FDs back to baseline, RSS growth
      small, sluice_tls_handshakes_total failed >= 1000 and timeout >= 100; plain HTTP on
-     the TLS port gets a plaintext 400.
+     the TLS port gets a plaintext 400, whatever its method (OpenSSL itself recognises
+     only GET, POST, HEAD and PUT) and for an HTTP/2 prior-knowledge preface.
   6. Bulk: 20 MiB request and response bodies through client TLS and upstream TLS,
      checksummed at the far ends; pipelined requests over TLS answered in order.
 """
@@ -185,7 +188,10 @@ class TLSUpstream:
 
     Every answer carries X-Reused (this connection resumed a session) and X-SNI (the
     name the client sent, "-" for none). GET /health: 200. GET /big?n=N: N bytes of
-    pattern data. Anything else: JSON with the body's length and sha256.
+    pattern data. GET /closed?n=N: N bytes that only the close delimits, and GET
+    /short?n=N: a Content-Length of N and N/2 bytes; after either the connection is closed
+    without close_notify (Python's ssl sends none on close, as many servers). Anything
+    else: JSON with the body's length and sha256.
     """
 
     def __init__(self, cert, key):
@@ -251,6 +257,18 @@ class TLSUpstream:
                 sni = outer.sni.get(id(self.connection)) or "-"
                 with outer.lock:
                     outer.log.append((self.path, reused, sni))
+                if "/closed?" in self.path or "/short?" in self.path:
+                    total = int(self.path.split("n=", 1)[1])
+                    self.send_response(200)
+                    if "/short?" in self.path:
+                        self.send_header("Content-Length", str(total))
+                        total //= 2
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for piece in h.pattern_blocks(total):
+                        self.wfile.write(piece)
+                    self.close_connection = True
+                    return
                 if "/big?" in self.path:
                     total = int(self.path.split("n=", 1)[1])
                     self.send_response(200)
@@ -625,6 +643,34 @@ def test_upstream_tls(t):
         r = tls_request(p, path="/noverify/x")
         t.check("verify: false (no CA that could verify it): 200", r.status == 200 and r.header("X-SNI") == "up.test",
                 (200, "up.test"), (r.status, r.header("X-SNI")))
+
+        # an upstream that closes without close_notify: like a FIN, as nginx and curl take
+        # it: a body only the close delimits is whole; one with a length, cut short, is not
+        n = 300000
+        c = tls_client(p)
+        c.send(h.build_request("GET", "/sni/closed?n=%d" % n, host="a.test"))
+        hs = hashlib.sha256()
+        try:
+            r = c.read_response(timeout=30, sink=hs.update)
+            got = (r.status, r.body_len, hs.hexdigest() == h.pattern_sha256(n))
+        except Exception as e:  # noqa: BLE001
+            got = repr(e)
+        c.close()
+        t.check("a close-delimited body from a TLS upstream that sends no close_notify arrives whole",
+                got == (200, n, True), (200, n, True), got)
+        c = tls_client(p)
+        c.send(h.build_request("GET", "/sni/short?n=%d" % n, host="a.test"))
+        try:
+            r = c.read_response(timeout=30)
+            got = (r.status, r.body_len)
+        except Exception as e:  # noqa: BLE001
+            got = "cut: " + type(e).__name__
+        c.close()
+        t.check("... a Content-Length body cut short the same way is still cut at the client",
+                got != (200, n), "cut", got)
+        ok = wait_for(lambda: "upstream failed mid-response" in s.log(), 5)
+        t.check("... and logged as a failure mid-response", ok, "upstream failed mid-response",
+                [ln for ln in s.log().splitlines() if "mid" in ln][-3:])
     finally:
         s.stop()
 
@@ -797,12 +843,21 @@ def test_robustness(t):
         else:
             t.check("RSS growth < 8 MiB", growth < 8, "< 8 MiB", "%.1f MiB" % growth)
 
-        c = h.Client(p, timeout=10)
-        c.send(h.build_request("GET", "/", host="a.test"))
-        data, how = c.read_until_close(10)
-        c.close()
-        t.check("plain HTTP to the TLS port: a plaintext 400, then close",
-                data.startswith(b"HTTP/1.1 400 ") and how in ("eof", "reset"), "HTTP/1.1 400 ...", (data[:120], how))
+        # every method, not only the four OpenSSL itself names ("http request"), and an
+        # HTTP/2 prior-knowledge preface: nginx answers them all
+        for m in ("GET", "POST", "DELETE", "OPTIONS", "PATCH", "CONNECT", "PRI"):
+            c = h.Client(p, timeout=10)
+            if m == "PRI":
+                c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            elif m == "CONNECT":
+                c.send(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n")
+            else:
+                c.send(h.build_request(m, "/", host="a.test"))
+            data, how = c.read_until_close(10)
+            c.close()
+            t.check("plain HTTP %s to the TLS port: a plaintext 400, then close" % m,
+                    data.startswith(b"HTTP/1.1 400 ") and b"plain HTTP request sent to a TLS listener" in data
+                    and how in ("eof", "reset"), "HTTP/1.1 400 ...", (data[:120], how))
     finally:
         s.stop()
 

@@ -5,7 +5,10 @@ Generic handlers with identity serializers: messages are raw bytes, no protoc. P
 gracefully: GOAWAY to its clients, in-flight calls finish within the grace.
 
   /t.S/Unary         echoes the request; "err:CODE:MSG" aborts with that status and the
-                     trailers x-custom: kept, x-bin-bin: bytes; "sleep:MS" answers after MS
+                     trailers x-custom: kept, x-bin-bin: bytes; "sleep:MS" answers after MS;
+                     "meta:H:T" answers with a header x-big-head of H bytes and a trailer
+                     x-big-trailer of T bytes; "trailers:N" answers with N trailers
+                     x-t000: v0 ... (after x-served-by)
   /t.S/Collect       client streaming: answers "<messages>:<bytes>" of what it got
   /t.S/Spray         server streaming: "N:SIZE[:MS]" -> N messages of SIZE bytes (MS apart),
                      then trailers
@@ -44,6 +47,14 @@ def unary(req, ctx):
         ctx.abort(grpc.StatusCode[code], msg)
     if req.startswith(b"sleep:"):
         time.sleep(int(req[6:]) / 1000.0)
+    if req.startswith(b"trailers:"):
+        served(ctx, tuple(("x-t%03d" % i, "v%d" % i) for i in range(int(req[9:]))))
+        return req
+    if req.startswith(b"meta:"):
+        _, hn, tn = req.decode().split(":")
+        ctx.send_initial_metadata((("x-big-head", "h" * int(hn)),))
+        served(ctx, (("x-big-trailer", "t" * int(tn)),))
+        return req
     served(ctx, (("x-custom", "unary"),))
     return req
 
