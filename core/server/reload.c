@@ -327,6 +327,64 @@ static void changed_files(list_t *l, const sl_gen_files_t *of, const sl_gen_file
     }
 }
 
+/* The top-level settings a reload can change besides the named things above, one
+ * signature each: "settings:KEY" when it differs (never its value: a token is a secret). */
+static uint64_t h_str(uint64_t h, const char *s) { return s ? sl_fnv1a64(h, s, strlen(s) + 1) : sl_fnv1a64(h, "", 1); }
+
+static uint64_t sig_telemetry(const sl_config_t *c) {
+    const sl_telemetry_conf_t *t = &c->telemetry;
+    uint64_t v[4] = {t->enabled, t->port, t->timeout_ms, t->plugin_spans};
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, v, sizeof v);
+    h = sl_fnv1a64(h, &t->sample_ratio, sizeof t->sample_ratio);
+    h = h_str(h_str(h_str(h, t->host), t->path), t->service_name);
+    for (size_t i = 0; i < t->nheaders; i++) h = h_str(h_str(h, t->headers[i].name), t->headers[i].value);
+    return h;
+}
+
+static uint64_t sig_resolver(const sl_config_t *c) {
+    const sl_resolver_conf_t *r = &c->resolver;
+    uint64_t v[5] = {r->timeout_ms, r->attempts, r->min_ttl_ms, r->max_ttl_ms, r->ipv6};
+    return h_str(sl_fnv1a64(SL_FNV64_INIT, v, sizeof v), r->nameservers);
+}
+
+static uint64_t sig_redis(const sl_config_t *c) {
+    uint64_t v[2] = {c->redis_enabled, c->redis_timeout_ms};
+    return h_str(sl_fnv1a64(SL_FNV64_INIT, v, sizeof v), c->redis_address.text);
+}
+
+static uint64_t sig_admin(const sl_config_t *c) { /* the tokens: read from the environment */
+    uint64_t h = sl_fnv1a64(SL_FNV64_INIT, c->admin_token, c->admin_token_len);
+    return sl_fnv1a64(h, c->debug_token, c->debug_token_len);
+}
+
+static uint64_t sig_plugin_paths(const sl_config_t *c) {
+    uint64_t h = SL_FNV64_INIT;
+    for (size_t i = 0; i < c->nplugin_paths; i++) h = h_str(h, c->plugin_paths[i]);
+    return h;
+}
+
+static uint64_t sig_u64(uint64_t v) { return sl_fnv1a64(SL_FNV64_INIT, &v, sizeof v); }
+
+static void changed_settings(list_t *l, const sl_config_t *o, const sl_config_t *n) {
+    struct {
+        const char *key;
+        uint64_t a, b;
+    } s[] = {
+        {"telemetry", sig_telemetry(o), sig_telemetry(n)},
+        {"metrics", sig_u64(o->plugin_timing), sig_u64(n->plugin_timing)},
+        {"resolver", sig_resolver(o), sig_resolver(n)},
+        {"redis", sig_redis(o), sig_redis(n)},
+        {"cache", sig_u64(o->cache_size), sig_u64(n->cache_size)},
+        {"shutdown_timeout", sig_u64(o->shutdown_timeout_ms), sig_u64(n->shutdown_timeout_ms)},
+        {"watch", sig_u64(o->watch), sig_u64(n->watch)},
+        {"consumer_header", h_str(SL_FNV64_INIT, o->consumer_header), h_str(SL_FNV64_INIT, n->consumer_header)},
+        {"admin", sig_admin(o), sig_admin(n)},
+        {"plugin_paths", sig_plugin_paths(o), sig_plugin_paths(n)},
+    };
+    for (size_t i = 0; i < SL_ARRAY_LEN(s); i++)
+        if (s[i].a != s[i].b) list_add(l, "settings", s[i].key);
+}
+
 static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_changed,
                           const sl_gen_files_t *of, const sl_gen_files_t *nf) {
     list_t l = {SL_WBUF_GROWING(0), 0};
@@ -342,6 +400,7 @@ static char *changed_list(const sl_config_t *o, const sl_config_t *n, bool code_
                                                    n->plugins[i].config_json, strlen(n->plugins[i].config_json));
     if (go != gn) list_add(&l, "plugins", "global");
     if (code_changed) list_add(&l, "plugin_code", "*");
+    changed_settings(&l, o, n);
     changed_files(&l, of, nf);
     char *text = sl_wbuf_take(&l.b);
     return text ? text : strdup("");

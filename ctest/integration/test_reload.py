@@ -8,7 +8,8 @@
 - Old VMs and workers are freed: anonymous RSS has no upward trend over 200 reloads
   (least-squares slope under 10 KiB per reload; a worker is about 400 KiB).
 - A reload that changes only `consumers:` lists each consumer new, changed or gone as
-  `consumer:NAME` in `changed` (it answered `"changed":[]` with `"unchanged":false`).
+  `consumer:NAME` in `changed` (it answered `"changed":[]` with `"unchanged":false`), and
+  `settings:KEY` for top-level settings (telemetry, cache, ...), which it did not name either.
 """
 
 import json
@@ -292,5 +293,18 @@ def test_consumers_changed(t):
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
 
+def test_settings_changed(t):
+    d, cfg = setup(watch="false")
+    s = h.start_sluice(cfg + "telemetry:\n  otlp: { endpoint: http://127.0.0.1:9 }\n  sample_ratio: 0.5\n", suite=t)
+    write(s.config_path, cfg + "telemetry:\n  otlp: { endpoint: http://127.0.0.1:9 }\n  sample_ratio: 0.25\n"
+          "cache: { size: 8MiB }\n")
+    code, res = post_reload(s)
+    t.check("a reload of telemetry and cache only: changed lists settings:telemetry and settings:cache",
+            code == 200 and res.get("unchanged") is False
+            and sorted(res.get("changed", [])) == ["settings:cache", "settings:telemetry"],
+            ["settings:cache", "settings:telemetry"], (code, res))
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
 t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop,
-      test_consumers_changed)
+      test_consumers_changed, test_settings_changed)
