@@ -438,6 +438,9 @@ function klog.serialize()
     local consumer = c.authenticated_consumer
     local q = request.get_query()
     local rh = request.get_headers(true)
+    -- Kong never logs credentials: these two are "REDACTED" in what it serializes
+    if rh.authorization ~= nil then rh.authorization = "REDACTED" end
+    if rh["proxy-authorization"] ~= nil then rh["proxy-authorization"] = "REDACTED" end
     return {
         request = {
             method = request.get_method(), uri = kreq.get_path_with_query(),
@@ -449,7 +452,7 @@ function klog.serialize()
         latencies = { request = st.duration_ms, kong = 0, proxy = 0 },
         route = { name = st.route, id = st.route },
         service = st.upstream ~= "" and { name = st.upstream, id = st.upstream } or nil,
-        upstream_uri = request.get_path(),
+        upstream_uri = q == "" and request.get_path() or request.get_path() .. "?" .. q, -- as sent upstream
         consumer = consumer,
         client_ip = request.get_client_ip(),
         started_at = math.floor((sluice.time.now() - st.duration_ms / 1000) * 1000),

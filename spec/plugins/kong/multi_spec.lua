@@ -71,8 +71,12 @@ describe("Kong PDK: repeated header fields", function()
         error("nothing serialized")
     end
 
-    it("kong.log.serialize lists repeated response headers", function()
-        local s = serialized({ path = "/m", headers = { ["X-Mode"] = "resp" } })
+    it("kong.log.serialize redacts credentials, lists repeated headers and names the upstream query", function()
+        local s = serialized({ path = "/m?q=1", headers = { ["X-Mode"] = "rewrite", Authorization = "Basic Zm9vOmJhcg==",
+                                                              ["Proxy-Authorization"] = "Basic eDp5" } })
+        assert.equal("REDACTED", s.request.headers.authorization)
+        assert.equal("REDACTED", s.request.headers["proxy-authorization"])
+        assert.equal("/new?q=2", s.upstream_uri)
         assert.same({ "s1", "s2", "s3" }, s.response.headers["x-set"])
         assert.equal("string", type(s.response.headers["content-type"]))
     end)
