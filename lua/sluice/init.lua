@@ -11,6 +11,8 @@ int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out);
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_orig_path(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_orig_query(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_header(sl_req_t *r, const char *name, size_t name_len, const char **p,
                           size_t *len);
 int sl_ffi_req_header_count(sl_req_t *r);
@@ -142,6 +144,8 @@ request.get_method = getter(C.sl_ffi_req_get_method)
 request.get_path = getter(C.sl_ffi_req_get_path)
 request.get_query = getter(C.sl_ffi_req_get_query)
 request.get_host = getter(C.sl_ffi_req_get_host)
+request.get_original_path = getter(C.sl_ffi_req_orig_path)
+request.get_original_query = getter(C.sl_ffi_req_orig_query)
 request.get_client_ip = getter(C.sl_ffi_req_client_ip)
 request.get_id = getter(C.sl_ffi_req_id)
 request.get_route = getter(C.sl_ffi_req_route)

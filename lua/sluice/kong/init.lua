@@ -135,14 +135,18 @@ function kreq.get_scheme() return request.get_scheme() end
 function kreq.get_host() return request.get_host() end
 function kreq.get_port() return request.get_port() end
 function kreq.get_method() return request.get_method() end
-function kreq.get_path() return request.get_path() end
-function kreq.get_raw_path() return request.get_path() end
+-- kong.request is the client's request: kong.service.request.set_path changes what goes
+-- upstream, not these (Kong's read ngx.var.request_uri). The query is ngx.var.args, which
+-- Kong's set_query and set_raw_query do change: get_raw_query and get_query see them.
+local orig_path = request.get_original_path
+function kreq.get_path() return orig_path() end
+function kreq.get_raw_path() return orig_path() end
 function kreq.get_raw_query() return request.get_query() end
 
 function kreq.get_path_with_query()
-    local q = request.get_query()
-    if q == "" then return request.get_path() end
-    return request.get_path() .. "?" .. q
+    local q = request.get_original_query()
+    if q == "" then return orig_path() end
+    return orig_path() .. "?" .. q
 end
 
 function kreq.get_query_arg(name) return request.get_query_arg(name) end

@@ -80,4 +80,12 @@ describe("Kong PDK: repeated header fields", function()
         assert.same({ "s1", "s2", "s3" }, s.response.headers["x-set"])
         assert.equal("string", type(s.response.headers["content-type"]))
     end)
+
+    it("kong.request's path is the client's after kong.service.request.set_path; the query follows set_raw_query", function()
+        local res = assert(gw:request({ path = "/m/orig?o=1", headers = { ["X-Mode"] = "client-path" } }))
+        assert.equal(200, res.status)
+        assert.equal("/rewritten", res.json().path) -- the upstream got the new one
+        assert.same({ "/m/orig", "/m/orig", "/m/orig?o=1", "n=1", "/m/orig", "/m/orig?o=1" },
+                    cjson.decode(res.headers["x-read"]))
+    end)
 end)
