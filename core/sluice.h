@@ -68,6 +68,9 @@ int sl_ffi_req_get_method(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len);
+/** The path and query as the client sent them, whatever set_path/set_query did since. */
+int sl_ffi_req_orig_path(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_orig_query(sl_req_t *r, const char **p, size_t *len);
 
 /** First header named `name` (case-insensitive): 0 and its value, or SL_DECLINED. */
 int sl_ffi_req_get_header(sl_req_t *r, const char *name, size_t name_len, const char **p,

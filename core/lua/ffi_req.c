@@ -30,6 +30,8 @@ int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len) {
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len) {
     return out(r->over.query_set ? r->over.query : r->head.query, p, len);
 }
+int sl_ffi_req_orig_path(sl_req_t *r, const char **p, size_t *len) { return out(r->head.path, p, len); }
+int sl_ffi_req_orig_query(sl_req_t *r, const char **p, size_t *len) { return out(r->head.query, p, len); }
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len) {
     return out((sl_str_t){r->host, r->host_len}, p, len);
 }

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
                "       sluice new plugin NAME [--dir D]\n"
                "       sluice push -c FILE --etcd URL [--prefix P]\n"
                "       sluice pull --etcd URL [--prefix P] [--plugins DIR]\n"
-               "       sluice version\n");
+               "       sluice version | --version | -V\n");
 }
 
 /* Where a command that talks to a running instance finds its admin API: --admin ADDR,
@@ -377,6 +377,9 @@ int main(int argc, char **argv) {
             costs = true;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "-V") == 0 || strcmp(argv[i], "--version") == 0) {
+            printf("sluice %s\n", SL_VERSION); /* as `sluice version`: what packagers' scripts try first */
             return 0;
         } else if (i + 1 == argc && takes_value(argv[i])) {
             fprintf(stderr, "sluice: '%s' needs a value\n", argv[i]);

@@ -187,4 +187,14 @@ def test_version(t):
             "something like 0.1.0", out[:200])
 
 
-t.run(test_ports_free, test_version, test_bare_binary, test_run_ready_file, test_sigint)
+def test_version_flag(t):
+    """`sluice --version` and `-V` answer as `sluice version` does (packaging scripts and
+    Dockerfile smoke steps try the flag first); they were an unknown argument, exit 2."""
+    want = h.run_cli(["version"], timeout=10).stdout
+    for flag in ("--version", "-V"):
+        cp = h.run_cli([flag], timeout=10)
+        t.check(f"`sluice {flag}` exits 0", cp.returncode == 0, 0, (cp.returncode, cp.stderr[-300:]))
+        t.check(f"`sluice {flag}` prints what `sluice version` prints", cp.stdout == want, want, cp.stdout)
+
+
+t.run(test_ports_free, test_version, test_version_flag, test_bare_binary, test_run_ready_file, test_sigint)

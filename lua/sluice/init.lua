@@ -11,6 +11,8 @@ int sl_ffi_traceparent(sl_req_t *r, double sample_ratio, char *out);
 int sl_ffi_req_get_path(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_query(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_host(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_orig_path(sl_req_t *r, const char **p, size_t *len);
+int sl_ffi_req_orig_query(sl_req_t *r, const char **p, size_t *len);
 int sl_ffi_req_get_header(sl_req_t *r, const char *name, size_t name_len, const char **p,
                           size_t *len);
 int sl_ffi_req_header_count(sl_req_t *r);
@@ -142,6 +144,8 @@ request.get_method = getter(C.sl_ffi_req_get_method)
 request.get_path = getter(C.sl_ffi_req_get_path)
 request.get_query = getter(C.sl_ffi_req_get_query)
 request.get_host = getter(C.sl_ffi_req_get_host)
+request.get_original_path = getter(C.sl_ffi_req_orig_path)
+request.get_original_query = getter(C.sl_ffi_req_orig_query)
 request.get_client_ip = getter(C.sl_ffi_req_client_ip)
 request.get_id = getter(C.sl_ffi_req_id)
 request.get_route = getter(C.sl_ffi_req_route)
@@ -165,8 +169,9 @@ function request.get_header(name)
     return ffi_string(str_p[0], len_p[0])
 end
 
--- All fields of one side as { lower-case name = value }, repeated ones joined with ", ".
-local function all_headers(count, at)
+-- All fields of one side as { lower-case name = value }, repeated ones joined with ", "
+-- (or, with lists, as a list of their values in order, as ngx.req.get_headers gives them).
+local function all_headers(count, at, lists)
     local r = cur()
     local out = {}
     local n = count(r)
@@ -175,14 +180,22 @@ local function all_headers(count, at)
             local k = lower(ffi_string(str_p[0], len_p[0]))
             local v = ffi_string(str2_p[0], len2_p[0])
             local old = out[k]
-            out[k] = old and (old .. ", " .. v) or v
+            if old == nil then
+                out[k] = v
+            elseif not lists then
+                out[k] = old .. ", " .. v
+            elseif type(old) == "table" then
+                old[#old + 1] = v
+            else
+                out[k] = { old, v }
+            end
         end
     end
     return out
 end
 
-function request.get_headers()
-    return all_headers(C.sl_ffi_req_header_count, C.sl_ffi_req_header_at)
+function request.get_headers(lists)
+    return all_headers(C.sl_ffi_req_header_count, C.sl_ffi_req_header_at, lists)
 end
 
 -- "https" when the request arrived over TLS, else "http" (interned: no garbage).
@@ -418,8 +431,8 @@ function response.get_header(name)
     return ffi_string(str_p[0], len_p[0])
 end
 
-function response.get_headers()
-    return all_headers(C.sl_ffi_resp_header_count, C.sl_ffi_resp_header_at)
+function response.get_headers(lists)
+    return all_headers(C.sl_ffi_resp_header_count, C.sl_ffi_resp_header_at, lists)
 end
 
 header_editors(response, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.sl_ffi_resp_clear_header)

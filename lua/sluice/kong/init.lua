@@ -135,14 +135,18 @@ function kreq.get_scheme() return request.get_scheme() end
 function kreq.get_host() return request.get_host() end
 function kreq.get_port() return request.get_port() end
 function kreq.get_method() return request.get_method() end
-function kreq.get_path() return request.get_path() end
-function kreq.get_raw_path() return request.get_path() end
+-- kong.request is the client's request: kong.service.request.set_path changes what goes
+-- upstream, not these (Kong's read ngx.var.request_uri). The query is ngx.var.args, which
+-- Kong's set_query and set_raw_query do change: get_raw_query and get_query see them.
+local orig_path = request.get_original_path
+function kreq.get_path() return orig_path() end
+function kreq.get_raw_path() return orig_path() end
 function kreq.get_raw_query() return request.get_query() end
 
 function kreq.get_path_with_query()
-    local q = request.get_query()
-    if q == "" then return request.get_path() end
-    return request.get_path() .. "?" .. q
+    local q = request.get_original_query()
+    if q == "" then return orig_path() end
+    return orig_path() .. "?" .. q
 end
 
 function kreq.get_query_arg(name) return request.get_query_arg(name) end
@@ -155,14 +159,26 @@ end
 function kreq.get_header(name) return request.get_header(hname(name)) end
 
 -- { lower-case name = value }, a list of values for a repeated header (ngx.req.get_headers).
+-- max counts fields, as ngx does: a repeated header's values count one each.
 local function headers_of(side, max)
-    local joined = side.get_headers()
+    local all = side.get_headers(true)
+    if not (max and max > 0) then return all end
     local out = {}
     local n = 0
-    for k, v in pairs(joined) do
-        n = n + 1
-        if max and max > 0 and n > max then break end
-        out[k] = v
+    for k, v in pairs(all) do
+        if type(v) == "table" then
+            local keep = {}
+            for _, x in ipairs(v) do
+                if n >= max then break end
+                n = n + 1
+                keep[#keep + 1] = x
+            end
+            if #keep == 1 then out[k] = keep[1] elseif #keep > 1 then out[k] = keep end
+        elseif n < max then
+            n = n + 1
+            out[k] = v
+        end
+        if n >= max then break end
     end
     return out
 end
@@ -202,11 +218,26 @@ end
 local kresp = {}
 kong.response = kresp
 
+-- A header value may be a list (Kong's normalize_multi_header): one field per element.
+local function put_header(side, name, value, add)
+    if type(value) ~= "table" then
+        if add then side.add_header(name, value) else side.set_header(name, value) end
+        return
+    end
+    if #value == 0 then
+        if not add then side.clear_header(name) end
+        return
+    end
+    for i, v in ipairs(value) do
+        if i == 1 and not add then side.set_header(name, v) else side.add_header(name, v) end
+    end
+end
+
 function kresp.get_status() return response.get_status() end
 function kresp.get_header(name) return response.get_header(hname(name)) end
 function kresp.get_headers(max_headers) return headers_of(response, max_headers) end
-function kresp.set_header(name, value) response.set_header(name, value) end
-function kresp.add_header(name, value) response.add_header(name, value) end
+function kresp.set_header(name, value) put_header(response, name, value) end
+function kresp.add_header(name, value) put_header(response, name, value, true) end
 -- Content-Length and Transfer-Encoding are the gateway's: it frames a body a body_filter
 -- changed by itself, so Kong's usual clear_header("Content-Length") before one is a no-op.
 local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
@@ -215,7 +246,7 @@ function kresp.clear_header(name)
     response.clear_header(name)
 end
 function kresp.set_headers(headers)
-    for k, v in pairs(headers) do response.set_header(k, v) end
+    for k, v in pairs(headers) do put_header(response, k, v) end
 end
 
 -- Ends the request with this answer; in rewrite and access the plugin's phase function
@@ -231,6 +262,16 @@ function kresp.exit(status, body, headers)
             response.set_header("Content-Type", "application/json; charset=utf-8")
         end
         body = cjson.encode(body)
+    end
+    if headers then
+        local plain
+        for k, v in pairs(headers) do
+            if type(v) == "table" then put_header(response, k, v) else
+                plain = plain or {}
+                plain[k] = v
+            end
+        end
+        headers = plain
     end
     response.exit(status, body, headers)
     if ends_method() then error(EXIT, 0) end
@@ -278,11 +319,11 @@ function service.set_target(host, port)
     return true
 end
 
-function sreq.set_header(name, value) request.set_header(name, value) end
-function sreq.add_header(name, value) request.add_header(name, value) end
+function sreq.set_header(name, value) put_header(request, name, value) end
+function sreq.add_header(name, value) put_header(request, name, value, true) end
 function sreq.clear_header(name) request.clear_header(name) end
 function sreq.set_headers(headers)
-    for k, v in pairs(headers) do request.set_header(k, v) end
+    for k, v in pairs(headers) do put_header(request, k, v) end
 end
 function sreq.set_path(path) request.set_path(path) end
 function sreq.set_raw_query(query) request.set_query(query) end
@@ -400,18 +441,22 @@ function klog.serialize()
     local c = base.ctx or {}
     local consumer = c.authenticated_consumer
     local q = request.get_query()
+    local rh = request.get_headers(true)
+    -- Kong never logs credentials: these two are "REDACTED" in what it serializes
+    if rh.authorization ~= nil then rh.authorization = "REDACTED" end
+    if rh["proxy-authorization"] ~= nil then rh["proxy-authorization"] = "REDACTED" end
     return {
         request = {
             method = request.get_method(), uri = kreq.get_path_with_query(),
             url = request.get_scheme() .. "://" .. request.get_host() .. ":" .. request.get_port()
                 .. kreq.get_path_with_query(),
-            querystring = decode_args(q), headers = request.get_headers(), size = st.bytes_in,
+            querystring = decode_args(q), headers = rh, size = st.bytes_in,
         },
-        response = { status = st.status, headers = response.get_headers(), size = st.bytes_out },
+        response = { status = st.status, headers = response.get_headers(true), size = st.bytes_out },
         latencies = { request = st.duration_ms, kong = 0, proxy = 0 },
         route = { name = st.route, id = st.route },
         service = st.upstream ~= "" and { name = st.upstream, id = st.upstream } or nil,
-        upstream_uri = request.get_path(),
+        upstream_uri = q == "" and request.get_path() or request.get_path() .. "?" .. q, -- as sent upstream
         consumer = consumer,
         client_ip = request.get_client_ip(),
         started_at = math.floor((sluice.time.now() - st.duration_ms / 1000) * 1000),

@@ -164,7 +164,7 @@ end
 
 local VARS = {
     request_method = function() return request.get_method() end,
-    uri = function() return request.get_path() end,
+    uri = function() return request.get_original_path() end, -- Kong's set_path leaves $uri alone
     request_uri = function() return kmod.kong.request.get_path_with_query() end,
     args = function() local q = request.get_query() return q ~= "" and q or nil end,
     query_string = function() local q = request.get_query() return q ~= "" and q or nil end,
