@@ -59,12 +59,24 @@ function M.rewrite(conf, ctx)
     end
 end
 
+-- Is every origin answered "*"? Then no answer depends on the request's Origin.
+local function any_origin(conf)
+    for _, o in ipairs(conf.origins) do
+        if o == "*" then return true end
+    end
+    return false
+end
+
 function M.header_filter(conf, ctx)
-    local allow = ctx.cors_origin
     -- a preflight answered in rewrite already carries its headers
-    if not allow or response.get_header("Access-Control-Allow-Origin") then return end
+    if response.get_header("Access-Control-Allow-Origin") then return end
+    -- With a list of origins the answer depends on Origin, also when it carries no CORS
+    -- header (another origin, or no Origin at all): without Vary a cache would hand that
+    -- answer to an allowed origin (Fetch, "CORS protocol and HTTP caches").
+    if not any_origin(conf) then response.add_header("Vary", "Origin") end
+    local allow = ctx.cors_origin
+    if not allow then return end
     response.set_header("Access-Control-Allow-Origin", allow)
-    if allow ~= "*" then response.add_header("Vary", "Origin") end
     if conf.credentials then response.set_header("Access-Control-Allow-Credentials", "true") end
     if #conf.expose_headers > 0 then
         response.set_header("Access-Control-Expose-Headers", concat(conf.expose_headers, ", "))

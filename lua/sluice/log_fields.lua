@@ -27,8 +27,10 @@ end
 
 local function value(f, st, ctx)
     if f == "ts" then
-        local now = sluice.time.now()
-        return date("!%Y-%m-%dT%H:%M:%S", floor(now)) .. ("%.3fZ"):format(now % 1):sub(2)
+        -- whole milliseconds, truncated: rounding the fraction alone turned x.9996 into
+        -- "x.000", a second early
+        local ms = floor(sluice.time.now() * 1000)
+        return date("!%Y-%m-%dT%H:%M:%S", floor(ms / 1000)) .. (".%03dZ"):format(ms % 1000)
     elseif f == "request_id" then return ctx.request_id or request.get_id()
     elseif f == "route" then return st.route
     elseif f == "method" then return request.get_method()

@@ -92,15 +92,18 @@ describe("cors", function()
         assert.is_nil(res.headers["access-control-expose-headers"])
     end)
 
-    it("passes requests from other origins or without Origin unchanged", function()
+    it("passes requests from other origins or without Origin unchanged, but for Vary: Origin", function()
         for _, h in ipairs({ { Origin = "https://evil.example" }, {} }) do
             local res = assert(gw:request({ path = "/strict", headers = h }))
             assert.equal(200, res.status)
             assert.equal("GET", res.json().method)
             assert.is_nil(res.headers["access-control-allow-origin"])
             assert.is_nil(res.headers["access-control-allow-credentials"])
-            assert.is_nil(res.headers.vary)
+            -- a cache must not hand this answer (no Allow-Origin) to an allowed origin
+            assert.equal("Origin", res.headers.vary)
         end
+        -- with origins "*" no answer depends on Origin
+        assert.is_nil(assert(gw:request({ path = "/any" })).headers.vary)
     end)
 
     it("sends an OPTIONS without Access-Control-Request-Method upstream, as a simple request", function()
