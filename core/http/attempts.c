@@ -173,6 +173,13 @@ void sl__attempt_no_target(sl_req_t *r, uint64_t retry_after_ms) {
     sl__req_respond_error(r, 502, "no upstream target available", false);
 }
 
+const char *sl__req_attempt_target(const sl_req_t *r) {
+    if (r->addr.set) return r->addr.text;
+    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    int t = sl__req_x(r)->att.target;
+    return uc && t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text : NULL;
+}
+
 bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
     int st = r->rhead.status;
     sl_exchange_t *hx = sl__req_hedge_x(r);

@@ -218,8 +218,10 @@ static bool grpc_fail_mid_response(sl_req_t *r, const char *why) {
     t[1] = (sl_h1_header_t){SL_LIT("grpc-message"), {msg, strlen(msg)}, 0};
     r->trailers = t;
     r->ntrailers = 2;
-    sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
-              "upstream failed mid-response: %s (UNAVAILABLE to the gRPC client)", why);
+    sl_log_kv(SL_LOG_WARN,
+              (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name, "target",
+                               sl__req_attempt_target(r)},
+              3, "upstream failed mid-response: %s (UNAVAILABLE to the gRPC client)", why);
     sl__attempt_outcome(r, SL_OUT_FAILURE);
     x->ops->cut(x);
     sl__proxy_pump_down(r);
@@ -231,6 +233,7 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
     if (grpc_fail_mid_response(r, why)) return;
     sl_exchange_t *x = sl__req_x(r);
     const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
+    const char *target = sl__req_attempt_target(r);
     bool stale = x->state != SL_X_FREE && x->ops->stale(x);
     x->ops->cancel(x);
     r->upq.writing = 0; /* a write in flight went with the exchange */
@@ -241,7 +244,7 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
     }
     if (sl__req_resp_head(r)) {
         /* The client already has a status line: it must never get a second one. */
-        sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name}, 2,
+        sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "upstream", uc->name, "target", target}, 3,
                   "upstream failed mid-response: %s", why);
         sl__attempt_timed(r, 0, sl_now_ns());
         sl__attempt_outcome(r, SL_OUT_FAILURE);
@@ -275,8 +278,9 @@ void sl__proxy_failed(sl_req_t *r, int status, int kind, const char *why) {
     sl__attempt_outcome(r, SL_OUT_FAILURE);
     sl__attempt_release(r);
     const sl_route_conf_t *rc = sl__req_route_conf(r);
-    sl_log_kv(SL_LOG_WARN, (const char *[]){"request_id", r->rid, "route", rc ? rc->name : NULL, "upstream", uc->name},
-              3, "%s -> %d", why, status);
+    sl_log_kv(SL_LOG_WARN,
+              (const char *[]){"request_id", r->rid, "route", rc ? rc->name : NULL, "upstream", uc->name, "target", target},
+              4, "%s -> %d", why, status);
     sl__req_respond_error(r, status, status == 504 ? "upstream timed out" : "bad gateway", false);
 }
 

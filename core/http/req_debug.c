@@ -65,11 +65,8 @@ void sl__req_debug_attempt(sl_req_t *r, int status, uint64_t ns) {
         d->truncated++;
         return;
     }
-    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
-    int t = sl__req_x(r)->att.target;
-    d->att[d->natt].target = r->addr.set ? r->addr.text
-                             : t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text
-                                                                  : "?";
+    const char *target = sl__req_attempt_target(r);
+    d->att[d->natt].target = target ? target : "?";
     d->att[d->natt].status = status;
     d->att[d->natt++].ns = ns;
 }

@@ -382,6 +382,9 @@ static inline bool sl__req_resp_head(const sl_req_t *r) { return r->resp.state >
 static inline bool sl__req_resp_done(const sl_req_t *r) { return r->resp.state == SL_RESP_DONE; }
 
 /* attempts.c */
+/** The current attempt's target as configured (`HOST:PORT`, or upstream.set's address);
+ *  NULL before a target was chosen. */
+const char *sl__req_attempt_target(const sl_req_t *r);
 /* How an upstream attempt failed: decides whether a retry may follow (retry.on). */
 enum { SL_FAIL_CONNECT, SL_FAIL_TIMEOUT, SL_FAIL_RESET, SL_FAIL_OTHER, SL_FAIL_STATUS /* answered, with a retryable status */ };
 /** pick's answer when the balancer phase raised an error (logged and counted). */

@@ -130,9 +130,8 @@ static void attempt_span(sl_req_t *r, int status, bool cancelled) {
     /* the hedge is the attempt begun while the first raced (hedge_after); later ones retry */
     const char *reason = sl__req_x(r)->span_n == 1 ? "first" : r->at.hedged && sl__req_x(r)->span_n == 2 ? "hedge" : "retry";
     sl_span_str(s.reason, sizeof s.reason, reason, strlen(reason));
-    const sl_upstream_conf_t *uc = sl__req_upstream_conf(r);
-    int t = sl__req_x(r)->att.target;
-    const char *target = r->addr.set ? r->addr.text : t >= 0 && (size_t)t < uc->ntargets ? uc->targets[t].addr.text : "";
+    const char *target = sl__req_attempt_target(r);
+    if (!target) target = "";
     sl_span_str(s.target, sizeof s.target, target, strlen(target));
     if (cancelled) sl_span_str(s.error_type, sizeof s.error_type, "cancelled", 9);
     else if (!status) sl_span_str(s.error_type, sizeof s.error_type, "no_response", 11);

@@ -187,6 +187,9 @@ def origin_killed(t, mode, h2=False):
         t.check("sluice logged it: 'upstream failed mid-response: upstream closed mid-body'",
                 "upstream failed mid-response: upstream closed mid-body" in s.log(), "in the log",
                 s.log()[-600:])
+        line = next((ln for ln in s.log().splitlines() if "upstream failed mid-response" in ln), "")
+        t.check("... naming the target that failed (an operator's first question)",
+                '"target":"127.0.0.1:%d"' % p in line, '"target":"127.0.0.1:%d"' % p, line)
         n = metric(s, "sluice_upstream_requests_total", upstream="o", code="0")
         t.check("sluice counted it: sluice_upstream_requests_total{code=\"0\"} (no whole response) is 1",
                 n == 1, 1, n)
