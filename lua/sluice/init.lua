@@ -241,17 +241,50 @@ function request.get_query_args()
     return out
 end
 
+-- A header value as text: a string, or a number or boolean through tostring. nil (use
+-- clear_header) and other types are a programmer's mistake: they raise at `level` (as
+-- error() counts, from header_value's caller) instead of sending "nil" or "table: 0x...".
+local function header_value(v, level)
+    local t = type(v)
+    if t == "string" then return v end
+    if t == "number" or t == "boolean" then return tostring(v) end
+    error("header value must be a string, a number or a boolean, or a list of them (got " .. t
+          .. "; clear_header removes a field)", level + 1)
+end
+
+-- Puts field `name` = `value` on one side through `put` (the side's set or add): a list
+-- value is one field per element (Kong's and ngx.header's arrays: several Set-Cookie),
+-- the first through `put` and the rest added; set with an empty list removes the field.
+-- Errors raise at `level` counted from put_header's caller.
+local function put_header(r, put, add, clear, name, value, level)
+    if type(value) ~= "table" then
+        value = header_value(value, level + 1)
+        if put(r, name, #name, value, #value, err_p) ~= OK then error(ffi_string(err_p[0]), level + 1) end
+        return
+    end
+    local n = #value
+    for i = 1, n do header_value(value[i], level + 1) end
+    if n == 0 then
+        if put ~= add and clear(r, name, #name, err_p) ~= OK then error(ffi_string(err_p[0]), level + 1) end
+        return
+    end
+    for i = 1, n do
+        local v = header_value(value[i], level + 1)
+        if (i == 1 and put or add)(r, name, #name, v, #v, err_p) ~= OK then
+            error(ffi_string(err_p[0]), level + 1)
+        end
+    end
+end
+
 -- set_header / add_header / clear_header for one side (request or response).
 local function header_editors(api, set, add, clear)
     function api.set_header(name, value)
         check_str(name, "header name")
-        value = tostring(value)
-        ffi_err(set(cur(), name, #name, value, #value, err_p))
+        put_header(cur(), set, add, clear, name, value, 2)
     end
     function api.add_header(name, value)
         check_str(name, "header name")
-        value = tostring(value)
-        ffi_err(add(cur(), name, #name, value, #value, err_p))
+        put_header(cur(), add, add, clear, name, value, 2)
     end
     function api.clear_header(name)
         check_str(name, "header name")
@@ -391,9 +424,10 @@ function response.exit(status, body, headers)
         body = tostring(body)
     end
     if headers then
+        if type(headers) ~= "table" then error("headers must be a table of name = value", 2) end
         for k, v in pairs(headers) do
-            k, v = tostring(k), tostring(v)
-            ffi_err(C.sl_ffi_resp_set_header(r, k, #k, v, #v, err_p))
+            put_header(r, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.sl_ffi_resp_clear_header,
+                       tostring(k), v, 2)
         end
     end
     ffi_err(C.sl_ffi_resp_exit(r, status, body, body and #body or 0, err_p))

@@ -1,0 +1,96 @@
+-- The sluice API's arguments (docs/plugins.md): what each function takes, and that a
+-- programmer's mistake raises (the request answers 500, logged with file:line) instead
+-- of doing something else. Through the api-call fixture in spec/fixtures/plugins.
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+local test = require("sluice.test")
+
+local FIXTURES = test.source_path("spec/fixtures/plugins")
+
+local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
+                "exit_header_table_of_tables", "exit_bad_header_list" }
+
+describe("sluice API arguments", function()
+    local up, gw
+    setup(function()
+        up = test.upstream()
+        local routes = {}
+        for _, c in ipairs(CASES) do
+            routes[#routes + 1] = { name = c, match = { paths = { "/" .. c } }, upstream = "echo",
+                                    plugins = { { name = "api-call", config = { case = c } } } }
+        end
+        gw = assert(test.start({
+            plugin_paths = { FIXTURES },
+            upstreams = { { name = "echo", targets = { { address = up:address() } } } },
+            routes = routes,
+        }))
+    end)
+    teardown(function()
+        gw:stop()
+        up:stop()
+        test.capture_logs(false)
+    end)
+
+    local function fields(res, name)
+        local out = {}
+        for _, kv in ipairs(res.header_list) do
+            if kv[1] == name then out[#out + 1] = kv[2] end
+        end
+        return out
+    end
+
+    -- The case answers 500 and its log line names the fixture's file and line.
+    local function raises(case, pattern)
+        test.capture_logs(true)
+        local res = assert(gw:request({ path = "/" .. case }))
+        local lines = {}
+        for _ = 1, 100 do
+            for _, l in ipairs(test.logs()) do
+                if l.route == case and l.level == "error" then lines[#lines + 1] = l end
+            end
+            if #lines > 0 then break end
+            os.execute("sleep 0.01")
+        end
+        test.capture_logs(false)
+        assert.equal(500, res.status)
+        assert.equal(1, #lines)
+        assert.matches("^plugin error: .*api%-call%.lua:%d+: " .. pattern, lines[1].msg)
+    end
+
+    describe("header values", function()
+        it("a list in exit's headers is one field per value (several Set-Cookie)", function()
+            local res = assert(gw:request({ path = "/exit_list" }))
+            assert.equal(200, res.status)
+            assert.same({ "a=1", "b=2" }, fields(res, "set-cookie"))
+            assert.same({ "1" }, fields(res, "x-one"))
+        end)
+
+        it("response.set_header with a list replaces the field with those values; add_header adds each; {} clears",
+            function()
+            local res = assert(gw:request({ path = "/resp_set_list" }))
+            assert.equal(200, res.status)
+            assert.same({ "1", "2" }, fields(res, "x-l"))
+            assert.same({ "3", "true" }, fields(res, "x-a"))
+            assert.same({}, fields(res, "x-e"))
+        end)
+
+        it("request.set_header / add_header take lists too", function()
+            local res = assert(gw:request({ path = "/req_set_list" }))
+            assert.equal(200, res.status)
+            assert.equal("1, 2, 3", res.json().l)
+        end)
+
+        it("nil raises instead of sending the text \"nil\"", function()
+            raises("req_set_nil", "header value must be a string, a number or a boolean.*got nil")
+            raises("resp_set_nil", "header value must be a string.*got nil")
+        end)
+
+        it("a function, or a list holding a table, raises instead of sending \"function: 0x...\"", function()
+            raises("req_add_fn", "header value must be .*got function")
+            raises("exit_header_table_of_tables", "header value must be .*got table")
+        end)
+
+        it("each value of a list is checked like a single one (no CR/LF)", function()
+            raises("exit_bad_header_list", ".")
+        end)
+    end)
+end)
