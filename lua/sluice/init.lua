@@ -624,7 +624,11 @@ log.debug, log.info, log.warn, log.err =
 -- Suspends the request's coroutine for s seconds; the worker serves others meanwhile.
 function _M.sleep(s)
     local r = cur()
-    if type(s) ~= "number" or s < 0 then error("sleep needs a number of seconds >= 0", 2) end
+    -- not (s >= 0) also refuses NaN, and inf is no time either: both would reach the core as
+    -- a timer of 2^63 ms, a request (and its client) hanging for good.
+    if type(s) ~= "number" or not (s >= 0) or s == math.huge then
+        error("sleep needs a finite number of seconds >= 0", 2)
+    end
     ffi_err(C.sl_ffi_sleep(r, s * 1000, err_p))
     base.wait()
 end

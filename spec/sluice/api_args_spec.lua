@@ -7,7 +7,7 @@ local test = require("sluice.test")
 local FIXTURES = test.source_path("spec/fixtures/plugins")
 
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
-                "exit_header_table_of_tables", "exit_bad_header_list" }
+                "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -41,7 +41,7 @@ describe("sluice API arguments", function()
     -- The case answers 500 and its log line names the fixture's file and line.
     local function raises(case, pattern)
         test.capture_logs(true)
-        local res = assert(gw:request({ path = "/" .. case }))
+        local res = assert(gw:request({ path = "/" .. case, timeout = 2 }))
         local lines = {}
         for _ = 1, 100 do
             for _, l in ipairs(test.logs()) do
@@ -91,6 +91,14 @@ describe("sluice API arguments", function()
 
         it("each value of a list is checked like a single one (no CR/LF)", function()
             raises("exit_bad_header_list", ".")
+        end)
+    end)
+
+    describe("sleep", function()
+        it("raises for NaN, infinity and negative seconds instead of suspending the request for good", function()
+            raises("sleep_nan", "sleep needs a finite number of seconds >= 0")
+            raises("sleep_inf", "sleep needs a finite number of seconds >= 0")
+            raises("sleep_neg", "sleep needs a finite number of seconds >= 0")
         end)
     end)
 end)
