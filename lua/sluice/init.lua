@@ -666,13 +666,24 @@ function shared.get(key)
     return nil
 end
 
+-- ttl: nil or 0 for no expiry, else seconds. A negative one (an expiry computed from a
+-- time already past) or NaN is a mistake, not "forever": the core stores both as permanent.
+local function check_ttl(ttl)
+    if ttl == nil then return 0 end
+    if type(ttl) ~= "number" or not (ttl >= 0) then
+        error("ttl must be a number of seconds >= 0 (nil or 0: no expiry)", 3)
+    end
+    return ttl
+end
+
 function shared.set(key, value, ttl)
     check_str(key, "key")
+    ttl = check_ttl(ttl)
     local rc
     if type(value) == "number" then
-        rc = C.sl_ffi_shdict_set(key, #key, 1, value, nil, 0, ttl or 0, err_p)
+        rc = C.sl_ffi_shdict_set(key, #key, 1, value, nil, 0, ttl, err_p)
     elseif type(value) == "string" then
-        rc = C.sl_ffi_shdict_set(key, #key, 0, 0, value, #value, ttl or 0, err_p)
+        rc = C.sl_ffi_shdict_set(key, #key, 0, 0, value, #value, ttl, err_p)
     else
         error("shared values are strings or numbers", 2)
     end
@@ -684,7 +695,9 @@ end
 function shared.incr(key, delta, init, ttl)
     check_str(key, "key")
     if type(delta) ~= "number" then error("delta must be a number", 2) end
-    local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl or 0, num_p, err_p)
+    if init ~= nil and type(init) ~= "number" then error("init must be a number", 2) end
+    ttl = check_ttl(ttl)
+    local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl, num_p, err_p)
     if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return tonumber(num_p[0])
 end

@@ -7,7 +7,8 @@ local test = require("sluice.test")
 local FIXTURES = test.source_path("spec/fixtures/plugins")
 
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
-                "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg" }
+                "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
+                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -99,6 +100,29 @@ describe("sluice API arguments", function()
             raises("sleep_nan", "sleep needs a finite number of seconds >= 0")
             raises("sleep_inf", "sleep needs a finite number of seconds >= 0")
             raises("sleep_neg", "sleep needs a finite number of seconds >= 0")
+        end)
+    end)
+
+    describe("shared", function()
+        it("a negative or NaN ttl raises instead of storing the key for good", function()
+            raises("shared_neg_ttl", "ttl must be a number of seconds >= 0")
+            raises("shared_nan_ttl", "ttl must be a number of seconds >= 0")
+            raises("incr_neg_ttl", "ttl must be a number of seconds >= 0")
+            local shared = require("sluice").shared  -- the same process-wide key space
+            assert.is_nil(shared.get("api-call:neg"))
+            assert.is_nil(shared.get("api-call:nan"))
+            assert.is_nil(shared.get("api-call:incr"))
+        end)
+
+        it("a ttl or init that is not a number raises with the argument's name", function()
+            raises("shared_str_ttl", "ttl must be a number of seconds >= 0")
+            raises("incr_str_init", "init must be a number")
+        end)
+
+        it("0 and positive ttls still work", function()
+            local res = assert(gw:request({ path = "/shared_ok_ttl" }))
+            assert.equal(200, res.status)
+            assert.same({ a = true, b = true, c = 3 }, res.json())
         end)
     end)
 end)
