@@ -414,6 +414,8 @@ _M.response = response
 function response.exit(status, body, headers)
     local r = cur()
     if type(status) ~= "number" then error("status must be a number", 2) end
+    -- the core takes an int: 200.5 would go out as 200
+    if status % 1 ~= 0 then error("status must be a whole number 200..599", 2) end
     if type(body) == "table" then
         body = cjson.encode(body)
         headers = headers or {}

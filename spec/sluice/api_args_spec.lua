@@ -8,7 +8,8 @@ local FIXTURES = test.source_path("spec/fixtures/plugins")
 
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
-                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl" }
+                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
+                "exit_fraction" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -92,6 +93,12 @@ describe("sluice API arguments", function()
 
         it("each value of a list is checked like a single one (no CR/LF)", function()
             raises("exit_bad_header_list", ".")
+        end)
+    end)
+
+    describe("response.exit", function()
+        it("a status with a fraction raises instead of going out truncated", function()
+            raises("exit_fraction", "status must be a whole number 200%.%.599")
         end)
     end)
 
