@@ -9,7 +9,7 @@ local FIXTURES = test.source_path("spec/fixtures/plugins")
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
-                "exit_fraction" }
+                "exit_fraction", "http_bad_scheme", "http_bad_port" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -99,6 +99,13 @@ describe("sluice API arguments", function()
     describe("response.exit", function()
         it("a status with a fraction raises instead of going out truncated", function()
             raises("exit_fraction", "status must be a whole number 200%.%.599")
+        end)
+    end)
+
+    describe("http.request", function()
+        it("a bad url raises at the plugin's line, not inside sluice/http.lua", function()
+            raises("http_bad_scheme", "url scheme must be http or https, got ftp")
+            raises("http_bad_port", "url has a bad port")
         end)
     end)
 
