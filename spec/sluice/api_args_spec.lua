@@ -9,7 +9,8 @@ local FIXTURES = test.source_path("spec/fixtures/plugins")
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
-                "exit_fraction", "http_bad_scheme", "http_bad_port" }
+                "exit_fraction", "http_bad_scheme", "http_bad_port",
+                "req_add_host", "req_clear_host" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -99,6 +100,18 @@ describe("sluice API arguments", function()
     describe("response.exit", function()
         it("a status with a fraction raises instead of going out truncated", function()
             raises("exit_fraction", "status must be a whole number 200%.%.599")
+        end)
+    end)
+
+    describe("the request's Host", function()
+        it("add_header(\"Host\") replaces it: the upstream gets one Host, not two (its 400)", function()
+            local res = assert(gw:request({ path = "/req_add_host" }))
+            assert.equal(200, res.status)
+            assert.equal("other.example", res.json().headers.host)
+        end)
+
+        it("clear_header(\"Host\") raises: an HTTP/1.1 request without Host is the upstream's 400", function()
+            raises("req_clear_host", "Host is required upstream")
         end)
     end)
 
