@@ -10,7 +10,7 @@ local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "re
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
-                "req_add_host", "req_clear_host" }
+                "req_add_host", "req_clear_host", "exit_tail_bad_status" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -21,6 +21,8 @@ describe("sluice API arguments", function()
             routes[#routes + 1] = { name = c, match = { paths = { "/" .. c } }, upstream = "echo",
                                     plugins = { { name = "api-call", config = { case = c } } } }
         end
+        routes[#routes + 1] = { name = "exit_tail_in_log", match = { paths = { "/exit_tail_in_log" } }, upstream = "echo",
+                                plugins = { { name = "api-call", config = { case = "exit_tail_in_log", phase = "log" } } } }
         gw = assert(test.start({
             plugin_paths = { FIXTURES },
             upstreams = { { name = "echo", targets = { { address = up:address() } } } },
@@ -119,6 +121,31 @@ describe("sluice API arguments", function()
         it("a bad url raises at the plugin's line, not inside sluice/http.lua", function()
             raises("http_bad_scheme", "url scheme must be http or https, got ftp")
             raises("http_bad_port", "url has a bad port")
+        end)
+    end)
+
+    describe("an error raised by an API function the plugin tail-called", function()
+        -- `return sluice.response.exit(...)` is the documented idiom; the tail call leaves no
+        -- frame of the plugin, and error(msg, 2) named sluice/runtime.lua's dispatcher line
+        it("names the plugin's file and its phase function's line, not sluice/runtime.lua", function()
+            raises("exit_tail_bad_status", "status must be 200%.%.599 .*%(a tail call in the function defined at this line%)$")
+        end)
+
+        it("does so in the log phase too", function()
+            test.capture_logs(true)
+            assert.equal(200, assert(gw:request({ path = "/exit_tail_in_log" })).status)
+            local line
+            for _ = 1, 100 do
+                for _, l in ipairs(test.logs()) do
+                    if l.route == "exit_tail_in_log" and l.level == "error" then line = l end
+                end
+                if line then break end
+                os.execute("sleep 0.01")
+            end
+            test.capture_logs(false)
+            assert.matches("^plugin error: .*api%-call%.lua:%d+: response%.exit works in rewrite and access only",
+                           assert(line).msg)
+            assert.not_matches("runtime%.lua", line.msg)
         end)
     end)
 
