@@ -303,6 +303,7 @@ static void drop_coroutine(sl_worker_t *w, sl_lua_task_t *t) {
  * Returns msg, or the new message (on co's stack). */
 static const char *blame_plugin(lua_State *co, const char *msg) {
     lua_Debug ar;
+    if (!lua_checkstack(co, 4)) return msg; /* a stack overflow's error: leave it as it is */
     for (int level = 0; msg && lua_getstack(co, level, &ar); level++) {
         if (!lua_getinfo(co, "Slf", &ar)) break;
         size_t sl = strlen(ar.source);
@@ -354,17 +355,18 @@ static int uncaught(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, const ch
     lua_getfield(L, -2, "plugin");
     int pos = lua_isnumber(L, -2) ? (int)lua_tointeger(L, -2) : -1;
     const char *plugin = lua_tostring(L, -1);
+    /* error({...}) or error(): say what was raised, as lua.c does, rather than "?" */
+    if (!msg) msg = lua_checkstack(co, 1) ? lua_pushfstring(co, "(error object is a %s value)", luaL_typename(co, -1)) : "?";
     if (pos >= 0) {
         msg = blame_plugin(co, msg);
         sl_log_kv(SL_LOG_ERR,
                   (const char *[]){"route", route, "plugin", plugin ? plugin : "?", "request_id", who.rid}, 3,
-                  "plugin error: %s", msg ? msg : "?");
+                  "plugin error: %s", msg);
         sl_metrics_plugin_error(&w->metrics, who.route, pos);
         lua_pushinteger(L, -1);
         lua_setfield(L, -4, "pos");
     } else {
-        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s",
-                  msg ? msg : "?");
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s", msg);
     }
     lua_pop(L, 3);
     drop_coroutine(w, t);

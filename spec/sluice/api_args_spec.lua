@@ -10,7 +10,7 @@ local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "re
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
-                "req_add_host", "req_clear_host", "exit_tail_bad_status" }
+                "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -146,6 +146,25 @@ describe("sluice API arguments", function()
             assert.matches("^plugin error: .*api%-call%.lua:%d+: response%.exit works in rewrite and access only",
                            assert(line).msg)
             assert.not_matches("runtime%.lua", line.msg)
+        end)
+    end)
+
+    describe("an error object that is not a string", function()
+        it("is logged as what it is, not as '?'", function()
+            for case, what in pairs({ raise_table = "table", raise_nil = "nil" }) do
+                test.capture_logs(true)
+                assert.equal(500, assert(gw:request({ path = "/" .. case })).status)
+                local line
+                for _ = 1, 100 do
+                    for _, l in ipairs(test.logs()) do
+                        if l.route == case and l.level == "error" then line = l end
+                    end
+                    if line then break end
+                    os.execute("sleep 0.01")
+                end
+                test.capture_logs(false)
+                assert.equal("plugin error: (error object is a " .. what .. " value)", assert(line).msg)
+            end
         end)
     end)
 
