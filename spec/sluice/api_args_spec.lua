@@ -43,8 +43,9 @@ describe("sluice API arguments", function()
         return out
     end
 
-    -- The case answers 500 and its log line names the fixture's file and line.
-    local function raises(case, pattern)
+    -- Requests /case; its response and the error lines logged for the route (the log
+    -- phase's come after the answer: polled for up to a second).
+    local function request_logged(case)
         test.capture_logs(true)
         local res = assert(gw:request({ path = "/" .. case, timeout = 2 }))
         local lines = {}
@@ -56,6 +57,12 @@ describe("sluice API arguments", function()
             os.execute("sleep 0.01")
         end
         test.capture_logs(false)
+        return res, lines
+    end
+
+    -- The case answers 500 and its log line names the fixture's file and line.
+    local function raises(case, pattern)
+        local res, lines = request_logged(case)
         assert.equal(500, res.status)
         assert.equal(1, #lines)
         assert.matches("^plugin error: .*api%-call%.lua:%d+: " .. pattern, lines[1].msg)
@@ -132,17 +139,9 @@ describe("sluice API arguments", function()
         end)
 
         it("does so in the log phase too", function()
-            test.capture_logs(true)
-            assert.equal(200, assert(gw:request({ path = "/exit_tail_in_log" })).status)
-            local line
-            for _ = 1, 100 do
-                for _, l in ipairs(test.logs()) do
-                    if l.route == "exit_tail_in_log" and l.level == "error" then line = l end
-                end
-                if line then break end
-                os.execute("sleep 0.01")
-            end
-            test.capture_logs(false)
+            local res, lines = request_logged("exit_tail_in_log")
+            assert.equal(200, res.status)
+            local line = lines[1]
             assert.matches("^plugin error: .*api%-call%.lua:%d+: response%.exit works in rewrite and access only",
                            assert(line).msg)
             assert.not_matches("runtime%.lua", line.msg)
@@ -152,18 +151,9 @@ describe("sluice API arguments", function()
     describe("an error object that is not a string", function()
         it("is logged as what it is, not as '?'", function()
             for case, what in pairs({ raise_table = "table", raise_nil = "nil" }) do
-                test.capture_logs(true)
-                assert.equal(500, assert(gw:request({ path = "/" .. case })).status)
-                local line
-                for _ = 1, 100 do
-                    for _, l in ipairs(test.logs()) do
-                        if l.route == case and l.level == "error" then line = l end
-                    end
-                    if line then break end
-                    os.execute("sleep 0.01")
-                end
-                test.capture_logs(false)
-                assert.equal("plugin error: (error object is a " .. what .. " value)", assert(line).msg)
+                local res, lines = request_logged(case)
+                assert.equal(500, res.status)
+                assert.equal("plugin error: (error object is a " .. what .. " value)", assert(lines[1]).msg)
             end
         end)
     end)
