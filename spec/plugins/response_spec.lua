@@ -15,6 +15,7 @@ describe("response", function()
                 route("maint", "/maint", { status = 503, body = "down for maintenance\n",
                                            headers = { ["Content-Type"] = "text/plain", ["Retry-After"] = "600" } }),
                 route("empty", "/empty", { status = 204, body = "ignored", headers = { ["X-Kept"] = "1" } }),
+                route("notmod", "/notmod", { status = 304, body = "ignored", headers = { ETag = '"v1"' } }),
                 route("created", "/created", { status = 201, body = '{"id":7}',
                                                headers = { ["Content-Type"] = "application/json" } }),
             },
@@ -52,6 +53,17 @@ describe("response", function()
         assert.is_nil(res.headers["content-length"])
         assert.is_nil(res.headers["transfer-encoding"])
         -- nothing after the head: the raw bytes end with the blank line
+        assert.equal("\r\n\r\n", res.raw:sub(-4))
+        assert.is_nil(res.raw:find("ignored", 1, true))
+    end)
+
+    it("sends no body and no Content-Length with 304 (a 0 would tell caches the stored content is empty)",
+        function()
+        local res = assert(gw:request({ path = "/notmod" }))
+        assert.equal(304, res.status)
+        assert.equal('"v1"', res.headers["etag"])
+        assert.is_nil(res.headers["content-length"])
+        assert.is_nil(res.headers["transfer-encoding"])
         assert.equal("\r\n\r\n", res.raw:sub(-4))
         assert.is_nil(res.raw:find("ignored", 1, true))
     end)
