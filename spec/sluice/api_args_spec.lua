@@ -10,7 +10,8 @@ local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "re
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
-                "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil" }
+                "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil",
+                "limit_redis_unconfigured", "redis_unconfigured" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -121,6 +122,13 @@ describe("sluice API arguments", function()
 
         it("clear_header(\"Host\") raises: an HTTP/1.1 request without Host is the upstream's 400", function()
             raises("req_clear_host", "Host is required upstream")
+        end)
+    end)
+
+    describe("sluice.limit with store redis, and sluice.redis", function()
+        it("without redis: in the config raise at the plugin's line, not inside sluice/redis_limit.lua", function()
+            raises("limit_redis_unconfigured", "no redis in the config")
+            raises("redis_unconfigured", "no redis in the config")
         end)
     end)
 
