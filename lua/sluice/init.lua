@@ -165,7 +165,9 @@ function request.get_header(name)
     return ffi_string(str_p[0], len_p[0])
 end
 
--- All fields of one side as { lower-case name = value }, repeated ones joined with ", ".
+-- All fields of one side as { lower-case name = value }, repeated ones joined with ", ";
+-- Cookie fields with "; " (a cookie-string: what HTTP/2 makes of its split cookies, and
+-- nginx's $http_cookie), since "a=1, b=2" would read as one cookie a = "1, b=2".
 local function all_headers(count, at)
     local r = cur()
     local out = {}
@@ -175,7 +177,7 @@ local function all_headers(count, at)
             local k = lower(ffi_string(str_p[0], len_p[0]))
             local v = ffi_string(str2_p[0], len2_p[0])
             local old = out[k]
-            out[k] = old and (old .. ", " .. v) or v
+            out[k] = old and (old .. (k == "cookie" and "; " or ", ") .. v) or v
         end
     end
     return out

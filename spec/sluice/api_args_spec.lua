@@ -11,7 +11,7 @@ local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "re
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
                 "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil",
-                "limit_redis_unconfigured", "redis_unconfigured" }
+                "limit_redis_unconfigured", "redis_unconfigured", "req_cookies" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -110,6 +110,16 @@ describe("sluice API arguments", function()
     describe("response.exit", function()
         it("a status with a fraction raises instead of going out truncated", function()
             raises("exit_fraction", "status must be a whole number 200%.%.599")
+        end)
+    end)
+
+    describe("request.get_headers", function()
+        it("joins repeated Cookie fields with \"; \" (a cookie-string, as over HTTP/2), others with \", \"", function()
+            local raw = "GET /req_cookies HTTP/1.1\r\nHost: h\r\nCookie: a=1\r\nX-Two: 1\r\ncookie: b=2\r\n"
+                        .. "X-Two: 2\r\nConnection: close\r\n\r\n"
+            local res = assert(gw:request({ raw = raw }))
+            assert.equal(200, res.status)
+            assert.same({ cookie = "a=1; b=2", other = "1, 2" }, res.json())
         end)
     end)
 
