@@ -343,7 +343,8 @@ end
 -- get_body returns it. Rewrite/access only.
 function request.read_body(max)
     local r = cur()
-    if type(max) ~= "number" or max < 0 then error("max must be a number of bytes >= 0", 2) end
+    -- not (max >= 0) refuses NaN too, which the core's uint64 took as no limit at all
+    if type(max) ~= "number" or not (max >= 0) then error("max must be a number of bytes >= 0", 2) end
     local rc = C.sl_ffi_req_set_body_max(r, max, err_p)
     if rc ~= OK then return nil, ffi_string(err_p[0]) end
     while true do

@@ -11,7 +11,7 @@ local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "re
                 "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
                 "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil",
-                "limit_redis_unconfigured", "redis_unconfigured", "req_cookies" }
+                "limit_redis_unconfigured", "redis_unconfigured", "req_cookies", "read_body_nan" }
 
 describe("sluice API arguments", function()
     local up, gw
@@ -173,6 +173,12 @@ describe("sluice API arguments", function()
                 assert.equal(500, res.status)
                 assert.equal("plugin error: (error object is a " .. what .. " value)", assert(lines[1]).msg)
             end
+        end)
+    end)
+
+    describe("request.read_body", function()
+        it("raises for a NaN max instead of reading without a limit", function()
+            raises("read_body_nan", "max must be a number of bytes >= 0")
         end)
     end)
 
