@@ -47,6 +47,9 @@ function M.check(conf)
         end
         for _, name in ipairs(o.remove) do
             local why = bad_name(name)
+            if not why and side == "request" and name:lower() == "host" then
+                why = "is required upstream (set replaces it)"
+            end
             if why then return nil, ("%s: '%s' %s"):format(side, name, why) end
         end
     end

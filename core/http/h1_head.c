@@ -285,7 +285,10 @@ static bool fill_answer_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     if (ctype.len && !sl_edits_find(ed, SL_LIT("content-type")) && !sl_edits_removed(ed, SL_LIT("content-type")))
         ok = ok && put_header(&b, SL_LIT("Content-Type"), ctype);
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = put_header(&b, ed->added[i].name, ed->added[i].value);
-    if (status != 204)
+    /* None on a 204 (RFC 9110 8.6), nor on a 304: there it would have to be the length
+     * of the 200's content, which an answer made here does not know; a 0 would make a
+     * cache that refreshes its entry from the 304 believe the stored content is empty. */
+    if (status != 204 && status != 304)
         ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, content_length) &&
              SL_WBUF_LIT(&b, "\r\n");
     if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))

@@ -1133,7 +1133,7 @@ static int h2_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_
     for (uint16_t i = 0; i < ed->nadded && ok; i++) ok = nv_add(r, nva, &n, ed->added[i].name, ed->added[i].value);
     if (answer) {
         /* A gRPC error is trailers-only: one HEADERS frame, no length (respond.c). */
-        if (status != 204 && !r->grpc.answer)
+        if (status != 204 && status != 304 && !r->grpc.answer) /* as fill_answer_head (h1_head.c) */
             ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), (uint64_t)content_length);
         if (status == 503 && !sl_edits_find(ed, SL_LIT("retry-after")) && !sl_edits_removed(ed, SL_LIT("retry-after")))
             ok = ok && nv_num(r, nva, &n, SL_LIT("retry-after"), r->at.retry_after_s ? r->at.retry_after_s : 1);

@@ -130,7 +130,7 @@ static void respond(sl_req_t *r, int status, sl_str_t ctype, sl_str_t body, bool
     /* A body we did not read to its end cannot be skipped safely: close after answering. */
     if (close || !r->body_done) r->keep_alive = 0;
     if (!r->keep_alive) ds->ops->pause(ds);
-    /* 204 and 304 carry no body and (204) no Content-Length, whatever a plugin asked for. */
+    /* 204 and 304 carry no body and no Content-Length, whatever a plugin asked for. */
     bool bodiless = status == 204 || status == 304;
     if (bodiless) body.len = 0;
     /* A gateway-made body is whole: the body_filter chain sees it as one last piece. A

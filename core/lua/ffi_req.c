@@ -261,13 +261,27 @@ int sl_ffi_req_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, 
     return sl_edits_set(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
 }
 
+/* Host is the one field every HTTP/1.1 request carries exactly once: one more would send
+ * the upstream two (its 400, or a lever between two readers that pick different ones) and
+ * none would be its 400 too. As Kong's add_header does, adding Host replaces it; clearing
+ * it is refused. */
+static bool is_host(const char *n, size_t nl) {
+    return nl == 4 && (n[0] | 0x20) == 'h' && (n[1] | 0x20) == 'o' && (n[2] | 0x20) == 's' &&
+           (n[3] | 0x20) == 't';
+}
+
 int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
     if (!head_editable(r, err)) return SL_ERROR;
+    if (is_host(n, nl)) return sl_edits_set(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
     return sl_edits_add(&r->req_edits, &r->arena, (sl_str_t){n, nl}, (sl_str_t){v, vl}, err);
 }
 
 int sl_ffi_req_clear_header(sl_req_t *r, const char *n, size_t nl, const char **err) {
     if (!head_editable(r, err)) return SL_ERROR;
+    if (is_host(n, nl)) {
+        *err = "Host is required upstream: set_header(\"Host\", value) replaces it";
+        return SL_ERROR;
+    }
     return sl_edits_clear(&r->req_edits, &r->arena, (sl_str_t){n, nl}, err);
 }
 

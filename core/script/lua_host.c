@@ -294,6 +294,43 @@ static void drop_coroutine(sl_worker_t *w, sl_lua_task_t *t) {
     t->co = NULL;
 }
 
+/* A sluice API function a plugin called as a tail call (`return sluice.response.exit(...)`,
+ * the documented idiom) replaced the plugin's frame on the stack, so an error it raised "at
+ * its caller" names the dispatcher's line in sluice/runtime.lua, not the plugin. The dead
+ * coroutine's stack is still there (lua_resume does not unwind it): when msg starts with the
+ * position of a runtime.lua frame whose closure holds the plugin's phase function (upvalue
+ * `fn`, runtime.lua's link), the message names that function's file and first line instead.
+ * Returns msg, or the new message (on co's stack). */
+static const char *blame_plugin(lua_State *co, const char *msg) {
+    lua_Debug ar;
+    if (!lua_checkstack(co, 4)) return msg; /* a stack overflow's error: leave it as it is */
+    for (int level = 0; msg && lua_getstack(co, level, &ar); level++) {
+        if (!lua_getinfo(co, "Slf", &ar)) break;
+        size_t sl = strlen(ar.source);
+        char pos[LUA_IDSIZE + 32];
+        int n = snprintf(pos, sizeof pos, "%s:%d: ", ar.short_src, ar.currentline);
+        bool here = sl >= 19 && strcmp(ar.source + sl - 19, "/sluice/runtime.lua") == 0 && n > 0 &&
+                    (size_t)n < sizeof pos && strncmp(msg, pos, (size_t)n) == 0;
+        if (!here) {
+            lua_pop(co, 1);
+            continue;
+        }
+        const char *name;
+        for (int i = 1; (name = lua_getupvalue(co, -1, i)) != NULL; i++) {
+            if (strcmp(name, "fn") == 0 && lua_isfunction(co, -1)) {
+                lua_Debug fi;
+                if (lua_getinfo(co, ">S", &fi) && fi.linedefined > 0) /* pops fn */
+                    return lua_pushfstring(co, "%s:%d: %s (a tail call in the function defined at this line)",
+                                           fi.short_src, fi.linedefined, msg + n);
+                break;
+            }
+            lua_pop(co, 1);
+        }
+        break;
+    }
+    return msg;
+}
+
 /* An error the dispatcher did not catch: a plugin's phase function raised (the dispatcher
  * calls them without a pcall, so that their traces compile; sluice.base's .pos and
  * .plugin say which), or the dispatcher itself failed (.pos is -1). The coroutine is dead.
@@ -318,16 +355,18 @@ static int uncaught(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who, const ch
     lua_getfield(L, -2, "plugin");
     int pos = lua_isnumber(L, -2) ? (int)lua_tointeger(L, -2) : -1;
     const char *plugin = lua_tostring(L, -1);
+    /* error({...}) or error(): say what was raised, as lua.c does, rather than "?" */
+    if (!msg) msg = lua_checkstack(co, 1) ? lua_pushfstring(co, "(error object is a %s value)", luaL_typename(co, -1)) : "?";
     if (pos >= 0) {
+        msg = blame_plugin(co, msg);
         sl_log_kv(SL_LOG_ERR,
                   (const char *[]){"route", route, "plugin", plugin ? plugin : "?", "request_id", who.rid}, 3,
-                  "plugin error: %s", msg ? msg : "?");
+                  "plugin error: %s", msg);
         sl_metrics_plugin_error(&w->metrics, who.route, pos);
         lua_pushinteger(L, -1);
         lua_setfield(L, -4, "pos");
     } else {
-        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s",
-                  msg ? msg : "?");
+        sl_log_kv(SL_LOG_ERR, (const char *[]){"route", route, "request_id", who.rid}, 2, "lua: %s", msg);
     }
     lua_pop(L, 3);
     drop_coroutine(w, t);

@@ -242,6 +242,10 @@ end
 -- ---------------------------------------------------------------- verify
 
 local HMAC_ALGS = { HS256 = "sha256", HS384 = "sha384", HS512 = "sha512" }
+-- the algs crypto.c verifies with a public key, and its answer for any other
+local PKEY_ALGS = { RS256 = true, RS384 = true, RS512 = true, PS256 = true, PS384 = true, PS512 = true,
+                    ES256 = true, ES384 = true, ES512 = true, EdDSA = true }
+local UNKNOWN_ALG = "unknown alg (RS256/384/512, PS256/384/512, ES256/384/512, EdDSA)"
 
 -- Verifies signature (raw bytes, not base64url) over data with a JWS alg: HS256/384/512
 -- with a secret string as key; RS*, PS*, ES256/384/512 and EdDSA with a key from
@@ -254,7 +258,11 @@ function _M.verify(alg, key, data, signature)
     end
     local md = HMAC_ALGS[alg]
     if type(key) == "string" then
-        if not md then return nil, alg .. " needs a public key, not a secret string" end
+        if not md then
+            -- "none" or "rs256" with a secret is an unknown alg, as with a key (crypto.c)
+            if not PKEY_ALGS[alg] then return nil, UNKNOWN_ALG end
+            return nil, alg .. " needs a public key, not a secret string"
+        end
         if _M.equal(_M.hmac(md, key, data), signature) then return true end
         return false, "signature does not match"
     end

@@ -54,25 +54,27 @@ local function is_token(s) return s ~= "" and not find(s, "[^!#$%%&'*+%-.^_`|~%w
 -- Field values: visible ASCII, obs-text, space and tab; no CR, LF or NUL.
 local function is_value(s) return not find(s, "[%z\1-\8\10-\31\127]") end
 
--- "http://host[:port]/path?query" -> host, port, target, authority
-local function parse_url(url)
+-- "http://host[:port]/path?query" -> host, port, target, authority. A bad url raises at
+-- `level` (as error() counts from parse_url's caller; default 2: that caller's caller).
+local function parse_url(url, level)
+    local lvl = (level or 2) + 1
     local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
-    if not scheme then error("url must be absolute (http://host[:port]/path)", 3) end
+    if not scheme then error("url must be absolute (http://host[:port]/path)", lvl) end
     scheme = lower(scheme)
-    if scheme ~= "http" and scheme ~= "https" then error("url scheme must be http or https, got " .. scheme, 3) end
+    if scheme ~= "http" and scheme ~= "https" then error("url scheme must be http or https, got " .. scheme, lvl) end
     local authority, target = rest:match("^([^/?#]*)([^#]*)")
-    if find(authority, "@", 1, true) then error("url must not carry user:password@", 3) end
+    if find(authority, "@", 1, true) then error("url must not carry user:password@", lvl) end
     local host, port
     if authority:sub(1, 1) == "[" then
         host, port = authority:match("^%[([%x:.]+)%]:?(%d*)$")
     else
         host, port = authority:match("^([%w.-]+):?(%d*)$")
     end
-    if not host then error("url has a bad host: " .. authority, 3) end
+    if not host then error("url has a bad host: " .. authority, lvl) end
     port = port == "" and (scheme == "https" and 443 or 80) or tonumber(port)
-    if port < 1 or port > 65535 then error("url has a bad port: " .. authority, 3) end
+    if port < 1 or port > 65535 then error("url has a bad port: " .. authority, lvl) end
     if target == "" then target = "/" elseif target:sub(1, 1) == "?" then target = "/" .. target end
-    if find(target, "[%z\1-\32\127]") then error("url path must not contain spaces or controls", 3) end
+    if find(target, "[%z\1-\32\127]") then error("url path must not contain spaces or controls", lvl) end
     return host, port, target, authority, scheme == "https"
 end
 
@@ -80,7 +82,7 @@ end
 -- CRLF), without framing, for a sender that frames each body itself.
 local function build(opts, head_only)
     if type(opts.url) ~= "string" then error("http.request needs url", 3) end
-    local host, port, target, authority, tls = parse_url(opts.url)
+    local host, port, target, authority, tls = parse_url(opts.url, 3) -- build's caller's caller: the plugin
     local body = opts.body
     if body ~= nil and type(body) ~= "string" then error("body must be a string", 3) end
     local method = opts.method or (body and "POST" or "GET")

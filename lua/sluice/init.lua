@@ -169,8 +169,10 @@ function request.get_header(name)
     return ffi_string(str_p[0], len_p[0])
 end
 
--- All fields of one side as { lower-case name = value }, repeated ones joined with ", "
--- (or, with lists, as a list of their values in order, as ngx.req.get_headers gives them).
+-- All fields of one side as { lower-case name = value }, repeated ones joined with ", ";
+-- Cookie fields with "; " (a cookie-string: what HTTP/2 makes of its split cookies, and
+-- nginx's $http_cookie), since "a=1, b=2" would read as one cookie a = "1, b=2". With
+-- lists, repeated ones are a list of their values in order, as ngx.req.get_headers gives them.
 local function all_headers(count, at, lists)
     local r = cur()
     local out = {}
@@ -183,7 +185,7 @@ local function all_headers(count, at, lists)
             if old == nil then
                 out[k] = v
             elseif not lists then
-                out[k] = old .. ", " .. v
+                out[k] = old .. (k == "cookie" and "; " or ", ") .. v
             elseif type(old) == "table" then
                 old[#old + 1] = v
             else
@@ -254,17 +256,50 @@ function request.get_query_args()
     return out
 end
 
+-- A header value as text: a string, or a number or boolean through tostring. nil (use
+-- clear_header) and other types are a programmer's mistake: they raise at `level` (as
+-- error() counts, from header_value's caller) instead of sending "nil" or "table: 0x...".
+local function header_value(v, level)
+    local t = type(v)
+    if t == "string" then return v end
+    if t == "number" or t == "boolean" then return tostring(v) end
+    error("header value must be a string, a number or a boolean, or a list of them (got " .. t
+          .. "; clear_header removes a field)", level + 1)
+end
+
+-- Puts field `name` = `value` on one side through `put` (the side's set or add): a list
+-- value is one field per element (Kong's and ngx.header's arrays: several Set-Cookie),
+-- the first through `put` and the rest added; set with an empty list removes the field.
+-- Errors raise at `level` counted from put_header's caller.
+local function put_header(r, put, add, clear, name, value, level)
+    if type(value) ~= "table" then
+        value = header_value(value, level + 1)
+        if put(r, name, #name, value, #value, err_p) ~= OK then error(ffi_string(err_p[0]), level + 1) end
+        return
+    end
+    local n = #value
+    for i = 1, n do header_value(value[i], level + 1) end
+    if n == 0 then
+        if put ~= add and clear(r, name, #name, err_p) ~= OK then error(ffi_string(err_p[0]), level + 1) end
+        return
+    end
+    for i = 1, n do
+        local v = header_value(value[i], level + 1)
+        if (i == 1 and put or add)(r, name, #name, v, #v, err_p) ~= OK then
+            error(ffi_string(err_p[0]), level + 1)
+        end
+    end
+end
+
 -- set_header / add_header / clear_header for one side (request or response).
 local function header_editors(api, set, add, clear)
     function api.set_header(name, value)
         check_str(name, "header name")
-        value = tostring(value)
-        ffi_err(set(cur(), name, #name, value, #value, err_p))
+        put_header(cur(), set, add, clear, name, value, 2)
     end
     function api.add_header(name, value)
         check_str(name, "header name")
-        value = tostring(value)
-        ffi_err(add(cur(), name, #name, value, #value, err_p))
+        put_header(cur(), add, add, clear, name, value, 2)
     end
     function api.clear_header(name)
         check_str(name, "header name")
@@ -321,7 +356,8 @@ end
 -- get_body returns it. Rewrite/access only.
 function request.read_body(max)
     local r = cur()
-    if type(max) ~= "number" or max < 0 then error("max must be a number of bytes >= 0", 2) end
+    -- not (max >= 0) refuses NaN too, which the core's uint64 took as no limit at all
+    if type(max) ~= "number" or not (max >= 0) then error("max must be a number of bytes >= 0", 2) end
     local rc = C.sl_ffi_req_set_body_max(r, max, err_p)
     if rc ~= OK then return nil, ffi_string(err_p[0]) end
     while true do
@@ -394,6 +430,8 @@ _M.response = response
 function response.exit(status, body, headers)
     local r = cur()
     if type(status) ~= "number" then error("status must be a number", 2) end
+    -- the core takes an int: 200.5 would go out as 200
+    if status % 1 ~= 0 then error("status must be a whole number 200..599", 2) end
     if type(body) == "table" then
         body = cjson.encode(body)
         headers = headers or {}
@@ -404,9 +442,10 @@ function response.exit(status, body, headers)
         body = tostring(body)
     end
     if headers then
+        if type(headers) ~= "table" then error("headers must be a table of name = value", 2) end
         for k, v in pairs(headers) do
-            k, v = tostring(k), tostring(v)
-            ffi_err(C.sl_ffi_resp_set_header(r, k, #k, v, #v, err_p))
+            put_header(r, C.sl_ffi_resp_set_header, C.sl_ffi_resp_add_header, C.sl_ffi_resp_clear_header,
+                       tostring(k), v, 2)
         end
     end
     ffi_err(C.sl_ffi_resp_exit(r, status, body, body and #body or 0, err_p))
@@ -603,7 +642,11 @@ log.debug, log.info, log.warn, log.err =
 -- Suspends the request's coroutine for s seconds; the worker serves others meanwhile.
 function _M.sleep(s)
     local r = cur()
-    if type(s) ~= "number" or s < 0 then error("sleep needs a number of seconds >= 0", 2) end
+    -- not (s >= 0) also refuses NaN, and inf is no time either: both would reach the core as
+    -- a timer of 2^63 ms, a request (and its client) hanging for good.
+    if type(s) ~= "number" or not (s >= 0) or s == math.huge then
+        error("sleep needs a finite number of seconds >= 0", 2)
+    end
     ffi_err(C.sl_ffi_sleep(r, s * 1000, err_p))
     base.wait()
 end
@@ -641,13 +684,24 @@ function shared.get(key)
     return nil
 end
 
+-- ttl: nil or 0 for no expiry, else seconds. A negative one (an expiry computed from a
+-- time already past) or NaN is a mistake, not "forever": the core stores both as permanent.
+local function check_ttl(ttl)
+    if ttl == nil then return 0 end
+    if type(ttl) ~= "number" or not (ttl >= 0) then
+        error("ttl must be a number of seconds >= 0 (nil or 0: no expiry)", 3)
+    end
+    return ttl
+end
+
 function shared.set(key, value, ttl)
     check_str(key, "key")
+    ttl = check_ttl(ttl)
     local rc
     if type(value) == "number" then
-        rc = C.sl_ffi_shdict_set(key, #key, 1, value, nil, 0, ttl or 0, err_p)
+        rc = C.sl_ffi_shdict_set(key, #key, 1, value, nil, 0, ttl, err_p)
     elseif type(value) == "string" then
-        rc = C.sl_ffi_shdict_set(key, #key, 0, 0, value, #value, ttl or 0, err_p)
+        rc = C.sl_ffi_shdict_set(key, #key, 0, 0, value, #value, ttl, err_p)
     else
         error("shared values are strings or numbers", 2)
     end
@@ -659,7 +713,9 @@ end
 function shared.incr(key, delta, init, ttl)
     check_str(key, "key")
     if type(delta) ~= "number" then error("delta must be a number", 2) end
-    local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl or 0, num_p, err_p)
+    if init ~= nil and type(init) ~= "number" then error("init must be a number", 2) end
+    ttl = check_ttl(ttl)
+    local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl, num_p, err_p)
     if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return tonumber(num_p[0])
 end

@@ -46,22 +46,25 @@ local function item(r, i)
 end
 
 -- Sends one command (its name and arguments: strings or numbers) and waits for the reply.
-function _M.command(...)
+-- A misuse raises at `level`, as error() counts from command_at's caller (1: that caller):
+-- sluice.redis_limit names the plugin that called sluice.limit, not its own line.
+local function command_at(level, ...)
+    level = level + 1
     local r = base.reqp()
-    if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
+    if r == nil then error("no request is being served here (sluice API used outside a phase)", level) end
     local n = select("#", ...)
-    if n < 1 or n > MAX_ARGS then error("redis.command takes 1 to " .. MAX_ARGS .. " arguments", 2) end
+    if n < 1 or n > MAX_ARGS then error("redis.command takes 1 to " .. MAX_ARGS .. " arguments", level) end
     local keep = {} -- the Lua strings argv points into, alive until the command is sent
     for i = 1, n do
         local a = select(i, ...)
         if type(a) == "number" then a = tostring(a) end
-        if type(a) ~= "string" then error("redis arguments must be strings or numbers", 2) end
+        if type(a) ~= "string" then error("redis arguments must be strings or numbers", level) end
         keep[i] = a
         argv[i - 1], argvlen[i - 1] = a, #a
     end
     local rc = C.sl_ffi_redis_command(r, n, argv, argvlen, err_p)
     if rc == DECLINED then return nil, ffi_string(err_p[0]) end
-    if rc ~= OK then error(ffi_string(err_p[0]), 2) end
+    if rc ~= OK then error(ffi_string(err_p[0]), level) end
     keep = nil
     base.wait()
     local v, e = item(r, -1)
@@ -74,5 +77,9 @@ function _M.command(...)
     C.sl_ffi_redis_done(r)
     return v, e
 end
+_M.command_at = command_at
+
+-- (a tail call: the frame below command_at is command's caller)
+function _M.command(...) return command_at(1, ...) end
 
 return _M

@@ -91,11 +91,13 @@ local function sha_of(script)
 end
 
 -- Runs a script on one key with four arguments; returns its reply with its times in
--- seconds (`per_s` of its units to a second), or fail open.
+-- seconds (`per_s` of its units to a second), or fail open. sluice.limit and take/window
+-- reach run by tail calls, so its caller is the plugin's: a misuse (a phase without
+-- Redis, no redis: in the config) raises there.
 local function run(script, key, per_s, a1, a2, a3, a4)
-    local res, err = redis.command("EVALSHA", sha_of(script), "1", key, a1, a2, a3, a4)
+    local res, err = redis.command_at(2, "EVALSHA", sha_of(script), "1", key, a1, a2, a3, a4)
     if not res and err and err:find("NOSCRIPT", 1, true) then
-        res, err = redis.command("EVAL", script, "1", key, a1, a2, a3, a4)
+        res, err = redis.command_at(2, "EVAL", script, "1", key, a1, a2, a3, a4)
     end
     if type(res) ~= "table" or #res < 4 then
         return true, 0, 0, 0, err or "unexpected reply from the limiter script"

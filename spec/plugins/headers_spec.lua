@@ -115,5 +115,11 @@ describe("headers", function()
         assert.matches("response.remove: expected a list",
                        err_of({ response = { remove = { a = "b" } } }), 1, true)
         assert.matches("unknown key 'sett'", err_of({ request = { sett = { A = "1" } } }), 1, true)
+        -- the upstream needs its Host (the API refuses to clear it); the response has none
+        assert.matches("request: 'host' is required upstream (set replaces it)",
+                       err_of({ request = { remove = { "host" } } }), 1, true)
+        local g = assert(test.start({ routes = { { name = "r", plugins = {
+            { name = "headers", config = { response = { remove = { "Host" } } } } } } } }))
+        g:stop()
     end)
 end)

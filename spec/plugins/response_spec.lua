@@ -15,6 +15,7 @@ describe("response", function()
                 route("maint", "/maint", { status = 503, body = "down for maintenance\n",
                                            headers = { ["Content-Type"] = "text/plain", ["Retry-After"] = "600" } }),
                 route("empty", "/empty", { status = 204, body = "ignored", headers = { ["X-Kept"] = "1" } }),
+                route("notmod", "/notmod", { status = 304, body = "ignored", headers = { ETag = '"v1"' } }),
                 route("created", "/created", { status = 201, body = '{"id":7}',
                                                headers = { ["Content-Type"] = "application/json" } }),
             },
@@ -45,15 +46,19 @@ describe("response", function()
         assert.equal("application/json", res.headers["content-type"])
     end)
 
-    it("sends no body and no Content-Length with 204, but keeps its headers", function()
-        local res = assert(gw:request({ path = "/empty" }))
-        assert.equal(204, res.status)
-        assert.equal("1", res.headers["x-kept"])
-        assert.is_nil(res.headers["content-length"])
-        assert.is_nil(res.headers["transfer-encoding"])
-        -- nothing after the head: the raw bytes end with the blank line
-        assert.equal("\r\n\r\n", res.raw:sub(-4))
-        assert.is_nil(res.raw:find("ignored", 1, true))
+    -- 304 too: a Content-Length there must be the 200's length, and a 0 would tell a cache
+    -- refreshing its entry that the stored content is empty
+    it("sends no body and no Content-Length with 204 and 304, but keeps their headers", function()
+        for _, c in ipairs({ { "/empty", 204, "x-kept", "1" }, { "/notmod", 304, "etag", '"v1"' } }) do
+            local res = assert(gw:request({ path = c[1] }))
+            assert.equal(c[2], res.status)
+            assert.equal(c[4], res.headers[c[3]])
+            assert.is_nil(res.headers["content-length"])
+            assert.is_nil(res.headers["transfer-encoding"])
+            -- nothing after the head: the raw bytes end with the blank line
+            assert.equal("\r\n\r\n", res.raw:sub(-4))
+            assert.is_nil(res.raw:find("ignored", 1, true))
+        end
     end)
 
     it("sends the Content-Length but no body to HEAD", function()

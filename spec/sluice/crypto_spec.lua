@@ -271,6 +271,12 @@ describe("sluice.crypto.verify: keys and signatures from the openssl CLI", funct
         local ok, err = crypto.verify("RS256", pems.rsa, DATA, forged) -- ... never an RSA key
         assert.is_nil(ok)
         assert.equal("RS256 needs a public key, not a secret string", err)
+        -- an alg no key verifies is unknown with a secret too, not one that "needs a public key"
+        for _, alg in ipairs({ "none", "rs256", "XX256" }) do
+            ok, err = crypto.verify(alg, "secret", DATA, forged)
+            assert.is_nil(ok)
+            assert.equal("unknown alg (RS256/384/512, PS256/384/512, ES256/384/512, EdDSA)", err)
+        end
     end)
 
     it("reads PKCS#1 RSA PUBLIC KEY and CERTIFICATE PEMs, and refuses private keys", function()
