@@ -218,26 +218,13 @@ end
 local kresp = {}
 kong.response = kresp
 
--- A header value may be a list (Kong's normalize_multi_header): one field per element.
-local function put_header(side, name, value, add)
-    if type(value) ~= "table" then
-        if add then side.add_header(name, value) else side.set_header(name, value) end
-        return
-    end
-    if #value == 0 then
-        if not add then side.clear_header(name) end
-        return
-    end
-    for i, v in ipairs(value) do
-        if i == 1 and not add then side.set_header(name, v) else side.add_header(name, v) end
-    end
-end
-
+-- A header value may be a list (Kong's normalize_multi_header): one field per element, which
+-- sluice's own set_header/add_header/exit do (docs/plugins.md).
 function kresp.get_status() return response.get_status() end
 function kresp.get_header(name) return response.get_header(hname(name)) end
 function kresp.get_headers(max_headers) return headers_of(response, max_headers) end
-function kresp.set_header(name, value) put_header(response, name, value) end
-function kresp.add_header(name, value) put_header(response, name, value, true) end
+function kresp.set_header(name, value) response.set_header(name, value) end
+function kresp.add_header(name, value) response.add_header(name, value) end
 -- Content-Length and Transfer-Encoding are the gateway's: it frames a body a body_filter
 -- changed by itself, so Kong's usual clear_header("Content-Length") before one is a no-op.
 local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
@@ -246,7 +233,7 @@ function kresp.clear_header(name)
     response.clear_header(name)
 end
 function kresp.set_headers(headers)
-    for k, v in pairs(headers) do put_header(response, k, v) end
+    for k, v in pairs(headers) do response.set_header(k, v) end
 end
 
 -- Ends the request with this answer; in rewrite and access the plugin's phase function
@@ -263,17 +250,7 @@ function kresp.exit(status, body, headers)
         end
         body = cjson.encode(body)
     end
-    if headers then
-        local plain
-        for k, v in pairs(headers) do
-            if type(v) == "table" then put_header(response, k, v) else
-                plain = plain or {}
-                plain[k] = v
-            end
-        end
-        headers = plain
-    end
-    response.exit(status, body, headers)
+    response.exit(status, body, headers) -- a list value is one field per element there too
     if ends_method() then error(EXIT, 0) end
 end
 
@@ -319,11 +296,11 @@ function service.set_target(host, port)
     return true
 end
 
-function sreq.set_header(name, value) put_header(request, name, value) end
-function sreq.add_header(name, value) put_header(request, name, value, true) end
+function sreq.set_header(name, value) request.set_header(name, value) end
+function sreq.add_header(name, value) request.add_header(name, value) end
 function sreq.clear_header(name) request.clear_header(name) end
 function sreq.set_headers(headers)
-    for k, v in pairs(headers) do put_header(request, k, v) end
+    for k, v in pairs(headers) do request.set_header(k, v) end
 end
 function sreq.set_path(path) request.set_path(path) end
 function sreq.set_raw_query(query) request.set_query(query) end
