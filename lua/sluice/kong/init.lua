@@ -223,8 +223,8 @@ kong.response = kresp
 function kresp.get_status() return response.get_status() end
 function kresp.get_header(name) return response.get_header(hname(name)) end
 function kresp.get_headers(max_headers) return headers_of(response, max_headers) end
-function kresp.set_header(name, value) response.set_header(name, value) end
-function kresp.add_header(name, value) response.add_header(name, value) end
+kresp.set_header = response.set_header -- the same function: no call in between, and an
+kresp.add_header = response.add_header -- error is reported at the plugin's line
 -- Content-Length and Transfer-Encoding are the gateway's: it frames a body a body_filter
 -- changed by itself, so Kong's usual clear_header("Content-Length") before one is a no-op.
 local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
@@ -296,8 +296,8 @@ function service.set_target(host, port)
     return true
 end
 
-function sreq.set_header(name, value) request.set_header(name, value) end
-function sreq.add_header(name, value) request.add_header(name, value) end
+sreq.set_header = request.set_header
+sreq.add_header = request.add_header
 function sreq.clear_header(name) request.clear_header(name) end
 function sreq.set_headers(headers)
     for k, v in pairs(headers) do request.set_header(k, v) end
@@ -360,10 +360,11 @@ local function plugin_table(c)
     if not t then
         t = table_new(0, 4)
         of[name] = t
-    elseif plugin_serial[t] ~= serial then
+        plugin_serial[t] = serial
+    elseif plugin_serial[t] ~= serial then -- the first use in this request
         table_clear(t)
+        plugin_serial[t] = serial
     end
-    plugin_serial[t] = serial
     return t
 end
 
