@@ -265,10 +265,7 @@ int sl_ffi_req_set_header(sl_req_t *r, const char *n, size_t nl, const char *v, 
  * the upstream two (its 400, or a lever between two readers that pick different ones) and
  * none would be its 400 too. As Kong's add_header does, adding Host replaces it; clearing
  * it is refused. */
-static bool is_host(const char *n, size_t nl) {
-    return nl == 4 && (n[0] | 0x20) == 'h' && (n[1] | 0x20) == 'o' && (n[2] | 0x20) == 's' &&
-           (n[3] | 0x20) == 't';
-}
+static bool is_host(const char *n, size_t nl) { return SL_IEQ(((sl_str_t){n, nl}), "host"); }
 
 int sl_ffi_req_add_header(sl_req_t *r, const char *n, size_t nl, const char *v, size_t vl, const char **err) {
     if (!head_editable(r, err)) return SL_ERROR;
