@@ -70,10 +70,22 @@ def test_dashboard(t):
     for _ in range(6):
         h.request(s.port(), "GET", "/shop/x")
     h.request(s.port(), "GET", "/other")
-    data = json.loads(s.admin_get("/ui/data").body)
-    routes = {r["name"]: r for r in data["routes"]}
-    t.check("/ui/data: routes with their counts", routes.get("shop", {}).get("requests") == 6 and
-            routes.get("everything-else", {}).get("requests") == 1, (6, 1), routes)
+
+    def ui_data():
+        d = json.loads(s.admin_get("/ui/data").body)
+        return d, {r["name"]: r for r in d["routes"]}
+
+    def counted(routes):
+        return routes.get("shop", {}).get("requests") == 6 and routes.get("everything-else", {}).get("requests") == 1
+
+    def data_once_counted():
+        d, routes = ui_data()
+        return (d, routes) if counted(routes) else None
+
+    # A request is counted once its response is written, which may be just after
+    # this client has read it: poll briefly rather than read once.
+    data, routes = h.wait_until(data_once_counted, 3.0) or ui_data()
+    t.check("/ui/data: routes with their counts", counted(routes), (6, 1), routes)
     t.check("/ui/data: buckets cumulative, as many as bounds",
             all(len(r["buckets"]) == len(r["le"]) and r["buckets"][-1] <= r["count"] for r in data["routes"]),
             "consistent", data["routes"][0])

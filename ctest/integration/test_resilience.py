@@ -74,16 +74,6 @@ def status_targets(s, upstream):
     return {}
 
 
-def wait_for(pred, timeout=5.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
-
-
 def test_retries(t):
     reset_mock = h.MockUpstream(named("a", lambda req: h.RESET), name="resetter")
     good = h.MockUpstream(named("b"), name="good")
@@ -252,12 +242,12 @@ routes:
     s = h.start_sluice(conf % {"a": a.address, "b": b.address, "p": pf.address}, suite=t, name="health")
     try:
         p = s.port()
-        t.check("probes reach the target's health path", wait_for(lambda: any(r.path == "/healthz" for r in a.requests)),
+        t.check("probes reach the target's health path", h.wait_until(lambda: any(r.path == "/healthz" for r in a.requests)),
                 "GET /healthz seen", [r.path for r in a.requests][:5])
         names = [who(h.request(p, "GET", "/probed/x")) for _ in range(10)]
         t.check("both healthy: traffic on both", set(names) == {"a", "b"}, {"a", "b"}, names)
         sick["probe"] = True
-        down = wait_for(lambda: status_targets(s, "probed")[a.address]["health"] == "unhealthy", timeout=3)
+        down = h.wait_until(lambda: status_targets(s, "probed")[a.address]["health"] == "unhealthy", timeout=3)
         t.check("failing probes: /status shows the target unhealthy", down, "unhealthy",
                 status_targets(s, "probed")[a.address])
         names = [who(h.request(p, "GET", "/probed/x")) for _ in range(10)]
@@ -267,7 +257,7 @@ routes:
              and lab.get("upstream") == "probed"]
         t.check("sluice_target_healthy = 0", g == [0.0], [0.0], g)
         sick["probe"] = False
-        up = wait_for(lambda: status_targets(s, "probed")[a.address]["health"] == "healthy", timeout=3)
+        up = h.wait_until(lambda: status_targets(s, "probed")[a.address]["health"] == "healthy", timeout=3)
         t.check("passing probes bring it back", up, "healthy", status_targets(s, "probed")[a.address])
 
         for _ in range(8):
@@ -432,10 +422,10 @@ routes: [ { name: r, upstream: pair } ]
                 (len(moved), {(x[1], x[2]) for x in moved}))
         phase["v"] = "restart"
         a.mode("up")
-        back = wait_for(lambda: status_targets(s, "pair")[a.address]["health"] == "healthy", timeout=5)
+        back = h.wait_until(lambda: status_targets(s, "pair")[a.address]["health"] == "healthy", timeout=5)
         t.check("/status: probes bring the restarted backend back (healthy)", back, "healthy",
                 status_targets(s, "pair")[a.address])
-        closed = wait_for(lambda: status_targets(s, "pair")[a.address]["breaker"] == "closed", timeout=5)
+        closed = h.wait_until(lambda: status_targets(s, "pair")[a.address]["breaker"] == "closed", timeout=5)
         t.check("/status: its breaker closes again", closed, "closed", status_targets(s, "pair")[a.address])
         phase["v"] = "back"
         time.sleep(1.0)

@@ -156,15 +156,6 @@ def metric(s, name, **labels):
     return sum(h.metric_values(samples, name, **labels))
 
 
-def wait_for(pred, timeout=5.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
-
-
 def post_reload(s):
     req = urllib.request.Request("http://%s/reload" % s.admin, data=b"", method="POST")
     try:
@@ -635,7 +626,7 @@ def test_upstream_tls(t):
         r = tls_request(p, path="/wrongca/x")
         t.check("a wrong CA: 502", r.status == 502, 502, r.status)
         t.check("the wrong-CA request never reached the upstream", up.paths("/wrongca/") == [], [], up.paths("/wrongca/"))
-        ok = wait_for(lambda: re.search(r"upstream TLS handshake: certificate verify failed: "
+        ok = h.wait_until(lambda: re.search(r"upstream TLS handshake: certificate verify failed: "
                                         r"unable to get local issuer certificate", s.log()) is not None, 5)
         t.check("the gateway log names the verification error", ok,
                 "upstream TLS handshake: certificate verify failed: unable to get local issuer certificate",
@@ -668,7 +659,7 @@ def test_upstream_tls(t):
         c.close()
         t.check("... a Content-Length body cut short the same way is still cut at the client",
                 got != (200, n), "cut", got)
-        ok = wait_for(lambda: "upstream failed mid-response" in s.log(), 5)
+        ok = h.wait_until(lambda: "upstream failed mid-response" in s.log(), 5)
         t.check("... and logged as a failure mid-response", ok, "upstream failed mid-response",
                 [ln for ln in s.log().splitlines() if "mid" in ln][-3:])
     finally:
@@ -682,7 +673,7 @@ def test_upstream_tls(t):
     s = h.start_sluice(conf, suite=t, name="health")
     try:
         n0 = len(up.paths("/health"))
-        got = wait_for(lambda: len(up.paths("/health")) >= n0 + 4, 10)
+        got = h.wait_until(lambda: len(up.paths("/health")) >= n0 + 4, 10)
         probes = up.paths("/health")[n0:]
         t.check("HTTP health probes reach the TLS target over TLS", got and all(x[2] == "up.test" for x in probes),
                 ">= 4 probes with SNI up.test", probes[:6])
@@ -830,7 +821,7 @@ def test_robustness(t):
         t.check("sluice_tls_handshakes_total{result=ok} counts the good ones", okc >= 20 + served["ok"],
                 ">= %d" % (20 + served["ok"]), okc)
 
-        ok = wait_for(lambda: abs(fd_count(s.pid) - fd0) <= 2, 10)
+        ok = h.wait_until(lambda: abs(fd_count(s.pid) - fd0) <= 2, 10)
         t.check("open FDs back to baseline (+-2)", ok, fd0, fd_count(s.pid))
         growth = (s.rss_kb() - rss0) / 1024.0
         t.info("handshakes ok=%d failed=%d timeout=%d; stalled closed after %.2f-%.2f s; HTTPS during: %d ok; "

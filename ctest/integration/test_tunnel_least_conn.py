@@ -66,13 +66,6 @@ def upgrade(port):
     return s, head
 
 
-def wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not cond():
-        time.sleep(0.005)
-    return cond()
-
-
 def config(targets):
     addrs = ", ".join("{ address: 127.0.0.1:%d }" % u.port for u in targets)
     return f"""
@@ -98,7 +91,7 @@ def open_tunnels(t, n, ups, what):
         s, head = upgrade(port)
         socks.append(s)
         t.check("%s: upgrade %d switched" % (what, i), head.startswith(b"HTTP/1.1 101"), "101", head[:40])
-        wait_for(lambda: sum(u.open for u in ups) == total + i + 1)
+        h.wait_until(lambda: sum(u.open for u in ups) == total + i + 1)
     return socks
 
 
@@ -125,7 +118,7 @@ def test_count_falls_when_tunnels_close(t):
     a, b = S["ups"]
     for s in S["on_a"]:
         s.close()
-    t.check("a's ten tunnels closed", wait_for(lambda: a.open == 0), 0, a.open)
+    t.check("a's ten tunnels closed", h.wait_until(lambda: a.open == 0), 0, a.open)
     time.sleep(0.2)  # the gateway sees both ends close and releases the attempts
     more = open_tunnels(t, 10, (a, b), "after closing")
     t.check("the next ten upgrades all go to a: b still holds ten", (a.open, b.open) == (10, 10),

@@ -29,6 +29,7 @@ Processes are stopped by PID only; threads poll a stop flag and are joined.
 
 The modules, one section each (lower ones never import higher ones):
   lifecycle       paths (SRC, BIN), temp dirs, the registry cleanup_all stops at exit,
+                  wait_until (poll a predicate to a deadline),
                   debian_module (a module of a Debian package, e.g. python3-yaml)
   wire            raw sockets and bytes: Reader, HTTP/1.1 parsing, ports, TCPServer
   client          Client, build_request, request
@@ -50,7 +51,7 @@ from .latency import keepalive_load, percentile
 from .jwt import b64u, ed25519_key, eddsa, hs256
 from .fault_upstream import FAULT_BIN, FaultUpstream, start_fault_upstream
 from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister, cleanup_all,
-                        debian_module, new_tmpdir, stop_process, tmp_root)
+                        debian_module, new_tmpdir, stop_process, tmp_root, wait_until)
 from .metrics import metric_values, parse_prometheus
 from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstream, Request,
                             Response, Stop, default_handler, json_response)

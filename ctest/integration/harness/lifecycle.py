@@ -11,6 +11,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ctest/integration
 SRC = os.environ.get("SLUICE_SRC") or os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -20,6 +21,22 @@ BIN = os.environ.get("SLUICE_BIN") or os.path.join(SRC, "build", "sluice")
 _live = []
 _live_lock = threading.Lock()
 _tmp_root = None
+
+
+def wait_until(pred, timeout=5.0, step=0.02):
+    """pred()'s first truthy value within timeout, else its value at the deadline.
+
+    For what sluice does after the client already has its answer: a request is
+    counted and logged once its response is written, so a client can read the
+    response before the counters move.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
 
 
 def tmp_root():
