@@ -43,8 +43,8 @@
 #define H2UP_CONN_WINDOW (1 << 24)
 /* Streams a connection takes before the peer's SETTINGS said how many it allows. */
 #define H2UP_FIRST_STREAMS 100
-/* Trailer fields kept for the client. */
-#define H2UP_TRAILERS_FIRST 32 /* room for a response's trailers; more move to SL_H1_MAX_HEADERS */
+/* Room first taken for a response's trailer fields; more move to SL_H1_MAX_HEADERS. */
+#define H2UP_TRAILERS_FIRST 32
 
 enum { C_CONNECTING = 1, C_READY, C_RETIRED, C_CLOSING };
 enum { EV_HEAD = 1, EV_DATA = 2, EV_WRITTEN = 4, EV_CLOSED = 8 };
@@ -65,6 +65,11 @@ struct sl_h2up_stream_s {
     uint16_t qi;
     size_t qoff;
     uint64_t due;           /**< read timeout (loop ms); 0: none */
+    /* The response head as it arrives, until it ends (op_head moves it to r->rhead): a
+     * hedged request's other stream may end its head between two frames of this one's. */
+    int status;
+    sl_h1_header_t *f;      /**< its fields (the request's arena) */
+    uint16_t nf;
     sl_list_t link;    /**< in c->streams, newest first */
 };
 
@@ -273,66 +278,70 @@ static bool copy_str(sl_req_t *r, const uint8_t *p, size_t n, sl_str_t *out) {
     return true;
 }
 
-/* A trailer field for the client. A longer list than H2UP_TRAILERS_FIRST moves to room for
- * SL_H1_MAX_HEADERS, the head's own bound; past it the stream is reset, as for the head
- * (a field silently dropped could be the grpc-status). */
-static int push_trailer(sl_req_t *r, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
-    if (!r->trailers && !(r->trailers = sl_arena_alloc(&r->arena, H2UP_TRAILERS_FIRST * sizeof(sl_h1_header_t))))
-        return SL_H2C_RESET;
-    if (r->ntrailers == SL_H1_MAX_HEADERS) return SL_H2C_RESET;
-    if (r->ntrailers == H2UP_TRAILERS_FIRST) {
+/* One more field in list[0..*n) (the request's arena): room for `first` fields, then for
+ * SL_H1_MAX_HEADERS, the head's own bound. NULL past it: the stream is reset (a field
+ * silently dropped could be the grpc-status). */
+static sl_h1_header_t *push_field(sl_req_t *r, sl_h1_header_t **list, uint16_t *n, uint16_t first,
+                                  const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+    if (!*list && !(*list = sl_arena_alloc(&r->arena, first * sizeof(sl_h1_header_t)))) return NULL;
+    if (*n == SL_H1_MAX_HEADERS) return NULL;
+    if (*n == first) {
         sl_h1_header_t *more = sl_arena_alloc(&r->arena, SL_H1_MAX_HEADERS * sizeof(sl_h1_header_t));
-        if (!more) return SL_H2C_RESET;
-        memcpy(more, r->trailers, r->ntrailers * sizeof(sl_h1_header_t));
-        r->trailers = more;
+        if (!more) return NULL;
+        memcpy(more, *list, *n * sizeof(sl_h1_header_t));
+        *list = more;
     }
-    sl_h1_header_t *x = &r->trailers[r->ntrailers];
-    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
+    sl_h1_header_t *x = &(*list)[*n];
+    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return NULL;
     x->hop = 0;
-    r->ntrailers++;
-    return 0;
+    (*n)++;
+    return x;
 }
 
 static int op_status(void *ud, sl_h2c_stream_t *s, int status) {
     (void)ud;
-    sl_exchange_t *x = up_stream(s)->x;
-    if (!x) return 0;
-    sl_h1_head_clear(&x->r->rhead);
-    x->r->rhead.status = status;
-    x->r->rhead.major = 2;
+    sl_h2up_stream_t *st = up_stream(s);
+    st->status = status;
+    st->nf = 0;
     return 0;
 }
 
 static int op_trailer(void *ud, sl_h2c_stream_t *s, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
     (void)ud;
     sl_exchange_t *x = up_stream(s)->x;
-    return x ? push_trailer(x->r, name, nl, value, vl) : 0;
+    if (!x) return 0;
+    sl_req_t *r = x->r;
+    return push_field(r, &r->trailers, &r->ntrailers, H2UP_TRAILERS_FIRST, name, nl, value, vl) ? 0 : SL_H2C_RESET;
 }
 
 static int op_field(void *ud, sl_h2c_stream_t *s, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
     (void)ud;
-    sl_exchange_t *ex = up_stream(s)->x;
-    if (!ex) return 0;
-    sl_req_t *r = ex->r;
-    sl_h1_header_t *x = sl_h1_push(&r->rhead);
-    if (!x) return SL_H2C_RESET; /* past SL_H1_MAX_HEADERS: the stream is reset */
-    if (!copy_str(r, name, nl, &x->name) || !copy_str(r, value, vl, &x->value)) return SL_H2C_RESET;
-    x->hop = 0;
-    if (nl == 14 && memcmp(name, "content-length", 14) == 0) {
-        uint64_t n = 0;
-        for (size_t i = 0; i < vl; i++) n = n * 10 + (uint64_t)(value[i] - '0');
-        r->rhead.content_length = n;
-        r->rhead.flags |= SL_H1_HAS_CL;
-        x->hop = 1; /* the client's framing is rebuilt */
-    }
-    return 0;
+    sl_h2up_stream_t *st = up_stream(s);
+    if (!st->x) return 0;
+    return push_field(st->x->r, &st->f, &st->nf, SL_H1_INLINE_HEADERS, name, nl, value, vl) ? 0 : SL_H2C_RESET;
 }
 
+/* The head ended: it becomes the request's response head, whole. */
 static void op_head(void *ud, sl_h2c_stream_t *s, bool end) {
     (void)ud;
     sl_h2up_stream_t *st = up_stream(s);
     if (!st->x) return;
     sl_h1_head_t *h = &st->x->r->rhead;
+    sl_h1_head_clear(h);
+    h->status = st->status;
+    h->major = 2;
+    for (uint16_t i = 0; i < st->nf; i++) {
+        sl_h1_header_t *f = sl_h1_push(h);
+        SL_BUG_ON(!f); /* op_field kept to SL_H1_MAX_HEADERS */
+        *f = st->f[i];
+        if (f->name.len == 14 && memcmp(f->name.p, "content-length", 14) == 0) {
+            uint64_t n = 0;
+            for (size_t k = 0; k < f->value.len; k++) n = n * 10 + (uint64_t)(f->value.p[k] - '0');
+            h->content_length = n;
+            h->flags |= SL_H1_HAS_CL;
+            f->hop = 1; /* the client's framing is rebuilt */
+        }
+    }
     h->body_kind = end                                                  ? SL_BODY_NONE
                    : (h->flags & SL_H1_HAS_CL) && h->content_length == 0 ? SL_BODY_NONE
                    : (h->flags & SL_H1_HAS_CL)                          ? SL_BODY_LENGTH

@@ -11,6 +11,9 @@ after 1 s, the other at once. retry.hedge_after 50ms, round-robin, one worker.
   3. The same config without hedge_after waits for the slow origin (the test's control).
   4. Both streams answered at the same instant (grpc_fixture/h2_pair.py), 40 times: every
      answer is one origin's head with that origin's body.
+  5. One stream's head split over HEADERS and CONTINUATION, the other stream's whole 503 in
+     between (h2_pair.py --mode split): the client gets the first origin's 200 with its own
+     fields only, not the 503's status or fields mixed into it.
 """
 
 import json
@@ -150,4 +153,37 @@ def test_heads_at_once(t):
             not bad, [], bad[:6])
 
 
-t.run(test_hedged, test_unhedged, test_heads_at_once)
+def test_head_split_by_other_answer(t):
+    """The first attempt's head comes in two frames, and the hedge's whole 503 (a status
+    retry.on names, so the first attempt goes on) comes between them. Each stream's fields
+    are its own until its head ends."""
+    p = subprocess.Popen([PY, os.path.join(FIX, "h2_pair.py"), "--mode", "split"], stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE, stderr=open(os.path.join(D, "split.log"), "wb"), text=True,
+                         preexec_fn=h._die_with_parent)
+    ports = [int(x) for x in p.stdout.readline().split()[1:3]]
+    conf = CONF % {"slow": ports[0], "fast": ports[1], "retry": "retry: { attempts: 2, hedge_after: 20ms, on: [503] }"}
+    s = h.start_sluice(conf, suite=t, name="split")
+    n, got = 4, []
+    try:
+        for i in range(n):
+            c = h.Client(s.port(), timeout=5)
+            c.send(h.build_request("GET", "/s/%d" % i))
+            try:
+                r = c.read_response()
+                got.append((r.status, h.hall(r.headers, "x-from"), r.body))
+            except Exception as e:  # noqa: BLE001 - a broken answer is a failure here
+                got.append((type(e).__name__,))
+            c.close()
+        out, _ = p.communicate("", timeout=10)
+    finally:
+        s.stop()
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    st = json.loads([l for l in out.splitlines() if l.startswith("STATS ")][0][6:])
+    t.check("the origins played the split for every request", st["split"] == n, n, st)
+    t.check("each answer is the first origin's 200, its own x-from only, its body",
+            all(g == (200, ["first"], b"F" * 50) for g in got), "%d x (200, ['first'], F*50)" % n, got)
+
+
+t.run(test_hedged, test_unhedged, test_heads_at_once, test_head_split_by_other_answer)
