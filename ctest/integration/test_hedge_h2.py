@@ -116,19 +116,35 @@ def test_unhedged(t):
             [(a[1], round(a[2], 3)) for a in answers])
 
 
+def pair_run(mode, retry, drive):
+    """h2_pair.py's two origins (--mode MODE) behind one sluice with `retry`: drive(sluice)'s
+    result and the origins' STATS."""
+    p = subprocess.Popen([PY, os.path.join(FIX, "h2_pair.py"), "--mode", mode], stdout=subprocess.PIPE,
+                         stdin=subprocess.PIPE, stderr=open(os.path.join(D, "pair-%s.log" % mode), "wb"), text=True,
+                         preexec_fn=h._die_with_parent)
+    ports = [int(x) for x in p.stdout.readline().split()[1:3]]
+    s = h.start_sluice(CONF % {"slow": ports[0], "fast": ports[1], "retry": retry}, suite=t, name=mode)
+    try:
+        got = drive(s)
+        out, _ = p.communicate("", timeout=10)
+    finally:
+        s.stop()
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    return got, json.loads([l for l in out.splitlines() if l.startswith("STATS ")][0][6:])
+
+
 def test_heads_at_once(t):
     """Both streams of a hedged request answer at the same instant (h2_pair.py: a 200 with
     100 bytes of A from one origin, a 201 with "BB" from the other, each held until the
     other's request arrived): the client gets one origin's head with that origin's body,
     never one's head with the other's body (the two heads arrive in one loop turn and go
     to the one response head a request has)."""
-    p = subprocess.Popen([PY, os.path.join(FIX, "h2_pair.py")], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
-                         stderr=open(os.path.join(D, "pair.log"), "wb"), text=True, preexec_fn=h._die_with_parent)
-    ports = [int(x) for x in p.stdout.readline().split()[1:3]]
-    conf = CONF % {"slow": ports[0], "fast": ports[1], "retry": "retry: { hedge_after: 20ms }"}
-    s = h.start_sluice(conf, suite=t, name="pair")
-    n, bad, seen = 40, [], set()
-    try:
+    n = 40
+
+    def drive(s):
+        bad = []
         c = h.Client(s.port(), timeout=5)
         for i in range(n):
             c.send(h.build_request("GET", "/p/%d" % i))
@@ -138,16 +154,10 @@ def test_heads_at_once(t):
                 bad.append((i, type(e).__name__))
                 c = h.Client(s.port(), timeout=5)
                 continue
-            seen.add(r.status)
             if (r.status, r.body) not in ((200, b"A" * 100), (201, b"BB")):
                 bad.append((i, r.status, r.body[:12]))
-        out, _ = p.communicate("", timeout=10)
-    finally:
-        s.stop()
-        if p.poll() is None:
-            p.kill()
-            p.wait(5)
-    st = json.loads([l for l in out.splitlines() if l.startswith("STATS ")][0][6:])
+        return bad
+    bad, st = pair_run("together", "retry: { hedge_after: 20ms }", drive)
     t.check("the origins answered both streams together for most requests", st["together"] >= n, ">= %d" % n, st)
     t.check("%d hedged requests whose two heads came at once: each answer is one origin's head and body" % n,
             not bad, [], bad[:6])
@@ -157,14 +167,10 @@ def test_head_split_by_other_answer(t):
     """The first attempt's head comes in two frames, and the hedge's whole 503 (a status
     retry.on names, so the first attempt goes on) comes between them. Each stream's fields
     are its own until its head ends."""
-    p = subprocess.Popen([PY, os.path.join(FIX, "h2_pair.py"), "--mode", "split"], stdout=subprocess.PIPE,
-                         stdin=subprocess.PIPE, stderr=open(os.path.join(D, "split.log"), "wb"), text=True,
-                         preexec_fn=h._die_with_parent)
-    ports = [int(x) for x in p.stdout.readline().split()[1:3]]
-    conf = CONF % {"slow": ports[0], "fast": ports[1], "retry": "retry: { attempts: 2, hedge_after: 20ms, on: [503] }"}
-    s = h.start_sluice(conf, suite=t, name="split")
-    n, got = 4, []
-    try:
+    n = 4
+
+    def drive(s):
+        got = []
         for i in range(n):
             c = h.Client(s.port(), timeout=5)
             c.send(h.build_request("GET", "/s/%d" % i))
@@ -174,13 +180,8 @@ def test_head_split_by_other_answer(t):
             except Exception as e:  # noqa: BLE001 - a broken answer is a failure here
                 got.append((type(e).__name__,))
             c.close()
-        out, _ = p.communicate("", timeout=10)
-    finally:
-        s.stop()
-        if p.poll() is None:
-            p.kill()
-            p.wait(5)
-    st = json.loads([l for l in out.splitlines() if l.startswith("STATS ")][0][6:])
+        return got
+    got, st = pair_run("split", "retry: { attempts: 2, hedge_after: 20ms, on: [503] }", drive)
     t.check("the origins played the split for every request", st["split"] == n, n, st)
     t.check("each answer is the first origin's 200, its own x-from only, its body",
             all(g == (200, ["first"], b"F" * 50) for g in got), "%d x (200, ['first'], F*50)" % n, got)
