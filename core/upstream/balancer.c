@@ -81,6 +81,14 @@ static int lb_scan(const sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud,
     return -1;
 }
 
+/* A pick that found no eligible target gives its counter value back: the caller asks again
+ * (ignoring health when every target is unhealthy), and that pick must get the turn, or
+ * each such request would move the sequence by two and skip every other slot. */
+static int lb_none(sl_balancer_t *b) {
+    atomic_fetch_sub_explicit(&b->seq, 1, memory_order_relaxed);
+    return -1;
+}
+
 /* Each pick takes one counter value. A pick that had to skip ineligible targets also
  * takes the values it skipped, so that (on one thread) the next pick starts after the
  * target it got: the ineligible target's turns are spread over the others instead of
@@ -89,7 +97,8 @@ static int rr_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud) {
     uint64_t s = atomic_fetch_add_explicit(&b->seq, 1, memory_order_relaxed);
     uint32_t skipped;
     int t = lb_scan(b, eligible, ud, (uint32_t)(s % b->n), &skipped);
-    if (t >= 0 && skipped) atomic_fetch_add_explicit(&b->seq, skipped, memory_order_relaxed);
+    if (t < 0) return lb_none(b);
+    if (skipped) atomic_fetch_add_explicit(&b->seq, skipped, memory_order_relaxed);
     return t;
 }
 
@@ -162,7 +171,8 @@ static int wrr_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud) {
         if (++i == b->nschedule) i = 0;
     }
     uint32_t skipped;
-    return lb_scan(b, eligible, ud, (uint32_t)(s % b->n), &skipped);
+    int t = lb_scan(b, eligible, ud, (uint32_t)(s % b->n), &skipped);
+    return t < 0 ? lb_none(b) : t;
 }
 
 /* Fewest in flight; equal counts go to the higher weight, then to the first met from a

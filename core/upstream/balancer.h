@@ -13,7 +13,8 @@
  * Eligibility (healthy, breaker not open, not already tried by this request) is the
  * caller's: pick takes a predicate, which must be a cheap read without side effects
  * (a pick may call it more than once per target). A pick never returns a target the
- * predicate refused; when none is eligible it returns -1.
+ * predicate refused; when none is eligible it returns -1 and takes no turn of the
+ * round-robin counters (the caller may ask again with a wider predicate).
  *
  * The kinds (balancer.c has the why of each):
  * - round-robin: a shared atomic counter; skipping an ineligible target does not double
