@@ -87,6 +87,11 @@ static void probe_done(sl_prober_t *p, bool ok, const char *why) {
     if (p->stopping) return;
     const sl_health_conf_t *h = &p->uc->health;
     sl_tstate_t *ts = p->ts;
+    /* A passive ejection waits for healthy_threshold passes of its own: passes counted
+     * before it (the target looked fine to probes all along) do not end it. */
+    bool ejected = atomic_load(&ts->ejected_until_ms) == UINT64_MAX;
+    if (ejected && !ts->ejection_seen) ts->ok_run = 0;
+    ts->ejection_seen = ejected;
     if (ok) {
         ts->fail_run = 0;
         if (++ts->ok_run >= h->healthy_threshold && atomic_load(&ts->probe_down)) {
@@ -94,7 +99,10 @@ static void probe_done(sl_prober_t *p, bool ok, const char *why) {
             sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", p->uc->name, "target", ts->address}, 2,
                       "target healthy again (%u probes passed)", ts->ok_run);
         }
-        if (ts->ok_run >= h->healthy_threshold) atomic_store(&ts->ejected_until_ms, 0);
+        if (ejected && ts->ok_run >= h->healthy_threshold) {
+            atomic_store(&ts->ejected_until_ms, 0);
+            ts->ejection_seen = false;
+        }
     } else {
         ts->ok_run = 0;
         if (++ts->fail_run >= h->unhealthy_threshold && !atomic_load(&ts->probe_down)) {

@@ -31,6 +31,7 @@ typedef struct sl_tstate_s {
     _Atomic uint64_t pwindow_start_ms;
     /* active probes: main thread only */
     uint32_t ok_run, fail_run;
+    bool ejection_seen;       /**< probes met the passive ejection in force (and restarted ok_run) */
     bool probing;             /**< a probe is in flight */
 } sl_tstate_t;
 

@@ -235,11 +235,20 @@ upstreams:
   - name: passive
     targets: [ { address: %(p)s }, { address: %(b)s } ]
     health: { passive: { max_failures: 3, window: 30s } }
+  - name: both
+    targets: [ { address: %(q)s }, { address: %(b)s } ]
+    health: { active: { type: http, path: /healthz, interval: 100ms, timeout: 500ms,
+                        healthy_threshold: 4, unhealthy_threshold: 2 },
+              passive: { max_failures: 2, window: 30s } }
 routes:
   - { name: probed, match: { paths: [/probed] }, upstream: probed }
   - { name: passive, match: { paths: [/passive] }, upstream: passive }
+  - { name: both, match: { paths: [/both] }, upstream: both }
 """
-    s = h.start_sluice(conf % {"a": a.address, "b": b.address, "p": pf.address}, suite=t, name="health")
+    qf = h.MockUpstream(named("q", lambda req: None if req.path == "/healthz" else h.Response(502, b"bad")),
+                        name="both")
+    s = h.start_sluice(conf % {"a": a.address, "b": b.address, "p": pf.address, "q": qf.address},
+                       suite=t, name="health")
     try:
         p = s.port()
         t.check("probes reach the target's health path", h.wait_until(lambda: any(r.path == "/healthz" for r in a.requests)),
@@ -266,9 +275,26 @@ routes:
         t.check("passive: 3 failures (502) eject the target", st["health"] == "ejected", "ejected", st)
         names = [who(h.request(p, "GET", "/passive/x")) for _ in range(6)]
         t.check("ejected target gets no traffic", names == ["b"] * 6, ["b"] * 6, names)
+
+        # passive ejection with active probes: probes have passed all along, yet it takes
+        # healthy_threshold (4) passes after the ejection to end it, not the next one
+        t.check("both: probes pass before the ejection",
+                h.wait_until(lambda: sum(r.path == "/healthz" for r in qf.requests) >= 5), ">= 5 probes",
+                sum(r.path == "/healthz" for r in qf.requests))
+        for _ in range(6):
+            if status_targets(s, "both")[qf.address]["health"] == "ejected":
+                break
+            h.request(p, "GET", "/both/x")
+        t.check("both: 2 failures (502) eject the target", status_targets(s, "both")[qf.address]["health"] == "ejected",
+                "ejected", status_targets(s, "both")[qf.address])
+        seen = sum(r.path == "/healthz" for r in qf.requests)
+        back = h.wait_until(lambda: status_targets(s, "both")[qf.address]["health"] == "healthy", timeout=5)
+        probes = sum(r.path == "/healthz" for r in qf.requests) - seen
+        t.check("... and healthy_threshold passing probes after it bring it back (not the first)",
+                back and probes >= 3, "healthy after >= 3 new probes (4, one may precede the mark)", (back, probes))
     finally:
         s.stop()
-        for m in (a, b, pf):
+        for m in (a, b, pf, qf):
             m.stop()
 
 
