@@ -298,6 +298,79 @@ routes:
             m.stop()
 
 
+def test_state_across_reload(t):
+    """Health and breaker state belong to (upstream, address): a reload keeps them for
+    targets it keeps, a new address starts fresh, and a reload that turns active probes
+    off frees a target they had taken out (nothing else would ever bring it back)."""
+    a = h.MockUpstream(named("a", lambda req: h.Response(503, b"") if req.path == "/hz" else None), name="a")
+    b = h.MockUpstream(named("b"), name="b")
+    f = h.MockUpstream(named("f", lambda req: h.Response(500, b"boom")), name="f")
+    g = h.MockUpstream(named("g"), name="g")
+    conf = """\
+workers: 1
+watch: false
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: u
+    targets: [ { address: %(a)s }, { address: %(b)s } ]
+    %(health)s
+  - name: br
+    targets: [ { address: %(br)s } ]
+    circuit_breaker: { min_requests: 3, failure_ratio: 0.5, open_timeout: 60s, max_open_timeout: 60s }
+routes:
+  - { name: u, match: { paths: [/u] }, upstream: u }
+  - { name: br, match: { paths: [/br] }, upstream: br }
+"""
+    probes = ("health: { active: { path: /hz, interval: %s, timeout: 500ms, healthy_threshold: 1,"
+              " unhealthy_threshold: %d } }")
+    v = {"a": a.address, "b": b.address, "br": f.address, "health": probes % ("100ms", 1)}
+    s = h.start_sluice(conf % v, suite=t, name="across-reload")
+    try:
+        p = s.port()
+        t.check("a's probes fail: unhealthy",
+                h.wait_until(lambda: status_targets(s, "u")[a.address]["health"] == "unhealthy"), "unhealthy",
+                status_targets(s, "u")[a.address])
+        for _ in range(3):
+            h.request(p, "GET", "/br")
+        t.check("f's breaker opens", status_targets(s, "br")[f.address]["breaker"] == "open", "open",
+                status_targets(s, "br")[f.address])
+        # probes slow enough (10 s, 3 failures) that a fresh state would read healthy for 20 s
+        v["health"] = probes % ("10s", 3)
+        with open(s.config_path, "w") as fh:
+            fh.write(conf % v)
+        code, _ = s.reload(new_content=False)
+        t.check("reload applied", code == 200, 200, code)
+        t.check("after the reload a is still unhealthy (same upstream and address)",
+                status_targets(s, "u")[a.address]["health"] == "unhealthy", "unhealthy",
+                status_targets(s, "u")[a.address])
+        names = [who(h.request(p, "GET", "/u")) for _ in range(4)]
+        t.check("... and gets no traffic", names == ["b"] * 4, ["b"] * 4, names)
+        seen = len(f.requests)
+        r = h.request(p, "GET", "/br")
+        t.check("f's breaker is still open: 503, f untouched",
+                r.status == 503 and len(f.requests) == seen, (503, 0), (r.status, len(f.requests) - seen))
+        # a new address in br starts with a closed breaker; active probes off in u
+        v["br"], v["health"] = g.address, ""
+        with open(s.config_path, "w") as fh:
+            fh.write(conf % v)
+        code, _ = s.reload(new_content=False)
+        t.check("second reload applied", code == 200, 200, code)
+        r = h.request(p, "GET", "/br")
+        t.check("a new address starts fresh: its breaker closed, 200 from g", r.status == 200 and who(r) == "g",
+                (200, "g"), (r.status, who(r)))
+        t.check("probes turned off: a is healthy again (no probe could ever restore it)",
+                status_targets(s, "u")[a.address]["health"] == "healthy", "healthy", status_targets(s, "u")[a.address])
+        names = [who(h.request(p, "GET", "/u")) for _ in range(4)]
+        t.check("... and takes traffic again", sorted(names) == ["a", "a", "b", "b"], "a twice, b twice", names)
+        _, samples = s.metrics()
+        gv = [val for n, lab, val in samples if n == "sluice_target_healthy" and lab.get("target") == a.address]
+        t.check("sluice_target_healthy = 1 for a", gv == [1.0], [1.0], gv)
+    finally:
+        s.stop()
+        for m in (a, b, f, g):
+            m.stop()
+
 def test_split(t):
     main = h.MockUpstream(named("main"), name="main")
     canary = h.MockUpstream(named("canary"), name="canary")
@@ -687,5 +760,5 @@ routes:
             m.stop()
 
 
-t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging,
+t.run(test_retries, test_breaker, test_health, test_state_across_reload, test_split, test_kill_one_backend, test_hedging,
       test_hedge_after_retryable_status, test_hedge_answering_retryable_status, test_balancer_hook)
