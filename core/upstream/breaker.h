@@ -87,6 +87,8 @@ void sl_breaker_record(sl_breaker_t *b, const sl_breaker_conf_t *c, sl_admit_t a
                        uint64_t now_ms);
 /** An admitted attempt that ended without an outcome: its slot comes back, nothing counted. */
 void sl_breaker_cancel(sl_breaker_t *b, sl_admit_t a);
+/** Milliseconds until an open breaker half-opens; 0 when it is not open now. */
+uint64_t sl_breaker_open_left(sl_breaker_t *b, const sl_breaker_conf_t *c, uint64_t now_ms);
 /** SL_BREAKER_*, as it would answer now (open whose time is over reads half-open; a
  *  disabled conf reads closed). For the sluice_circuit_breaker_state gauge. */
 int sl_breaker_state(sl_breaker_t *b, const sl_breaker_conf_t *c, uint64_t now_ms);

@@ -202,6 +202,9 @@ routes: [ { name: r, upstream: one } ]
         r = h.request(p, "GET", "/x")
         t.check("half-open probe fails: the upstream's 500 passes, one request reached it",
                 r.status == 500 and len(flaky.requests) == seen + 1, (500, 1), (r.status, len(flaky.requests) - seen))
+        r = h.request(p, "GET", "/x")
+        t.check("re-opened for 2 s: Retry-After is the time left (2), not open_timeout (1)",
+                r.status == 503 and r.header("Retry-After") == "2", (503, "2"), (r.status, r.header("Retry-After")))
         time.sleep(1.2)
         st = status_targets(s, "one")[flaky.address]
         t.check("re-opened for a doubled open_timeout: still open 1.2 s later", st["breaker"] == "open", "open", st)
