@@ -91,7 +91,8 @@ void sl_balancer_free(sl_balancer_t *b);
 
 /** Picks a target: its index, or -1 when no target is eligible (`eligible` NULL: every
  *  target is). `key`/`key_len` is the consistent-hash key (ignored by other kinds; an
- *  empty key hashes as ""), borrowed for the call. `rnd` is a random 64-bit value the
+ *  empty key hashes as ""; NULL is no key: a random point of the ring, from `rnd`),
+ *  borrowed for the call. `rnd` is a random 64-bit value the
  *  caller draws (p2c; tie breaks). Any thread; no lock, no allocation. */
 int sl_balancer_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, const char *key,
                      size_t key_len, uint64_t rnd);

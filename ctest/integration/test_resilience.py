@@ -374,6 +374,51 @@ routes:
         for m in (a, b, f, g):
             m.stop()
 
+def test_hash_on(t):
+    """consistent-hash keeps a key on one target (header, cookie, path without its query),
+    and spreads requests that lack the header or cookie instead of piling them on one."""
+    ms = [h.MockUpstream(named(n), name=n) for n in ("a", "b", "c")]
+    targets = ", ".join("{ address: %s }" % m.address for m in ms)
+    conf = """\
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - { name: hdr, balancer: consistent-hash, hash_on: "header:X-User", targets: [ %(t)s ] }
+  - { name: ck, balancer: consistent-hash, hash_on: "cookie:sid", targets: [ %(t)s ] }
+  - { name: pth, balancer: consistent-hash, hash_on: path, targets: [ %(t)s ] }
+routes:
+  - { name: hdr, match: { paths: [/hdr] }, upstream: hdr }
+  - { name: ck, match: { paths: [/ck] }, upstream: ck }
+  - { name: pth, match: { paths: [/pth] }, upstream: pth }
+"""
+    s = h.start_sluice(conf % {"t": targets}, suite=t, name="hash-on")
+    try:
+        p = s.port()
+
+        def on(path, headers=None):
+            return who(h.request(p, "GET", path, headers=headers))
+        sticky = [len({on("/hdr", [("X-User", "u%d" % u)]) for _ in range(5)}) for u in range(6)]
+        t.check("header:X-User: each user stays on one target", sticky == [1] * 6, [1] * 6, sticky)
+        users = {on("/hdr", [("X-User", "u%d" % u)]) for u in range(30)}
+        t.check("... and users spread over the targets", len(users) >= 2, ">= 2 targets", users)
+        sticky = [len({on("/ck", [("Cookie", c % u)]) for c in ("sid=s%d", "a=1; sid=s%d", "sid=s%d; b=2")})
+                  for u in range(6)]
+        t.check("cookie:sid: each sid stays on one target, wherever it is in Cookie", sticky == [1] * 6, [1] * 6,
+                sticky)
+        sticky = [len({on("/pth/k%d?q=%d" % (k, q)) for q in range(4)}) for k in range(6)]
+        t.check("path: one path stays on one target, whatever its query", sticky == [1] * 6, [1] * 6, sticky)
+        lacking = [on("/hdr") for _ in range(30)] + [on("/hdr", [("X-User", "")]) for _ in range(10)]
+        t.check("no X-User (or an empty one): spread, not all on one target", len(set(lacking)) >= 2,
+                ">= 2 targets", sorted(set(lacking)))
+        lacking = [on("/ck", [("Cookie", "other=1")]) for _ in range(30)]
+        t.check("no sid cookie: spread, not all on one target", len(set(lacking)) >= 2, ">= 2 targets",
+                sorted(set(lacking)))
+    finally:
+        s.stop()
+        for m in ms:
+            m.stop()
+
 def test_split(t):
     main = h.MockUpstream(named("main"), name="main")
     canary = h.MockUpstream(named("canary"), name="canary")
@@ -763,5 +808,6 @@ routes:
             m.stop()
 
 
-t.run(test_retries, test_breaker, test_health, test_state_across_reload, test_split, test_kill_one_backend, test_hedging,
-      test_hedge_after_retryable_status, test_hedge_answering_retryable_status, test_balancer_hook)
+t.run(test_retries, test_breaker, test_health, test_state_across_reload, test_hash_on, test_split,
+      test_kill_one_backend, test_hedging, test_hedge_after_retryable_status,
+      test_hedge_answering_retryable_status, test_balancer_hook)

@@ -218,6 +218,22 @@ static void test_empty_pick_takes_no_turn(void) {
     sl_balancer_free(b);
 }
 
+/* consistent-hash without a key (hash_on header or cookie the request lacks): a random
+ * point of the ring per pick, so such requests spread by weight instead of all taking the
+ * point of "" (HAProxy and Kong fall back to round-robin there). */
+static void test_hash_no_key(void) {
+    static const uint32_t w[] = {1, 1, 2};
+    fx_t f;
+    fx_init(&f);
+    sl_balancer_t *b = lb(&f, SL_LB_CONSISTENT_HASH, 3, w);
+    int n[3] = {0};
+    for (int i = 0; i < 40000; i++) n[sl_balancer_pick(b, up, &f, NULL, 0, rnd(&rnd_state))]++;
+    CHECK_NEAR(n[0], 10000, 1000);
+    CHECK_NEAR(n[1], 10000, 1000);
+    CHECK_NEAR(n[2], 20000, 1000);
+    sl_balancer_free(b);
+}
+
 static void test_least_conn(void) {
     fx_t f;
     fx_init(&f);
@@ -656,6 +672,7 @@ int main(void) {
     test_hash_weights();
     test_hash_bounded_load();
     test_hash_all_over_cap();
+    test_hash_no_key();
     test_hash_large_upstream();
     test_threads();
     printf("%d passed, %d failed\n", passed, failed);
