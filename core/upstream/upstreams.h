@@ -64,6 +64,10 @@ typedef struct {
 
 /** Builds a generation's runtime for cfg, reusing the registry's states. NULL on OOM. */
 sl_upgen_t *sl_upgen_new(sl_tregistry_t *reg, const sl_config_t *cfg);
+/** A reload from `old` to g: the breakers of upstreams that have one in g but had none in
+ *  `old` (or did not exist there) start closed, whatever state their targets kept from an
+ *  earlier generation (a breaker counts nothing while it is off). Main thread. */
+void sl_upgen_breakers_turned_on(const sl_config_t *old, const sl_upgen_t *g, uint64_t now_ms);
 /** Drops a generation; states no generation uses any more are freed. */
 void sl_upgen_free(sl_tregistry_t *reg, sl_upgen_t *g);
 

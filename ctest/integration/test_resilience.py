@@ -303,12 +303,15 @@ routes:
 
 def test_state_across_reload(t):
     """Health and breaker state belong to (upstream, address): a reload keeps them for
-    targets it keeps, a new address starts fresh, and a reload that turns active probes
-    off frees a target they had taken out (nothing else would ever bring it back)."""
+    targets it keeps, a new address starts fresh, a reload that turns active probes off
+    frees a target they had taken out (nothing else would ever bring it back), and a
+    breaker turned off and on again starts closed (it counted nothing meanwhile)."""
     a = h.MockUpstream(named("a", lambda req: h.Response(503, b"") if req.path == "/hz" else None), name="a")
     b = h.MockUpstream(named("b"), name="b")
     f = h.MockUpstream(named("f", lambda req: h.Response(500, b"boom")), name="f")
     g = h.MockUpstream(named("g"), name="g")
+    fail2 = {"on": True}
+    f2 = h.MockUpstream(named("f2", lambda req: h.Response(500, b"boom") if fail2["on"] else None), name="f2")
     conf = """\
 workers: 1
 watch: false
@@ -321,13 +324,19 @@ upstreams:
   - name: br
     targets: [ { address: %(br)s } ]
     circuit_breaker: { min_requests: 3, failure_ratio: 0.5, open_timeout: 60s, max_open_timeout: 60s }
+  - name: br2
+    targets: [ { address: %(f2)s } ]
+    %(cb2)s
 routes:
   - { name: u, match: { paths: [/u] }, upstream: u }
   - { name: br, match: { paths: [/br] }, upstream: br }
+  - { name: br2, match: { paths: [/br2] }, upstream: br2 }
 """
+    cb = "circuit_breaker: { min_requests: 3, failure_ratio: 0.5, open_timeout: 60s, max_open_timeout: 60s }"
     probes = ("health: { active: { path: /hz, interval: %s, timeout: 500ms, healthy_threshold: 1,"
               " unhealthy_threshold: %d } }")
-    v = {"a": a.address, "b": b.address, "br": f.address, "health": probes % ("100ms", 1)}
+    v = {"a": a.address, "b": b.address, "br": f.address, "health": probes % ("100ms", 1), "f2": f2.address,
+         "cb2": cb}
     s = h.start_sluice(conf % v, suite=t, name="across-reload")
     try:
         p = s.port()
@@ -336,6 +345,9 @@ routes:
                 status_targets(s, "u")[a.address])
         for _ in range(3):
             h.request(p, "GET", "/br")
+            h.request(p, "GET", "/br2")
+        t.check("f2's breaker opens", status_targets(s, "br2")[f2.address]["breaker"] == "open", "open",
+                status_targets(s, "br2")[f2.address])
         t.check("f's breaker opens", status_targets(s, "br")[f.address]["breaker"] == "open", "open",
                 status_targets(s, "br")[f.address])
         # probes slow enough (10 s, 3 failures) that a fresh state would read healthy for 20 s
@@ -353,8 +365,10 @@ routes:
         r = h.request(p, "GET", "/br")
         t.check("f's breaker is still open: 503, f untouched",
                 r.status == 503 and len(f.requests) == seen, (503, 0), (r.status, len(f.requests) - seen))
-        # a new address in br starts with a closed breaker; active probes off in u
-        v["br"], v["health"] = g.address, ""
+        # a new address in br starts with a closed breaker; active probes off in u; br2's
+        # breaker off while f2 recovers
+        v["br"], v["health"], v["cb2"] = g.address, "", ""
+        fail2["on"] = False
         with open(s.config_path, "w") as fh:
             fh.write(conf % v)
         code, _ = s.reload(new_content=False)
@@ -369,10 +383,22 @@ routes:
         _, samples = s.metrics()
         gv = [val for n, lab, val in samples if n == "sluice_target_healthy" and lab.get("target") == a.address]
         t.check("sluice_target_healthy = 1 for a", gv == [1.0], [1.0], gv)
+        codes = [h.request(p, "GET", "/br2").status for _ in range(3)]
+        t.check("br2 without a breaker: f2 answers", codes == [200] * 3, [200] * 3, codes)
+        v["cb2"] = cb
+        with open(s.config_path, "w") as fh:
+            fh.write(conf % v)
+        code, _ = s.reload(new_content=False)
+        t.check("third reload applied", code == 200, 200, code)
+        codes = [h.request(p, "GET", "/br2").status for _ in range(3)]
+        t.check("br2's breaker turned on again starts closed, not open from before", codes == [200] * 3
+                and status_targets(s, "br2")[f2.address]["breaker"] == "closed", ([200] * 3, "closed"),
+                (codes, status_targets(s, "br2")[f2.address]["breaker"]))
     finally:
         s.stop()
-        for m in (a, b, f, g):
+        for m in (a, b, f, g, f2):
             m.stop()
+
 
 def test_hash_on(t):
     """consistent-hash keeps a key on one target (header, cookie, path without its query),
