@@ -9,7 +9,13 @@
      after open_timeout a half-open probe closes it again; /status and the
      sluice_circuit_breaker_state gauge show each state;
   3. health: active http probes mark a target down and back up (healthy_threshold),
-     traffic avoids it meanwhile; passive ejection after max_failures;
+     traffic avoids it meanwhile; passive ejection after max_failures, which with active
+     probes takes healthy_threshold passes after it to end;
+     state across reloads: health and breaker state kept for an unchanged (upstream,
+     address), fresh for a new address; probes turned off free what they took out; a
+     breaker turned on again starts closed;
+     hash_on: header, cookie and path keys stick to one target; requests lacking the
+     header or cookie are spread;
   4. split: 90/10 by weight over 10,000 requests lands 9-11% on the canary; a header
      match sends every matching request to the canary;
   5. kill one of two backends (fault_upstream, "down": its listener and connections
@@ -444,6 +450,7 @@ routes:
         s.stop()
         for m in ms:
             m.stop()
+
 
 def test_split(t):
     main = h.MockUpstream(named("main"), name="main")
