@@ -18,11 +18,16 @@ void sl__attempt_init(sl_req_t *r) {
     r->at.of = (sl_attempts_of_t){sl__req_upstream_conf(r), &r->w->ug->ups[r->upstream], SL_LAYER_HTTP};
 }
 
+/* A header or cookie the request lacks (or sends empty) is no key: the balancer takes a
+ * random point of the ring, as HAProxy's `balance hdr()` and Kong fall back to
+ * round-robin, instead of sending every such request to the target of "". */
+static sl_str_t no_key_if_empty(sl_str_t v) { return v.len ? v : (sl_str_t){NULL, 0}; }
+
 /* What consistent-hash hashes for this request (hash_on). */
 static sl_str_t hash_key(const sl_req_t *r, const sl_upstream_conf_t *uc) {
     switch (uc->hash_on) {
-    case SL_HASH_HEADER: return sl__req_header_value(r, uc->hash_name);
-    case SL_HASH_COOKIE: return sl__req_cookie_value(r, uc->hash_name);
+    case SL_HASH_HEADER: return no_key_if_empty(sl__req_header_value(r, uc->hash_name));
+    case SL_HASH_COOKIE: return no_key_if_empty(sl__req_cookie_value(r, uc->hash_name));
     case SL_HASH_PATH: return r->head.path;
     default: {
         const char *a = r->client_ip ? r->client_ip : r->ds->peer; /* real-ip's, when set */

@@ -805,6 +805,7 @@ static int apply(sl_reload_job_t *j, char **json) {
         return reject(srv, why, err, json);
     }
     sl_upgen_t *ug = sl_upgen_new(&srv->treg, n); /* targets kept by name and address keep their state */
+    if (ug) sl_upgen_breakers_turned_on(srv->cfg, ug, sl_now_ms()); /* but a breaker turned on starts closed */
     const char *werr = ug ? NULL : "out of memory";
     /* the new slots filled from what discovery knows, before a worker can pick */
     bool bound = !werr && srv->disc && sl_discovery_bind(srv->disc, ug, &werr) == SL_OK;

@@ -94,12 +94,16 @@ int sl_attempt_pick(const sl_attempts_of_t *of, sl_tries_t *tr, const char *key,
         }
         /* open breakers are an answer (503), not a reason to ignore health */
         if (*retry_after_ms) return -1;
-        bool any_open = false;
-        for (size_t t = 0; uc->breaker.enabled && t < uc->ntargets; t++)
-            any_open |= !sl_tries_has(tr->tried, (uint32_t)t) && sl_slot_up(uc, t) &&
-                        sl_breaker_state(breaker_of(of, (uint32_t)t), &uc->breaker, pc.now_ms) == SL_BREAKER_OPEN;
-        if (any_open) {
-            *retry_after_ms = uc->breaker.open_timeout_ms;
+        /* the time until the first of them half-opens (each may be open longer than
+         * open_timeout, doubled by re-trips, or be part-way through) */
+        uint64_t first = 0;
+        for (size_t t = 0; uc->breaker.enabled && t < uc->ntargets; t++) {
+            if (sl_tries_has(tr->tried, (uint32_t)t) || !sl_slot_up(uc, t)) continue;
+            uint64_t left = sl_breaker_open_left(breaker_of(of, (uint32_t)t), &uc->breaker, pc.now_ms);
+            if (left && (!first || left < first)) first = left;
+        }
+        if (first) {
+            *retry_after_ms = first;
             return -1;
         }
     }

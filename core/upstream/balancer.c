@@ -81,6 +81,14 @@ static int lb_scan(const sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud,
     return -1;
 }
 
+/* A pick that found no eligible target gives its counter value back: the caller asks again
+ * (ignoring health when every target is unhealthy), and that pick must get the turn, or
+ * each such request would move the sequence by two and skip every other slot. */
+static int lb_none(sl_balancer_t *b) {
+    atomic_fetch_sub_explicit(&b->seq, 1, memory_order_relaxed);
+    return -1;
+}
+
 /* Each pick takes one counter value. A pick that had to skip ineligible targets also
  * takes the values it skipped, so that (on one thread) the next pick starts after the
  * target it got: the ineligible target's turns are spread over the others instead of
@@ -89,7 +97,8 @@ static int rr_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud) {
     uint64_t s = atomic_fetch_add_explicit(&b->seq, 1, memory_order_relaxed);
     uint32_t skipped;
     int t = lb_scan(b, eligible, ud, (uint32_t)(s % b->n), &skipped);
-    if (t >= 0 && skipped) atomic_fetch_add_explicit(&b->seq, skipped, memory_order_relaxed);
+    if (t < 0) return lb_none(b);
+    if (skipped) atomic_fetch_add_explicit(&b->seq, skipped, memory_order_relaxed);
     return t;
 }
 
@@ -162,7 +171,8 @@ static int wrr_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud) {
         if (++i == b->nschedule) i = 0;
     }
     uint32_t skipped;
-    return lb_scan(b, eligible, ud, (uint32_t)(s % b->n), &skipped);
+    int t = lb_scan(b, eligible, ud, (uint32_t)(s % b->n), &skipped);
+    return t < 0 ? lb_none(b) : t;
 }
 
 /* Fewest in flight; equal counts go to the higher weight, then to the first met from a
@@ -293,11 +303,12 @@ static uint32_t ring_find(const sl_balancer_t *b, uint64_t h) {
 /* Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018,
  * arXiv:1608.01350): the key goes clockwise to the first eligible target whose load after
  * this attempt stays within ceil((1 + eps) * (in_flight + 1) * weight / weight_total),
- * totals over the eligible targets. Those caps add up to more than the load, so some
+ * totals over the eligible targets (no key: a random point, so keyless requests spread by
+ * weight). Those caps add up to more than the load, so some
  * target is always under its own; only threads racing the load past it between the
  * totals and the walk can make all of them full, and then the least full one is taken. */
 static int hash_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, const char *key,
-                     size_t key_len) {
+                     size_t key_len, uint64_t rnd) {
     uint64_t snap[SL_LB_SNAP_MAX / 64] = {0};
     bool snapped = b->n <= SL_LB_SNAP_MAX;
     uint64_t load = 0, wsum = 0;
@@ -311,7 +322,7 @@ static int hash_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
     /* (1 + eps) * (load + 1) * w is exact for eps like 0.25 and realistic loads, so the
      * one rounding is the division's and an exact quotient is never pushed up by ceil. */
     double scale = (1.0 + b->epsilon) * (double)(load + 1);
-    uint32_t i = ring_find(b, sl_balancer_hash(key, key_len));
+    uint32_t i = ring_find(b, key ? sl_balancer_hash(key, key_len) : rnd);
     int best = -1;
     double best_fill = INFINITY;
     for (uint32_t k = 0; k < b->nring; k++) {
@@ -341,7 +352,7 @@ int sl_balancer_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
     case SL_LB_P2C_EWMA:
         return p2c_pick(b, eligible, ud, rnd);
     default:
-        return hash_pick(b, eligible, ud, key, key_len);
+        return hash_pick(b, eligible, ud, key, key_len, rnd);
     }
 }
 

@@ -13,7 +13,8 @@
  * Eligibility (healthy, breaker not open, not already tried by this request) is the
  * caller's: pick takes a predicate, which must be a cheap read without side effects
  * (a pick may call it more than once per target). A pick never returns a target the
- * predicate refused; when none is eligible it returns -1.
+ * predicate refused; when none is eligible it returns -1 and takes no turn of the
+ * round-robin counters (the caller may ask again with a wider predicate).
  *
  * The kinds (balancer.c has the why of each):
  * - round-robin: a shared atomic counter; skipping an ineligible target does not double
@@ -90,7 +91,8 @@ void sl_balancer_free(sl_balancer_t *b);
 
 /** Picks a target: its index, or -1 when no target is eligible (`eligible` NULL: every
  *  target is). `key`/`key_len` is the consistent-hash key (ignored by other kinds; an
- *  empty key hashes as ""), borrowed for the call. `rnd` is a random 64-bit value the
+ *  empty key hashes as ""; NULL is no key: a random point of the ring, from `rnd`),
+ *  borrowed for the call. `rnd` is a random 64-bit value the
  *  caller draws (p2c; tie breaks). Any thread; no lock, no allocation. */
 int sl_balancer_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, const char *key,
                      size_t key_len, uint64_t rnd);

@@ -248,3 +248,14 @@ int sl_breaker_state(sl_breaker_t *b, const sl_breaker_conf_t *c, uint64_t now_m
     if (w_state(w) == SL_BREAKER_OPEN && now_ms >= w_val(w)) return SL_BREAKER_HALF_OPEN;
     return (int)w_state(w);
 }
+
+uint64_t sl_breaker_open_left(sl_breaker_t *b, const sl_breaker_conf_t *c, uint64_t now_ms) {
+    if (!c->enabled) return 0;
+    uint64_t w = atomic_load_explicit(&b->word, memory_order_acquire);
+    return w_state(w) == SL_BREAKER_OPEN && now_ms < w_val(w) ? w_val(w) - now_ms : 0;
+}
+
+void sl_breaker_reset(sl_breaker_t *b, uint64_t now_ms) {
+    window_reset(b);
+    atomic_store_explicit(&b->word, pack(SL_BREAKER_CLOSED, 0, now_ms), memory_order_release);
+}

@@ -87,6 +87,11 @@ void sl_breaker_record(sl_breaker_t *b, const sl_breaker_conf_t *c, sl_admit_t a
                        uint64_t now_ms);
 /** An admitted attempt that ended without an outcome: its slot comes back, nothing counted. */
 void sl_breaker_cancel(sl_breaker_t *b, sl_admit_t a);
+/** Closed with an empty window, as a breaker that was turned off and on again starts.
+ *  Probe slots in use stay counted (their attempts give them back). Any thread. */
+void sl_breaker_reset(sl_breaker_t *b, uint64_t now_ms);
+/** Milliseconds until an open breaker half-opens; 0 when it is not open now. */
+uint64_t sl_breaker_open_left(sl_breaker_t *b, const sl_breaker_conf_t *c, uint64_t now_ms);
 /** SL_BREAKER_*, as it would answer now (open whose time is over reads half-open; a
  *  disabled conf reads closed). For the sluice_circuit_breaker_state gauge. */
 int sl_breaker_state(sl_breaker_t *b, const sl_breaker_conf_t *c, uint64_t now_ms);

@@ -87,6 +87,11 @@ static void probe_done(sl_prober_t *p, bool ok, const char *why) {
     if (p->stopping) return;
     const sl_health_conf_t *h = &p->uc->health;
     sl_tstate_t *ts = p->ts;
+    /* A passive ejection waits for healthy_threshold passes of its own: passes counted
+     * before it (the target looked fine to probes all along) do not end it. */
+    bool ejected = atomic_load(&ts->ejected_until_ms) == UINT64_MAX;
+    if (ejected && !ts->ejection_seen) ts->ok_run = 0;
+    ts->ejection_seen = ejected;
     if (ok) {
         ts->fail_run = 0;
         if (++ts->ok_run >= h->healthy_threshold && atomic_load(&ts->probe_down)) {
@@ -94,7 +99,10 @@ static void probe_done(sl_prober_t *p, bool ok, const char *why) {
             sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", p->uc->name, "target", ts->address}, 2,
                       "target healthy again (%u probes passed)", ts->ok_run);
         }
-        if (ts->ok_run >= h->healthy_threshold) atomic_store(&ts->ejected_until_ms, 0);
+        if (ejected && ts->ok_run >= h->healthy_threshold) {
+            atomic_store(&ts->ejected_until_ms, 0);
+            ts->ejection_seen = false;
+        }
     } else {
         ts->ok_run = 0;
         if (++ts->fail_run >= h->unhealthy_threshold && !atomic_load(&ts->probe_down)) {
@@ -311,13 +319,33 @@ static void on_probe_timer(uv_timer_t *t) {
         probe_done(p, false, "connect failed");
 }
 
+/* A target of a generation without active probes: what only probes could end (a verdict
+ * of probes a reload turned off, an ejection waiting for them) is over, or it would never
+ * be; a passive ejection still running lasts its window, and none is left without
+ * `passive`. */
+static void settle_unprobed(sl_tstate_t *ts, const sl_health_conf_t *h, uint64_t now_ms) {
+    if (atomic_exchange(&ts->probe_down, 0))
+        sl_log_kv(SL_LOG_INFO, (const char *[]){"upstream", ts->upstream, "target", ts->address}, 2,
+                  "target healthy again (active health checks removed)");
+    ts->ok_run = ts->fail_run = 0;
+    ts->ejection_seen = false;
+    uint64_t until = atomic_load(&ts->ejected_until_ms);
+    if (!h->passive)
+        atomic_store(&ts->ejected_until_ms, 0);
+    else if (until == UINT64_MAX)
+        atomic_store(&ts->ejected_until_ms, now_ms + h->window_ms);
+}
+
 void sl_health_start(sl_health_t *hc, uv_loop_t *loop, sl_tregistry_t *reg, const sl_upgen_t *g) {
     hc->loop = loop;
     hc->reg = reg;
     const sl_config_t *cfg = g->cfg;
     for (size_t u = 0; u < cfg->nupstreams; u++) {
         const sl_upstream_conf_t *uc = &cfg->upstreams[u];
-        if (uc->health.active_type == SL_PROBE_NONE) continue;
+        if (uc->health.active_type == SL_PROBE_NONE) {
+            for (size_t i = 0; i < uc->ntargets; i++) settle_unprobed(g->ups[u].ts[i], &uc->health, sl_now_ms());
+            continue;
+        }
         for (size_t i = 0; i < uc->ntargets; i++) {
             sl_prober_t *p = calloc(1, sizeof(*p));
             if (!p) continue;

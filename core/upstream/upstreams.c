@@ -124,6 +124,19 @@ fail:
     return NULL;
 }
 
+void sl_upgen_breakers_turned_on(const sl_config_t *old, const sl_upgen_t *g, uint64_t now_ms) {
+    for (size_t u = 0; u < g->cfg->nupstreams; u++) {
+        const sl_upstream_conf_t *uc = &g->cfg->upstreams[u];
+        if (!uc->breaker.enabled) continue;
+        bool had = false;
+        for (size_t k = 0; k < old->nupstreams && !had; k++)
+            had = strcmp(old->upstreams[k].name, uc->name) == 0 && old->upstreams[k].breaker.enabled;
+        if (had) continue;
+        for (size_t i = 0; i < uc->ntargets; i++)
+            for (int l = 0; l < SL_LAYERS; l++) sl_breaker_reset(&g->ups[u].ts[i]->breaker[l], now_ms);
+    }
+}
+
 void sl_upgen_sweep(sl_upgen_t *g, uint64_t now_ms, uint64_t grace_ms) {
     for (size_t u = 0; u < g->cfg->nupstreams; u++)
         for (sl_old_bal_t **pp = &g->ups[u].old_bals; *pp;) {

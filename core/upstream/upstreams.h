@@ -31,6 +31,7 @@ typedef struct sl_tstate_s {
     _Atomic uint64_t pwindow_start_ms;
     /* active probes: main thread only */
     uint32_t ok_run, fail_run;
+    bool ejection_seen;       /**< probes met the passive ejection in force (and restarted ok_run) */
     bool probing;             /**< a probe is in flight */
 } sl_tstate_t;
 
@@ -63,6 +64,10 @@ typedef struct {
 
 /** Builds a generation's runtime for cfg, reusing the registry's states. NULL on OOM. */
 sl_upgen_t *sl_upgen_new(sl_tregistry_t *reg, const sl_config_t *cfg);
+/** A reload from `old` to g: the breakers of upstreams that have one in g but had none in
+ *  `old` (or did not exist there) start closed, whatever state their targets kept from an
+ *  earlier generation (a breaker counts nothing while it is off). Main thread. */
+void sl_upgen_breakers_turned_on(const sl_config_t *old, const sl_upgen_t *g, uint64_t now_ms);
 /** Drops a generation; states no generation uses any more are freed. */
 void sl_upgen_free(sl_tregistry_t *reg, sl_upgen_t *g);
 

@@ -9,7 +9,13 @@
      after open_timeout a half-open probe closes it again; /status and the
      sluice_circuit_breaker_state gauge show each state;
   3. health: active http probes mark a target down and back up (healthy_threshold),
-     traffic avoids it meanwhile; passive ejection after max_failures;
+     traffic avoids it meanwhile; passive ejection after max_failures, which with active
+     probes takes healthy_threshold passes after it to end;
+     state across reloads: health and breaker state kept for an unchanged (upstream,
+     address), fresh for a new address; probes turned off free what they took out; a
+     breaker turned on again starts closed;
+     hash_on: header, cookie and path keys stick to one target; requests lacking the
+     header or cookie are spread;
   4. split: 90/10 by weight over 10,000 requests lands 9-11% on the canary; a header
      match sends every matching request to the canary;
   5. kill one of two backends (fault_upstream, "down": its listener and connections
@@ -202,6 +208,9 @@ routes: [ { name: r, upstream: one } ]
         r = h.request(p, "GET", "/x")
         t.check("half-open probe fails: the upstream's 500 passes, one request reached it",
                 r.status == 500 and len(flaky.requests) == seen + 1, (500, 1), (r.status, len(flaky.requests) - seen))
+        r = h.request(p, "GET", "/x")
+        t.check("re-opened for 2 s: Retry-After is the time left (2), not open_timeout (1)",
+                r.status == 503 and r.header("Retry-After") == "2", (503, "2"), (r.status, r.header("Retry-After")))
         time.sleep(1.2)
         st = status_targets(s, "one")[flaky.address]
         t.check("re-opened for a doubled open_timeout: still open 1.2 s later", st["breaker"] == "open", "open", st)
@@ -235,11 +244,20 @@ upstreams:
   - name: passive
     targets: [ { address: %(p)s }, { address: %(b)s } ]
     health: { passive: { max_failures: 3, window: 30s } }
+  - name: both
+    targets: [ { address: %(q)s }, { address: %(b)s } ]
+    health: { active: { type: http, path: /healthz, interval: 100ms, timeout: 500ms,
+                        healthy_threshold: 4, unhealthy_threshold: 2 },
+              passive: { max_failures: 2, window: 30s } }
 routes:
   - { name: probed, match: { paths: [/probed] }, upstream: probed }
   - { name: passive, match: { paths: [/passive] }, upstream: passive }
+  - { name: both, match: { paths: [/both] }, upstream: both }
 """
-    s = h.start_sluice(conf % {"a": a.address, "b": b.address, "p": pf.address}, suite=t, name="health")
+    qf = h.MockUpstream(named("q", lambda req: None if req.path == "/healthz" else h.Response(502, b"bad")),
+                        name="both")
+    s = h.start_sluice(conf % {"a": a.address, "b": b.address, "p": pf.address, "q": qf.address},
+                       suite=t, name="health")
     try:
         p = s.port()
         t.check("probes reach the target's health path", h.wait_until(lambda: any(r.path == "/healthz" for r in a.requests)),
@@ -266,9 +284,171 @@ routes:
         t.check("passive: 3 failures (502) eject the target", st["health"] == "ejected", "ejected", st)
         names = [who(h.request(p, "GET", "/passive/x")) for _ in range(6)]
         t.check("ejected target gets no traffic", names == ["b"] * 6, ["b"] * 6, names)
+
+        # passive ejection with active probes: probes have passed all along, yet it takes
+        # healthy_threshold (4) passes after the ejection to end it, not the next one
+        t.check("both: probes pass before the ejection",
+                h.wait_until(lambda: sum(r.path == "/healthz" for r in qf.requests) >= 5), ">= 5 probes",
+                sum(r.path == "/healthz" for r in qf.requests))
+        for _ in range(6):
+            if status_targets(s, "both")[qf.address]["health"] == "ejected":
+                break
+            h.request(p, "GET", "/both/x")
+        t.check("both: 2 failures (502) eject the target", status_targets(s, "both")[qf.address]["health"] == "ejected",
+                "ejected", status_targets(s, "both")[qf.address])
+        seen = sum(r.path == "/healthz" for r in qf.requests)
+        back = h.wait_until(lambda: status_targets(s, "both")[qf.address]["health"] == "healthy", timeout=5)
+        probes = sum(r.path == "/healthz" for r in qf.requests) - seen
+        t.check("... and healthy_threshold passing probes after it bring it back (not the first)",
+                back and probes >= 3, "healthy after >= 3 new probes (4, one may precede the mark)", (back, probes))
     finally:
         s.stop()
-        for m in (a, b, pf):
+        for m in (a, b, pf, qf):
+            m.stop()
+
+
+def test_state_across_reload(t):
+    """Health and breaker state belong to (upstream, address): a reload keeps them for
+    targets it keeps, a new address starts fresh, a reload that turns active probes off
+    frees a target they had taken out (nothing else would ever bring it back), and a
+    breaker turned off and on again starts closed (it counted nothing meanwhile)."""
+    a = h.MockUpstream(named("a", lambda req: h.Response(503, b"") if req.path == "/hz" else None), name="a")
+    b = h.MockUpstream(named("b"), name="b")
+    f = h.MockUpstream(named("f", lambda req: h.Response(500, b"boom")), name="f")
+    g = h.MockUpstream(named("g"), name="g")
+    fail2 = {"on": True}
+    f2 = h.MockUpstream(named("f2", lambda req: h.Response(500, b"boom") if fail2["on"] else None), name="f2")
+    conf = """\
+workers: 1
+watch: false
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: u
+    targets: [ { address: %(a)s }, { address: %(b)s } ]
+    %(health)s
+  - name: br
+    targets: [ { address: %(br)s } ]
+    circuit_breaker: { min_requests: 3, failure_ratio: 0.5, open_timeout: 60s, max_open_timeout: 60s }
+  - name: br2
+    targets: [ { address: %(f2)s } ]
+    %(cb2)s
+routes:
+  - { name: u, match: { paths: [/u] }, upstream: u }
+  - { name: br, match: { paths: [/br] }, upstream: br }
+  - { name: br2, match: { paths: [/br2] }, upstream: br2 }
+"""
+    cb = "circuit_breaker: { min_requests: 3, failure_ratio: 0.5, open_timeout: 60s, max_open_timeout: 60s }"
+    probes = ("health: { active: { path: /hz, interval: %s, timeout: 500ms, healthy_threshold: 1,"
+              " unhealthy_threshold: %d } }")
+    v = {"a": a.address, "b": b.address, "br": f.address, "health": probes % ("100ms", 1), "f2": f2.address,
+         "cb2": cb}
+    s = h.start_sluice(conf % v, suite=t, name="across-reload")
+    try:
+        p = s.port()
+        t.check("a's probes fail: unhealthy",
+                h.wait_until(lambda: status_targets(s, "u")[a.address]["health"] == "unhealthy"), "unhealthy",
+                status_targets(s, "u")[a.address])
+        for _ in range(3):
+            h.request(p, "GET", "/br")
+            h.request(p, "GET", "/br2")
+        t.check("f2's breaker opens", status_targets(s, "br2")[f2.address]["breaker"] == "open", "open",
+                status_targets(s, "br2")[f2.address])
+        t.check("f's breaker opens", status_targets(s, "br")[f.address]["breaker"] == "open", "open",
+                status_targets(s, "br")[f.address])
+        # probes slow enough (10 s, 3 failures) that a fresh state would read healthy for 20 s
+        v["health"] = probes % ("10s", 3)
+        with open(s.config_path, "w") as fh:
+            fh.write(conf % v)
+        code, _ = s.reload(new_content=False)
+        t.check("reload applied", code == 200, 200, code)
+        t.check("after the reload a is still unhealthy (same upstream and address)",
+                status_targets(s, "u")[a.address]["health"] == "unhealthy", "unhealthy",
+                status_targets(s, "u")[a.address])
+        names = [who(h.request(p, "GET", "/u")) for _ in range(4)]
+        t.check("... and gets no traffic", names == ["b"] * 4, ["b"] * 4, names)
+        seen = len(f.requests)
+        r = h.request(p, "GET", "/br")
+        t.check("f's breaker is still open: 503, f untouched",
+                r.status == 503 and len(f.requests) == seen, (503, 0), (r.status, len(f.requests) - seen))
+        # a new address in br starts with a closed breaker; active probes off in u; br2's
+        # breaker off while f2 recovers
+        v["br"], v["health"], v["cb2"] = g.address, "", ""
+        fail2["on"] = False
+        with open(s.config_path, "w") as fh:
+            fh.write(conf % v)
+        code, _ = s.reload(new_content=False)
+        t.check("second reload applied", code == 200, 200, code)
+        r = h.request(p, "GET", "/br")
+        t.check("a new address starts fresh: its breaker closed, 200 from g", r.status == 200 and who(r) == "g",
+                (200, "g"), (r.status, who(r)))
+        t.check("probes turned off: a is healthy again (no probe could ever restore it)",
+                status_targets(s, "u")[a.address]["health"] == "healthy", "healthy", status_targets(s, "u")[a.address])
+        names = [who(h.request(p, "GET", "/u")) for _ in range(4)]
+        t.check("... and takes traffic again", sorted(names) == ["a", "a", "b", "b"], "a twice, b twice", names)
+        _, samples = s.metrics()
+        gv = [val for n, lab, val in samples if n == "sluice_target_healthy" and lab.get("target") == a.address]
+        t.check("sluice_target_healthy = 1 for a", gv == [1.0], [1.0], gv)
+        codes = [h.request(p, "GET", "/br2").status for _ in range(3)]
+        t.check("br2 without a breaker: f2 answers", codes == [200] * 3, [200] * 3, codes)
+        v["cb2"] = cb
+        with open(s.config_path, "w") as fh:
+            fh.write(conf % v)
+        code, _ = s.reload(new_content=False)
+        t.check("third reload applied", code == 200, 200, code)
+        codes = [h.request(p, "GET", "/br2").status for _ in range(3)]
+        t.check("br2's breaker turned on again starts closed, not open from before", codes == [200] * 3
+                and status_targets(s, "br2")[f2.address]["breaker"] == "closed", ([200] * 3, "closed"),
+                (codes, status_targets(s, "br2")[f2.address]["breaker"]))
+    finally:
+        s.stop()
+        for m in (a, b, f, g, f2):
+            m.stop()
+
+
+def test_hash_on(t):
+    """consistent-hash keeps a key on one target (header, cookie, path without its query),
+    and spreads requests that lack the header or cookie instead of piling them on one."""
+    ms = [h.MockUpstream(named(n), name=n) for n in ("a", "b", "c")]
+    targets = ", ".join("{ address: %s }" % m.address for m in ms)
+    conf = """\
+workers: 2
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - { name: hdr, balancer: consistent-hash, hash_on: "header:X-User", targets: [ %(t)s ] }
+  - { name: ck, balancer: consistent-hash, hash_on: "cookie:sid", targets: [ %(t)s ] }
+  - { name: pth, balancer: consistent-hash, hash_on: path, targets: [ %(t)s ] }
+routes:
+  - { name: hdr, match: { paths: [/hdr] }, upstream: hdr }
+  - { name: ck, match: { paths: [/ck] }, upstream: ck }
+  - { name: pth, match: { paths: [/pth] }, upstream: pth }
+"""
+    s = h.start_sluice(conf % {"t": targets}, suite=t, name="hash-on")
+    try:
+        p = s.port()
+
+        def on(path, headers=None):
+            return who(h.request(p, "GET", path, headers=headers))
+        sticky = [len({on("/hdr", [("X-User", "u%d" % u)]) for _ in range(5)}) for u in range(6)]
+        t.check("header:X-User: each user stays on one target", sticky == [1] * 6, [1] * 6, sticky)
+        users = {on("/hdr", [("X-User", "u%d" % u)]) for u in range(30)}
+        t.check("... and users spread over the targets", len(users) >= 2, ">= 2 targets", users)
+        sticky = [len({on("/ck", [("Cookie", c % u)]) for c in ("sid=s%d", "a=1; sid=s%d", "sid=s%d; b=2")})
+                  for u in range(6)]
+        t.check("cookie:sid: each sid stays on one target, wherever it is in Cookie", sticky == [1] * 6, [1] * 6,
+                sticky)
+        sticky = [len({on("/pth/k%d?q=%d" % (k, q)) for q in range(4)}) for k in range(6)]
+        t.check("path: one path stays on one target, whatever its query", sticky == [1] * 6, [1] * 6, sticky)
+        lacking = [on("/hdr") for _ in range(30)] + [on("/hdr", [("X-User", "")]) for _ in range(10)]
+        t.check("no X-User (or an empty one): spread, not all on one target", len(set(lacking)) >= 2,
+                ">= 2 targets", sorted(set(lacking)))
+        lacking = [on("/ck", [("Cookie", "other=1")]) for _ in range(30)]
+        t.check("no sid cookie: spread, not all on one target", len(set(lacking)) >= 2, ">= 2 targets",
+                sorted(set(lacking)))
+    finally:
+        s.stop()
+        for m in ms:
             m.stop()
 
 
@@ -661,5 +841,6 @@ routes:
             m.stop()
 
 
-t.run(test_retries, test_breaker, test_health, test_split, test_kill_one_backend, test_hedging,
-      test_hedge_after_retryable_status, test_hedge_answering_retryable_status, test_balancer_hook)
+t.run(test_retries, test_breaker, test_health, test_state_across_reload, test_hash_on, test_split,
+      test_kill_one_backend, test_hedging, test_hedge_after_retryable_status,
+      test_hedge_answering_retryable_status, test_balancer_hook)

@@ -148,6 +148,37 @@ static void test_open_breaker_answers_retry_after(void) {
     fx_close(&f);
 }
 
+/* When every breaker is open, Retry-After is the time until the first half-opens (docs), not
+ * the configured open_timeout: 3 s into a 5 s open time, 2 s are left; with two targets, the
+ * one opened later does not hide the one that half-opens first. */
+static void test_retry_after_is_time_left(void) {
+    fx_t f;
+    fx_open(&f, 2, "round-robin",
+            "    circuit_breaker: { failure_ratio: 0.5, min_requests: 1, open_timeout: 5s }\n");
+    uint64_t t0 = sl_now_ms();
+    for (int k = 0; k < 2; k++) { /* target 0 opens at t0, target 1 at t0 + 1 s */
+        sl_tries_t tr;
+        sl_tries_init(&tr, 2, NULL);
+        uint8_t admit = 0;
+        uint64_t ra = 0;
+        int t = sl_attempt_pick(&f.of, &tr, "", 0, &admit, &ra, t0 + 1000u * (uint64_t)k);
+        CHECK_INT(t, k);
+        sl_attempt_t a = {.target = -1};
+        sl_attempt_begin(&f.of, &tr, &a, t, admit, sl_now_ns());
+        sl_attempt_outcome(&f.of, &a, SL_OUT_FAILURE, t0 + 1000u * (uint64_t)k);
+        sl_attempt_release(&f.of, &a);
+        sl_tries_free(&tr);
+    }
+    sl_tries_t tr;
+    sl_tries_init(&tr, 2, NULL);
+    uint8_t admit = 0;
+    uint64_t ra = 0;
+    CHECK_INT(sl_attempt_pick(&f.of, &tr, "", 0, &admit, &ra, t0 + 3000), -1);
+    CHECK_INT(ra, 2000);
+    sl_tries_free(&tr);
+    fx_close(&f);
+}
+
 /* In-flight is what least-conn reads: begin counts, release uncounts, twice is once. */
 static void test_in_flight(void) {
     fx_t f;
@@ -172,6 +203,7 @@ int main(int argc, char **argv) {
         {"no_aliasing", test_no_aliasing},
         {"tries_from_arena", test_tries_from_arena},
         {"open_breaker_answers_retry_after", test_open_breaker_answers_retry_after},
+        {"retry_after_is_time_left", test_retry_after_is_time_left},
         {"in_flight", test_in_flight},
     };
     return check_main(tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

@@ -182,6 +182,58 @@ static void test_ineligible_never_returned(void) {
     }
 }
 
+/* A pick that finds no eligible target takes no turn. sluice asks once for a healthy target
+ * and, when there is none, again ignoring health ("tried anyway"): if the first, empty pick
+ * took a counter value, every request would advance the sequence by two, and with all
+ * targets unhealthy round-robin over 2 targets would send everything to one of them, and
+ * weighted-round-robin would walk its schedule in steps of two (weights 3,2,1: 1:1:1). */
+static bool none_up(void *ud, uint32_t t) {
+    (void)ud;
+    (void)t;
+    return false;
+}
+
+static void test_empty_pick_takes_no_turn(void) {
+    fx_t f;
+    fx_init(&f);
+    sl_balancer_t *b = lb(&f, SL_LB_ROUND_ROBIN, 2, NULL);
+    int n[2] = {0};
+    for (int i = 0; i < 1000; i++) {
+        CHECK_INT(sl_balancer_pick(b, none_up, NULL, NULL, 0, 0), -1);
+        n[pick(b, &f)]++;
+    }
+    CHECK_INT(n[0], 500);
+    CHECK_INT(n[1], 500);
+    sl_balancer_free(b);
+
+    static const uint32_t w[] = {3, 2, 1};
+    fx_init(&f);
+    b = lb(&f, SL_LB_WEIGHTED_ROUND_ROBIN, 3, w);
+    char seq[13] = {0};
+    for (int i = 0; i < 12; i++) {
+        CHECK_INT(sl_balancer_pick(b, none_up, NULL, NULL, 0, 0), -1);
+        seq[i] = (char)('a' + pick(b, &f));
+    }
+    CHECK_STR(seq, "abacbaabacba"); /* nginx's smooth sequence for 3,2,1, twice */
+    sl_balancer_free(b);
+}
+
+/* consistent-hash without a key (hash_on header or cookie the request lacks): a random
+ * point of the ring per pick, so such requests spread by weight instead of all taking the
+ * point of "" (HAProxy and Kong fall back to round-robin there). */
+static void test_hash_no_key(void) {
+    static const uint32_t w[] = {1, 1, 2};
+    fx_t f;
+    fx_init(&f);
+    sl_balancer_t *b = lb(&f, SL_LB_CONSISTENT_HASH, 3, w);
+    int n[3] = {0};
+    for (int i = 0; i < 40000; i++) n[sl_balancer_pick(b, up, &f, NULL, 0, rnd(&rnd_state))]++;
+    CHECK_NEAR(n[0], 10000, 1000);
+    CHECK_NEAR(n[1], 10000, 1000);
+    CHECK_NEAR(n[2], 20000, 1000);
+    sl_balancer_free(b);
+}
+
 static void test_least_conn(void) {
     fx_t f;
     fx_init(&f);
@@ -612,6 +664,7 @@ int main(void) {
     test_wrr_interleaving();
     test_wrr_shares();
     test_ineligible_never_returned();
+    test_empty_pick_takes_no_turn();
     test_least_conn();
     test_p2c();
     test_ewma_decays_by_time();
@@ -619,6 +672,7 @@ int main(void) {
     test_hash_weights();
     test_hash_bounded_load();
     test_hash_all_over_cap();
+    test_hash_no_key();
     test_hash_large_upstream();
     test_threads();
     printf("%d passed, %d failed\n", passed, failed);
