@@ -709,11 +709,16 @@ function shared.set(key, value, ttl)
     return true
 end
 
+-- A NaN or infinite delta or init would store a value no later incr can bring back
+-- (NaN + x is NaN, inf - inf is NaN): a counter poisoned for every worker, for good.
+local huge = math.huge
+local function finite(x) return type(x) == "number" and x == x and x ~= huge and x ~= -huge end
+
 -- Atomically adds delta; a missing key starts at init (or fails without one).
 function shared.incr(key, delta, init, ttl)
     check_str(key, "key")
-    if type(delta) ~= "number" then error("delta must be a number", 2) end
-    if init ~= nil and type(init) ~= "number" then error("init must be a number", 2) end
+    if not finite(delta) then error("delta must be a finite number", 2) end
+    if init ~= nil and not finite(init) then error("init must be a finite number", 2) end
     ttl = check_ttl(ttl)
     local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl, num_p, err_p)
     if rc ~= OK then return nil, ffi_string(err_p[0]) end

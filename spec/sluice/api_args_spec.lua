@@ -8,7 +8,8 @@ local FIXTURES = test.source_path("spec/fixtures/plugins")
 
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
-                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
+                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init",
+                "incr_nan_delta", "incr_inf_delta", "incr_nan_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
                 "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil",
                 "limit_redis_unconfigured", "redis_unconfigured", "req_cookies", "read_body_nan" }
@@ -203,7 +204,17 @@ describe("sluice API arguments", function()
 
         it("a ttl or init that is not a number raises with the argument's name", function()
             raises("shared_str_ttl", "ttl must be a number of seconds >= 0")
-            raises("incr_str_init", "init must be a number")
+            raises("incr_str_init", "init must be a finite number")
+        end)
+
+        it("a NaN or infinite delta or init raises instead of storing a value no incr can undo", function()
+            raises("incr_nan_delta", "delta must be a finite number")
+            raises("incr_inf_delta", "delta must be a finite number")
+            raises("incr_nan_init", "init must be a finite number")
+            local shared = require("sluice").shared
+            assert.is_nil(shared.get("api-call:incr-nan"))
+            assert.is_nil(shared.get("api-call:incr-inf"))
+            assert.is_nil(shared.get("api-call:incr-nan-init"))
         end)
 
         it("0 and positive ttls still work", function()
