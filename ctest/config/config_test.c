@@ -368,8 +368,11 @@ static void test_types(void) {
     EXPECT_ERROR("- a\n- b\n", "1:1: expected a mapping at the top level of the configuration");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, upstream: [u], plugins: [ { name: echo } ] } ]\n",
                  "2:32: expected a string for 'upstream'");
+    /* named as a plugin config's own errors are (route and plugin), wherever the chain is */
     EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { name: echo, config: [1] } ] } ]\n",
-                 "2:55: expected a mapping for 'config'");
+                 "2:55: route 'r', plugin 'echo': config: expected a mapping");
+    EXPECT_ERROR(LISTENER "plugins: [ { name: echo, config: 5 } ]\n",
+                 "2:34: the global chain, plugin 'echo': config: expected a mapping");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, match: [], plugins: [ { name: echo } ] } ]\n",
                  "2:29: expected a mapping for 'match'");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, strip_prefix: 1, match: { paths: [/] }, plugins: "
@@ -666,7 +669,7 @@ static void test_yaml_errors_and_collection(void) {
         n += (size_t)snprintf(yaml + n, sizeof yaml - n,
                               "          l%d: &l%d [*l%d, *l%d, *l%d, *l%d]\n", i, i, i - 1, i - 1,
                               i - 1, i - 1);
-    EXPECT_ERROR(yaml, "7:11: plugin config is larger than 1048576 bytes as JSON");
+    EXPECT_ERROR(yaml, "7:11: route 'r', plugin 'echo': config is larger than 1048576 bytes as JSON");
 }
 
 static void test_scalar_parsers(void) {

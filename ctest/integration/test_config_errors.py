@@ -129,4 +129,23 @@ def test_limit_key_route_trusted(t):
         t.check("%s: key route with trusted_proxies: the error" % plugin, lines == [want], [want], lines)
 
 
-t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted)
+NESTED = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+routes:
+  - name: r
+    plugins:
+      - { name: headers, config: [1, 2] }
+"""
+
+
+def test_nested_and_non_mapping(t):
+    # every plugin config error names its route and plugin, a config that is not a mapping too
+    r, lines = check_file({"gw.yaml": NESTED})
+    want = [
+        "gw.yaml:5:34: route 'r', plugin 'headers': config: expected a mapping",
+    ]
+    t.check("exit 1", r.returncode == 1, 1, r.returncode)
+    t.check("one line each, named", lines == want, want, lines)
+
+
+t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted,
+      test_nested_and_non_mapping)
