@@ -499,14 +499,23 @@ end
 _M.upstream = {}
 
 -- Sends this request (or, in preread, this tcp session) to another configured upstream
--- (by name) or to an IP:PORT address. Returns true or nil, err.
+-- (by name) or to an IP:PORT address. Returns true or nil, err. Rewrite/access only: later
+-- (balancer, header_filter, body_filter, log) the upstream was chosen, and a call there is
+-- a programmer's mistake, raised like sleep's or response.exit's.
+local REWRITE, ACCESS = C.SL_PHASE_REWRITE, C.SL_PHASE_ACCESS
 function _M.upstream.set(name)
     check_str(name, "upstream")
     local s, rc = base.sess, nil
     if s ~= nil then
         rc = C.sl_ffi_session_set_upstream(s, name, #name, err_p)
     else
-        rc = C.sl_ffi_upstream_set(cur(), name, #name, err_p)
+        local r = cur()
+        local phase = base.phase
+        if phase ~= REWRITE and phase ~= ACCESS then
+            local phase_name = require("sluice.loader").PHASES[phase + 1] or tostring(phase)
+            error(("upstream.set works in rewrite and access only (called in %s)"):format(phase_name), 2)
+        end
+        rc = C.sl_ffi_upstream_set(r, name, #name, err_p)
     end
     if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return true

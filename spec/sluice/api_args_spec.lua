@@ -23,6 +23,11 @@ describe("sluice API arguments", function()
             routes[#routes + 1] = { name = c, match = { paths = { "/" .. c } }, upstream = "echo",
                                     plugins = { { name = "api-call", config = { case = c } } } }
         end
+        for _, ph in ipairs({ "header_filter", "body_filter", "log" }) do
+            routes[#routes + 1] = { name = "upstream_set_" .. ph, match = { paths = { "/upstream_set_" .. ph } },
+                                    upstream = "echo",
+                                    plugins = { { name = "api-call", config = { case = "upstream_set", phase = ph } } } }
+        end
         routes[#routes + 1] = { name = "exit_tail_in_log", match = { paths = { "/exit_tail_in_log" } }, upstream = "echo",
                                 plugins = { { name = "api-call", config = { case = "exit_tail_in_log", phase = "log" } } } }
         gw = assert(test.start({
@@ -46,10 +51,12 @@ describe("sluice API arguments", function()
     end
 
     -- Requests /case; its response and the error lines logged for the route (the log
-    -- phase's come after the answer: polled for up to a second).
-    local function request_logged(case)
+    -- phase's come after the answer: polled for up to a second). With cut, the response may
+    -- end early (an error in body_filter closes the connection after the head).
+    local function request_logged(case, cut)
         test.capture_logs(true)
-        local res = assert(gw:request({ path = "/" .. case, timeout = 2 }))
+        local res, err = gw:request({ path = "/" .. case, timeout = 2 })
+        if not cut then assert(res, err) end
         local lines = {}
         for _ = 1, 100 do
             for _, l in ipairs(test.logs()) do
@@ -164,6 +171,16 @@ describe("sluice API arguments", function()
             assert.matches("^plugin error: .*api%-call%.lua:%d+: response%.exit works in rewrite and access only",
                            assert(line).msg)
             assert.not_matches("runtime%.lua", line.msg)
+        end)
+    end)
+
+    describe("upstream.set", function()
+        it("raises after the upstream was chosen, naming the phase, as the other rewrite/access calls do", function()
+            for _, ph in ipairs({ "header_filter", "body_filter", "log" }) do
+                local _, lines = request_logged("upstream_set_" .. ph, true)
+                assert.matches("^plugin error: .*api%-call%.lua:%d+: upstream%.set works in rewrite and access only %(called in "
+                               .. ph .. "%)", assert(lines[1], ph).msg)
+            end
         end)
     end)
 
