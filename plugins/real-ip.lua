@@ -47,17 +47,21 @@ local function entry_ip(e)
     return nil
 end
 
--- The address the header names, walking its comma-separated entries from the right.
+-- The address the header names, walking its comma-separated entries from the right. An
+-- empty entry ("a, ", "a,,b") is skipped, as nginx's realip module skips it.
 local function from_header(value, c, recursive)
     local best
     local stop = #value
     while stop > 0 do
         local start = stop
         while start > 0 and sub(value, start, start) ~= "," do start = start - 1 end
-        local ip = entry_ip(sub(value, start + 1, stop))
-        if not ip then return best end -- a malformed entry: nothing left of it is believed
-        best = ip
-        if not recursive or not any(parse_ip(ip), c.trusted) then return best end
+        local e = sub(value, start + 1, stop)
+        if find(e, "%S") then
+            local ip = entry_ip(e)
+            if not ip then return best end -- a malformed entry: nothing left of it is believed
+            best = ip
+            if not recursive or not any(parse_ip(ip), c.trusted) then return best end
+        end
         stop = start - 1
     end
     return best

@@ -36,7 +36,6 @@ struct sl_client_s {
     char tls_name[256]; /**< the TLS server name, when the caller gave one */
     uint8_t tcp_open, timer_open, gai_pending, held; /* see the lifetime note above */
     uint8_t finished, head_done, too_big, refused;
-    uint8_t starting; /**< inside sl_client_start: a failure is returned, not called back */
     int status;
     const char *err; /**< static text, or errbuf */
     char errbuf[160];
@@ -95,7 +94,6 @@ static void finish(sl_client_t *c, const char *err) {
     c->finished = 1;
     c->err = err;
     close_handles(c);
-    if (c->starting) return; /* sl_client_start returns the failure */
     if (c->rq.on_done) c->rq.on_done(c->rq.ud, err ? 0 : c->status, err);
     if (c->rq.oneshot) {
         c->held = 0;
@@ -248,14 +246,14 @@ static void on_tls(sl_tls_t *t, int status) {
     send_request(c);
 }
 
-static void start_connect(sl_client_t *c, const struct sockaddr *sa);
+static void connect_next(sl_client_t *c, const struct sockaddr *sa);
 
 /* The handle of a failed connect is closed: the name's next address. */
 static void on_tcp_closed_next(uv_handle_t *h) {
     sl_client_t *c = h->data;
     c->tcp_open = 0;
     if (c->finished) return maybe_free(c);
-    start_connect(c, (const struct sockaddr *)&c->addrs[c->addr_i]);
+    connect_next(c, (const struct sockaddr *)&c->addrs[c->addr_i]);
 }
 
 static void on_connected(uv_connect_t *cr, int status) {
@@ -277,14 +275,24 @@ static void on_connected(uv_connect_t *cr, int status) {
     }
 }
 
-static void start_connect(sl_client_t *c, const struct sockaddr *sa) {
+/* Starts a connect; a failure that comes at once is returned (uv error, *what the step),
+ * never called back, so sl_client_start can return it without finish() running. */
+static int start_connect(sl_client_t *c, const struct sockaddr *sa, const char **what) {
+    *what = "socket";
     int rc = uv_tcp_init(c->rq.loop, &c->s.tcp);
-    if (rc < 0) return finish_fmt(c, "socket", rc);
+    if (rc < 0) return rc;
     c->tcp_open = 1;
     c->s.tcp.data = c;
     c->connect.data = c;
-    rc = uv_tcp_connect(&c->connect, &c->s.tcp, sa, on_connected);
-    if (rc < 0) finish_fmt(c, "connect", rc);
+    *what = "connect";
+    return uv_tcp_connect(&c->connect, &c->s.tcp, sa, on_connected);
+}
+
+/* start_connect from a callback: a failure finishes the call. */
+static void connect_next(sl_client_t *c, const struct sockaddr *sa) {
+    const char *what;
+    int rc = start_connect(c, sa, &what);
+    if (rc < 0) finish_fmt(c, what, rc);
 }
 
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res) {
@@ -308,22 +316,24 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res) {
     if (c->naddrs == 0)
         finish_fmt(c, "resolve", status < 0 ? status : UV_EAI_NONAME);
     else
-        start_connect(c, (const struct sockaddr *)&c->addrs[0]);
+        connect_next(c, (const struct sockaddr *)&c->addrs[0]);
     uv_freeaddrinfo(res);
 }
 
-/* Connects to the caller's address, an IP literal, or a name once resolved. */
-static void start(sl_client_t *c, const struct sockaddr *addr) {
+/* Connects to the caller's address, an IP literal, or a name once resolved. A failure
+ * that comes at once is returned as start_connect returns it. */
+static int start(sl_client_t *c, const struct sockaddr *addr, const char **what) {
     struct sockaddr_storage ss;
-    if (addr) return start_connect(c, addr);
+    if (addr) return start_connect(c, addr, what);
     if (uv_ip4_addr(c->name, c->rq.port, (struct sockaddr_in *)&ss) == 0 ||
         uv_ip6_addr(c->name, c->rq.port, (struct sockaddr_in6 *)&ss) == 0)
-        return start_connect(c, (struct sockaddr *)&ss);
+        return start_connect(c, (struct sockaddr *)&ss, what);
     c->gai.data = c;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    *what = "resolve";
     int rc = uv_getaddrinfo(c->rq.loop, &c->gai, on_resolved, c->name, NULL, &hints);
-    if (rc < 0) return finish_fmt(c, "resolve", rc);
-    c->gai_pending = 1;
+    if (rc == 0) c->gai_pending = 1;
+    return rc;
 }
 
 sl_client_t *sl_client_start(const sl_client_req_t *rq, const char **err) {
@@ -364,12 +374,13 @@ sl_client_t *sl_client_start(const sl_client_req_t *rq, const char **err) {
         uv_update_time(rq->loop); /* the cached loop time may be a whole iteration old */
         uv_timer_start(&c->timer, on_timeout, rq->timeout_ms, 0);
     }
-    c->starting = 1;
-    start(c, rq->addr);
-    c->starting = 0;
-    if (c->finished) { /* failed before anything could call back; c goes once its handles close */
-        snprintf(msg, sizeof msg, "%s", c->err);
+    const char *what;
+    int rc = start(c, rq->addr, &what);
+    if (rc < 0) { /* failed before anything could call back; c goes once its handles close */
+        snprintf(msg, sizeof msg, "%s: %s", what, uv_strerror(rc));
         *err = msg;
+        c->finished = 1;
+        close_handles(c);
         c->held = 0;
         maybe_free(c);
         return NULL;

@@ -55,7 +55,8 @@ enum { H2_ENABLED, H2_MAX_STREAMS, H2_N };
 static const char *const http2_keys[H2_N] = {"enabled", "max_concurrent_streams"};
 
 /* `http2: false`, `http2: true` or `http2: {enabled, max_concurrent_streams}`. */
-static void parse_http2(sl__cx_t *cx, const sl__field_t *f, const yaml_node_t *v, bool tcp, sl_listener_conf_t *l) {
+static void parse_http2(sl__cx_t *cx, const sl__field_t *f, const yaml_node_t *v, bool tcp,
+                        const char *owner, sl_listener_conf_t *l) {
     if (tcp) {
         sl__cx_err(cx, f->key, "'http2' belongs to protocol: http listeners");
         return;
@@ -65,8 +66,10 @@ static void parse_http2(sl__cx_t *cx, const sl__field_t *f, const yaml_node_t *v
         return;
     }
     if (!sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "http2")) return;
+    char where[192];
+    snprintf(where, sizeof where, "'http2' of %s", owner);
     sl__field_t hf[H2_N];
-    sl__cfg_scan_map(cx, v, "'http2'", http2_keys, hf, H2_N, NULL);
+    sl__cfg_scan_map(cx, v, where, http2_keys, hf, H2_N, NULL);
     const yaml_node_t *x;
     if ((x = hf[H2_ENABLED].val)) sl__cfg_get_bool(cx, x, "enabled", &l->http2);
     int64_t n;
@@ -322,9 +325,11 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     if ((v = f[L_PROXY_SEND].val) &&
         sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "proxy_protocol")) {
+        char sub[192];
+        snprintf(sub, sizeof sub, "'proxy_protocol' of %s", where);
         sl__field_t pf[PP_N];
-        sl__cfg_scan_map(cx, v, "'proxy_protocol'", proxy_send_keys, pf, PP_N, NULL);
-        const yaml_node_t *sv = sl__cfg_required(cx, v, &pf[PP_SEND], "'proxy_protocol'");
+        sl__cfg_scan_map(cx, v, sub, proxy_send_keys, pf, PP_N, NULL);
+        const yaml_node_t *sv = sl__cfg_required(cx, v, &pf[PP_SEND], sub);
         const char *s = sv ? sl__cfg_get_text(cx, sv, "send", "a string") : NULL;
         if (!tcp)
             sl__cx_err(cx, f[L_PROXY_SEND].key,
@@ -338,9 +343,11 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     }
     if ((v = f[L_PROXY_ACCEPT].val) &&
         sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "accept_proxy_protocol")) {
+        char sub[192];
+        snprintf(sub, sizeof sub, "'accept_proxy_protocol' of %s", where);
         sl__field_t pf[PA_N];
-        sl__cfg_scan_map(cx, v, "'accept_proxy_protocol'", proxy_accept_keys, pf, PA_N, NULL);
-        const yaml_node_t *fv = sl__cfg_required(cx, v, &pf[PA_FROM], "'accept_proxy_protocol'");
+        sl__cfg_scan_map(cx, v, sub, proxy_accept_keys, pf, PA_N, NULL);
+        const yaml_node_t *fv = sl__cfg_required(cx, v, &pf[PA_FROM], sub);
         get_cidrs(cx, &pf[PA_FROM], fv, "'from' needs at least one address or CIDR (the trusted senders)",
                   &l->proxy_from, &l->nproxy_from);
         l->accept_proxy = true;
@@ -358,9 +365,9 @@ void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
                        "'tls' (termination) belongs to protocol: http listeners; a tcp listener "
                        "passes TLS through untouched");
         else
-            sl__cfg_parse_tls(cx, v, l);
+            sl__cfg_parse_tls(cx, v, where, l);
     }
-    if ((v = f[L_HTTP2].val)) parse_http2(cx, &f[L_HTTP2], v, tcp, l);
+    if ((v = f[L_HTTP2].val)) parse_http2(cx, &f[L_HTTP2], v, tcp, where, l);
     if (tcp) l->http2 = false;
     /* ALPN offers h2 (then http/1.1) only where HTTP/2 is on. */
     if (l->tls && l->tls->rt) sl_tls_server_offer_h2(l->tls->rt, l->http2);

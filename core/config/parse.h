@@ -161,11 +161,13 @@ void sl__cfg_parse_plugins(sl__cx_t *cx, const sl__field_t *f, const char *owner
                            sl_plugin_conf_t **out, size_t *n);
 
 /* ---- tls_conf.c ---- */
-void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l);
+/* `owner` names the listener in errors ("listener 'web'"). */
+void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, const char *owner, sl_listener_conf_t *l);
 /* An error at every mtls-auth plugin when no http listener has tls.client_auth. */
 void sl__cfg_check_mtls_users(sl__cx_t *cx);
 /* A target's `tls:` (a mapping, or `true` for the defaults). */
-void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf_t *t);
+void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *where,
+                              sl_target_conf_t *t);
 
 /* ---- listeners.c ---- */
 /* The lookup table of sl_sni_route: exact names sorted for a binary search, then the

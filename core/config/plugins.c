@@ -147,7 +147,11 @@ static void parse_plugin(sl__cx_t *cx, const yaml_node_t *m, const char *owner, 
         pc->config_col = pc->col;
         return;
     }
-    if (!sl__cfg_want_type(cx, f[P_CONFIG].val, YAML_MAPPING_NODE, "config")) return;
+    /* named as the plugin config errors found in Lua are: "route 'r', plugin 'p': ..." */
+    if (f[P_CONFIG].val->type != YAML_MAPPING_NODE) {
+        sl__cx_err(cx, f[P_CONFIG].val, "%s, %s: config: expected a mapping", owner, what);
+        return;
+    }
     pc->config_line = sl__cfg_line_of(f[P_CONFIG].val);
     pc->config_col = sl__cfg_col_of(f[P_CONFIG].val);
     sl_wbuf_t b = SL_WBUF_GROWING(MAX_PLUGIN_JSON), pos = SL_WBUF_GROWING(MAX_PLUGIN_JSON);
@@ -161,8 +165,8 @@ static void parse_plugin(sl__cx_t *cx, const yaml_node_t *m, const char *owner, 
     }
     free(pos.p);
     if ((b.full || pos.full) && !cx->oom)
-        sl__cx_err(cx, f[P_CONFIG].val, "plugin config is larger than %u bytes as JSON",
-               MAX_PLUGIN_JSON);
+        sl__cx_err(cx, f[P_CONFIG].val, "%s, %s: config is larger than %u bytes as JSON", owner,
+                   what, MAX_PLUGIN_JSON);
     free(b.p);
 }
 

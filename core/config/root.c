@@ -178,7 +178,7 @@ static void parse_telemetry(sl__cx_t *cx, const yaml_node_t *v, sl_telemetry_con
         sl__cx_err(cx, v, "telemetry needs otlp: { endpoint: http://HOST:PORT/v1/traces }");
     } else if (sl__cfg_want_type(cx, o, YAML_MAPPING_NODE, "otlp")) {
         sl__field_t of[OT_N];
-        sl__cfg_scan_map(cx, o, "'otlp'", otlp_keys, of, OT_N, NULL);
+        sl__cfg_scan_map(cx, o, "'telemetry.otlp'", otlp_keys, of, OT_N, NULL);
         if (of[OT_ENDPOINT].val)
             parse_endpoint(cx, of[OT_ENDPOINT].val, t);
         else

@@ -203,7 +203,9 @@ static void parse_split(sl__cx_t *cx, const sl__field_t *fs, const char *where,
             a->weight = (uint32_t)w;
         if ((v = f[SP_MATCH].val) && sl__cfg_want_type(cx, v, YAML_MAPPING_NODE, "match")) {
             sl__field_t mf[SM_N];
-            sl__cfg_scan_map(cx, v, sub, split_match_keys, mf, SM_N, NULL);
+            char msub[288];
+            snprintf(msub, sizeof msub, "'split[%zu].match' of %s", i, where);
+            sl__cfg_scan_map(cx, v, msub, split_match_keys, mf, SM_N, NULL);
             if (mf[SM_HEADERS].val)
                 parse_split_pair(cx, mf[SM_HEADERS].val, "headers", &a->header, &a->header_value);
             if (mf[SM_COOKIES].val)

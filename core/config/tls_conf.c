@@ -29,9 +29,10 @@ static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     return ok;
 }
 
-static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, sl_tls_cert_conf_t *c) {
-    char where[64];
-    snprintf(where, sizeof where, "certificates[%zu]", idx);
+static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, const char *owner,
+                           sl_tls_cert_conf_t *c) {
+    char where[192];
+    snprintf(where, sizeof where, "'tls.certificates[%zu]' of %s", idx, owner);
     sl__field_t f[TC_N];
     sl__cfg_scan_map(cx, m, where, tls_cert_keys, f, TC_N, NULL);
     c->line = sl__cfg_line_of(m);
@@ -48,7 +49,8 @@ static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, sl_tl
 }
 
 /* `client_auth:` (mTLS). The files are read when the contexts are built. */
-static void parse_client_auth(sl__cx_t *cx, const yaml_node_t *m, sl_tls_listener_conf_t *t) {
+static void parse_client_auth(sl__cx_t *cx, const yaml_node_t *m, const char *owner,
+                              sl_tls_listener_conf_t *t) {
     if (!sl__cfg_want_type(cx, m, YAML_MAPPING_NODE, "client_auth")) return;
     sl_tls_client_auth_conf_t *a = sl__cx_calloc(cx, 1, sizeof *a);
     if (!a) return;
@@ -56,10 +58,12 @@ static void parse_client_auth(sl__cx_t *cx, const yaml_node_t *m, sl_tls_listene
     a->line = sl__cfg_line_of(m);
     a->col = sl__cfg_col_of(m);
     a->depth = 1;
+    char where[192];
+    snprintf(where, sizeof where, "'tls.client_auth' of %s", owner);
     sl__field_t f[CA_N];
-    sl__cfg_scan_map(cx, m, "'client_auth'", client_auth_keys, f, CA_N, NULL);
+    sl__cfg_scan_map(cx, m, where, client_auth_keys, f, CA_N, NULL);
     const yaml_node_t *v;
-    if ((v = sl__cfg_required(cx, m, &f[CA_CA], "'client_auth'")) &&
+    if ((v = sl__cfg_required(cx, m, &f[CA_CA], where)) &&
         sl__cfg_get_string(cx, v, "ca", &a->ca))
         a->ca_path = sl__cfg_resolve_path(cx, a->ca);
     if ((v = f[CA_CRL].val) && sl__cfg_get_string(cx, v, "crl", &a->crl))
@@ -76,7 +80,7 @@ static void parse_client_auth(sl__cx_t *cx, const yaml_node_t *m, sl_tls_listene
         a->depth = (int)depth;
 }
 
-void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l) {
+void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, const char *owner, sl_listener_conf_t *l) {
     sl_tls_listener_conf_t *t = sl__cx_calloc(cx, 1, sizeof *t);
     if (!t) return;
     l->tls = t;
@@ -85,11 +89,13 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
     t->session_tickets = true;
     t->handshake_timeout_ms = 10 * 1000;
     int errs_before = (int)cx->nerrs;
+    char where[192];
+    snprintf(where, sizeof where, "'tls' of %s", owner);
     sl__field_t f[TL_N];
-    sl__cfg_scan_map(cx, m, "'tls'", tls_keys, f, TL_N, NULL);
+    sl__cfg_scan_map(cx, m, where, tls_keys, f, TL_N, NULL);
     const yaml_node_t *v;
     size_t n = 0;
-    if ((v = sl__cfg_required(cx, m, &f[TL_CERTS], "'tls'")) &&
+    if ((v = sl__cfg_required(cx, m, &f[TL_CERTS], where)) &&
         sl__cfg_list_len(cx, &f[TL_CERTS], &n)) {
         if (n == 0) sl__cx_err(cx, v, "'certificates' needs at least one entry");
         if (n && (t->certs = sl__cx_calloc(cx, n, sizeof *t->certs))) {
@@ -98,7 +104,7 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
             for (size_t i = 0; i < n; i++) {
                 const yaml_node_t *cm = sl__cfg_list_map(cx, &f[TL_CERTS], i);
                 if (!cm) continue;
-                parse_tls_cert(cx, cm, i, &t->certs[i]);
+                parse_tls_cert(cx, cm, i, owner, &t->certs[i]);
                 if (t->certs[i].is_default && ++ndef > 1)
                     sl__cx_err(cx, cm, "only one certificate may be the default");
             }
@@ -119,7 +125,7 @@ void sl__cfg_parse_tls(sl__cx_t *cx, const yaml_node_t *m, sl_listener_conf_t *l
     if ((v = f[TL_TICKETS].val)) sl__cfg_get_bool(cx, v, "session_tickets", &t->session_tickets);
     if ((v = f[TL_HS_TIMEOUT].val))
         sl__cfg_get_duration(cx, v, "handshake_timeout", false, &t->handshake_timeout_ms);
-    if ((v = f[TL_CLIENT_AUTH].val)) parse_client_auth(cx, v, t);
+    if ((v = f[TL_CLIENT_AUTH].val)) parse_client_auth(cx, v, owner, t);
     if ((int)cx->nerrs != errs_before || cx->oom) return;
     char err[512];
     int bad = -1;
@@ -168,7 +174,8 @@ enum { TT_VERIFY, TT_CA, TT_SNI, TT_N };
 static const char *const target_tls_keys[TT_N] = {"verify", "ca", "sni"};
 
 /* A target's `tls:` (a mapping, or `true` for the defaults). */
-void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf_t *t) {
+void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *where,
+                              sl_target_conf_t *t) {
     bool on = true;
     if (v->type == YAML_SCALAR_NODE) {
         if (!sl__cfg_get_bool(cx, v, "tls", &on) || !on) return;
@@ -184,7 +191,7 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, sl_target_conf
     int errs_before = (int)cx->nerrs;
     if (v->type == YAML_MAPPING_NODE) {
         sl__field_t f[TT_N];
-        sl__cfg_scan_map(cx, v, "'tls'", target_tls_keys, f, TT_N, NULL);
+        sl__cfg_scan_map(cx, v, where, target_tls_keys, f, TT_N, NULL);
         const yaml_node_t *x;
         if ((x = f[TT_VERIFY].val)) sl__cfg_get_bool(cx, x, "verify", &c->verify);
         if ((x = f[TT_CA].val) && sl__cfg_get_string(cx, x, "ca", &c->ca))

@@ -135,7 +135,11 @@ static void parse_target(sl__cx_t *cx, const yaml_node_t *m, const char *upstrea
             sl__cx_err(cx, v, "weight %lld needs balancer weighted-round-robin or consistent-hash",
                    (long long)w);
     }
-    if ((v = f[T_TLS].val)) sl__cfg_parse_target_tls(cx, v, t);
+    if ((v = f[T_TLS].val)) {
+        char tls_where[224];
+        snprintf(tls_where, sizeof tls_where, "'targets[%zu].tls' of %s", idx, upstream);
+        sl__cfg_parse_target_tls(cx, v, tls_where, t);
+    }
     if (v && tcp)
         tcp_unused(cx, f[T_TLS].key, "tls", tcp,
                    "a tcp listener relays the client's bytes as they are and never speaks TLS to a target");

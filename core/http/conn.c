@@ -277,12 +277,18 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (nread < 0) {
         sl__conn_stop_reading(c);
         if (c->s.tls && nread != UV_EOF) conn_tls_failed(c);
-        if (nread == UV_EOF && c->ds.req && c->ds.req->body_done) {
-            /* Half-close after a complete request: answer it, then close. */
+        sl_req_t *r = c->ds.req;
+        if (nread == UV_EOF && r && r->body_done && r->resp.written) {
+            /* Half-close once the answer began: finish it, then close. */
             c->peer_eof = 1;
             c->ds.closing = 1;
             return;
         }
+        /* The client left (closed, or half-closed: nginx's EPOLLRDHUP check takes both the
+         * same way) before any of its answer went out: the exchange is dropped at once, the
+         * upstream's connection with it, and the request is logged and counted as 499
+         * ("client closed request"), whatever status was already decided. */
+        if (r && !r->resp.written) r->status = 499;
         sl__conn_abort(c);
         return;
     }

@@ -174,7 +174,8 @@ int sl_ffi_req_trusted_ip(sl_req_t *r, const char *ip, size_t len) {
 /* The peer's address, or, when the peer is one of the listener's trusted_proxies, the
  * X-Forwarded-For entry nearest the right that is not a trusted proxy itself (each proxy
  * appends the address it saw): what a client cannot forge past the proxies the operator
- * trusts. An entry that is not an address ends the walk at the last good one. */
+ * trusts. An entry that is not an address ends the walk at the last good one; an empty
+ * one ("a, ", "a,,b") is skipped, as nginx's realip module skips it. */
 int sl_ffi_client_get_ip(sl_req_t *r, const char **p, size_t *len) {
     const sl_downstream_t *ds = r->ds;
     sl_str_t best = {ds->peer, strlen(ds->peer)};
@@ -189,6 +190,8 @@ int sl_ffi_client_get_ip(sl_req_t *r, const char **p, size_t *len) {
             while (comma > v.p && comma[-1] != ',') comma--;
             sl_str_t entry = {comma, (size_t)(v.p + v.len - comma)};
             v.len = comma > v.p ? (size_t)(comma - 1 - v.p) : 0;
+            while (entry.len && (entry.p[0] == ' ' || entry.p[0] == '\t')) entry.p++, entry.len--;
+            if (entry.len == 0) continue;
             sl_str_t ip;
             struct sockaddr_storage ss;
             if (!parse_ip(entry, &ip, &ss)) return out(best, p, len);

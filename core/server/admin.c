@@ -785,24 +785,26 @@ static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
     *buf = uv_buf_init(a->buf + a->len, (unsigned)(sizeof(a->buf) - a->len));
 }
 
-/* The credentials of the head's one Authorization field; false when there is none or more
- * than one. */
-static bool admin_authorization(const sl_h1_head_t *hd, sl_str_t *out) {
-    int found = 0;
-    for (uint16_t i = 0; i < hd->nheaders; i++)
-        if (SL_IEQ(hd->headers[i].name, "authorization")) *out = hd->headers[i].value, found++;
-    return found == 1;
+/* The credentials of the head's one Authorization field (borrowed from the head); NULL
+ * when there is none or more than one. */
+static const sl_str_t *admin_authorization(const sl_h1_head_t *hd) {
+    const sl_str_t *found = NULL;
+    for (uint16_t i = 0; i < hd->nheaders; i++) {
+        if (!SL_IEQ(hd->headers[i].name, "authorization")) continue;
+        if (found) return NULL;
+        found = &hd->headers[i].value;
+    }
+    return found;
 }
 
 /* Whether the head carries `Authorization: Bearer <the configured token>`. The
  * comparison reads every byte of the token whatever the client sent, so its time
  * tells nothing about how many leading bytes matched, nor the token's content. */
 static bool admin_authorized(const sl_config_t *cfg, const sl_h1_head_t *hd) {
-    sl_str_t cred;
-    if (!admin_authorization(hd, &cred) || cred.len < 7 || !sl_str_ieq((sl_str_t){cred.p, 7}, "bearer ", 7))
-        return false;
-    const char *given = cred.p + 7;
-    size_t glen = cred.len - 7;
+    const sl_str_t *cred = admin_authorization(hd);
+    if (!cred || cred->len < 7 || !sl_str_ieq((sl_str_t){cred->p, 7}, "bearer ", 7)) return false;
+    const char *given = cred->p + 7;
+    size_t glen = cred->len - 7;
     while (glen && *given == ' ') given++, glen--;
     return sl_secret_equal(cfg->admin_token, cfg->admin_token_len, given, glen);
 }

@@ -358,6 +358,22 @@ static void test_bad_host(void) {
     run_and_teardown();
 }
 
+/* A connect that fails at once (Linux refuses a TCP connect to a broadcast address with
+ * ENETUNREACH in connect(2) itself): the failure is returned, never called back, and the
+ * call's memory goes once its handles close (ASan, in the sanitizer build, sees any use
+ * after that free or a leak). */
+static void test_connect_fails_at_once(void) {
+    setup(NULL, false);
+    sl_client_req_t rq = request();
+    rq.host = "255.255.255.255";
+    const char *err = NULL;
+    CHECK(sl_client_start(&rq, &err) == NULL);
+    CHECK_STR(err, "connect: network is unreachable");
+    uv_run(&F.loop, UV_RUN_NOWAIT); /* the handles close: the call is freed */
+    CHECK_INT(F.done, 0);
+    run_and_teardown();
+}
+
 int main(int argc, char **argv) {
     static const check_test_t tests[] = {
         {"content_length", test_content_length},
@@ -374,6 +390,7 @@ int main(int argc, char **argv) {
         {"close_inside_callbacks", test_close_inside_callbacks},
         {"idle_timeout", test_idle_timeout},
         {"bad_host", test_bad_host},
+        {"connect_fails_at_once", test_connect_fails_at_once},
     };
     return check_main(tests, sizeof tests / sizeof tests[0], argc, argv);
 }

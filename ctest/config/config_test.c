@@ -297,9 +297,9 @@ static void test_unknown_and_unsupported_keys(void) {
                  "4:10: expected a mapping for 'tls'");
     /* tls: what is checked before any file is read */
 #define TLS_L "listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    tls:\n"
-    EXPECT_ERROR(TLS_L "      min_version: \"1.2\"\n", "5:7: missing required key 'certificates' in 'tls'");
+    EXPECT_ERROR(TLS_L "      min_version: \"1.2\"\n", "5:7: missing required key 'certificates' in 'tls' of listener 'web'");
     EXPECT_ERROR(TLS_L "      certificates: []\n", "5:21: 'certificates' needs at least one entry");
-    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt } ]\n", "5:23: missing required key 'key' in certificates[0]");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt } ]\n", "5:23: missing required key 'key' in 'tls.certificates[0]' of listener 'web'");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      min_version: \"1.1\"\n",
                  "6:20: min_version '1.1' is not allowed (1.2 or 1.3; never below 1.2)");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, sni: [\"bad name\"] } ]\n",
@@ -309,7 +309,14 @@ static void test_unknown_and_unsupported_keys(void) {
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: /nonexistent/a.crt, key: a.key } ]\n",
                  "5:23: cannot read certificate /nonexistent/a.crt: No such file or directory");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      sesion_tickets: false\n",
-                 "6:7: unknown key 'sesion_tickets' in 'tls' (did you mean 'session_tickets'?)");
+                 "6:7: unknown key 'sesion_tickets' in 'tls' of listener 'web' (did you mean 'session_tickets'?)");
+    /* a nested mapping's unknown key names its whole path and its listener */
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      client_auth: { ca: a.crt, modee: optional }\n",
+                 "6:33: unknown key 'modee' in 'tls.client_auth' of listener 'web' (did you mean 'mode'?)");
+    EXPECT_ERROR("listeners:\n  - { name: web, listen: 127.0.0.1:1, http2: { enabeld: true } }\n",
+                 "2:48: unknown key 'enabeld' in 'http2' of listener 'web' (did you mean 'enabled'?)");
+    EXPECT_ERROR(LISTENER "telemetry: { otlp: { endpoint: \"http://127.0.0.1:4318/v1/traces\", timeot: 1s } }\n",
+                 "2:67: unknown key 'timeot' in 'telemetry.otlp' (did you mean 'timeout'?)");
     EXPECT_ERROR("listeners:\n  - { name: t, listen: 127.0.0.1:1, protocol: tcp, upstream: u, tls: {} }\n"
                  "upstreams:\n  - { name: u, targets: [ { address: 127.0.0.1:2 } ] }\n",
                  "2:65: 'tls' (termination) belongs to protocol: http listeners; a tcp listener passes TLS through untouched");
@@ -318,7 +325,7 @@ static void test_unknown_and_unsupported_keys(void) {
     EXPECT_ERROR(TLS_U "        tls: { verify: false, ca: x.pem }\n", "6:31: 'ca' has no use with verify: false");
     EXPECT_ERROR(TLS_U "        tls: { ca: /nonexistent/ca.pem }\n", "6:14: cannot read CA file /nonexistent/ca.pem: No such file or directory");
     EXPECT_ERROR(TLS_U "        tls: { sni: \"a b\" }\n", "6:21: 'a b' is not a server name (a DNS name, or *.suffix)");
-    EXPECT_ERROR(TLS_U "        tls: { verfy: true }\n", "6:16: unknown key 'verfy' in 'tls' (did you mean 'verify'?)");
+    EXPECT_ERROR(TLS_U "        tls: { verfy: true }\n", "6:16: unknown key 'verfy' in 'targets[0].tls' of upstream 'u' (did you mean 'verify'?)");
     EXPECT_ERROR(TLS_U "        tls: maybe\n", "6:14: expected a boolean for 'tls' (true or false)");
     /* keys of tcp listeners, on an http listener */
     EXPECT_ERROR("listeners:\n  - name: web\n    listen: 127.0.0.1:1\n    upstream: u\n",
@@ -368,8 +375,11 @@ static void test_types(void) {
     EXPECT_ERROR("- a\n- b\n", "1:1: expected a mapping at the top level of the configuration");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, upstream: [u], plugins: [ { name: echo } ] } ]\n",
                  "2:32: expected a string for 'upstream'");
+    /* named as a plugin config's own errors are (route and plugin), wherever the chain is */
     EXPECT_ERROR(LISTENER "routes: [ { name: r, plugins: [ { name: echo, config: [1] } ] } ]\n",
-                 "2:55: expected a mapping for 'config'");
+                 "2:55: route 'r', plugin 'echo': config: expected a mapping");
+    EXPECT_ERROR(LISTENER "plugins: [ { name: echo, config: 5 } ]\n",
+                 "2:34: the global chain, plugin 'echo': config: expected a mapping");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, match: [], plugins: [ { name: echo } ] } ]\n",
                  "2:29: expected a mapping for 'match'");
     EXPECT_ERROR(LISTENER "routes: [ { name: r, strip_prefix: 1, match: { paths: [/] }, plugins: "
@@ -666,7 +676,7 @@ static void test_yaml_errors_and_collection(void) {
         n += (size_t)snprintf(yaml + n, sizeof yaml - n,
                               "          l%d: &l%d [*l%d, *l%d, *l%d, *l%d]\n", i, i, i - 1, i - 1,
                               i - 1, i - 1);
-    EXPECT_ERROR(yaml, "7:11: plugin config is larger than 1048576 bytes as JSON");
+    EXPECT_ERROR(yaml, "7:11: route 'r', plugin 'echo': config is larger than 1048576 bytes as JSON");
 }
 
 static void test_scalar_parsers(void) {
@@ -977,6 +987,8 @@ static void test_resilience(void) {
     EXPECT_ERROR(RT("split: [ { upstream: nope, weight: 1 } ]"),
                  "5:26: split[0] of route 'r' names unknown upstream 'nope'");
     EXPECT_ERROR(RT("split: [ { upstream: u } ]"), "5:14: split[0] of route 'r' needs a weight or a match");
+    EXPECT_ERROR(RT("split: [ { upstream: u, match: { cookies: { a: b }, header: x } }, { upstream: u, weight: 1 } ]"),
+                 "5:57: unknown key 'header' in 'split[0].match' of route 'r' (did you mean 'headers'?)");
     EXPECT_ERROR(RT("split: [ { upstream: u, weight: 0 } ]"),
                  "5:12: split needs an arm without match whose weight is above 0");
     EXPECT_ERROR(RT("split: [ { upstream: u, match: { headers: { A: b, C: d } } }, { upstream: u, weight: 1 } ]"),

@@ -129,4 +129,33 @@ def test_limit_key_route_trusted(t):
         t.check("%s: key route with trusted_proxies: the error" % plugin, lines == [want], [want], lines)
 
 
-t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted)
+NESTED = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: u
+    targets: [ { address: 127.0.0.1:1 } ]
+    health: { active: { intervall: 1s } }
+routes:
+  - name: r
+    upstream: u
+    plugins:
+      - { name: headers, config: [1, 2] }
+      - name: headers
+        config: { request: { sett: { a: b } } }
+"""
+
+
+def test_nested_and_non_mapping(t):
+    # every plugin config error names its route and plugin, a config that is not a mapping
+    # too; an unknown key below the top of a mapping says where it stands
+    r, lines = check_file({"gw.yaml": NESTED})
+    want = [
+        "gw.yaml:5:25: unknown key 'intervall' in 'health.active' of upstream 'u' (did you mean 'interval'?)",
+        "gw.yaml:10:34: route 'r', plugin 'headers': config: expected a mapping",
+        "gw.yaml:12:30: route 'r', plugin 'headers': unknown key 'sett' in 'request' (did you mean 'set'?)",
+    ]
+    t.check("exit 1", r.returncode == 1, 1, r.returncode)
+    t.check("one line each, named", lines == want, want, lines)
+
+
+t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted,
+      test_nested_and_non_mapping)

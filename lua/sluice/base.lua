@@ -21,6 +21,15 @@ enum {
     SL_EAGAIN = -2,
     SL_DECLINED = -5
 };
+enum {
+    SL_PHASE_REWRITE = 0,
+    SL_PHASE_ACCESS = 1,
+    SL_PHASE_HEADER_FILTER = 2,
+    SL_PHASE_BODY_FILTER = 3,
+    SL_PHASE_LOG = 4,
+    SL_PHASE_PREREAD = 5,
+    SL_PHASE_BALANCER = 6
+};
 int sl_ffi_abi_version(void);
 typedef struct sl_req_s sl_req_t;
 typedef struct sl_session_s sl_session_t;

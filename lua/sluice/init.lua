@@ -499,14 +499,23 @@ end
 _M.upstream = {}
 
 -- Sends this request (or, in preread, this tcp session) to another configured upstream
--- (by name) or to an IP:PORT address. Returns true or nil, err.
+-- (by name) or to an IP:PORT address. Returns true or nil, err. Rewrite/access only: later
+-- (balancer, header_filter, body_filter, log) the upstream was chosen, and a call there is
+-- a programmer's mistake, raised like sleep's or response.exit's.
+local REWRITE, ACCESS = C.SL_PHASE_REWRITE, C.SL_PHASE_ACCESS
 function _M.upstream.set(name)
     check_str(name, "upstream")
     local s, rc = base.sess, nil
     if s ~= nil then
         rc = C.sl_ffi_session_set_upstream(s, name, #name, err_p)
     else
-        rc = C.sl_ffi_upstream_set(cur(), name, #name, err_p)
+        local r = cur()
+        local phase = base.phase
+        if phase ~= REWRITE and phase ~= ACCESS then
+            local phase_name = require("sluice.loader").PHASES[phase + 1] or tostring(phase)
+            error(("upstream.set works in rewrite and access only (called in %s)"):format(phase_name), 2)
+        end
+        rc = C.sl_ffi_upstream_set(r, name, #name, err_p)
     end
     if rc ~= OK then return nil, ffi_string(err_p[0]) end
     return true
@@ -709,11 +718,16 @@ function shared.set(key, value, ttl)
     return true
 end
 
+-- A NaN or infinite delta or init would store a value no later incr can bring back
+-- (NaN + x is NaN, inf - inf is NaN): a counter poisoned for every worker, for good.
+local huge = math.huge
+local function finite(x) return type(x) == "number" and x == x and x ~= huge and x ~= -huge end
+
 -- Atomically adds delta; a missing key starts at init (or fails without one).
 function shared.incr(key, delta, init, ttl)
     check_str(key, "key")
-    if type(delta) ~= "number" then error("delta must be a number", 2) end
-    if init ~= nil and type(init) ~= "number" then error("init must be a number", 2) end
+    if not finite(delta) then error("delta must be a finite number", 2) end
+    if init ~= nil and not finite(init) then error("init must be a finite number", 2) end
     ttl = check_ttl(ttl)
     local rc = C.sl_ffi_shdict_incr(key, #key, delta, init ~= nil and 1 or 0, init or 0, ttl, num_p, err_p)
     if rc ~= OK then return nil, ffi_string(err_p[0]) end

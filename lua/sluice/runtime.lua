@@ -16,15 +16,6 @@ local _M = {}
 
 local ffi = require("ffi")
 ffi.cdef[[
-enum {
-    SL_PHASE_REWRITE = 0,
-    SL_PHASE_ACCESS = 1,
-    SL_PHASE_HEADER_FILTER = 2,
-    SL_PHASE_BODY_FILTER = 3,
-    SL_PHASE_LOG = 4,
-    SL_PHASE_PREREAD = 5,
-    SL_PHASE_BALANCER = 6
-};
 enum { SL_CHAIN_NEXT = 0, SL_CHAIN_DONE = 1, SL_CHAIN_ERROR = 2 };
 int sl_ffi_body_chunk(sl_req_t *r, const char **p, size_t *len, int *eof);
 int sl_ffi_body_set(sl_req_t *r, const char *p, size_t len, const char **err);

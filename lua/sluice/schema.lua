@@ -184,8 +184,10 @@ check_fields = function(schema, conf, path, errs)
     sort(names)
     for _, k in ipairs(keys) do
         if schema[k] == nil then
+            -- a nested key says where it stands, as the core's config errors do ("in 'a.b'")
+            local within = path == "" and "" or (" in '%s'"):format(path)
             errs[#errs + 1] = { path = join(path, k), at = "key",
-                                msg = ("unknown key '%s'%s"):format(k, _M.did_you_mean(k, names)) }
+                                msg = ("unknown key '%s'%s%s"):format(k, within, _M.did_you_mean(k, names)) }
         end
     end
     for _, k in ipairs(names) do

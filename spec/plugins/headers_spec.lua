@@ -114,7 +114,7 @@ describe("headers", function()
                        err_of({ request = { set = { ["X-Version"] = 2 } } }), 1, true)
         assert.matches("response.remove: expected a list",
                        err_of({ response = { remove = { a = "b" } } }), 1, true)
-        assert.matches("unknown key 'sett'", err_of({ request = { sett = { A = "1" } } }), 1, true)
+        assert.matches("unknown key 'sett' in 'request' (did you mean 'set'?)", err_of({ request = { sett = { A = "1" } } }), 1, true)
         -- the upstream needs its Host (the API refuses to clear it); the response has none
         assert.matches("request: 'host' is required upstream (set replaces it)",
                        err_of({ request = { remove = { "host" } } }), 1, true)

@@ -48,6 +48,15 @@ describe("real-ip", function()
         assert.equal("127.0.0.1", ips("/rec", "garbage"))
     end)
 
+    it("skips empty elements (a trailing comma, ',,'), as nginx's realip does", function()
+        assert.equal("198.51.100.7", ips("/rec", "198.51.100.7, "))
+        assert.equal("198.51.100.7", ips("/rec", "198.51.100.7,"))
+        assert.equal("203.0.113.9", ips("/rec", "198.51.100.7,,203.0.113.9"))
+        assert.equal("198.51.100.7", ips("/rec", "198.51.100.7, , 10.1.2.3,"))
+        assert.equal("203.0.113.9", ips("/flat", "198.51.100.7,203.0.113.9, "))
+        assert.equal("127.0.0.1", ips("/rec", " , ")) -- nothing but separators: the peer
+    end)
+
     it("not recursive: the rightmost entry, trusted or not", function()
         assert.equal("10.1.2.3", ips("/flat", "198.51.100.7, 203.0.113.9, 10.1.2.3"))
     end)

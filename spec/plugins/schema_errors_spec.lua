@@ -141,7 +141,7 @@ describe("plugin config errors", function()
 
         errs, text = errors_of("conf-check", with({ limits = { window = { seconds = 1, sec = 2 } } }))
         assert.equal(1, #errs)
-        assert.equal("route 'r', plugin 'conf-check': unknown key 'sec'", errs[1].msg)
+        assert.equal("route 'r', plugin 'conf-check': unknown key 'sec' in 'limits.window'", errs[1].msg)
         assert.equal('"sec"', at(text, errs[1], 5))
     end)
 

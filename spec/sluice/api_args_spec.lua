@@ -8,7 +8,8 @@ local FIXTURES = test.source_path("spec/fixtures/plugins")
 
 local CASES = { "exit_list", "resp_set_list", "req_set_list", "req_set_nil", "resp_set_nil", "req_add_fn",
                 "exit_header_table_of_tables", "exit_bad_header_list", "sleep_nan", "sleep_inf", "sleep_neg",
-                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init", "shared_ok_ttl",
+                "shared_neg_ttl", "shared_nan_ttl", "shared_str_ttl", "incr_neg_ttl", "incr_str_init",
+                "incr_nan_delta", "incr_inf_delta", "incr_nan_init", "shared_ok_ttl",
                 "exit_fraction", "http_bad_scheme", "http_bad_port",
                 "req_add_host", "req_clear_host", "exit_tail_bad_status", "raise_table", "raise_nil",
                 "limit_redis_unconfigured", "redis_unconfigured", "req_cookies", "read_body_nan" }
@@ -21,6 +22,11 @@ describe("sluice API arguments", function()
         for _, c in ipairs(CASES) do
             routes[#routes + 1] = { name = c, match = { paths = { "/" .. c } }, upstream = "echo",
                                     plugins = { { name = "api-call", config = { case = c } } } }
+        end
+        for _, ph in ipairs({ "header_filter", "body_filter", "log" }) do
+            routes[#routes + 1] = { name = "upstream_set_" .. ph, match = { paths = { "/upstream_set_" .. ph } },
+                                    upstream = "echo",
+                                    plugins = { { name = "api-call", config = { case = "upstream_set", phase = ph } } } }
         end
         routes[#routes + 1] = { name = "exit_tail_in_log", match = { paths = { "/exit_tail_in_log" } }, upstream = "echo",
                                 plugins = { { name = "api-call", config = { case = "exit_tail_in_log", phase = "log" } } } }
@@ -45,10 +51,12 @@ describe("sluice API arguments", function()
     end
 
     -- Requests /case; its response and the error lines logged for the route (the log
-    -- phase's come after the answer: polled for up to a second).
-    local function request_logged(case)
+    -- phase's come after the answer: polled for up to a second). With cut, the response may
+    -- end early (an error in body_filter closes the connection after the head).
+    local function request_logged(case, cut)
         test.capture_logs(true)
-        local res = assert(gw:request({ path = "/" .. case, timeout = 2 }))
+        local res, err = gw:request({ path = "/" .. case, timeout = 2 })
+        if not cut then assert(res, err) end
         local lines = {}
         for _ = 1, 100 do
             for _, l in ipairs(test.logs()) do
@@ -166,6 +174,16 @@ describe("sluice API arguments", function()
         end)
     end)
 
+    describe("upstream.set", function()
+        it("raises after the upstream was chosen, naming the phase, as the other rewrite/access calls do", function()
+            for _, ph in ipairs({ "header_filter", "body_filter", "log" }) do
+                local _, lines = request_logged("upstream_set_" .. ph, true)
+                assert.matches("^plugin error: .*api%-call%.lua:%d+: upstream%.set works in rewrite and access only %(called in "
+                               .. ph .. "%)", assert(lines[1], ph).msg)
+            end
+        end)
+    end)
+
     describe("an error object that is not a string", function()
         it("is logged as what it is, not as '?'", function()
             for case, what in pairs({ raise_table = "table", raise_nil = "nil" }) do
@@ -203,7 +221,17 @@ describe("sluice API arguments", function()
 
         it("a ttl or init that is not a number raises with the argument's name", function()
             raises("shared_str_ttl", "ttl must be a number of seconds >= 0")
-            raises("incr_str_init", "init must be a number")
+            raises("incr_str_init", "init must be a finite number")
+        end)
+
+        it("a NaN or infinite delta or init raises instead of storing a value no incr can undo", function()
+            raises("incr_nan_delta", "delta must be a finite number")
+            raises("incr_inf_delta", "delta must be a finite number")
+            raises("incr_nan_init", "init must be a finite number")
+            local shared = require("sluice").shared
+            assert.is_nil(shared.get("api-call:incr-nan"))
+            assert.is_nil(shared.get("api-call:incr-inf"))
+            assert.is_nil(shared.get("api-call:incr-nan-init"))
         end)
 
         it("0 and positive ttls still work", function()

@@ -4,9 +4,8 @@
 -- ctest/limiter_test.c pins the exact arithmetic on an injected clock; here the clock is
 -- the real one, so rates are slow enough that the test's own run time refills nothing.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-require("sluice.test") -- loads libsluice.so globally: sluice.limit calls the core's ABI
+local test = require("sluice.test") -- loads libsluice.so globally: sluice.limit calls the core's ABI
 local limit = require("sluice.limit")
-local vmdef = require("jit.vmdef")
 
 -- Keys are process-wide and outlive a spec: each run and test gets its own.
 local run = ("spec-limit:%x:"):format(os.time())
@@ -145,14 +144,9 @@ end)
 -- aborts other than LuaJIT choosing where a trace starts, and once compiled allocates
 -- nothing (the result struct is made once, the results come back as multiple values).
 describe("sluice.limit JIT", function()
-    local BENIGN = {
-        ["leaving loop in root trace"] = true,
-        ["inner loop in root trace"] = true,
-        ["loop unroll limit reached"] = true,
-        -- the same function met again inside the trace past the unroll limit: LuaJIT stops and
-        -- starts a trace elsewhere (seen ~1 run in 40 in CI, with the trace still compiled)
-        ["call unroll limit reached"] = true,
-    }
+    -- the JIT specs' one judgement of an abort (spec/fixtures/jit_aborts.lua)
+    local aborts_lib = dofile(test.source_path("spec/fixtures/jit_aborts.lua"))
+    local BENIGN = aborts_lib.BENIGN
 
     local function loop(n, k)
         local admitted = 0
@@ -175,7 +169,7 @@ describe("sluice.limit JIT", function()
             if what == "stop" then
                 stops = stops + 1
             elseif what == "abort" then
-                local msg = type(otr) == "number" and vmdef.traceerr[otr] or tostring(otr)
+                local msg = aborts_lib.fmterr(otr, oex)
                 if not BENIGN[msg] then
                     aborts[#aborts + 1] = msg .. " (" .. tostring(oex) .. ")"
                 end

@@ -73,6 +73,16 @@ describe("request API additions", function()
         assert.equal("127.0.0.1", j.client_ip) -- no header: the peer
     end)
 
+    it("client.get_ip skips empty X-Forwarded-For elements, as nginx's realip does", function()
+        local function ip(v)
+            return assert(trusting:request({ path = "/q", headers = { ["X-Forwarded-For"] = v } })).json().client_ip
+        end
+        assert.equal("198.51.100.7", ip("198.51.100.7, "))
+        assert.equal("198.51.100.7", ip("198.51.100.7,"))
+        assert.equal("203.0.113.9", ip("198.51.100.7,,203.0.113.9"))
+        assert.equal("198.51.100.7", ip("198.51.100.7, ,10.1.2.3, ")) -- trusted: one hop further left
+    end)
+
     it("response.get_headers: the response's fields after the chain's edits", function()
         local res = assert(gw:request({ path = "/r" }))
         assert.equal(201, res.status)

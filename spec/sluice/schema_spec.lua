@@ -221,7 +221,7 @@ describe("sluice.schema.validate", function()
             local s = { a = { type = "string" }, r = { type = "record", fields = {
                 inner = { type = "record", fields = { x = { type = "number" } } } } } }
             assert.same({ path = "stauts", at = "key", msg = "unknown key 'stauts'" }, one(s, { stauts = 1 }))
-            assert.same({ path = "r.inner.y", at = "key", msg = "unknown key 'y'" },
+            assert.same({ path = "r.inner.y", at = "key", msg = "unknown key 'y' in 'r.inner'" },
                         one(s, { r = { inner = { x = 1, y = 2 } } }))
         end)
 
@@ -304,7 +304,7 @@ describe("sluice.schema.validate", function()
             table.sort(errs, function(p, q) return p.path < q.path end)
             assert.same({
                 { path = "rules.2", at = "value", msg = "missing required key 'name'" },
-                { path = "rules.2.extra", at = "key", msg = "unknown key 'extra'" },
+                { path = "rules.2.extra", at = "key", msg = "unknown key 'extra' in 'rules.2'" },
                 { path = "tags.k.2", at = "value", msg = "expected one of: a, b" },
             }, errs)
         end)
