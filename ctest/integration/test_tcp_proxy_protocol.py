@@ -248,6 +248,9 @@ def test_trusted_client_header(t):
     took = time.monotonic() - t0
     t.check("a trusted peer's unfinished header is closed at header_timeout (1 s)",
             how in ("eof", "reset") and 0.7 < took < 2.5, "closed after ~1 s", (how, round(took, 2)))
+    t.check("... and logged as a missing header", h.wait_until(
+        lambda: "listener trusted: closing the connection from 127.0.0.1:%d: no complete PROXY protocol header"
+        % c.sock.getsockname()[1] in S["gw"].log(), 2), "logged", S["gw"].log()[-600:])
     t.check("the refusals are logged", "closing the connection from 127.0.0.1" in S["gw"].log(), "logged",
             S["gw"].log()[-600:])
 
