@@ -184,17 +184,32 @@ static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
     return h;
 }
 
+/* A string, NUL included (NULL hashes as ""): "ab","c" and "a","bc" differ. */
+static uint64_t hash_str(uint64_t h, const char *str) {
+    return str ? sl_fnv1a64(h, str, strlen(str) + 1) : sl_fnv1a64(h, "", 1);
+}
+
+/* A target's `tls:` (none: a marker of its own, so adding `tls: {}` changes the target). */
+static uint64_t sig_target_tls(uint64_t h, const sl_tls_target_conf_t *t) {
+    if (!t) return sl_fnv1a64(h, "-", 1);
+    h = sl_fnv1a64(h, &t->verify, sizeof t->verify);
+    return hash_str(hash_str(h, t->ca), t->sni);
+}
+
 static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     uint64_t h = sl_fnv1a64(SL_FNV64_INIT, u->name, strlen(u->name));
     for (size_t i = 0; i < u->ntargets; i++) { /* as written: a dynamic slot's address is not */
         if (u->targets[i].kind != SL_TARGET_STATIC) continue;
         h = sl_fnv1a64(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
         h = sl_fnv1a64(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
+        h = sig_target_tls(h, u->targets[i].tls);
     }
     for (size_t i = 0; i < u->nnames; i++) {
         h = sl_fnv1a64(h, u->names[i].entry, strlen(u->names[i].entry) + 1);
         h = sl_fnv1a64(h, &u->names[i].weight, sizeof(u->names[i].weight));
+        h = sig_target_tls(h, u->targets[u->names[i].first].tls); /* a name's slots share it */
     }
+    h = sl_fnv1a64(h, &u->protocol, sizeof(u->protocol));
     uint64_t reg[3] = {u->registry, u->registry_max_ttl_ms, u->registry_slots};
     h = sl_fnv1a64(h, reg, sizeof(reg));
     uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
@@ -219,11 +234,6 @@ static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     if (hc->path) h = sl_fnv1a64(h, hc->path, strlen(hc->path) + 1);
     if (hc->service) h = sl_fnv1a64(h, hc->service, strlen(hc->service) + 1);
     return h;
-}
-
-/* A string, NUL included (NULL hashes as ""): "ab","c" and "a","bc" differ. */
-static uint64_t hash_str(uint64_t h, const char *str) {
-    return str ? sl_fnv1a64(h, str, strlen(str) + 1) : sl_fnv1a64(h, "", 1);
 }
 
 static uint64_t sig_listener(const sl_listener_conf_t *l) {

@@ -12,7 +12,8 @@
   `settings:KEY` for top-level settings (telemetry, cache, ...), which it did not name either,
   and `listener:NAME` for a change of any one listener key (proxy_protocol,
   accept_proxy_protocol, splice, a tcp listener's upstream, trusted_proxies, http2), which
-  it named only for the address, limits, timeouts, certificates, sni_routes and plugins.
+  it named only for the address, limits, timeouts, certificates, sni_routes and plugins;
+  and `upstream:NAME` for a change of its `protocol` or a target's `tls`.
 """
 
 import json
@@ -339,5 +340,21 @@ def test_listener_keys_changed(t):
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
 
+def test_upstream_keys_changed(t):
+    d, cfg = setup(watch="false")
+    up = "upstreams:\n  - { name: api, targets: [ { address: 127.0.0.1:1%s } ]%s }\n"
+    s = h.start_sluice(cfg + up % ("", ""), suite=t)
+    steps = (("a target's tls", ", tls: { verify: false }", ""),
+             ("a target's tls.sni", ", tls: { verify: false, sni: api.test }", ""),
+             ("protocol", ", tls: { verify: false, sni: api.test }", ", protocol: h2"))
+    for key, target_keys, up_keys in steps:
+        write(s.config_path, cfg + up % (target_keys, up_keys))
+        code, res = post_reload(s)
+        t.check("a reload that changes only %s of upstream api: changed lists upstream:api" % key,
+                code == 200 and res.get("unchanged") is False and res.get("changed") == ["upstream:api"],
+                ["upstream:api"], (code, res))
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
 t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop,
-      test_consumers_changed, test_settings_changed, test_listener_keys_changed)
+      test_consumers_changed, test_settings_changed, test_listener_keys_changed, test_upstream_keys_changed)
