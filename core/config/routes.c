@@ -14,6 +14,10 @@
 bool sl__cfg_check_host(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     for (char *p = s; *p; p++)
         if (*p >= 'A' && *p <= 'Z') *p = (char)(*p | 0x20);
+    /* An absolute name ("api.example.com.") is the same host: requests' Host and TLS server
+     * names are compared without their trailing dot, so one kept here would never match. */
+    size_t len = strlen(s);
+    if (len >= 2 && s[len - 1] == '.' && s[len - 2] != '.' && s[len - 2] != '*') s[len - 1] = '\0';
     const char *name = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
     if (strchr(name, '*') || strcmp(s, "*.") == 0) {
         sl__cx_err(cx, v,

@@ -131,6 +131,17 @@ static void conn_on_timer(uv_timer_t *t) {
         conn_close(c);
         return;
     }
+    if (c->state == SL_CONN_HEAD && c->proxy) {
+        /* Still reading a trusted peer's PROXY header (or the first bytes that tell
+         * whether an untrusted one sends one): that peer speaks the PROXY protocol, not
+         * HTTP yet (nor TLS), so it gets no 408: the connection is closed without an
+         * answer, as for a malformed header, and no request is counted. */
+        if (c->proxy == SL_CONN_PP_EXPECT)
+            sl_log_warn("listener %s: closing the connection from %s: no complete PROXY protocol header within "
+                        "header_timeout", c->ds.lc->name, c->ds.peer);
+        conn_close(c);
+        return;
+    }
     if (c->state == SL_CONN_HEAD) {
         /* The whole head must arrive within header_timeout of its first byte, so a
          * trickle of one byte a second cannot hold the connection open. */

@@ -894,6 +894,15 @@ static void on_timer(uv_timer_t *t) {
         connect_failed(s, ETIMEDOUT);
         return;
     case ST_PREREAD: /* no (complete) first bytes within header_timeout */
+        if (lconf(s)->accept_proxy && !s->d[DIR_IN].off &&
+            sl_pp_trusted(lconf(s)->proxy_from, lconf(s)->nproxy_from, &s->peer.sa)) {
+            /* a trusted peer's header is missing: logged like a malformed one (a header
+             * taken off leaves d->off > 0) */
+            char peer[64];
+            sl__addr_text((const struct sockaddr_storage *)(const void *)&s->peer, peer, sizeof peer);
+            sl_log_warn("listener %s: closing the connection from %s: no complete PROXY protocol header within "
+                        "header_timeout", lconf(s)->name, peer);
+        }
         if (lconf(s)->nsni_routes) sni_count(s, SL_SNI_TIMEOUT);
         sess_end(s, false, SL_TCP_END_TIMEOUT);
         return;

@@ -80,6 +80,10 @@ static int server_name(rd_t *ext, char *name, size_t *nlen, const char **err) {
         rd_t h;
         if (!rd_u8(&l, &type) || !rd_u16(&l, &n) || !rd_sub(&l, n, &h)) goto bad;
         if (type != NAME_HOST) continue; /* no other type is defined; skip rather than fail */
+        /* an absolute name ("a.test.") names the same host as "a.test": RFC 6066 says a
+         * client sends none, but some do (openssl s_client -servername a.test.), and
+         * nginx drops it as well; refusing the hello cut a working client off */
+        if (n > 1 && h.p[n - 1] == '.') n--;
         if (!host_ok(h.p, n)) {
             *err = "the ClientHello's server_name is not a host name";
             return SL_ERROR;

@@ -152,12 +152,15 @@ static const char *health_label(sl_tstate_t *ts, uint64_t now_ms) {
 
 static const char *const layer_label[SL_LAYERS] = {[SL_LAYER_HTTP] = "http", [SL_LAYER_TCP] = "tcp"};
 
-/* Does a protocol: tcp listener use upstream u (so its TCP-layer breakers are in use)? */
+/* Can a protocol: tcp listener use upstream u (so its TCP-layer breakers are in use)? One
+ * that names it, in `upstream` or `sni_routes`, or one with a preread chain: a plugin may
+ * choose any upstream at run time (sluice.upstream.set), and its sessions then open and
+ * close that upstream's TCP-layer breakers like any others. */
 static bool tcp_upstream(const sl_config_t *cfg, size_t u) {
     for (size_t i = 0; i < cfg->nlisteners; i++) {
         const sl_listener_conf_t *l = &cfg->listeners[i];
         if (l->protocol != SL_PROTO_TCP) continue;
-        if (l->upstream == (int)u) return true;
+        if (l->upstream == (int)u || l->nplugins) return true;
         for (size_t k = 0; k < l->nsni_routes; k++)
             if (l->sni_routes[k].upstream == (int)u) return true;
     }

@@ -184,17 +184,32 @@ static uint64_t sig_route(const sl_config_t *c, const sl_route_conf_t *r) {
     return h;
 }
 
+/* A string, NUL included (NULL hashes as ""): "ab","c" and "a","bc" differ. */
+static uint64_t hash_str(uint64_t h, const char *str) {
+    return str ? sl_fnv1a64(h, str, strlen(str) + 1) : sl_fnv1a64(h, "", 1);
+}
+
+/* A target's `tls:` (none: a marker of its own, so adding `tls: {}` changes the target). */
+static uint64_t sig_target_tls(uint64_t h, const sl_tls_target_conf_t *t) {
+    if (!t) return sl_fnv1a64(h, "-", 1);
+    h = sl_fnv1a64(h, &t->verify, sizeof t->verify);
+    return hash_str(hash_str(h, t->ca), t->sni);
+}
+
 static uint64_t sig_upstream(const sl_upstream_conf_t *u) {
     uint64_t h = sl_fnv1a64(SL_FNV64_INIT, u->name, strlen(u->name));
     for (size_t i = 0; i < u->ntargets; i++) { /* as written: a dynamic slot's address is not */
         if (u->targets[i].kind != SL_TARGET_STATIC) continue;
         h = sl_fnv1a64(h, u->targets[i].addr.text, strlen(u->targets[i].addr.text) + 1);
         h = sl_fnv1a64(h, &u->targets[i].weight, sizeof(u->targets[i].weight));
+        h = sig_target_tls(h, u->targets[i].tls);
     }
     for (size_t i = 0; i < u->nnames; i++) {
         h = sl_fnv1a64(h, u->names[i].entry, strlen(u->names[i].entry) + 1);
         h = sl_fnv1a64(h, &u->names[i].weight, sizeof(u->names[i].weight));
+        h = sig_target_tls(h, u->targets[u->names[i].first].tls); /* a name's slots share it */
     }
+    h = sl_fnv1a64(h, &u->protocol, sizeof(u->protocol));
     uint64_t reg[3] = {u->registry, u->registry_max_ttl_ms, u->registry_slots};
     h = sl_fnv1a64(h, reg, sizeof(reg));
     uint64_t v[5] = {u->keepalive_max_idle, u->keepalive_idle_timeout_ms, u->connect_timeout_ms,
@@ -227,9 +242,41 @@ static uint64_t sig_listener(const sl_listener_conf_t *l) {
         if (l->tls->certs[j].cert_path) h = hash_file(h, l->tls->certs[j].cert_path);
         if (l->tls->certs[j].key_path) h = hash_file(h, l->tls->certs[j].key_path);
     }
-    uint64_t v[6] = {(uint64_t)l->protocol, l->max_body, l->max_header_size, l->max_request_line,
-                     l->header_timeout_ms, l->idle_timeout_ms};
+    /* every key of the listener (field by field: the structs have padding); the files'
+     * content also counts as cert:PATH */
+    uint64_t v[] = {(uint64_t)l->protocol, l->max_body, l->max_header_size, l->max_request_line,
+                    l->header_timeout_ms, l->idle_timeout_ms, (uint64_t)l->splice, (uint64_t)l->proxy_send,
+                    l->accept_proxy, l->nproxy_from, l->ntrusted_proxies, l->http2, l->http2_max_streams};
     h = sl_fnv1a64(h, v, sizeof(v));
+    for (size_t i = 0; i < l->nproxy_from; i++) {
+        h = sl_fnv1a64(h, l->proxy_from[i].ip, sizeof l->proxy_from[i].ip);
+        h = sl_fnv1a64(h, &l->proxy_from[i].bits, 1);
+    }
+    for (size_t i = 0; i < l->ntrusted_proxies; i++) {
+        h = sl_fnv1a64(h, l->trusted_proxies[i].ip, sizeof l->trusted_proxies[i].ip);
+        h = sl_fnv1a64(h, &l->trusted_proxies[i].bits, 1);
+    }
+    /* a tcp listener's upstream, by name (its index moves when upstreams are added) */
+    h = hash_str(h, l->upstream_name);
+    if (l->tls) {
+        const sl_tls_listener_conf_t *t = l->tls;
+        uint64_t tv[] = {(uint64_t)t->min_version, t->session_tickets, t->handshake_timeout_ms, t->ncerts};
+        h = sl_fnv1a64(h, tv, sizeof(tv));
+        h = hash_str(h, t->ciphers);
+        for (size_t j = 0; j < t->ncerts; j++) {
+            const sl_tls_cert_conf_t *c = &t->certs[j];
+            h = hash_str(hash_str(h, c->cert), c->key);
+            h = sl_fnv1a64(h, &c->is_default, sizeof c->is_default);
+            for (size_t k = 0; k < c->nsni; k++) h = hash_str(h, c->sni[k]);
+            h = sl_fnv1a64(h, &c->nsni, sizeof c->nsni);
+        }
+        if (t->client_auth) {
+            const sl_tls_client_auth_conf_t *ca = t->client_auth;
+            int cv[2] = {ca->mode, ca->depth};
+            h = sl_fnv1a64(h, cv, sizeof(cv));
+            h = hash_str(hash_str(h, ca->ca), ca->crl);
+        }
+    }
     for (size_t i = 0; i < l->nsni_routes; i++) {
         const sl_sni_route_conf_t *r = &l->sni_routes[i];
         for (size_t k = 0; k < r->nnames; k++) h = sl_fnv1a64(h, r->names[k], strlen(r->names[k]) + 1);

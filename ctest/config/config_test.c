@@ -1095,6 +1095,20 @@ static void test_sni_routes(void) {
         CHECK_STR(l->sni_names[1].name, ".b.test");
     }
     sl_config_free(c);
+    /* an absolute name (a trailing dot) is the name without it, as a ClientHello's is: kept
+     * with its dot it would never match */
+    c = PARSE_OK("listeners:\n"
+                 "  - { name: t, listen: 127.0.0.1:2, protocol: tcp,\n"
+                 "      sni_routes: [ { sni: [A.Test., \"*.b.test.\"], upstream: u } ] }\n" SNI_UP);
+    if (c) {
+        CHECK_STR(c->listeners[0].sni_routes[0].names[0], "a.test");
+        CHECK_STR(c->listeners[0].sni_routes[0].names[1], "*.b.test");
+    }
+    sl_config_free(c);
+    c = PARSE_OK("listeners: [ { name: web, listen: 127.0.0.1:2 } ]\n" SNI_UP
+                 "routes: [ { name: r, match: { hosts: [Api.Test.] }, upstream: u } ]\n");
+    if (c) CHECK_STR(c->routes[0].hosts[0], "api.test");
+    sl_config_free(c);
     EXPECT_ERROR("listeners: [ { name: h, listen: 127.0.0.1:1, sni_routes: [ { sni: [a.test], upstream: u } ] } ]\n" SNI_UP,
                  "1:46: 'sni_routes' belongs to protocol: tcp listeners (http routes match hosts)");
     EXPECT_ERROR("listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp } ]\n" SNI_UP,
@@ -1103,6 +1117,7 @@ static void test_sni_routes(void) {
                  "1:73: 'sni_routes' of listener 't' needs at least one entry");
 #define SNI_L(routes) "listeners: [ { name: t, listen: 127.0.0.1:1, protocol: tcp, sni_routes: [ " routes " ] } ]\n" SNI_UP
     EXPECT_ERROR(SNI_L("{ sni: [a.test, A.TEST], upstream: u }"), "1:91: sni 'a.test' is listed twice in listener 't'");
+    EXPECT_ERROR(SNI_L("{ sni: [a.test, a.test.], upstream: u }"), "1:91: sni 'a.test' is listed twice in listener 't'");
     EXPECT_ERROR(SNI_L("{ sni: [\"*.a.test\"], upstream: u }, { sni: [\"*.A.test\"], upstream: u }"),
                  "1:119: sni '*.a.test' is listed twice in listener 't'");
     EXPECT_ERROR(SNI_L("{ sni: [a.test], upstream: u, weight: 1 }"),

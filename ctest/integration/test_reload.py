@@ -9,7 +9,11 @@
   (least-squares slope under 10 KiB per reload; a worker is about 400 KiB).
 - A reload that changes only `consumers:` lists each consumer new, changed or gone as
   `consumer:NAME` in `changed` (it answered `"changed":[]` with `"unchanged":false`), and
-  `settings:KEY` for top-level settings (telemetry, cache, ...), which it did not name either.
+  `settings:KEY` for top-level settings (telemetry, cache, ...), which it did not name either,
+  and `listener:NAME` for a change of any one listener key (proxy_protocol,
+  accept_proxy_protocol, splice, a tcp listener's upstream, trusted_proxies, http2), which
+  it named only for the address, limits, timeouts, certificates, sni_routes and plugins;
+  and `upstream:NAME` for a change of its `protocol` or a target's `tls`.
 """
 
 import json
@@ -306,5 +310,51 @@ def test_settings_changed(t):
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
 
+def test_listener_keys_changed(t):
+    d, cfg = setup(watch="false")
+    base = cfg + ("upstreams:\n  - { name: u1, targets: [ { address: 127.0.0.1:1 } ] }\n"
+                  "  - { name: u2, targets: [ { address: 127.0.0.1:2 } ] }\n")
+    tcp = "  - { name: pg, listen: 127.0.0.1:0, protocol: tcp, upstream: u1%s }\n"
+    web = "  - { name: web, listen: 127.0.0.1:0%s }\n"
+
+    def config(tcp_keys="", web_keys=""):
+        return base.replace("  - { name: web, listen: 127.0.0.1:0 }\n", web % web_keys + tcp % tcp_keys)
+    s = h.start_sluice(config(), suite=t)
+    # each reload changes one key of one listener, and only that: `changed` must name it
+    pp = ", proxy_protocol: { send: v2 }"
+    acc = pp + ", accept_proxy_protocol: { from: [10.0.0.0/8] }"
+    acc9 = acc.replace("/8", "/9")
+    steps = (("pg", "proxy_protocol.send", pp, "", "u1"),
+             ("pg", "accept_proxy_protocol", acc, "", "u1"),
+             ("pg", "accept_proxy_protocol.from", acc9, "", "u1"),
+             ("pg", "splice", acc9 + ", splice: off", "", "u1"),
+             ("pg", "upstream", acc9 + ", splice: off", "", "u2"),
+             ("web", "trusted_proxies", acc9 + ", splice: off", ", trusted_proxies: [10.0.0.0/8]", "u2"),
+             ("web", "http2", acc9 + ", splice: off", ", trusted_proxies: [10.0.0.0/8], http2: false", "u2"))
+    for name, key, tcp_keys, web_keys, up in steps:
+        write(s.config_path, config(tcp_keys, web_keys).replace("upstream: u1", "upstream: " + up))
+        code, res = post_reload(s)
+        t.check("a reload that changes only %s of listener %s: changed lists listener:%s" % (key, name, name),
+                code == 200 and res.get("unchanged") is False and res.get("changed") == ["listener:" + name],
+                ["listener:" + name], (code, res))
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
+def test_upstream_keys_changed(t):
+    d, cfg = setup(watch="false")
+    up = "upstreams:\n  - { name: api, targets: [ { address: 127.0.0.1:1%s } ]%s }\n"
+    s = h.start_sluice(cfg + up % ("", ""), suite=t)
+    steps = (("a target's tls", ", tls: { verify: false }", ""),
+             ("a target's tls.sni", ", tls: { verify: false, sni: api.test }", ""),
+             ("protocol", ", tls: { verify: false, sni: api.test }", ", protocol: h2"))
+    for key, target_keys, up_keys in steps:
+        write(s.config_path, cfg + up % (target_keys, up_keys))
+        code, res = post_reload(s)
+        t.check("a reload that changes only %s of upstream api: changed lists upstream:api" % key,
+                code == 200 and res.get("unchanged") is False and res.get("changed") == ["upstream:api"],
+                ["upstream:api"], (code, res))
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
 t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop,
-      test_consumers_changed, test_settings_changed)
+      test_consumers_changed, test_settings_changed, test_listener_keys_changed, test_upstream_keys_changed)

@@ -7,6 +7,8 @@ accept_proxy_protocol). Plugins come from ctest/integration/preread_fixture:
   1. route-by chooses by client address (clients bound to 127.0.0.1/.2/.4): the default
      upstream, another upstream, an IP:PORT address; and, on a listener with sni_routes
      and no default, by the ClientHello's server name where no entry matches;
+     an upstream only route-by chooses (no listener names it) shows the TCP-layer breaker
+     its refused sessions opened, in /status (breaker_tcp) and /metrics (layer="tcp");
   2. the built-in ip-restriction, on a tcp listener, closes a denied client before any
      upstream connection; tcp-info answers with what sluice.session sees and closes;
   3. a plugin raising, or calling what preread cannot do (sluice.sleep, the request API),
@@ -93,7 +95,9 @@ def setup(t):
         S[n] = Greeter(n)
     up = lambda name, g: "  - { name: %s, targets: [ { address: 127.0.0.1:%d } ] }\n" % (name, S[g].port)  # noqa: E731
     route_by = ('      - name: route-by\n'
-                '        config: { ip: { "127.0.0.2": up_b, "127.0.0.4": "127.0.0.1:%d" } }\n' % S["C"].port)
+                '        config: { ip: { "127.0.0.2": up_b, "127.0.0.4": "127.0.0.1:%d", "127.0.0.5": up_dead } }\n'
+                % S["C"].port)
+    S["dead"] = dead = h.refused_port()  # held open (never listening): every connect is refused
     cfg = ("workers: 2\n"
            "admin: { listen: 127.0.0.1:0 }\n"
            "plugin_paths: [%s]\n"
@@ -114,7 +118,10 @@ def setup(t):
            "      plugins: [ { name: tcp-boom, config: { misuse: sleep } } ] }\n"
            "  - { name: nosy, listen: 127.0.0.1:0, protocol: tcp, upstream: up_a,\n"
            "      plugins: [ { name: tcp-boom, config: { misuse: request } } ] }\n"
-           "upstreams:\n" + up("up_a", "A") + up("up_b", "B") + up("up_c", "C")) % FIXTURE
+           "upstreams:\n" + up("up_a", "A") + up("up_b", "B") + up("up_c", "C") +
+           "  - { name: up_dead, targets: [ { address: 127.0.0.1:%d } ],\n"
+           "      circuit_breaker: { min_requests: 2, failure_ratio: 0.5, open_timeout: 60s } }\n"
+           % dead[1]) % FIXTURE
     S["gw"] = h.start_sluice(cfg, suite=t)
 
 
@@ -132,6 +139,24 @@ def test_route_by_address(t):
         t.check("%s: one backend connection per session" % lst,
                 after == (before[0] + 2, before[1] + 2, before[2] + 1), (2, 2, 1),
                 tuple(a - b for a, b in zip(after, before)))
+
+
+def test_breaker_of_a_plugin_upstream(t):
+    """up_dead is named by no listener, only chosen by route-by: its TCP-layer breaker, which
+    its sessions open, shows in /status and /metrics like a named upstream's."""
+    gw = S["gw"]
+    for _ in range(3):
+        talk(gw.port("pre"), source="127.0.0.5")
+    target = "127.0.0.1:%d" % S["dead"][1]
+
+    def tcp_breaker():
+        up = [u for u in gw.status()["upstreams"] if u["name"] == "up_dead"][0]
+        return up["targets"][0].get("breaker_tcp")
+    t.check("a plugin-chosen upstream's TCP breaker, opened by refused connects, shows in /status",
+            h.wait_until(lambda: tcp_breaker() == "open", 3), "open", tcp_breaker())
+    _, samples = gw.metrics()
+    got = h.metric_values(samples, "sluice_circuit_breaker_state", upstream="up_dead", target=target, layer="tcp")
+    t.check("... and in sluice_circuit_breaker_state{layer=\"tcp\"}", got == [1.0], [1.0], got)
 
 
 def test_big_stream_after_preread(t):
@@ -250,5 +275,5 @@ def test_config_errors(t):
     t.check("a tcp listener with plugins and no upstream is valid (a plugin chooses)", rc == 0, 0, (rc, out))
 
 
-t.run(setup, test_route_by_address, test_big_stream_after_preread, test_route_by_sni, test_session_api,
+t.run(setup, test_route_by_address, test_breaker_of_a_plugin_upstream, test_big_stream_after_preread, test_route_by_sni, test_session_api,
       test_ip_restriction, test_errors, test_config_errors)

@@ -15,7 +15,8 @@
      source is the client for X-Forwarded-For and ip-restriction, on every request of the
      connection (haproxy's send-proxy-v2 from a client bound to 127.0.0.5 included); no
      header from a trusted peer, or a header from an untrusted one, closes the connection
-     and no request reaches the upstream.
+     and no request reaches the upstream; an unfinished header is closed at header_timeout
+     without an answer (a 408 would be HTTP to a peer speaking the PROXY protocol).
 """
 
 import os
@@ -149,7 +150,7 @@ listeners:
       accept_proxy_protocol: { from: ["127.0.0.0/8", "::1"] }, header_timeout: 1s }
   - { name: strict, listen: 127.0.0.1:0, protocol: tcp, upstream: peer,
       accept_proxy_protocol: { from: [10.0.0.0/8] } }
-  - { name: web, listen: 127.0.0.1:0, accept_proxy_protocol: { from: [127.0.0.1] } }
+  - { name: web, listen: 127.0.0.1:0, accept_proxy_protocol: { from: [127.0.0.1] }, header_timeout: 1s }
   - { name: webstrict, listen: 127.0.0.1:0, accept_proxy_protocol: { from: [10.0.0.0/8] } }
 upstreams:
   - { name: raw, targets: [ { address: 127.0.0.1:%d } ] }
@@ -247,6 +248,9 @@ def test_trusted_client_header(t):
     took = time.monotonic() - t0
     t.check("a trusted peer's unfinished header is closed at header_timeout (1 s)",
             how in ("eof", "reset") and 0.7 < took < 2.5, "closed after ~1 s", (how, round(took, 2)))
+    t.check("... and logged as a missing header", h.wait_until(
+        lambda: "listener trusted: closing the connection from 127.0.0.1:%d: no complete PROXY protocol header"
+        % c.sock.getsockname()[1] in S["gw"].log(), 2), "logged", S["gw"].log()[-600:])
     t.check("the refusals are logged", "closing the connection from 127.0.0.1" in S["gw"].log(), "logged",
             S["gw"].log()[-600:])
 
@@ -320,6 +324,19 @@ def test_http_listener(t):
                 "closed", (how, data[:100]))
         t.check("http: %s: no request reached the upstream" % what, len(mock.requests) == n, n,
                 len(mock.requests))
+    for preface, what in ((b"PROXY TCP4 1.2.3.4", "an unfinished v1 header"),
+                          (V2SIG + b"\x21\x11\x00\x0c\x01", "an unfinished v2 header")):
+        c = h.Client(gw.port("web"))
+        c.send(preface)
+        t0 = time.monotonic()
+        data, how = c.read_until_close(4)
+        took = time.monotonic() - t0
+        t.check("http: a trusted peer's %s is closed at header_timeout (1 s) without an answer (no 408: "
+                "it speaks the PROXY protocol, not HTTP)" % what,
+                how in ("eof", "reset") and data == b"" and 0.7 < took < 2.5, "closed, nothing, after ~1 s",
+                (how, data[:60], round(took, 2)))
+    t.check("http: the unfinished header is logged", "no complete PROXY protocol header within header_timeout"
+            in gw.log(), "logged", gw.log()[-600:])
     r = h.request(gw.port("webstrict"), "GET", "/plain")
     t.check("http: an untrusted peer without a header is served", (r.status, r.body) == (200, b"127.0.0.1"),
             (200, b"127.0.0.1"), (r.status, r.body))

@@ -134,6 +134,11 @@ static void test_openssl_hellos(void) {
     check_every_prefix(&b, "b.test");
     openssl_hello(NULL, 0, &b);
     check_every_prefix(&b, "");
+    /* an absolute name (a trailing dot) is the same host name; two dots are not a name */
+    openssl_hello("A.Test.", 0, &b);
+    check_every_prefix(&b, "a.test");
+    openssl_hello("a.test..", 0, &b);
+    CHECK_INT(parse(b.p, b.len), SL_ERROR);
     /* what follows the hello (a client's early data, say) is not looked at */
     openssl_hello("a.test", 0, &b);
     memcpy(b.p + b.len, "\x17\x03\x03\x00\x05hello", 10);
