@@ -474,7 +474,8 @@ static const char *registration_key(registration_t *r, const char *key, const ya
 static const char *parse_registration(const char *p, size_t len, registration_t *r) {
     *r = (registration_t){.weight = 1};
     sl_jdoc_t d;
-    if (!len || !sl_json_parse(&d, p, len)) return "the body must be a JSON object";
+    if (!len || !sl_json_valid(p, len) || !sl_json_parse(&d, p, len))
+        return "the body must be a JSON object";
     const char *why = NULL;
     if (d.root->type != YAML_MAPPING_NODE || d.root->data.mapping.style != YAML_FLOW_MAPPING_STYLE)
         why = "the body must be a JSON object";

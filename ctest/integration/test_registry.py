@@ -150,6 +150,13 @@ def test_registry(t):
         ("a weight with round-robin", {"address": b.address, "ttl": "2s", "weight": 5}),
         ("an unknown key", {"address": b.address, "ttl": "2s", "color": "red"}),
         ("a bad duration", {"address": b.address, "ttl": "soon"}),
+        # JSON, not YAML's flow style: these registered b (the first object, the rest ignored)
+        ("text after the object", '{"address": "%s", "ttl": "2s"} x' % b.address),
+        ("a second object",
+         '{"address": "%s", "ttl": "2s"}{"address": "%s"}' % (b.address, a.address)),
+        ("a second YAML document", '{"address": "%s", "ttl": "2s"}\n---\n{}' % b.address),
+        ("single quotes", "{'address': '%s', 'ttl': '2s'}" % b.address),
+        ("a bare word", '{"address": "%s", "ttl": 2s}' % b.address),
     ]
     for what, body in bad:
         st, res = admin(s, "PUT", "/upstreams/svc/targets", body)
