@@ -235,6 +235,23 @@ def test_reload_timeout(t):
     s.stop()
 
 
+def test_ready_file_unwritable(t):
+    """A ready file that cannot be written: the CI step waiting for it would wait forever
+    for ports it never learns; sluice says why and exits 1 (it logged and ran on)."""
+    d = h.new_tmpdir("ready_unwritable")
+    cfg = os.path.join(d, "gw.yaml")
+    with open(cfg, "w") as f:
+        f.write(CFG)
+    ready = os.path.join(d, "no-such-dir", "ready.json")
+    try:
+        r = h.run_cli(["run", "-c", cfg, "--ready-file", ready], timeout=10)
+        got = (r.returncode, r.stderr)
+    except subprocess.TimeoutExpired:
+        got = "still running after 10 s"
+    t.check("run with an unwritable --ready-file exits 1 naming the file and why",
+            got[0] == 1 and "cannot write ready file %s: No such file or directory" % ready in got[1], 1, got)
+
+
 t.run(test_reload_port_zero, test_ready_file_follows_reload, test_ready_file_gone_after_shutdown_timeout,
       test_unchanged_and_rejected, test_restart_keys_rejected_at_their_position, test_env_substitution,
-      test_check_without_c, test_reload_timeout)
+      test_check_without_c, test_reload_timeout, test_ready_file_unwritable)
