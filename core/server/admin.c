@@ -259,7 +259,13 @@ static char *render_status(sl_server_t *srv, size_t *len) {
     } else {
         sl_wbuf_printf(&t, "null");
     }
-    sl_wbuf_printf(&t, ",\"routes\":[");
+    /* the global chain: it runs first on every route, and is in no route's own list */
+    sl_wbuf_printf(&t, ",\"plugins\":[");
+    for (size_t k = 0; k < cfg->nplugins; k++) {
+        if (k) sl_wbuf_printf(&t, ",");
+        sl_wbuf_json_cstr(&t, cfg->plugins[k].name);
+    }
+    sl_wbuf_printf(&t, "],\"routes\":[");
     for (size_t i = 0; i < cfg->nroutes; i++) {
         const sl_route_conf_t *r = &cfg->routes[i];
         sl_wbuf_printf(&t, "%s{\"name\":", i ? "," : "");
