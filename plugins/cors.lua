@@ -45,7 +45,7 @@ function M.rewrite(conf, ctx)
         local h = {
             ["Access-Control-Allow-Origin"] = allow,
             ["Access-Control-Allow-Methods"] = concat(conf.methods, ", "),
-            ["Access-Control-Max-Age"] = tostring(floor(conf.max_age)), -- whole seconds on the wire
+            ["Access-Control-Max-Age"] = ("%.0f"):format(floor(conf.max_age)), -- whole seconds, in digits
             ["Vary"] = "Origin",
         }
         local req_headers = request.get_header("Access-Control-Request-Headers")

@@ -334,6 +334,7 @@ static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, s
     }
     if (!u || (gv && !g)) return;
     char *end;
+    bool found = true; /* a missing user does not hide a missing group */
     const struct passwd *pw = getpwnam(u);
     if (pw) {
         cfg->run_uid = pw->pw_uid;
@@ -342,11 +343,12 @@ static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, s
         unsigned long id = strtoul(u, &end, 10);
         if (!*u || *end || id >= UINT32_MAX) {
             sl__cx_err(cx, uv, "user '%s' does not exist on this host", u);
-            return;
+            found = false;
+        } else {
+            cfg->run_uid = (uid_t)id;
+            pw = getpwuid(cfg->run_uid);
+            cfg->run_gid = pw ? pw->pw_gid : (gid_t)id;
         }
-        cfg->run_uid = (uid_t)id;
-        pw = getpwuid(cfg->run_uid);
-        cfg->run_gid = pw ? pw->pw_gid : (gid_t)id;
     }
     if (g) {
         const struct group *gr = getgrnam(g);
@@ -357,6 +359,7 @@ static void run_as(sl__cx_t *cx, const yaml_node_t *uv, const yaml_node_t *gv, s
         }
         cfg->run_gid = (gid_t)id;
     }
+    if (!found) return;
     if (cfg->run_uid == 0)
         sl__cx_err(cx, uv, "user '%s' is root: name an unprivileged account, or leave 'user' out", u);
     cfg->run_user = sl__cx_strdup(cx, u);

@@ -361,8 +361,13 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
     sl__cfg_scan_sub(cx, m, "retry", where, retry_keys, f, RT_N);
     const yaml_node_t *v;
     int64_t n;
-    if ((v = f[RT_ATTEMPTS].val) && sl__cfg_get_int(cx, v, "attempts", 1, 10, &n))
-        r->attempts = (uint32_t)n;
+    bool attempts_bad = false; /* then it is no "attempts: 1" to judge the other keys by */
+    if ((v = f[RT_ATTEMPTS].val)) {
+        if (sl__cfg_get_int(cx, v, "attempts", 1, 10, &n))
+            r->attempts = (uint32_t)n;
+        else
+            attempts_bad = true;
+    }
     size_t len;
     if (f[RT_ON].val && sl__cfg_list_len(cx, &f[RT_ON], &len)) {
         r->on_flags = 0;
@@ -398,7 +403,7 @@ static void parse_retry(sl__cx_t *cx, const yaml_node_t *m, const char *where, s
     if (r->max_backoff_ms < r->backoff_ms)
         sl__cx_err(cx, f[RT_MAX_BACKOFF].val ? f[RT_MAX_BACKOFF].val : m,
                    "max_backoff must be at least backoff");
-    if (r->attempts > 1) return;
+    if (r->attempts > 1 || attempts_bad) return;
     static const int once_keys[] = {RT_ON, RT_BACKOFF, RT_MAX_BACKOFF, RT_MAX_BODY};
     for (size_t i = 0; i < SL_ARRAY_LEN(once_keys); i++) {
         const sl__field_t *k = &f[once_keys[i]];

@@ -42,7 +42,12 @@ typedef struct sl_cache_req_s {
 
 static _Atomic uint64_t next_token = 1;
 
-static uint64_t secs_ns(double s) { return s <= 0 ? 0 : (uint64_t)(s * NS_PER_S); }
+/* Seconds as ns, at most 2^62 (146 years): a max-age or ttl of centuries overflowed 64 bits
+ * (and now + fresh + stale_if_error may not either), storing entries already expired. */
+#define SECS_NS_MAX ((uint64_t)1 << 62)
+static uint64_t secs_ns(double s) {
+    return s <= 0 ? 0 : s >= (double)SECS_NS_MAX / NS_PER_S ? SECS_NS_MAX : (uint64_t)(s * NS_PER_S);
+}
 
 void sl__cache_req_ended(sl_req_t *r) { r->cache->ended = 1; }
 

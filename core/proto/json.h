@@ -15,7 +15,10 @@ typedef struct {
     yaml_node_t *root;
 } sl_jdoc_t;
 
-/** Parses s[0..n); on success the caller deletes d->doc (yaml_document_delete). */
+/** Whether s[0..n) is one JSON text (RFC 8259): a value, whitespace around it, nothing else. */
+bool sl_json_valid(const char *s, size_t n);
+/** Parses s[0..n) (YAML: any JSON, and more; check sl_json_valid first where only JSON
+ * may come); on success the caller deletes d->doc (yaml_document_delete). */
 bool sl_json_parse(sl_jdoc_t *d, const char *s, size_t n);
 /** The value of `key` in mapping `map`, or NULL. */
 yaml_node_t *sl_json_get(sl_jdoc_t *d, const yaml_node_t *map, const char *key);

@@ -262,7 +262,13 @@ static char *render_status(sl_server_t *srv, size_t *len) {
     } else {
         sl_wbuf_printf(&t, "null");
     }
-    sl_wbuf_printf(&t, ",\"routes\":[");
+    /* the global chain: it runs first on every route, and is in no route's own list */
+    sl_wbuf_printf(&t, ",\"plugins\":[");
+    for (size_t k = 0; k < cfg->nplugins; k++) {
+        if (k) sl_wbuf_printf(&t, ",");
+        sl_wbuf_json_cstr(&t, cfg->plugins[k].name);
+    }
+    sl_wbuf_printf(&t, "],\"routes\":[");
     for (size_t i = 0; i < cfg->nroutes; i++) {
         const sl_route_conf_t *r = &cfg->routes[i];
         sl_wbuf_printf(&t, "%s{\"name\":", i ? "," : "");
@@ -477,7 +483,8 @@ static const char *registration_key(registration_t *r, const char *key, const ya
 static const char *parse_registration(const char *p, size_t len, registration_t *r) {
     *r = (registration_t){.weight = 1};
     sl_jdoc_t d;
-    if (!len || !sl_json_parse(&d, p, len)) return "the body must be a JSON object";
+    if (!len || !sl_json_valid(p, len) || !sl_json_parse(&d, p, len))
+        return "the body must be a JSON object";
     const char *why = NULL;
     if (d.root->type != YAML_MAPPING_NODE || d.root->data.mapping.style != YAML_FLOW_MAPPING_STYLE)
         why = "the body must be a JSON object";
@@ -560,6 +567,29 @@ static const struct {
     {"/ui/data", M_GET}, {"/reload", M_POST}, {"/cache", M_DELETE},
 };
 
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c = (char)(c | 0x20);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* s[0..n) percent-decoded into out[0..cap) ('+' as a space when `form`, as in a query):
+ * its length, or -1 when it does not fit. A '%' without two hex digits stays as it is. */
+static long pct_decode(const char *s, size_t n, bool form, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *v = s, *end = s + n; v < end; v++) {
+        if (o == cap) return -1;
+        int hi, lo;
+        if (*v == '%' && end - v >= 3 && (hi = hexval(v[1])) >= 0 && (lo = hexval(v[2])) >= 0) {
+            out[o++] = (char)(hi * 16 + lo);
+            v += 2;
+        } else {
+            out[o++] = form && *v == '+' ? ' ' : *v;
+        }
+    }
+    return (long)o;
+}
+
 /* /upstreams/NAME/targets[/ADDRESS] (p without the query). True when it was one. */
 static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
     if (p.len <= 11 || memcmp(p.p, "/upstreams/", 11) != 0) return false;
@@ -615,7 +645,14 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
         send_405(a, M_DELETE, "/upstreams/NAME/targets/ADDRESS");
         return true;
     }
-    snprintf(addr, sizeof addr, "%.*s", (int)(e - rest - 1), rest + 1);
+    /* "[::1]:8080" as a conforming client sends it: '[' and ']' may not stand in a path
+     * (RFC 3986 3.3), so they come as %5B and %5D (and ':' maybe as %3A) */
+    long al = pct_decode(rest + 1, (size_t)(e - rest - 1), false, addr, sizeof addr - 1);
+    if (al < 0 || memchr(addr, 0, (size_t)al)) {
+        send_json_error(a, 404, "not a registered target of this upstream");
+        return true;
+    }
+    addr[al] = 0;
     int st = sl_discovery_deregister(d, up, addr, &err);
     if (st != 200)
         send_json_error(a, st, err);
@@ -626,11 +663,6 @@ static bool admin_registry(admin_conn_t *a, sl_str_t m, sl_str_t p) {
     return true;
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    c = (char)(c | 0x20);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
 
 /* The value of query argument `name` in q[0..n) (after '?'), form-decoded into out[0..cap):
  *  its length, or -1 when absent or longer than cap. */
@@ -642,18 +674,8 @@ static long query_arg(const char *q, size_t n, const char *name, char *out, size
         const char *eq = memchr(p, '=', (size_t)(end - p));
         const char *ke = eq ? eq : end;
         if ((size_t)(ke - p) == nl && memcmp(p, name, nl) == 0) {
-            size_t o = 0;
-            for (const char *v = eq ? eq + 1 : end; v < end; v++) {
-                if (o == cap) return -1;
-                int hi, lo;
-                if (*v == '%' && end - v >= 3 && (hi = hexval(v[1])) >= 0 && (lo = hexval(v[2])) >= 0) {
-                    out[o++] = (char)(hi * 16 + lo);
-                    v += 2;
-                } else {
-                    out[o++] = *v == '+' ? ' ' : *v;
-                }
-            }
-            return (long)o;
+            const char *v = eq ? eq + 1 : end;
+            return pct_decode(v, (size_t)(end - v), true, out, cap);
         }
         p = end + 1;
     }

@@ -3,7 +3,9 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,9 +24,10 @@ extern const size_t sl_default_conf_len;
 static void usage(FILE *f) {
     fprintf(f, "usage: sluice [run] [-c FILE] [--ready-file PATH]\n"
                "       sluice check [-c FILE]\n"
-               "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR]\n"
+               "       sluice reload [-c FILE] [--ready-file PATH | --admin ADDR] [--timeout D]\n"
                "       sluice explain [-c FILE] [ROUTE]\n"
-               "       sluice explain --costs [-c FILE] [--ready-file PATH | --admin ADDR] [ROUTE]\n"
+               "       sluice explain --costs [-c FILE] [--ready-file PATH | --admin ADDR]\n"
+               "                      [--timeout D] [ROUTE]\n"
                "       sluice test SPEC.yaml|DIR... [--junit FILE] [-v]\n"
                "       sluice spec [DIR] [BUSTED ARGS...]\n"
                "       sluice new plugin NAME [--dir D]\n"
@@ -39,6 +42,8 @@ static void usage(FILE *f) {
 typedef struct {
     const char *admin;      /* --admin ADDR */
     const char *ready_file; /* --ready-file PATH */
+    const char *timeout;    /* --timeout D as written (for messages) */
+    uint64_t timeout_ms;    /* the most one exchange with the admin API may take */
 } sl_target_opts_t;
 
 /* Reads the "admin":"HOST:PORT" field of a ready file into out. 0, or -1 with a message. */
@@ -99,8 +104,19 @@ static int admin_call(const sl_config_t *cfg, const sl_target_opts_t *to, const 
     size_t token_len = cfg ? cfg->admin_token_len : 0;
     const struct sockaddr *sa = (const struct sockaddr *)&addr.ss;
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* A wedged or stopped instance, or an address that accepts and never answers, must
+     * not hang a deploy script: SO_SNDTIMEO bounds connect and write, the poll below the
+     * answer, all within one deadline. */
+    uint64_t deadline = sl_now_ns() + to->timeout_ms * 1000000u;
+    struct timeval tv = {.tv_sec = (time_t)(to->timeout_ms / 1000),
+                         .tv_usec = (suseconds_t)(to->timeout_ms % 1000) * 1000};
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (fd < 0 || connect(fd, sa, addr.len) != 0) {
-        fprintf(stderr, "%s: cannot reach the admin API at %s: %s\n", who, text, strerror(errno));
+        if (errno == EINPROGRESS || errno == EAGAIN)
+            fprintf(stderr, "%s: no connection to the admin API at %s within %s\n", who, text,
+                    to->timeout);
+        else
+            fprintf(stderr, "%s: cannot reach the admin API at %s: %s\n", who, text, strerror(errno));
         if (fd >= 0) close(fd);
         return 1;
     }
@@ -117,8 +133,20 @@ static int admin_call(const sl_config_t *cfg, const sl_target_opts_t *to, const 
         return 1;
     }
     size_t got = 0;
-    ssize_t r;
-    while (got < cap - 1 && (r = read(fd, buf + got, cap - 1 - got)) > 0) got += (size_t)r;
+    ssize_t r = 1;
+    while (got < cap - 1 && r > 0) {
+        uint64_t now = sl_now_ns();
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t ms = now >= deadline ? 0 : (deadline - now + 999999) / 1000000;
+        int left = (int)SL_MIN(ms, (uint64_t)INT32_MAX);
+        if (left == 0 || poll(&pf, 1, left) == 0) {
+            close(fd);
+            fprintf(stderr, "%s: the admin API at %s did not answer within %s\n", who, text,
+                    to->timeout);
+            return 1;
+        }
+        if ((r = read(fd, buf + got, cap - 1 - got)) > 0) got += (size_t)r;
+    }
     close(fd);
     buf[got] = 0;
     if (strncmp(buf, "HTTP/1.1 401", 12) == 0)
@@ -340,7 +368,8 @@ static void check_names(const sl_config_t *cfg) {
 
 /* The options that take the next argument as their value. */
 static bool takes_value(const char *a) {
-    static const char *const opts[] = {"-c", "--config", "--etcd", "--prefix", "--plugins", "--ready-file", "--admin"};
+    static const char *const opts[] = {"-c",           "--config", "--etcd",   "--prefix",
+                                       "--plugins",    "--ready-file", "--admin", "--timeout"};
     for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
         if (strcmp(a, opts[k]) == 0) return true;
     return false;
@@ -350,7 +379,9 @@ int main(int argc, char **argv) {
     const char *cmd = "run", *conf = NULL, *ready = NULL, *explain_route = NULL;
     bool costs = false;
     const char *etcd = NULL, *prefix = "/sluice", *plugins_dir = NULL; /* push, pull */
-    sl_target_opts_t target = {0};
+    /* 60 s: a reload builds a config and waits for the workers, but no deploy script
+     * should wait forever for an instance that does not answer */
+    sl_target_opts_t target = {.timeout = "60s", .timeout_ms = 60 * 1000};
     int i = 1;
     sl_cpus_init(); /* the CPUs the process was given, before any thread is placed */
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
@@ -373,6 +404,15 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--admin") == 0 && i + 1 < argc &&
                    (strcmp(cmd, "reload") == 0 || strcmp(cmd, "explain") == 0)) {
             target.admin = argv[++i];
+        } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc &&
+                   (strcmp(cmd, "reload") == 0 || strcmp(cmd, "explain") == 0)) {
+            target.timeout = argv[++i];
+            if (sl_parse_duration_ms(target.timeout, &target.timeout_ms) != 0 ||
+                target.timeout_ms == 0 || target.timeout_ms > 24ull * 3600 * 1000) {
+                fprintf(stderr, "sluice: --timeout '%s' is not a duration from 1ms to 24h "
+                                "(e.g. 500ms, 10s, 2m)\n", target.timeout);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--costs") == 0 && strcmp(cmd, "explain") == 0) {
             costs = true;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {

@@ -45,7 +45,10 @@ int sl__server_write_ready_file(sl_server_t *srv) {
     const sl_config_t *cfg = srv->cfg;
     char tmp[4096];
     size_t pl = strlen(srv->ready_file);
-    if (pl + 8 > sizeof(tmp)) return SL_ERROR;
+    if (pl + 8 > sizeof(tmp)) {
+        errno = ENAMETOOLONG;
+        return SL_ERROR;
+    }
     char body[8192];
     sl_wbuf_t b = SL_WBUF_BOUNDED(body, sizeof(body));
     char num[32];
@@ -69,14 +72,23 @@ int sl__server_write_ready_file(sl_server_t *srv) {
     } else {
         SL_WBUF_LIT(&b, "null");
     }
-    if (!SL_WBUF_LIT(&b, "}\n")) return SL_ERROR;
+    if (!SL_WBUF_LIT(&b, "}\n")) {
+        errno = EMSGSIZE;
+        return SL_ERROR;
+    }
     memcpy(tmp, srv->ready_file, pl);
     memcpy(tmp + pl, ".tmp", 5);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return SL_ERROR;
     ssize_t w = write(fd, body, b.len);
+    if (w >= 0 && w != (ssize_t)b.len) errno = EIO; /* a short write */
     close(fd);
-    if (w != (ssize_t)b.len || rename(tmp, srv->ready_file) != 0) return SL_ERROR;
+    if (w != (ssize_t)b.len || rename(tmp, srv->ready_file) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return SL_ERROR;
+    }
     return SL_OK;
 }
 
@@ -337,8 +349,18 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
         return 1;
     }
     srv->ready_file = ready_file;
-    if (ready_file && sl__server_write_ready_file(srv) != SL_OK) sl_log_err("cannot write ready file %s", ready_file);
-    if (sl_notify("READY=1") != 0) sl_log_warn("cannot notify the service manager at $NOTIFY_SOCKET");
+    int exit_rc = 0;
+    if (ready_file && sl__server_write_ready_file(srv) != SL_OK) {
+        /* The ready file is how a CI step learns the ports (listen: ...:0): it would wait
+         * for a file that never comes, and an instance nobody can find serves no one. As
+         * nginx with a pid file it cannot write: stop, exit 1. */
+        sl_log_err("cannot write ready file %s: %s", ready_file, strerror(errno));
+        exit_rc = 1;
+        srv->ready_file = ready_file = NULL; /* nothing of ours to rewrite or remove */
+        start_drain(srv, "no ready file");
+    } else if (sl_notify("READY=1") != 0) {
+        sl_log_warn("cannot notify the service manager at $NOTIFY_SOCKET");
+    }
     sl_server_loop(srv);
     /* A ready file left behind would name ports nobody listens on: the next CI step (or a
      * supervisor waiting for it) must not mistake a stopped instance for a ready one. */
@@ -346,5 +368,5 @@ int sl_server_run(sl_config_t *cfg, const char *config_path, const char *ready_f
     sl_server_cleanup(srv);
     uv_loop_close(srv->loop);
     sl_log_info("stopped");
-    return 0;
+    return exit_rc;
 }

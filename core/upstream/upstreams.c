@@ -255,7 +255,8 @@ void sl_tstate_passive_failure(sl_tstate_t *t, const sl_health_conf_t *h, uint64
         /* With active probes, only they bring it back; without, the window's end does.
          * The count starts over, so a target that fails again after it returned is
          * ejected again after max_failures more. */
-        uint64_t until = h->active_type != SL_PROBE_NONE ? UINT64_MAX : now_ms + h->window_ms;
+        uint64_t until = h->active_type != SL_PROBE_NONE ? UINT64_MAX
+                         : now_ms + SL_MIN(h->window_ms, UINT64_MAX - now_ms); /* no wrap */
         atomic_store_explicit(&t->ejected_until_ms, until, memory_order_relaxed);
         atomic_store_explicit(&t->pfails, 0, memory_order_relaxed);
         atomic_store_explicit(&t->pwindow_start_ms, now_ms, memory_order_relaxed);

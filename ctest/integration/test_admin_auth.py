@@ -73,6 +73,19 @@ def cli(args, token):
                           stdin=subprocess.DEVNULL, env=env_with(token))
 
 
+def test_status_global_chain(t):
+    """/status lists the global chain (`plugins`) beside each route's own: it was in no
+    route's list and nowhere else, though it runs first on every route."""
+    cfg = config(0).replace("routes:", "plugins: [ { name: request-id } ]\nroutes:")
+    s = h.start_sluice(cfg, suite=t, name="global", env=env_with(None))
+    d = json.loads(admin_req(s, "GET", "/status").body)
+    t.check("/status plugins: the global chain", d.get("plugins") == ["request-id"], ["request-id"],
+            d.get("plugins"))
+    t.check("and the route lists its own chain", [r["plugins"] for r in d["routes"]] == [["echo"]],
+            [["echo"]], d["routes"])
+    s.stop()
+
+
 def test_no_token_is_open(t):
     s = h.start_sluice(config(0), suite=t, name="open", env=env_with(None))
     for method, path in (("GET", "/status"), ("GET", "/metrics"), ("POST", "/reload")):
@@ -357,6 +370,6 @@ def test_paths_and_methods(t):
     s.stop()
 
 
-t.run(test_no_token_is_open, test_token_required, test_reload_adds_token, test_check_non_loopback,
+t.run(test_status_global_chain, test_no_token_is_open, test_token_required, test_reload_adds_token, test_check_non_loopback,
       test_reload_rejects_exposed_admin, test_unfinished_requests_closed, test_malformed_requests,
       test_paths_and_methods)

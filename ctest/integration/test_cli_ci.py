@@ -205,6 +205,53 @@ def test_check_without_c(t):
             (r.returncode, r.stdout, r.stderr))
 
 
+class Silent(h.TCPServer):
+    """Accepts and never answers (a stopped or wedged instance, a port that is not the
+    admin API): reads until the client goes."""
+
+    def handle(self, conn):
+        while conn.recv(4096):
+            pass
+
+
+def test_reload_timeout(t):
+    srv = Silent()
+    addr = "127.0.0.1:%d" % srv.port
+    # run_cli's own timeout (10 s) fails the check below as an exception: it hung forever
+    try:
+        r = h.run_cli(["reload", "--admin", addr, "--timeout", "500ms"], timeout=10)
+        got = (r.returncode, r.stderr)
+    except subprocess.TimeoutExpired:
+        got = "still waiting after 10 s"
+    t.check("reload --timeout 500ms: an admin address that never answers exits 1 and says so",
+            got[0] == 1 and "did not answer within 500ms" in got[1], 1, got)
+    r = h.run_cli(["reload", "--admin", addr, "--timeout", "soon"])
+    t.check("a --timeout that is no duration is a usage error (2)", r.returncode == 2 and "--timeout" in r.stderr,
+            2, (r.returncode, r.stderr))
+    s = h.start_sluice(CFG, suite=t)
+    r = h.run_cli(["reload", "--ready-file", s.ready_path, "--timeout", "10s"])
+    t.check("a live instance answers within --timeout", r.returncode == 0 and json.loads(r.stdout or "{}").get("ok"),
+            0, (r.returncode, r.stdout, r.stderr))
+    s.stop()
+
+
+def test_ready_file_unwritable(t):
+    """A ready file that cannot be written: the CI step waiting for it would wait forever
+    for ports it never learns; sluice says why and exits 1 (it logged and ran on)."""
+    d = h.new_tmpdir("ready_unwritable")
+    cfg = os.path.join(d, "gw.yaml")
+    with open(cfg, "w") as f:
+        f.write(CFG)
+    ready = os.path.join(d, "no-such-dir", "ready.json")
+    try:
+        r = h.run_cli(["run", "-c", cfg, "--ready-file", ready], timeout=10)
+        got = (r.returncode, r.stderr)
+    except subprocess.TimeoutExpired:
+        got = "still running after 10 s"
+    t.check("run with an unwritable --ready-file exits 1 naming the file and why",
+            got[0] == 1 and "cannot write ready file %s: No such file or directory" % ready in got[1], 1, got)
+
+
 t.run(test_reload_port_zero, test_ready_file_follows_reload, test_ready_file_gone_after_shutdown_timeout,
       test_unchanged_and_rejected, test_restart_keys_rejected_at_their_position, test_env_substitution,
-      test_check_without_c)
+      test_check_without_c, test_reload_timeout, test_ready_file_unwritable)

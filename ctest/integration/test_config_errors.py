@@ -157,5 +157,26 @@ def test_nested_and_non_mapping(t):
     t.check("one line each, named", lines == want, want, lines)
 
 
+RETRY = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+upstreams:
+  - name: u
+    targets: [ { address: 127.0.0.1:9001 } ]
+    retry: { attempts: 11, on: [502], backoff: 10ms }
+routes: [ { name: r, upstream: u } ]
+"""
+
+
+def test_retry_attempts_out_of_range(t):
+    # attempts: 11 was reported, then 'on' and 'backoff' as doing "nothing with attempts: 1",
+    # an attempts the user never wrote
+    r, lines = check_file({"gw.yaml": RETRY})
+    want = ["gw.yaml:5:24: 'attempts' must be between 1 and 10"]
+    t.check("attempts out of range: that error alone", lines == want, want, lines)
+    r, lines = check_file({"gw.yaml": RETRY.replace("attempts: 11", "attempts: 1")})
+    t.check("attempts: 1 with on and backoff: both keys named", len(lines) == 2
+            and all("does nothing with attempts: 1" in ln for ln in lines), 2, lines)
+
+
+
 t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted,
-      test_nested_and_non_mapping)
+      test_nested_and_non_mapping, test_retry_attempts_out_of_range)

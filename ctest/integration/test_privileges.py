@@ -166,6 +166,14 @@ def test_check_errors(t):
         t.check("check: %s -> %s" % (line.replace("\n", "; "), want),
                 p.returncode == 1 and want in p.stderr and re.search(r"c%d\.yaml:\d+:\d+: " % i, p.stderr),
                 want, (p.returncode, p.stderr))
+    # every error is reported: a missing user hid the missing group behind it
+    cfg = os.path.join(d, "both.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONF.format(user="user: no-such-user-here\ngroup: no-such-group", port=0))
+    p = h.run_cli(["check", "-c", cfg])
+    t.check("check: a missing user and a missing group are two errors",
+            p.returncode == 1 and "user 'no-such-user-here' does not exist" in p.stderr
+            and "group 'no-such-group' does not exist" in p.stderr, "both", (p.returncode, p.stderr))
     cfg = os.path.join(d, "ok.yaml")
     with open(cfg, "w") as f:
         f.write(CONF.format(user="user: %d" % pwd.getpwnam("nobody").pw_uid, port=0))

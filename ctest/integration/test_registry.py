@@ -150,6 +150,13 @@ def test_registry(t):
         ("a weight with round-robin", {"address": b.address, "ttl": "2s", "weight": 5}),
         ("an unknown key", {"address": b.address, "ttl": "2s", "color": "red"}),
         ("a bad duration", {"address": b.address, "ttl": "soon"}),
+        # JSON, not YAML's flow style: these registered b (the first object, the rest ignored)
+        ("text after the object", '{"address": "%s", "ttl": "2s"} x' % b.address),
+        ("a second object",
+         '{"address": "%s", "ttl": "2s"}{"address": "%s"}' % (b.address, a.address)),
+        ("a second YAML document", '{"address": "%s", "ttl": "2s"}\n---\n{}' % b.address),
+        ("single quotes", "{'address': '%s', 'ttl': '2s'}" % b.address),
+        ("a bare word", '{"address": "%s", "ttl": 2s}' % b.address),
     ]
     for what, body in bad:
         st, res = admin(s, "PUT", "/upstreams/svc/targets", body)
@@ -169,6 +176,15 @@ def test_registry(t):
     t.check("and the upstream answers 503 again", get(s) == 503, 503, get(s))
     st, _ = admin(s, "DELETE", "/upstreams/svc/targets/" + a.address)
     t.check("DELETE of an unknown target: 404", st == 404, 404, st)
+    # an address percent-encoded in the path, as a conforming client sends "[::1]:PORT"
+    # ('[' and ']' may not stand in a path): it was looked up undecoded, a 404
+    for addr, path in (("[::1]:9", "%5B::1%5D:9"), ("127.0.0.1:9", "127.0.0.1%3A9")):
+        st, res = admin(s, "PUT", "/upstreams/svc/targets", {"address": addr, "ttl": "10s"})
+        t.check("register %s" % addr, st == 200, 200, (st, res))
+        st, res = admin(s, "DELETE", "/upstreams/svc/targets/" + path)
+        t.check("DELETE .../targets/%s removes %s" % (path, addr), st == 200, 200, (st, res))
+    st, _ = admin(s, "DELETE", "/upstreams/svc/targets/127.0.0.1:9%00x")
+    t.check("an encoded NUL in the address: 404, nothing removed", st == 404, 404, st)
 
     # active probes follow a registered target: /health answers 503 on `sick`
     sick = h.MockUpstream(name="sick", handler=lambda req: h.Response(503 if req.path == "/health" else 200, b"x"))

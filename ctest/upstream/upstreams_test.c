@@ -143,8 +143,27 @@ static void test_reload_shares_states(void) {
     fx_close(&f);
 }
 
+/* passive: { window } ejects a failing target for the window (no active probes): a window
+ * near the top of the duration range (the config takes up to 2^64-1 ms) wrapped now +
+ * window around to the past, so the target was never ejected at all. */
+static void test_passive_window_saturates(void) {
+    sl_tstate_t *t = calloc(1, sizeof *t);
+    sl_health_conf_t h = {.passive = true, .max_failures = 1, .window_ms = UINT64_MAX};
+    uint64_t now = 1000000;
+    sl_tstate_passive_failure(t, &h, now);
+    CHECK(!sl_tstate_healthy(t, now + 1));
+    CHECK(!sl_tstate_healthy(t, now + 365ull * 24 * 3600 * 1000));
+    memset(t, 0, sizeof *t);
+    h.window_ms = 10000; /* an ordinary window ends */
+    sl_tstate_passive_failure(t, &h, now);
+    CHECK(!sl_tstate_healthy(t, now + 9999));
+    CHECK(sl_tstate_healthy(t, now + 10000));
+    free(t);
+}
+
 int main(int argc, char **argv) {
     static const check_test_t tests[] = {
+        {"passive_window_saturates", test_passive_window_saturates},
         {"empty_until_filled", test_empty_until_filled},
         {"stay_go_return", test_stay_go_return},
         {"reuse_waits_for_quiet", test_reuse_waits_for_quiet},

@@ -16,7 +16,7 @@
 -- are the core config's (docs/config.md), so a user writes the same everywhere.
 -- Unknown keys are errors. Errors are { path = "a.b.2", at = "key" | "value", msg = "..." }:
 -- the caller turns a path into FILE:LINE:COL.
-local type, pairs, ipairs, tostring, floor = type, pairs, ipairs, tostring, math.floor
+local type, pairs, ipairs, tostring, floor, huge = type, pairs, ipairs, tostring, math.floor, math.huge
 local sort, concat = table.sort, table.concat
 
 local _M = {}
@@ -137,6 +137,12 @@ local function check_value(spec, v, path, errs)
                 or "expected a size: 512, 64KiB, 10MiB, 1GiB, or a number of bytes")
         end
         local unit = t == "duration" and "s" or " bytes"
+        -- the core's bounds: milliseconds (bytes) that fit in 64 bits; inf and NaN (a
+        -- number like 1e400 in YAML, math.huge in a Lua route) are no duration or size
+        if n ~= n or n == huge or n == -huge then
+            return add_bad(errs, path, "must be a finite number of " .. (t == "duration" and "seconds" or "bytes"))
+        end
+        if n * (t == "duration" and 1000 or 1) >= 2 ^ 64 then return add_bad(errs, path, t .. " is too large") end
         local lo = spec.min or 0 -- never negative
         if n < lo then return add_bad(errs, path, ("must be >= %s%s"):format(lo, unit)) end
         if spec.max and n > spec.max then return add_bad(errs, path, ("must be <= %s%s"):format(spec.max, unit)) end

@@ -19,6 +19,7 @@ describe("cors", function()
                                   expose_headers = { "X-Total", "X-Page" }, max_age = 3600, methods = { "GET", "PUT" } }),
                 route("any", nil),
                 route("two", { origins = { "https://a.example", "https://b.example" } }),
+                route("long", { max_age = "100000000000h" }),
             },
         }))
     end)
@@ -111,6 +112,11 @@ describe("cors", function()
         assert.equal(200, res.status)
         assert.equal("OPTIONS", res.json().method)
         assert.equal(APP, res.headers["access-control-allow-origin"])
+    end)
+
+    it("sends a long max_age as whole seconds in digits", function()
+        -- delta-seconds are digits (RFC 9110 1.2); 3.6e14 was sent as "3.6e+14"
+        assert.equal("360000000000000", preflight("/long", APP).headers["access-control-max-age"])
     end)
 
     it("rejects credentials with origin *", function()

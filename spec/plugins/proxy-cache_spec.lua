@@ -107,11 +107,15 @@ describe("proxy-cache through the core", function()
             origin_route("aged", { ["Cache-Control"] = "max-age=10", Age = "100" }),
             origin_route("agedttl", { Age = "100" }),
             origin_route("aging", { ["Cache-Control"] = "max-age=600", Age = "100" }),
+            origin_route("agelong", { ["Cache-Control"] = "max-age=99999999999" }),
+            origin_route("ttllong", {}),
         } }))
         gw = assert(test.start({
             upstreams = { { name = "o", targets = { { address = origin:address() } } } },
             routes = { { name = "c", match = { paths = { "/" } }, upstream = "o",
-                         plugins = { { name = "proxy-cache" } } } },
+                         plugins = { { name = "proxy-cache" } } },
+                       { name = "long", match = { paths = { "/ttllong" } }, upstream = "o",
+                         plugins = { { name = "proxy-cache", config = { ttl = "10000000h" } } } } },
         }))
     end)
     teardown(function()
@@ -170,6 +174,15 @@ describe("proxy-cache through the core", function()
         assert.same({ "MISS", "HIT" }, { a, b })
         local age = tonumber(res.headers["age"])
         assert.is_true(age >= 100 and age < 110, "Age " .. tostring(res.headers["age"]))
+    end)
+
+    it("keeps a response fresh for centuries when max-age or ttl says so", function()
+        -- 3170 years (max-age) and 1141 years (ttl) in ns overflowed 64 bits: the entry
+        -- was stored already expired and every request went upstream (EXPIRED)
+        for _, path in ipairs({ "/agelong", "/ttllong" }) do
+            local a, b = twice(path)
+            assert.same({ "MISS", "HIT" }, { a, b }, path)
+        end
     end)
 
     it("bypasses methods it does not cache", function()

@@ -49,6 +49,18 @@ describe("sluice.schema.validate", function()
             assert.same({ path = "v", at = "value", msg = "must be >= 0s" }, one({ v = { type = "duration" } }, { v = -1 }))
             -- a default in units goes through the spec too
             assert.same({ v = 90 }, ok({ v = { type = "duration", default = "90s" } }, {}))
+            -- the core's bounds: inf (1e400 in YAML) or NaN is no duration, nor are more
+            -- milliseconds than 64 bits hold (a plugin got Access-Control-Max-Age: inf, a
+            -- cache ttl that expired at once, a 500 on every request for rate-limit's per)
+            local any = { v = { type = "duration" } }
+            assert.same({ v = 3600e6 }, ok(any, { v = "1000000h" }))
+            local finite = "must be a finite number of seconds"
+            for _, x in ipairs({ math.huge, -math.huge, 0 / 0 }) do
+                assert.same({ path = "v", at = "value", msg = finite }, one(any, { v = x }))
+            end
+            for _, x in ipairs({ "99999999999999999999h", "18446744073709552s", 1e17 }) do
+                assert.same({ path = "v", at = "value", msg = "duration is too large" }, one(any, { v = x }))
+            end
         end)
 
         it("size: 512, 64KiB, 10MiB, 1GiB or a number of bytes, validated to bytes", function()
@@ -64,6 +76,10 @@ describe("sluice.schema.validate", function()
             end
             assert.same({ path = "v", at = "value", msg = "must be <= 2147483648 bytes" }, one(s, { v = "3GiB" }))
             assert.same({ path = "v", at = "value", msg = "must be >= 0 bytes" }, one(s, { v = -1 }))
+            local any = { v = { type = "size" } }
+            assert.same({ path = "v", at = "value", msg = "must be a finite number of bytes" },
+                        one(any, { v = math.huge }))
+            assert.same({ path = "v", at = "value", msg = "size is too large" }, one(any, { v = "99999999999999999999GiB" }))
         end)
 
         it("every built-in plugin takes its durations in units", function()
