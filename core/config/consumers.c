@@ -52,6 +52,10 @@ static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_n
             const char *why;
             if (s && !*s)
                 sl__cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
+            else if (s && strcmp(known[i].keys[k], "username") == 0 && strchr(s, ':'))
+                /* RFC 7617: the user-id ends at the first colon, so it could never log in */
+                sl__cx_err(cx, x, "basic-auth username '%s' cannot hold ':' (Basic credentials end "
+                                  "the username at the first colon)", s);
             else if (s && strcmp(known[i].keys[k], "password_hash") == 0 &&
                      sl_ffi_crypto_password_check(s, strlen(s), &why) != SL_OK)
                 sl__cx_err(cx, x, "password_hash: %s", why);

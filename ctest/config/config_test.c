@@ -1035,6 +1035,8 @@ static void test_consumers(void) {
                  "2:60: unknown key 'secret' in 'key-auth' credentials of consumer 'a'");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: a } } } ]\n",
                  "2:52: missing required key 'password_hash' in 'basic-auth' credentials of consumer 'a'");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: \"a:b\", password_hash: \"$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1\" } } } ]\n",
+                 "2:64: basic-auth username 'a:b' cannot hold ':' (Basic credentials end the username at the first colon)");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: \"\" } } } ]\n",
                  "2:57: 'key' must not be empty");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: [x] } ]\n", "2:38: expected a mapping for 'credentials'");
