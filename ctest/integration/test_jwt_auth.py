@@ -136,6 +136,10 @@ def test_run(t):
             t.check("HS256 %s: 401 with the Bearer challenge" % case,
                     (r.status, r.header("WWW-Authenticate")) == (401, 'Bearer error="invalid_token"'),
                     (401, 'Bearer error="invalid_token"'), (r.status, r.header("WWW-Authenticate")))
+        r = h.request(port, "GET", "/hs", headers=[("Authorization", "Basic YWxpY2U6cHc=")])
+        t.check("Authorization with another scheme: 401, a bare Bearer challenge (no error code, RFC 6750 3.1)",
+                (r.status, r.header("WWW-Authenticate")) == (401, "Bearer"), (401, "Bearer"),
+                (r.status, r.header("WWW-Authenticate")))
         t.check("refused tokens reach no upstream", len(up.requests) == n, n, len(up.requests))
 
         r, consumer = get("/uri", eddsa(d, "k1", {"sub": "bob", "exp": now + 60}))

@@ -218,8 +218,15 @@ describe("jwt-auth", function()
             assert.equal(before, peer_stats().upstream)
         end)
 
-        it("an Authorization that is not Bearer", function()
-            refused("/all/", nil, "not a Bearer token", { Authorization = "Basic YWxpY2U6cHc=" })
+        it("an Authorization that is not Bearer: the challenge has no error code either (RFC 6750 3.1)", function()
+            for _, v in ipairs({ "Basic YWxpY2U6cHc=", "Bearer", "Bearer " }) do
+                local before = peer_stats().upstream
+                local res = call("/all/", nil, { Authorization = v })
+                assert.equal(401, res.status)
+                assert.equal("Bearer", res.headers["www-authenticate"])
+                assert.same({ error = "unauthorized", error_description = "not a Bearer token" }, res:json())
+                assert.equal(before, peer_stats().upstream)
+            end
         end)
 
         it("alg none", function()
