@@ -71,7 +71,7 @@ function M.access(conf, ctx)
 
     local name = consumers.find("key-auth", "key", key)
     local cred = name and consumers.credential(name, "key-auth")
-    -- A YAML key of digits arrives as a number; the consumers index went through tostring.
+    -- The core hands built-in credentials over as the text written (`key: 007` is "007").
     if not cred or not crypto.timing_safe_equal(tostring(cred.key), key) then
         return response.exit(401, INVALID, CHALLENGE)
     end

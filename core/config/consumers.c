@@ -9,6 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A built-in credential is text, however YAML would read it unquoted: `key: 1.50` is the
+ * key "1.50", not the number 1.5 (which would also match another consumer's `1.5` or the
+ * client's "1.5"), and `key: 12345678901234567890` keeps its digits. Marked quoted here,
+ * the scalar goes into the credentials JSON as the string written. */
+static void keep_as_text(const yaml_node_t *v) {
+    if (v->type == YAML_SCALAR_NODE && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+        ((yaml_node_t *)v)->data.scalar.style = YAML_SINGLE_QUOTED_SCALAR_STYLE;
+}
+
 /* mtls-auth's: `subject`, `san` or both (each a certificate's field that names the
  * consumer), at least one. */
 static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char *where) {
@@ -22,6 +31,7 @@ static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char
     for (int k = 0; k < 2; k++) {
         const char *s = f[k].val ? sl__cfg_get_text(cx, f[k].val, keys[k], "a string") : NULL;
         if (s && !*s) sl__cx_err(cx, f[k].val, "'%s' must not be empty", keys[k]);
+        if (s) keep_as_text(f[k].val);
     }
 }
 
@@ -50,6 +60,7 @@ static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_n
             const yaml_node_t *x = sl__cfg_required(cx, v, &f[k], sub);
             const char *s = x ? sl__cfg_get_text(cx, x, known[i].keys[k], "a string") : NULL;
             const char *why;
+            if (s) keep_as_text(x);
             if (s && !*s)
                 sl__cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
             else if (s && strcmp(known[i].keys[k], "username") == 0 && strchr(s, ':'))

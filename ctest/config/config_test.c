@@ -1020,6 +1020,21 @@ static void test_consumers(void) {
         CHECK_STR(cfg->consumers[2].credentials_json, "{}");
         sl_config_free(cfg);
     }
+    /* built-in credentials are the text written, whatever YAML would make of it unquoted;
+     * other kinds keep YAML's reading */
+    cfg = PARSE_OK(LISTENER "consumers:\n"
+                            "  - { name: a, credentials: { key-auth: { key: 1.50 }, my-auth: { n: 1.50 } } }\n"
+                            "  - { name: b, credentials: { key-auth: { key: 12345678901234567890 } } }\n"
+                            "  - { name: c, credentials: { basic-auth: { username: true, password_hash: \"$5$abcdefgh$sI6g8tHKrJ6RX7w.YoN9B7a/5wK5jYEOMmMnt3tPl0/\" },\n"
+                            "                              mtls-auth: { subject: 1e3, san: 007 } } }\n");
+    if (cfg) {
+        CHECK_STR(cfg->consumers[0].credentials_json, "{\"key-auth\":{\"key\":\"1.50\"},\"my-auth\":{\"n\":1.50}}");
+        CHECK_STR(cfg->consumers[1].credentials_json, "{\"key-auth\":{\"key\":\"12345678901234567890\"}}");
+        CHECK_STR(cfg->consumers[2].credentials_json,
+                  "{\"basic-auth\":{\"username\":\"true\",\"password_hash\":\"$5$abcdefgh$sI6g8tHKrJ6RX7w.YoN9B7a/5wK5jYEOMmMnt3tPl0/\"},"
+                  "\"mtls-auth\":{\"subject\":\"1e3\",\"san\":\"007\"}}");
+        sl_config_free(cfg);
+    }
     cfg = PARSE_OK(LISTENER);
     if (cfg) {
         CHECK_STR(cfg->consumer_header, "X-Consumer");
