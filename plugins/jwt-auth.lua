@@ -400,7 +400,13 @@ function M.access(conf, ctx, st)
         if st.half > 0 and epoch == st.epoch then cache_put(st, raw, e) end
     end
     ctx.consumer, ctx.jwt_claims = e[2], e[3]
-    if conf.hide_credentials then request.clear_header(conf.header) end
+    if conf.hide_credentials then
+        request.clear_header(conf.header)
+    else
+        -- only the first field was verified: a second one (a forged token after the good
+        -- one) must not reach an upstream that reads the last, or all of them
+        request.set_header(conf.header, raw)
+    end
 end
 
 return M

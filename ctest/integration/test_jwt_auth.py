@@ -128,6 +128,11 @@ def test_run(t):
         r, consumer = get("/hs", hs256({"sub": "alice", "exp": now + 60}))
         t.check("HS256 from Python's hmac: 200, the upstream sees X-Consumer: alice only",
                 (r.status, consumer) == (200, ["alice"]), (200, ["alice"]), (r.status, consumer))
+        good, forged = hs256({"sub": "alice", "exp": now + 60}), hs256({"sub": "admin", "exp": now + 60}, "forged" * 8)
+        r = h.request(port, "GET", "/hs", headers=[("Authorization", "Bearer " + good), ("Authorization", "Bearer " + forged)])
+        seen = h.hall(json.loads(r.body)["headers"], "Authorization") if r.status == 200 else r.body[:200]
+        t.check("two Authorization fields: the first is verified and is the only one the upstream gets",
+                (r.status, seen) == (200, ["Bearer " + good]), (200, ["Bearer " + good]), (r.status, seen))
         n = len(up.requests)
         for case, tok in [("another secret", hs256({"sub": "alice"}, SECRET + "x")),
                           ("expired", hs256({"sub": "alice", "exp": now - 3600})),
