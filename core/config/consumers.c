@@ -149,8 +149,15 @@ void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list) {
                     }
                     if (side) b = found; else a = found;
                 }
-                if (a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
-                    sl__cfg_scalar_eq(a, b))
+                if (!(a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
+                      sl__cfg_scalar_eq(a, b)))
+                    continue;
+                /* an API key is a secret: errors reach logs, /status and CI output */
+                if (strcmp(unique[u][1], "key") == 0)
+                    sl__cx_err(cx, a, "key-auth key is used by another consumer too: '%s' (line %d)",
+                               cx->cfg->consumers[j].name ? cx->cfg->consumers[j].name : "?",
+                               sl__cfg_line_of(b));
+                else
                     sl__cx_err(cx, a, "%s %s '%s' is used by another consumer too (line %d)",
                                unique[u][0], unique[u][1], sl__cfg_sval(a), sl__cfg_line_of(b));
             }

@@ -1045,7 +1045,7 @@ static void test_consumers(void) {
                  "2:35: duplicate consumer name 'a' (first defined at line 2)");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: x } } },\n"
                           "             { name: b, credentials: { key-auth: { key: x } } } ]\n",
-                 "3:57: key-auth key 'x' is used by another consumer too (line 2)");
+                 "3:57: key-auth key is used by another consumer too: 'a' (line 2)");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: y, secret: x } } } ]\n",
                  "2:60: unknown key 'secret' in 'key-auth' credentials of consumer 'a'");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: a } } } ]\n",
