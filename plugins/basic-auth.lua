@@ -93,7 +93,12 @@ function M.access(conf, ctx, challenge)
         cache[mac] = name
         cached = cached + 1
     end
-    if conf.hide_credentials then request.clear_header("Authorization") end
+    if conf.hide_credentials then
+        request.clear_header("Authorization")
+    else
+        -- only the first field was checked: a later one must not reach the upstream unchecked
+        request.set_header("Authorization", h)
+    end
     ctx.consumer = name
 end
 

@@ -298,14 +298,16 @@ end
 
 -- The full check of one header value. Returns a cache entry { valid_until, consumer,
 -- claims }, or nil, detail (for the 401), or nil, detail, 503 when the key set is
--- unavailable.
+-- unavailable, or nil, detail, "missing" when Authorization holds no Bearer token.
 local function check_token(conf, st, raw)
     local token = raw
     local scheme, rest = raw:match("^(%S+)[ \t]+(%S+)$")
     if scheme and scheme:lower() == "bearer" then
         token = rest
     elseif st.authorization then
-        return nil, "not a Bearer token"
+        -- another scheme (Basic ...), or no token after it: no bearer credentials at all, so
+        -- the challenge carries no error code (RFC 6750 3.1)
+        return nil, "not a Bearer token", "missing"
     end
     local h64, p64, s64 = token:match("^([%w_-]+)%.([%w_-]+)%.([%w_-]*)$")
     if not h64 then return nil, "malformed token (expected three base64url parts)" end
@@ -370,6 +372,9 @@ local INVALID = { ["WWW-Authenticate"] = 'Bearer error="invalid_token"' }
 
 local function refuse(detail, status)
     log.debug("token refused:", detail)
+    if status == "missing" then
+        return response.exit(401, { error = "unauthorized", error_description = detail }, MISSING)
+    end
     if status then return response.exit(status, { error = detail }) end
     return response.exit(401, { error = "invalid_token", error_description = detail }, INVALID)
 end
@@ -395,7 +400,13 @@ function M.access(conf, ctx, st)
         if st.half > 0 and epoch == st.epoch then cache_put(st, raw, e) end
     end
     ctx.consumer, ctx.jwt_claims = e[2], e[3]
-    if conf.hide_credentials then request.clear_header(conf.header) end
+    if conf.hide_credentials then
+        request.clear_header(conf.header)
+    else
+        -- only the first field was verified: a second one (a forged token after the good
+        -- one) must not reach an upstream that reads the last, or all of them
+        request.set_header(conf.header, raw)
+    end
 end
 
 return M

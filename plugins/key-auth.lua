@@ -60,6 +60,23 @@ local function without_arg(query, name)
     return table.concat(kept, "&")
 end
 
+-- The query with only the first `name` parameter (later ones dropped, the rest as sent),
+-- or nil when there is no later one.
+local function first_arg_only(query, name)
+    local kept, seen, dropped = {}, false, false
+    for pair in query:gmatch("[^&]+") do
+        if unescape(pair:match("^([^=]*)")) ~= name then
+            kept[#kept + 1] = pair
+        elseif seen then
+            dropped = true
+        else
+            seen = true
+            kept[#kept + 1] = pair
+        end
+    end
+    return dropped and table.concat(kept, "&") or nil
+end
+
 function M.access(conf, ctx)
     local key, in_query
     if conf.header ~= "" then key = request.get_header(conf.header) end
@@ -71,7 +88,7 @@ function M.access(conf, ctx)
 
     local name = consumers.find("key-auth", "key", key)
     local cred = name and consumers.credential(name, "key-auth")
-    -- A YAML key of digits arrives as a number; the consumers index went through tostring.
+    -- The core hands built-in credentials over as the text written (`key: 007` is "007").
     if not cred or not crypto.timing_safe_equal(tostring(cred.key), key) then
         return response.exit(401, INVALID, CHALLENGE)
     end
@@ -81,6 +98,12 @@ function M.access(conf, ctx)
         else
             request.clear_header(conf.header)
         end
+    elseif in_query then
+        -- only the first one was checked: a later one must not reach the upstream unchecked
+        local q = first_arg_only(request.get_query(), conf.query)
+        if q then request.set_query(q) end
+    else
+        request.set_header(conf.header, key)
     end
     ctx.consumer = name
 end

@@ -9,6 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A built-in credential is text, however YAML would read it unquoted: `key: 1.50` is the
+ * key "1.50", not the number 1.5 (which would also match another consumer's `1.5` or the
+ * client's "1.5"), and `key: 12345678901234567890` keeps its digits. Marked quoted here,
+ * the scalar goes into the credentials JSON as the string written. */
+static void keep_as_text(const yaml_node_t *v) {
+    if (v->type == YAML_SCALAR_NODE && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+        ((yaml_node_t *)v)->data.scalar.style = YAML_SINGLE_QUOTED_SCALAR_STYLE;
+}
+
 /* mtls-auth's: `subject`, `san` or both (each a certificate's field that names the
  * consumer), at least one. */
 static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char *where) {
@@ -22,6 +31,7 @@ static void check_mtls_credential(sl__cx_t *cx, const yaml_node_t *v, const char
     for (int k = 0; k < 2; k++) {
         const char *s = f[k].val ? sl__cfg_get_text(cx, f[k].val, keys[k], "a string") : NULL;
         if (s && !*s) sl__cx_err(cx, f[k].val, "'%s' must not be empty", keys[k]);
+        if (s) keep_as_text(f[k].val);
     }
 }
 
@@ -50,8 +60,13 @@ static void check_credential(sl__cx_t *cx, const yaml_node_t *kind, const yaml_n
             const yaml_node_t *x = sl__cfg_required(cx, v, &f[k], sub);
             const char *s = x ? sl__cfg_get_text(cx, x, known[i].keys[k], "a string") : NULL;
             const char *why;
+            if (s) keep_as_text(x);
             if (s && !*s)
                 sl__cx_err(cx, x, "'%s' must not be empty", known[i].keys[k]);
+            else if (s && strcmp(known[i].keys[k], "username") == 0 && strchr(s, ':'))
+                /* RFC 7617: the user-id ends at the first colon, so it could never log in */
+                sl__cx_err(cx, x, "basic-auth username '%s' cannot hold ':' (Basic credentials end "
+                                  "the username at the first colon)", s);
             else if (s && strcmp(known[i].keys[k], "password_hash") == 0 &&
                      sl_ffi_crypto_password_check(s, strlen(s), &why) != SL_OK)
                 sl__cx_err(cx, x, "password_hash: %s", why);
@@ -134,8 +149,15 @@ void sl__cfg_check_consumer_credentials(sl__cx_t *cx, const yaml_node_t *list) {
                     }
                     if (side) b = found; else a = found;
                 }
-                if (a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
-                    sl__cfg_scalar_eq(a, b))
+                if (!(a && b && a->type == YAML_SCALAR_NODE && b->type == YAML_SCALAR_NODE &&
+                      sl__cfg_scalar_eq(a, b)))
+                    continue;
+                /* an API key is a secret: errors reach logs, /status and CI output */
+                if (strcmp(unique[u][1], "key") == 0)
+                    sl__cx_err(cx, a, "key-auth key is used by another consumer too: '%s' (line %d)",
+                               cx->cfg->consumers[j].name ? cx->cfg->consumers[j].name : "?",
+                               sl__cfg_line_of(b));
+                else
                     sl__cx_err(cx, a, "%s %s '%s' is used by another consumer too (line %d)",
                                unique[u][0], unique[u][1], sl__cfg_sval(a), sl__cfg_line_of(b));
             }

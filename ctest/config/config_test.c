@@ -1020,6 +1020,21 @@ static void test_consumers(void) {
         CHECK_STR(cfg->consumers[2].credentials_json, "{}");
         sl_config_free(cfg);
     }
+    /* built-in credentials are the text written, whatever YAML would make of it unquoted;
+     * other kinds keep YAML's reading */
+    cfg = PARSE_OK(LISTENER "consumers:\n"
+                            "  - { name: a, credentials: { key-auth: { key: 1.50 }, my-auth: { n: 1.50 } } }\n"
+                            "  - { name: b, credentials: { key-auth: { key: 12345678901234567890 } } }\n"
+                            "  - { name: c, credentials: { basic-auth: { username: true, password_hash: \"$5$abcdefgh$sI6g8tHKrJ6RX7w.YoN9B7a/5wK5jYEOMmMnt3tPl0/\" },\n"
+                            "                              mtls-auth: { subject: 1e3, san: 007 } } }\n");
+    if (cfg) {
+        CHECK_STR(cfg->consumers[0].credentials_json, "{\"key-auth\":{\"key\":\"1.50\"},\"my-auth\":{\"n\":1.50}}");
+        CHECK_STR(cfg->consumers[1].credentials_json, "{\"key-auth\":{\"key\":\"12345678901234567890\"}}");
+        CHECK_STR(cfg->consumers[2].credentials_json,
+                  "{\"basic-auth\":{\"username\":\"true\",\"password_hash\":\"$5$abcdefgh$sI6g8tHKrJ6RX7w.YoN9B7a/5wK5jYEOMmMnt3tPl0/\"},"
+                  "\"mtls-auth\":{\"subject\":\"1e3\",\"san\":\"007\"}}");
+        sl_config_free(cfg);
+    }
     cfg = PARSE_OK(LISTENER);
     if (cfg) {
         CHECK_STR(cfg->consumer_header, "X-Consumer");
@@ -1030,11 +1045,13 @@ static void test_consumers(void) {
                  "2:35: duplicate consumer name 'a' (first defined at line 2)");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: x } } },\n"
                           "             { name: b, credentials: { key-auth: { key: x } } } ]\n",
-                 "3:57: key-auth key 'x' is used by another consumer too (line 2)");
+                 "3:57: key-auth key is used by another consumer too: 'a' (line 2)");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: y, secret: x } } } ]\n",
                  "2:60: unknown key 'secret' in 'key-auth' credentials of consumer 'a'");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: a } } } ]\n",
                  "2:52: missing required key 'password_hash' in 'basic-auth' credentials of consumer 'a'");
+    EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { basic-auth: { username: \"a:b\", password_hash: \"$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1\" } } } ]\n",
+                 "2:64: basic-auth username 'a:b' cannot hold ':' (Basic credentials end the username at the first colon)");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: { key-auth: { key: \"\" } } } ]\n",
                  "2:57: 'key' must not be empty");
     EXPECT_ERROR(LISTENER "consumers: [ { name: a, credentials: [x] } ]\n", "2:38: expected a mapping for 'credentials'");

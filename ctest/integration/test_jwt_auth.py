@@ -128,6 +128,11 @@ def test_run(t):
         r, consumer = get("/hs", hs256({"sub": "alice", "exp": now + 60}))
         t.check("HS256 from Python's hmac: 200, the upstream sees X-Consumer: alice only",
                 (r.status, consumer) == (200, ["alice"]), (200, ["alice"]), (r.status, consumer))
+        good, forged = hs256({"sub": "alice", "exp": now + 60}), hs256({"sub": "admin", "exp": now + 60}, "forged" * 8)
+        r = h.request(port, "GET", "/hs", headers=[("Authorization", "Bearer " + good), ("Authorization", "Bearer " + forged)])
+        seen = h.hall(json.loads(r.body)["headers"], "Authorization") if r.status == 200 else r.body[:200]
+        t.check("two Authorization fields: the first is verified and is the only one the upstream gets",
+                (r.status, seen) == (200, ["Bearer " + good]), (200, ["Bearer " + good]), (r.status, seen))
         n = len(up.requests)
         for case, tok in [("another secret", hs256({"sub": "alice"}, SECRET + "x")),
                           ("expired", hs256({"sub": "alice", "exp": now - 3600})),
@@ -136,6 +141,10 @@ def test_run(t):
             t.check("HS256 %s: 401 with the Bearer challenge" % case,
                     (r.status, r.header("WWW-Authenticate")) == (401, 'Bearer error="invalid_token"'),
                     (401, 'Bearer error="invalid_token"'), (r.status, r.header("WWW-Authenticate")))
+        r = h.request(port, "GET", "/hs", headers=[("Authorization", "Basic YWxpY2U6cHc=")])
+        t.check("Authorization with another scheme: 401, a bare Bearer challenge (no error code, RFC 6750 3.1)",
+                (r.status, r.header("WWW-Authenticate")) == (401, "Bearer"), (401, "Bearer"),
+                (r.status, r.header("WWW-Authenticate")))
         t.check("refused tokens reach no upstream", len(up.requests) == n, n, len(up.requests))
 
         r, consumer = get("/uri", eddsa(d, "k1", {"sub": "bob", "exp": now + 60}))

@@ -133,6 +133,14 @@ describe("basic-auth", function()
         assert.equal(basic("alice", "wonderland"), seen.headers.authorization)
     end)
 
+    it("with hide_credentials: false passes on only the Authorization it checked, not a later one", function()
+        local res = assert(gw:request({ raw = "GET /keep HTTP/1.1\r\nHost: x\r\nAuthorization: "
+            .. basic("alice", "wonderland") .. "\r\nAuthorization: " .. basic("admin", "forged")
+            .. "\r\nConnection: close\r\n\r\n" }))
+        assert.equal(200, res.status)
+        assert.equal(basic("alice", "wonderland"), res.json().headers.authorization)
+    end)
+
     it("refuses a config whose consumer has a hash in a format it does not take", function()
         local g, err = test.start({
             consumers = { { name = "dave", credentials = { ["basic-auth"] = {

@@ -218,8 +218,15 @@ describe("jwt-auth", function()
             assert.equal(before, peer_stats().upstream)
         end)
 
-        it("an Authorization that is not Bearer", function()
-            refused("/all/", nil, "not a Bearer token", { Authorization = "Basic YWxpY2U6cHc=" })
+        it("an Authorization that is not Bearer: the challenge has no error code either (RFC 6750 3.1)", function()
+            for _, v in ipairs({ "Basic YWxpY2U6cHc=", "Bearer", "Bearer " }) do
+                local before = peer_stats().upstream
+                local res = call("/all/", nil, { Authorization = v })
+                assert.equal(401, res.status)
+                assert.equal("Bearer", res.headers["www-authenticate"])
+                assert.same({ error = "unauthorized", error_description = "not a Bearer token" }, res:json())
+                assert.equal(before, peer_stats().upstream)
+            end
         end)
 
         it("alg none", function()
@@ -374,12 +381,15 @@ describe("jwt-auth", function()
             local sluice, schema = require("sluice"), require("sluice.schema")
             local crypto = require("sluice.crypto")
             local header, calls = nil, { verify = 0, decode = 0 }
-            local saved = { sluice.request.get_header, crypto.verify, sluice.json.decode }
+            local saved = { sluice.request.get_header, crypto.verify, sluice.json.decode, sluice.request.set_header }
+            local forwarded
             sluice.request.get_header = function() return header end
+            sluice.request.set_header = function(_, v) forwarded = v end
             crypto.verify = function(...) calls.verify = calls.verify + 1 return saved[2](...) end
             sluice.json.decode = function(...) calls.decode = calls.decode + 1 return saved[3](...) end
             finally(function()
                 sluice.request.get_header, crypto.verify, sluice.json.decode = saved[1], saved[2], saved[3]
+                sluice.request.set_header = saved[4]
             end)
             local plugin = assert(loadfile(test.SOURCE_DIR .. "/plugins/jwt-auth.lua"))("jwt-auth")
 
@@ -413,6 +423,7 @@ describe("jwt-auth", function()
             end
             jit.attach(handler)
             assert.equal("alice", ctx.consumer)
+            assert.equal(header, forwarded) -- the verified field alone goes upstream
             assert.same({ verify = 1, decode = 2 }, calls)
             assert.same({}, aborts)
             assert.is_true(stops > 0, "nothing was compiled")

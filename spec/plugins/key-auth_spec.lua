@@ -116,6 +116,16 @@ describe("key-auth", function()
         assert.equal("k-alice-123", seen.headers.apikey)
     end)
 
+    it("with hide_credentials: false passes on only the key it checked, not a later copy", function()
+        local res = assert(gw:request({ raw = "GET /keep HTTP/1.1\r\nHost: x\r\napikey: k-alice-123\r\n"
+                                              .. "APIKEY: forged\r\nConnection: close\r\n\r\n" }))
+        assert.equal(200, res.status)
+        assert.equal("k-alice-123", res.json().headers.apikey)
+        local seen = get("/keep?a=1&apikey=k-alice-123&b=2&apikey=forged&apikey=k+bob%2B456&c=3").json()
+        assert.equal("alice", seen.headers["x-consumer"])
+        assert.equal("a=1&apikey=k-alice-123&b=2&c=3", seen.query)
+    end)
+
     it("reads only the configured header, case-insensitively, and hides it", function()
         local seen = get("/hdr", { ["x-api-key"] = "k-alice-123" }).json()
         assert.equal("alice", seen.headers["x-consumer"])
