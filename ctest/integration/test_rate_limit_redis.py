@@ -126,15 +126,22 @@ class Monitor:
                 if cmd in (b'"EVALSHA"', b'"EVAL"'):
                     self.calls.append((ln[ln.index(b"[") + 1:at], cmd, float(ln[:ln.index(b" ")])))
 
-    def close(self):
-        time.sleep(0.3)  # the last commands' lines
+    def limiter_calls(self):
+        # Until the first EVAL loads the script, every EVALSHA is answered NOSCRIPT and
+        # sent again as EVAL (a worker may have several in flight): those are not calls.
+        calls = list(self.calls)
+        first = next((i for i, c in enumerate(calls) if c[1] == b'"EVAL"'), 0)
+        return [at for i, (_, cmd, at) in enumerate(calls) if i >= first or cmd == b'"EVAL"']
+
+    def close(self, expect):
+        # the last commands' lines reach this reader after the gateways had their replies:
+        # wait for the calls the answers imply, then 0.3 s for any beyond them
+        h.wait_until(lambda: len(self.limiter_calls()) >= expect, 5.0)
+        time.sleep(0.3)
         self.stop = True
         self.th.join(5)
         self.sock.close()
-        # Until the first EVAL loads the script, every EVALSHA is answered NOSCRIPT and
-        # sent again as EVAL (a worker may have several in flight): those are not calls.
-        first = next((i for i, c in enumerate(self.calls) if c[1] == b'"EVAL"'), 0)
-        return [at for i, (_, cmd, at) in enumerate(self.calls) if i >= first or cmd == b'"EVAL"']
+        return self.limiter_calls()
 
 
 def paced_both(path, n=1000, seconds=1.0):
@@ -157,7 +164,7 @@ def paced_both(path, n=1000, seconds=1.0):
         th.start()
     for th in ths:
         th.join(90)
-    return res, mon.close()
+    return res, mon.close(len(res))
 
 
 def check_paced(t, what, res, times):
