@@ -187,9 +187,17 @@ def test_kinds(t):
                     "x-big-head: " + "h" * 20000 in out and "x-big-trailer: " + "t" * 20000 in out and
                     "grpc-status: 0" in out, "both, grpc-status 0", out[:200] + " ... " + out[-200:])
             out = meta(10, 40000)
-            t.check("a 40,000-byte trailer block is refused: the stream is cut (no grpc-status 0)",
-                    "x-big-head: hhhhhhhhhh" in out and "grpc-status: 0" not in out, "no grpc-status 0",
-                    out[-300:])
+            # Whether the upstream's head is forwarded before its trailers are refused depends
+            # on how its frames arrive: read apart, the head goes out and the stream is cut
+            # after it; read together, the failure comes first and the client gets the
+            # gateway's 502 as UNAVAILABLE (DESIGN: a failure before the head is sent is a
+            # 502). Either way no OK: both are accepted, and nothing else (seen once in a
+            # -j3 run: the 502 form).
+            t.check("a 40,000-byte trailer block is refused: the stream is cut after the upstream's head, "
+                    "or answered UNAVAILABLE before it (no grpc-status 0)",
+                    "grpc-status: 0" not in out and ("x-big-head: hhhhhhhhhh" in out or
+                                                      ("grpc-status: 14" in out and "x-big-head" not in out)),
+                    "no grpc-status 0", out[-300:])
             until = time.time() + 5
             while "upstream sent a header block over 32768 bytes" not in sl.log() and time.time() < until:
                 time.sleep(0.05)
