@@ -1,6 +1,8 @@
-/* common.c — the token table, secrets compared in constant time, clocks, random numbers. */
+/* common.c — the token table, secrets compared in constant time, clocks, random numbers,
+ * the heap trim. */
 #include "base/common.h"
 
+#include <malloc.h>
 #include <sys/random.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -73,4 +75,18 @@ uint64_t sl_rand64(void) {
     }
     rnd_state ^= rnd_state >> 12, rnd_state ^= rnd_state << 25, rnd_state ^= rnd_state >> 27;
     return rnd_state * 0x2545F4914F6CDD1DULL; /* xorshift64* */
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SL_ASAN 1
+#endif
+#endif
+
+void sl_heap_trim(void) {
+#ifndef SL_ASAN
+    malloc_trim(0);
+#endif
 }

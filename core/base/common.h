@@ -86,6 +86,12 @@ static inline bool sl_str_ieq2(sl_str_t a, sl_str_t b) {
  *  only: it tells nothing about how many leading bytes matched. */
 bool sl_secret_equal(const char *tok, size_t tlen, const char *given, size_t glen);
 
+/** Gives the heap's free pages back to the OS (malloc_trim(0)); any thread, any number at
+ *  once. Nothing under AddressSanitizer: its allocator replaces glibc's, whose untouched
+ *  arena malloc_trim would set up on first use, racily when two threads trim first at once
+ *  (a SEGV in mtrim: concurrent reapers after quick reloads). */
+void sl_heap_trim(void);
+
 /** A fast per-thread pseudo-random number (xorshift64*, seeded by getrandom): for
  *  balancing, jitter and ids, never for secrets. */
 uint64_t sl_rand64(void);

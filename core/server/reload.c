@@ -13,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -517,7 +516,7 @@ static void *reaper_main(void *arg) {
     reaper_t *rp = arg;
     __atomic_store_n(&rp->tid, low_priority("sluice-reap", rp->apart), __ATOMIC_RELEASE);
     reap(rp);
-    malloc_trim(0); /* a generation's VMs and buffers are gone: give the pages back */
+    sl_heap_trim(); /* a generation's VMs and buffers are gone: give the pages back */
     return NULL;
 }
 

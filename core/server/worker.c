@@ -1,7 +1,6 @@
 /* worker.c — a worker thread: its loop, listeners, pools and the drain sequence. */
 #include "ctx/worker.h"
 
-#include <malloc.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -92,7 +91,7 @@ static void on_block_trim(uv_timer_t *t) {
     sl_worker_t *w = t->data;
     if (!sl_blockpool_trim(&w->blocks)) return;
     sl_http_trim(w, SL_BLOCK_LOW_WATER);
-    malloc_trim(0);
+    sl_heap_trim();
 }
 
 static void on_wake_pre(uv_prepare_t *p) { (void)p, sl_wake_clear(); }

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -109,7 +108,10 @@ def test_dashboard(t):
     t.check("browser: generation 1 (first load)", "first load" in txt, "first load", None)
 
     b.stop()  # its probes fail from now on
-    time.sleep(1.0)
+    # the probes (every 200 ms) mark it on their own time: wait for /status to say so, then
+    # ask the browser (a fixed 1 s was short on a loaded machine)
+    h.wait_until(lambda: any(x["address"] == b.address and x["health"] == "unhealthy"
+                             for u in s.status()["upstreams"] for x in u["targets"]))
     dom = dump_dom(url)
     row = re.search(r"<tr><td>api</td><td>%s</td>(.*?)</tr>" % re.escape(b.address), dom)
     t.check("browser: the killed upstream's target shows unhealthy",

@@ -151,7 +151,9 @@ def test_kinds(t):
             t.check("/status: the upstream's protocol and its target's HTTP/2 connection",
                     st.get("protocol") == "h2" and st["targets"][0].get("h2_connections") == 1,
                     "h2, 1 connection", st)
-            _, samples = sl.metrics()
+            # an exchange is counted once its response is written: poll, never read once
+            samples = sl.metrics_until(lambda m: sum(h.metric_values(
+                m, "sluice_upstream_requests_total", upstream="g", code=200)) >= 7)
             got = sum(h.metric_values(samples, "sluice_upstream_requests_total", upstream="g", code=200))
             t.check("each call is an upstream exchange in the metrics (7 answered 200)", got == 7, 7, got)
         else:
@@ -185,9 +187,17 @@ def test_kinds(t):
                     "x-big-head: " + "h" * 20000 in out and "x-big-trailer: " + "t" * 20000 in out and
                     "grpc-status: 0" in out, "both, grpc-status 0", out[:200] + " ... " + out[-200:])
             out = meta(10, 40000)
-            t.check("a 40,000-byte trailer block is refused: the stream is cut (no grpc-status 0)",
-                    "x-big-head: hhhhhhhhhh" in out and "grpc-status: 0" not in out, "no grpc-status 0",
-                    out[-300:])
+            # Whether the upstream's head is forwarded before its trailers are refused depends
+            # on how its frames arrive: read apart, the head goes out and the stream is cut
+            # after it; read together, the failure comes first and the client gets the
+            # gateway's 502 as UNAVAILABLE (DESIGN: a failure before the head is sent is a
+            # 502). Either way no OK: both are accepted, and nothing else (seen once in a
+            # -j3 run: the 502 form).
+            t.check("a 40,000-byte trailer block is refused: the stream is cut after the upstream's head, "
+                    "or answered UNAVAILABLE before it (no grpc-status 0)",
+                    "grpc-status: 0" not in out and ("x-big-head: hhhhhhhhhh" in out or
+                                                      ("grpc-status: 14" in out and "x-big-head" not in out)),
+                    "no grpc-status 0", out[-300:])
             until = time.time() + 5
             while "upstream sent a header block over 32768 bytes" not in sl.log() and time.time() < until:
                 time.sleep(0.05)

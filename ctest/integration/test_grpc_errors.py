@@ -72,6 +72,12 @@ routes:
 """
 
 
+def grpc_counts(samples):
+    """{(route, grpc_status): count} of sluice_grpc_responses_total."""
+    return {(lab.get("route"), lab.get("grpc_status")): float(v) for n, lab, v in samples
+            if n == "sluice_grpc_responses_total"}
+
+
 def h2_frames(port, path, ctype="application/grpc"):
     """Sends one request over h2c and returns the events of its stream, to see the frame
     shape of the answer: [(event class name, headers or None, stream_ended)]."""
@@ -170,9 +176,10 @@ def test_errors(t):
                 404, (r.status, r.header("grpc-status")))
 
         # percent-encoding: a message with '%' and non-ASCII bytes arrives decoded
-        _, samples = s.metrics()
-        got = {(lab.get("route"), lab.get("grpc_status")): float(v) for n, lab, v in samples
-               if n == "sluice_grpc_responses_total"}
+        def counted(got):
+            return got.get(("none", "12"), 0) >= 3 and (
+                got.get(("keyed", "16")) == 2 and got.get(("denied", "7")) == 3 and got.get(("explicit", "5")) == 2)
+        got = grpc_counts(s.metrics_until(lambda m: counted(grpc_counts(m))))
         t.check("sluice_grpc_responses_total: none/12 (no route) counted", got.get(("none", "12"), 0) >= 3,
                 ">= 3", got)
         t.check("sluice_grpc_responses_total: keyed/16, denied/7, explicit/5",
@@ -239,12 +246,13 @@ def test_auth_metadata(t):
         second = g.unary(p, "/w.S/Unary", b"2", [("x-route", "limited")])
         t.check("rate-limit: the first call passes, the second is UNAVAILABLE (429's mapping)",
                 first[0] == "OK" and second[0] == "UNAVAILABLE", ("OK", "UNAVAILABLE"), (first[:2], second[:2]))
-        _, samples = s.metrics()
-        got = {(lab.get("route"), lab.get("grpc_status")): float(v) for n, lab, v in samples
-               if n == "sluice_grpc_responses_total"}
+        def counted(got):
+            return (got.get(("keyed", "0")) == 1 and got.get(("keyed", "16")) == 1 and got.get(("jwt", "0")) == 1 and
+                    got.get(("limited", "14")) == 1 and got.get(("limited", "0")) == 1)
+        # a passed-through status is counted where the response ends, after the client read it
+        got = grpc_counts(s.metrics_until(lambda m: counted(grpc_counts(m))))
         t.check("sluice_grpc_responses_total counts passed-through OKs and the gateway's refusals",
-                got.get(("keyed", "0")) == 1 and got.get(("keyed", "16")) == 1 and got.get(("jwt", "0")) == 1 and
-                got.get(("limited", "14")) == 1 and got.get(("limited", "0")) == 1, "each 1", got)
+                counted(got), "each 1", got)
     finally:
         s.stop()
         svc.stop()

@@ -71,7 +71,8 @@ def test_probes(t):
         st = wait_for(s, lambda st: st.get("whole") == 0)
         t.check("NOT_SERVING: the target goes down", st.get("whole") == 0, 0, st)
         t.check("svc.A, still SERVING, stays up", st.get("named") == 1, 1, st)
-        time.sleep(0.2)
+        # the prober marks the target down, then logs why: polled
+        h.wait_until(lambda: "NOT_SERVING (2)" in s.log())
         log = s.log()
         t.check("the warning names the status", "NOT_SERVING (2)" in log, "NOT_SERVING (2)",
                 [ln for ln in log.splitlines() if "unhealthy" in ln][-2:])

@@ -811,7 +811,9 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
     # a reload retires the listener's generation: the same two GOAWAYs, the stream finishes
     p = subprocess.Popen(["nghttp", "-nv", "http://127.0.0.1:%d/slow" % sl.port("web")], stdout=subprocess.PIPE,
                          text=True)
-    time.sleep(0.4)
+    # in flight once the upstream has it (it answers 1 s later), not after a fixed 0.4 s
+    # that a slow start of nghttp could take whole
+    slow.wait_requests(1)
     code, _ = sl.reload()
     out, _ = p.communicate(timeout=20)
     last = re.findall(r"recv GOAWAY frame[^\n]*\n\s*\(last_stream_id=(\d+), error_code=NO_ERROR", out)
@@ -820,7 +822,7 @@ routes: [ {{ name: up, match: {{ paths: [/] }}, upstream: up }} ]
             last[0] == "2147483647", "200, two GOAWAYs", (code, p.returncode, last))
     p = subprocess.Popen(["nghttp", "-nv", "http://127.0.0.1:%d/slow" % sl.port("web")], stdout=subprocess.PIPE,
                          text=True)
-    time.sleep(0.4)
+    slow.wait_requests(2)
     sl.signal(signal.SIGTERM)
     out, _ = p.communicate(timeout=20)
     t.check("drain: the in-flight stream finishes with 200", p.returncode == 0 and ":status: 200" in out, "200",

@@ -396,18 +396,18 @@ def test_metrics(t):
     s = socket.create_connection(("127.0.0.1", S["port"]), timeout=5)
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings() + b"".join(
         headers(sid, head(path="/up/slow-m%d" % sid)) for sid in (1, 3, 5)))
-    time.sleep(0.5)
-    during = metric("sluice_http2_streams_active", listener="web")
-    time.sleep(1.2)
-    after = metric("sluice_http2_streams_active", listener="web")
+    # polled, not read after fixed sleeps: the streams open as the gateway reads them, and
+    # a request is counted once its response is written, which the client can read first
+    during = h.poll(lambda: metric("sluice_http2_streams_active", listener="web"), lambda v: v == 3)
+    after = h.poll(lambda: metric("sluice_http2_streams_active", listener="web"), lambda v: v == 0)
     s.close()
     t.check("sluice_http2_streams_active: 3 streams in flight, then 0", (during, after) == (3, 0), (3, 0),
             (during, after))
-    time.sleep(0.2)
-    r1 = metric("sluice_requests_total", route="up", code="200") or 0
-    hist1 = metric("sluice_request_duration_seconds_count", route="up") or 0
+    counted = h.poll(lambda: ((metric("sluice_requests_total", route="up", code="200") or 0) - r0,
+                              (metric("sluice_request_duration_seconds_count", route="up") or 0) - hist0),
+                     lambda v: v == (3, 3))
     t.check("sluice_requests_total and the duration histogram count the 3 HTTP/2 requests",
-            (r1 - r0, hist1 - hist0) == (3, 3), (3, 3), (r1 - r0, hist1 - hist0))
+            counted == (3, 3), (3, 3), counted)
     # idle and drain: a 1 s idle_timeout listener, and a reload retiring a connection
     port = S["sl"].port("short")
     S["port"], keep = port, S["port"]

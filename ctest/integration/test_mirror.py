@@ -76,6 +76,8 @@ routes:
             if r.status != 200:
                 t.check("main answered", False, 200, r.status)
         rec.wait_requests(200, timeout=10)
+        # the mock records a request at its head, then reads its body: wait for the bodies
+        h.wait_until(lambda: all(r.body_sha256 for r in list(rec.requests)))
         bodies = sorted(r.body for r in rec.requests)
         # (max_in_flight 1000 on this route: a mock slow to accept under load must not make
         # the gateway drop copies, which is what the cap is for elsewhere)

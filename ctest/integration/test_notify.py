@@ -138,7 +138,7 @@ def test_reload_while_draining(t):
         result = {}
         th = threading.Thread(target=lambda: result.update(r=h.request(s.port(), "GET", "/", timeout=10)))
         th.start()
-        time.sleep(0.3)  # the request is at the upstream
+        up.wait_requests(1)  # the request is at the upstream (it answers 1.5 s later)
         s.signal(signal.SIGTERM)
         m = recv(sock)
         t.check("drain: STOPPING=1", m == {"STOPPING": "1"}, {"STOPPING": "1"}, m)

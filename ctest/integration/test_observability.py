@@ -89,15 +89,24 @@ def test_names_exported(t):
         f.write("not_a_key: 1\n")
     code, _ = s.reload()
     t.check("a rejected reload (for sluice_reloads_total{result=rejected})", code == 422, 422, code)
-    r = s.admin_get("/metrics")
-    text = r.body.decode()
-    scraped = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
+    used = sorted(used_names().items())
+    labels = ('sluice_reloads_total{result="rejected"} 1', 'result="limited"', 'code="5')
+    scrape = {}
+
+    def complete():
+        # the last request is counted once its response is written: poll, never read once
+        text = scrape["text"] = s.admin_get("/metrics").body.decode()
+        scraped = scrape["names"] = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
+        return all(n in scraped or n in PROMETHEUS_OWN for _, (names, _) in used for n in names) and \
+            all(label in text for label in labels)
+    h.wait_until(complete)
+    text, scraped = scrape["text"], scrape["names"]
     t.info("scraped %d series names" % len(scraped))
-    for f, (names, _) in sorted(used_names().items()):
+    for f, (names, _) in used:
         t.check("%s uses sluice metrics (found %d)" % (f, len(names)), len(names) >= 5, ">= 5", sorted(names))
         missing = sorted(n for n in names if n not in scraped and n not in PROMETHEUS_OWN)
         t.check("%s: every metric name is one sluice exports" % f, not missing, "none missing", missing)
-    for label in ('sluice_reloads_total{result="rejected"} 1', 'result="limited"', 'code="5'):
+    for label in labels:
         t.check("scrape holds %s" % label, label in text, label, None)
     s.stop()
     up.stop()

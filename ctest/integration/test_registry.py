@@ -85,14 +85,15 @@ def test_registry(t):
 
     # heartbeats: every 0.5 s, for both until b stops
     beating = {"a": True, "b": True}
+    renewed = {}  # when each backend's last registration was answered
     stop = threading.Event()
 
     def heartbeat():
         while not stop.is_set():
-            if beating["a"]:
-                register(s, a)
-            if beating["b"]:
-                register(s, b)
+            for name, backend in (("a", a), ("b", b)):
+                if beating[name]:
+                    register(s, backend)
+                    renewed[name] = time.monotonic()
             stop.wait(0.5)
 
     hb = threading.Thread(target=heartbeat)
@@ -112,9 +113,19 @@ def test_registry(t):
 
     lt = threading.Thread(target=load)
     lt.start()
+    def listed():
+        return [x["address"] for x in admin(s, "GET", "/upstreams/svc/targets")[1].get("targets", [])]
+
     beating["b"] = False
     stopped_at = time.monotonic()
-    time.sleep(2.0 + 0.5)  # ttl + the 200 ms sweep + the last renewal's slack
+    # b's last renewal may be one the heartbeat had begun before it stopped (its time is
+    # known once it was answered, well within this second): b leaves a ttl (2 s) after that
+    # renewal, on the 200 ms sweep. Polled, not a fixed 2.5 s from stopped_at.
+    time.sleep(1.0)
+    gone = h.wait_until(lambda: b.address not in listed(), renewed.get("b", stopped_at) + 4.0 - time.monotonic())
+    left = time.monotonic() - renewed.get("b", stopped_at)
+    t.check("b is gone from the list within its ttl (2 s) + 2 s of its last renewal", gone, "gone", listed())
+    time.sleep(0.3)  # a pick made just before it left reaches b
     mb = b.mark()
     time.sleep(1.0)
     late_b = len(b.since(mb))
@@ -129,7 +140,7 @@ def test_registry(t):
     m = h.parse_prometheus(r.body.decode())
     exp = h.metric_values(m, "sluice_registry_expired_total")
     t.check("sluice_registry_expired_total counts it", exp and exp[0] >= 1, ">= 1", exp)
-    t.info("b left %.1f s after its last heartbeat" % (time.monotonic() - stopped_at))
+    t.info("b left %.1f s after its last renewal" % left)
 
     # a reload keeps the registered target
     st, res = admin(s, "POST", "/reload", "")

@@ -80,6 +80,12 @@ def status_targets(s, upstream):
     return {}
 
 
+def targets_idle(s, upstream):
+    """status_targets once no target has a request in flight, polled (else as last read): an
+    attempt is released once its response is written, which the client can read first."""
+    return h.poll(lambda: status_targets(s, upstream), lambda st: all(x["in_flight"] == 0 for x in st.values()))
+
+
 def test_retries(t):
     reset_mock = h.MockUpstream(named("a", lambda req: h.RESET), name="resetter")
     good = h.MockUpstream(named("b"), name="good")
@@ -657,13 +663,14 @@ routes:
         t.info("hedged: p50 %.1f ms, p99 %.1f ms, answers %s" % (lat[len(lat) // 2] * 1e3, p99 * 1e3,
                                                                {n: names.count(n) for n in set(names)}))
         # Without the hedge half the requests wait the slow target's 500 ms (p50 ~0.5 s). The
-        # bounds leave room for a loaded machine: a hedge sent at 50 ms to a 5 ms target.
-        t.check("hedge_after 50ms: p99 of 200 requests under 300 ms (the slow target takes 500)",
-                p99 < 0.3, "< 0.3 s", round(p99, 3))
+        # bound is under that, with room for a loaded machine (ASan under contention: p99
+        # up to 220 ms): a hedge sent at 50 ms to a 5 ms target.
+        t.check("hedge_after 50ms: p99 of 200 requests under 450 ms (the slow target takes 500)",
+                p99 < 0.45, "< 0.45 s", round(p99, 3))
         t.check("every request answered 200, at least 198 of 200 by the fast target",
                 set(names) <= {"fast", "slow"} and names.count("fast") >= 198, ">= 198 fast",
                 {n: names.count(n) for n in set(names)})
-        st = status_targets(s, "mixed")[slow.address]
+        st = targets_idle(s, "mixed")[slow.address]
         t.check("the slow target's breaker did not move (cancellations are not failures)",
                 st["breaker"] == "closed", "closed", st)
         t.check("... and nothing is left in flight on it", st["in_flight"] == 0, 0, st["in_flight"])
@@ -705,7 +712,7 @@ routes: [ { name: hedged, upstream: hedged } ]
                 got == [(200, "late")] * 4, [(200, "late")] * 4, got)
         t.check("... the 502 target was tried as the first attempt", len(bad.requests) >= 2, ">= 2",
                 len(bad.requests))
-        st = status_targets(s, "hedged")
+        st = targets_idle(s, "hedged")
         t.check("... and nothing is left in flight", all(x["in_flight"] == 0 for x in st.values()), 0,
                 [x["in_flight"] for x in st.values()])
     finally:
@@ -780,7 +787,7 @@ routes:
         t.check("... each of the three targets once per request", (n["slow503"], n["fast503"], n["good"]) == (3, 3, 3),
                 (3, 3, 3), (n["slow503"], n["fast503"], n["good"]))
         for up in ("one_good", "both_bad", "third_try"):
-            st = status_targets(s, up)
+            st = targets_idle(s, up)
             t.check("%s: nothing is left in flight" % up, all(x["in_flight"] == 0 for x in st.values()), 0,
                     [x["in_flight"] for x in st.values()])
     finally:

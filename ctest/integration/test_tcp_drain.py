@@ -60,10 +60,11 @@ def test_sigterm_finishes_session(t):
     port = gw.port("t")
     c = socket.create_connection(("127.0.0.1", port), timeout=10)
     c.sendall(b"SINK\n" + b"a" * 100000)
-    time.sleep(0.2)
+    # the session is the gateway's (accepted, its bytes read) before the SIGTERM: polled
+    h.poll(lambda: tcp_counts(gw), lambda v: v == (100005, 1))
     gw.signal(signal.SIGTERM)
-    time.sleep(0.3)
-    how = refused(port)
+    # the listeners close as the drain starts; a connection made before that is served
+    how = h.poll(lambda: refused(port), lambda how: not how.startswith("served"))
     t.check("a new connection after SIGTERM is refused or never served", not how.startswith("served"),
             "refused", how)
     c.sendall(b"b" * 200000)  # the open session still moves bytes
@@ -86,7 +87,7 @@ def test_sigterm_deadline(t):
     gw = h.start_sluice(cfg, suite=t, name="deadline15")
     c = h.Client(gw.port("t"), timeout=10)
     c.send(b"SINK\n")
-    time.sleep(0.2)
+    h.poll(lambda: tcp_counts(gw), lambda v: v == (5, 1))  # the gateway holds the session
     t0 = time.monotonic()
     gw.signal(signal.SIGTERM)
     data, how = c.read_until_close(6)
@@ -107,8 +108,8 @@ def test_reload(t):
     old.send(b"SINK\n" + b"x" * 1000)
     done = h.Client(port, timeout=10)
     done.send(b"SINK\n" + b"x" * 1000)
-    time.sleep(0.2)
-    before = tcp_counts(gw)
+    # both sessions accepted and their bytes read (polled: the gateway does it on its own time)
+    before = h.poll(lambda: tcp_counts(gw), lambda v: v == (2010, 2))
     with open(gw.config_path, "a") as f:
         f.write("\n# reloaded\n")
     gw.signal(signal.SIGHUP)
@@ -136,10 +137,7 @@ def test_reload(t):
     took = time.monotonic() - t0
     t.check("the old generation's session stayed open, then was closed at shutdown_timeout",
             how in ("eof", "reset") and took > 0.5, "closed after ~1.2 s more", (how, round(took, 2), data))
-    deadline = time.monotonic() + 5
-    while tcp_counts(gw)[1] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    got = tcp_counts(gw)
+    got = h.poll(lambda: tcp_counts(gw), lambda v: v == (4019, 0))
     t.check("once the old generation's sessions ended, its bytes are counted once "
             "(2 x 1005 + 2 x 1000 on the old sessions, 9 on the new one), no session open",
             got == (4019, 0), (4019, 0), got)

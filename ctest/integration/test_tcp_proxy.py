@@ -413,8 +413,10 @@ def test_metrics(t):
     c = socket.create_connection(("127.0.0.1", gw.port("t")), timeout=10)
     c.sendall(b"SINK\n")
     c.sendall(b"x" * 1000000)
-    time.sleep(0.3)
-    _, m = gw.metrics()
+    # the gateway accepts and reads on its own time (sendall returns once the kernel has
+    # the bytes): polled, not read once after a fixed sleep
+    m = gw.metrics_until(lambda m: sum(h.metric_values(m, "sluice_connections_active", listener="t")) == 1 and
+                         sum(h.metric_values(m, "sluice_tcp_bytes_total", listener="t", direction="in")) >= 1000005)
     active = sum(h.metric_values(m, "sluice_connections_active", listener="t"))
     inb = sum(h.metric_values(m, "sluice_tcp_bytes_total", listener="t", direction="in"))
     t.check("sluice_connections_active counts the open session", active == 1, 1, active)
@@ -424,8 +426,9 @@ def test_metrics(t):
     answer = c.recv(100)
     c.close()
     t.check("the sink counted the bytes", answer == b"1000000\n", b"1000000\n", answer)
-    time.sleep(0.2)
-    _, m = gw.metrics()
+    # the session ends after the client has its answer: polled
+    m = gw.metrics_until(lambda m: sum(h.metric_values(m, "sluice_connections_active", listener="t")) == 0 and
+                         sum(h.metric_values(m, "sluice_tcp_bytes_total", listener="t", direction="out")) >= 8)
     active = sum(h.metric_values(m, "sluice_connections_active", listener="t"))
     out = sum(h.metric_values(m, "sluice_tcp_bytes_total", listener="t", direction="out"))
     t.check("sluice_connections_active back to 0 after the session", active == 0, 0, active)

@@ -462,7 +462,9 @@ def test_versions_alpn_resumption(t):
                 c.close()
             results[ver] = (n_ok, seen.count(False))
             t.check("workers: 2, TLS %s: 30 of 30 resumptions Reused" % ver, n_ok == 30, 30, (n_ok, seen))
-        per = [w.get("requests") for w in s.status().get("workers", [])]
+        # counted once each response is written: polled
+        st = s.status_until(lambda st: len(st.get("workers", [])) == 2 and all(w.get("requests") for w in st["workers"]))
+        per = [w.get("requests") for w in st.get("workers", [])]
         t.check("both workers accepted some of the resumed connections", len(per) == 2 and all(per),
                 "requests on both", per)
         rc, out = s_client(p, "-tls1_2", "-reconnect", "-servername", "a.test")

@@ -12,7 +12,6 @@ import os
 import socket
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -95,6 +94,12 @@ def open_tunnels(t, n, ups, what):
     return socks
 
 
+def in_flight():
+    """{target address: in_flight} of upstream ws in /status."""
+    ws = [u for u in S["sl"].status()["upstreams"] if u["name"] == "ws"]
+    return {x["address"]: x.get("in_flight") for x in (ws[0]["targets"] if ws else [])}
+
+
 def setup(t):
     a, b = HoldingUpstream("a"), HoldingUpstream("b")
     S["ups"] = (a, b)
@@ -119,7 +124,10 @@ def test_count_falls_when_tunnels_close(t):
     for s in S["on_a"]:
         s.close()
     t.check("a's ten tunnels closed", h.wait_until(lambda: a.open == 0), 0, a.open)
-    time.sleep(0.2)  # the gateway sees both ends close and releases the attempts
+    # the gateway sees both ends close, then releases the attempts: a's in-flight count,
+    # which the next upgrades are balanced on, is polled down to 0
+    st = h.poll(lambda: in_flight(), lambda st: st.get("127.0.0.1:%d" % a.port) == 0)
+    t.check("the gateway released a's tunnels", st.get("127.0.0.1:%d" % a.port) == 0, 0, st)
     more = open_tunnels(t, 10, (a, b), "after closing")
     t.check("the next ten upgrades all go to a: b still holds ten", (a.open, b.open) == (10, 10),
             (10, 10), (a.open, b.open))

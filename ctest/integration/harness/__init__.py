@@ -14,7 +14,9 @@ What it provides:
     the final summary line (exit 0 only when every check passed).
   * start_sluice(config_text, workers=N): runs `sluice run -c FILE --ready-file P`,
     waits for the ready file, returns a Sluice with port(listener), admin,
-    admin_port, pid, proc, stop(), kill(), rss_kb(), hwm_kb(), log().
+    admin_port, pid, proc, stop(), kill(), rss_kb(), hwm_kb(), log(), metrics(),
+    status(), and metrics_until(pred) / status_until(pred) for what sluice counts
+    after the client already has its answer (poll; never read such a count once).
   * MockUpstream: a real TCP server on 127.0.0.1:0 serving HTTP/1.1 keep-alive
     through a handler function, recording every connection and every byte it
     received; handlers may misbehave on demand (HANG, RESET, CLOSE, raw bytes,
@@ -29,7 +31,8 @@ Processes are stopped by PID only; threads poll a stop flag and are joined.
 
 The modules, one section each (lower ones never import higher ones):
   lifecycle       paths (SRC, BIN), temp dirs, the registry cleanup_all stops at exit,
-                  wait_until (poll a predicate to a deadline),
+                  wait_until (poll a predicate to a deadline), poll (a value, until a
+                  predicate of it holds),
                   debian_module (a module of a Debian package, e.g. python3-yaml)
   wire            raw sockets and bytes: Reader, HTTP/1.1 parsing, ports, TCPServer
   client          Client, build_request, request
@@ -51,7 +54,8 @@ from .latency import keepalive_load, percentile
 from .jwt import b64u, ed25519_key, eddsa, hs256
 from .fault_upstream import FAULT_BIN, FaultUpstream, start_fault_upstream
 from .lifecycle import (BIN, HERE, SRC, _die_with_parent, _register, _unregister, cleanup_all,
-                        debian_module, new_tmpdir, stop_process, tmp_root, wait_until)
+                        debian_module, new_tmpdir, poll, stop_process, tmp_root,
+                        wait_until)
 from .metrics import metric_values, parse_prometheus
 from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstream, Request,
                             Response, Stop, default_handler, json_response)

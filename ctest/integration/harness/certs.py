@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import threading
 import time
 
 
@@ -38,19 +39,36 @@ def make_leaf(d, name, cn, san, ca="ca"):
     return crt, key
 
 
-def s_client_request(port, args, wait=0.7, timeout=30, path="/", host="a.test"):
+def s_client_request(port, args, wait=0.7, timeout=30, path="/", host="a.test", answer=True):
     """openssl s_client to 127.0.0.1:port with `args` that sends one GET and keeps its stdin
-    open `wait` s (TLS 1.3 tickets arrive after the handshake); its output as text."""
+    open `wait` s (TLS 1.3 tickets arrive after the handshake) and, with `answer`, until the
+    HTTP answer's head is in its output or s_client ended (up to timeout): s_client closes
+    the connection when its stdin ends, and a fixed wait alone was short on a loaded
+    machine. answer=False for a connection expected to get no answer. Its output as text."""
     p = subprocess.Popen(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port] + list(args),
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = bytearray()
+
+    def read():
+        for chunk in iter(lambda: p.stdout.read1(65536), b""):
+            out.extend(chunk)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         p.stdin.write(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
         p.stdin.flush()
+        deadline = time.monotonic() + timeout
         time.sleep(wait)
+
+        def answered():
+            at = out.find(b"HTTP/1.")
+            return at >= 0 and b"\r\n\r\n" in out[at:]
+        while answer and not answered() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         p.stdin.close()
-        out = p.stdout.read()
-        p.wait(timeout)
-        return out.decode(errors="replace")
+        p.wait(max(1.0, deadline - time.monotonic()))
+        reader.join(5)
+        return bytes(out).decode(errors="replace")
     finally:
         if p.poll() is None:
             p.kill()

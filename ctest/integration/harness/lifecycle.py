@@ -39,6 +39,18 @@ def wait_until(pred, timeout=5.0, step=0.02):
     return pred()
 
 
+def poll(read, pred, timeout=5.0, step=0.02):
+    """read()'s value once pred(value) holds, polled up to timeout, else its last value
+    (for the check to show): wait_until for a value that is checked afterwards."""
+    last = [None]
+
+    def once():
+        last[0] = read()
+        return pred(last[0])
+    wait_until(once, timeout, step)
+    return last[0]
+
+
 def tmp_root():
     """One temp dir per test file, removed at exit (kept when KEEP_TMP is set)."""
     global _tmp_root

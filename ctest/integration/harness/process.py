@@ -14,7 +14,7 @@ import traceback
 
 from .client import request
 from .lifecycle import (BIN, _die_with_parent, _register, _unregister, cleanup_all, new_tmpdir,
-                        stop_process)
+                        poll, stop_process)
 from .metrics import parse_prometheus
 from .wire import short
 
@@ -235,6 +235,17 @@ class Sluice:
     def status(self):
         r = self.admin_get("/status")
         return json.loads(r.body)
+
+    def metrics_until(self, pred, timeout=5.0):
+        """The parsed /metrics samples once pred(samples) holds, polled up to timeout, else
+        the last scrape (for the check to show). A request is counted once its response is
+        written (its upstream attempt released, its log phase run), which the client can
+        read first: read counts that follow a request through this, never once."""
+        return poll(lambda: self.metrics()[1], pred, timeout)
+
+    def status_until(self, pred, timeout=5.0):
+        """/status once pred(status) holds, polled up to timeout, else the last answer."""
+        return poll(self.status, pred, timeout)
 
     def reload(self, timeout=10.0, new_content=True):
         """POST /reload on the admin API: (status code, its JSON answer).
