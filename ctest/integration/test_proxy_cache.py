@@ -2,6 +2,7 @@
 is asked (the count is the truth: a HIT never reaches it).
 
   * MISS then HIT (same status, fields and body; Age; X-Cache-Status), HEAD apart.
+  * a HIT answers If-None-Match (weak comparison) / If-Modified-Since with a 304.
   * 100 concurrent misses of one key on 2 workers: exactly 1 upstream request, and the
     waiters are woken when the response is stored (not by their 1 s safety timer).
   * Cache-Control private / no-store / no-cache and Set-Cookie: never stored (BYPASS);
@@ -148,6 +149,39 @@ def test_miss_then_hit(t):
                 ([2.0], [3.0]), (hits, miss))
         b = h.metric_values(ms, "sluice_cache_bytes")
         t.check("sluice_cache_bytes is reported", b and b[0] > 0, "> 0", b)
+    finally:
+        s.stop()
+        up.stop()
+
+
+def test_conditional(t):
+    lm = "Mon, 01 Dec 2025 10:00:00 GMT"
+    up = Upstream()
+    up.answers["/c/cond"] = lambda req, n: h.Response(
+        200, b"cond #%d" % n, [("Content-Type", "text/plain"), ("ETag", '"v1"'), ("Last-Modified", lm)])
+    s = start(t, up)
+    try:
+        get(s, "/c/cond")
+        cases = [
+            ('If-None-Match', '"v1"', 304), ('If-None-Match', 'W/"v1"', 304), ('If-None-Match', '"a", "v1"', 304),
+            ('If-None-Match', '*', 304), ('If-None-Match', '"v2"', 200),
+            ('If-Modified-Since', lm, 304), ('If-Modified-Since', "Tue, 02 Dec 2025 10:00:00 GMT", 304),
+            ('If-Modified-Since', "Sun, 30 Nov 2025 10:00:00 GMT", 200), ('If-Modified-Since', "yesterday", 200),
+        ]
+        for name, value, want in cases:
+            r = get(s, "/c/cond", [(name, value)])
+            got = (r.status, xcs(r), r.body if want == 200 else b"")
+            t.check("a HIT with %s: %s answers %d from the entry" % (name, value, want),
+                    got == (want, "HIT", b"cond #1" if want == 200 else b"") and r.body == (b"cond #1" if want == 200 else b""),
+                    (want, "HIT"), (r.status, xcs(r), r.body))
+        r = get(s, "/c/cond", [("If-None-Match", '"v2"'), ("If-Modified-Since", lm)])
+        t.check("If-None-Match that does not match wins over a matching If-Modified-Since: 200",
+                r.status == 200, 200, r.status)
+        r = get(s, "/c/cond", [("If-None-Match", '"v1"')])
+        t.check("the 304 keeps ETag and Last-Modified, drops Content-Type",
+                (r.header("ETag"), r.header("Last-Modified"), r.header("Content-Type")) == ('"v1"', lm, None),
+                ('"v1"', lm, None), (r.header("ETag"), r.header("Last-Modified"), r.header("Content-Type")))
+        t.check("... and the upstream was asked once", up.count("/c/cond") == 1, 1, up.count("/c/cond"))
     finally:
         s.stop()
         up.stop()
@@ -400,5 +434,5 @@ def test_http2(t):
         up.stop()
 
 
-t.run(test_miss_then_hit, test_collapsed_misses, test_not_stored, test_expiry_and_stale, test_vary, test_purge,
+t.run(test_miss_then_hit, test_conditional, test_collapsed_misses, test_not_stored, test_expiry_and_stale, test_vary, test_purge,
       test_big_bodies, test_size_bound, test_http2)
