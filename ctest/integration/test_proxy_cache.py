@@ -2,7 +2,8 @@
 is asked (the count is the truth: a HIT never reaches it).
 
   * MISS then HIT (same status, fields and body; Age; X-Cache-Status), HEAD apart.
-  * a HIT answers If-None-Match (weak comparison) / If-Modified-Since with a 304.
+  * a HIT answers If-None-Match (weak comparison) / If-Modified-Since with a 304; a MISS
+    asks the upstream without the client's validators and Range, and stores the 200.
   * 100 concurrent misses of one key on 2 workers: exactly 1 upstream request, and the
     waiters are woken when the response is stored (not by their 1 s safety timer).
   * Cache-Control private / no-store / no-cache and Set-Cookie: never stored (BYPASS);
@@ -182,6 +183,26 @@ def test_conditional(t):
                 (r.header("ETag"), r.header("Last-Modified"), r.header("Content-Type")) == ('"v1"', lm, None),
                 ('"v1"', lm, None), (r.header("ETag"), r.header("Last-Modified"), r.header("Content-Type")))
         t.check("... and the upstream was asked once", up.count("/c/cond") == 1, 1, up.count("/c/cond"))
+
+        # A MISS fetches the whole representation (as nginx's cache): a revalidating or
+        # ranged client would otherwise get the upstream's 304/206 and nothing be stored.
+        def conditional_origin(req, n):
+            if req.header("If-None-Match") == '"v1"' or req.header("If-Modified-Since"):
+                return h.Response(304, b"", [("ETag", '"v1"')])
+            if req.header("Range"):
+                return h.Response(206, b"mi", [("Content-Range", "bytes 0-1/8"), ("ETag", '"v1"')])
+            return h.Response(200, b"miss #%d" % n, [("ETag", '"v1"')])
+        up.answers["/c/m304"] = up.answers["/c/m206"] = conditional_origin
+        a = get(s, "/c/m304", [("If-None-Match", '"v1"'), ("If-Modified-Since", lm)])
+        b = get(s, "/c/m304")
+        t.check("a MISS with If-None-Match: the upstream is asked without it, the 200 is stored",
+                (a.status, xcs(a), b.status, xcs(b), b.body) == (200, "MISS", 200, "HIT", b"miss #1"),
+                (200, "MISS", 200, "HIT", b"miss #1"), (a.status, xcs(a), b.status, xcs(b), b.body))
+        a = get(s, "/c/m206", [("Range", "bytes=0-1")])
+        b = get(s, "/c/m206")
+        t.check("a MISS with Range: the upstream is asked for the whole body, which is stored",
+                (a.status, xcs(a), b.status, xcs(b), b.body) == (200, "MISS", 200, "HIT", b"miss #1"),
+                (200, "MISS", 200, "HIT", b"miss #1"), (a.status, xcs(a), b.status, xcs(b), b.body))
     finally:
         s.stop()
         up.stop()
