@@ -46,12 +46,28 @@ static uint64_t secs_ns(double s) { return s <= 0 ? 0 : (uint64_t)(s * NS_PER_S)
 
 void sl__cache_req_ended(sl_req_t *r) { r->cache->ended = 1; }
 
-/* The request's value of header `name` ("" when absent), for Vary keys. */
+/* The request's value of header `name` ("" when absent), for Vary keys: every field of that
+ * name, joined with ", " (RFC 9111 4.1: `Accept-Language: en` and `Accept-Language: fr`
+ * select as `en, fr` does, not as `en`), in the request's arena when there are several. */
 static sl_str_t req_header(void *ud, sl_str_t name) {
-    const sl_req_t *r = ud;
+    sl_req_t *r = ud;
+    sl_str_t first = {"", 0};
+    size_t n = 0, total = 0;
     for (uint16_t i = 0; i < r->head.nheaders; i++)
-        if (sl_str_ieq2(r->head.headers[i].name, name)) return r->head.headers[i].value;
-    return (sl_str_t){"", 0};
+        if (sl_str_ieq2(r->head.headers[i].name, name)) {
+            if (n++ == 0) first = r->head.headers[i].value;
+            total += r->head.headers[i].value.len + 2;
+        }
+    if (n < 2) return first;
+    char *buf = sl_arena_alloc(&r->arena, total);
+    if (!buf) return first;
+    sl_wbuf_t b = SL_WBUF_BOUNDED(buf, total);
+    for (uint16_t i = 0, k = 0; i < r->head.nheaders; i++)
+        if (sl_str_ieq2(r->head.headers[i].name, name)) {
+            if (k++) sl_wbuf_put(&b, ", ", 2);
+            sl_wbuf_str(&b, r->head.headers[i].value);
+        }
+    return (sl_str_t){buf, b.len};
 }
 
 static void count(sl_req_t *r, int status) { sl_metrics_cache(&r->w->metrics, r->route, status); }
