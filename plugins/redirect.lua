@@ -28,7 +28,12 @@ function M.access(conf)
     local base, query = to:match("^([^?]*)%?(.*)$")
     base = base or to
     if conf.keep_path then
-        base = base:gsub("/$", "") .. request.get_path()
+        base = base:gsub("/$", "")
+        local path = request.get_path()
+        -- after a bare "/" the client's path starts the Location: "//evil.example/x" (or
+        -- "/\evil.example", which browsers read alike) would name another host
+        if base == "" then path = path:gsub("^[/\\]+", "/") end
+        base = base .. path
     end
     if conf.keep_query then
         local q = request.get_query()
