@@ -2,6 +2,7 @@
 -- Each of `delay` and `abort` applies to its own random `percentage` of requests, decided
 -- independently; a delayed request may then be aborted. Runs in access.
 local sluice = require("sluice")
+local schema = require("sluice.schema")
 
 local response, sleep = sluice.response, sluice.sleep
 local random = math.random
@@ -25,6 +26,9 @@ local M = {
 
 function M.check(conf)
     if not conf.abort and not conf.delay then return nil, "needs abort, delay or both" end
+    -- a header the core would refuse fails the config, not every aborted request
+    local why = conf.abort and schema.header_map_error(conf.abort.headers)
+    if why then return nil, "abort.headers: " .. why end
     return true
 end
 

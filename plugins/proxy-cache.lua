@@ -109,14 +109,26 @@ local getters = {
     consumer = function() return cur_ctx and cur_ctx.consumer end,
 }
 
+-- A fetch to fill the store asks for the whole representation, as nginx's cache does: the
+-- client's validators or range would get a 304 or 206 that cannot be stored (nor answer the
+-- next client), and the store would never fill while clients revalidate.
+local PARTIAL = { "If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "Range", "If-Range" }
+local clear_header = request.clear_header
+
+local function fetch_whole(st)
+    if st == "MISS" or st == "EXPIRED" then
+        for i = 1, #PARTIAL do clear_header(PARTIAL[i]) end
+    end
+end
+
 -- The method check (pol.methods) and the default key are the core's: the common case is
 -- one call.
 function M.access(conf, ctx, p)
-    if p.default then return cache.lookup(nil, p.policy) end
+    if p.default then return fetch_whole(cache.lookup(nil, p.policy)) end
     cur_ctx = ctx
     local key = M.build_key(p.parts, getters, p.buf)
     cur_ctx = nil
-    cache.lookup(key, p.policy)
+    fetch_whole(cache.lookup(key, p.policy))
 end
 
 return M

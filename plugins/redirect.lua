@@ -1,4 +1,5 @@
--- redirect: answers with a Location to `to`, optionally keeping the request's path and query.
+-- redirect: answers with a Location to `to`, optionally keeping the request's path and query
+-- (inserted before `to`'s own #fragment).
 local sluice = require("sluice")
 
 local request, response = sluice.request, sluice.response
@@ -20,17 +21,25 @@ function M.check(conf)
 end
 
 function M.access(conf)
-    -- `to` may carry its own query: the request's path goes before it, its query after.
-    local base, query = conf.to:match("^([^?]*)%?(.*)$")
-    base = base or conf.to
+    -- `to` may carry its own query and fragment: the request's path goes before the query,
+    -- its query after `to`'s, and the fragment stays last (after it a query is no query).
+    local to, frag = conf.to:match("^([^#]*)(#.*)$")
+    to, frag = to or conf.to, frag or ""
+    local base, query = to:match("^([^?]*)%?(.*)$")
+    base = base or to
     if conf.keep_path then
-        base = base:gsub("/$", "") .. request.get_path()
+        base = base:gsub("/$", "")
+        local path = request.get_path()
+        -- after a bare "/" the client's path starts the Location: "//evil.example/x" (or
+        -- "/\evil.example", which browsers read alike) would name another host
+        if base == "" then path = path:gsub("^[/\\]+", "/") end
+        base = base .. path
     end
     if conf.keep_query then
         local q = request.get_query()
         if q ~= "" then query = query and query ~= "" and (query .. "&" .. q) or q end
     end
-    local loc = (query and query ~= "") and (base .. "?" .. query) or base
+    local loc = ((query and query ~= "") and (base .. "?" .. query) or base) .. frag
     return response.exit(conf.status, "", { Location = loc })
 end
 

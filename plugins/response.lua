@@ -1,5 +1,6 @@
 -- response: a fixed answer with no upstream (mocks, maintenance pages).
 local sluice = require("sluice")
+local schema = require("sluice.schema")
 
 local M = {
     name = "response",
@@ -10,6 +11,13 @@ local M = {
         headers = { type = "map", values = { type = "string" }, default = {} },
     },
 }
+
+-- A header the core would refuse fails the config, not every request.
+function M.check(conf)
+    local why = schema.header_map_error(conf.headers)
+    if why then return nil, "headers: " .. why end
+    return true
+end
 
 function M.access(conf)
     return sluice.response.exit(conf.status, conf.body, conf.headers)

@@ -51,12 +51,28 @@ static uint64_t secs_ns(double s) {
 
 void sl__cache_req_ended(sl_req_t *r) { r->cache->ended = 1; }
 
-/* The request's value of header `name` ("" when absent), for Vary keys. */
+/* The request's value of header `name` ("" when absent), for Vary keys: every field of that
+ * name, joined with ", " (RFC 9111 4.1: `Accept-Language: en` and `Accept-Language: fr`
+ * select as `en, fr` does, not as `en`), in the request's arena when there are several. */
 static sl_str_t req_header(void *ud, sl_str_t name) {
-    const sl_req_t *r = ud;
+    sl_req_t *r = ud;
+    sl_str_t first = {"", 0};
+    size_t n = 0, total = 0;
     for (uint16_t i = 0; i < r->head.nheaders; i++)
-        if (sl_str_ieq2(r->head.headers[i].name, name)) return r->head.headers[i].value;
-    return (sl_str_t){"", 0};
+        if (sl_str_ieq2(r->head.headers[i].name, name)) {
+            if (n++ == 0) first = r->head.headers[i].value;
+            total += r->head.headers[i].value.len + 2;
+        }
+    if (n < 2) return first;
+    char *buf = sl_arena_alloc(&r->arena, total);
+    if (!buf) return first;
+    sl_wbuf_t b = SL_WBUF_BOUNDED(buf, total);
+    for (uint16_t i = 0, k = 0; i < r->head.nheaders; i++)
+        if (sl_str_ieq2(r->head.headers[i].name, name)) {
+            if (k++) sl_wbuf_put(&b, ", ", 2);
+            sl_wbuf_str(&b, r->head.headers[i].value);
+        }
+    return (sl_str_t){buf, b.len};
 }
 
 static void count(sl_req_t *r, int status) { sl_metrics_cache(&r->w->metrics, r->route, status); }
@@ -84,14 +100,93 @@ static sl_cache_req_t *state(sl_req_t *r) {
     return c;
 }
 
+/* The entry's field `name` (NULL p when absent). */
+static sl_str_t entry_field(const sl_cache_entry_t *e, sl_str_t name) {
+    for (uint16_t i = 0; i < e->nfields; i++)
+        if (sl_str_ieq2(e->fields[i].name, name)) return e->fields[i].value;
+    return (sl_str_t){NULL, 0};
+}
+
+/* Whether If-None-Match list `inm` names entity tag `etag`, by the weak comparison
+ * (RFC 9110 13.1.2: W/ ignored on both sides), or is "*" (any representation). */
+static bool etag_listed(sl_str_t inm, sl_str_t etag) {
+    const char *p = inm.p, *end = inm.p + inm.len;
+    if (etag.len >= 2 && etag.p[0] == 'W' && etag.p[1] == '/') etag.p += 2, etag.len -= 2;
+    /* etag.p NULL (the entry has none): only "*" matches */
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ',')) p++;
+        if (p == end) break;
+        if (*p == '*') return true;
+        if (end - p >= 2 && p[0] == 'W' && p[1] == '/') p += 2;
+        if (p == end || *p != '"') return false; /* not an entity tag: no match */
+        const char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
+        if (!q) return false;
+        if (etag.p && (size_t)(q + 1 - p) == etag.len && memcmp(p, etag.p, etag.len) == 0) return true;
+        p = q + 1;
+    }
+    return false;
+}
+
+/* An IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") as a number that orders like the time,
+ * or -1 when it is not one. */
+static long long fixdate(sl_str_t v) {
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    while (v.len && (v.p[v.len - 1] == ' ' || v.p[v.len - 1] == '\t')) v.len--;
+    while (v.len && (v.p[0] == ' ' || v.p[0] == '\t')) v.p++, v.len--;
+    const char *s = v.p;
+    if (v.len != 29 || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
+        s[19] != ':' || s[22] != ':' || s[25] != ' ' || memcmp(s + 26, "GMT", 3) != 0)
+        return -1;
+    static const int digits[] = {5, 6, 12, 13, 14, 15, 17, 18, 20, 21, 23, 24};
+    for (size_t i = 0; i < sizeof digits / sizeof digits[0]; i++)
+        if (s[digits[i]] < '0' || s[digits[i]] > '9') return -1;
+    int mon = -1;
+    for (int m = 0; m < 12; m++)
+        if (memcmp(s + 8, months + 3 * m, 3) == 0) mon = m;
+    if (mon < 0) return -1;
+#define D2(i) ((s[i] - '0') * 10 + (s[(i) + 1] - '0'))
+    long long year = D2(12) * 100 + D2(14);
+    return ((((year * 12 + mon) * 31 + D2(5)) * 24 + D2(17)) * 60 + D2(20)) * 60 + D2(23);
+#undef D2
+}
+
+/* Whether a GET or HEAD answered from entry e should be a 304 (RFC 9110 13.2.2, RFC 9111
+ * 4.3.2, as nginx's cache does): the request's If-None-Match names e's ETag, or, without
+ * If-None-Match, its If-Modified-Since is not before e's Last-Modified. Only a 200 entry. */
+static bool not_modified(const sl_req_t *r, const sl_cache_entry_t *e) {
+    if (e->status != 200) return false;
+    sl_str_t m = r->head.method;
+    if (!(m.len == 3 && memcmp(m.p, "GET", 3) == 0) && !(m.len == 4 && memcmp(m.p, "HEAD", 4) == 0)) return false;
+    sl_str_t etag = entry_field(e, SL_LIT("ETag"));
+    bool inm = false;
+    for (uint16_t i = 0; i < r->head.nheaders; i++)
+        if (sl_str_ieq2(r->head.headers[i].name, SL_LIT("If-None-Match"))) {
+            if (etag_listed(r->head.headers[i].value, etag)) return true;
+            inm = true;
+        }
+    if (inm) return false; /* If-Modified-Since is not read then */
+    sl_str_t ims = req_header((void *)r, SL_LIT("If-Modified-Since"));
+    sl_str_t lm = entry_field(e, SL_LIT("Last-Modified"));
+    if (!ims.len || !lm.p) return false;
+    long long a = fixdate(lm), b = fixdate(ims);
+    return a >= 0 && b >= 0 && a <= b;
+}
+
+/* A 304 carries no representation metadata of the body it stands for (as nginx's). */
+static bool dropped_in_304(sl_str_t name) {
+    return sl_str_ieq2(name, SL_LIT("Content-Type")) || sl_str_ieq2(name, SL_LIT("Content-Encoding")) ||
+           sl_str_ieq2(name, SL_LIT("Accept-Ranges"));
+}
+
 /* Answers from entry e (held by the request until it ends), as response.exit would: its
- * fields are the response's, its body is sent from the entry. Nothing is copied or checked
- * again: the fields were checked when the upstream's head was parsed, and the entry
- * outlives the request. */
-static void answer_from(sl_req_t *r, sl_cache_entry_t *e, int status) {
+ * fields are the response's, its body is sent from the entry (a 304, `nm`: no body). Nothing
+ * is copied or checked again: the fields were checked when the upstream's head was parsed,
+ * and the entry outlives the request. */
+static void answer_from(sl_req_t *r, sl_cache_entry_t *e, int status, bool nm) {
     r->cache->held = e;
     for (uint16_t i = 0; i < e->nfields; i++)
-        sl_edits_add_borrowed(&r->resp_edits, &r->arena, e->fields[i].name, e->fields[i].value);
+        if (!nm || !dropped_in_304(e->fields[i].name))
+            sl_edits_add_borrowed(&r->resp_edits, &r->arena, e->fields[i].name, e->fields[i].value);
     char *age = sl_arena_alloc(&r->arena, 20), *p = age + 20;
     if (age) {
         uint64_t now = sl_wake_ns(), s = ((now > e->stored_at ? now - e->stored_at : 0) + e->age0_ns) / 1000000000u;
@@ -157,9 +252,10 @@ int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol
     int rc = sl_cache_lookup(c->key, req_header, r, sl_wake_ns(), secs_ns(pol->lock_timeout), c->token, may_wait,
                              &hit, &stale, &locked);
     if (rc == SL_CACHE_HIT) {
-        r->exit.status = hit->status;
-        r->exit.body = hit->body;
-        answer_from(r, hit, SL_CACHE_HIT);
+        bool nm = not_modified(r, hit);
+        r->exit.status = nm ? 304 : hit->status;
+        r->exit.body = nm ? (sl_str_t){"", 0} : hit->body;
+        answer_from(r, hit, SL_CACHE_HIT, nm);
         return rc;
     }
     if (rc == SL_CACHE_WAIT) return rc;
@@ -410,7 +506,7 @@ bool sl__cache_req_stale(sl_req_t *r, int *status, sl_str_t *ctype, sl_str_t *bo
     capture_drop(c);
     unlock(c, false);
     memset(&r->resp_edits, 0, sizeof(r->resp_edits));
-    answer_from(r, e, SL_CACHE_STALE);
+    answer_from(r, e, SL_CACHE_STALE, false);
     *status = e->status;
     *ctype = (sl_str_t){NULL, 0};
     *body = e->body;

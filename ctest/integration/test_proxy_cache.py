@@ -2,6 +2,8 @@
 is asked (the count is the truth: a HIT never reaches it).
 
   * MISS then HIT (same status, fields and body; Age; X-Cache-Status), HEAD apart.
+  * a HIT answers If-None-Match (weak comparison) / If-Modified-Since with a 304; a MISS
+    asks the upstream without the client's validators and Range, and stores the 200.
   * 100 concurrent misses of one key on 2 workers: exactly 1 upstream request, and the
     waiters are woken when the response is stored (not by their 1 s safety timer).
   * Cache-Control private / no-store / no-cache and Set-Cookie: never stored (BYPASS);
@@ -153,6 +155,59 @@ def test_miss_then_hit(t):
         up.stop()
 
 
+def test_conditional(t):
+    lm = "Mon, 01 Dec 2025 10:00:00 GMT"
+    up = Upstream()
+    up.answers["/c/cond"] = lambda req, n: h.Response(
+        200, b"cond #%d" % n, [("Content-Type", "text/plain"), ("ETag", '"v1"'), ("Last-Modified", lm)])
+    s = start(t, up)
+    try:
+        get(s, "/c/cond")
+        cases = [
+            ('If-None-Match', '"v1"', 304), ('If-None-Match', 'W/"v1"', 304), ('If-None-Match', '"a", "v1"', 304),
+            ('If-None-Match', '*', 304), ('If-None-Match', '"v2"', 200),
+            ('If-Modified-Since', lm, 304), ('If-Modified-Since', "Tue, 02 Dec 2025 10:00:00 GMT", 304),
+            ('If-Modified-Since', "Sun, 30 Nov 2025 10:00:00 GMT", 200), ('If-Modified-Since', "yesterday", 200),
+        ]
+        for name, value, want in cases:
+            r = get(s, "/c/cond", [(name, value)])
+            got = (r.status, xcs(r), r.body if want == 200 else b"")
+            t.check("a HIT with %s: %s answers %d from the entry" % (name, value, want),
+                    got == (want, "HIT", b"cond #1" if want == 200 else b"") and r.body == (b"cond #1" if want == 200 else b""),
+                    (want, "HIT"), (r.status, xcs(r), r.body))
+        r = get(s, "/c/cond", [("If-None-Match", '"v2"'), ("If-Modified-Since", lm)])
+        t.check("If-None-Match that does not match wins over a matching If-Modified-Since: 200",
+                r.status == 200, 200, r.status)
+        r = get(s, "/c/cond", [("If-None-Match", '"v1"')])
+        t.check("the 304 keeps ETag and Last-Modified, drops Content-Type",
+                (r.header("ETag"), r.header("Last-Modified"), r.header("Content-Type")) == ('"v1"', lm, None),
+                ('"v1"', lm, None), (r.header("ETag"), r.header("Last-Modified"), r.header("Content-Type")))
+        t.check("... and the upstream was asked once", up.count("/c/cond") == 1, 1, up.count("/c/cond"))
+
+        # A MISS fetches the whole representation (as nginx's cache): a revalidating or
+        # ranged client would otherwise get the upstream's 304/206 and nothing be stored.
+        def conditional_origin(req, n):
+            if req.header("If-None-Match") == '"v1"' or req.header("If-Modified-Since"):
+                return h.Response(304, b"", [("ETag", '"v1"')])
+            if req.header("Range"):
+                return h.Response(206, b"mi", [("Content-Range", "bytes 0-1/8"), ("ETag", '"v1"')])
+            return h.Response(200, b"miss #%d" % n, [("ETag", '"v1"')])
+        up.answers["/c/m304"] = up.answers["/c/m206"] = conditional_origin
+        a = get(s, "/c/m304", [("If-None-Match", '"v1"'), ("If-Modified-Since", lm)])
+        b = get(s, "/c/m304")
+        t.check("a MISS with If-None-Match: the upstream is asked without it, the 200 is stored",
+                (a.status, xcs(a), b.status, xcs(b), b.body) == (200, "MISS", 200, "HIT", b"miss #1"),
+                (200, "MISS", 200, "HIT", b"miss #1"), (a.status, xcs(a), b.status, xcs(b), b.body))
+        a = get(s, "/c/m206", [("Range", "bytes=0-1")])
+        b = get(s, "/c/m206")
+        t.check("a MISS with Range: the upstream is asked for the whole body, which is stored",
+                (a.status, xcs(a), b.status, xcs(b), b.body) == (200, "MISS", 200, "HIT", b"miss #1"),
+                (200, "MISS", 200, "HIT", b"miss #1"), (a.status, xcs(a), b.status, xcs(b), b.body))
+    finally:
+        s.stop()
+        up.stop()
+
+
 def test_collapsed_misses(t):
     up = Upstream()
     up.answers["/c/slow"] = lambda req, n: h.Response(200, b"slow #%d" % n, delay=0.3)
@@ -271,6 +326,13 @@ def test_vary(t):
         got = [(xcs(r), r.body) for r in (en1, fr1, en2, fr2)]
         want = [("MISS", b"en #1"), ("MISS", b"fr #2"), ("HIT", b"en #1"), ("HIT", b"fr #2")]
         t.check("Vary: Accept-Language keeps one entry per language", got == want, want, got)
+        both = get(s, "/c/v", [("Accept-Language", "de"), ("Accept-Language", "it")])
+        de = get(s, "/c/v", [("Accept-Language", "de")])
+        both2 = get(s, "/c/v", [("Accept-Language", "de, it")])
+        got = [(xcs(r), r.body) for r in (both, de, both2)]
+        want = [("MISS", b"de #3"), ("MISS", b"de #4"), ("HIT", b"de #3")]
+        t.check("Vary selects on every field of the header: two fields 'de' + 'it' are 'de, it', not 'de'",
+                got == want, want, got)
     finally:
         s.stop()
         up.stop()
@@ -400,5 +462,5 @@ def test_http2(t):
         up.stop()
 
 
-t.run(test_miss_then_hit, test_collapsed_misses, test_not_stored, test_expiry_and_stale, test_vary, test_purge,
+t.run(test_miss_then_hit, test_conditional, test_collapsed_misses, test_not_stored, test_expiry_and_stale, test_vary, test_purge,
       test_big_bodies, test_size_bound, test_http2)

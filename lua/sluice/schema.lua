@@ -54,6 +54,29 @@ function _M.has(list, k)
     return false
 end
 
+-- The fields a plugin's fixed answer may not carry: framing and connection management are
+-- the gateway's (the core refuses such an edit on every request: core/proto/hdr_edit.c).
+local OWNED_HEADERS = { ["content-length"] = true, ["transfer-encoding"] = true, connection = true,
+                        ["keep-alive"] = true, te = true, trailer = true, upgrade = true }
+
+-- Why a `{ name = value }` map of response headers in a config would fail on every request
+-- (a name that is no token or is the gateway's, a value with control characters), as
+-- "'NAME' reason"; nil when it is fine. For check() of plugins that answer themselves.
+function _M.header_map_error(map)
+    for name, value in pairs(map) do
+        if not name:match("^[!#$%%&'*+.^_`|~0-9A-Za-z-]+$") then
+            return ("'%s' is not a valid header name"):format(name)
+        end
+        if OWNED_HEADERS[name:lower()] then
+            return ("'%s' is a framing or hop-by-hop header the gateway sets itself"):format(name)
+        end
+        if type(value) == "string" and value:find("[%z\1-\8\10-\31\127]") then
+            return ("'%s' has control characters in its value"):format(name)
+        end
+    end
+    return nil
+end
+
 local function edit_distance(a, b)
     if #a > 32 or #b > 32 then return math.huge end
     local row = {}

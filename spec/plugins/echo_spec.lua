@@ -29,6 +29,19 @@ describe("echo", function()
         assert.equal("hello world", chunked.json().body)
     end)
 
+    it("answers valid JSON (UTF-8) for bytes that are not UTF-8: each bad byte is U+FFFD", function()
+        local bad = "\255\254A\0\195\169\237\160\128\192\175\240\159\152\128\226\130"
+        local res = assert(gw:request({ method = "POST", path = "/u", body = bad,
+                                        headers = { ["X-Bin"] = "a\200b" } }))
+        local R = "\239\191\189"
+        assert.equal(200, res.status)
+        local j = res.json()
+        -- \255 \254: bad; A \0; é kept; ED A0 80 (a surrogate): 3 bad; C0 AF (overlong): 2 bad;
+        -- F0 9F 98 80 (an emoji) kept; E2 82 (cut short): 2 bad
+        assert.equal(R .. R .. "A\0\195\169" .. R:rep(3) .. R:rep(2) .. "\240\159\152\128" .. R:rep(2), j.body)
+        assert.equal("a" .. R .. "b", j.headers["x-bin"])
+    end)
+
     it("starts in-process in well under 200 ms", function()
         local g2, ms = assert(test.start({
             routes = { { name = "e", match = { paths = { "/" } }, plugins = { { name = "echo" } } } },

@@ -63,7 +63,7 @@ describe("fault-injection", function()
         assert.is_true(now() - t0 >= 0.09)
     end)
 
-    it("refuses a config with neither abort nor delay, or a bad status", function()
+    it("refuses a config with neither abort nor delay, a bad status, or abort headers the gateway owns", function()
         local function starts(conf)
             local g = test.start({ routes = { { name = "r", match = { paths = { "/" } },
                 plugins = { { name = "fault-injection", config = conf }, { name = "echo" } } } } })
@@ -72,7 +72,9 @@ describe("fault-injection", function()
         end
         assert.is_true(starts({ abort = { status = 500 } }))
         for _, conf in ipairs({ {}, { abort = { status = 99 } }, { abort = {} }, { delay = { duration = "soon" } },
-                                { abort = { status = 500, percentage = 101 } } }) do
+                                { abort = { status = 500, percentage = 101 } },
+                                { abort = { status = 503, headers = { ["Content-Length"] = "5" } } },
+                                { abort = { status = 503, headers = { ["X-A"] = "a\nb" } } } }) do
             assert.is_false(starts(conf))
         end
     end)

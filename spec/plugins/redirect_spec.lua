@@ -22,6 +22,9 @@ describe("redirect", function()
                 route("own-query-drop", { to = "https://new.example/p?a=1", keep_query = false }),
                 route("empty-own-query", { to = "https://new.example/p?" }),
                 route("relative", { to = "/v2", keep_path = true }),
+                route("fragment", { to = "https://new.example/doc#top" }),
+                route("root", { to = "/", keep_path = true }),
+                route("fragment-path", { to = "https://new.example/doc/?a=1#top", keep_path = true }),
             },
         }))
     end)
@@ -63,6 +66,18 @@ describe("redirect", function()
 
     it("keeps `to`'s own query when the request's is dropped", function()
         assert.same({ 302, "https://new.example/p?a=1" }, { go("own-query-drop", "/old?x=1") })
+    end)
+
+    it("keeps `to`'s #fragment last, after the path and query it adds", function()
+        assert.same({ 302, "https://new.example/doc?x=1#top" }, { go("fragment", "/old?x=1") })
+        assert.same({ 302, "https://new.example/doc#top" }, { go("fragment", "/old") })
+        assert.same({ 302, "https://new.example/doc/old/a?a=1&x=1#top" }, { go("fragment-path", "/old/a?x=1") })
+    end)
+
+    it("never turns the request's path into another host (//host, /\\host) after a bare `/`", function()
+        assert.same({ 302, "/evil.example/x?q=1" }, { go("root", "//evil.example/x?q=1") })
+        assert.same({ 302, "/evil.example" }, { go("root", "/\\evil.example") })
+        assert.same({ 302, "/a//b" }, { go("root", "/a//b") })
     end)
 
     it("does not leave a dangling ? for an empty query", function()

@@ -80,6 +80,19 @@ describe("response", function()
         assert.matches("route 'r', plugin 'response': status: ", err, 1, true)
     end)
 
+    it("refuses at config load a header every request would fail on (framing, bad name or value)", function()
+        for _, h in ipairs({ { ["Content-Length"] = "99" }, { ["transfer-encoding"] = "chunked" },
+                             { Connection = "close" }, { ["Bad Name"] = "x" }, { ["X-V"] = "a\r\nX-Smuggled: 1" } }) do
+            local g, err = test.start({ routes = { route("r", "/", { body = "hi", headers = h }) } })
+            if g then
+                local res = g:request({ path = "/" })
+                g:stop()
+                error(("headers %s were accepted; a request then got %s"):format(next(h), res and res.status or "nothing"))
+            end
+            assert.matches("route 'r', plugin 'response': headers: '", err, 1, true)
+        end
+    end)
+
     it("rejects a status outside 200-599 and a non-string header value", function()
         local g, err = test.start({ routes = { route("r", "/", { status = 600 }) } })
         assert.is_nil(g)
