@@ -80,7 +80,7 @@ class Etcd:
     def ctl(self, *args):
         env = dict(os.environ, ETCDCTL_API="3")
         return subprocess.run(["etcdctl", "--endpoints", self.url, "--command-timeout=3s"] + list(args),
-                              capture_output=True, text=True, env=env, timeout=10)
+                              capture_output=True, text=True, errors="replace", env=env, timeout=10)
 
     def put(self, key, value):
         """PUT through the HTTP/JSON gateway (etcdctl is a process per call: too slow for many)."""
@@ -550,6 +550,29 @@ def test_pull(t):
             "only pl2/fine.lua", (os.listdir(d), r.stderr))
     t.check("... and says so, exit 1", r.returncode == 1 and "not a plugin name" in r.stderr, 1,
             (r.returncode, r.stderr))
+    # non-ASCII text before an item (libyaml's marks count characters, not bytes): each
+    # key still holds its item's exact text, and pull then push writes nothing
+    utf8 = os.path.join(d, "utf8.yaml")
+    with open(utf8, "w", encoding="utf-8") as f:
+        f.write("# maintained by the café team ✓✓✓✓ 🚀\nlisteners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                "routes:\n  - name: a\n    match: { paths: [/a/] }\n"
+                "    plugins: [ { name: response, config: { body: \"déjà vu\" } } ]\n"
+                "  - name: b\n    match: { paths: [/b/] }\n"
+                "    plugins: [ { name: response, config: { body: \"b\" } } ]\n")
+    r = h.run_cli(["push", "-c", utf8, "--etcd", p.etcd.url, "--prefix", "/utf8"])
+    got = {k: p.etcd.ctl("get", "/utf8/routes/" + k, "--print-value-only").stdout for k in ("a", "b")}
+    t.check("push after non-ASCII text: each key holds its item's exact text",
+            r.returncode == 0 and got == {
+                "a": "name: a\nmatch: { paths: [/a/] }\nplugins: [ { name: response, config: { body: \"déjà vu\" } } ]\n\n",
+                "b": "name: b\nmatch: { paths: [/b/] }\nplugins: [ { name: response, config: { body: \"b\" } } ]\n\n"},
+            "the items' text", (r.returncode, r.stderr, got))
+    r = subprocess.run([h.BIN, "pull", "--etcd", p.etcd.url, "--prefix", "/utf8"], capture_output=True, text=True,
+                       timeout=20)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(r.stdout)
+    r = h.run_cli(["push", "-c", path, "--etcd", p.etcd.url, "--prefix", "/utf8"])
+    t.check("... and pulling then pushing it back writes nothing", r.returncode == 0 and "nothing to write" in r.stdout,
+            "nothing to write", (r.returncode, r.stdout, r.stderr))
 
 
 def test_local_file_rules(t):
