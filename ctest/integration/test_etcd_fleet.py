@@ -341,6 +341,18 @@ def test_invalid_key(t):
     until(lambda: gws[0].status()["config_source"]["last_error"] is None, 3)
     t.check("/status clears the error once applied", gws[0].status()["config_source"]["last_error"] is None,
             None, gws[0].status()["config_source"]["last_error"])
+    # plugin code that does not load: the error names its key, not the file it became
+    n = rejected(gws[0])
+    etcd.put(PREFIX + "/plugins/hello", "return {")
+    until(lambda: rejected(gws[0]) == n + 1, 3)
+    err = gws[0].status()["config_source"]["last_error"] or ""
+    t.check("plugin code that does not load: the error names its key plugins/hello",
+            ("etcd %s/plugins/hello:1: unexpected symbol" % PREFIX) in err and "/tmp/" not in err
+            and "hello.lua" not in err, "etcd /fleet/plugins/hello:1: unexpected symbol ...", err)
+    etcd.put(PREFIX + "/plugins/hello", plugin("v2"))
+    ok = until(lambda: gws[0].status()["config_source"]["last_error"] is None, 3)
+    t.check("... and the old code kept serving, the fixed code applies",
+            ok and all(get(g, "/a/") == (200, b"v2 a\n") for g in gws), True, [get(g, "/a/") for g in gws])
 
 
 def test_compaction_behind(t):
