@@ -341,6 +341,15 @@ def test_invalid_key(t):
     until(lambda: gws[0].status()["config_source"]["last_error"] is None, 3)
     t.check("/status clears the error once applied", gws[0].status()["config_source"]["last_error"] is None,
             None, gws[0].status()["config_source"]["last_error"])
+    # a value written as a YAML document of its own ("---" ... "...", as `etcdctl put K
+    # "$(cat route.yaml)"` stores a file that starts with ---) applies like the bare mapping
+    etcd.ctl("put", PREFIX + "/routes/doc", "%YAML 1.1\n---\nname: doc\nmatch: { paths: [/doc/] }\n"
+             "plugins: [ { name: hello, config: { say: doc } } ]\n...\n")
+    ok = until(lambda: all(get(g, "/doc/") == (200, b"v2 doc\n") for g in gws), 3)
+    t.check("a value with %YAML, --- and ... applies", ok, (200, b"v2 doc\n"),
+            (get(gws[0], "/doc/"), gws[0].status()["config_source"]["last_error"]))
+    etcd.ctl("del", PREFIX + "/routes/doc")
+    until(lambda: all(get(g, "/doc/")[0] == 404 for g in gws), 3)
     # plugin code that does not load: the error names its key, not the file it became
     n = rejected(gws[0])
     etcd.put(PREFIX + "/plugins/hello", "return {")
