@@ -194,7 +194,7 @@ static void on_dname_answer(void *ud, int result, const char *why, const struct 
         sl_log_kv(SL_LOG_WARN, kv, 2, "name does not resolve (%s: %s): its upstream answers 503 until it does",
                   sl_dns_result_names[result], why ? why : "");
     }
-    dname_schedule(n, SL_MIN(SL_MAX(rc->min_ttl_ms, 1000), rc->max_ttl_ms));
+    dname_schedule(n, SL_MAX(rc->min_ttl_ms, 1000)); /* never faster than 1 s, whatever max_ttl says */
 }
 
 static void dname_query(sl_dname_t *n) {

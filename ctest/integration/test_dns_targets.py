@@ -305,6 +305,28 @@ def test_dns_targets(t):
     os.kill(dns.pid, signal.SIGCONT)
 
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+    # a failed lookup is retried every min_ttl but at least 1 s apart, even with a max_ttl
+    # below 1 s (which bounds only how long a good answer is kept)
+    s2 = h.start_sluice("admin: { listen: 127.0.0.1:0 }\nresolver: { nameservers: [\"127.0.0.1:%d\"], "
+                        "timeout: 200ms, attempts: 1, min_ttl: 100ms, max_ttl: 200ms }\n"
+                        "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                        "upstreams:\n  - { name: nx, targets: [ { address: \"nx.sluice.test:%d\" } ] }\n"
+                        "routes:\n  - { name: nx, match: { paths: [/nx] }, upstream: nx }\n" % (dns.port, port),
+                        name="fastttl", suite=t)
+    names = [None]
+
+    def failed_once():
+        names[0] = [u for u in s2.status()["upstreams"] if u["name"] == "nx"][0]["names"][0]
+        return names[0]["last_result"] == "nxdomain"
+
+    h.wait_until(failed_once, 5)
+    n = names[0]
+    # the next lookup is due next_in_ms from now; the last one answered at tried_at_ms
+    interval = time.time() * 1000 + n["next_in_ms"] - n["tried_at_ms"]
+    t.check("a failed lookup is retried no sooner than 1 s (min_ttl 100ms, max_ttl 200ms)",
+            n["last_result"] == "nxdomain" and interval >= 900, ">= 900 ms", (interval, n))
+    t.check("exit 0 on SIGTERM (fastttl)", s2.stop() == 0, 0, None)
     dns.stop()
     for b in backends + [secure, local, six]:
         b.stop()
