@@ -327,6 +327,24 @@ def test_dns_targets(t):
     t.check("a failed lookup is retried no sooner than 1 s (min_ttl 100ms, max_ttl 200ms)",
             n["last_result"] == "nxdomain" and interval >= 900, ">= 900 ms", (interval, n))
     t.check("exit 0 on SIGTERM (fastttl)", s2.stop() == 0, 0, None)
+
+    # a reload that changes the resolver asks every known name again through it (the last
+    # answer serves meanwhile), instead of keeping the old answer for its whole TTL
+    conf3 = ("admin: { listen: 127.0.0.1:0 }\nresolver: { nameservers: [\"127.0.0.1:%d\"], timeout: %s, "
+             "attempts: 1, min_ttl: 30s, max_ttl: 60s }\nlisteners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+             "upstreams:\n  - { name: api, targets: [ { address: \"api.sluice.test:%d\" } ] }\n"
+             "routes:\n  - { name: api, match: { paths: [/api] }, upstream: api }\n")
+    s3 = h.start_sluice(conf3 % (dns.port, "200ms", port), name="resolver-reload", suite=t)
+    before = get(s3, "/api")
+    dns.update({"api.sluice.test": ["127.0.0.4"]})
+    with open(s3.config_path, "w") as f:
+        f.write(conf3 % (dns.port, "300ms", port))
+    code, ans = s3.reload()
+    moved = h.wait_until(lambda: get(s3, "/api") == (200, "127.0.0.4"), 3)
+    t.check("a reload that changes the resolver looks known names up again (min_ttl 30s)",
+            before == (200, "127.0.0.3") and code == 200 and moved, ((200, "127.0.0.3"), 200, True),
+            (before, code, ans, get(s3, "/api")))
+    t.check("exit 0 on SIGTERM (resolver-reload)", s3.stop() == 0, 0, None)
     dns.stop()
     for b in backends + [secure, local, six]:
         b.stop()
