@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/log.h"
@@ -78,6 +79,22 @@ static void attr_int(sl_wbuf_t *b, bool *first, const char *key, unsigned long l
     sl_wbuf_printf(b, ",\"value\":{\"intValue\":\"%llu\"}}", v);
 }
 
+/* server.address and server.port (the semantic conventions' pair) of a target's "ip:port"
+ * or "[v6]:port": the address without the port or brackets, the port as a number. */
+static void attr_host_port(sl_wbuf_t *b, bool *first, const char *text) {
+    char host[96];
+    const char *colon = text[0] == '[' ? strstr(text, "]:") : strchr(text, ':');
+    if (text[0] != '[' && colon && strchr(colon + 1, ':')) colon = NULL; /* a bare IPv6 address */
+    size_t hl = colon ? (size_t)(colon - text) : strlen(text);
+    if (text[0] == '[') hl = colon ? hl - 1 : hl;
+    snprintf(host, sizeof host, "%.*s", (int)hl, text + (text[0] == '[' && colon));
+    attr_str(b, first, "server.address", host);
+    const char *port = colon ? colon + (text[0] == '[' ? 2 : 1) : "";
+    char *end;
+    unsigned long p = strtoul(port, &end, 10);
+    if (*port && !*end && p > 0 && p < 65536) attr_int(b, first, "server.port", p);
+}
+
 static void put_hex(sl_wbuf_t *b, const uint8_t *p, size_t n) {
     char h[32];
     sl_hex_lower(h, p, n);
@@ -125,11 +142,13 @@ static void encode(sl_wbuf_t *b, const sl_span_t *s, size_t n, const char *servi
             attr_str(b, &first, "sluice.phase", s->phase);
         } else if (s->kind == SL_SPAN_SERVER) {
             attr_str(b, &first, "url.path", s->path);
+            attr_str(b, &first, "url.scheme", s->secure ? "https" : "http");
             attr_str(b, &first, "http.route", s->route);
             attr_str(b, &first, "server.address", s->server_address);
+            if (s->server_port) attr_int(b, &first, "server.port", s->server_port);
             attr_str(b, &first, "client.address", s->client_address);
         } else {
-            attr_str(b, &first, "server.address", s->target);
+            attr_host_port(b, &first, s->target);
             attr_str(b, &first, "sluice.target", s->target);
             attr_int(b, &first, "sluice.attempt", s->attempt);
             attr_str(b, &first, "sluice.attempt.reason", s->reason);

@@ -27,14 +27,16 @@ typedef struct {
     uint8_t has_parent;
     uint16_t status;      /**< http.response.status_code; 0: no response */
     uint8_t attempt;      /**< CLIENT: sluice.attempt, 1-based */
+    uint8_t secure;       /**< SERVER: the request came over TLS (url.scheme https) */
+    uint16_t server_port; /**< SERVER: the listener's port (server.port) */
     uint64_t start_unix_ns, end_unix_ns;
     char method[16];
     char route[64];       /**< http.route (the route's name); "" when none matched */
     char path[128];       /**< url.path */
-    char server_address[96];
+    char server_address[96]; /**< SERVER: the Host's name (server.address) */
     char client_address[48];
     char upstream[64];    /**< sluice.upstream */
-    char target[64];      /**< CLIENT: sluice.target (server.address of the attempt) */
+    char target[64];      /**< CLIENT: sluice.target ("ip:port": server.address, server.port) */
     char reason[16];      /**< CLIENT: sluice.attempt.reason: "first", "retry", "hedge" */
     char error_type[24];  /**< error.type: "" when none */
     char plugin[48];      /**< INTERNAL: sluice.plugin */

@@ -168,6 +168,8 @@ void sl__trace_end(sl_req_t *r, uint64_t now) {
     if ((s.has_parent = r->trace.has_parent)) memcpy(s.parent_id, r->trace.parent, 8);
     s.kind = SL_SPAN_SERVER;
     s.status = (uint16_t)r->status;
+    s.secure = r->ds->secure;
+    s.server_port = (uint16_t)r->ds->port;
     sl_span_str(s.path, sizeof s.path, r->head.path.p, r->head.path.len);
     sl_span_str(s.server_address, sizeof s.server_address, r->host ? r->host : "", r->host ? r->host_len : 0);
     sl_span_str(s.client_address, sizeof s.client_address, r->ds->peer, strlen(r->ds->peer));

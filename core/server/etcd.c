@@ -250,28 +250,36 @@ static int build(const char *prefix, const char *pbase, const sl_ekvset_t *s, co
             rc = sl_plugins_check(cfg, &tmp);
         }
     }
-    /* Errors: positions in the appended part become the key's own line:col; the plugin
-     * folder becomes the plugins/ key. */
-    size_t plen = strlen(path), dlen = strlen(pdir);
+    /* Errors: positions in the appended part become the key's own line:col; a file of the
+     * plugin folder becomes its plugins/NAME key, and the folder the plugins/ keys. */
+    size_t plen = strlen(path);
+    const char *hname = strrchr(pdir, '/') ? strrchr(pdir, '/') : ""; /* "/HASH" */
     for (size_t i = 0; i < tmp.n; i++) {
         const char *l = tmp.lines[i];
         int ln = 0, col = 0, used = 0;
         sl_wbuf_t b = {0};
-        const char *d = dlen ? strstr(l, pdir) : NULL;
         if (!strncmp(l, path, plen) && sscanf(l + plen, ":%d:%d:%n", &ln, &col, &used) == 2 && used &&
             ln >= base_line && nsegs) {
             size_t k = 0;
             while (k + 1 < nsegs && segs[k + 1].start <= ln) k++;
             int c = col - segs[k].indent;
             sl_wbuf_printf(&b, "etcd %s/%s:%d:%d:", prefix, segs[k].key, ln - segs[k].start + 1, c < 1 ? 1 : c);
-            sl__eb_puts(&b, l + plen + used);
-        } else if (d) {
-            sl__eb_put(&b, l, (size_t)(d - l));
-            sl_wbuf_printf(&b, "etcd %s/plugins", prefix);
-            sl__eb_puts(&b, d + dlen);
-        } else {
-            sl__eb_puts(&b, l);
+            l += plen + used;
         }
+        /* the folder is found by its own name: Lua shortens a long chunk name to ".../tail" */
+        for (const char *d; *hname && (d = strstr(l, hname));) {
+            const char *from = d;
+            while (from > l && !strchr(" '\"(", from[-1])) from--;
+            sl__eb_put(&b, l, (size_t)(from - l));
+            sl_wbuf_printf(&b, "etcd %s/plugins", prefix);
+            l = d + strlen(hname);
+            size_t n = l[0] == '/' ? strspn(l + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") : 0;
+            if (n > 4 && !strncmp(l + 1 + n - 4, ".lua", 4)) { /* .../NAME.lua: the key plugins/NAME */
+                sl__eb_put(&b, l, n + 1 - 4);
+                l += n + 1;
+            }
+        }
+        sl__eb_puts(&b, l);
         errs_push(errs, b.p);
     }
     if (rc != 0 && cfg) {

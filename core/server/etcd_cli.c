@@ -101,9 +101,30 @@ static bool read_prefix(const char *url, const char *prefix, sl_ekvset_t *kvs, l
     return ok;
 }
 
+/* Where libyaml's marks point in the text: a mark's index counts characters (a UTF-8
+ * sequence is one, a byte-order mark none), so it is walked to a byte offset. The marks
+ * asked for only grow, so a walk goes on from the last one. */
+typedef struct {
+    const char *text;
+    size_t len, chars, bytes;
+} text_pos_t;
+
+static size_t byte_at(text_pos_t *tp, size_t chars) {
+    if (chars < tp->chars) tp->chars = 0, tp->bytes = 0;
+    if (tp->bytes == 0 && tp->len >= 3 && memcmp(tp->text, "\xEF\xBB\xBF", 3) == 0) tp->bytes = 3;
+    while (tp->chars < chars && tp->bytes < tp->len) {
+        unsigned char c = (unsigned char)tp->text[tp->bytes];
+        tp->bytes += c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        tp->chars++;
+    }
+    if (tp->bytes > tp->len) tp->bytes = tp->len;
+    return tp->bytes;
+}
+
 /* The source text of a block node, its continuation lines moved left by its column. */
-static char *node_text(const char *text, const yaml_node_t *n) {
-    size_t a = n->start_mark.index, z = n->end_mark.index, col = n->start_mark.column;
+static char *node_text(text_pos_t *tp, const yaml_node_t *n) {
+    const char *text = tp->text;
+    size_t a = byte_at(tp, n->start_mark.index), z = byte_at(tp, n->end_mark.index), col = n->start_mark.column;
     while (z > a && (text[z - 1] == '\n' || text[z - 1] == ' ' || text[z - 1] == '\r')) z--;
     sl_wbuf_t b = {0};
     for (size_t i = a; i < z;) {
@@ -129,20 +150,21 @@ static bool desired(const char *file, const sl_config_t *cfg, sl_ekvset_t *d) {
         return false;
     }
     bool ok = true;
+    text_pos_t tp = {text, len, 0, 0};
     for (size_t k = 0; k < 3; k++) {
         yaml_node_t *list = sl_json_get(&j, j.root, sl__etcd_kinds[k]);
         for (size_t i = 0; i < sl_json_len(list); i++) {
             yaml_node_t *m = sl_json_at(&j, list, i);
             const char *name = sl_json_str(sl_json_get(&j, m, "name"));
             char key[128];
-            char *v = name ? node_text(text, m) : NULL;
+            char *v = name ? node_text(&tp, m) : NULL;
             snprintf(key, sizeof key, "%s/%s", sl__etcd_kinds[k], name ? name : "");
             if (v && !sl__kv_put(d, key, v, strlen(v))) ok = false;
         }
     }
     yaml_node_t *g = sl_json_get(&j, j.root, "plugins");
     if (g && sl_json_len(g)) {
-        char *seq = node_text(text, g);
+        char *seq = node_text(&tp, g);
         sl_wbuf_t b = {0};
         sl__eb_puts(&b, g->data.sequence.style == YAML_FLOW_SEQUENCE_STYLE ? "plugins: " : "plugins:\n");
         for (const char *p = seq; p && *p;) {

@@ -321,17 +321,40 @@ char *sl__etcd_read_file(const char *path, size_t *len) {
     return b.p;
 }
 
-/* Appends value v as item of a block list: "  - " then its lines indented by 4. */
+/* A column-0 "---" or "..." line (YAML's document markers). */
+static bool doc_marker(const char *p, size_t n, char c) {
+    return n >= 3 && p[0] == c && p[1] == c && p[2] == c && (n == 3 || p[3] == ' ' || p[3] == '\t' || p[3] == '\r');
+}
+
+/* Appends value v as item of a block list: "  - " then its lines indented by 4 (with
+ * indent 0, as they are). A value is a YAML document of its own: its directives (%YAML),
+ * its "---" and what ends it ("...", or a second document) cannot stand inside the
+ * composed file, so they become blanks and comments there, one line for one (the key's
+ * own line numbers hold), and the value means what it meant on its own. */
 int sl__etcd_put_item(sl_wbuf_t *t, const char *v, size_t vl, int indent) {
     int lines = 0;
     const char *p = v, *end = v + vl;
     while (vl && (end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\r')) end--, vl--;
-    bool first = true;
+    bool first = true, head = true, over = false;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
         if (indent) sl__eb_puts(t, first ? "  - " : "    ");
-        sl__eb_put(t, p, n);
+        if (over || (p[0] == '%' && head)) { /* a directive, or anything after the document */
+            sl__eb_puts(t, "#");
+            sl__eb_put(t, p + (p[0] == '%'), n - (p[0] == '%'));
+        } else if (doc_marker(p, n, '-') && head) { /* the document's start: what follows it stays */
+            sl__eb_puts(t, "   ");
+            sl__eb_put(t, p + 3, n - 3);
+            head = false;
+        } else if (doc_marker(p, n, '.') || doc_marker(p, n, '-')) { /* its end, or a second one */
+            sl__eb_puts(t, "#");
+            sl__eb_put(t, p, n);
+            over = true;
+        } else {
+            sl__eb_put(t, p, n);
+            if (n && p[0] != '#' && p[0] != ' ' && p[0] != '\t' && p[0] != '\r') head = false;
+        }
         sl__eb_puts(t, "\n");
         lines++;
         first = false;

@@ -194,7 +194,7 @@ static void on_dname_answer(void *ud, int result, const char *why, const struct 
         sl_log_kv(SL_LOG_WARN, kv, 2, "name does not resolve (%s: %s): its upstream answers 503 until it does",
                   sl_dns_result_names[result], why ? why : "");
     }
-    dname_schedule(n, SL_MIN(SL_MAX(rc->min_ttl_ms, 1000), rc->max_ttl_ms));
+    dname_schedule(n, SL_MAX(rc->min_ttl_ms, 1000)); /* never faster than 1 s, whatever max_ttl says */
 }
 
 static void dname_query(sl_dname_t *n) {
@@ -259,8 +259,12 @@ int sl_discovery_bind(sl_discovery_t *d, sl_upgen_t *g, const char **err) {
     const sl_config_t *cfg = g->cfg;
     bool any = false;
     for (size_t u = 0; u < cfg->nupstreams; u++) any |= cfg->upstreams[u].nnames > 0;
-    /* a new resolver when its settings changed (lookups in flight are dropped and redone) */
+    /* a new resolver when its settings changed (lookups in flight are dropped and redone,
+     * and every known name is asked again through it: other nameservers may answer
+     * otherwise, and the last answer stays in use until they do) */
+    bool fresh = false;
     if (!d->res || !rconf_same(&d->rconf, &cfg->resolver)) {
+        fresh = d->res != NULL;
         sl_resolver_t *res = NULL;
         if (any && sl_resolver_new(d->loop, &cfg->resolver, &res, err) != SL_OK) return SL_ERROR;
         sl_resolver_free(d->res);
@@ -339,7 +343,7 @@ int sl_discovery_bind(sl_discovery_t *d, sl_upgen_t *g, const char **err) {
     free(kept);
     for (sl_dname_t *n = d->names; n; n = n->next) {
         if (n->have) dname_apply(d, n);
-        if (!n->have || !uv_is_active((uv_handle_t *)&n->timer)) dname_query(n);
+        if (!n->have || fresh || !uv_is_active((uv_handle_t *)&n->timer)) dname_query(n);
     }
     for (size_t u = 0; u < cfg->nupstreams; u++) registry_apply(d, u);
     return SL_OK;

@@ -305,6 +305,46 @@ def test_dns_targets(t):
     os.kill(dns.pid, signal.SIGCONT)
 
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+    # a failed lookup is retried every min_ttl but at least 1 s apart, even with a max_ttl
+    # below 1 s (which bounds only how long a good answer is kept)
+    s2 = h.start_sluice("admin: { listen: 127.0.0.1:0 }\nresolver: { nameservers: [\"127.0.0.1:%d\"], "
+                        "timeout: 200ms, attempts: 1, min_ttl: 100ms, max_ttl: 200ms }\n"
+                        "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                        "upstreams:\n  - { name: nx, targets: [ { address: \"nx.sluice.test:%d\" } ] }\n"
+                        "routes:\n  - { name: nx, match: { paths: [/nx] }, upstream: nx }\n" % (dns.port, port),
+                        name="fastttl", suite=t)
+    names = [None]
+
+    def failed_once():
+        names[0] = [u for u in s2.status()["upstreams"] if u["name"] == "nx"][0]["names"][0]
+        return names[0]["last_result"] == "nxdomain"
+
+    h.wait_until(failed_once, 5)
+    n = names[0]
+    # the next lookup is due next_in_ms from now; the last one answered at tried_at_ms
+    interval = time.time() * 1000 + n["next_in_ms"] - n["tried_at_ms"]
+    t.check("a failed lookup is retried no sooner than 1 s (min_ttl 100ms, max_ttl 200ms)",
+            n["last_result"] == "nxdomain" and interval >= 900, ">= 900 ms", (interval, n))
+    t.check("exit 0 on SIGTERM (fastttl)", s2.stop() == 0, 0, None)
+
+    # a reload that changes the resolver asks every known name again through it (the last
+    # answer serves meanwhile), instead of keeping the old answer for its whole TTL
+    conf3 = ("admin: { listen: 127.0.0.1:0 }\nresolver: { nameservers: [\"127.0.0.1:%d\"], timeout: %s, "
+             "attempts: 1, min_ttl: 30s, max_ttl: 60s }\nlisteners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+             "upstreams:\n  - { name: api, targets: [ { address: \"api.sluice.test:%d\" } ] }\n"
+             "routes:\n  - { name: api, match: { paths: [/api] }, upstream: api }\n")
+    s3 = h.start_sluice(conf3 % (dns.port, "200ms", port), name="resolver-reload", suite=t)
+    before = get(s3, "/api")
+    dns.update({"api.sluice.test": ["127.0.0.4"]})
+    with open(s3.config_path, "w") as f:
+        f.write(conf3 % (dns.port, "300ms", port))
+    code, ans = s3.reload()
+    moved = h.wait_until(lambda: get(s3, "/api") == (200, "127.0.0.4"), 3)
+    t.check("a reload that changes the resolver looks known names up again (min_ttl 30s)",
+            before == (200, "127.0.0.3") and code == 200 and moved, ((200, "127.0.0.3"), 200, True),
+            (before, code, ans, get(s3, "/api")))
+    t.check("exit 0 on SIGTERM (resolver-reload)", s3.stop() == 0, 0, None)
     dns.stop()
     for b in backends + [secure, local, six]:
         b.stop()

@@ -80,7 +80,7 @@ class Etcd:
     def ctl(self, *args):
         env = dict(os.environ, ETCDCTL_API="3")
         return subprocess.run(["etcdctl", "--endpoints", self.url, "--command-timeout=3s"] + list(args),
-                              capture_output=True, text=True, env=env, timeout=10)
+                              capture_output=True, text=True, errors="replace", env=env, timeout=10)
 
     def put(self, key, value):
         """PUT through the HTTP/JSON gateway (etcdctl is a process per call: too slow for many)."""
@@ -341,6 +341,27 @@ def test_invalid_key(t):
     until(lambda: gws[0].status()["config_source"]["last_error"] is None, 3)
     t.check("/status clears the error once applied", gws[0].status()["config_source"]["last_error"] is None,
             None, gws[0].status()["config_source"]["last_error"])
+    # a value written as a YAML document of its own ("---" ... "...", as `etcdctl put K
+    # "$(cat route.yaml)"` stores a file that starts with ---) applies like the bare mapping
+    etcd.ctl("put", PREFIX + "/routes/doc", "%YAML 1.1\n---\nname: doc\nmatch: { paths: [/doc/] }\n"
+             "plugins: [ { name: hello, config: { say: doc } } ]\n...\n")
+    ok = until(lambda: all(get(g, "/doc/") == (200, b"v2 doc\n") for g in gws), 3)
+    t.check("a value with %YAML, --- and ... applies", ok, (200, b"v2 doc\n"),
+            (get(gws[0], "/doc/"), gws[0].status()["config_source"]["last_error"]))
+    etcd.ctl("del", PREFIX + "/routes/doc")
+    until(lambda: all(get(g, "/doc/")[0] == 404 for g in gws), 3)
+    # plugin code that does not load: the error names its key, not the file it became
+    n = rejected(gws[0])
+    etcd.put(PREFIX + "/plugins/hello", "return {")
+    until(lambda: rejected(gws[0]) == n + 1, 3)
+    err = gws[0].status()["config_source"]["last_error"] or ""
+    t.check("plugin code that does not load: the error names its key plugins/hello",
+            ("etcd %s/plugins/hello:1: unexpected symbol" % PREFIX) in err and "/tmp/" not in err
+            and "hello.lua" not in err, "etcd /fleet/plugins/hello:1: unexpected symbol ...", err)
+    etcd.put(PREFIX + "/plugins/hello", plugin("v2"))
+    ok = until(lambda: gws[0].status()["config_source"]["last_error"] is None, 3)
+    t.check("... and the old code kept serving, the fixed code applies",
+            ok and all(get(g, "/a/") == (200, b"v2 a\n") for g in gws), True, [get(g, "/a/") for g in gws])
 
 
 def test_compaction_behind(t):
@@ -550,6 +571,29 @@ def test_pull(t):
             "only pl2/fine.lua", (os.listdir(d), r.stderr))
     t.check("... and says so, exit 1", r.returncode == 1 and "not a plugin name" in r.stderr, 1,
             (r.returncode, r.stderr))
+    # non-ASCII text before an item (libyaml's marks count characters, not bytes): each
+    # key still holds its item's exact text, and pull then push writes nothing
+    utf8 = os.path.join(d, "utf8.yaml")
+    with open(utf8, "w", encoding="utf-8") as f:
+        f.write("# maintained by the café team ✓✓✓✓ 🚀\nlisteners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                "routes:\n  - name: a\n    match: { paths: [/a/] }\n"
+                "    plugins: [ { name: response, config: { body: \"déjà vu\" } } ]\n"
+                "  - name: b\n    match: { paths: [/b/] }\n"
+                "    plugins: [ { name: response, config: { body: \"b\" } } ]\n")
+    r = h.run_cli(["push", "-c", utf8, "--etcd", p.etcd.url, "--prefix", "/utf8"])
+    got = {k: p.etcd.ctl("get", "/utf8/routes/" + k, "--print-value-only").stdout for k in ("a", "b")}
+    t.check("push after non-ASCII text: each key holds its item's exact text",
+            r.returncode == 0 and got == {
+                "a": "name: a\nmatch: { paths: [/a/] }\nplugins: [ { name: response, config: { body: \"déjà vu\" } } ]\n\n",
+                "b": "name: b\nmatch: { paths: [/b/] }\nplugins: [ { name: response, config: { body: \"b\" } } ]\n\n"},
+            "the items' text", (r.returncode, r.stderr, got))
+    r = subprocess.run([h.BIN, "pull", "--etcd", p.etcd.url, "--prefix", "/utf8"], capture_output=True, text=True,
+                       timeout=20)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(r.stdout)
+    r = h.run_cli(["push", "-c", path, "--etcd", p.etcd.url, "--prefix", "/utf8"])
+    t.check("... and pulling then pushing it back writes nothing", r.returncode == 0 and "nothing to write" in r.stdout,
+            "nothing to write", (r.returncode, r.stdout, r.stderr))
 
 
 def test_local_file_rules(t):

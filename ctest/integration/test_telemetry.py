@@ -124,7 +124,8 @@ def test_spans(t):
     s = start(t, col.port, "1.0", "traced", up.address, bad.address, good.address)
     client_trace, client_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     r = h.request(s.port(), "GET", "/a?q=1", headers=[("traceparent", "00-%s-%s-01" % (client_trace, client_span)),
-                                                      ("tracestate", "vendor=x")])
+                                                      ("tracestate", "vendor=x"),
+                                                      ("Host", "127.0.0.1:%d" % s.port())])
     t.check("continued request answered", r.status == 200, 200, r.status)
     for _ in range(4):
         h.request(s.port(), "GET", "/b")
@@ -170,7 +171,7 @@ def test_spans(t):
                 client_span, cont[0].get("parentSpanId"))
         for k, v in (("http.request.method", "GET"), ("url.path", "/a"), ("http.route", "api"),
                      ("http.response.status_code", "200"), ("client.address", "127.0.0.1"),
-                     ("server.address", "127.0.0.1")):
+                     ("url.scheme", "http"), ("server.address", "127.0.0.1"), ("server.port", str(s.port()))):
             t.check("SERVER attribute %s" % k, a.get(k) == v, v, a.get(k))
         t.check("SERVER span named 'GET api'", cont[0]["name"] == "GET api", "GET api", cont[0]["name"])
         kids = [c for c in client if c["parentSpanId"] == cont[0]["spanId"]]
@@ -181,7 +182,8 @@ def test_spans(t):
         t.check("tracestate passed through", ts == ["vendor=x"], ["vendor=x"], ts)
         ca = attrs(kids[0]) if kids else {}
         for k, v in (("sluice.upstream", "api"), ("sluice.target", up.address), ("sluice.attempt", "1"),
-                     ("http.response.status_code", "200")):
+                     ("http.response.status_code", "200"), ("server.address", "127.0.0.1"),
+                     ("server.port", str(up.port))):
             t.check("CLIENT attribute %s" % k, ca.get(k) == v, v, ca.get(k))
     flaky = [sp for sp in server.values() if attrs(sp).get("http.route") == "flaky"]
     retried = [f for f in flaky if len([c for c in client if c["parentSpanId"] == f["spanId"]]) == 2]

@@ -128,6 +128,27 @@ static void test_put_item(void) {
     free(b.p);
 }
 
+/* A value written as a YAML document of its own (directive, "---", "...", even a second
+ * document after it) still makes one item, line for line, meaning what it meant alone. */
+static void test_put_item_document_markers(void) {
+    sl_wbuf_t b = {0};
+    SL_WBUF_LIT(&b, "routes:\n");
+    const char *v = "%YAML 1.1\n# c\n---\nname: a\nmatch: {}\n...\n---\nname: b\n";
+    CHECK_INT(sl__etcd_put_item(&b, v, strlen(v), 4), 8);
+    const char *w = "--- {\"name\": \"c\"}\r\n";
+    CHECK_INT(sl__etcd_put_item(&b, w, strlen(w), 4), 1);
+    CHECK_STR(b.p, "routes:\n  - #YAML 1.1\n    # c\n       \n    name: a\n    match: {}\n    #...\n    #---\n"
+                   "    #name: b\n  -     {\"name\": \"c\"}\n");
+    sl_jdoc_t d;
+    CHECK(sl_json_parse(&d, b.p, b.len));
+    yaml_node_t *list = sl_json_get(&d, d.root, "routes");
+    CHECK_INT(sl_json_len(list), 2);
+    CHECK_STR(sl_json_str(sl_json_get(&d, sl_json_at(&d, list, 0), "name")), "a");
+    CHECK_STR(sl_json_str(sl_json_get(&d, sl_json_at(&d, list, 1), "name")), "c");
+    yaml_document_delete(&d.doc);
+    free(b.p);
+}
+
 int main(int argc, char **argv) {
     static const check_test_t tests[] = {
         {"base64", test_base64},
@@ -136,6 +157,7 @@ int main(int argc, char **argv) {
         {"kvset", test_kvset},
         {"range_and_snapshot", test_range_and_snapshot},
         {"put_item", test_put_item},
+        {"put_item_document_markers", test_put_item_document_markers},
     };
     return check_main(tests, sizeof tests / sizeof tests[0], argc, argv);
 }
