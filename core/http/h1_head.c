@@ -186,7 +186,7 @@ static bool fill_client_head(sl_req_t *r, sl_wbuf_t *bp, const void *arg) {
     r->resp.eof_client = 0;
     /* A body_filter may change the body's length: its output is re-framed as chunked. */
     bool filtered = sl__req_body_filtered(r) && h->body_kind != SL_BODY_NONE;
-    if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED && !filtered) {
+    if (h->flags & SL_H1_HAS_CL && h->body_kind != SL_BODY_CHUNKED && !sl__req_length_changes(r)) {
         /* Kept on HEAD and 304 too: there it describes the representation, not a body. */
         if (h->status >= 200 && h->status != 204)
             ok = ok && SL_WBUF_LIT(&b, "Content-Length: ") && sl_wbuf_u64(&b, h->content_length) &&

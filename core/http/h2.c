@@ -1140,9 +1140,8 @@ static int h2_write_head(sl_downstream_t *d, sl_req_t *r, sl_str_t ctype, int64_
         st->bodiless = content_length == 0 || status == 204 || status == 304 || r->head.method_id == HTTP_HEAD;
     } else {
         /* A body_filter may change the body's length: its output goes without one. */
-        bool filtered = sl__req_body_filtered(r) && h->body_kind != SL_BODY_NONE;
-        if ((h->flags & SL_H1_HAS_CL) && h->body_kind != SL_BODY_CHUNKED && !filtered && status >= 200 &&
-            status != 204)
+        if ((h->flags & SL_H1_HAS_CL) && h->body_kind != SL_BODY_CHUNKED && !sl__req_length_changes(r) &&
+            status >= 200 && status != 204)
             ok = ok && nv_num(r, nva, &n, SL_LIT("content-length"), h->content_length);
         st->bodiless = h->body_kind == SL_BODY_NONE || r->head.method_id == HTTP_HEAD || status == 204 ||
                        status == 304;

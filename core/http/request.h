@@ -267,6 +267,11 @@ static inline const sl_route_conf_t *sl__req_route_conf(const sl_req_t *r) {
     return r->route >= 0 ? &r->w->cfg->routes[r->route] : NULL;
 }
 static inline bool sl__req_body_filtered(const sl_req_t *r) { return r->phases & (1u << SL_PHASE_BODY_FILTER); }
+/** The upstream's Content-Length does not hold for the client: a body_filter may change the
+ *  body's length, and a HEAD's would-be body too (its GET goes without a length). */
+static inline bool sl__req_length_changes(const sl_req_t *r) {
+    return sl__req_body_filtered(r) && (r->rhead.body_kind != SL_BODY_NONE || r->head.method_id == HTTP_HEAD);
+}
 /** The value of header `name` (first one), or of cookie `name`; "" when absent. */
 sl_str_t sl__req_header_value(const sl_req_t *r, const char *name);
 sl_str_t sl__req_cookie_value(const sl_req_t *r, const char *name);

@@ -290,6 +290,8 @@ BIG = b'{"internal":"' + b"x" * 8192 + b'"}'
 
 def json_pieces(req):
     hs = [("Content-Type", "application/json"), ("Server", "mock")]
+    if req.path == "/resp/len":
+        return h.Response(200, headers=hs, body=b'{"user":"u","internal":1}')
     if req.path == "/resp/big":
         return h.Response(200, headers=hs, stream=[BIG[:4000], BIG[4000:]], chunk_delay=0.05)
     pieces = [b'{"user":', b'"u","inter', b'nal":{"a":1}}']
@@ -309,6 +311,18 @@ def test_response_transformer(t):
                 (h.hget(r.headers, "Server"), h.hget(r.headers, "X-Via")))
         r = h.request(p, "GET", "/resp/big")
         t.check("a body over max_body streams through unchanged", r.body == BIG, len(BIG), len(r.body))
+        # The upstream's Content-Length is for the body before the edit: a GET goes without
+        # one (chunked), and so must a HEAD, over HTTP/1.1 and HTTP/2 alike.
+        g = h.request(p, "GET", "/resp/len")
+        hd = h.request(p, "HEAD", "/resp/len")
+        t.check("GET of an edited body: no upstream Content-Length", body_json(g) == {"user": "u", "gateway": "sluice"}
+                and h.hget(g.headers, "Content-Length") is None, None, h.hget(g.headers, "Content-Length"))
+        t.check("HEAD of an edited body: no upstream Content-Length either", hd.status == 200 and
+                h.hget(hd.headers, "Content-Length") is None, (200, None), (hd.status, h.hget(hd.headers, "Content-Length")))
+        c = subprocess.run(["curl", "-sS", "-I", "--http2-prior-knowledge", "http://127.0.0.1:%d/resp/len" % p],
+                           capture_output=True, text=True, timeout=20)
+        t.check("HEAD over HTTP/2: no upstream Content-Length", c.stdout.startswith("HTTP/2 200") and
+                "content-length" not in c.stdout.lower(), "HTTP/2 200 without content-length", c.stdout + c.stderr)
     finally:
         s.stop()
         up.stop()
