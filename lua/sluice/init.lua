@@ -648,12 +648,16 @@ log.debug, log.info, log.warn, log.err =
 
 -- ---------------------------------------------------------------- sleep, time, json
 
+-- A number that is neither NaN nor infinite.
+local huge = math.huge
+local function finite(x) return type(x) == "number" and x == x and x ~= huge and x ~= -huge end
+
 -- Suspends the request's coroutine for s seconds; the worker serves others meanwhile.
 function _M.sleep(s)
     local r = cur()
-    -- not (s >= 0) also refuses NaN, and inf is no time either: both would reach the core as
-    -- a timer of 2^63 ms, a request (and its client) hanging for good.
-    if type(s) ~= "number" or not (s >= 0) or s == math.huge then
+    -- NaN and inf are no time: both would reach the core as a timer of 2^63 ms, a request
+    -- (and its client) hanging for good.
+    if not finite(s) or s < 0 then
         error("sleep needs a finite number of seconds >= 0", 2)
     end
     ffi_err(C.sl_ffi_sleep(r, s * 1000, err_p))
@@ -718,12 +722,9 @@ function shared.set(key, value, ttl)
     return true
 end
 
--- A NaN or infinite delta or init would store a value no later incr can bring back
--- (NaN + x is NaN, inf - inf is NaN): a counter poisoned for every worker, for good.
-local huge = math.huge
-local function finite(x) return type(x) == "number" and x == x and x ~= huge and x ~= -huge end
-
--- Atomically adds delta; a missing key starts at init (or fails without one).
+-- Atomically adds delta; a missing key starts at init (or fails without one). A NaN or
+-- infinite delta or init would store a value no later incr can bring back (NaN + x is NaN,
+-- inf - inf is NaN): a counter poisoned for every worker, for good.
 function shared.incr(key, delta, init, ttl)
     check_str(key, "key")
     if not finite(delta) then error("delta must be a finite number", 2) end
