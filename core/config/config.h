@@ -140,7 +140,8 @@ typedef struct {
     int balancer;                /**< SL_LB_* */
     int hash_on;                 /**< SL_HASH_* (consistent-hash) */
     char *hash_name;             /**< header or cookie name for SL_HASH_HEADER / _COOKIE */
-    double hash_epsilon;         /**< bounded-load slack: cap = ceil((1+e) * mean); default 0.25 */
+    double hash_epsilon;         /**< bounded-load slack: cap = ceil((1+e) * mean); INFINITY
+                                      (unset, the default): no cap */
     sl_health_conf_t health;
     sl_breaker_conf_t breaker;   /**< enabled when `circuit_breaker:` is present */
     sl_retry_conf_t retry;

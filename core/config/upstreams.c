@@ -5,6 +5,7 @@
 #include "base/common.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,7 +467,7 @@ void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx) {
     u->col = sl__cfg_col_of(m);
     u->balancer = SL_LB_ROUND_ROBIN;
     u->hash_on = SL_HASH_IP;
-    u->hash_epsilon = 0.25;
+    u->hash_epsilon = INFINITY; /* bounded loads only when asked for */
     u->health = (sl_health_conf_t){.interval_ms = 2000, .timeout_ms = 1000, .healthy_threshold = 2,
                                    .unhealthy_threshold = 3, .max_failures = 5, .window_ms = 10000};
     u->breaker = (sl_breaker_conf_t){.failure_ratio = 0.5, .min_requests = 20, .window_ms = 30000,

@@ -300,7 +300,7 @@ static uint32_t ring_find(const sl_balancer_t *b, uint64_t h) {
     return lo == b->nring ? 0 : lo;
 }
 
-/* Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018,
+/* Consistent hashing, with bounded loads when epsilon is finite (Mirrokni, Thorup, Zadimoghaddam, SODA 2018,
  * arXiv:1608.01350): the key goes clockwise to the first eligible target whose load after
  * this attempt stays within ceil((1 + eps) * (in_flight + 1) * weight / weight_total),
  * totals over the eligible targets (no key: a random point, so keyless requests spread by
@@ -322,6 +322,7 @@ static int hash_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
     /* (1 + eps) * (load + 1) * w is exact for eps like 0.25 and realistic loads, so the
      * one rounding is the division's and an exact quotient is never pushed up by ceil. */
     double scale = (1.0 + b->epsilon) * (double)(load + 1);
+    bool capped = isfinite(b->epsilon); /* infinite: no cap, the key's own point decides */
     uint32_t i = ring_find(b, key ? sl_balancer_hash(key, key_len) : rnd);
     int best = -1;
     double best_fill = INFINITY;
@@ -329,6 +330,7 @@ static int hash_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
         uint32_t t = b->ring_owner[i];
         if (++i == b->nring) i = 0;
         if (snapped ? !(snap[t / 64] >> (t % 64) & 1) : !lb_ok(eligible, ud, t)) continue;
+        if (!capped) return (int)t;
         double cap = ceil(scale * (double)b->weights[t] / (double)wsum);
         double after = (double)(lb_load(b, t) + 1);
         if (after <= cap) return (int)t;

@@ -75,8 +75,8 @@ typedef struct {
     const sl_str_t *ids;     /**< [ntargets] consistent-hash identity of each target (its
                                   address as written): a target keeps its ring points when
                                   others come, go or move. NULL: the index. Copied. */
-    double hash_epsilon;     /**< consistent-hash bounded-load epsilon, >= 0 (config's
-                                  default 0.25; 0 caps every target at the mean) */
+    double hash_epsilon;     /**< consistent-hash bounded-load epsilon, >= 0 (0 caps every
+                                  target at the mean); INFINITY, the config's default: no cap */
     uint32_t vnodes;         /**< consistent-hash points per unit of weight; 0: 160 */
 } sl_balancer_conf_t;
 

@@ -414,24 +414,28 @@ routes:
 
 def test_hash_on(t):
     """consistent-hash keeps a key on one target (header, cookie, path without its query),
-    and spreads requests that lack the header or cookie instead of piling them on one."""
-    ms = [h.MockUpstream(named(n), name=n) for n in ("a", "b", "c")]
+    also while many of its requests are in flight at once (no bounded-load cap unless
+    hash_epsilon asks for one), and spreads requests that lack the header or cookie
+    instead of piling them on one."""
+    def slow(req):
+        if "slow" in req.path:
+            time.sleep(0.3)
+    ms = [h.MockUpstream(named(n, slow), name=n) for n in ("a", "b", "c")]
     targets = ", ".join("{ address: %s }" % m.address for m in ms)
-    # One worker: the bounded-load cap counts requests in flight, and with two workers the
-    # next request can be picked on the other one while the last is still counted (a
-    # target with 1 in flight of 2 is over the cap of 3 targets): the key moves, by design.
     conf = """\
-workers: 1
+workers: 2
 admin: { listen: 127.0.0.1:0 }
 listeners: [ { name: web, listen: 127.0.0.1:0 } ]
 upstreams:
   - { name: hdr, balancer: consistent-hash, hash_on: "header:X-User", targets: [ %(t)s ] }
   - { name: ck, balancer: consistent-hash, hash_on: "cookie:sid", targets: [ %(t)s ] }
   - { name: pth, balancer: consistent-hash, hash_on: path, targets: [ %(t)s ] }
+  - { name: cap, balancer: consistent-hash, hash_on: "header:X-User", hash_epsilon: 0.25, targets: [ %(t)s ] }
 routes:
   - { name: hdr, match: { paths: [/hdr] }, upstream: hdr }
   - { name: ck, match: { paths: [/ck] }, upstream: ck }
   - { name: pth, match: { paths: [/pth] }, upstream: pth }
+  - { name: cap, match: { paths: [/cap] }, upstream: cap }
 """
     s = h.start_sluice(conf % {"t": targets}, suite=t, name="hash-on")
     try:
@@ -441,6 +445,25 @@ routes:
             return who(h.request(p, "GET", path, headers=headers))
         sticky = [len({on("/hdr", [("X-User", "u%d" % u)]) for _ in range(5)}) for u in range(6)]
         t.check("header:X-User: each user stays on one target", sticky == [1] * 6, [1] * 6, sticky)
+        for u in range(3):
+            got = []
+            threads = [threading.Thread(target=lambda: got.append(on("/hdr/slow", [("X-User", "u%d" % u)])))
+                       for _ in range(12)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            t.check("header:X-User: 12 requests of one user in flight at once all go to its target",
+                    len(got) == 12 and len(set(got)) == 1 and None not in got, "one target", got)
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(on("/cap/slow", [("X-User", "u0")])))
+                   for _ in range(12)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        t.check("hash_epsilon: 0.25: one user's 12 requests in flight at once spill past the cap",
+                len(got) == 12 and len(set(got)) >= 2, ">= 2 targets", got)
         users = {on("/hdr", [("X-User", "u%d" % u)]) for u in range(30)}
         t.check("... and users spread over the targets", len(users) >= 2, ">= 2 targets", users)
         sticky = [len({on("/ck", [("Cookie", c % u)]) for c in ("sid=s%d", "a=1; sid=s%d", "sid=s%d; b=2")})

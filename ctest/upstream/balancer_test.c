@@ -533,6 +533,31 @@ static void test_hash_bounded_load(void) {
     }
 }
 
+/* No epsilon (the config's default): a key stays on its own target however loaded it is,
+ * while that target is eligible; then the next point takes it, and it comes back. */
+static void test_hash_uncapped(void) {
+    char names[5][32];
+    sl_str_t ids[5];
+    ids_init(ids, names, 5, 1);
+    fx_t f;
+    fx_init(&f);
+    sl_balancer_t *b = ring(&f, 5, ids, NULL, INFINITY);
+    int home = pick_key(b, &f, "user-7"), moved = 0;
+    for (int i = 0; i < 1000; i++) {
+        int t = pick_key(b, &f, "user-7");
+        if (t != home) moved++;
+        sl_balancer_begin(b, (uint32_t)t); /* all in flight at once, on one target */
+    }
+    CHECK_INT(moved, 0);
+    f.down[home] = true;
+    int away = pick_key(b, &f, "user-7");
+    CHECK(away >= 0 && away != home);
+    f.down[home] = false;
+    CHECK_INT(pick_key(b, &f, "user-7"), home);
+    while (atomic_load(&f.live[home].in_flight) > 0) sl_balancer_end(b, (uint32_t)home);
+    sl_balancer_free(b);
+}
+
 /* Loads that race past every cap between the totals and the ring walk (here the
  * predicate's side effect plays the racing threads): the least full target is taken,
  * never -1 while one is eligible. */
@@ -671,6 +696,7 @@ int main(void) {
     test_hash_stability();
     test_hash_weights();
     test_hash_bounded_load();
+    test_hash_uncapped();
     test_hash_all_over_cap();
     test_hash_no_key();
     test_hash_large_upstream();
