@@ -445,23 +445,19 @@ routes:
             return who(h.request(p, "GET", path, headers=headers))
         sticky = [len({on("/hdr", [("X-User", "u%d" % u)]) for _ in range(5)}) for u in range(6)]
         t.check("header:X-User: each user stays on one target", sticky == [1] * 6, [1] * 6, sticky)
-        for u in range(3):
+        def at_once(path, user, n=12):
             got = []
-            threads = [threading.Thread(target=lambda: got.append(on("/hdr/slow", [("X-User", "u%d" % u)])))
-                       for _ in range(12)]
+            threads = [threading.Thread(target=lambda: got.append(on(path, [("X-User", user)]))) for _ in range(n)]
             for th in threads:
                 th.start()
             for th in threads:
                 th.join()
+            return got
+        for u in range(3):
+            got = at_once("/hdr/slow", "u%d" % u)
             t.check("header:X-User: 12 requests of one user in flight at once all go to its target",
                     len(got) == 12 and len(set(got)) == 1 and None not in got, "one target", got)
-        got = []
-        threads = [threading.Thread(target=lambda: got.append(on("/cap/slow", [("X-User", "u0")])))
-                   for _ in range(12)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        got = at_once("/cap/slow", "u0")
         t.check("hash_epsilon: 0.25: one user's 12 requests in flight at once spill past the cap",
                 len(got) == 12 and len(set(got)) >= 2, ">= 2 targets", got)
         users = {on("/hdr", [("X-User", "u%d" % u)]) for u in range(30)}
