@@ -385,6 +385,10 @@ int main(int argc, char **argv) {
     int i = 1;
     sl_cpus_init(); /* the CPUs the process was given, before any thread is placed */
     if (i < argc && argv[i][0] != '-') cmd = argv[i++];
+    if (strcmp(cmd, "help") == 0) { /* as git, go and cargo: `help` is asking, not a mistake */
+        usage(stdout);
+        return 0;
+    }
     if (sl_cli_lua_has(cmd)) return sl_cli_lua(cmd, argc - i, argv + i);
     for (; i < argc; i++) {
         if (strcmp(cmd, "explain") == 0 && argv[i][0] != '-' && !explain_route) {

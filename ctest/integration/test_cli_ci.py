@@ -203,6 +203,15 @@ def test_check_without_c(t):
     t.check("check without -c names ./conf/sluice.yaml when it checked that",
             r.returncode == 0 and r.stdout.startswith("conf/sluice.yaml: ok"), "conf/sluice.yaml: ok",
             (r.returncode, r.stdout, r.stderr))
+    for args in (["help"], ["--help"], ["-h"]):
+        r = h.run_cli(args, cwd=d)
+        t.check("sluice %s prints the usage on stdout and exits 0" % args[0],
+                r.returncode == 0 and r.stdout.startswith("usage: sluice") and r.stderr == "", "0, usage",
+                (r.returncode, r.stdout[:40], r.stderr))
+    r = h.run_cli(["hlep"], cwd=d)
+    t.check("a misspelt command is still an error: exit 2, usage on stderr",
+            r.returncode == 2 and "unknown command 'hlep'" in r.stderr and r.stdout == "", "2",
+            (r.returncode, r.stderr[:60]))
 
 
 class Silent(h.TCPServer):
