@@ -17,7 +17,7 @@ local tnew = require("table.new")
 local request, response, json, log = sluice.request, sluice.response, sluice.json, sluice.log
 local get_header, now = request.get_header, sluice.time.now
 local b64_decode, verify = crypto.base64url_decode, crypto.verify
-local type, ipairs, pcall, floor, ceil = type, ipairs, pcall, math.floor, math.ceil
+local type, ipairs, pcall, floor, ceil, min = type, ipairs, pcall, math.floor, math.ceil, math.min
 local getenv = os.getenv
 
 -- What each alg needs: the secret of at least `secret` bytes (HS*, RFC 7518 3.2), or a
@@ -50,6 +50,7 @@ local M = {
         jwks_uri = { type = "string", min = 1 },
         jwks_ca = { type = "string", min = 1 }, -- https jwks_uri: a PEM file of trusted CAs
         jwks_refresh = { type = "duration", default = 60, min = 1 },
+        jwks_max_age = { type = "duration", default = 300, min = 1 }, -- keys older are refetched
         jwks_timeout = { type = "duration", default = 5, min = 0.001 },
         issuer = { type = "string" },
         issuers = { type = "array", min = 1, items = { type = "string" } },
@@ -244,11 +245,14 @@ local function fetch_jwks(conf, st)
     if not ok then error(res, 0) end
     if not res then return log.warn("jwks_uri", conf.jwks_uri, "fetch failed:", err) end
     if res.status ~= 200 then return log.warn("jwks_uri", conf.jwks_uri, "answered", res.status) end
-    if res.body == st.jwks_body then return end
+    if res.body == st.jwks_body then
+        st.keys_at = st.fetched_at
+        return
+    end
     local set, skipped = parse_jwks(res.body, true)
     if not set then return log.warn("jwks_uri", conf.jwks_uri, skipped) end
     for _, why in ipairs(skipped) do log.warn("jwks_uri", conf.jwks_uri, "key skipped:", why) end
-    st.keys, st.jwks_body = set, res.body
+    st.keys, st.jwks_body, st.keys_at = set, res.body, st.fetched_at
     cache_flush(st)
 end
 
@@ -262,6 +266,15 @@ local function may_fetch(conf, st)
     local every = conf.jwks_refresh
     if not st.keys and FIRST_RETRY < every then every = FIRST_RETRY end
     return now() - last >= every
+end
+
+-- Is the key set older than jwks_max_age (a key withdrawn at the identity provider must
+-- stop verifying without a reload)? Then one request refetches it; the others go on with
+-- the keys there are meanwhile, and a failed refetch is retried after jwks_refresh.
+local function keys_stale(conf, st)
+    if not (st.keys and conf.jwks_uri) or st.fetching then return false end
+    local t = now()
+    return t - st.keys_at >= conf.jwks_max_age and t - st.fetched_at >= min(conf.jwks_refresh, conf.jwks_max_age)
 end
 
 -- ---------------------------------------------------------------- verification
@@ -384,6 +397,7 @@ function M.access(conf, ctx, st)
     if not raw then
         return response.exit(401, { error = "unauthorized", error_description = "no token" }, MISSING)
     end
+    if keys_stale(conf, st) then fetch_jwks(conf, st) end -- a changed set empties the cache
     local e = st.cur[raw]
     if not e then
         e = st.old[raw]

@@ -98,12 +98,15 @@ def test_check(t):
 def test_run(t):
     d = h.new_tmpdir("keys")
     keys = {"k1": ed25519_key(d, "k1"), "k2": ed25519_key(d, "k2")}
-    served = {"jwks": json.dumps({"keys": [keys["k1"]]}).encode(), "fetches": 0}
+    served = {"jwks": json.dumps({"keys": [keys["k1"]]}).encode(), "fetches": 0,
+              "aged": json.dumps({"keys": [keys["k1"]]}).encode()}
 
     def upstream(req):
         if req.path == "/jwks":
             served["fetches"] += 1
             return h.Response(200, served["jwks"], [("Content-Type", "application/json")])
+        if req.path == "/jwks-aged":
+            return h.Response(200, served["aged"], [("Content-Type", "application/json")])
         return h.Response(200, json.dumps(req.summary()).encode(), [("Content-Type", "application/json")])
 
     up = h.MockUpstream(upstream, name="up")
@@ -112,7 +115,9 @@ def test_run(t):
         "      - { name: jwt-auth, config: { algorithms: [HS256], secret_env: SLUICE_IT_JWT_SECRET } }\n"
         "  - name: uri\n    match: { paths: [/uri] }\n    upstream: api\n    plugins:\n"
         "      - { name: jwt-auth, config: { algorithms: [EdDSA], jwks_uri: \"http://%s/jwks\", jwks_refresh: 1 } }\n"
-        % up.address)
+        "  - name: aged\n    match: { paths: [/aged] }\n    upstream: api\n    plugins:\n"
+        "      - { name: jwt-auth, config: { algorithms: [EdDSA], jwks_uri: \"http://%s/jwks-aged\", jwks_max_age: 1s } }\n"
+        % (up.address, up.address))
     env = dict(os.environ, SLUICE_IT_JWT_SECRET=SECRET)
     s = h.start_sluice(conf, suite=t, name="jwt", env=env)
     try:
@@ -157,6 +162,22 @@ def test_run(t):
         t.check("after rotation to a new kid: 200 without a reload (one refetch)",
                 (r.status, consumer, served["fetches"]) == (200, ["carol"], 2), (200, ["carol"], 2),
                 (r.status, consumer, served["fetches"]))
+
+        # A key withdrawn at the identity provider stops verifying once the set is older
+        # than jwks_max_age, even for a token already verified (cached) with a known kid.
+        tok = eddsa(d, "k1", {"sub": "dave", "exp": now + 60})
+        codes = [get("/aged", tok)[0].status for _ in range(4)]
+        t.check("jwks_max_age 1s: a k1 token is accepted while k1 is served", codes == [200] * 4, [200] * 4, codes)
+        served["aged"] = json.dumps({"keys": [keys["k2"]]}).encode()
+        time.sleep(1.1)
+        codes = [get("/aged", tok)[0].status for _ in range(4)]
+        t.check("k1 withdrawn: after jwks_max_age its tokens are refused (401) without a reload",
+                codes == [401] * 4, [401] * 4, codes)
+        tok2 = eddsa(d, "k2", {"sub": "erin", "exp": now + 60})
+        time.sleep(1.1)
+        codes = [get("/aged", tok2)[0].status for _ in range(4)]
+        t.check("... and an unchanged set past jwks_max_age keeps verifying (k2: 200)", codes == [200] * 4,
+                [200] * 4, codes)
     finally:
         s.stop()
         up.stop()
