@@ -6,7 +6,8 @@
 -- string of the response.
 --
 -- Keys. The parts of `key` in order: method, host, path, query, consumer, header:NAME;
--- then the `vary` headers. The default key reads "GET example.com/path?query"; a
+-- then the `vary` headers (a HEAD's method part is GET's: it is answered from the GET's
+-- entry and never fills one). The default key reads "GET example.com/path?query"; a
 -- consumer or header part appends "\nconsumer:NAME" or "\nname:value" (the name
 -- lower-cased). DELETE /cache?key=... on the admin API takes that text.
 local sluice = require("sluice")
@@ -78,7 +79,8 @@ function M.build_key(parts, get, buf)
     for i = 1, #parts do
         local k, v = parts[i][1], nil
         if k == "method" then
-            v = get.method() .. " "
+            v = get.method()
+            v = (v == "HEAD" and "GET" or v) .. " " -- a HEAD is answered from the GET's entry
         elseif k == "host" or k == "path" then
             v = get[k]()
         elseif k == "query" then
