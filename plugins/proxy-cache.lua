@@ -104,10 +104,17 @@ function M.prepare(conf)
 end
 
 -- The request as build_key reads it (ctx for the consumer, set by an auth plugin before).
-local cur_ctx
+-- A header part is every field of that name joined (get_headers), as the upstream's Vary
+-- selects: `Accept-Language: de` and `Accept-Language: de` + `Accept-Language: it` are two
+-- representations, not one.
+local cur_ctx, cur_headers
 local getters = {
     method = request.get_method, host = request.get_host, path = request.get_path,
-    query = request.get_query, header = request.get_header,
+    query = request.get_query,
+    header = function(name)
+        cur_headers = cur_headers or request.get_headers()
+        return cur_headers[name]
+    end,
     consumer = function() return cur_ctx and cur_ctx.consumer end,
 }
 
@@ -129,7 +136,7 @@ function M.access(conf, ctx, p)
     if p.default then return fetch_whole(cache.lookup(nil, p.policy)) end
     cur_ctx = ctx
     local key = M.build_key(p.parts, getters, p.buf)
-    cur_ctx = nil
+    cur_ctx, cur_headers = nil, nil
     fetch_whole(cache.lookup(key, p.policy))
 end
 

@@ -331,7 +331,12 @@ def test_vary(t):
     up = Upstream()
     up.answers["/c/v"] = lambda req, n: h.Response(
         200, b"%s #%d" % ((req.header("Accept-Language") or "none").encode(), n), [("Vary", "Accept-Language")])
-    s = start(t, up)
+    s = start(t, up, extra_routes="""\
+  - name: cvary
+    match: { paths: [/cv/] }
+    upstream: origin
+    plugins: [ { name: proxy-cache, config: { vary: [Accept-Language] } } ]
+""")
     try:
         en1 = get(s, "/c/v", [("Accept-Language", "en")])
         fr1 = get(s, "/c/v", [("Accept-Language", "fr")])
@@ -346,6 +351,14 @@ def test_vary(t):
         got = [(xcs(r), r.body) for r in (both, de, both2)]
         want = [("MISS", b"de #3"), ("MISS", b"de #4"), ("HIT", b"de #3")]
         t.check("Vary selects on every field of the header: two fields 'de' + 'it' are 'de, it', not 'de'",
+                got == want, want, got)
+        up.answers["/cv/v"] = lambda req, n: h.Response(200, b"%s #%d" % (req.header("Accept-Language").encode(), n))
+        both = get(s, "/cv/v", [("Accept-Language", "de"), ("Accept-Language", "it")])
+        de = get(s, "/cv/v", [("Accept-Language", "de")])
+        both2 = get(s, "/cv/v", [("Accept-Language", "de, it")])
+        got = [(xcs(r), r.body) for r in (both, de, both2)]
+        want = [("MISS", b"de #1"), ("MISS", b"de #2"), ("HIT", b"de #1")]
+        t.check("config vary: [Accept-Language] keys on every field too, as the upstream's Vary does",
                 got == want, want, got)
     finally:
         s.stop()
