@@ -41,7 +41,7 @@ typedef struct sl_worker_s {
     const struct sl_upgen_s *ug; /**< the generation's balancers and target states */
     uv_loop_t loop;
     sl_thread_t thread;     /**< on a stack mapped for it, unmapped after the join */
-    uv_async_t async;
+    uv_async_t async;       /**< drain (and later cut): unref'd once draining, closed at destroy */
     uv_tcp_t *listeners;    /**< [cfg->nlisteners] */
     uint16_t *listen_ports; /**< [cfg->nlisteners] each listener's bound port (X-Forwarded-Port) */
     sl_blockpool_t blocks;
@@ -60,6 +60,10 @@ typedef struct sl_worker_s {
     bool retiring;          /**< drained because a reload replaced it, not for shutdown */
     bool stopped;           /**< the thread's loop ended (atomic) */
     bool tcp_ended;         /**< draining: no TCP session of it is open any more (atomic) */
+    bool cut;               /**< draining: end its TCP sessions now, as at shutdown_timeout
+                                 (atomic; set before `async` is sent: a second SIGTERM) */
+    bool async_open;        /**< `async` is initialised and not closed (its loop's thread, or
+                                 the thread that destroys the worker once the loop ended) */
     bool running;           /**< the thread's loop started (atomic): a reload's acknowledgement */
     int nworkers;           /**< of its generation: listen_fds is [listener][nworkers] */
     uint64_t generation;    /**< the config generation it serves (srv->generation's number) */
@@ -86,6 +90,9 @@ int sl_worker_init(sl_worker_t *w, sl_server_t *srv, const sl_config_t *cfg, int
 int sl_worker_start(sl_worker_t *w);
 /** Main thread: asks the worker to stop accepting and finish in-flight work. */
 void sl_worker_drain(sl_worker_t *w);
+/** Main thread, after sl_worker_drain, at most once: end the drain's TCP sessions now, as
+ *  shutdown_timeout would (a second SIGTERM). */
+void sl_worker_cut(sl_worker_t *w);
 void sl_worker_join(sl_worker_t *w);
 void sl_worker_destroy(sl_worker_t *w);
 

@@ -1079,6 +1079,11 @@ void sl__tcp_drain(sl_worker_t *w) {
     }
 }
 
+void sl__tcp_cut(sl_worker_t *w) {
+    struct sl_tcpw_s *tw = w->tcp;
+    if (tw && tw->draining && !tw->drain_closed && tw->nsessions) uv_timer_start(&tw->drain, on_drain_deadline, 0, 0);
+}
+
 void sl__tcp_free(sl_worker_t *w) {
     struct sl_tcpw_s *tw = w->tcp;
     if (!tw) return;

@@ -62,6 +62,10 @@ int sl__tcp_listen(sl_worker_t *w, size_t lidx, int fd);
  *  worker's TCP handles are all closed once its last session ends. */
 void sl__tcp_drain(sl_worker_t *w);
 
+/** Draining: closes the open sessions now, as shutdown_timeout would (resets where bytes
+ *  still wait). No-op when none is open or the worker is not draining. */
+void sl__tcp_cut(sl_worker_t *w);
+
 /** After the worker's loop ended: releases the session freelist and the pipe pool. */
 void sl__tcp_free(sl_worker_t *w);
 

@@ -141,11 +141,9 @@ static void on_exit_poll(uv_timer_t *t) {
     _exit(0);
 }
 
-static void on_drain_deadline(uv_timer_t *t) {
-    sl_server_t *srv = t->data;
-    int busy = 0;
-    for (int i = 0; i < srv->nworkers; i++) busy += !__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE);
-    sl_log_warn("shutdown_timeout reached with %d worker(s) still busy: closing the rest", busy);
+/* The drain's end, in time or not: what is left is closed (shutdown_timeout, a second
+ * SIGTERM). */
+static void close_rest(sl_server_t *srv) {
     if (srv->embedded) {
         /* In-process: stop the workers' loops where they are (their sockets stay open until
          * the test process ends); the main loop ends with the drain. */
@@ -154,6 +152,31 @@ static void on_drain_deadline(uv_timer_t *t) {
     }
     srv->exit_by = uv_now(srv->loop) + SL_EXIT_GRACE_MS;
     uv_timer_start(&srv->drain_deadline, on_exit_poll, 0, 2);
+}
+
+static int busy_workers(const sl_server_t *srv) {
+    int busy = 0;
+    for (int i = 0; i < srv->nworkers; i++) busy += !__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE);
+    return busy;
+}
+
+static void on_drain_deadline(uv_timer_t *t) {
+    sl_server_t *srv = t->data;
+    sl_log_warn("shutdown_timeout reached with %d worker(s) still busy: closing the rest", busy_workers(srv));
+    close_rest(srv);
+}
+
+/* A second SIGTERM/SIGINT during the drain: shutdown_timeout now. Every worker cuts its
+ * TCP sessions (its own deadline timer, fired at once) and the process exits as it does
+ * past the deadline; once only (a worker is cut once). */
+static void cut_drain(sl_server_t *srv, const char *why) {
+    if (srv->cut) return;
+    srv->cut = true;
+    sl_log_warn("%s during the drain: closing what is left now (%d worker(s) still busy)", why, busy_workers(srv));
+    for (int i = 0; i < srv->nworkers; i++) sl_worker_cut(&srv->workers[i]);
+    for (sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++) sl_worker_cut(&r->workers[i]);
+    close_rest(srv);
 }
 
 static void start_drain(sl_server_t *srv, const char *why) {
@@ -180,7 +203,11 @@ static void on_signal(uv_signal_t *s, int signum) {
         sl_server_reload(srv, "SIGHUP", true, NULL, NULL);
         return;
     }
-    start_drain(srv, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    const char *why = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (sl_server_draining(srv))
+        cut_drain(srv, why);
+    else
+        start_drain(srv, why);
 }
 
 static void on_stop_async(uv_async_t *a) { start_drain(a->data, "stop requested"); }

@@ -40,6 +40,7 @@ struct sl_server_s {
     char admin_text[80];
     const char *ready_file;
     int draining;              /**< atomic: set once on SIGTERM/SIGINT */
+    bool cut;                  /**< a second SIGTERM/SIGINT ended the drain early (main loop) */
     uint64_t generation;
     uint64_t started_ms;
     int exit_code;

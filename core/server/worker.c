@@ -66,20 +66,30 @@ oom:
     return SL_ERROR;
 }
 
-static void on_async(uv_async_t *a) {
-    sl_worker_t *w = a->data;
-    if (w->draining) return;
+static void drain(sl_worker_t *w) {
     w->draining = true;
     for (size_t i = 0; i < w->cfg->nlisteners; i++)
         if (w->cfg->listeners[i].protocol != SL_PROTO_TCP) uv_close((uv_handle_t *)&w->listeners[i], NULL);
     sl__tcp_drain(w);
-    uv_close((uv_handle_t *)&w->async, NULL);
+    /* kept open, unref'd, for a cut: a second SIGTERM while the drain goes on */
+    uv_unref((uv_handle_t *)&w->async);
     uv_close((uv_handle_t *)&w->block_trim, NULL);
     uv_close((uv_handle_t *)&w->wake_pre, NULL);
     uv_close((uv_handle_t *)&w->wake_post, NULL);
     sl_wake_enable(false); /* nothing clears it any more */
     sl_http_drain(w);
     sl__redis_close(w);
+}
+
+/* The server's request (sl_worker_drain, sl_worker_cut): the drain, once; then a cut, once. */
+static void on_async(uv_async_t *a) {
+    sl_worker_t *w = a->data;
+    if (!w->draining) drain(w);
+    if (__atomic_load_n(&w->cut, __ATOMIC_ACQUIRE)) {
+        sl__tcp_cut(w);
+        w->async_open = false;
+        uv_close((uv_handle_t *)&w->async, NULL);
+    }
 }
 
 /* A spike is over once blocks stayed idle for a whole interval (block.h): then the
@@ -126,6 +136,7 @@ int sl_worker_start(sl_worker_t *w) {
     const sl_config_t *cfg = w->cfg;
     uv_async_init(&w->loop, &w->async, on_async);
     w->async.data = w;
+    w->async_open = true;
     /* Unref'd: the trim timer never keeps a draining loop alive. */
     uv_timer_init(&w->loop, &w->block_trim);
     w->block_trim.data = w;
@@ -167,6 +178,11 @@ int sl_worker_start(sl_worker_t *w) {
 
 void sl_worker_drain(sl_worker_t *w) { uv_async_send(&w->async); }
 
+void sl_worker_cut(sl_worker_t *w) {
+    __atomic_store_n(&w->cut, true, __ATOMIC_RELEASE);
+    uv_async_send(&w->async);
+}
+
 void sl_worker_join(sl_worker_t *w) { sl_thread_join(&w->thread); }
 
 void sl_worker_destroy(sl_worker_t *w) {
@@ -174,7 +190,11 @@ void sl_worker_destroy(sl_worker_t *w) {
     sl__redis_free(w);
     sl_tls_client_free(w->http_tls[0]);
     sl_tls_client_free(w->http_tls[1]);
-    if (w->tls_pump.blocks) {
+    if (w->async_open) { /* drained, never cut (or never drained: an embedded stop) */
+        w->async_open = false;
+        uv_close((uv_handle_t *)&w->async, NULL);
+    }
+    if (w->tls_pump.blocks) { /* started: the closes above and this one run here */
         sl_tls_pump_close(&w->tls_pump);
         uv_run(&w->loop, UV_RUN_DEFAULT);
     }

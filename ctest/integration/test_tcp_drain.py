@@ -4,6 +4,7 @@
      session goes on moving bytes both ways and finishes, and the process exits 0 as
      soon as it has (well before shutdown_timeout);
   2. a session that never ends is closed at shutdown_timeout, and the process exits 0;
+     a second SIGTERM during the drain closes it at once (and exits 0);
   3. a reload (SIGHUP) keeps a session open on the old generation while new connections
      are served by the new one; the old one closes it at shutdown_timeout. Meanwhile
      /metrics shows the old generation's counts (bytes, open sessions) with the new one's:
@@ -80,14 +81,20 @@ def test_sigterm_finishes_session(t):
             rc == 0 and took < 3, "0 within 3 s", (rc, round(took, 2)))
 
 
-def test_sigterm_deadline(t):
-    gw = tp.gateway(t, [S["peer"].address], top="", name="deadline")
-    cfg = open(gw.config_path).read().replace("shutdown_timeout: 5s", "shutdown_timeout: 1500ms")
+def held_session(t, name, timeout, workers=1):
+    """A gateway with shutdown_timeout `timeout` holding one session that never ends."""
+    gw = tp.gateway(t, [S["peer"].address], workers=workers, top="", name=name)
+    cfg = open(gw.config_path).read().replace("shutdown_timeout: 5s", "shutdown_timeout: " + timeout)
     gw.stop()
-    gw = h.start_sluice(cfg, suite=t, name="deadline15")
+    gw = h.start_sluice(cfg, suite=t, name=name + "-" + timeout)
     c = h.Client(gw.port("t"), timeout=10)
     c.send(b"SINK\n")
     h.poll(lambda: tcp_counts(gw), lambda v: v == (5, 1))  # the gateway holds the session
+    return gw, c
+
+
+def test_sigterm_deadline(t):
+    gw, c = held_session(t, "deadline", "1500ms")
     t0 = time.monotonic()
     gw.signal(signal.SIGTERM)
     data, how = c.read_until_close(6)
@@ -96,6 +103,22 @@ def test_sigterm_deadline(t):
             how in ("eof", "reset") and 1.2 < took < 3.5, "closed after ~1.5 s", (how, round(took, 2)))
     rc = gw.wait(5)
     t.check("and the process exits 0", rc == 0, 0, rc)
+
+
+def test_second_sigterm(t):
+    gw, c = held_session(t, "twice", "60s", workers=2)
+    gw.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    t.check("after one SIGTERM the drain waits for the open session", gw.alive(), "running", gw.alive())
+    t0 = time.monotonic()
+    gw.signal(signal.SIGTERM)
+    data, how = c.read_until_close(10)
+    took = time.monotonic() - t0
+    rc = gw.wait(5)
+    t.check("a second SIGTERM closes what is left at once (not at shutdown_timeout, 60 s) and exits 0",
+            how in ("eof", "reset") and took < 3 and rc == 0, "closed within 3 s, exit 0", (how, round(took, 2), rc))
+    t.check("and says so in the log", "during the drain: closing what is left now" in gw.log(),
+            "the log line", gw.log()[-300:])
 
 
 def test_reload(t):
@@ -147,4 +170,4 @@ def test_reload(t):
 
 if __name__ == "__main__":
     t = h.Suite("tcp_drain", budget=58)
-    t.run(setup, test_sigterm_finishes_session, test_sigterm_deadline, test_reload)
+    t.run(setup, test_sigterm_finishes_session, test_sigterm_deadline, test_second_sigterm, test_reload)
