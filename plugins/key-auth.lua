@@ -92,18 +92,24 @@ function M.access(conf, ctx)
     if not cred or not crypto.timing_safe_equal(tostring(cred.key), key) then
         return response.exit(401, INVALID, CHALLENGE)
     end
+    -- A key in the query when the header had one is not checked: hidden or not, it must not
+    -- reach the upstream (another client's key, or a forged one an upstream might read).
+    local q = conf.query ~= "" and request.get_query() or ""
+    local q_key = q ~= "" and query_arg(q, conf.query) ~= nil
     if conf.hide_credentials then
         if in_query then
-            request.set_query(without_arg(request.get_query(), conf.query))
+            request.set_query(without_arg(q, conf.query))
         else
             request.clear_header(conf.header)
+            if q_key then request.set_query(without_arg(q, conf.query)) end
         end
     elseif in_query then
         -- only the first one was checked: a later one must not reach the upstream unchecked
-        local q = first_arg_only(request.get_query(), conf.query)
-        if q then request.set_query(q) end
+        local fq = first_arg_only(q, conf.query)
+        if fq then request.set_query(fq) end
     else
         request.set_header(conf.header, key)
+        if q_key then request.set_query(without_arg(q, conf.query)) end
     end
     ctx.consumer = name
 end

@@ -106,6 +106,17 @@ describe("key-auth", function()
         assert.equal("bob", get("/ka?apikey=wrong", { apikey = "k bob+456" }).json().headers["x-consumer"])
     end)
 
+    it("sends no query key upstream when the header's key was the one checked", function()
+        local seen = get("/ka?x=1&apikey=k+bob%2B456&y=2", { apikey = "k-alice-123" }).json()
+        assert.equal("alice", seen.headers["x-consumer"])
+        assert.is_nil(seen.headers.apikey)
+        assert.equal("x=1&y=2", seen.query) -- hide_credentials: neither copy
+        seen = get("/keep?x=1&apikey=forged", { apikey = "k-alice-123" }).json()
+        assert.equal("k-alice-123", seen.headers.apikey)
+        assert.equal("x=1", seen.query) -- hide_credentials: false: the checked key alone
+        assert.equal("q=apikey", get("/keep?q=apikey", { apikey = "k-alice-123" }).json().query)
+    end)
+
     it("matches a key written as a YAML number", function()
         assert.equal("num", get("/ka", { apikey = "12345" }).json().headers["x-consumer"])
     end)
