@@ -28,6 +28,7 @@ typedef struct sl_dns_sock_s {
 struct sl_resolver_s {
     uv_loop_t *loop;
     ares_channel ch;
+    unsigned attempts;     /**< conf's: rounds over the nameservers, each try `timeout` */
     uv_timer_t timer;
     sl_dns_sock_t *socks;
     unsigned open_handles; /**< the timer and each poll not closed yet */
@@ -39,7 +40,12 @@ typedef struct {
     sl_resolve_cb cb;
     void *ud;
     uint16_t port;
+    bool ipv6;
+    unsigned tries_left; /**< rounds still to go after this one */
+    char host[];
 } sl_dns_query_t;
+
+static void ask(sl_dns_query_t *q);
 
 static void resolver_closed(uv_handle_t *h);
 static void on_timer(uv_timer_t *t);
@@ -123,8 +129,11 @@ int sl_resolver_new(uv_loop_t *loop, const sl_resolver_conf_t *conf, sl_resolver
     struct ares_options o = {0};
     o.sock_state_cb = on_sock_state;
     o.sock_state_cb_data = r;
+    /* One try per nameserver per round, and the rounds are ours (on_answer): c-ares 1.18
+     * doubles the timeout on each of its own rounds, so `timeout` would not be per try. */
     o.timeout = (int)(conf->timeout_ms ? conf->timeout_ms : 1000);
-    o.tries = (int)(conf->attempts ? conf->attempts : 2);
+    o.tries = 1;
+    r->attempts = conf->attempts ? conf->attempts : 2;
     o.lookups = (char *)"fb"; /* /etc/hosts, then DNS */
     int mask = ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_LOOKUPS;
     int rc = ares_init_options(&r->ch, &o, mask);
@@ -164,6 +173,14 @@ static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo 
         free(q);
         return;
     }
+    /* no answer, or a server that could not give one: another round while attempts last
+     * (an answer that the name has no address is final) */
+    if ((status == ARES_ETIMEOUT || status == ARES_ECONNREFUSED || status == ARES_ESERVFAIL) && q->tries_left) {
+        if (res) ares_freeaddrinfo(res);
+        q->tries_left--;
+        ask(q);
+        return;
+    }
     struct sockaddr_storage addrs[SL_DNS_MAX_ADDRS];
     size_t n = 0;
     uint32_t ttl = UINT32_MAX;
@@ -190,16 +207,25 @@ static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo 
 }
 
 int sl_resolver_query(sl_resolver_t *r, const char *host, uint16_t port, bool ipv6, sl_resolve_cb cb, void *ud) {
-    sl_dns_query_t *q = malloc(sizeof *q);
+    size_t n = strlen(host) + 1;
+    sl_dns_query_t *q = malloc(sizeof *q + n);
     if (!q) return SL_ERROR;
-    *q = (sl_dns_query_t){r, cb, ud, port};
+    *q = (sl_dns_query_t){r, cb, ud, port, ipv6, r->attempts - 1};
+    memcpy(q->host, host, n);
+    ask(q);
+    return SL_OK;
+}
+
+/* One round: each nameserver tried once, `timeout` each (called from on_answer too: c-ares
+ * allows a new query from a callback). */
+static void ask(sl_dns_query_t *q) {
+    sl_resolver_t *r = q->r; /* q may be answered (and freed) before ares_getaddrinfo returns */
     struct ares_addrinfo_hints h = {0};
-    h.ai_family = ipv6 ? AF_UNSPEC : AF_INET;
+    h.ai_family = q->ipv6 ? AF_UNSPEC : AF_INET;
     h.ai_flags = ARES_AI_NOSORT; /* the sort connects a socket per address: order matters not here */
     h.ai_socktype = SOCK_STREAM;
-    ares_getaddrinfo(r->ch, host, NULL, &h, on_answer, q);
+    ares_getaddrinfo(r->ch, q->host, NULL, &h, on_answer, q);
     rearm(r);
-    return SL_OK;
 }
 
 static void resolver_closed(uv_handle_t *h) {

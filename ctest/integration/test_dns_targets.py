@@ -16,7 +16,9 @@ sends SIGHUP (dnsmasq rereads it) to change records. Backends are HTTP servers o
 - /status shows each name's addresses and when it was resolved;
 - TLS to a named target sends the name as SNI and verifies the certificate against it;
 - a tcp listener reaches a named upstream; `upstream.set("NAME:PORT")` from Lua goes to
-  the upstream that lists the name.
+  the upstream that lists the name;
+- `timeout` is per try and `attempts` counts rounds (a silent nameserver is asked
+  `attempts` times, `timeout` apart).
 """
 
 import http.server
@@ -350,4 +352,45 @@ def test_dns_targets(t):
         b.stop()
 
 
-t.run(test_dns_targets)
+def test_timeout_per_try(t):
+    """`timeout` is per try and `attempts` counts rounds: a nameserver that never answers
+    is asked `attempts` times, `timeout` apart (c-ares's own rounds double the timeout)."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    silent.settimeout(0.2)
+    arrivals, done = [], threading.Event()
+
+    def listen():
+        while not done.is_set():
+            try:
+                silent.recvfrom(512)
+                arrivals.append(time.monotonic())
+            except socket.timeout:
+                pass
+    th = threading.Thread(target=listen, daemon=True)
+    th.start()
+    d = h.new_tmpdir("dns-silent")
+    cfg = os.path.join(d, "c.yaml")
+    with open(cfg, "w") as f:
+        f.write("resolver: { nameservers: [\"127.0.0.1:%d\"], timeout: 300ms, attempts: 3 }\n"
+                "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n"
+                "upstreams:\n  - { name: api, targets: [ { address: \"silent.sluice.test:80\" } ] }\n"
+                "routes:\n  - { name: api, match: { paths: [/] }, upstream: api }\n" % silent.getsockname()[1])
+    try:
+        t0 = time.monotonic()
+        r = h.run_cli(["check", "-c", cfg])
+        took = time.monotonic() - t0
+        gaps = [round(b - a, 2) for a, b in zip(arrivals, arrivals[1:])]
+        t.check("check warns that the name does not resolve, exit 0",
+                r.returncode == 0 and "warning" in r.stderr and "silent.sluice.test" in r.stderr, "warning, 0",
+                (r.returncode, r.stderr[-300:]))
+        t.check("3 attempts: 3 queries, 300 ms apart each (not 300 then 600 ms)",
+                len(arrivals) == 3 and all(0.2 < g < 0.5 for g in gaps), "3 queries, gaps ~0.3 s",
+                (len(arrivals), gaps, round(took, 2)))
+    finally:
+        done.set()
+        th.join()
+        silent.close()
+
+
+t.run(test_dns_targets, test_timeout_per_try)
