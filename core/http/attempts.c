@@ -193,8 +193,8 @@ bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
         /* A status retry.on names is no answer while the other attempt still runs (the
          * hedge, or the first attempt a hedge's head overtook: sl__hedge_answered): the
          * other becomes the attempt, as after a failure (sl__proxy_failed), instead of
-         * being cancelled with no attempt left for a retry. */
-        sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
+         * being cancelled with no attempt left for a retry. The failure is the target's
+         * latency sample (sl_attempt_outcome), not how fast it came. */
         attempt_ended(r, st, sl_now_ns());
         r->status = 0;
         sl__hedge_promote(r, SL_OUT_FAILURE);
@@ -204,7 +204,7 @@ bool sl__attempt_answered(sl_req_t *r, uint64_t now_ns) {
     }
     sl__hedge_end(r, SL_OUT_CANCEL); /* this attempt answered first: the other lost */
     if (r->addr.set) return false;
-    sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns);
+    if (st < 500) sl_attempt_observe(&r->at.of, &sl__req_x(r)->att, now_ns); /* a 5xx: sl_attempt_outcome */
     if (st >= 500 && sl__attempt_retry(r, SL_FAIL_STATUS, st)) return true;
     sl_attempt_outcome(&r->at.of, &sl__req_x(r)->att, st >= 500 ? SL_OUT_FAILURE : SL_OUT_SUCCESS, now_ns / 1000000u);
     return false;

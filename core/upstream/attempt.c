@@ -85,7 +85,7 @@ int sl_attempt_pick(const sl_attempts_of_t *of, sl_tries_t *tr, const char *key,
     for (int pass = 0; pass < 2; pass++, pc.ignore_health = true) {
         clear_skip(tr);
         for (size_t n = 0; n <= uc->ntargets; n++) {
-            int t = sl_balancer_pick(of->rt->bal, eligible, &pc, key, key_len, sl_rand64());
+            int t = sl_balancer_pick(of->rt->bal, eligible, &pc, key, key_len, sl_rand64(), now_ms * 1000000u);
             if (t < 0) break;
             uint64_t ra = 0;
             if (admit_target(of, (uint32_t)t, pc.now_ms, admit, &ra)) return t;
@@ -134,7 +134,11 @@ void sl_attempt_outcome(const sl_attempts_of_t *of, sl_attempt_t *a, int outcome
             sl_breaker_record(&ts->breaker[of->layer], &uc->breaker, (sl_admit_t)a->admit,
                               outcome == SL_OUT_SUCCESS, now);
     }
-    if (outcome == SL_OUT_FAILURE) sl_tstate_passive_failure(ts, &uc->health, now);
+    if (outcome == SL_OUT_FAILURE) {
+        sl_tstate_passive_failure(ts, &uc->health, now);
+        uint64_t now_ns = sl_wake_ns(); /* the clock observe and start_ns read, not now's ms */
+        sl_target_observe_failure(&ts->live, now_ns > a->start_ns ? now_ns - a->start_ns : 0, now_ns);
+    }
 }
 
 void sl_attempt_observe(const sl_attempts_of_t *of, const sl_attempt_t *a, uint64_t now_ns) {

@@ -195,10 +195,15 @@ static int lc_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, uint6
     return best;
 }
 
-static double p2c_score(const sl_balancer_t *b, uint32_t t) {
-    double ewma = atomic_load_explicit(&b->live[t]->ewma_ns, memory_order_relaxed);
+/* An estimate with no sample for SL_EWMA_TAU_NS is forgotten: the target scores as an
+ * unsampled one, so one that failed (or was just slow) is asked again while idle, once
+ * in a while, instead of never while faster ones answer. */
+static double p2c_score(const sl_balancer_t *b, uint32_t t, uint64_t now_ns) {
+    const sl_target_live_t *l = b->live[t];
+    double ewma = atomic_load_explicit(&l->ewma_ns, memory_order_relaxed);
+    uint64_t at = atomic_load_explicit(&l->ewma_at_ns, memory_order_relaxed);
     double load = (double)lb_load(b, t);
-    if (ewma == 0) return load * SL_LB_UNSAMPLED_PENALTY_NS;
+    if (ewma == 0 || (now_ns > at && now_ns - at > SL_EWMA_TAU_NS)) return load * SL_LB_UNSAMPLED_PENALTY_NS;
     return ewma * (1.0 + load);
 }
 
@@ -210,7 +215,7 @@ static void p2c_offer(int c[2], uint32_t t, sl_lb_eligible_fn eligible, void *ud
 /* Power of two choices (Mitzenmacher): two distinct targets drawn at random, the lower
  * score wins. When the draws keep hitting ineligible targets, the candidates are the
  * first eligible ones from a random start; one eligible target is taken as it is. */
-static int p2c_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, uint64_t rnd) {
+static int p2c_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, uint64_t rnd, uint64_t now_ns) {
     uint32_t n = b->n;
     int c[2] = {-1, -1};
     uint64_t r = rnd;
@@ -228,7 +233,7 @@ static int p2c_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, uint
         if (++t == n) t = 0;
     }
     if (c[1] < 0) return c[0];
-    return p2c_score(b, (uint32_t)c[1]) < p2c_score(b, (uint32_t)c[0]) ? c[1] : c[0];
+    return p2c_score(b, (uint32_t)c[1], now_ns) < p2c_score(b, (uint32_t)c[0], now_ns) ? c[1] : c[0];
 }
 
 typedef struct {
@@ -343,7 +348,7 @@ static int hash_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
 }
 
 int sl_balancer_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, const char *key,
-                     size_t key_len, uint64_t rnd) {
+                     size_t key_len, uint64_t rnd, uint64_t now_ns) {
     switch (b->kind) {
     case SL_LB_ROUND_ROBIN:
         return rr_pick(b, eligible, ud);
@@ -352,7 +357,7 @@ int sl_balancer_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
     case SL_LB_LEAST_CONN:
         return lc_pick(b, eligible, ud, rnd);
     case SL_LB_P2C_EWMA:
-        return p2c_pick(b, eligible, ud, rnd);
+        return p2c_pick(b, eligible, ud, rnd, now_ns);
     default:
         return hash_pick(b, eligible, ud, key, key_len, rnd);
     }
@@ -392,6 +397,13 @@ void sl_target_observe(sl_target_live_t *t, uint64_t latency_ns, uint64_t now_ns
            !atomic_compare_exchange_weak_explicit(&t->ewma_at_ns, &at, now_ns, memory_order_relaxed,
                                                   memory_order_relaxed)) {
     }
+}
+
+void sl_target_observe_failure(sl_target_live_t *t, uint64_t elapsed_ns, uint64_t now_ns) {
+    double x = 2.0 * atomic_load_explicit(&t->ewma_ns, memory_order_relaxed);
+    if (x < (double)SL_LB_FAILURE_NS) x = (double)SL_LB_FAILURE_NS;
+    if (x < (double)elapsed_ns) x = (double)elapsed_ns;
+    sl_target_observe(t, x < 1.8e19 ? (uint64_t)x : UINT64_MAX / 2, now_ns);
 }
 
 sl_balancer_t *sl_balancer_new(const sl_balancer_conf_t *c, sl_target_live_t *const *live) {

@@ -63,6 +63,12 @@ typedef struct {
  *  clock with ns resolution (uv_hrtime). */
 void sl_target_observe(sl_target_live_t *t, uint64_t latency_ns, uint64_t now_ns);
 
+/** A failed attempt (refused, reset, timed out, a 5xx) as p2c-ewma's sample: as slow as
+ *  SL_LB_FAILURE_NS, twice the estimate, or the attempt itself, whichever is the most, so
+ *  a target that fails fast does not look like the fastest. */
+#define SL_LB_FAILURE_NS (1000ull * 1000 * 1000)
+void sl_target_observe_failure(sl_target_live_t *t, uint64_t elapsed_ns, uint64_t now_ns);
+
 /** May the pick return `target`? Called on the picking thread. */
 typedef bool (*sl_lb_eligible_fn)(void *ud, uint32_t target);
 
@@ -93,9 +99,11 @@ void sl_balancer_free(sl_balancer_t *b);
  *  target is). `key`/`key_len` is the consistent-hash key (ignored by other kinds; an
  *  empty key hashes as ""; NULL is no key: a random point of the ring, from `rnd`),
  *  borrowed for the call. `rnd` is a random 64-bit value the
- *  caller draws (p2c; tie breaks). Any thread; no lock, no allocation. */
+ *  caller draws (p2c; tie breaks). `now_ns`: the clock sl_target_observe is given (p2c
+ *  forgets an estimate with no sample for SL_EWMA_TAU_NS). Any thread; no lock, no
+ *  allocation. */
 int sl_balancer_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, const char *key,
-                     size_t key_len, uint64_t rnd);
+                     size_t key_len, uint64_t rnd, uint64_t now_ns);
 
 /** The attempt on target t started / ended: keeps in_flight (least-conn, p2c, the
  *  consistent-hash load cap) right. Every begin is paired with exactly one end, on the

@@ -63,7 +63,7 @@ static void *run(void *arg) {
     for (long i = 0; i < r->picks; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64: the caller's random draw */
         int k = (int)(i & (NKEYS - 1));
-        int t = sl_balancer_pick(r->b, up, NULL, keys[k], key_len[k], x);
+        int t = sl_balancer_pick(r->b, up, NULL, keys[k], key_len[k], x, 0);
         if (r->cycle) {
             sl_balancer_begin(r->b, (uint32_t)t);
             sl_balancer_end(r->b, (uint32_t)t);

@@ -28,6 +28,8 @@
 #define MAXT 16
 #define MS 1000000ull
 #define SEC 1000000000ull
+/* the picks' clock: just after the samples the tests take at SEC */
+#define NOW (SEC + MS)
 
 /* A set of targets: their live numbers and which are down. */
 typedef struct {
@@ -62,18 +64,18 @@ static uint64_t rnd(uint64_t *s) {
 }
 
 static int pick(sl_balancer_t *b, fx_t *f) {
-    return sl_balancer_pick(b, up, f, NULL, 0, rnd(&rnd_state));
+    return sl_balancer_pick(b, up, f, NULL, 0, rnd(&rnd_state), NOW);
 }
 
 static int pick_key(sl_balancer_t *b, fx_t *f, const char *key) {
-    return sl_balancer_pick(b, up, f, key, strlen(key), rnd(&rnd_state));
+    return sl_balancer_pick(b, up, f, key, strlen(key), rnd(&rnd_state), NOW);
 }
 
 static void test_round_robin(void) {
     fx_t f;
     fx_init(&f);
     sl_balancer_t *b = lb(&f, SL_LB_ROUND_ROBIN, 4, NULL);
-    for (int i = 0; i < 8; i++) CHECK_INT(sl_balancer_pick(b, NULL, NULL, NULL, 0, 0), i % 4);
+    for (int i = 0; i < 8; i++) CHECK_INT(sl_balancer_pick(b, NULL, NULL, NULL, 0, 0, NOW), i % 4);
     int n[4] = {0};
     for (int i = 0; i < 4000; i++) n[pick(b, &f)]++;
     for (int t = 0; t < 4; t++) CHECK_INT(n[t], 1000);
@@ -170,7 +172,7 @@ static void test_ineligible_never_returned(void) {
             for (int i = 0; i < 50; i++) {
                 char key[16];
                 snprintf(key, sizeof key, "k%d", i);
-                int t = sl_balancer_pick(b, pattern_up, &mask, key, strlen(key), rnd(&rnd_state));
+                int t = sl_balancer_pick(b, pattern_up, &mask, key, strlen(key), rnd(&rnd_state), NOW);
                 if (mask == 0 ? t != -1 : (t < 0 || !((mask >> t) & 1))) bad++;
                 if (t >= 0 && i % 3 == 0) sl_balancer_begin(b, (uint32_t)t); /* some load */
             }
@@ -199,7 +201,7 @@ static void test_empty_pick_takes_no_turn(void) {
     sl_balancer_t *b = lb(&f, SL_LB_ROUND_ROBIN, 2, NULL);
     int n[2] = {0};
     for (int i = 0; i < 1000; i++) {
-        CHECK_INT(sl_balancer_pick(b, none_up, NULL, NULL, 0, 0), -1);
+        CHECK_INT(sl_balancer_pick(b, none_up, NULL, NULL, 0, 0, NOW), -1);
         n[pick(b, &f)]++;
     }
     CHECK_INT(n[0], 500);
@@ -211,7 +213,7 @@ static void test_empty_pick_takes_no_turn(void) {
     b = lb(&f, SL_LB_WEIGHTED_ROUND_ROBIN, 3, w);
     char seq[13] = {0};
     for (int i = 0; i < 12; i++) {
-        CHECK_INT(sl_balancer_pick(b, none_up, NULL, NULL, 0, 0), -1);
+        CHECK_INT(sl_balancer_pick(b, none_up, NULL, NULL, 0, 0, NOW), -1);
         seq[i] = (char)('a' + pick(b, &f));
     }
     CHECK_STR(seq, "abacbaabacba"); /* nginx's smooth sequence for 3,2,1, twice */
@@ -227,7 +229,7 @@ static void test_hash_no_key(void) {
     fx_init(&f);
     sl_balancer_t *b = lb(&f, SL_LB_CONSISTENT_HASH, 3, w);
     int n[3] = {0};
-    for (int i = 0; i < 40000; i++) n[sl_balancer_pick(b, up, &f, NULL, 0, rnd(&rnd_state))]++;
+    for (int i = 0; i < 40000; i++) n[sl_balancer_pick(b, up, &f, NULL, 0, rnd(&rnd_state), NOW)]++;
     CHECK_NEAR(n[0], 10000, 1000);
     CHECK_NEAR(n[1], 10000, 1000);
     CHECK_NEAR(n[2], 20000, 1000);
@@ -308,6 +310,27 @@ static void test_p2c(void) {
     for (int i = 0; i < 1000; i++) got += pick(b, &f) == 2;
     CHECK_INT(got, 0);
     sl_balancer_end(b, 2);
+    sl_balancer_free(b);
+
+    /* A target that fails fast (refused: no latency to speak of) is no fast target: its
+     * failures are samples of at least SL_LB_FAILURE_NS, and an estimate with no sample
+     * for SL_EWMA_TAU_NS is forgotten, so it is asked again now and then. */
+    fx_init(&f);
+    b = lb(&f, SL_LB_P2C_EWMA, 3, NULL);
+    sl_target_observe(&f.live[0], 2 * MS, SEC);
+    sl_target_observe(&f.live[1], 3 * MS, SEC);
+    sl_target_observe_failure(&f.live[2], 50000, SEC); /* 50 us, refused */
+    CHECK(atomic_load(&f.live[2].ewma_ns) >= (double)SL_LB_FAILURE_NS);
+    got = 0;
+    for (int i = 0; i < 1000; i++) got += pick(b, &f) == 2;
+    CHECK_INT(got, 0);
+    /* a healthy target that starts failing: its failures pull it above the others */
+    sl_target_observe_failure(&f.live[0], 100000, SEC + 100 * MS);
+    CHECK(atomic_load(&f.live[0].ewma_ns) > 3e6);
+    int forgot = 0;
+    for (int i = 0; i < 1000; i++)
+        forgot += sl_balancer_pick(b, up, &f, NULL, 0, rnd(&rnd_state), SEC + 2 * SL_EWMA_TAU_NS) == 2;
+    CHECK(forgot > 0); /* every estimate is stale: all idle, all tried */
     sl_balancer_free(b);
 }
 
@@ -580,7 +603,7 @@ static void test_hash_all_over_cap(void) {
         snprintf(key, sizeof key, "k%d", i);
         for (int t = 0; t < 3; t++) atomic_store(&f.live[t].in_flight, 0);
         /* totals: load 10, cap ceil(1.25 * 11 / 3) = 5 for each; fills 5001/5, 3001/5, 11/5 */
-        CHECK_INT(sl_balancer_pick(b, raise_loads, &f, key, strlen(key), 0), 2);
+        CHECK_INT(sl_balancer_pick(b, raise_loads, &f, key, strlen(key), 0, NOW), 2);
     }
     sl_balancer_free(b);
 }
@@ -601,7 +624,7 @@ static void test_hash_large_upstream(void) {
     for (int i = 0; i < 2000; i++) {
         char key[16];
         snprintf(key, sizeof key, "k%d", i);
-        int t = sl_balancer_pick(b, every_seventh, NULL, key, strlen(key), 0);
+        int t = sl_balancer_pick(b, every_seventh, NULL, key, strlen(key), 0, NOW);
         if (t < 0 || t % 7 != 3) bad++;
         if (t >= 0) sl_balancer_begin(b, (uint32_t)t);
     }
@@ -630,7 +653,7 @@ static void *worker(void *arg) {
         if (w->flap) atomic_store(&w->f->down[i % 3], (i / 3) % 2);
         char key[16];
         snprintf(key, sizeof key, "k%d", i % 97);
-        int t = sl_balancer_pick(w->b, up, w->f, key, strlen(key), rnd(&w->seed));
+        int t = sl_balancer_pick(w->b, up, w->f, key, strlen(key), rnd(&w->seed), NOW);
         if (held[i % 3] >= 0) {
             uint32_t h = (uint32_t)held[i % 3];
             uint64_t now = atomic_fetch_add(w->clock, 1000);
