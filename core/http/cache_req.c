@@ -207,12 +207,10 @@ static bool method_listed(const sl_req_t *r, const sl_cache_policy_t *pol) {
     return false;
 }
 
-static bool is_head(const sl_req_t *r) { return r->head.method.len == 4 && memcmp(r->head.method.p, "HEAD", 4) == 0; }
-
 /* The default key, "METHOD host/path?query", in the request's arena (a HEAD's is GET's:
  * it is answered from the GET's entry). */
 static sl_str_t default_key(sl_req_t *r) {
-    sl_str_t m = is_head(r) ? SL_LIT("GET") : r->head.method, h = {r->host, r->host_len};
+    sl_str_t m = r->head.method_id == HTTP_HEAD ? SL_LIT("GET") : r->head.method, h = {r->host, r->host_len};
     sl_str_t path = r->over.path.p ? r->over.path : r->head.path;
     sl_str_t q = r->over.query_set ? r->over.query : r->head.query;
     size_t n = m.len + 1 + h.len + path.len + (q.len ? 1 + q.len : 0);
@@ -262,7 +260,7 @@ int sl__cache_req_lookup(sl_req_t *r, sl_str_t key, const sl_cache_policy_t *pol
         return rc;
     }
     if (rc == SL_CACHE_WAIT) return rc;
-    if (is_head(r)) {
+    if (r->head.method_id == HTTP_HEAD) {
         /* A HEAD is answered from a GET's entry but never fills one (its answer has no
          * body): it goes upstream as it is, and the fill is left to the next GET. */
         if (locked) sl_cache_unlock(c->key, c->token, sl_now_ns(), 0);
