@@ -298,9 +298,20 @@ static void drop_coroutine(sl_worker_t *w, sl_lua_task_t *t) {
  * the documented idiom) replaced the plugin's frame on the stack, so an error it raised "at
  * its caller" names the dispatcher's line in sluice/runtime.lua, not the plugin. The dead
  * coroutine's stack is still there (lua_resume does not unwind it): when msg starts with the
- * position of a runtime.lua frame whose closure holds the plugin's phase function (upvalue
- * `fn`, runtime.lua's link), the message names that function's file and first line instead.
+ * position of a runtime.lua frame that holds the plugin's phase function (upvalue `fn` of
+ * runtime.lua's link, or body_filter's local `fn`), the message names that function's file
+ * and first line instead.
  * Returns msg, or the new message (on co's stack). */
+/* msg, its first n bytes (the position) cut, at the first line of the function on top of
+ * co's stack, which is popped; msg as it is when that function has no line (C). */
+static const char *blamed(lua_State *co, const char *msg, int n) {
+    lua_Debug fi;
+    if (lua_getinfo(co, ">S", &fi) && fi.linedefined > 0) /* pops the function */
+        return lua_pushfstring(co, "%s:%d: %s (a tail call in the function defined at this line)", fi.short_src,
+                               fi.linedefined, msg + n);
+    return msg;
+}
+
 static const char *blame_plugin(lua_State *co, const char *msg) {
     lua_Debug ar;
     if (!lua_checkstack(co, 4)) return msg; /* a stack overflow's error: leave it as it is */
@@ -315,15 +326,15 @@ static const char *blame_plugin(lua_State *co, const char *msg) {
             lua_pop(co, 1);
             continue;
         }
+        /* the link's upvalue `fn`, or body_filter's local `fn` (its loop calls each plugin) */
         const char *name;
         for (int i = 1; (name = lua_getupvalue(co, -1, i)) != NULL; i++) {
-            if (strcmp(name, "fn") == 0 && lua_isfunction(co, -1)) {
-                lua_Debug fi;
-                if (lua_getinfo(co, ">S", &fi) && fi.linedefined > 0) /* pops fn */
-                    return lua_pushfstring(co, "%s:%d: %s (a tail call in the function defined at this line)",
-                                           fi.short_src, fi.linedefined, msg + n);
-                break;
-            }
+            if (strcmp(name, "fn") == 0 && lua_isfunction(co, -1)) return blamed(co, msg, n);
+            lua_pop(co, 1);
+        }
+        lua_pop(co, 1); /* the frame's function */
+        for (int i = 1; (name = lua_getlocal(co, &ar, i)) != NULL; i++) {
+            if (strcmp(name, "fn") == 0 && lua_isfunction(co, -1)) return blamed(co, msg, n);
             lua_pop(co, 1);
         }
         break;

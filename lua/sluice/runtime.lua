@@ -136,7 +136,8 @@ function _M.new(gen)
                 end
             end
             if u.ready then
-                out = p[1](p[2], ctx, chunk, eof, u.prepared)
+                local fn = p[1] -- named for lua_host.c's blame_plugin (a tail call's error)
+                out = fn(p[2], ctx, chunk, eof, u.prepared)
                 if timed then plugin_timed(req, p[4]) end
             end
             if out ~= nil then

@@ -28,6 +28,9 @@ describe("sluice API arguments", function()
                                     upstream = "echo",
                                     plugins = { { name = "api-call", config = { case = "upstream_set", phase = ph } } } }
         end
+        routes[#routes + 1] = { name = "tail_in_body_filter", match = { paths = { "/tail_in_body_filter" } },
+                                upstream = "echo", plugins = { { name = "api-call",
+                                    config = { case = "upstream_set_tail", phase = "body_filter" } } } }
         routes[#routes + 1] = { name = "exit_tail_in_log", match = { paths = { "/exit_tail_in_log" } }, upstream = "echo",
                                 plugins = { { name = "api-call", config = { case = "exit_tail_in_log", phase = "log" } } } }
         gw = assert(test.start({
@@ -162,6 +165,13 @@ describe("sluice API arguments", function()
         -- frame of the plugin, and error(msg, 2) named sluice/runtime.lua's dispatcher line
         it("names the plugin's file and its phase function's line, not sluice/runtime.lua", function()
             raises("exit_tail_bad_status", "status must be 200%.%.599 .*%(a tail call in the function defined at this line%)$")
+        end)
+
+        it("does so in body_filter too", function()
+            local _, lines = request_logged("tail_in_body_filter", true)
+            local line = assert(lines[1])
+            assert.matches("^plugin error: .*api%-call%.lua:%d+: upstream%.set works in rewrite and access only", line.msg)
+            assert.not_matches("runtime%.lua", line.msg)
         end)
 
         it("does so in the log phase too", function()
