@@ -141,6 +141,16 @@ static void ssl_err_text(char *err, size_t n, const char *what) {
     snprintf(err, n, "%s%s%s", what, buf[0] ? ": " : "", buf);
 }
 
+/* The passphrase callback of every context: sluice reads no passphrase. OpenSSL's own
+ * default prompts on the controlling terminal and waits, which hung `sluice check`, a start
+ * from a shell and every reload of such a gateway. Called only for an encrypted key: it
+ * notes that (asked) so the error can say so. */
+static int no_passphrase(char *buf, int size, int rwflag, void *asked) {
+    (void)buf, (void)size, (void)rwflag;
+    if (asked) *(bool *)asked = true;
+    return -1;
+}
+
 /* The client's ALPN list: h2 when the listener speaks HTTP/2 and the client offers it
  * (whatever the client's order: RFC 7301 lets the server choose), else http/1.1. */
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
@@ -439,7 +449,20 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             ssl_err_text(err, errlen, what);
             goto fail;
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM) != 1) {
+        bool encrypted = false;
+        SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+        SSL_CTX_set_default_passwd_cb_userdata(ctx, &encrypted);
+        int key_ok = SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM);
+        SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+        if (key_ok != 1 && encrypted) {
+            ERR_clear_error();
+            snprintf(err, errlen,
+                     "key %s is encrypted: sluice reads no passphrase; store the key decrypted "
+                     "(openssl pkey -in KEY -out PLAIN.key), readable only by sluice's user",
+                     cc->key);
+            goto fail;
+        }
+        if (key_ok != 1) {
             char what[600];
             snprintf(what, sizeof what, "cannot load key %s", cc->key);
             ssl_err_text(err, errlen, what);

@@ -15,7 +15,9 @@ and a key that does not match its certificate.
      with workers: 2 every one of many resumptions is Reused whichever worker accepts;
      session_tickets: false gives New.
   3. Config: `sluice check` on a mismatched key and on an unreadable certificate exits 1
-     with FILE:LINE:COL naming the file; a reload with a broken certificate is 422 and
+     with FILE:LINE:COL naming the file, and so does an encrypted key (run with a pty
+     as its terminal: no passphrase prompt, no hang); a reload with a broken certificate
+     or an encrypted key is 422 and
      the old one keeps serving; a reload to a new certificate serves it to new
      connections while a keep-alive connection from before keeps working.
   4. Upstream TLS (a Python ssl server reporting session reuse and the SNI it got):
@@ -34,17 +36,21 @@ and a key that does not match its certificate.
      checksummed at the far ends; pipelined requests over TLS answered in order.
 """
 
+import fcntl
 import hashlib
 import http.server
 import json
 import os
+import pty
 import random
 import re
+import select
 import socket
 import socketserver
 import ssl
 import subprocess
 import sys
+import termios
 import threading
 import time
 import urllib.request
@@ -154,6 +160,36 @@ def body_path(raw):
 def metric(s, name, **labels):
     _, samples = s.metrics()
     return sum(h.metric_values(samples, name, **labels))
+
+
+def run_on_a_tty(argv, timeout=15):
+    """Runs argv in a session of its own whose controlling terminal is a new pty (what a
+    program started from a shell has); (exit code, output). A program that waits for
+    input on its terminal times out: exit code None."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True,
+                         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(slave)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        rc = None
+    try:
+        while True:   # what it wrote to the terminal itself (a prompt)
+            if not select.select([master], [], [], 0)[0]:
+                break
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            out += chunk
+    except OSError:
+        pass
+    os.close(master)
+    return rc, out.decode(errors="replace")
 
 
 def post_reload(s):
@@ -527,6 +563,24 @@ def test_config_errors_and_reload(t):
             m is not None and int(m.group(1)) == 9 and "unreadable.crt" in m.group(3),
             "%s:9:COL: ... unreadable.crt" % cfg2, out)
 
+    # A passphrase-protected key: OpenSSL's default is to prompt on the terminal, which
+    # hung `sluice check`, a start from a shell, and a reload of such a gateway. Run with a
+    # terminal of its own (a pty as the controlling tty), it must fail at once and say why.
+    enc = os.path.join(d, "enc.key")
+    openssl("pkey", "-in", CERTS["a.key"], "-aes256", "-passout", "pass:secret", "-out", enc)
+    cfg3 = os.path.join(d, "encrypted.yaml")
+    with open(cfg3, "w") as f:
+        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
+                "    protocol: http\n    tls:\n      certificates:\n"
+                "        - { cert: %s, key: enc.key }\n%s" % (CERTS["a"], ROUTES))
+    rc, out = run_on_a_tty([h.BIN, "check", "-c", cfg3])
+    m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg3), out, re.M)
+    t.check("check: an encrypted key exits 1 without asking for a passphrase",
+            rc == 1 and "pass phrase" not in out.lower(), 1, (rc, out[-400:]))
+    t.check("check: FILE:LINE:COL at the entry, saying enc.key is encrypted",
+            m is not None and int(m.group(1)) == 8 and "enc.key" in m.group(3) and "encrypted" in m.group(3),
+            "%s:8:COL: key enc.key is encrypted ..." % cfg3, out[-400:])
+
     # reload: broken certificate rejected, then a swap to a new certificate file
     certs_a = "        - { cert: %s, key: %s }\n" % (CERTS["a"], CERTS["a.key"])
     s = h.start_sluice(gw_config(certs=certs_a), suite=t, name="reload")
@@ -542,6 +596,10 @@ def test_config_errors_and_reload(t):
         t.check("reload with a mismatched key: 422", code == 422 and js.get("ok") is False, 422, (code, js))
         t.check("the rejection names the certificate entry", "mismatch.key" in str(js.get("error")) or
                 "a.crt" in str(js.get("error")), "error naming the file", js.get("error"))
+        write(s.config_path, gw_config(certs="        - { cert: %s, key: %s }\n" % (CERTS["a"], enc)))
+        code, js = post_reload(s)
+        t.check("reload with an encrypted key: 422 saying so", code == 422 and "enc.key is encrypted" in str(js.get("error")),
+                (422, "enc.key is encrypted"), (code, js))
         r = tls_request(p, path="/after-reject")
         t.check("old certificate keeps serving HTTPS after a rejected reload",
                 r.status == 200 and served_pem(p, "a.test") == pem(CERTS["a"]) and s.status()["generation"] == gen,
