@@ -102,11 +102,18 @@ static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CI
 typedef struct {
     char *name;     /**< lower-case; a wildcard keeps its suffix with the dot: ".example.com" */
     uint32_t ctx;
+    int32_t alt;    /**< the next entry naming the same name with another key type, or -1 */
     bool wild;
 } sni_name_t;
 
+/* What a certificate entry's key signs with: a name may have one entry of each, and the
+ * handshake takes the one the client can verify (client_takes_ecdsa). */
+enum { KEY_OTHER, KEY_RSA, KEY_ECDSA };
+static const char *const key_kind_name[] = {"non-RSA, non-ECDSA", "RSA", "ECDSA"};
+
 struct sl_tls_server_s {
     SSL_CTX **ctx;
+    unsigned char *kind; /**< per context: its key's KEY_ kind */
     size_t nctx;
     sni_name_t *names;
     size_t nnames;
@@ -179,6 +186,48 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 
 void sl_tls_server_offer_h2(sl_tls_server_t *s, bool on) { s->h2 = on; }
 
+/* Whether this client can be answered with an ECDSA certificate (ctx: the ECDSA entry's):
+ * its signature_algorithms list an ECDSA scheme (TLS 1.2 without that extension: SHA-1
+ * with the suite's algorithm, RFC 5246 7.4.1.4.1), and it offers TLS 1.3 or a TLS 1.2
+ * ECDHE-ECDSA suite the entry's cipher list has. HAProxy picks between a name's ECDSA and
+ * RSA certificates the same way. */
+static bool client_takes_ecdsa(SSL *ssl, SSL_CTX *ctx) {
+    const unsigned char *p;
+    size_t len;
+    bool sig = true;
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_signature_algorithms, &p, &len) == 1) {
+        sig = false;
+        /* ECDSA's schemes are 0x0203 ... 0x0603 (TLS 1.2's hash/signature pairs alike) */
+        for (size_t i = 2; i + 1 < len && !sig; i += 2) sig = p[i + 1] == 3 && p[i] >= 2 && p[i] <= 6;
+    }
+    if (!sig) return false;
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_versions, &p, &len) == 1)
+        for (size_t i = 1; i + 1 < len; i += 2)
+            if (p[i] == 0x03 && p[i + 1] == 0x04) return true; /* TLS 1.3: any suite signs */
+    const unsigned char *cs;
+    size_t n = SSL_client_hello_get0_ciphers(ssl, &cs);
+    STACK_OF(SSL_CIPHER) *ours = SSL_CTX_get_ciphers(ctx);
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        const SSL_CIPHER *c = SSL_CIPHER_find(ssl, cs + i);
+        if (!c || SSL_CIPHER_get_auth_nid(c) != NID_auth_ecdsa) continue;
+        for (int k = 0; k < sk_SSL_CIPHER_num(ours); k++)
+            if (SSL_CIPHER_get_id(sk_SSL_CIPHER_value(ours, k)) == SSL_CIPHER_get_id(c)) return true;
+    }
+    return false;
+}
+
+/* Of a name's entries (e and its alts, one per key type): ECDSA when the client takes it,
+ * else RSA, else the first. */
+static const sni_name_t *pick_key(const sl_tls_server_t *s, const sni_name_t *e, SSL *ssl) {
+    const sni_name_t *by[3] = {NULL, NULL, NULL};
+    for (const sni_name_t *x = e;; x = &s->names[x->alt]) {
+        by[s->kind[x->ctx]] = x;
+        if (x->alt < 0) break;
+    }
+    if (by[KEY_ECDSA] && client_takes_ecdsa(ssl, s->ctx[by[KEY_ECDSA]->ctx])) return by[KEY_ECDSA];
+    return by[KEY_RSA] ? by[KEY_RSA] : e;
+}
+
 static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
     char low[256];
     size_t n = strlen(name);
@@ -219,6 +268,7 @@ static int client_hello_cb(SSL *ssl, int *alert, void *arg) {
         sl_sni_server_name(ext, len, name, &n) == SL_OK && n) {
         name[n] = 0;
         e = sni_find(s, name);
+        if (e && e->alt >= 0) e = pick_key(s, e, ssl);
     }
     uint32_t i = e ? e->ctx : s->def;
     if (SSL_get_SSL_CTX(ssl) != s->ctx[i]) SSL_set_SSL_CTX(ssl, s->ctx[i]);
@@ -262,7 +312,40 @@ static bool add_name(sl_tls_server_t *s, size_t *cap, const char *name, uint32_t
     if (!copy) return false;
     for (char *p = copy; *p; p++)
         if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-    s->names[s->nnames++] = (sni_name_t){copy, ctx, wild};
+    s->names[s->nnames++] = (sni_name_t){copy, ctx, -1, wild};
+    return true;
+}
+
+static int key_kind(SSL_CTX *ctx) {
+    EVP_PKEY *k = SSL_CTX_get0_privatekey(ctx);
+    int id = k ? EVP_PKEY_get_base_id(k) : 0;
+    return id == EVP_PKEY_EC ? KEY_ECDSA : id == EVP_PKEY_RSA || id == EVP_PKEY_RSA_PSS ? KEY_RSA : KEY_OTHER;
+}
+
+/* Links a name that entry `idx` adds (names[from...]) to an earlier entry's copy of it, as an
+ * alternative for another key type. The same name twice with one key type is an error: the
+ * second entry could never be served. */
+static bool link_names(sl_tls_server_t *s, size_t from, uint32_t idx, char *err, size_t errlen) {
+    for (size_t j = from; j < s->nnames; j++) {
+        sni_name_t *n = &s->names[j];
+        for (size_t k = 0; k < from; k++) {
+            sni_name_t *o = &s->names[k];
+            if (o->wild != n->wild || strcmp(o->name, n->name) != 0) continue;
+            while (true) {
+                if (s->kind[o->ctx] == s->kind[idx]) {
+                    snprintf(err, errlen,
+                             "'%s%s' already selects certificates[%u], whose key is also %s: a name "
+                             "selects one certificate per key type (one RSA, one ECDSA)",
+                             n->wild ? "*" : "", n->name, o->ctx, key_kind_name[s->kind[idx]]);
+                    return false;
+                }
+                if (o->alt < 0) break;
+                o = &s->names[o->alt];
+            }
+            o->alt = (int32_t)j;
+            break;
+        }
+    }
     return true;
 }
 
@@ -385,6 +468,7 @@ void sl_tls_server_free(sl_tls_server_t *s) {
     for (size_t i = 0; i < s->nctx; i++) SSL_CTX_free(s->ctx[i]);
     for (size_t i = 0; i < s->nnames; i++) free(s->names[i].name);
     free(s->ctx);
+    free(s->kind);
     free(s->names);
     free(s);
 }
@@ -393,7 +477,9 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
                                      int *bad) {
     *bad = -1;
     sl_tls_server_t *s = calloc(1, sizeof *s);
-    if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx))) {
+    if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx)) ||
+        !(s->kind = calloc(c->ncerts, sizeof *s->kind))) {
+        if (s) free(s->ctx);
         free(s);
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -473,6 +559,8 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             snprintf(err, errlen, "key %s does not match certificate %s", cc->key, cc->cert);
             goto fail;
         }
+        s->kind[i] = (unsigned char)key_kind(ctx);
+        size_t first_name = s->nnames;
         bool ok = true;
         if (cc->nsni)
             for (size_t j = 0; j < cc->nsni; j++)
@@ -483,6 +571,7 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
+        if (!link_names(s, first_name, (uint32_t)i, err, errlen)) goto fail;
         if (cc->is_default) s->def = (uint32_t)i;
         if (c->client_auth && !client_auth_apply(s, c->client_auth, ctx)) {
             *bad = -3;

@@ -9,6 +9,10 @@ and a key that does not match its certificate.
      the test CA); an unknown name and no SNI get the default; an entry without `sni`
      is chosen by its certificate's SAN; *.w.test serves x.w.test and the longer
      *.deep.w.test wins for h.deep.w.test.
+  1b. One name, an RSA and an ECDSA certificate: s_client limited to ECDSA or RSA
+     signatures (TLS 1.3), or to ECDHE-ECDSA or ECDHE-RSA suites (TLS 1.2), gets the one
+     it can verify, ECDSA when it takes both; the same name twice with RSA keys is a
+     config error at the second entry.
   2. Versions, ALPN, resumption: -tls1_1 is refused, min_version 1.3 refuses -tls1_2
      (the same client gets TLS 1.2 from a 1.2 listener); ALPN h2,http/1.1 answers
      h2 (HTTP/2 is on by default) and http/1.1 alone answers http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
@@ -80,8 +84,8 @@ def make_ca(name):
     return h.make_ca(DIR, name)
 
 
-def make_leaf(name, cn, san, ca="ca"):
-    crt, key = h.make_leaf(DIR, name, cn, san, ca)
+def make_leaf(name, cn, san, ca="ca", rsa=False):
+    crt, key = h.make_leaf(DIR, name, cn, san, ca, rsa)
     CERTS[name] = crt
     CERTS[name + ".key"] = key
     return crt, key
@@ -391,6 +395,9 @@ def setup(t):
     make_leaf("c", "c.test", "DNS:c.test")
     make_leaf("w", "wild.w.test", "DNS:*.w.test")
     make_leaf("dw", "wild.deep.w.test", "DNS:*.deep.w.test")
+    make_leaf("d_rsa", "d.test", "DNS:d.test", rsa=True)   # one name, an RSA and an ECDSA certificate
+    make_leaf("d_ec", "d.test", "DNS:d.test")
+    make_leaf("d_rsa2", "d.test", "DNS:d.test", rsa=True)
     make_leaf("up", "up.test", "DNS:up.test,IP:127.0.0.1")
     make_leaf("other", "up.test", "DNS:up.test,IP:127.0.0.1", ca="otherca")
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
@@ -428,6 +435,57 @@ def test_sni(t):
                     cert_cn(pem(CERTS[want])), cert_cn(got))
     finally:
         s.stop()
+
+
+def key_bits(out):
+    m = re.search(r"Server public key is (\d+) bit", out)
+    return {"256": "ECDSA", "2048": "RSA"}.get(m.group(1)) if m else None
+
+
+def test_rsa_and_ecdsa(t):
+    """One name, an RSA and an ECDSA certificate (nginx's two ssl_certificate lines, HAProxy's
+    two crt): the client gets the one its signature algorithms and suites take, ECDSA when
+    it takes both. Before, the first entry took the name and the second was never served:
+    an ECDSA-only client failed the handshake."""
+    certs = ("        - { cert: %(default)s, key: %(default.key)s }\n"
+             "        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
+             "        - { cert: %(d_ec)s, key: %(d_ec.key)s, sni: [d.test] }\n" % CERTS)
+    s = h.start_sluice(gw_config(certs=certs), suite=t, name="dual")
+    p = s.port()
+    try:
+        cases = [("TLS 1.3, ECDSA signatures only", ["-tls1_3", "-sigalgs", "ECDSA+SHA256"], "ECDSA"),
+                 ("TLS 1.3, RSA signatures only", ["-tls1_3", "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256"], "RSA"),
+                 ("TLS 1.3, both (openssl's default list)", ["-tls1_3"], "ECDSA"),
+                 ("TLS 1.2, ECDHE-RSA suites only", ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"], "RSA"),
+                 ("TLS 1.2, ECDHE-ECDSA suites only", ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"], "ECDSA"),
+                 ("TLS 1.2, both suites, RSA signatures only",
+                  ["-tls1_2", "-sigalgs", "RSA+SHA256"], "RSA")]
+        for what, args, want in cases:
+            rc, out = s_client(p, "-servername", "d.test", "-CAfile", CERTS["ca"], "-verify_return_error", *args)
+            t.check("d.test, %s: the %s certificate, verified" % (what, want),
+                    key_bits(out) == want and "Verify return code: 0 (ok)" in out, want,
+                    (key_bits(out), re.findall(r".*(?:alert|Verify return code).*", out)[:3]))
+        r = run(["curl", "-s", "--max-time", "20", "--resolve", "d.test:%d:127.0.0.1" % p,
+                 "--cacert", CERTS["ca"], "https://d.test:%d/dual" % p])
+        t.check("curl https://d.test/ verifies and gets 200", r.returncode == 0 and body_path(r.stdout) == "/dual",
+                "exit 0, /dual", (r.returncode, r.stdout[:120]))
+        rc, out = s_client(p, "-sigalgs", "ECDSA+SHA256")
+        t.check("no SNI still gets the default entry", "CN = default.test" in out or "CN=default.test" in out,
+                "default.test", re.findall(r"subject=.*", out))
+    finally:
+        s.stop()
+
+    d = h.new_tmpdir("dual")
+    cfg = os.path.join(d, "same-key-type.yaml")
+    with open(cfg, "w") as f:
+        f.write(gw_config(certs="        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
+                                "        - { cert: %(d_rsa2)s, key: %(d_rsa2.key)s }\n" % CERTS))
+    r = h.run_cli(["check", "-c", cfg])
+    out = r.stdout + r.stderr
+    m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg), out, re.M)
+    t.check("check: two RSA certificates for d.test (the second never served) exit 1 at the second entry",
+            r.returncode == 1 and m is not None and int(m.group(1)) == 11 and "d.test" in m.group(3),
+            "%s:11:COL: ... d.test ..." % cfg, (r.returncode, out))
 
 
 def test_versions_alpn_resumption(t):
@@ -950,5 +1008,5 @@ def test_bulk(t):
         up.stop()
 
 
-t.run(setup, test_sni, test_versions_alpn_resumption, test_config_errors_and_reload, test_upstream_tls,
+t.run(setup, test_sni, test_rsa_and_ecdsa, test_versions_alpn_resumption, test_config_errors_and_reload, test_upstream_tls,
       test_robustness, test_bulk)
