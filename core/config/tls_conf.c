@@ -44,7 +44,8 @@ static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, const
     if ((v = sl__cfg_required(cx, m, &f[TC_KEY], where)) &&
         sl__cfg_get_string(cx, v, "key", &c->key))
         c->key_path = sl__cfg_resolve_path(cx, c->key);
-    if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], check_sni_name, &c->sni, &c->nsni);
+    /* sni_routes' rules: a name a ClientHello can carry, compared as the client's is */
+    if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], sl__cfg_check_sni, &c->sni, &c->nsni);
     if ((v = f[TC_DEFAULT].val)) sl__cfg_get_bool(cx, v, "default", &c->is_default);
 }
 

@@ -8,7 +8,8 @@ and a key that does not match its certificate.
   1. SNI: curl --resolve gets a.test's and b.test's own certificates (verified against
      the test CA); an unknown name and no SNI get the default; an entry without `sni`
      is chosen by its certificate's SAN; *.w.test serves x.w.test and the longer
-     *.deep.w.test wins for h.deep.w.test.
+     *.deep.w.test wins for h.deep.w.test; a name listed with a trailing dot ("bb.test.")
+     is the same name, as in sni_routes and routes' hosts.
   1b. One name, an RSA and an ECDSA certificate: s_client limited to ECDSA or RSA
      signatures (TLS 1.3), or to ECDHE-ECDSA or ECDHE-RSA suites (TLS 1.2), gets the one
      it can verify, ECDSA when it takes both; the same name twice with RSA keys is a
@@ -18,7 +19,8 @@ and a key that does not match its certificate.
      h2 (HTTP/2 is on by default) and http/1.1 alone answers http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
      with workers: 2 every one of many resumptions is Reused whichever worker accepts;
      session_tickets: false gives New.
-  3. Config: `sluice check` on a mismatched key and on an unreadable certificate exits 1
+  3. Config: `sluice check` on a mismatched key, an unreadable certificate and an IP
+     address in `sni` exits 1
      with FILE:LINE:COL naming the file, and so does an encrypted key (run with a pty
      as its terminal: no passphrase prompt, no hang); a reload with a broken certificate
      or an encrypted key is 422 and
@@ -363,7 +365,7 @@ ROUTES = """routes:
 def listener_tls(extra="", certs=None):
     certs = certs or """        - { cert: %(default)s, key: %(default.key)s }
         - { cert: %(a)s, key: %(a.key)s, sni: [a.test] }
-        - { cert: %(b)s, key: %(b.key)s, sni: [b.test] }
+        - { cert: %(b)s, key: %(b.key)s, sni: [b.test, "bb.test."] }
         - { cert: %(c)s, key: %(c.key)s }
         - { cert: %(w)s, key: %(w.key)s, sni: ["*.w.test"] }
         - { cert: %(dw)s, key: %(dw.key)s, sni: ["*.deep.w.test"] }
@@ -428,7 +430,7 @@ def test_sni(t):
                 re.findall(r"subject=.*", out))
         cases = [("unknown.test", "default"), (None, "default"), ("A.TEST", "a"), ("c.test", "c"),
                  ("x.w.test", "w"), ("h.deep.w.test", "dw"), ("deep.w.test", "w"),
-                 ("w.test", "default")]
+                 ("w.test", "default"), ("bb.test", "b"), ("bb.test.", "b")]
         for sni, want in cases:
             got = served_pem(p, sni)
             t.check("SNI %s gets the %s certificate" % (sni, want), got == pem(CERTS[want]),
@@ -620,6 +622,18 @@ def test_config_errors_and_reload(t):
     t.check("check: FILE:LINE:COL at the entry, naming unreadable.crt",
             m is not None and int(m.group(1)) == 9 and "unreadable.crt" in m.group(3),
             "%s:9:COL: ... unreadable.crt" % cfg2, out)
+
+    # An IP address in a certificate's sni: no ClientHello names one (RFC 6066), as sni_routes says
+    cfg4 = os.path.join(d, "ipsni.yaml")
+    with open(cfg4, "w") as f:
+        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
+                "    protocol: http\n    tls:\n      certificates:\n"
+                "        - { cert: %s, key: %s, sni: [a.test, 127.0.0.1] }\n%s" % (CERTS["a"], CERTS["a.key"], ROUTES))
+    r = h.run_cli(["check", "-c", cfg4])
+    out = r.stdout + r.stderr
+    t.check("check: an IP address in a certificate's sni exits 1 at it",
+            r.returncode == 1 and re.search(r"^%s:8:\d+: .*127\.0\.0\.1.*IP address" % re.escape(cfg4), out, re.M),
+            "%s:8:COL: sni '127.0.0.1': an IP address ..." % cfg4, (r.returncode, out))
 
     # A passphrase-protected key: OpenSSL's default is to prompt on the terminal, which
     # hung `sluice check`, a start from a shell, and a reload of such a gateway. Run with a
