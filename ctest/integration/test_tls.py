@@ -586,13 +586,19 @@ def test_versions_alpn_resumption(t):
         s.stop()
 
 
+def write_tls_config(d, name, entries):
+    """A config file d/name whose one listener has these certificate entries (text), the
+    first on line 8."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
+                "    protocol: http\n    tls:\n      certificates:\n%s%s" % (entries, ROUTES))
+    return path
+
+
 def test_config_errors_and_reload(t):
     d = h.new_tmpdir("cfg")
-    bad_key = os.path.join(d, "bad.yaml")
-    with open(bad_key, "w") as f:
-        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
-                "    protocol: http\n    tls:\n      certificates:\n"
-                "        - { cert: %s, key: %s }\n%s" % (CERTS["a"], CERTS["mismatch.key"], ROUTES))
+    bad_key = write_tls_config(d, "bad.yaml", "        - { cert: %s, key: %s }\n" % (CERTS["a"], CERTS["mismatch.key"]))
     r = h.run_cli(["check", "-c", bad_key])
     out = r.stdout + r.stderr
     m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(bad_key), out, re.M)
@@ -608,13 +614,10 @@ def test_config_errors_and_reload(t):
     if os.getuid() == 0:   # root reads any mode: make it unreadable the other way
         os.remove(unreadable)
         os.mkdir(unreadable)
-    cfg2 = os.path.join(d, "unreadable.yaml")
-    with open(cfg2, "w") as f:
-        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
-                "    protocol: http\n    tls:\n      certificates:\n"
-                "        - { cert: %s, key: %s }\n"
-                "        - { cert: unreadable.crt, key: %s, sni: [z.test] }\n%s"
-                % (CERTS["a"], CERTS["a.key"], CERTS["a.key"], ROUTES))
+    cfg2 = write_tls_config(d, "unreadable.yaml",
+                            "        - { cert: %s, key: %s }\n"
+                            "        - { cert: unreadable.crt, key: %s, sni: [z.test] }\n"
+                            % (CERTS["a"], CERTS["a.key"], CERTS["a.key"]))
     r = h.run_cli(["check", "-c", cfg2])
     out = r.stdout + r.stderr
     m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg2), out, re.M)
@@ -624,11 +627,8 @@ def test_config_errors_and_reload(t):
             "%s:9:COL: ... unreadable.crt" % cfg2, out)
 
     # An IP address in a certificate's sni: no ClientHello names one (RFC 6066), as sni_routes says
-    cfg4 = os.path.join(d, "ipsni.yaml")
-    with open(cfg4, "w") as f:
-        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
-                "    protocol: http\n    tls:\n      certificates:\n"
-                "        - { cert: %s, key: %s, sni: [a.test, 127.0.0.1] }\n%s" % (CERTS["a"], CERTS["a.key"], ROUTES))
+    cfg4 = write_tls_config(d, "ipsni.yaml", "        - { cert: %s, key: %s, sni: [a.test, 127.0.0.1] }\n"
+                            % (CERTS["a"], CERTS["a.key"]))
     r = h.run_cli(["check", "-c", cfg4])
     out = r.stdout + r.stderr
     t.check("check: an IP address in a certificate's sni exits 1 at it",
@@ -640,11 +640,7 @@ def test_config_errors_and_reload(t):
     # terminal of its own (a pty as the controlling tty), it must fail at once and say why.
     enc = os.path.join(d, "enc.key")
     openssl("pkey", "-in", CERTS["a.key"], "-aes256", "-passout", "pass:secret", "-out", enc)
-    cfg3 = os.path.join(d, "encrypted.yaml")
-    with open(cfg3, "w") as f:
-        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
-                "    protocol: http\n    tls:\n      certificates:\n"
-                "        - { cert: %s, key: enc.key }\n%s" % (CERTS["a"], ROUTES))
+    cfg3 = write_tls_config(d, "encrypted.yaml", "        - { cert: %s, key: enc.key }\n" % CERTS["a"])
     rc, out = run_on_a_tty([h.BIN, "check", "-c", cfg3])
     m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg3), out, re.M)
     t.check("check: an encrypted key exits 1 without asking for a passphrase",
