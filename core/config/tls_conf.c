@@ -19,10 +19,19 @@ static const char *const tls_keys[TL_N] = {"certificates",    "min_version",    
 enum { CA_CA, CA_MODE, CA_DEPTH, CA_CRL, CA_N };
 static const char *const client_auth_keys[CA_N] = {"ca", "mode", "depth", "crl"};
 
+/* Drops an absolute name's trailing dot ("api.example.com."): RFC 6066 sends the name
+ * without it, and certificates name hosts without it (curl strips it for both). */
+static void drop_final_dot(char *s) {
+    size_t n = strlen(s);
+    if (n >= 2 && s[n - 1] == '.' && s[n - 2] != '.') s[n - 1] = 0;
+}
+
+/* A target's `sni`: the name sent and verified, lower-cased and without a trailing dot. */
 static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
     bool ok = *p != 0;
     for (char *q = s; *q; q++) *q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q);
+    drop_final_dot(s);
     for (; *p && ok; p++)
         ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
     if (!ok) sl__cx_err(cx, v, "'%s' is not a server name (a DNS name, or *.suffix)", s);
@@ -217,7 +226,10 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *wh
      * unless `sni:` says otherwise. */
     struct in6_addr any;
     bool literal = inet_pton(AF_INET, ip, &any) == 1 || inet_pton(AF_INET6, ip, &any) == 1;
-    if (!literal && !c->sni && !(c->sni = sl__cx_strdup(cx, ip))) return;
+    if (!literal && !c->sni) {
+        if (!(c->sni = sl__cx_strdup(cx, ip))) return;
+        drop_final_dot(c->sni);
+    }
     char err[512];
     if (!(c->rt = sl_tls_client_build(c, literal ? ip : NULL, err, sizeof err)))
         sl__cx_at(cx, c->line, c->col, "%s", err);

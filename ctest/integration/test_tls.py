@@ -27,7 +27,8 @@ and a key that does not match its certificate.
      the old one keeps serving; a reload to a new certificate serves it to new
      connections while a keep-alive connection from before keeps working.
   4. Upstream TLS (a Python ssl server reporting session reuse and the SNI it got):
-     verified 200; the configured SNI arrives; without sni the IP SAN is verified (and a
+     verified 200; the configured SNI arrives (sni: UP.test. arrives as up.test and
+     verifies); without sni the IP SAN is verified (and a
      certificate without it is refused); the next connection resumes; a wrong CA is 502
      with "certificate verify failed" in the log; verify: false passes; a target that
      closes without close_notify ends a close-delimited body whole (a body with a length
@@ -727,6 +728,7 @@ def test_upstream_tls(t):
         ("wrongca", up.address, "{ verify: true, ca: %s, sni: up.test }" % other),
         # `ca` with verify: false is refused at load ('ca' has no use): no CA at all here
         ("noverify", up.address, "{ verify: false, sni: up.test }"),
+        ("dot", up.address, "{ ca: %s, sni: UP.test. }" % ca),    # an absolute name, upper-case
     ]
     s = h.start_sluice(proxy_config(targets, "    keepalive: { max_idle: 0 }\n"), suite=t, name="upstream")
     p = s.port()
@@ -759,6 +761,9 @@ def test_upstream_tls(t):
         t.check("the gateway log names the verification error", ok,
                 "upstream TLS handshake: certificate verify failed: unable to get local issuer certificate",
                 [ln for ln in s.log().splitlines() if "TLS" in ln][-5:])
+        r = tls_request(p, path="/dot/x")
+        t.check("sni: UP.test. (absolute, upper-case) is sent and verified as up.test, as curl does: 200",
+                r.status == 200 and r.header("X-SNI") == "up.test", (200, "up.test"), (r.status, r.header("X-SNI")))
         r = tls_request(p, path="/noverify/x")
         t.check("verify: false (no CA that could verify it): 200", r.status == 200 and r.header("X-SNI") == "up.test",
                 (200, "up.test"), (r.status, r.header("X-SNI")))
