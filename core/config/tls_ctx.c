@@ -140,8 +140,11 @@ static bool readable(const char *path, const char *what, const char *name, char 
     return false;
 }
 
+/* `what` and OpenSSL's reason. The queue's first error is the cause; the last is what the
+ * outermost call added on top ("SSL routines::PEM lib" for any file that is not PEM, where
+ * the first says "PEM routines::no start line"). */
 static void ssl_err_text(char *err, size_t n, const char *what) {
-    unsigned long e = ERR_peek_last_error();
+    unsigned long e = ERR_peek_error();
     char buf[160] = "";
     if (e) ERR_error_string_n(e, buf, sizeof buf);
     ERR_clear_error();

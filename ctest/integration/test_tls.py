@@ -19,8 +19,8 @@ and a key that does not match its certificate.
      h2 (HTTP/2 is on by default) and http/1.1 alone answers http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
      with workers: 2 every one of many resumptions is Reused whichever worker accepts;
      session_tickets: false gives New.
-  3. Config: `sluice check` on a mismatched key, an unreadable certificate and an IP
-     address in `sni` exits 1
+  3. Config: `sluice check` on a mismatched key, an unreadable certificate, a DER
+     certificate (the reason: "no start line") and an IP address in `sni` exits 1
      with FILE:LINE:COL naming the file, and so does an encrypted key (run with a pty
      as its terminal: no passphrase prompt, no hang); a reload with a broken certificate
      or an encrypted key is 422 and
@@ -626,6 +626,17 @@ def test_config_errors_and_reload(t):
     t.check("check: FILE:LINE:COL at the entry, naming unreadable.crt",
             m is not None and int(m.group(1)) == 9 and "unreadable.crt" in m.group(3),
             "%s:9:COL: ... unreadable.crt" % cfg2, out)
+
+    # A DER certificate (PEM is what `cert` takes): the reason, not OpenSSL's last wrapper
+    # of it ("SSL routines::PEM lib", which every bad file gave)
+    der = os.path.join(d, "a.der")
+    openssl("x509", "-in", CERTS["a"], "-outform", "der", "-out", der)
+    cfg5 = write_tls_config(d, "der.yaml", "        - { cert: a.der, key: %s }\n" % CERTS["a.key"])
+    r = h.run_cli(["check", "-c", cfg5])
+    out = r.stdout + r.stderr
+    t.check("check: a DER certificate exits 1 at the entry, saying no PEM was found",
+            r.returncode == 1 and re.search(r"^%s:8:\d+: .*a\.der.*no start line" % re.escape(cfg5), out, re.M),
+            "%s:8:COL: cannot load certificate a.der ...: ...no start line" % cfg5, (r.returncode, out))
 
     # An IP address in a certificate's sni: no ClientHello names one (RFC 6066), as sni_routes says
     cfg4 = write_tls_config(d, "ipsni.yaml", "        - { cert: %s, key: %s, sni: [a.test, 127.0.0.1] }\n"
