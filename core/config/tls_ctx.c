@@ -326,26 +326,27 @@ static int key_kind(SSL_CTX *ctx) {
 }
 
 /* Links a name that entry `idx` adds (names[from...]) to an earlier entry's copy of it, as an
- * alternative for another key type. The same name twice with one key type is an error: the
- * second entry could never be served. */
-static bool link_names(sl_tls_server_t *s, size_t from, uint32_t idx, char *err, size_t errlen) {
+ * alternative for another key type. With one key type the earlier entry keeps the name: a
+ * name the entry's `sni` lists (`listed`) is then an error, as it could never be served; a
+ * certificate's own name is left to the earlier entry (certificates' names overlap, and
+ * the entry still serves its others). */
+static bool link_names(sl_tls_server_t *s, size_t from, uint32_t idx, bool listed, char *err,
+                       size_t errlen) {
     for (size_t j = from; j < s->nnames; j++) {
         sni_name_t *n = &s->names[j];
         for (size_t k = 0; k < from; k++) {
             sni_name_t *o = &s->names[k];
             if (o->wild != n->wild || strcmp(o->name, n->name) != 0) continue;
-            while (true) {
-                if (s->kind[o->ctx] == s->kind[idx]) {
-                    snprintf(err, errlen,
-                             "'%s%s' already selects certificates[%u], whose key is also %s: a name "
-                             "selects one certificate per key type (one RSA, one ECDSA)",
-                             n->wild ? "*" : "", n->name, o->ctx, key_kind_name[s->kind[idx]]);
-                    return false;
-                }
-                if (o->alt < 0) break;
-                o = &s->names[o->alt];
+            while (s->kind[o->ctx] != s->kind[idx] && o->alt >= 0) o = &s->names[o->alt];
+            if (s->kind[o->ctx] != s->kind[idx]) {
+                o->alt = (int32_t)j;
+            } else if (listed) {
+                snprintf(err, errlen,
+                         "'%s%s' already selects certificates[%u], whose key is also %s: a name "
+                         "selects one certificate per key type (one RSA, one ECDSA)",
+                         n->wild ? "*" : "", n->name, o->ctx, key_kind_name[s->kind[idx]]);
+                return false;
             }
-            o->alt = (int32_t)j;
             break;
         }
     }
@@ -574,7 +575,7 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
-        if (!link_names(s, first_name, (uint32_t)i, err, errlen)) goto fail;
+        if (!link_names(s, first_name, (uint32_t)i, cc->nsni > 0, err, errlen)) goto fail;
         if (cc->is_default) s->def = (uint32_t)i;
         if (c->client_auth && !client_auth_apply(s, c->client_auth, ctx)) {
             *bad = -3;

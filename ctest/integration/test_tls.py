@@ -12,8 +12,9 @@ and a key that does not match its certificate.
      is the same name, as in sni_routes and routes' hosts.
   1b. One name, an RSA and an ECDSA certificate: s_client limited to ECDSA or RSA
      signatures (TLS 1.3), or to ECDHE-ECDSA or ECDHE-RSA suites (TLS 1.2), gets the one
-     it can verify, ECDSA when it takes both; the same name twice with RSA keys is a
-     config error at the second entry.
+     it can verify, ECDSA when it takes both; the same name listed in two entries' `sni`
+     with RSA keys is a config error at the second; two certificates whose own names
+     overlap (no `sni`) load, the first keeping the shared name.
   2. Versions, ALPN, resumption: -tls1_1 is refused, min_version 1.3 refuses -tls1_2
      (the same client gets TLS 1.2 from a 1.2 listener); ALPN h2,http/1.1 answers
      h2 (HTTP/2 is on by default) and http/1.1 alone answers http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
@@ -401,6 +402,8 @@ def setup(t):
     make_leaf("d_rsa", "d.test", "DNS:d.test", rsa=True)   # one name, an RSA and an ECDSA certificate
     make_leaf("d_ec", "d.test", "DNS:d.test")
     make_leaf("d_rsa2", "d.test", "DNS:d.test", rsa=True)
+    make_leaf("ov1", "ov1.test", "DNS:ov1.test,DNS:shared.test")   # two certificates sharing a name
+    make_leaf("ov2", "ov2.test", "DNS:ov2.test,DNS:shared.test")
     make_leaf("up", "up.test", "DNS:up.test,IP:127.0.0.1")
     make_leaf("other", "up.test", "DNS:up.test,IP:127.0.0.1", ca="otherca")
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
@@ -452,7 +455,9 @@ def test_rsa_and_ecdsa(t):
     an ECDSA-only client failed the handshake."""
     certs = ("        - { cert: %(default)s, key: %(default.key)s }\n"
              "        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
-             "        - { cert: %(d_ec)s, key: %(d_ec.key)s, sni: [d.test] }\n" % CERTS)
+             "        - { cert: %(d_ec)s, key: %(d_ec.key)s, sni: [d.test] }\n"
+             "        - { cert: %(ov1)s, key: %(ov1.key)s }\n"
+             "        - { cert: %(ov2)s, key: %(ov2.key)s }\n" % CERTS)
     s = h.start_sluice(gw_config(certs=certs), suite=t, name="dual")
     p = s.port()
     try:
@@ -472,6 +477,10 @@ def test_rsa_and_ecdsa(t):
                  "--cacert", CERTS["ca"], "https://d.test:%d/dual" % p])
         t.check("curl https://d.test/ verifies and gets 200", r.returncode == 0 and body_path(r.stdout) == "/dual",
                 "exit 0, /dual", (r.returncode, r.stdout[:120]))
+        for sni, want in (("shared.test", "ov1"), ("ov2.test", "ov2")):
+            got = served_pem(p, sni)
+            t.check("certificates' own names overlapping (shared.test, one key type): %s gets %s" % (sni, want),
+                    got == pem(CERTS[want]), cert_cn(pem(CERTS[want])), cert_cn(got))
         rc, out = s_client(p, "-sigalgs", "ECDSA+SHA256")
         t.check("no SNI still gets the default entry", "CN = default.test" in out or "CN=default.test" in out,
                 "default.test", re.findall(r"subject=.*", out))
@@ -482,7 +491,7 @@ def test_rsa_and_ecdsa(t):
     cfg = os.path.join(d, "same-key-type.yaml")
     with open(cfg, "w") as f:
         f.write(gw_config(certs="        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
-                                "        - { cert: %(d_rsa2)s, key: %(d_rsa2.key)s }\n" % CERTS))
+                                "        - { cert: %(d_rsa2)s, key: %(d_rsa2.key)s, sni: [D.test.] }\n" % CERTS))
     r = h.run_cli(["check", "-c", cfg])
     out = r.stdout + r.stderr
     m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg), out, re.M)
