@@ -302,8 +302,11 @@ static void test_unknown_and_unsupported_keys(void) {
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt } ]\n", "5:23: missing required key 'key' in 'tls.certificates[0]' of listener 'web'");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      min_version: \"1.1\"\n",
                  "6:20: min_version '1.1' is not allowed (1.2 or 1.3; never below 1.2)");
+    /* a certificate's sni names follow sni_routes' rules */
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, sni: [\"bad name\"] } ]\n",
-                 "5:56: 'bad name' is not a server name (a DNS name, or *.suffix)");
+                 "5:56: host 'bad name' is not a valid host name");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, sni: [a.test, 10.0.0.1] } ]\n",
+                 "5:64: sni '10.0.0.1': an IP address is never a TLS server name (RFC 6066)");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, default: true }, { cert: b.crt, key: b.key, default: true } ]\n",
                  "5:67: only one certificate may be the default");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: /nonexistent/a.crt, key: a.key } ]\n",
