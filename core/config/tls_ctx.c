@@ -189,24 +189,52 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 
 void sl_tls_server_offer_h2(sl_tls_server_t *s, bool on) { s->h2 = on; }
 
-/* Whether this client can be answered with an ECDSA certificate (ctx: the ECDSA entry's):
- * its signature_algorithms list an ECDSA scheme (TLS 1.2 without that extension: SHA-1
- * with the suite's algorithm, RFC 5246 7.4.1.4.1), and it offers TLS 1.3 or a TLS 1.2
+/* An ECDSA key's curve as the handshake names it: the SHA-2 byte of its TLS 1.3 scheme
+ * (0x0403 is ecdsa_secp256r1_sha256) and its TLS 1.2 supported_groups id; 0 for a curve
+ * without a TLS 1.3 scheme (any ECDSA scheme is then taken as enough). */
+typedef struct {
+    unsigned char hash;
+    uint16_t group;
+} ec_curve_t;
+
+static ec_curve_t ec_curve(SSL_CTX *ctx) {
+    char name[64] = "";
+    EVP_PKEY *k = SSL_CTX_get0_privatekey(ctx);
+    if (!k || EVP_PKEY_get_group_name(k, name, sizeof name, NULL) != 1) return (ec_curve_t){0, 0};
+    if (strcmp(name, "prime256v1") == 0 || strcmp(name, "P-256") == 0) return (ec_curve_t){4, 23};
+    if (strcmp(name, "secp384r1") == 0 || strcmp(name, "P-384") == 0) return (ec_curve_t){5, 24};
+    if (strcmp(name, "secp521r1") == 0 || strcmp(name, "P-521") == 0) return (ec_curve_t){6, 25};
+    return (ec_curve_t){0, 0};
+}
+
+/* Whether this client can be answered with the ECDSA certificate of context ctx (curve:
+ * its key's). TLS 1.3 (offered): a signature_algorithms scheme for that curve. TLS 1.2: an
+ * ECDSA hash/signature pair (none listed: SHA-1 with the suite's algorithm, RFC 5246
+ * 7.4.1.4.1), the curve in supported_groups when it lists them (RFC 8422 5.1), and an
  * ECDHE-ECDSA suite the entry's cipher list has. HAProxy picks between a name's ECDSA and
- * RSA certificates the same way. */
-static bool client_takes_ecdsa(SSL *ssl, SSL_CTX *ctx) {
+ * RSA certificates much the same way. */
+static bool client_takes_ecdsa(SSL *ssl, SSL_CTX *ctx, ec_curve_t curve) {
     const unsigned char *p;
     size_t len;
-    bool sig = true;
+    bool sig12 = true, sig13 = false, tls13 = false;
     if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_signature_algorithms, &p, &len) == 1) {
-        sig = false;
+        sig12 = false;
         /* ECDSA's schemes are 0x0203 ... 0x0603 (TLS 1.2's hash/signature pairs alike) */
-        for (size_t i = 2; i + 1 < len && !sig; i += 2) sig = p[i + 1] == 3 && p[i] >= 2 && p[i] <= 6;
+        for (size_t i = 2; i + 1 < len; i += 2)
+            if (p[i + 1] == 3 && p[i] >= 2 && p[i] <= 6) {
+                sig12 = true;
+                sig13 = sig13 || !curve.hash || p[i] == curve.hash;
+            }
     }
-    if (!sig) return false;
     if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_versions, &p, &len) == 1)
-        for (size_t i = 1; i + 1 < len; i += 2)
-            if (p[i] == 0x03 && p[i + 1] == 0x04) return true; /* TLS 1.3: any suite signs */
+        for (size_t i = 1; i + 1 < len; i += 2) tls13 = tls13 || (p[i] == 0x03 && p[i + 1] == 0x04);
+    if (tls13) return sig13;
+    if (!sig12) return false;
+    if (curve.group && SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_groups, &p, &len) == 1) {
+        bool has = false;
+        for (size_t i = 2; i + 1 < len && !has; i += 2) has = (p[i] << 8 | p[i + 1]) == curve.group;
+        if (!has) return false;
+    }
     const unsigned char *cs;
     size_t n = SSL_client_hello_get0_ciphers(ssl, &cs);
     STACK_OF(SSL_CIPHER) *ours = SSL_CTX_get_ciphers(ctx);
@@ -227,7 +255,10 @@ static const sni_name_t *pick_key(const sl_tls_server_t *s, const sni_name_t *e,
         by[s->kind[x->ctx]] = x;
         if (x->alt < 0) break;
     }
-    if (by[KEY_ECDSA] && client_takes_ecdsa(ssl, s->ctx[by[KEY_ECDSA]->ctx])) return by[KEY_ECDSA];
+    if (by[KEY_ECDSA]) {
+        SSL_CTX *ctx = s->ctx[by[KEY_ECDSA]->ctx];
+        if (client_takes_ecdsa(ssl, ctx, ec_curve(ctx))) return by[KEY_ECDSA];
+    }
     return by[KEY_RSA] ? by[KEY_RSA] : e;
 }
 

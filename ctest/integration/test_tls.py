@@ -12,7 +12,9 @@ and a key that does not match its certificate.
      is the same name, as in sni_routes and routes' hosts.
   1b. One name, an RSA and an ECDSA certificate: s_client limited to ECDSA or RSA
      signatures (TLS 1.3), or to ECDHE-ECDSA or ECDHE-RSA suites (TLS 1.2), gets the one
-     it can verify, ECDSA when it takes both; the same name listed in two entries' `sni`
+     it can verify, ECDSA when it takes both; with a P-384 ECDSA key, a TLS 1.3 client
+     without the P-384 scheme, or a TLS 1.2 one without the P-384 group, gets RSA; the
+     same name listed in two entries' `sni`
      with RSA keys is a config error at the second; two certificates whose own names
      overlap (no `sni`) load, the first keeping the shared name.
   2. Versions, ALPN, resumption: -tls1_1 is refused, min_version 1.3 refuses -tls1_2
@@ -88,8 +90,8 @@ def make_ca(name):
     return h.make_ca(DIR, name)
 
 
-def make_leaf(name, cn, san, ca="ca", rsa=False):
-    crt, key = h.make_leaf(DIR, name, cn, san, ca, rsa)
+def make_leaf(name, cn, san, ca="ca", rsa=False, curve="prime256v1"):
+    crt, key = h.make_leaf(DIR, name, cn, san, ca, rsa, curve)
     CERTS[name] = crt
     CERTS[name + ".key"] = key
     return crt, key
@@ -402,6 +404,8 @@ def setup(t):
     make_leaf("d_rsa", "d.test", "DNS:d.test", rsa=True)   # one name, an RSA and an ECDSA certificate
     make_leaf("d_ec", "d.test", "DNS:d.test")
     make_leaf("d_rsa2", "d.test", "DNS:d.test", rsa=True)
+    make_leaf("e_ec384", "e.test", "DNS:e.test", curve="secp384r1")   # ECDSA P-384 beside RSA
+    make_leaf("e_rsa", "e.test", "DNS:e.test", rsa=True)
     make_leaf("ov1", "ov1.test", "DNS:ov1.test,DNS:shared.test")   # two certificates sharing a name
     make_leaf("ov2", "ov2.test", "DNS:ov2.test,DNS:shared.test")
     make_leaf("up", "up.test", "DNS:up.test,IP:127.0.0.1")
@@ -456,6 +460,8 @@ def test_rsa_and_ecdsa(t):
     certs = ("        - { cert: %(default)s, key: %(default.key)s }\n"
              "        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
              "        - { cert: %(d_ec)s, key: %(d_ec.key)s, sni: [d.test] }\n"
+             "        - { cert: %(e_ec384)s, key: %(e_ec384.key)s, sni: [e.test] }\n"
+             "        - { cert: %(e_rsa)s, key: %(e_rsa.key)s, sni: [e.test] }\n"
              "        - { cert: %(ov1)s, key: %(ov1.key)s }\n"
              "        - { cert: %(ov2)s, key: %(ov2.key)s }\n" % CERTS)
     s = h.start_sluice(gw_config(certs=certs), suite=t, name="dual")
@@ -473,6 +479,18 @@ def test_rsa_and_ecdsa(t):
             t.check("d.test, %s: the %s certificate, verified" % (what, want),
                     key_bits(out) == want and "Verify return code: 0 (ok)" in out, want,
                     (key_bits(out), re.findall(r".*(?:alert|Verify return code).*", out)[:3]))
+        # The ECDSA certificate's curve counts: TLS 1.3 names it in the scheme (P-384 is
+        # ecdsa_secp384r1_sha384), TLS 1.2 in supported_groups. Chrome offers no P-521 scheme.
+        cases = [("TLS 1.3, ECDSA only for P-256", ["-tls1_3", "-sigalgs", "ECDSA+SHA256:RSA-PSS+SHA256"], "RSA"),
+                 ("TLS 1.3, ECDSA for P-384", ["-tls1_3", "-sigalgs", "ECDSA+SHA384:RSA-PSS+SHA256"], "ECDSA"),
+                 ("TLS 1.2, groups without P-384", ["-tls1_2", "-groups", "P-256:X25519"], "RSA"),
+                 ("TLS 1.2, groups with P-384", ["-tls1_2", "-groups", "P-384:X25519"], "ECDSA")]
+        for what, args, want in cases:
+            rc, out = s_client(p, "-servername", "e.test", "-CAfile", CERTS["ca"], "-verify_return_error", *args)
+            got = {"384": "ECDSA", "2048": "RSA"}.get((re.findall(r"Server public key is (\d+) bit", out) or [""])[0])
+            t.check("e.test (ECDSA P-384 and RSA), %s: the %s certificate" % (what, want),
+                    got == want and "Verify return code: 0 (ok)" in out, want,
+                    (got, re.findall(r".*(?:alert|Verify return code).*", out)[:3]))
         r = run(["curl", "-s", "--max-time", "20", "--resolve", "d.test:%d:127.0.0.1" % p,
                  "--cacert", CERTS["ca"], "https://d.test:%d/dual" % p])
         t.check("curl https://d.test/ verifies and gets 200", r.returncode == 0 and body_path(r.stdout) == "/dual",
