@@ -175,11 +175,23 @@ def metric(s, name, **labels):
 def run_on_a_tty(argv, timeout=15):
     """Runs argv in a session of its own whose controlling terminal is a new pty (what a
     program started from a shell has); (exit code, output). A program that waits for
-    input on its terminal times out: exit code None."""
-    master, slave = pty.openpty()
+    input on its terminal times out: exit code None. Without ptys (a bare container), the
+    program runs with no terminal at all."""
+    try:
+        master, slave = pty.openpty()
+    except OSError:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace")
+
+    def take_the_tty():
+        try:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        except OSError:
+            pass
+
     p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         start_new_session=True,
-                         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+                         start_new_session=True, preexec_fn=take_the_tty)
     os.close(slave)
     try:
         out, _ = p.communicate(timeout=timeout)
