@@ -26,16 +26,32 @@ static void drop_final_dot(char *s) {
     if (n >= 2 && s[n - 1] == '.' && s[n - 2] != '.') s[n - 1] = 0;
 }
 
-/* A target's `sni`: the name sent and verified, lower-cased and without a trailing dot. */
+/* A target's `sni`: the name sent and verified, lower-cased and without a trailing dot.
+ * One host name: a wildcard or an IP address would go out as SNI, which carries neither
+ * (RFC 6066 3), and be checked as a host name no certificate has. */
 static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
-    const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
-    bool ok = *p != 0;
+    bool ok = *s != 0;
     for (char *q = s; *q; q++) *q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q);
     drop_final_dot(s);
-    for (; *p && ok; p++)
+    if (s[0] == '*') {
+        sl__cx_err(cx, v, "sni '%s': a target's sni is one host name, not a wildcard", s);
+        return false;
+    }
+    for (const char *p = s; *p && ok; p++)
         ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
-    if (!ok) sl__cx_err(cx, v, "'%s' is not a server name (a DNS name, or *.suffix)", s);
-    return ok;
+    if (!ok) {
+        sl__cx_err(cx, v, "'%s' is not a server name (a DNS name)", s);
+        return false;
+    }
+    struct in_addr a4;
+    if (inet_pton(AF_INET, s, &a4) == 1) {
+        sl__cx_err(cx, v,
+                   "sni '%s': an IP address is never a TLS server name (RFC 6066); without sni the "
+                   "target's IP address is what is verified",
+                   s);
+        return false;
+    }
+    return true;
 }
 
 static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, const char *owner,

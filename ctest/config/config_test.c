@@ -327,7 +327,13 @@ static void test_unknown_and_unsupported_keys(void) {
 #define TLS_U "listeners: [ { name: w, listen: 127.0.0.1:1 } ]\nupstreams:\n  - name: u\n    targets:\n      - address: 127.0.0.1:2\n"
     EXPECT_ERROR(TLS_U "        tls: { verify: false, ca: x.pem }\n", "6:31: 'ca' has no use with verify: false");
     EXPECT_ERROR(TLS_U "        tls: { ca: /nonexistent/ca.pem }\n", "6:14: cannot read CA file /nonexistent/ca.pem: No such file or directory");
-    EXPECT_ERROR(TLS_U "        tls: { sni: \"a b\" }\n", "6:21: 'a b' is not a server name (a DNS name, or *.suffix)");
+    EXPECT_ERROR(TLS_U "        tls: { sni: \"a b\" }\n", "6:21: 'a b' is not a server name (a DNS name)");
+    /* what a ClientHello cannot carry, sent as one, verified as a host name: never a match */
+    EXPECT_ERROR(TLS_U "        tls: { sni: \"*.a.test\" }\n",
+                 "6:21: sni '*.a.test': a target's sni is one host name, not a wildcard");
+    EXPECT_ERROR(TLS_U "        tls: { sni: 10.1.2.3 }\n",
+                 "6:21: sni '10.1.2.3': an IP address is never a TLS server name (RFC 6066); without "
+                 "sni the target's IP address is what is verified");
     EXPECT_ERROR(TLS_U "        tls: { verfy: true }\n", "6:16: unknown key 'verfy' in 'targets[0].tls' of upstream 'u' (did you mean 'verify'?)");
     EXPECT_ERROR(TLS_U "        tls: maybe\n", "6:14: expected a boolean for 'tls' (true or false)");
     /* keys of tcp listeners, on an http listener */
