@@ -172,6 +172,7 @@ return {
 
 CONF = """\
 workers: 1
+watch: false
 shutdown_timeout: 2s
 admin: { listen: 127.0.0.1:0 }
 plugin_paths: [ %(dir)s/plugins ]
