@@ -135,9 +135,10 @@ static const char *const proxy_accept_keys[PA_N] = {"from"};
 enum { SR_SNI, SR_UPSTREAM, SR_N };
 static const char *const sni_route_keys[SR_N] = {"sni", "upstream"};
 
-/* A TLS server name to route on: a host name or a "*." wildcard, as a route's hosts (and
- * lower-cased like them), but never an IP literal: RFC 6066 forbids those in SNI. */
-static bool check_sni(sl__cx_t *cx, const yaml_node_t *v, char *s) {
+/* A TLS server name to route on or to pick a certificate by: a host name or a "*." wildcard,
+ * as a route's hosts (lower-cased and without a trailing dot, like them), but never an IP
+ * literal: RFC 6066 forbids those in SNI. */
+bool sl__cfg_check_sni(sl__cx_t *cx, const yaml_node_t *v, char *s) {
     if (!sl__cfg_check_host(cx, v, s)) return false;
     struct in_addr a4;
     if (s[0] == '[' || inet_pton(AF_INET, s, &a4) == 1) {
@@ -172,7 +173,7 @@ static void parse_sni_routes(sl__cx_t *cx, const sl__field_t *f, const char *whe
         r->col = sl__cfg_col_of(m);
         const yaml_node_t *v = sl__cfg_required(cx, m, &rf[SR_SNI], sub);
         if (v) {
-            sl__cfg_get_str_list(cx, &rf[SR_SNI], check_sni, &r->names, &r->nnames);
+            sl__cfg_get_str_list(cx, &rf[SR_SNI], sl__cfg_check_sni, &r->names, &r->nnames);
             if (v->type == YAML_SEQUENCE_NODE && r->nnames == 0)
                 sl__cx_err(cx, v, "'sni' of %s needs at least one name", sub);
         }

@@ -174,6 +174,7 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *wh
  * wildcards' suffixes longest first. After the upstream names were resolved. */
 void sl__cfg_build_sni_names(sl__cx_t *cx, sl_listener_conf_t *l);
 void sl__cfg_parse_listener(sl__cx_t *cx, const yaml_node_t *m, size_t idx);
+bool sl__cfg_check_sni(sl__cx_t *cx, const yaml_node_t *v, char *s);
 
 /* ---- upstreams.c ---- */
 void sl__cfg_parse_upstream(sl__cx_t *cx, const yaml_node_t *m, size_t idx);

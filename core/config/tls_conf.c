@@ -19,14 +19,39 @@ static const char *const tls_keys[TL_N] = {"certificates",    "min_version",    
 enum { CA_CA, CA_MODE, CA_DEPTH, CA_CRL, CA_N };
 static const char *const client_auth_keys[CA_N] = {"ca", "mode", "depth", "crl"};
 
+/* Drops an absolute name's trailing dot ("api.example.com."): RFC 6066 sends the name
+ * without it, and certificates name hosts without it (curl strips it for both). */
+static void drop_final_dot(char *s) {
+    size_t n = strlen(s);
+    if (n >= 2 && s[n - 1] == '.' && s[n - 2] != '.') s[n - 1] = 0;
+}
+
+/* A target's `sni`: the name sent and verified, lower-cased and without a trailing dot.
+ * One host name: a wildcard or an IP address would go out as SNI, which carries neither
+ * (RFC 6066 3), and be checked as a host name no certificate has. */
 static bool check_sni_name(sl__cx_t *cx, const yaml_node_t *v, char *s) {
-    const char *p = s[0] == '*' && s[1] == '.' ? s + 2 : s;
-    bool ok = *p != 0;
+    bool ok = *s != 0;
     for (char *q = s; *q; q++) *q = (char)((*q >= 'A' && *q <= 'Z') ? *q + 32 : *q);
-    for (; *p && ok; p++)
+    drop_final_dot(s);
+    if (s[0] == '*') {
+        sl__cx_err(cx, v, "sni '%s': a target's sni is one host name, not a wildcard", s);
+        return false;
+    }
+    for (const char *p = s; *p && ok; p++)
         ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
-    if (!ok) sl__cx_err(cx, v, "'%s' is not a server name (a DNS name, or *.suffix)", s);
-    return ok;
+    if (!ok) {
+        sl__cx_err(cx, v, "'%s' is not a server name (a DNS name)", s);
+        return false;
+    }
+    struct in_addr a4;
+    if (inet_pton(AF_INET, s, &a4) == 1) {
+        sl__cx_err(cx, v,
+                   "sni '%s': an IP address is never a TLS server name (RFC 6066); without sni the "
+                   "target's IP address is what is verified",
+                   s);
+        return false;
+    }
+    return true;
 }
 
 static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, const char *owner,
@@ -44,7 +69,8 @@ static void parse_tls_cert(sl__cx_t *cx, const yaml_node_t *m, size_t idx, const
     if ((v = sl__cfg_required(cx, m, &f[TC_KEY], where)) &&
         sl__cfg_get_string(cx, v, "key", &c->key))
         c->key_path = sl__cfg_resolve_path(cx, c->key);
-    if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], check_sni_name, &c->sni, &c->nsni);
+    /* sni_routes' rules: a name a ClientHello can carry, compared as the client's is */
+    if (f[TC_SNI].val) sl__cfg_get_str_list(cx, &f[TC_SNI], sl__cfg_check_sni, &c->sni, &c->nsni);
     if ((v = f[TC_DEFAULT].val)) sl__cfg_get_bool(cx, v, "default", &c->is_default);
 }
 
@@ -216,7 +242,10 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *wh
      * unless `sni:` says otherwise. */
     struct in6_addr any;
     bool literal = inet_pton(AF_INET, ip, &any) == 1 || inet_pton(AF_INET6, ip, &any) == 1;
-    if (!literal && !c->sni && !(c->sni = sl__cx_strdup(cx, ip))) return;
+    if (!literal && !c->sni) {
+        if (!(c->sni = sl__cx_strdup(cx, ip))) return;
+        drop_final_dot(c->sni);
+    }
     char err[512];
     if (!(c->rt = sl_tls_client_build(c, literal ? ip : NULL, err, sizeof err)))
         sl__cx_at(cx, c->line, c->col, "%s", err);

@@ -102,11 +102,18 @@ static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CI
 typedef struct {
     char *name;     /**< lower-case; a wildcard keeps its suffix with the dot: ".example.com" */
     uint32_t ctx;
+    int32_t alt;    /**< the next entry naming the same name with another key type, or -1 */
     bool wild;
 } sni_name_t;
 
+/* What a certificate entry's key signs with: a name may have one entry of each, and the
+ * handshake takes the one the client can verify (client_takes_ecdsa). */
+enum { KEY_OTHER, KEY_RSA, KEY_ECDSA };
+static const char *const key_kind_name[] = {"non-RSA, non-ECDSA", "RSA", "ECDSA"};
+
 struct sl_tls_server_s {
     SSL_CTX **ctx;
+    unsigned char *kind; /**< per context: its key's KEY_ kind */
     size_t nctx;
     sni_name_t *names;
     size_t nnames;
@@ -133,12 +140,25 @@ static bool readable(const char *path, const char *what, const char *name, char 
     return false;
 }
 
+/* `what` and OpenSSL's reason. The queue's first error is the cause; the last is what the
+ * outermost call added on top ("SSL routines::PEM lib" for any file that is not PEM, where
+ * the first says "PEM routines::no start line"). */
 static void ssl_err_text(char *err, size_t n, const char *what) {
-    unsigned long e = ERR_peek_last_error();
+    unsigned long e = ERR_peek_error();
     char buf[160] = "";
     if (e) ERR_error_string_n(e, buf, sizeof buf);
     ERR_clear_error();
     snprintf(err, n, "%s%s%s", what, buf[0] ? ": " : "", buf);
+}
+
+/* The passphrase callback of every context: sluice reads no passphrase. OpenSSL's own
+ * default prompts on the controlling terminal and waits, which hung `sluice check`, a start
+ * from a shell and every reload of such a gateway. Called only for an encrypted key: it
+ * notes that (asked) so the error can say so. */
+static int no_passphrase(char *buf, int size, int rwflag, void *asked) {
+    (void)buf, (void)size, (void)rwflag;
+    if (asked) *(bool *)asked = true;
+    return -1;
 }
 
 /* The client's ALPN list: h2 when the listener speaks HTTP/2 and the client offers it
@@ -168,6 +188,79 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
 }
 
 void sl_tls_server_offer_h2(sl_tls_server_t *s, bool on) { s->h2 = on; }
+
+/* An ECDSA key's curve as the handshake names it: the SHA-2 byte of its TLS 1.3 scheme
+ * (0x0403 is ecdsa_secp256r1_sha256) and its TLS 1.2 supported_groups id; 0 for a curve
+ * without a TLS 1.3 scheme (any ECDSA scheme is then taken as enough). */
+typedef struct {
+    unsigned char hash;
+    uint16_t group;
+} ec_curve_t;
+
+static ec_curve_t ec_curve(SSL_CTX *ctx) {
+    char name[64] = "";
+    EVP_PKEY *k = SSL_CTX_get0_privatekey(ctx);
+    if (!k || EVP_PKEY_get_group_name(k, name, sizeof name, NULL) != 1) return (ec_curve_t){0, 0};
+    if (strcmp(name, "prime256v1") == 0 || strcmp(name, "P-256") == 0) return (ec_curve_t){4, 23};
+    if (strcmp(name, "secp384r1") == 0 || strcmp(name, "P-384") == 0) return (ec_curve_t){5, 24};
+    if (strcmp(name, "secp521r1") == 0 || strcmp(name, "P-521") == 0) return (ec_curve_t){6, 25};
+    return (ec_curve_t){0, 0};
+}
+
+/* Whether this client can be answered with the ECDSA certificate of context ctx (curve:
+ * its key's). TLS 1.3 (offered): a signature_algorithms scheme for that curve. TLS 1.2: an
+ * ECDSA hash/signature pair (none listed: SHA-1 with the suite's algorithm, RFC 5246
+ * 7.4.1.4.1), the curve in supported_groups when it lists them (RFC 8422 5.1), and an
+ * ECDHE-ECDSA suite the entry's cipher list has. HAProxy picks between a name's ECDSA and
+ * RSA certificates much the same way. */
+static bool client_takes_ecdsa(SSL *ssl, SSL_CTX *ctx, ec_curve_t curve) {
+    const unsigned char *p;
+    size_t len;
+    bool sig12 = true, sig13 = false, tls13 = false;
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_signature_algorithms, &p, &len) == 1) {
+        sig12 = false;
+        /* ECDSA's schemes are 0x0203 ... 0x0603 (TLS 1.2's hash/signature pairs alike) */
+        for (size_t i = 2; i + 1 < len; i += 2)
+            if (p[i + 1] == 3 && p[i] >= 2 && p[i] <= 6) {
+                sig12 = true;
+                sig13 = sig13 || !curve.hash || p[i] == curve.hash;
+            }
+    }
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_versions, &p, &len) == 1)
+        for (size_t i = 1; i + 1 < len; i += 2) tls13 = tls13 || (p[i] == 0x03 && p[i + 1] == 0x04);
+    if (tls13) return sig13;
+    if (!sig12) return false;
+    if (curve.group && SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_supported_groups, &p, &len) == 1) {
+        bool has = false;
+        for (size_t i = 2; i + 1 < len && !has; i += 2) has = (p[i] << 8 | p[i + 1]) == curve.group;
+        if (!has) return false;
+    }
+    const unsigned char *cs;
+    size_t n = SSL_client_hello_get0_ciphers(ssl, &cs);
+    STACK_OF(SSL_CIPHER) *ours = SSL_CTX_get_ciphers(ctx);
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        const SSL_CIPHER *c = SSL_CIPHER_find(ssl, cs + i);
+        if (!c || SSL_CIPHER_get_auth_nid(c) != NID_auth_ecdsa) continue;
+        for (int k = 0; k < sk_SSL_CIPHER_num(ours); k++)
+            if (SSL_CIPHER_get_id(sk_SSL_CIPHER_value(ours, k)) == SSL_CIPHER_get_id(c)) return true;
+    }
+    return false;
+}
+
+/* Of a name's entries (e and its alts, one per key type): ECDSA when the client takes it,
+ * else RSA, else the first. */
+static const sni_name_t *pick_key(const sl_tls_server_t *s, const sni_name_t *e, SSL *ssl) {
+    const sni_name_t *by[3] = {NULL, NULL, NULL};
+    for (const sni_name_t *x = e;; x = &s->names[x->alt]) {
+        by[s->kind[x->ctx]] = x;
+        if (x->alt < 0) break;
+    }
+    if (by[KEY_ECDSA]) {
+        SSL_CTX *ctx = s->ctx[by[KEY_ECDSA]->ctx];
+        if (client_takes_ecdsa(ssl, ctx, ec_curve(ctx))) return by[KEY_ECDSA];
+    }
+    return by[KEY_RSA] ? by[KEY_RSA] : e;
+}
 
 static const sni_name_t *sni_find(const sl_tls_server_t *s, const char *name) {
     char low[256];
@@ -209,6 +302,7 @@ static int client_hello_cb(SSL *ssl, int *alert, void *arg) {
         sl_sni_server_name(ext, len, name, &n) == SL_OK && n) {
         name[n] = 0;
         e = sni_find(s, name);
+        if (e && e->alt >= 0) e = pick_key(s, e, ssl);
     }
     uint32_t i = e ? e->ctx : s->def;
     if (SSL_get_SSL_CTX(ssl) != s->ctx[i]) SSL_set_SSL_CTX(ssl, s->ctx[i]);
@@ -252,7 +346,41 @@ static bool add_name(sl_tls_server_t *s, size_t *cap, const char *name, uint32_t
     if (!copy) return false;
     for (char *p = copy; *p; p++)
         if (*p >= 'A' && *p <= 'Z') *p = (char)(*p + 32);
-    s->names[s->nnames++] = (sni_name_t){copy, ctx, wild};
+    s->names[s->nnames++] = (sni_name_t){copy, ctx, -1, wild};
+    return true;
+}
+
+static int key_kind(SSL_CTX *ctx) {
+    EVP_PKEY *k = SSL_CTX_get0_privatekey(ctx);
+    int id = k ? EVP_PKEY_get_base_id(k) : 0;
+    return id == EVP_PKEY_EC ? KEY_ECDSA : id == EVP_PKEY_RSA || id == EVP_PKEY_RSA_PSS ? KEY_RSA : KEY_OTHER;
+}
+
+/* Links a name that entry `idx` adds (names[from...]) to an earlier entry's copy of it, as an
+ * alternative for another key type. With one key type the earlier entry keeps the name: a
+ * name the entry's `sni` lists (`listed`) is then an error, as it could never be served; a
+ * certificate's own name is left to the earlier entry (certificates' names overlap, and
+ * the entry still serves its others). */
+static bool link_names(sl_tls_server_t *s, size_t from, uint32_t idx, bool listed, char *err,
+                       size_t errlen) {
+    for (size_t j = from; j < s->nnames; j++) {
+        sni_name_t *n = &s->names[j];
+        for (size_t k = 0; k < from; k++) {
+            sni_name_t *o = &s->names[k];
+            if (o->wild != n->wild || strcmp(o->name, n->name) != 0) continue;
+            while (s->kind[o->ctx] != s->kind[idx] && o->alt >= 0) o = &s->names[o->alt];
+            if (s->kind[o->ctx] != s->kind[idx]) {
+                o->alt = (int32_t)j;
+            } else if (listed) {
+                snprintf(err, errlen,
+                         "'%s%s' already selects certificates[%u], whose key is also %s: a name "
+                         "selects one certificate per key type (one RSA, one ECDSA)",
+                         n->wild ? "*" : "", n->name, o->ctx, key_kind_name[s->kind[idx]]);
+                return false;
+            }
+            break;
+        }
+    }
     return true;
 }
 
@@ -375,6 +503,7 @@ void sl_tls_server_free(sl_tls_server_t *s) {
     for (size_t i = 0; i < s->nctx; i++) SSL_CTX_free(s->ctx[i]);
     for (size_t i = 0; i < s->nnames; i++) free(s->names[i].name);
     free(s->ctx);
+    free(s->kind);
     free(s->names);
     free(s);
 }
@@ -383,7 +512,9 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
                                      int *bad) {
     *bad = -1;
     sl_tls_server_t *s = calloc(1, sizeof *s);
-    if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx))) {
+    if (!s || !(s->ctx = calloc(c->ncerts, sizeof *s->ctx)) ||
+        !(s->kind = calloc(c->ncerts, sizeof *s->kind))) {
+        if (s) free(s->ctx);
         free(s);
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -439,7 +570,20 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             ssl_err_text(err, errlen, what);
             goto fail;
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM) != 1) {
+        bool encrypted = false;
+        SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+        SSL_CTX_set_default_passwd_cb_userdata(ctx, &encrypted);
+        int key_ok = SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM);
+        SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+        if (key_ok != 1 && encrypted) {
+            ERR_clear_error();
+            snprintf(err, errlen,
+                     "key %s is encrypted: sluice reads no passphrase; store the key decrypted "
+                     "(openssl pkey -in KEY -out PLAIN.key), readable only by sluice's user",
+                     cc->key);
+            goto fail;
+        }
+        if (key_ok != 1) {
             char what[600];
             snprintf(what, sizeof what, "cannot load key %s", cc->key);
             ssl_err_text(err, errlen, what);
@@ -450,6 +594,8 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             snprintf(err, errlen, "key %s does not match certificate %s", cc->key, cc->cert);
             goto fail;
         }
+        s->kind[i] = (unsigned char)key_kind(ctx);
+        size_t first_name = s->nnames;
         bool ok = true;
         if (cc->nsni)
             for (size_t j = 0; j < cc->nsni; j++)
@@ -460,6 +606,7 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
+        if (!link_names(s, first_name, (uint32_t)i, cc->nsni > 0, err, errlen)) goto fail;
         if (cc->is_default) s->def = (uint32_t)i;
         if (c->client_auth && !client_auth_apply(s, c->client_auth, ctx)) {
             *bad = -3;

@@ -302,8 +302,11 @@ static void test_unknown_and_unsupported_keys(void) {
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt } ]\n", "5:23: missing required key 'key' in 'tls.certificates[0]' of listener 'web'");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key } ]\n      min_version: \"1.1\"\n",
                  "6:20: min_version '1.1' is not allowed (1.2 or 1.3; never below 1.2)");
+    /* a certificate's sni names follow sni_routes' rules */
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, sni: [\"bad name\"] } ]\n",
-                 "5:56: 'bad name' is not a server name (a DNS name, or *.suffix)");
+                 "5:56: host 'bad name' is not a valid host name");
+    EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, sni: [a.test, 10.0.0.1] } ]\n",
+                 "5:64: sni '10.0.0.1': an IP address is never a TLS server name (RFC 6066)");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: a.crt, key: a.key, default: true }, { cert: b.crt, key: b.key, default: true } ]\n",
                  "5:67: only one certificate may be the default");
     EXPECT_ERROR(TLS_L "      certificates: [ { cert: /nonexistent/a.crt, key: a.key } ]\n",
@@ -324,7 +327,13 @@ static void test_unknown_and_unsupported_keys(void) {
 #define TLS_U "listeners: [ { name: w, listen: 127.0.0.1:1 } ]\nupstreams:\n  - name: u\n    targets:\n      - address: 127.0.0.1:2\n"
     EXPECT_ERROR(TLS_U "        tls: { verify: false, ca: x.pem }\n", "6:31: 'ca' has no use with verify: false");
     EXPECT_ERROR(TLS_U "        tls: { ca: /nonexistent/ca.pem }\n", "6:14: cannot read CA file /nonexistent/ca.pem: No such file or directory");
-    EXPECT_ERROR(TLS_U "        tls: { sni: \"a b\" }\n", "6:21: 'a b' is not a server name (a DNS name, or *.suffix)");
+    EXPECT_ERROR(TLS_U "        tls: { sni: \"a b\" }\n", "6:21: 'a b' is not a server name (a DNS name)");
+    /* what a ClientHello cannot carry, sent as one, verified as a host name: never a match */
+    EXPECT_ERROR(TLS_U "        tls: { sni: \"*.a.test\" }\n",
+                 "6:21: sni '*.a.test': a target's sni is one host name, not a wildcard");
+    EXPECT_ERROR(TLS_U "        tls: { sni: 10.1.2.3 }\n",
+                 "6:21: sni '10.1.2.3': an IP address is never a TLS server name (RFC 6066); without "
+                 "sni the target's IP address is what is verified");
     EXPECT_ERROR(TLS_U "        tls: { verfy: true }\n", "6:16: unknown key 'verfy' in 'targets[0].tls' of upstream 'u' (did you mean 'verify'?)");
     EXPECT_ERROR(TLS_U "        tls: maybe\n", "6:14: expected a boolean for 'tls' (true or false)");
     /* keys of tcp listeners, on an http listener */

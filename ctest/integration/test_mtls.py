@@ -27,6 +27,8 @@ second client CA signing mallory.
      content counts as a change): a keep-alive connection from before keeps
      working, a new connection with alice fails its handshake, and a TLS 1.3 session
      saved before the reload is not resumed past the new CRL.
+  6b. With watch: true, replacing the CRL file alone (revoking bob) reloads: bob's next
+     handshake fails.
   7. sluice check: mtls-auth with no client_auth listener, an unreadable CA file, a
      credential without subject or san are errors at their line.
 """
@@ -172,6 +174,7 @@ return {
 
 CONF = """\
 workers: 1
+watch: false
 shutdown_timeout: 2s
 admin: { listen: 127.0.0.1:0 }
 plugin_paths: [ %(dir)s/plugins ]
@@ -428,6 +431,25 @@ def test_reload(t, s):
             "certificate revoked", (code, c))
 
 
+def test_watch(t, up):
+    """watch: true, and only the CRL file replaced: the watcher reloads by itself."""
+    s = h.start_sluice(conf_text(up).replace("watch: false", "watch: true"), suite=t, name="mtls-watch")
+    try:
+        p = s.port("req")
+        code, _, _, err = curl(p, "/who", "bob")
+        t.check("watch: true: bob's certificate passes the handshake", code == "200", "200", (code, err[:200]))
+        gen = s.status()["generation"]
+        h.openssl("ca", "-config", C["ca.cnf"], "-revoke", C["bob"])
+        gencrl(C["crl"])
+        ok = h.wait_until(lambda: curl(p, "/who", "bob")[0] == "000", 10)
+        st = s.status()
+        t.check("a CRL revoking bob, no reload asked for: a new generation refuses bob's handshake",
+                ok and st["generation"] > gen, ("000", "generation > %d" % gen),
+                (curl(p, "/who", "bob")[0], st["generation"]))
+    finally:
+        s.stop()
+
+
 def check_conf(text):
     d = h.new_tmpdir("mtlscheck")
     path = os.path.join(d, "sluice.yaml")
@@ -492,6 +514,7 @@ def main(t):
         test_optional(t, s)
         test_http2(t, s)
         test_reload(t, s)
+        test_watch(t, up)
     finally:
         s.stop()
         up.stop()

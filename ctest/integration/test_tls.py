@@ -8,18 +8,30 @@ and a key that does not match its certificate.
   1. SNI: curl --resolve gets a.test's and b.test's own certificates (verified against
      the test CA); an unknown name and no SNI get the default; an entry without `sni`
      is chosen by its certificate's SAN; *.w.test serves x.w.test and the longer
-     *.deep.w.test wins for h.deep.w.test.
+     *.deep.w.test wins for h.deep.w.test; a name listed with a trailing dot ("bb.test.")
+     is the same name, as in sni_routes and routes' hosts.
+  1b. One name, an RSA and an ECDSA certificate: s_client limited to ECDSA or RSA
+     signatures (TLS 1.3), or to ECDHE-ECDSA or ECDHE-RSA suites (TLS 1.2), gets the one
+     it can verify, ECDSA when it takes both; with a P-384 ECDSA key, a TLS 1.3 client
+     without the P-384 scheme, or a TLS 1.2 one without the P-384 group, gets RSA; the
+     same name listed in two entries' `sni`
+     with RSA keys is a config error at the second; two certificates whose own names
+     overlap (no `sni`) load, the first keeping the shared name.
   2. Versions, ALPN, resumption: -tls1_1 is refused, min_version 1.3 refuses -tls1_2
      (the same client gets TLS 1.2 from a 1.2 listener); ALPN h2,http/1.1 answers
      h2 (HTTP/2 is on by default) and http/1.1 alone answers http/1.1; -tls1_2 -reconnect is Reused; TLS 1.3 -sess_out/-sess_in is Reused;
      with workers: 2 every one of many resumptions is Reused whichever worker accepts;
      session_tickets: false gives New.
-  3. Config: `sluice check` on a mismatched key and on an unreadable certificate exits 1
-     with FILE:LINE:COL naming the file; a reload with a broken certificate is 422 and
+  3. Config: `sluice check` on a mismatched key, an unreadable certificate, a DER
+     certificate (the reason: "no start line") and an IP address in `sni` exits 1
+     with FILE:LINE:COL naming the file, and so does an encrypted key (run with a pty
+     as its terminal: no passphrase prompt, no hang); a reload with a broken certificate
+     or an encrypted key is 422 and
      the old one keeps serving; a reload to a new certificate serves it to new
      connections while a keep-alive connection from before keeps working.
   4. Upstream TLS (a Python ssl server reporting session reuse and the SNI it got):
-     verified 200; the configured SNI arrives; without sni the IP SAN is verified (and a
+     verified 200; the configured SNI arrives (sni: UP.test. arrives as up.test and
+     verifies); without sni the IP SAN is verified (and a
      certificate without it is refused); the next connection resumes; a wrong CA is 502
      with "certificate verify failed" in the log; verify: false passes; a target that
      closes without close_notify ends a close-delimited body whole (a body with a length
@@ -34,17 +46,21 @@ and a key that does not match its certificate.
      checksummed at the far ends; pipelined requests over TLS answered in order.
 """
 
+import fcntl
 import hashlib
 import http.server
 import json
 import os
+import pty
 import random
 import re
+import select
 import socket
 import socketserver
 import ssl
 import subprocess
 import sys
+import termios
 import threading
 import time
 import urllib.request
@@ -74,8 +90,8 @@ def make_ca(name):
     return h.make_ca(DIR, name)
 
 
-def make_leaf(name, cn, san, ca="ca"):
-    crt, key = h.make_leaf(DIR, name, cn, san, ca)
+def make_leaf(name, cn, san, ca="ca", rsa=False, curve="prime256v1"):
+    crt, key = h.make_leaf(DIR, name, cn, san, ca, rsa, curve)
     CERTS[name] = crt
     CERTS[name + ".key"] = key
     return crt, key
@@ -154,6 +170,48 @@ def body_path(raw):
 def metric(s, name, **labels):
     _, samples = s.metrics()
     return sum(h.metric_values(samples, name, **labels))
+
+
+def run_on_a_tty(argv, timeout=15):
+    """Runs argv in a session of its own whose controlling terminal is a new pty (what a
+    program started from a shell has); (exit code, output). A program that waits for
+    input on its terminal times out: exit code None. Without ptys (a bare container), the
+    program runs with no terminal at all."""
+    try:
+        master, slave = pty.openpty()
+    except OSError:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace")
+
+    def take_the_tty():
+        try:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        except OSError:
+            pass
+
+    p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True, preexec_fn=take_the_tty)
+    os.close(slave)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+        rc = None
+    try:
+        while True:   # what it wrote to the terminal itself (a prompt)
+            if not select.select([master], [], [], 0)[0]:
+                break
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            out += chunk
+    except OSError:
+        pass
+    os.close(master)
+    return rc, out.decode(errors="replace")
 
 
 def post_reload(s):
@@ -323,7 +381,7 @@ ROUTES = """routes:
 def listener_tls(extra="", certs=None):
     certs = certs or """        - { cert: %(default)s, key: %(default.key)s }
         - { cert: %(a)s, key: %(a.key)s, sni: [a.test] }
-        - { cert: %(b)s, key: %(b.key)s, sni: [b.test] }
+        - { cert: %(b)s, key: %(b.key)s, sni: [b.test, "bb.test."] }
         - { cert: %(c)s, key: %(c.key)s }
         - { cert: %(w)s, key: %(w.key)s, sni: ["*.w.test"] }
         - { cert: %(dw)s, key: %(dw.key)s, sni: ["*.deep.w.test"] }
@@ -355,6 +413,13 @@ def setup(t):
     make_leaf("c", "c.test", "DNS:c.test")
     make_leaf("w", "wild.w.test", "DNS:*.w.test")
     make_leaf("dw", "wild.deep.w.test", "DNS:*.deep.w.test")
+    make_leaf("d_rsa", "d.test", "DNS:d.test", rsa=True)   # one name, an RSA and an ECDSA certificate
+    make_leaf("d_ec", "d.test", "DNS:d.test")
+    make_leaf("d_rsa2", "d.test", "DNS:d.test", rsa=True)
+    make_leaf("e_ec384", "e.test", "DNS:e.test", curve="secp384r1")   # ECDSA P-384 beside RSA
+    make_leaf("e_rsa", "e.test", "DNS:e.test", rsa=True)
+    make_leaf("ov1", "ov1.test", "DNS:ov1.test,DNS:shared.test")   # two certificates sharing a name
+    make_leaf("ov2", "ov2.test", "DNS:ov2.test,DNS:shared.test")
     make_leaf("up", "up.test", "DNS:up.test,IP:127.0.0.1")
     make_leaf("other", "up.test", "DNS:up.test,IP:127.0.0.1", ca="otherca")
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
@@ -385,13 +450,84 @@ def test_sni(t):
                 re.findall(r"subject=.*", out))
         cases = [("unknown.test", "default"), (None, "default"), ("A.TEST", "a"), ("c.test", "c"),
                  ("x.w.test", "w"), ("h.deep.w.test", "dw"), ("deep.w.test", "w"),
-                 ("w.test", "default")]
+                 ("w.test", "default"), ("bb.test", "b"), ("bb.test.", "b")]
         for sni, want in cases:
             got = served_pem(p, sni)
             t.check("SNI %s gets the %s certificate" % (sni, want), got == pem(CERTS[want]),
                     cert_cn(pem(CERTS[want])), cert_cn(got))
     finally:
         s.stop()
+
+
+def key_bits(out):
+    m = re.search(r"Server public key is (\d+) bit", out)
+    return {"256": "ECDSA", "2048": "RSA"}.get(m.group(1)) if m else None
+
+
+def test_rsa_and_ecdsa(t):
+    """One name, an RSA and an ECDSA certificate (nginx's two ssl_certificate lines, HAProxy's
+    two crt): the client gets the one its signature algorithms and suites take, ECDSA when
+    it takes both. Before, the first entry took the name and the second was never served:
+    an ECDSA-only client failed the handshake."""
+    certs = ("        - { cert: %(default)s, key: %(default.key)s }\n"
+             "        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
+             "        - { cert: %(d_ec)s, key: %(d_ec.key)s, sni: [d.test] }\n"
+             "        - { cert: %(e_ec384)s, key: %(e_ec384.key)s, sni: [e.test] }\n"
+             "        - { cert: %(e_rsa)s, key: %(e_rsa.key)s, sni: [e.test] }\n"
+             "        - { cert: %(ov1)s, key: %(ov1.key)s }\n"
+             "        - { cert: %(ov2)s, key: %(ov2.key)s }\n" % CERTS)
+    s = h.start_sluice(gw_config(certs=certs), suite=t, name="dual")
+    p = s.port()
+    try:
+        cases = [("TLS 1.3, ECDSA signatures only", ["-tls1_3", "-sigalgs", "ECDSA+SHA256"], "ECDSA"),
+                 ("TLS 1.3, RSA signatures only", ["-tls1_3", "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256"], "RSA"),
+                 ("TLS 1.3, both (openssl's default list)", ["-tls1_3"], "ECDSA"),
+                 ("TLS 1.2, ECDHE-RSA suites only", ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"], "RSA"),
+                 ("TLS 1.2, ECDHE-ECDSA suites only", ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"], "ECDSA"),
+                 ("TLS 1.2, both suites, RSA signatures only",
+                  ["-tls1_2", "-sigalgs", "RSA+SHA256"], "RSA")]
+        for what, args, want in cases:
+            rc, out = s_client(p, "-servername", "d.test", "-CAfile", CERTS["ca"], "-verify_return_error", *args)
+            t.check("d.test, %s: the %s certificate, verified" % (what, want),
+                    key_bits(out) == want and "Verify return code: 0 (ok)" in out, want,
+                    (key_bits(out), re.findall(r".*(?:alert|Verify return code).*", out)[:3]))
+        # The ECDSA certificate's curve counts: TLS 1.3 names it in the scheme (P-384 is
+        # ecdsa_secp384r1_sha384), TLS 1.2 in supported_groups. Chrome offers no P-521 scheme.
+        cases = [("TLS 1.3, ECDSA only for P-256", ["-tls1_3", "-sigalgs", "ECDSA+SHA256:RSA-PSS+SHA256"], "RSA"),
+                 ("TLS 1.3, ECDSA for P-384", ["-tls1_3", "-sigalgs", "ECDSA+SHA384:RSA-PSS+SHA256"], "ECDSA"),
+                 ("TLS 1.2, groups without P-384", ["-tls1_2", "-groups", "P-256:X25519"], "RSA"),
+                 ("TLS 1.2, groups with P-384", ["-tls1_2", "-groups", "P-384:X25519"], "ECDSA")]
+        for what, args, want in cases:
+            rc, out = s_client(p, "-servername", "e.test", "-CAfile", CERTS["ca"], "-verify_return_error", *args)
+            got = {"384": "ECDSA", "2048": "RSA"}.get((re.findall(r"Server public key is (\d+) bit", out) or [""])[0])
+            t.check("e.test (ECDSA P-384 and RSA), %s: the %s certificate" % (what, want),
+                    got == want and "Verify return code: 0 (ok)" in out, want,
+                    (got, re.findall(r".*(?:alert|Verify return code).*", out)[:3]))
+        r = run(["curl", "-s", "--max-time", "20", "--resolve", "d.test:%d:127.0.0.1" % p,
+                 "--cacert", CERTS["ca"], "https://d.test:%d/dual" % p])
+        t.check("curl https://d.test/ verifies and gets 200", r.returncode == 0 and body_path(r.stdout) == "/dual",
+                "exit 0, /dual", (r.returncode, r.stdout[:120]))
+        for sni, want in (("shared.test", "ov1"), ("ov2.test", "ov2")):
+            got = served_pem(p, sni)
+            t.check("certificates' own names overlapping (shared.test, one key type): %s gets %s" % (sni, want),
+                    got == pem(CERTS[want]), cert_cn(pem(CERTS[want])), cert_cn(got))
+        rc, out = s_client(p, "-sigalgs", "ECDSA+SHA256")
+        t.check("no SNI still gets the default entry", "CN = default.test" in out or "CN=default.test" in out,
+                "default.test", re.findall(r"subject=.*", out))
+    finally:
+        s.stop()
+
+    d = h.new_tmpdir("dual")
+    cfg = os.path.join(d, "same-key-type.yaml")
+    with open(cfg, "w") as f:
+        f.write(gw_config(certs="        - { cert: %(d_rsa)s, key: %(d_rsa.key)s, sni: [d.test] }\n"
+                                "        - { cert: %(d_rsa2)s, key: %(d_rsa2.key)s, sni: [D.test.] }\n" % CERTS))
+    r = h.run_cli(["check", "-c", cfg])
+    out = r.stdout + r.stderr
+    m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg), out, re.M)
+    t.check("check: two RSA certificates for d.test (the second never served) exit 1 at the second entry",
+            r.returncode == 1 and m is not None and int(m.group(1)) == 11 and "d.test" in m.group(3),
+            "%s:11:COL: ... d.test ..." % cfg, (r.returncode, out))
 
 
 def test_versions_alpn_resumption(t):
@@ -490,13 +626,19 @@ def test_versions_alpn_resumption(t):
         s.stop()
 
 
+def write_tls_config(d, name, entries):
+    """A config file d/name whose one listener has these certificate entries (text), the
+    first on line 8."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
+                "    protocol: http\n    tls:\n      certificates:\n%s%s" % (entries, ROUTES))
+    return path
+
+
 def test_config_errors_and_reload(t):
     d = h.new_tmpdir("cfg")
-    bad_key = os.path.join(d, "bad.yaml")
-    with open(bad_key, "w") as f:
-        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
-                "    protocol: http\n    tls:\n      certificates:\n"
-                "        - { cert: %s, key: %s }\n%s" % (CERTS["a"], CERTS["mismatch.key"], ROUTES))
+    bad_key = write_tls_config(d, "bad.yaml", "        - { cert: %s, key: %s }\n" % (CERTS["a"], CERTS["mismatch.key"]))
     r = h.run_cli(["check", "-c", bad_key])
     out = r.stdout + r.stderr
     m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(bad_key), out, re.M)
@@ -512,13 +654,10 @@ def test_config_errors_and_reload(t):
     if os.getuid() == 0:   # root reads any mode: make it unreadable the other way
         os.remove(unreadable)
         os.mkdir(unreadable)
-    cfg2 = os.path.join(d, "unreadable.yaml")
-    with open(cfg2, "w") as f:
-        f.write("admin: { listen: 127.0.0.1:0 }\nlisteners:\n  - name: web\n    listen: 127.0.0.1:0\n"
-                "    protocol: http\n    tls:\n      certificates:\n"
-                "        - { cert: %s, key: %s }\n"
-                "        - { cert: unreadable.crt, key: %s, sni: [z.test] }\n%s"
-                % (CERTS["a"], CERTS["a.key"], CERTS["a.key"], ROUTES))
+    cfg2 = write_tls_config(d, "unreadable.yaml",
+                            "        - { cert: %s, key: %s }\n"
+                            "        - { cert: unreadable.crt, key: %s, sni: [z.test] }\n"
+                            % (CERTS["a"], CERTS["a.key"], CERTS["a.key"]))
     r = h.run_cli(["check", "-c", cfg2])
     out = r.stdout + r.stderr
     m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg2), out, re.M)
@@ -526,6 +665,40 @@ def test_config_errors_and_reload(t):
     t.check("check: FILE:LINE:COL at the entry, naming unreadable.crt",
             m is not None and int(m.group(1)) == 9 and "unreadable.crt" in m.group(3),
             "%s:9:COL: ... unreadable.crt" % cfg2, out)
+
+    # A DER certificate (PEM is what `cert` takes): the reason, not OpenSSL's last wrapper
+    # of it ("SSL routines::PEM lib", which every bad file gave)
+    der = os.path.join(d, "a.der")
+    openssl("x509", "-in", CERTS["a"], "-outform", "der", "-out", der)
+    cfg5 = write_tls_config(d, "der.yaml", "        - { cert: a.der, key: %s }\n" % CERTS["a.key"])
+    r = h.run_cli(["check", "-c", cfg5])
+    out = r.stdout + r.stderr
+    t.check("check: a DER certificate exits 1 at the entry, saying no PEM was found",
+            r.returncode == 1 and re.search(r"^%s:8:\d+: .*a\.der.*no start line" % re.escape(cfg5), out, re.M),
+            "%s:8:COL: cannot load certificate a.der ...: ...no start line" % cfg5, (r.returncode, out))
+
+    # An IP address in a certificate's sni: no ClientHello names one (RFC 6066), as sni_routes says
+    cfg4 = write_tls_config(d, "ipsni.yaml", "        - { cert: %s, key: %s, sni: [a.test, 127.0.0.1] }\n"
+                            % (CERTS["a"], CERTS["a.key"]))
+    r = h.run_cli(["check", "-c", cfg4])
+    out = r.stdout + r.stderr
+    t.check("check: an IP address in a certificate's sni exits 1 at it",
+            r.returncode == 1 and re.search(r"^%s:8:\d+: .*127\.0\.0\.1.*IP address" % re.escape(cfg4), out, re.M),
+            "%s:8:COL: sni '127.0.0.1': an IP address ..." % cfg4, (r.returncode, out))
+
+    # A passphrase-protected key: OpenSSL's default is to prompt on the terminal, which
+    # hung `sluice check`, a start from a shell, and a reload of such a gateway. Run with a
+    # terminal of its own (a pty as the controlling tty), it must fail at once and say why.
+    enc = os.path.join(d, "enc.key")
+    openssl("pkey", "-in", CERTS["a.key"], "-aes256", "-passout", "pass:secret", "-out", enc)
+    cfg3 = write_tls_config(d, "encrypted.yaml", "        - { cert: %s, key: enc.key }\n" % CERTS["a"])
+    rc, out = run_on_a_tty([h.BIN, "check", "-c", cfg3])
+    m = re.search(r"^%s:(\d+):(\d+): (.*)$" % re.escape(cfg3), out, re.M)
+    t.check("check: an encrypted key exits 1 without asking for a passphrase",
+            rc == 1 and "pass phrase" not in out.lower(), 1, (rc, out[-400:]))
+    t.check("check: FILE:LINE:COL at the entry, saying enc.key is encrypted",
+            m is not None and int(m.group(1)) == 8 and "enc.key" in m.group(3) and "encrypted" in m.group(3),
+            "%s:8:COL: key enc.key is encrypted ..." % cfg3, out[-400:])
 
     # reload: broken certificate rejected, then a swap to a new certificate file
     certs_a = "        - { cert: %s, key: %s }\n" % (CERTS["a"], CERTS["a.key"])
@@ -542,6 +715,10 @@ def test_config_errors_and_reload(t):
         t.check("reload with a mismatched key: 422", code == 422 and js.get("ok") is False, 422, (code, js))
         t.check("the rejection names the certificate entry", "mismatch.key" in str(js.get("error")) or
                 "a.crt" in str(js.get("error")), "error naming the file", js.get("error"))
+        write(s.config_path, gw_config(certs="        - { cert: %s, key: %s }\n" % (CERTS["a"], enc)))
+        code, js = post_reload(s)
+        t.check("reload with an encrypted key: 422 saying so", code == 422 and "enc.key is encrypted" in str(js.get("error")),
+                (422, "enc.key is encrypted"), (code, js))
         r = tls_request(p, path="/after-reject")
         t.check("old certificate keeps serving HTTPS after a rejected reload",
                 r.status == 200 and served_pem(p, "a.test") == pem(CERTS["a"]) and s.status()["generation"] == gen,
@@ -601,6 +778,7 @@ def test_upstream_tls(t):
         ("wrongca", up.address, "{ verify: true, ca: %s, sni: up.test }" % other),
         # `ca` with verify: false is refused at load ('ca' has no use): no CA at all here
         ("noverify", up.address, "{ verify: false, sni: up.test }"),
+        ("dot", up.address, "{ ca: %s, sni: UP.test. }" % ca),    # an absolute name, upper-case
     ]
     s = h.start_sluice(proxy_config(targets, "    keepalive: { max_idle: 0 }\n"), suite=t, name="upstream")
     p = s.port()
@@ -633,6 +811,9 @@ def test_upstream_tls(t):
         t.check("the gateway log names the verification error", ok,
                 "upstream TLS handshake: certificate verify failed: unable to get local issuer certificate",
                 [ln for ln in s.log().splitlines() if "TLS" in ln][-5:])
+        r = tls_request(p, path="/dot/x")
+        t.check("sni: UP.test. (absolute, upper-case) is sent and verified as up.test, as curl does: 200",
+                r.status == 200 and r.header("X-SNI") == "up.test", (200, "up.test"), (r.status, r.header("X-SNI")))
         r = tls_request(p, path="/noverify/x")
         t.check("verify: false (no CA that could verify it): 200", r.status == 200 and r.header("X-SNI") == "up.test",
                 (200, "up.test"), (r.status, r.header("X-SNI")))
@@ -892,5 +1073,5 @@ def test_bulk(t):
         up.stop()
 
 
-t.run(setup, test_sni, test_versions_alpn_resumption, test_config_errors_and_reload, test_upstream_tls,
+t.run(setup, test_sni, test_rsa_and_ecdsa, test_versions_alpn_resumption, test_config_errors_and_reload, test_upstream_tls,
       test_robustness, test_bulk)

@@ -24,12 +24,15 @@ def make_ca(d, name="ca"):
     return key, crt
 
 
-def make_leaf(d, name, cn, san, ca="ca"):
+def make_leaf(d, name, cn, san, ca="ca", rsa=False, curve="prime256v1"):
     """A server certificate signed by CA `ca` of folder d, with subjectAltName `san`
-    ("DNS:a.test,IP:127.0.0.1"): (cert path, key path)."""
+    ("DNS:a.test,IP:127.0.0.1"), its key EC on `curve` (rsa: RSA 2048): (cert path, key path)."""
     key, csr = os.path.join(d, name + ".key"), os.path.join(d, name + ".csr")
     crt, ext = os.path.join(d, name + ".crt"), os.path.join(d, name + ".ext")
-    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", key)
+    if rsa:
+        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key)
+    else:
+        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:" + curve, "-out", key)
     openssl("req", "-new", "-key", key, "-out", csr, "-subj", "/CN=" + cn)
     with open(ext, "w") as f:
         f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
