@@ -113,6 +113,12 @@ local function convert_fields(fields, where)
         if not name then return nil, err end
         local spec, cerr = convert(field, where == "config" and name or (where .. "." .. name))
         if not spec then return nil, cerr end
+        -- Kong makes a plugin's records required unless they say `required = false`
+        -- (Entity.new_subschema's make_records_required) and fills an absent required
+        -- record with its fields' defaults, nested records too
+        if field.type == "record" and field.required ~= false and spec.default == nil then
+            spec.default = {}
+        end
         out[name] = spec
     end
     return out
@@ -157,8 +163,6 @@ convert = function(f, where)
         local fields, err = convert_fields(f.fields, where)
         if not fields then return nil, err end
         spec.type, spec.fields = "record", fields
-        -- Kong fills a required record that is absent with its fields' defaults
-        if spec.default == nil and f.required then spec.default = {} end
     else
         return nil, ("field '%s': type '%s' is not supported by sluice's Kong layer"):format(where, tostring(t))
     end

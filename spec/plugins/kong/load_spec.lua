@@ -39,3 +39,28 @@ describe("Kong plugin loading", function()
             "kong.request.get_forwarded_host is not supported by sluice's Kong layer (docs/plugins.md, \"Kong plugins\")")
     end)
 end)
+
+describe("Kong plugin schemas", function()
+    local function start(config)
+        return test.start({ plugin_paths = { test.source_path("spec/fixtures/kong") },
+            routes = { { name = "r", match = { paths = { "/" } },
+                         plugins = { { name = "kong-records", config = config } } } } })
+    end
+
+    local function conf_of(config)
+        local gw = assert(start(config))
+        local res = assert(gw:request({ path = "/" }))
+        gw:stop()
+        assert.equal(200, res.status, res.body)
+        return res.json()
+    end
+
+    it("fill an absent record with its fields' defaults, nested too (Kong makes records required)", function()
+        local c = conf_of({ second = 1 })
+        assert.same({ port = 6379, timeouts = { connect = 2000 } }, c.redis)
+        assert.is_nil(c.extra) -- `required = false` keeps a record absent
+        c = conf_of({ second = 1, redis = { host = "r.example" }, extra = {} })
+        assert.same({ host = "r.example", port = 6379, timeouts = { connect = 2000 } }, c.redis)
+        assert.same({ x = "d" }, c.extra)
+    end)
+end)
