@@ -245,29 +245,45 @@ end
 
 local function set(v) return v ~= nil end
 
-local function entity_check(c, conf)
+-- The value of field `name` of conf: "a.b" is conf.a.b, as Kong's get_field reads it. In
+-- the schema's top-level checks names start with "config." (the plugin entity's field).
+local function field_of(conf, name, top)
+    local v = conf
+    for part in name:gmatch("[^.]+") do
+        if top then
+            top = false -- "config"
+        else
+            if type(v) ~= "table" then return nil end
+            v = v[part]
+        end
+    end
+    return v
+end
+
+local function entity_check(c, conf, top)
     local kind, arg = next(c)
+    local function get(name) return field_of(conf, name, top) end
     if kind == "at_least_one_of" then
         for _, k in ipairs(arg) do
-            if set(conf[k]) then return true end
+            if set(get(k)) then return true end
         end
         return nil, "at least one of these fields must be non-empty: " .. concat(arg, ", ")
     elseif kind == "only_one_of" then
         local n = 0
         for _, k in ipairs(arg) do
-            if set(conf[k]) then n = n + 1 end
+            if set(get(k)) then n = n + 1 end
         end
         if n == 1 then return true end
         return nil, "exactly one of these fields must be non-empty: " .. concat(arg, ", ")
     elseif kind == "mutually_exclusive" then
         local n = 0
         for _, k in ipairs(arg) do
-            if set(conf[k]) then n = n + 1 end
+            if set(get(k)) then n = n + 1 end
         end
         if n <= 1 then return true end
         return nil, "only one or none of these fields must be set: " .. concat(arg, ", ")
     elseif kind == "conditional" then
-        local v = conf[arg.if_field]
+        local v = get(arg.if_field)
         local cond = arg.if_match or {}
         local applies = (cond.eq == nil or v == cond.eq) and (not cond.required or set(v))
             and (cond.one_of == nil or (function()
@@ -275,7 +291,7 @@ local function entity_check(c, conf)
                 return false
             end)())
         if not applies then return true end
-        local tv, then_match = conf[arg.then_field], arg.then_match or {}
+        local tv, then_match = get(arg.then_field), arg.then_match or {}
         if then_match.required and not set(tv) then
             return nil, ("%s: required field missing"):format(arg.then_field)
         end
@@ -307,6 +323,24 @@ function _M.convert(kschema)
             return nil, ("entity check '%s' is not supported by sluice's Kong layer"):format(tostring(kind))
         end
     end
+    -- The schema's own entity_checks (beside `fields`) name the plugin entity's fields:
+    -- "config.X" are the config's and are run on it; a check naming another field
+    -- (consumer, route, protocols, ...) is about where Kong applies the plugin, which
+    -- sluice's routes say: it is read and ignored, as those fields are.
+    local top_checks = {}
+    for _, c in ipairs(kschema.entity_checks or {}) do
+        local kind, arg = nil, nil
+        if type(c) == "table" then kind, arg = next(c) end
+        if not ENTITY_CHECKS[kind] or type(arg) ~= "table" then
+            return nil, ("entity check '%s' is not supported by sluice's Kong layer"):format(tostring(kind))
+        end
+        local names = kind == "conditional" and { arg.if_field, arg.then_field } or arg
+        local all_config = #names > 0
+        for i = 1, #names do
+            if type(names[i]) ~= "string" or names[i]:sub(1, 7) ~= "config." then all_config = false end
+        end
+        if all_config then top_checks[#top_checks + 1] = c end
+    end
     local saved_checks = config.entity_checks
     local copy = {}
     for k, v in pairs(config) do
@@ -324,6 +358,10 @@ function _M.convert(kschema)
         if not ok then return nil, cerr end
         for _, c in ipairs(saved_checks or {}) do
             ok, cerr = entity_check(c, conf)
+            if not ok then return nil, cerr end
+        end
+        for _, c in ipairs(top_checks) do
+            ok, cerr = entity_check(c, conf, true)
             if not ok then return nil, cerr end
         end
         return true
