@@ -243,7 +243,12 @@ check_value = function(f, v, where)
     return true
 end
 
-local function set(v) return v ~= nil end
+-- Whether a field counts as given in an entity check: Kong's is_nonempty (an empty string
+-- or table is not).
+local function set(v)
+    if v == nil or v == "" then return false end
+    return type(v) ~= "table" or next(v) ~= nil
+end
 
 -- The value of field `name` of conf: "a.b" is conf.a.b, as Kong's get_field reads it. In
 -- the schema's top-level checks names start with "config." (the plugin entity's field).
@@ -285,14 +290,14 @@ local function entity_check(c, conf, top)
     elseif kind == "conditional" then
         local v = get(arg.if_field)
         local cond = arg.if_match or {}
-        local applies = (cond.eq == nil or v == cond.eq) and (not cond.required or set(v))
+        local applies = (cond.eq == nil or v == cond.eq) and (not cond.required or v ~= nil)
             and (cond.one_of == nil or (function()
                 for _, x in ipairs(cond.one_of) do if x == v then return true end end
                 return false
             end)())
         if not applies then return true end
         local tv, then_match = get(arg.then_field), arg.then_match or {}
-        if then_match.required and not set(tv) then
+        if then_match.required and tv == nil then
             return nil, ("%s: required field missing"):format(arg.then_field)
         end
         if then_match.eq ~= nil and tv ~= then_match.eq then
