@@ -265,6 +265,74 @@ local function field_of(conf, name, top)
     return v
 end
 
+-- A conditional's if_match or then_match: Kong runs the field validators it names on the
+-- value (validate_field); nil stands for Kong's null, which passes all but required and eq.
+local RULES = { required = true, eq = true, ne = true, one_of = true, not_one_of = true, gt = true,
+                between = true, len_eq = true, len_min = true, len_max = true, match = true,
+                not_match = true, starts_with = true, contains = true, custom_validator = true }
+
+local function rule_ok(m, v)
+    if v == nil then
+        if m.required then return nil, "required field missing" end
+        if m.eq ~= nil then return nil, ("value must be %s"):format(tostring(m.eq)) end
+        return true
+    end
+    if m.eq ~= nil and v ~= m.eq then return nil, ("value must be %s"):format(tostring(m.eq)) end
+    if m.ne ~= nil and v == m.ne then return nil, ("value must not be %s"):format(tostring(m.ne)) end
+    local function listed(list)
+        for _, x in ipairs(list) do if x == v then return true end end
+        return false
+    end
+    if m.one_of and not listed(m.one_of) then return nil, "expected one of: " .. concat(m.one_of, ", ") end
+    if m.not_one_of and listed(m.not_one_of) then
+        return nil, "must not be one of: " .. concat(m.not_one_of, ", ")
+    end
+    if type(v) == "number" then
+        if m.gt and not (v > m.gt) then return nil, ("value must be greater than %s"):format(m.gt) end
+        if m.between and (v < m.between[1] or v > m.between[2]) then
+            return nil, ("value should be between %s and %s"):format(m.between[1], m.between[2])
+        end
+    end
+    if type(v) == "string" or type(v) == "table" then
+        local n = #v
+        if m.len_eq and n ~= m.len_eq then return nil, ("length must be %d"):format(m.len_eq) end
+        if m.len_min and n < m.len_min then return nil, ("length must be at least %d"):format(m.len_min) end
+        if m.len_max and n > m.len_max then return nil, ("length must be at most %d"):format(m.len_max) end
+    end
+    if type(v) == "string" then
+        if m.match and not find(v, m.match) then return nil, "invalid value: " .. v end
+        if m.not_match and find(v, m.not_match) then return nil, "invalid value: " .. v end
+        if m.starts_with and v:sub(1, #m.starts_with) ~= m.starts_with then
+            return nil, "should start with: " .. m.starts_with
+        end
+    end
+    if m.contains ~= nil and type(v) == "table" then
+        local found = false
+        for _, x in ipairs(v) do if x == m.contains then found = true end end
+        if not found then return nil, "expected to contain: " .. tostring(m.contains) end
+    end
+    if m.custom_validator then
+        local ok, err = m.custom_validator(v)
+        if not ok then return nil, tostring(err or "invalid value") end
+    end
+    return true
+end
+
+-- A conditional's if_match/then_match naming a validator rule_ok does not know: an error
+-- at load (a constraint silently dropped would let a bad config through).
+local function check_rules(c)
+    local kind, arg = next(c)
+    if kind ~= "conditional" then return true end
+    for _, side in ipairs({ "if_match", "then_match" }) do
+        for k in pairs(arg[side] or {}) do
+            if not RULES[k] then
+                return nil, ("conditional %s '%s' is not supported by sluice's Kong layer"):format(side, tostring(k))
+            end
+        end
+    end
+    return true
+end
+
 local function entity_check(c, conf, top)
     local kind, arg = next(c)
     local function get(name) return field_of(conf, name, top) end
@@ -288,21 +356,9 @@ local function entity_check(c, conf, top)
         if n <= 1 then return true end
         return nil, "only one or none of these fields must be set: " .. concat(arg, ", ")
     elseif kind == "conditional" then
-        local v = get(arg.if_field)
-        local cond = arg.if_match or {}
-        local applies = (cond.eq == nil or v == cond.eq) and (not cond.required or v ~= nil)
-            and (cond.one_of == nil or (function()
-                for _, x in ipairs(cond.one_of) do if x == v then return true end end
-                return false
-            end)())
-        if not applies then return true end
-        local tv, then_match = get(arg.then_field), arg.then_match or {}
-        if then_match.required and tv == nil then
-            return nil, ("%s: required field missing"):format(arg.then_field)
-        end
-        if then_match.eq ~= nil and tv ~= then_match.eq then
-            return nil, ("%s: value must be %s"):format(arg.then_field, tostring(then_match.eq))
-        end
+        if not rule_ok(arg.if_match or {}, get(arg.if_field)) then return true end
+        local ok, err = rule_ok(arg.then_match or {}, get(arg.then_field))
+        if not ok then return nil, ("%s: %s"):format(arg.then_field, err) end
         return true
     end
     return true
@@ -327,6 +383,8 @@ function _M.convert(kschema)
         if not ENTITY_CHECKS[kind] then
             return nil, ("entity check '%s' is not supported by sluice's Kong layer"):format(tostring(kind))
         end
+        local ok, err = check_rules(c)
+        if not ok then return nil, err end
     end
     -- The schema's own entity_checks (beside `fields`) name the plugin entity's fields:
     -- "config.X" are the config's and are run on it; a check naming another field
@@ -339,6 +397,8 @@ function _M.convert(kschema)
         if not ENTITY_CHECKS[kind] or type(arg) ~= "table" then
             return nil, ("entity check '%s' is not supported by sluice's Kong layer"):format(tostring(kind))
         end
+        local ok, err = check_rules(c)
+        if not ok then return nil, err end
         local names = kind == "conditional" and { arg.if_field, arg.then_field } or arg
         local all_config = #names > 0
         for i = 1, #names do
