@@ -158,12 +158,21 @@ end
 
 function kreq.get_header(name) return request.get_header(hname(name)) end
 
+-- A headers table's names read in any case, with `_` for `-` (ngx.req.get_headers' and
+-- ngx.resp.get_headers' metatable): h["Content-Type"] and h.content_type are h["content-type"].
+local HEADERS_MT = { __index = function(t, name)
+    if type(name) ~= "string" then return nil end
+    local n = lower(hname_of(name))
+    if n == name then return nil end
+    return rawget(t, n)
+end }
+
 -- { lower-case name = value }, a list of values for a repeated header (ngx.req.get_headers).
 -- max counts fields, as ngx does: a repeated header's values count one each.
 local function headers_of(side, max)
     local all = side.get_headers(true)
-    if not (max and max > 0) then return all end
-    local out = {}
+    if not (max and max > 0) then return setmetatable(all, HEADERS_MT) end
+    local out = setmetatable({}, HEADERS_MT)
     local n = 0
     for k, v in pairs(all) do
         if type(v) == "table" then
