@@ -105,6 +105,14 @@ describe("kong PDK", function()
         assert.same({ a = { "1", "2" }, b = "x y", f = true }, r[1])
         assert.same({ a = "1" }, r[2]) -- max_args 1
     end)
+    it("kong.request.get_query reads 100 arguments unless told (1..1000), as Kong's; ngx's 0 is all", function()
+        local q = {}
+        for i = 1, 150 do q[i] = "k" .. i .. "=" .. i end
+        q[151] = "k1=again"
+        local r = call("get_query limits", { path = "/probe?" .. table.concat(q, "&") })
+        assert.same({ 100, "truncated", 151, 100, 151, "max_args must be >= 1", "max_args must be <= 1000",
+                      "max_args must be a number", false, "max_headers must be >= 1" }, r)
+    end)
     pdk("kong.request.get_header", function()
         assert.same({ "2", "2", cjson.null }, call("kong.request.get_header", { headers = { ["X-Two"] = "2" } }))
     end)

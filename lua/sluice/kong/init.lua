@@ -91,11 +91,12 @@ end
 _M.escape_uri, _M.unescape_uri = escape, unescape
 
 -- A query or form string as Kong's table: value, true for a bare name, a list for repeats.
+-- With max (> 0), the first max arguments and "truncated" when there were more (ngx's).
 local function decode_args(s, max)
     local out, n = {}, 0
     for pair in s:gmatch("[^&]+") do
         n = n + 1
-        if max and max > 0 and n > max then break end
+        if max and max > 0 and n > max then return out, "truncated" end
         local k, eq, v = pair:match("^([^=]*)(=?)(.*)$")
         k = unescape(k)
         base.args_put(out, k, eq == "" and true or unescape(v))
@@ -151,10 +152,33 @@ end
 
 function kreq.get_query_arg(name) return request.get_query_arg(name) end
 
-function kreq.get_query(max_args)
-    if max_args == nil then return request.get_query_args() end
-    return decode_args(request.get_query(), max_args)
+-- Kong's limits on the arguments and header fields a table holds: 100 unless told, 1..1000.
+local MAX_DEFAULT, MAX_MAX = 100, 1000
+local function limit(n, what)
+    if n == nil then return MAX_DEFAULT end
+    if type(n) ~= "number" then error(what .. " must be a number", 3) end
+    if n < 1 then error(what .. " must be >= 1", 3) end
+    if n > MAX_MAX then error(what .. " must be <= " .. MAX_MAX, 3) end
+    return n
 end
+_M.limit = limit
+
+-- The query's first max arguments (all when max is 0), and "truncated" when it had more.
+local function query_args(max)
+    local q = request.get_query()
+    if max == 0 then return request.get_query_args() end
+    -- fewer '&' than max: every argument fits, read by the core
+    local amps, at = 0, 0
+    while amps < max do
+        at = find(q, "&", at + 1, true)
+        if not at then return request.get_query_args() end
+        amps = amps + 1
+    end
+    return decode_args(q, max)
+end
+_M.query_args = query_args
+
+function kreq.get_query(max_args) return query_args(limit(max_args, "max_args")) end
 
 function kreq.get_header(name) return request.get_header(hname(name)) end
 
@@ -171,6 +195,11 @@ end }
 -- max counts fields, as ngx does: a repeated header's values count one each.
 local function headers_of(side, max)
     local all = side.get_headers(true)
+    if max and max > 0 then
+        local n = 0
+        for _, v in pairs(all) do n = n + (type(v) == "table" and #v or 1) end
+        if n <= max then max = nil end
+    end
     if not (max and max > 0) then return setmetatable(all, HEADERS_MT) end
     local out = setmetatable({}, HEADERS_MT)
     local n = 0
@@ -192,7 +221,8 @@ local function headers_of(side, max)
     return out
 end
 
-function kreq.get_headers(max_headers) return headers_of(request, max_headers) end
+function kreq.get_headers(max_headers) return headers_of(request, limit(max_headers, "max_headers")) end
+function _M.headers(max) return headers_of(request, max) end -- ngx.req.get_headers: 0 is all
 
 -- The body as a string ("" when there is none), or nil, err.
 function kreq.get_raw_body()
@@ -217,7 +247,7 @@ function kreq.get_body(mimetype, max_args)
         if type(t) ~= "table" then return nil, "invalid json body", "application/json" end
         return t, nil, "application/json"
     elseif find(ct, "application/x-www-form-urlencoded", 1, true) then
-        return decode_args(body, max_args), nil, "application/x-www-form-urlencoded"
+        return (decode_args(body, limit(max_args, "max_args"))), nil, "application/x-www-form-urlencoded"
     end
     return nil, "unsupported content type '" .. ct .. "'", ct
 end
@@ -231,7 +261,7 @@ kong.response = kresp
 -- sluice's own set_header/add_header/exit do (docs/plugins.md).
 function kresp.get_status() return response.get_status() end
 function kresp.get_header(name) return response.get_header(hname(name)) end
-function kresp.get_headers(max_headers) return headers_of(response, max_headers) end
+function kresp.get_headers(max_headers) return headers_of(response, limit(max_headers, "max_headers")) end
 kresp.set_header = response.set_header -- the same function: no call in between, and an
 kresp.add_header = response.add_header -- error is reported at the plugin's line
 -- Content-Length and Transfer-Encoding are the gateway's: it frames a body a body_filter
@@ -347,7 +377,7 @@ end
 -- Kong: nil when no upstream answered (kong.response.exit, an error of the gateway's).
 function sresp.get_status() return response.get_upstream_status() end
 function sresp.get_header(name) return response.get_header(hname(name)) end
-function sresp.get_headers(max_headers) return headers_of(response, max_headers) end
+function sresp.get_headers(max_headers) return headers_of(response, limit(max_headers, "max_headers")) end
 
 -- ---------------------------------------------------------------- kong.ctx
 

@@ -96,7 +96,7 @@ ngx.crc32_long = ngx.crc32_short
 function ngx.escape_uri(s) return kmod.escape_uri(s) end
 function ngx.unescape_uri(s) return kmod.unescape_uri(tostring(s)) end
 function ngx.encode_args(t) return kmod.encode_args(t) end
-function ngx.decode_args(s, max) return kmod.decode_args(s, max) end
+function ngx.decode_args(s, max) return (kmod.decode_args(s, max or 100)) end
 function ngx.quote_sql_str(s) return "'" .. gsub(tostring(s), "['\\]", "\\%0") .. "'" end
 
 ngx.re = strict(require("sluice.kong.re"), "ngx.re")
@@ -218,8 +218,9 @@ ngx.var = setmetatable({}, {
 local kreq = kmod.kong.request
 ngx.req = strict({
     get_method = function() return request.get_method() end,
-    get_headers = function(max) return kreq.get_headers(max) end,
-    get_uri_args = function(max) return kreq.get_query(max) end,
+    -- ngx's: 100 unless told, 0 for all
+    get_headers = function(max) return kmod.headers(max or 100) end,
+    get_uri_args = function(max) return kmod.query_args(max or 100) end,
     set_header = function(k, v)
         if v == nil then request.clear_header(k) else request.set_header(k, v) end
     end,
