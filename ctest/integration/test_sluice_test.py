@@ -264,6 +264,40 @@ def test_junit(t):
             and int(suites[1].get("tests")) >= 4, "0 failures", suites[1].attrib)
 
 
+ENV_SETS = """\
+env: { SLUICE_SPEC_A: from-a, SLUICE_SPEC_OUTER: from-a }
+config:
+  routes: [ { name: r, match: { paths: [/] }, plugins: [ { name: response, config: { body: "${SLUICE_SPEC_A}" } } ] } ]
+cases:
+  - request: { path: / }
+    expect: { body: from-a }
+"""
+
+ENV_READS = """\
+config:
+  routes:
+    - { name: r, match: { paths: [/] },
+        plugins: [ { name: response, config: { body: "${SLUICE_SPEC_A:-unset} ${SLUICE_SPEC_OUTER:-unset}" } } ] }
+cases:
+  - name: another spec's env is not this one's
+    request: { path: / }
+    expect: { body: unset outer }
+"""
+
+
+def test_env_per_spec(t):
+    d = h.new_tmpdir("env")
+    a = write(d, "a.smoke.yaml", ENV_SETS)
+    b = write(d, "b.smoke.yaml", ENV_READS)
+    e = env()
+    e["SLUICE_SPEC_OUTER"] = "outer"
+    e.pop("SLUICE_SPEC_A", None)
+    cp = subprocess.run([h.BIN, "test", a, b], capture_output=True, text=True, timeout=60, cwd=d, env=e,
+                        stdin=subprocess.DEVNULL)
+    t.check("a spec's env ends with it: the next spec sees the variables as they were (exit 0)",
+            cp.returncode == 0, 0, (cp.returncode, cp.stdout[-600:]))
+
+
 FAULTS = """\
 config:
   upstreams:
@@ -438,4 +472,4 @@ def test_readme_commands(t):
 
 
 t.run(test_examples, test_service_dies, test_failing_diff, test_positions, test_ports_zero, test_junit, test_mock_faults,
-      test_new_plugin, test_readme_commands)
+      test_env_per_spec, test_new_plugin, test_readme_commands)

@@ -726,6 +726,10 @@ local function stop_all(spec, gw)
     if gw then gw:stop() end
     for _, h in pairs(spec.mock_h or {}) do lib.sl_mock_stop(h) end
     for _, s in pairs(spec.svc or {}) do os.execute("kill " .. s.pid .. " 2>/dev/null") end
+    -- the spec's env ends with it: the next spec sees the variables as they were
+    for k, v in pairs(spec.env_before or {}) do
+        if v == false then C.unsetenv(k) else C.setenv(k, v, 1) end
+    end
 end
 
 -- Runs one spec file; returns { path, name, cases = { {name, ok, fails, ms} }, error, ms }.
@@ -748,7 +752,11 @@ function _M.run_file(path, out)
     local ok, e = pcall(function()
         validate(spec)
         result.name = doc.name or path
-        for k, v in pairs(doc.env or {}) do C.setenv(k, tostring(v), 1) end
+        spec.env_before = {}
+        for k, v in pairs(doc.env or {}) do
+            if spec.env_before[k] == nil then spec.env_before[k] = os.getenv(k) or false end
+            C.setenv(k, tostring(v), 1)
+        end
         for name, m in pairs(doc.mocks or {}) do
             local h = lib.sl_mock_start()
             if h == nil then spec_error(spec, "mocks." .. name, false, "cannot start mock '%s'", name) end

@@ -34,6 +34,7 @@ void sl_log_capture(int on);
 size_t sl_log_captured(char *out, size_t cap);
 uint64_t sl_now_ns(void);
 int setenv(const char *name, const char *value, int overwrite);
+int unsetenv(const char *name);
 long readlink(const char *path, char *buf, size_t n);
 int poll(void *fds, unsigned long n, int timeout);
 char *sl_ffi_yaml_decode(const char *path, const char *text, size_t len, char **pos, char *err,
