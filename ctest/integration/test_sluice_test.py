@@ -194,6 +194,13 @@ def test_positions(t):
     t.check("a config error names the config's own file, line and column",
             (gw + ":5:41: route 'r', plugin 'response': unknown key 'stauts'") in cp.stdout,
             gw + ":5:41: ...", cp.stdout)
+    # two specs of one run on that config: each ERROR line says which spec could not run
+    p2 = write(d, "cfg2.yaml", "config: gw.yaml\ncases:\n  - name: y\n    request: { path: / }\n")
+    cp = sluice(["test", p, p2])
+    errs = [l for l in cp.stdout.splitlines() if l.startswith("ERROR ")]
+    t.check("with several specs, a config's ERROR line names the spec too",
+            len(errs) == 2 and errs[0].startswith("ERROR " + gw + ":5:41: ") and errs[0].endswith(" (spec %s)" % p)
+            and errs[1].endswith(" (spec %s)" % p2), "ERROR gw.yaml:5:41: ... (spec cfg.yaml)", errs)
     # an inline config's errors name the spec file's real line
     p = write(d, "inline.yaml", "name: inline\nconfig:\n  routes:\n    - name: r\n"
                                 "      match: { paths: [/] }\n      upstream: nowhere\n"

@@ -917,7 +917,13 @@ function _M.main(args)
         local r = _M.run_file(f, out)
         if r.error then
             failed = failed + 1
-            io.stdout:write(fmt("ERROR %s\n", r.error:gsub("\n", "\n    ")))
+            local text = r.error
+            -- with several specs, an error in another file (the config) says which spec
+            if #files > 1 and text:sub(1, #r.path + 1) ~= r.path .. ":" then
+                local first, rest = text:match("^([^\n]*)(.*)$")
+                text = first .. " (spec " .. r.path .. ")" .. rest
+            end
+            io.stdout:write(fmt("ERROR %s\n", (text:gsub("\n", "\n    "))))
         end
         results[#results + 1] = r
     end
