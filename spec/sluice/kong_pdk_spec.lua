@@ -185,6 +185,23 @@ describe("kong PDK", function()
         assert.equal(#("[" .. n .. "]") + 9, #res.body)
     end)
 
+    it("kong.response.set_raw_body (or ngx.arg[2] = true) on a piece before the last ends the body there", function()
+        local big = string.rep("x", 400000)
+        local function req(mode)
+            return assert(gw:request({ method = "POST", path = "/probe/abc", body = big,
+                                       headers = { ["X-Probe-Body"] = mode } }))
+        end
+        local n = tonumber(req("count").body)
+        assert.is_true(n > 1, "the body came in one piece: nothing to test")
+        local res = req("first")
+        assert.equal(200, res.status)
+        assert.equal("replaced", res.body:sub(1, 40)) -- a short message when it is not
+        assert.equal(8, #res.body)
+        local cut = req("eof").body
+        assert.equal("cut", cut:sub(1, 40))
+        assert.equal(3, #cut)
+    end)
+
     -- ------------------------------------------------------------ kong.service
     pdk("kong.service.set_upstream", function()
         local r = call("kong.service.set_upstream")

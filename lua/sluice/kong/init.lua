@@ -308,12 +308,14 @@ function kresp.get_raw_body()
     return body
 end
 
--- body_filter only: replaces the whole body (call it on the last piece).
+-- body_filter only: the body is this and ends here, as Kong's (ngx.arg[1] = body,
+-- ngx.arg[2] = true): on a piece before the last, the rest of the upstream's body is
+-- dropped (sluice.kong.plugin stops calling the method for it).
 function kresp.set_raw_body(body)
     if type(body) ~= "string" then error("body must be a string", 2) end
     local arg = _M.arg
-    arg[1] = arg[2] and body or ""
-    if not arg[2] then base.ctx[BODY_BUF] = { body } end
+    arg[1], arg[2] = body, true
+    base.ctx[BODY_BUF] = nil
 end
 
 -- ---------------------------------------------------------------- kong.service
