@@ -279,6 +279,11 @@ end
 -- ends here too, as in Kong. A table body is JSON.
 local EXIT = _M.EXIT
 function kresp.exit(status, body, headers)
+    -- Kong also takes it in header_filter (no body: a new status); sluice's answer is
+    -- decided by then. Said at the plugin's line, not at this file's.
+    if not ends_method() then
+        error("kong.response.exit works in rewrite and access only in sluice's Kong layer (docs/plugins.md, \"Kong plugins\")", 2)
+    end
     if type(status) ~= "number" then error("code must be a number", 2) end
     if type(body) == "table" then
         headers = headers or {}
