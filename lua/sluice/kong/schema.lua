@@ -137,7 +137,8 @@ convert = function(f, where)
         if f.one_of then
             spec.type, spec.one_of = "enum", f.one_of
         else
-            spec.type, spec.min, spec.max = "string", f.len_min, f.len_max
+            -- Kong takes no empty string unless the field says len_min = 0 (validate_field)
+            spec.type, spec.min, spec.max = "string", f.len_min or 1, f.len_max
         end
     elseif t == "number" or t == "integer" then
         spec.type = t
