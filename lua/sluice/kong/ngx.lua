@@ -133,11 +133,16 @@ end
 -- ngx.arg: body_filter's [1] chunk and [2] eof (sluice.kong.plugin sets and reads them).
 ngx.arg = kmod.arg
 
--- ngx.header: the response headers (read and set), as in header_filter.
+-- ngx.header: the response headers (read and set), as in header_filter. Content-Length and
+-- Transfer-Encoding are the gateway's (it frames a body a body_filter changed): writing
+-- them is a no-op, as kong.response.clear_header of them is, so the usual
+-- `ngx.header["Content-Length"] = nil` before a body_filter works.
+local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
 ngx.header = setmetatable({}, {
     __index = function(_, k) return response.get_header((gsub(k, "_", "-"))) end,
     __newindex = function(_, k, v)
         k = gsub(k, "_", "-")
+        if FRAMING[k:lower()] then return end
         if v == nil then
             response.clear_header(k)
         elseif type(v) == "table" then
