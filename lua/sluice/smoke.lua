@@ -398,7 +398,13 @@ local function build_query(q)
     for k in pairs(q) do keys[#keys + 1] = k end
     table.sort(keys)
     local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = urlencode(k) .. "=" .. urlencode(q[k]) end
+    for _, k in ipairs(keys) do
+        -- a list repeats the name: { t: [x, y] } is t=x&t=y
+        local v = q[k]
+        for _, x in ipairs(type(v) == "table" and v or { v }) do
+            parts[#parts + 1] = urlencode(k) .. "=" .. urlencode(x)
+        end
+    end
     return table.concat(parts, "&")
 end
 
