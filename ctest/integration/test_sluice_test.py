@@ -318,11 +318,13 @@ mocks:
   api: { echo: true }
 cases:
   - name: echo and what the upstream received
-    request: { method: PUT, path: /e, query: { a: "1 2", t: [x, "y z"] }, headers: { X-A: v }, body: hi }
+    request: { method: PUT, path: /e, query: { a: "1 2", t: [x, "y z"] }, headers: { X-A: v, X-B: true, X-L: [1, 2] },
+               body: hi }
     expect:
       status: 200
       body: { json: { method: PUT, path: /e, query: a=1%202&t=x&t=y%20z, body: hi, headers: { x-a: v } } }
-      upstream: { mock: api, method: PUT, path: /e, query: a=1%202&t=x&t=y%20z, body: hi, count: 1 }
+      upstream: { mock: api, method: PUT, path: /e, query: a=1%202&t=x&t=y%20z, body: hi, count: 1,
+                  headers: { x-b: "true", x-l: "1, 2" } }
   - name: over HTTP/2
     request: { http2: true, method: POST, path: /h2, body: abc, headers: { X-A: "2" } }
     expect:

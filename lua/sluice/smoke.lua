@@ -413,7 +413,11 @@ local function split_hostport(hp) return hp:match("^(.*):(%d+)$") end
 local function h2_request(spec, gw, r, hostport)
     local args = { "curl", "-sS", "-i", "--http2-prior-knowledge", "-X", r.method or "GET",
                    "--max-time", tostring(r.timeout or 5) }
-    for k, v in pairs(r.headers or {}) do args[#args + 1] = "-H"; args[#args + 1] = k .. ": " .. tostring(v) end
+    for k, v in pairs(r.headers or {}) do
+        for _, x in ipairs(type(v) == "table" and v or { v }) do
+            args[#args + 1] = "-H"; args[#args + 1] = k .. ": " .. tostring(x)
+        end
+    end
     local bodyfile
     if r.body then
         bodyfile = os.tmpname()
@@ -449,7 +453,9 @@ local function do_request(spec, gw, req)
         local fd = lib.sl_test_connect(host, tonumber(port))
         if fd < 0 then return nil, "cannot connect to " .. hostport end
         local lines = { fmt("%s %s HTTP/1.1", r.method or "GET", r.target), "Host: " .. (r.host or "localhost") }
-        for k, v in pairs(r.headers or {}) do lines[#lines + 1] = k .. ": " .. tostring(v) end
+        for k, v in pairs(r.headers or {}) do
+            for _, x in ipairs(type(v) == "table" and v or { v }) do lines[#lines + 1] = k .. ": " .. tostring(x) end
+        end
         local head = table.concat(lines, "\r\n") .. "\r\n\r\n"
         recvbuf = recvbuf or ffi.gc(ffi.cast("char *", C.malloc(RECV_MAX)), C.free)
         lib.sl_test_send(fd, head, #head)

@@ -279,7 +279,10 @@ function GW:request(req)
         local has = {}
         for k in pairs(h) do has[k:lower()] = true end
         if not has.host then lines[#lines + 1] = "Host: " .. (req.host or "localhost") end
-        for k, v in pairs(h) do lines[#lines + 1] = k .. ": " .. v end
+        for k, v in pairs(h) do
+            -- a list is one field per element; numbers and booleans as text
+            for _, x in ipairs(type(v) == "table" and v or { v }) do lines[#lines + 1] = k .. ": " .. tostring(x) end
+        end
         if req.body and not has["content-length"] and not has["transfer-encoding"] then
             lines[#lines + 1] = "Content-Length: " .. #req.body
         end
