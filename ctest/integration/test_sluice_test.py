@@ -201,6 +201,19 @@ def test_positions(t):
     t.check("with several specs, a config's ERROR line names the spec too",
             len(errs) == 2 and errs[0].startswith("ERROR " + gw + ":5:41: ") and errs[0].endswith(" (spec %s)" % p)
             and errs[1].endswith(" (spec %s)" % p2), "ERROR gw.yaml:5:41: ... (spec cfg.yaml)", errs)
+    # a quoted status is the number; a status that is no number is the spec's error
+    p = write(d, "status.yaml", "config:\n  routes: [{ name: r, match: { paths: [/] }, plugins: [{ name: response, "
+                                "config: { status: 201 } }] }]\ncases:\n  - request: { path: / }\n"
+                                "    expect: { status: \"201\" }\n  - request: { path: / }\n    repeat: 2\n"
+                                "    expect: { status: [\"201\", 201] }\n")
+    cp = sluice(["test", p])
+    t.check("expect.status \"201\" is 201", cp.returncode == 0 and "2 passed, 0 failed" in cp.stdout, 0,
+            (cp.returncode, cp.stdout[-300:]))
+    write(d, "status.yaml", "config:\n  routes: [{ name: r, match: { paths: [/] }, plugins: [{ name: response }] }]\n"
+                            "cases:\n  - request: { path: / }\n    expect: { status: OK }\n")
+    cp = sluice(["test", p])
+    t.check("expect.status OK is an error at its FILE:LINE:COL",
+            (p + ":5:23: expect.status must be") in cp.stdout, p + ":5:23: expect.status must be ...", cp.stdout)
     # an inline config's errors name the spec file's real line
     p = write(d, "inline.yaml", "name: inline\nconfig:\n  routes:\n    - name: r\n"
                                 "      match: { paths: [/] }\n      upstream: nowhere\n"

@@ -134,6 +134,21 @@ local function validate(spec)
             spec_error(spec, kp .. ".repeat", true, "repeat must be a positive integer")
         end
         check_keys(spec, kp .. ".expect", c.expect or {}, EXPECT_KEYS, "expect")
+        -- a status is a number ("201" quoted too), or a list of them for repeat
+        local st = c.expect and c.expect.status
+        if st ~= nil then
+            local list = type(st) == "table" and st or { st }
+            for j, v in ipairs(list) do
+                local n = tonumber(v)
+                if not n or n % 1 ~= 0 then
+                    spec_error(spec, kp .. ".expect.status", true,
+                               "expect.status must be a number such as 200 (or a list of them with repeat), got %s",
+                               tostring(v))
+                end
+                list[j] = n
+            end
+            if type(st) ~= "table" then c.expect.status = list[1] end
+        end
         local up = c.expect and c.expect.upstream
         if up ~= nil then
             check_keys(spec, kp .. ".expect.upstream", up, UP_KEYS, "expect.upstream")
