@@ -214,6 +214,18 @@ def test_positions(t):
     cp = sluice(["test", p])
     t.check("expect.status OK is an error at its FILE:LINE:COL",
             (p + ":5:23: expect.status must be") in cp.stdout, p + ":5:23: expect.status must be ...", cp.stdout)
+    # the same for expect.upstream.count
+    p = write(d, "count.yaml", "mocks: { api: { echo: true } }\nconfig:\n  upstreams: [{ name: api, targets: "
+                               "[{ address: \"127.0.0.1:1\" }] }]\n  routes: [{ name: r, match: { paths: [/] }, "
+                               "upstream: api }]\ncases:\n  - request: { path: / }\n"
+                               "    expect: { upstream: { mock: api, count: \"1\" } }\n")
+    cp = sluice(["test", p])
+    t.check("expect.upstream.count \"1\" is 1", cp.returncode == 0, 0, (cp.returncode, cp.stdout[-300:]))
+    with open(p, "a") as f:
+        f.write("  - request: { path: / }\n    expect: { upstream: { mock: api, count: one } }\n")
+    cp = sluice(["test", p])
+    t.check("expect.upstream.count one is an error at its FILE:LINE:COL",
+            (p + ":9:45: expect.upstream.count must be") in cp.stdout, p + ":9:45: ...", cp.stdout)
     # an inline config's errors name the spec file's real line
     p = write(d, "inline.yaml", "name: inline\nconfig:\n  routes:\n    - name: r\n"
                                 "      match: { paths: [/] }\n      upstream: nowhere\n"

@@ -155,6 +155,14 @@ local function validate(spec)
             if not (d.mocks or {})[up.mock or ""] then
                 spec_error(spec, kp .. ".expect.upstream", true, "expect.upstream.mock must name a mock of this spec")
             end
+            if up.count ~= nil then
+                local n = tonumber(up.count)
+                if not n or n % 1 ~= 0 or n < 0 then
+                    spec_error(spec, kp .. ".expect.upstream.count", true,
+                               "expect.upstream.count must be a number of requests, got %s", tostring(up.count))
+                end
+                up.count = n
+            end
         end
         for name, m in pairs(c.mocks or {}) do
             if not (d.mocks or {})[name] then
