@@ -65,7 +65,8 @@ describe("kong PDK", function()
             kg.route("probe", { { name = "kong-pdk-probe" } }),
             { name = "other", match = { paths = { "/other" } }, plugins = { { name = "kong-pdk-probe" } },
               upstream = "u" },
-        }, { listeners = { { name = "web", listen = "127.0.0.1:0", trusted_proxies = { "127.0.0.0/8" } } } })
+        }, { listeners = { { name = "web", listen = "127.0.0.1:0", trusted_proxies = { "127.0.0.0/8" } },
+                           { name = "direct", listen = "127.0.0.1:0" } } }) -- no trusted proxy
     end)
     teardown(function()
         gw:stop()
@@ -112,6 +113,37 @@ describe("kong PDK", function()
         local r = call("get_query limits", { path = "/probe?" .. table.concat(q, "&") })
         assert.same({ 100, "truncated", 151, 100, 151, "max_args must be >= 1", "max_args must be <= 1000",
                       "max_args must be a number", false, "max_headers must be >= 1" }, r)
+    end)
+    -- behind a trusted proxy (the listener "web") the X-Forwarded-* headers say; from any
+    -- other peer ("direct") they are ignored, as in Kong
+    local FWD = { ["X-Forwarded-Proto"] = "HTTPS", ["X-Forwarded-Host"] = "user@Shop.Example.com:8443",
+                  ["X-Forwarded-Path"] = "/orig/p", ["X-Forwarded-Prefix"] = "/pre" }
+    local function fwd(name, headers, listener)
+        return call(name, { path = "/probe/x", host = "gw.local:81", headers = headers, listener = listener })
+    end
+    pdk("kong.request.get_forwarded_scheme", function()
+        assert.same({ "https" }, fwd("kong.request.get_forwarded_scheme", FWD))
+        assert.same({ "http" }, fwd("kong.request.get_forwarded_scheme", FWD, "direct"))
+        assert.same({ "http" }, fwd("kong.request.get_forwarded_scheme", {}))
+    end)
+    pdk("kong.request.get_forwarded_host", function()
+        assert.same({ "shop.example.com" }, fwd("kong.request.get_forwarded_host", FWD))
+        assert.same({ "gw.local" }, fwd("kong.request.get_forwarded_host", FWD, "direct"))
+    end)
+    pdk("kong.request.get_forwarded_port", function()
+        local port = tonumber(gw:address("direct"):match(":(%d+)$"))
+        assert.same({ 8443 }, fwd("kong.request.get_forwarded_port", FWD)) -- from X-Forwarded-Host
+        local h = { ["X-Forwarded-Port"] = "444", ["X-Forwarded-Host"] = "a:8443" }
+        assert.same({ 444 }, fwd("kong.request.get_forwarded_port", h))
+        assert.same({ port }, fwd("kong.request.get_forwarded_port", h, "direct"))
+    end)
+    pdk("kong.request.get_forwarded_path", function()
+        assert.same({ "/orig/p" }, fwd("kong.request.get_forwarded_path", FWD))
+        assert.same({ "/probe/x" }, fwd("kong.request.get_forwarded_path", FWD, "direct"))
+    end)
+    pdk("kong.request.get_forwarded_prefix", function()
+        assert.same({ "/pre" }, fwd("kong.request.get_forwarded_prefix", FWD))
+        assert.same({ cjson.null }, fwd("kong.request.get_forwarded_prefix", FWD, "direct"))
     end)
     pdk("kong.request.get_header", function()
         assert.same({ "2", "2", cjson.null }, call("kong.request.get_header", { headers = { ["X-Two"] = "2" } }))

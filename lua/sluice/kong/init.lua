@@ -150,6 +150,50 @@ function kreq.get_path_with_query()
     return orig_path() .. "?" .. q
 end
 
+-- The X-Forwarded-* of a request whose peer is one of the listener's trusted_proxies (Kong's
+-- trusted_ips), else what the request itself says. Host and port may come from
+-- X-Forwarded-Host ("user@host:port").
+local function forwarded(name)
+    if client.is_trusted(request.get_client_ip()) ~= true then return nil end
+    return request.get_header(name)
+end
+
+local function forwarded_host()
+    local h = forwarded("X-Forwarded-Host")
+    if not h then return nil end
+    local at = find(h, "@", 1, true)
+    if at then h = sub(h, at + 1) end
+    local colon = find(h, ":", 1, true)
+    if colon then return sub(h, 1, colon - 1), sub(h, colon + 1) end
+    return h
+end
+
+local function port_of(s)
+    local n = tonumber(s)
+    if n and n >= 1 and n <= 65535 and n % 1 == 0 then return n end
+    return nil
+end
+
+function kreq.get_forwarded_scheme()
+    local s = forwarded("X-Forwarded-Proto")
+    return s and lower(s) or request.get_scheme()
+end
+
+function kreq.get_forwarded_host()
+    local h = forwarded_host()
+    return h and lower(h) or request.get_host()
+end
+
+function kreq.get_forwarded_port()
+    local p = port_of(forwarded("X-Forwarded-Port"))
+    if p then return p end
+    local _, hp = forwarded_host()
+    return port_of(hp) or request.get_port()
+end
+
+function kreq.get_forwarded_path() return forwarded("X-Forwarded-Path") or orig_path() end
+function kreq.get_forwarded_prefix() return forwarded("X-Forwarded-Prefix") end
+
 function kreq.get_query_arg(name) return request.get_query_arg(name) end
 
 -- Kong's limits on the arguments and header fields a table holds: 100 unless told, 1..1000.
