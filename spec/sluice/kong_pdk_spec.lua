@@ -252,6 +252,17 @@ describe("kong PDK", function()
         assert.equal(200, res.status)
         assert.equal(up2:address(), seen.headers["x-target"])
     end)
+    it("a refused kong.service.request call is logged at the plugin's file and line", function()
+        for _, case in ipairs({ "bad set_path", "bad clear_header" }) do
+            local res = assert(gw:request({ path = "/probe", headers = { ["X-Probe"] = case } }))
+            assert.equal(500, res.status)
+        end
+        for _, msg in ipairs({ "path must not contain spaces", "Host is required upstream" }) do
+            local l = logged(msg)
+            assert.truthy(l, "no log line " .. msg)
+            assert.matches("kong%-pdk%-probe/handler%.lua:%d+: ", l.msg)
+        end
+    end)
     pdk("kong.service.request.set_header", function()
         assert.equal("v", pass("kong.service.request.set_header").headers["x-set"])
     end)

@@ -313,7 +313,7 @@ kresp.add_header = response.add_header -- error is reported at the plugin's line
 local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
 function kresp.clear_header(name)
     if type(name) == "string" and FRAMING[lower(name)] then return end
-    response.clear_header(name)
+    return response.clear_header(name)
 end
 function kresp.set_headers(headers)
     for k, v in pairs(headers) do response.set_header(k, v) end
@@ -386,23 +386,25 @@ function service.set_target(host, port)
     return true
 end
 
+-- sluice's own functions where nothing is added: a refused call is reported at the
+-- plugin's line, not at a line of this file (so are the tail calls below)
 sreq.set_header = request.set_header
 sreq.add_header = request.add_header
-function sreq.clear_header(name) request.clear_header(name) end
+sreq.clear_header = request.clear_header
 function sreq.set_headers(headers)
     for k, v in pairs(headers) do request.set_header(k, v) end
 end
-function sreq.set_path(path) request.set_path(path) end
-function sreq.set_raw_query(query) request.set_query(query) end
+sreq.set_path = request.set_path
+sreq.set_raw_query = request.set_query
 function sreq.set_query(args)
     if type(args) ~= "table" then error("args must be a table", 2) end
-    request.set_query(encode_args(args))
+    return request.set_query(encode_args(args))
 end
 
 function sreq.set_raw_body(body)
     if type(body) ~= "string" then error("body must be a string", 2) end
     request.get_body() -- the body is read before it is replaced
-    request.set_body(body)
+    return request.set_body(body)
 end
 
 -- Encodes args by mimetype (or the request's Content-Type; JSON when there is none) and
