@@ -342,6 +342,85 @@ function kresp.exit(status, body, headers)
     if ends_method() then error(EXIT, 0) end
 end
 
+-- kong.response.error(status, message?, headers?): an error answer in the format the
+-- client's Accept prefers (JSON, HTML, XML or plain text, JSON by default), with Kong's
+-- message for the status when none is given; Kong 3.4's templates.
+local ERROR_MESSAGES = {
+    [400] = "Bad request", [401] = "Unauthorized", [402] = "Payment required", [403] = "Forbidden",
+    [404] = "Not found", [405] = "Method not allowed", [406] = "Not acceptable",
+    [407] = "Proxy authentication required", [408] = "Request timeout", [409] = "Conflict", [410] = "Gone",
+    [411] = "Length required", [412] = "Precondition failed", [413] = "Payload too large",
+    [414] = "URI too long", [415] = "Unsupported media type", [416] = "Range not satisfiable",
+    [417] = "Expectation failed", [418] = "I'm a teapot", [421] = "Misdirected request",
+    [422] = "Unprocessable entity", [423] = "Locked", [424] = "Failed dependency", [425] = "Too early",
+    [426] = "Upgrade required", [428] = "Precondition required", [429] = "Too many requests",
+    [431] = "Request header fields too large", [451] = "Unavailable for legal reasons",
+    [494] = "Request header or cookie too large", [500] = "An unexpected error occurred",
+    [501] = "Not implemented", [502] = "An invalid response was received from the upstream server",
+    [503] = "The upstream server is currently unavailable", [504] = "The upstream server is timing out",
+    [505] = "HTTP version not supported", [506] = "Variant also negotiates", [507] = "Insufficient storage",
+    [508] = "Loop detected", [510] = "Not extended", [511] = "Network authentication required",
+}
+local JSON_CT, HTML_CT = "application/json; charset=utf-8", "text/html; charset=utf-8"
+local XML_CT, PLAIN_CT = "application/xml; charset=utf-8", "text/plain; charset=utf-8"
+local MEDIA = { ["application/json"] = JSON_CT, ["text/html"] = HTML_CT, ["application/xml"] = XML_CT,
+                ["text/plain"] = PLAIN_CT, ["application/*"] = JSON_CT, ["text/*"] = PLAIN_CT }
+local function xml_escape(m)
+    return (gsub(m, "[<>&\"']", { ["<"] = "&lt;", [">"] = "&gt;", ["&"] = "&amp;", ['"'] = "&quot;", ["'"] = "&apos;" }))
+end
+local TEMPLATES = {
+    [JSON_CT] = function(m) return '{\n  "message":' .. cjson.encode(m) .. '\n}' end,
+    [HTML_CT] = function(m)
+        return "<!doctype html>\n<html>\n  <head>\n    <meta charset=\"utf-8\">\n    <title>Error</title>\n"
+            .. "  </head>\n  <body>\n    <h1>Error</h1>\n    <p>" .. xml_escape(m) .. ".</p>\n  </body>\n</html>\n"
+    end,
+    [XML_CT] = function(m)
+        return '<?xml version="1.0" encoding="UTF-8"?>\n<error>\n  <message>' .. xml_escape(m) .. "</message>\n</error>\n"
+    end,
+    [PLAIN_CT] = function(m) return m .. "\n" end,
+}
+
+-- The media type of the highest q in Accept (the first of equals); an unknown type counts
+-- as JSON, as Kong's get_response_type does.
+local function response_type(accept)
+    local ct, best = JSON_CT, 0
+    if type(accept) ~= "string" then return ct end
+    for item in accept:gmatch("[^,]+") do
+        local media = item:match("^%s*([^;%s]+)")
+        if media then
+            local q = tonumber(item:match(";%s*[qQ]%s*=%s*([%d.]+)")) or 1
+            if q > best then
+                best = q
+                ct = MEDIA[lower(media)] or JSON_CT
+            end
+        end
+    end
+    return ct
+end
+
+function kresp.error(status, message, headers)
+    if not ends_method() then
+        error("kong.response.error works in rewrite and access only in sluice's Kong layer (docs/plugins.md, \"Kong plugins\")", 2)
+    end
+    if type(status) ~= "number" or status < 400 or status > 599 then
+        error("code must be a number between 400 and 599", 2)
+    end
+    if message ~= nil and type(message) ~= "string" then error("message must be a nil or a string", 2) end
+    if headers ~= nil and type(headers) ~= "table" then error("headers must be a nil or table", 2) end
+    local out, ct = {}, nil
+    for k, v in pairs(headers or {}) do
+        out[k] = v
+        if type(k) == "string" and lower(k) == "content-type" then ct = type(v) == "table" and v[1] or v end
+    end
+    if not ct then
+        ct = response_type(request.get_header("Accept"))
+        out["Content-Type"] = ct
+    end
+    local render = TEMPLATES[ct] or TEMPLATES[MEDIA[lower(ct:match("^[^;%s]+") or "")] or JSON_CT]
+    local msg = message or ERROR_MESSAGES[status] or ("The upstream server responded with " .. status)
+    return kresp.exit(status, render(msg), out)
+end
+
 -- body_filter only: the whole response body once its last piece is here (nil before).
 function kresp.get_raw_body()
     local c = base.ctx
