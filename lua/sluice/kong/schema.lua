@@ -34,6 +34,39 @@ local function header_name_ok(v)
     return nil, "bad header name '" .. v .. "', allowed characters are A-Z, a-z, 0-9, '_', and '-'"
 end
 
+local cidr = require("sluice.cidr")
+
+local function ip_or_cidr_ok(v)
+    if cidr.parse(v) then return true end
+    return nil, "invalid ip or cidr range: '" .. v .. "'"
+end
+
+local function cidr_v4_ok(v)
+    local c = v:find("/", 1, true) and not v:find(":", 1, true) and cidr.parse(v)
+    if c then return true end
+    return nil, "invalid cidr range: '" .. v .. "'"
+end
+
+-- A host name or address, optionally with :port (1..65535).
+local function host_port_ok(v)
+    local host, port = v:match("^%[([%x:]+)%]:?(%d*)$")
+    if not host then host, port = v:match("^([^:]+):?(%d*)$") end
+    if not host and cidr.parse_ip(v) then return true end -- a bare IPv6 address
+    if not host or not (host:find("^[%w%.%-_]+$") or cidr.parse_ip(host)) then
+        return nil, "invalid hostname: " .. v
+    end
+    if port ~= "" and not (tonumber(port) >= 1 and tonumber(port) <= 65535) then
+        return nil, "invalid port number"
+    end
+    return true
+end
+
+-- "*.example.com" or "example.*": one wildcard, at either end.
+local function wildcard_host_ok(v)
+    if v:find("^%*%.[%w%.%-_]+$") or v:find("^[%w%.%-_]+%.%*$") then return true end
+    return nil, "invalid wildcard: must have at least one wildcard at the start or end of the host"
+end
+
 local PROTOCOLS = { "grpc", "grpcs", "http", "https", "tcp", "tls", "tls_passthrough", "udp", "ws", "wss" }
 local function protocols(default)
     return { type = "set", required = true, default = default,
@@ -42,6 +75,8 @@ end
 
 local rawtypedefs = {
     no_consumer = { type = "foreign", reference = "consumers" },
+    no_consumer_group = { type = "foreign", reference = "consumer_groups" },
+    consumer_group = { type = "foreign", reference = "consumer_groups" },
     no_route = { type = "foreign", reference = "routes" },
     no_service = { type = "foreign", reference = "services" },
     consumer = { type = "foreign", reference = "consumers" },
@@ -59,6 +94,13 @@ local rawtypedefs = {
     cidr = { type = "string", match = "^[%x%.:]+/%d+$" },
     url = { type = "string", match = "^%a[%w+.-]*://" },
     name = { type = "string", match = "^[%w%.%-_~]+$" },
+    ip_or_cidr = { type = "string", custom_validator = ip_or_cidr_ok },
+    cidr_v4 = { type = "string", custom_validator = cidr_v4_ok },
+    host_with_optional_port = { type = "string", custom_validator = host_port_ok },
+    wildcard_host = { type = "string", custom_validator = wildcard_host_ok },
+    cookie_name = { type = "string", match = "^[%w!#$%%&'*+.^_`|~-]+$" },
+    semantic_version = { type = "string", match = "^%d+[%.%d]*$" },
+    tag = { type = "string", match = "^[%w%.%-_~]+$" },
     tags = { type = "set", elements = { type = "string" } },
     uuid = { type = "string", match = "^%x+%-%x+%-%x+%-%x+%-%x+$" },
     lua_code = { type = "map", keys = { type = "string" }, values = { type = "string" } },

@@ -103,4 +103,17 @@ describe("Kong plugin schemas", function()
         assert.matches("allow", err, 1, true)
         assert.equal("x", conf_of({ second = 1, label = "x" }).label)
     end)
+
+    it("know Kong's typedefs for addresses, hosts, cookies and versions, and check them", function()
+        local c = conf_of({ second = 1, allow = { "10.0.0.1", "2001:db8::/32" }, v4 = "192.168.0.0/16",
+                            origin = "api.example.com:8443", wildcard = "*.example.com", cookie = "session",
+                            min_version = "1.2.3" })
+        assert.same({ "10.0.0.1", "2001:db8::/32" }, c.allow)
+        for field, bad in pairs({ allow = { "10.0.0.300" }, v4 = "2001:db8::/32", origin = "api.example.com:99999",
+                                  wildcard = "a.*.example.com", cookie = "a b", min_version = "v1" }) do
+            local gw, err = start({ second = 1, [field] = bad })
+            assert.is_nil(gw, field)
+            assert.matches(field, err, 1, true)
+        end
+    end)
 end)
