@@ -271,7 +271,7 @@ function _M.load(paths, dir, name)
     state.modules["kong.plugins." .. name .. ".handler"] = handler
 
     local mod = { name = name, version = tostring(handler.VERSION or "0"), priority = handler.PRIORITY,
-                  schema = conv.schema, check = conv.check, kong = true }
+                  schema = conv.schema, check = conv.check, expand = conv.expand, kong = true }
     for _, ph in ipairs(KONG_PHASES) do
         local fn = handler[ph]
         if fn ~= nil then

@@ -449,10 +449,28 @@ function _M.convert(kschema)
         end
         if all_config then top_checks[#top_checks + 1] = c end
     end
+    -- shorthand_fields (Kong 3) and shorthands (Kong 2): older names a config may still use;
+    -- each value goes where its func says, before the config is checked (expand below)
+    local shorthands = {}
+    for i, item in ipairs(config.shorthand_fields or {}) do
+        local name, field, err = entry(item, ("shorthand_fields[%d]"):format(i))
+        if not name then return nil, err end
+        if type(field.func) ~= "function" then
+            return nil, ("shorthand field '%s' needs a func"):format(name)
+        end
+        shorthands[#shorthands + 1] = { name = name, type = field.type, func = field.func }
+    end
+    for _, item in ipairs(config.shorthands or {}) do
+        local name, fn = next(item)
+        if type(name) ~= "string" or type(fn) ~= "function" then
+            return nil, "shorthands entries must be { NAME = function }"
+        end
+        shorthands[#shorthands + 1] = { name = name, func = fn }
+    end
     local saved_checks = config.entity_checks
     local copy = {}
     for k, v in pairs(config) do
-        if k ~= "entity_checks" and k ~= "shorthand_fields" then copy[k] = v end
+        if k ~= "entity_checks" and k ~= "shorthand_fields" and k ~= "shorthands" then copy[k] = v end
     end
     local fields, err = convert_fields(copy.fields, "config")
     if not fields then return nil, err end
@@ -474,7 +492,36 @@ function _M.convert(kschema)
         end
         return true
     end
-    return { schema = fields, check = check }
+    local LUA_TYPE = { string = "string", number = "number", integer = "number", boolean = "boolean",
+                       array = "table", set = "table", map = "table", record = "table" }
+    local function merge(into, from)
+        for k, v in pairs(from) do
+            if type(v) == "table" and type(into[k]) == "table" and v[1] == nil then
+                merge(into[k], v)
+            else
+                into[k] = v
+            end
+        end
+    end
+    -- The config with every shorthand given replaced by what its func returns (merged into
+    -- the config, the shorthand's values winning, as Kong does); or nil, the shorthand, err.
+    local function expand(raw)
+        for _, sh in ipairs(shorthands) do
+            local v = raw[sh.name]
+            if v ~= nil then
+                local want = sh.type and LUA_TYPE[sh.type]
+                if want and type(v) ~= want then
+                    return nil, sh.name, ("expected a %s"):format(sh.type)
+                end
+                raw[sh.name] = nil
+                local ok, new = pcall(sh.func, v)
+                if not ok then return nil, sh.name, tostring(new) end
+                if type(new) == "table" then merge(raw, new) end
+            end
+        end
+        return raw
+    end
+    return { schema = fields, check = check, expand = #shorthands > 0 and expand or nil }
 end
 
 return _M

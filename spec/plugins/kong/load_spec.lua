@@ -116,4 +116,13 @@ describe("Kong plugin schemas", function()
             assert.matches(field, err, 1, true)
         end
     end)
+
+    it("take a shorthand field's value where its func puts it", function()
+        local c = conf_of({ second = 1, redis_host = "r.example", redis = { port = 6380 } })
+        assert.same({ host = "r.example", port = 6380, timeouts = { connect = 2000 } }, c.redis)
+        assert.is_nil(c.redis_host)
+        local gw, err = start({ second = 1, redis_host = 7 })
+        assert.is_nil(gw)
+        assert.matches("redis_host", err, 1, true)
+    end)
 end)
