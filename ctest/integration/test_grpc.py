@@ -450,9 +450,50 @@ def test_alloc_free(t):
     sl.stop()
 
 
+def test_example(t):
+    """examples/grpc as its README runs it (CI runs only its smoke spec otherwise): its
+    service.py, a gateway on its gw.yaml (ports moved to free ones), its client.py and the
+    README's gRPC-Web curl, each answer as the README says."""
+    ex = os.path.join(h.SRC, "examples", "grpc")
+    port = h.free_port()
+    svc = subprocess.Popen([PY, os.path.join(ex, "service.py"), "--port", str(port)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                           preexec_fn=h._die_with_parent)
+    PROCS.append(svc)
+    t.check("examples/grpc/service.py starts", svc.stdout.readline().startswith("serving on"), "serving on", None)
+    with open(os.path.join(ex, "gw.yaml")) as f:
+        text = (f.read().replace("127.0.0.1:8080", "127.0.0.1:0").replace("127.0.0.1:9090", "127.0.0.1:0")
+                .replace("127.0.0.1:50051", "127.0.0.1:%d" % port))
+    sl = h.start_sluice(text, suite=t)
+    target = "127.0.0.1:%d" % sl.port()
+
+    def run(*args):
+        r = subprocess.run([PY, os.path.join(ex, "client.py"), "--target", target] + list(args),
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout
+
+    # the target is healthy once its first grpc health check passed
+    got = h.wait_until(lambda: run("alice") == "hello, alice\n3\n2\n1\n" and "ok", timeout=10)
+    t.check("client.py alice: hello, alice / 3 / 2 / 1", got == "ok", "hello, alice\n3\n2\n1\n", run("alice"))
+    out = run("--key", "nope")
+    t.check("client.py --key nope: UNAUTHENTICATED from the gateway",
+            out == 'UNAUTHENTICATED: {"error":"invalid API key"}\n', "UNAUTHENTICATED: ...", out)
+    out = run("")
+    t.check("client.py \"\": the service's INVALID_ARGUMENT", out == "INVALID_ARGUMENT: a name, please\n",
+            "INVALID_ARGUMENT: a name, please", out)
+    r = subprocess.run(["curl", "-sN", "-H", "content-type: application/grpc-web-text", "-H", "x-grpc-web: 1",
+                        "-H", "apikey: k-alice", "--data-binary", "AAAAAAEz",
+                        "http://%s/greet.Greeter/Countdown" % target], capture_output=True, text=True, timeout=30)
+    t.check("the README's gRPC-Web curl: 3, 2, 1 and grpc-status 0",
+            r.stdout == "AAAAAAEzAAAAAAEyAAAAAAExgAAAAA9ncnBjLXN0YXR1czowDQo=",
+            "AAAAAAEz...", r.stdout)
+    sl.stop()
+    stop(svc)
+
+
 try:
     t.run(test_kinds, test_deadline, test_goaway, test_multiplex, test_attempts, test_no_h2_and_config,
-          test_alloc_free)
+          test_alloc_free, test_example)
 finally:
     for p in PROCS:
         stop(p)

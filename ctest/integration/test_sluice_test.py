@@ -194,6 +194,38 @@ def test_positions(t):
     t.check("a config error names the config's own file, line and column",
             (gw + ":5:41: route 'r', plugin 'response': unknown key 'stauts'") in cp.stdout,
             gw + ":5:41: ...", cp.stdout)
+    # two specs of one run on that config: each ERROR line says which spec could not run
+    p2 = write(d, "cfg2.yaml", "config: gw.yaml\ncases:\n  - name: y\n    request: { path: / }\n")
+    cp = sluice(["test", p, p2])
+    errs = [l for l in cp.stdout.splitlines() if l.startswith("ERROR ")]
+    t.check("with several specs, a config's ERROR line names the spec too",
+            len(errs) == 2 and errs[0].startswith("ERROR " + gw + ":5:41: ") and errs[0].endswith(" (spec %s)" % p)
+            and errs[1].endswith(" (spec %s)" % p2), "ERROR gw.yaml:5:41: ... (spec cfg.yaml)", errs)
+    # a quoted status is the number; a status that is no number is the spec's error
+    p = write(d, "status.yaml", "config:\n  routes: [{ name: r, match: { paths: [/] }, plugins: [{ name: response, "
+                                "config: { status: 201 } }] }]\ncases:\n  - request: { path: / }\n"
+                                "    expect: { status: \"201\" }\n  - request: { path: / }\n    repeat: 2\n"
+                                "    expect: { status: [\"201\", 201] }\n")
+    cp = sluice(["test", p])
+    t.check("expect.status \"201\" is 201", cp.returncode == 0 and "2 passed, 0 failed" in cp.stdout, 0,
+            (cp.returncode, cp.stdout[-300:]))
+    write(d, "status.yaml", "config:\n  routes: [{ name: r, match: { paths: [/] }, plugins: [{ name: response }] }]\n"
+                            "cases:\n  - request: { path: / }\n    expect: { status: OK }\n")
+    cp = sluice(["test", p])
+    t.check("expect.status OK is an error at its FILE:LINE:COL",
+            (p + ":5:23: expect.status must be") in cp.stdout, p + ":5:23: expect.status must be ...", cp.stdout)
+    # the same for expect.upstream.count
+    p = write(d, "count.yaml", "mocks: { api: { echo: true } }\nconfig:\n  upstreams: [{ name: api, targets: "
+                               "[{ address: \"127.0.0.1:1\" }] }]\n  routes: [{ name: r, match: { paths: [/] }, "
+                               "upstream: api }]\ncases:\n  - request: { path: / }\n"
+                               "    expect: { upstream: { mock: api, count: \"1\" } }\n")
+    cp = sluice(["test", p])
+    t.check("expect.upstream.count \"1\" is 1", cp.returncode == 0, 0, (cp.returncode, cp.stdout[-300:]))
+    with open(p, "a") as f:
+        f.write("  - request: { path: / }\n    expect: { upstream: { mock: api, count: one } }\n")
+    cp = sluice(["test", p])
+    t.check("expect.upstream.count one is an error at its FILE:LINE:COL",
+            (p + ":9:45: expect.upstream.count must be") in cp.stdout, p + ":9:45: ...", cp.stdout)
     # an inline config's errors name the spec file's real line
     p = write(d, "inline.yaml", "name: inline\nconfig:\n  routes:\n    - name: r\n"
                                 "      match: { paths: [/] }\n      upstream: nowhere\n"
@@ -264,6 +296,40 @@ def test_junit(t):
             and int(suites[1].get("tests")) >= 4, "0 failures", suites[1].attrib)
 
 
+ENV_SETS = """\
+env: { SLUICE_SPEC_A: from-a, SLUICE_SPEC_OUTER: from-a }
+config:
+  routes: [ { name: r, match: { paths: [/] }, plugins: [ { name: response, config: { body: "${SLUICE_SPEC_A}" } } ] } ]
+cases:
+  - request: { path: / }
+    expect: { body: from-a }
+"""
+
+ENV_READS = """\
+config:
+  routes:
+    - { name: r, match: { paths: [/] },
+        plugins: [ { name: response, config: { body: "${SLUICE_SPEC_A:-unset} ${SLUICE_SPEC_OUTER:-unset}" } } ] }
+cases:
+  - name: another spec's env is not this one's
+    request: { path: / }
+    expect: { body: unset outer }
+"""
+
+
+def test_env_per_spec(t):
+    d = h.new_tmpdir("env")
+    a = write(d, "a.smoke.yaml", ENV_SETS)
+    b = write(d, "b.smoke.yaml", ENV_READS)
+    e = env()
+    e["SLUICE_SPEC_OUTER"] = "outer"
+    e.pop("SLUICE_SPEC_A", None)
+    cp = subprocess.run([h.BIN, "test", a, b], capture_output=True, text=True, timeout=60, cwd=d, env=e,
+                        stdin=subprocess.DEVNULL)
+    t.check("a spec's env ends with it: the next spec sees the variables as they were (exit 0)",
+            cp.returncode == 0, 0, (cp.returncode, cp.stdout[-600:]))
+
+
 FAULTS = """\
 config:
   upstreams:
@@ -277,11 +343,13 @@ mocks:
   api: { echo: true }
 cases:
   - name: echo and what the upstream received
-    request: { method: PUT, path: /e, query: { a: "1 2" }, headers: { X-A: v }, body: hi }
+    request: { method: PUT, path: /e, query: { a: "1 2", t: [x, "y z"] }, headers: { X-A: v, X-B: true, X-L: [1, 2] },
+               body: hi }
     expect:
       status: 200
-      body: { json: { method: PUT, path: /e, query: a=1%202, body: hi, headers: { x-a: v } } }
-      upstream: { mock: api, method: PUT, path: /e, query: a=1%202, body: hi, count: 1 }
+      body: { json: { method: PUT, path: /e, query: a=1%202&t=x&t=y%20z, body: hi, headers: { x-a: v } } }
+      upstream: { mock: api, method: PUT, path: /e, query: a=1%202&t=x&t=y%20z, body: hi, count: 1,
+                  headers: { x-b: "true", x-l: "1, 2" } }
   - name: over HTTP/2
     request: { http2: true, method: POST, path: /h2, body: abc, headers: { X-A: "2" } }
     expect:
@@ -407,11 +475,27 @@ def clean_copy():
     return d
 
 
+def free_ports(n):
+    """n distinct ports nothing listens on now (all bound at once, then released)."""
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_readme_commands(t):
     root = clean_copy()
     print("  README commands run in", root)
     readmes = sorted(glob.glob(os.path.join(root, "examples", "*", "README.md")))
-    t.check("every example has a README", len(readmes) >= 7, ">= 7", len(readmes))
+    folders = sorted(d for d in glob.glob(os.path.join(root, "examples", "*")) if os.path.isdir(d))
+    t.check("every example has a README (whose commands run here)",
+            [os.path.dirname(r) for r in readmes] == folders and len(folders) >= 7,
+            [os.path.basename(f) for f in folders], [os.path.basename(os.path.dirname(r)) for r in readmes])
     ran = 0
     for r in readmes + [os.path.join(root, "examples", "README.md")]:
         rel = os.path.relpath(r, root)
@@ -424,8 +508,11 @@ def test_readme_commands(t):
                 continue
             ran += 1
             run = re.sub(r"\bsluice run -c (\S+)", r"sluice check -c \1", c)
+            e = env()
+            # examples/fleet/run.sh: free ports instead of its fixed ones
+            e["FLEET_PORTS"] = " ".join(str(p) for p in free_ports(9))
             proc = subprocess.Popen(["sh", "-c", run], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, cwd=root, env=env(),
+                                    stderr=subprocess.STDOUT, text=True, cwd=root, env=e,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 out, _ = proc.communicate(timeout=60)
@@ -438,4 +525,4 @@ def test_readme_commands(t):
 
 
 t.run(test_examples, test_service_dies, test_failing_diff, test_positions, test_ports_zero, test_junit, test_mock_faults,
-      test_new_plugin, test_readme_commands)
+      test_env_per_spec, test_new_plugin, test_readme_commands)

@@ -91,7 +91,13 @@ function _M.prepare(paths, name, config_json, cache, known)
     if not mod then return nil, { { path = "@name", at = "value", msg = err } } end
     local raw = cjson.decode(config_json or "{}")
     if type(raw) ~= "table" then raw = {} end
-    local conf, errs = schema.validate(mod.schema, strip_null(raw))
+    raw = strip_null(raw)
+    if mod.expand then -- a Kong plugin's shorthand fields, put where they belong
+        local out, key, xerr = mod.expand(raw)
+        if not out then return nil, { { path = key, at = "value", msg = xerr } } end
+        raw = out
+    end
+    local conf, errs = schema.validate(mod.schema, raw)
     if #errs > 0 then return nil, errs end
     files.resolve_conf(conf) -- `*_file` keys: resolved and part of the generation
     if mod.check then

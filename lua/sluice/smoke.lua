@@ -134,11 +134,34 @@ local function validate(spec)
             spec_error(spec, kp .. ".repeat", true, "repeat must be a positive integer")
         end
         check_keys(spec, kp .. ".expect", c.expect or {}, EXPECT_KEYS, "expect")
+        -- a status is a number ("201" quoted too), or a list of them for repeat
+        local st = c.expect and c.expect.status
+        if st ~= nil then
+            local list = type(st) == "table" and st or { st }
+            for j, v in ipairs(list) do
+                local n = tonumber(v)
+                if not n or n % 1 ~= 0 then
+                    spec_error(spec, kp .. ".expect.status", true,
+                               "expect.status must be a number such as 200 (or a list of them with repeat), got %s",
+                               tostring(v))
+                end
+                list[j] = n
+            end
+            if type(st) ~= "table" then c.expect.status = list[1] end
+        end
         local up = c.expect and c.expect.upstream
         if up ~= nil then
             check_keys(spec, kp .. ".expect.upstream", up, UP_KEYS, "expect.upstream")
             if not (d.mocks or {})[up.mock or ""] then
                 spec_error(spec, kp .. ".expect.upstream", true, "expect.upstream.mock must name a mock of this spec")
+            end
+            if up.count ~= nil then
+                local n = tonumber(up.count)
+                if not n or n % 1 ~= 0 or n < 0 then
+                    spec_error(spec, kp .. ".expect.upstream.count", true,
+                               "expect.upstream.count must be a number of requests, got %s", tostring(up.count))
+                end
+                up.count = n
             end
         end
         for name, m in pairs(c.mocks or {}) do
@@ -398,7 +421,13 @@ local function build_query(q)
     for k in pairs(q) do keys[#keys + 1] = k end
     table.sort(keys)
     local parts = {}
-    for _, k in ipairs(keys) do parts[#parts + 1] = urlencode(k) .. "=" .. urlencode(q[k]) end
+    for _, k in ipairs(keys) do
+        -- a list repeats the name: { t: [x, y] } is t=x&t=y
+        local v = q[k]
+        for _, x in ipairs(type(v) == "table" and v or { v }) do
+            parts[#parts + 1] = urlencode(k) .. "=" .. urlencode(x)
+        end
+    end
     return table.concat(parts, "&")
 end
 
@@ -407,7 +436,11 @@ local function split_hostport(hp) return hp:match("^(.*):(%d+)$") end
 local function h2_request(spec, gw, r, hostport)
     local args = { "curl", "-sS", "-i", "--http2-prior-knowledge", "-X", r.method or "GET",
                    "--max-time", tostring(r.timeout or 5) }
-    for k, v in pairs(r.headers or {}) do args[#args + 1] = "-H"; args[#args + 1] = k .. ": " .. tostring(v) end
+    for k, v in pairs(r.headers or {}) do
+        for _, x in ipairs(type(v) == "table" and v or { v }) do
+            args[#args + 1] = "-H"; args[#args + 1] = k .. ": " .. tostring(x)
+        end
+    end
     local bodyfile
     if r.body then
         bodyfile = os.tmpname()
@@ -443,7 +476,9 @@ local function do_request(spec, gw, req)
         local fd = lib.sl_test_connect(host, tonumber(port))
         if fd < 0 then return nil, "cannot connect to " .. hostport end
         local lines = { fmt("%s %s HTTP/1.1", r.method or "GET", r.target), "Host: " .. (r.host or "localhost") }
-        for k, v in pairs(r.headers or {}) do lines[#lines + 1] = k .. ": " .. tostring(v) end
+        for k, v in pairs(r.headers or {}) do
+            for _, x in ipairs(type(v) == "table" and v or { v }) do lines[#lines + 1] = k .. ": " .. tostring(x) end
+        end
         local head = table.concat(lines, "\r\n") .. "\r\n\r\n"
         recvbuf = recvbuf or ffi.gc(ffi.cast("char *", C.malloc(RECV_MAX)), C.free)
         lib.sl_test_send(fd, head, #head)
@@ -726,6 +761,10 @@ local function stop_all(spec, gw)
     if gw then gw:stop() end
     for _, h in pairs(spec.mock_h or {}) do lib.sl_mock_stop(h) end
     for _, s in pairs(spec.svc or {}) do os.execute("kill " .. s.pid .. " 2>/dev/null") end
+    -- the spec's env ends with it: the next spec sees the variables as they were
+    for k, v in pairs(spec.env_before or {}) do
+        if v == false then C.unsetenv(k) else C.setenv(k, v, 1) end
+    end
 end
 
 -- Runs one spec file; returns { path, name, cases = { {name, ok, fails, ms} }, error, ms }.
@@ -748,7 +787,11 @@ function _M.run_file(path, out)
     local ok, e = pcall(function()
         validate(spec)
         result.name = doc.name or path
-        for k, v in pairs(doc.env or {}) do C.setenv(k, tostring(v), 1) end
+        spec.env_before = {}
+        for k, v in pairs(doc.env or {}) do
+            if spec.env_before[k] == nil then spec.env_before[k] = os.getenv(k) or false end
+            C.setenv(k, tostring(v), 1)
+        end
         for name, m in pairs(doc.mocks or {}) do
             local h = lib.sl_mock_start()
             if h == nil then spec_error(spec, "mocks." .. name, false, "cannot start mock '%s'", name) end
@@ -909,7 +952,13 @@ function _M.main(args)
         local r = _M.run_file(f, out)
         if r.error then
             failed = failed + 1
-            io.stdout:write(fmt("ERROR %s\n", r.error:gsub("\n", "\n    ")))
+            local text = r.error
+            -- with several specs, an error in another file (the config) says which spec
+            if #files > 1 and text:sub(1, #r.path + 1) ~= r.path .. ":" then
+                local first, rest = text:match("^([^\n]*)(.*)$")
+                text = first .. " (spec " .. r.path .. ")" .. rest
+            end
+            io.stdout:write(fmt("ERROR %s\n", (text:gsub("\n", "\n    "))))
         end
         results[#results + 1] = r
     end

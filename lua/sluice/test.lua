@@ -34,6 +34,7 @@ void sl_log_capture(int on);
 size_t sl_log_captured(char *out, size_t cap);
 uint64_t sl_now_ns(void);
 int setenv(const char *name, const char *value, int overwrite);
+int unsetenv(const char *name);
 long readlink(const char *path, char *buf, size_t n);
 int poll(void *fds, unsigned long n, int timeout);
 char *sl_ffi_yaml_decode(const char *path, const char *text, size_t len, char **pos, char *err,
@@ -278,7 +279,10 @@ function GW:request(req)
         local has = {}
         for k in pairs(h) do has[k:lower()] = true end
         if not has.host then lines[#lines + 1] = "Host: " .. (req.host or "localhost") end
-        for k, v in pairs(h) do lines[#lines + 1] = k .. ": " .. v end
+        for k, v in pairs(h) do
+            -- a list is one field per element; numbers and booleans as text
+            for _, x in ipairs(type(v) == "table" and v or { v }) do lines[#lines + 1] = k .. ": " .. tostring(x) end
+        end
         if req.body and not has["content-length"] and not has["transfer-encoding"] then
             lines[#lines + 1] = "Content-Length: " .. #req.body
         end

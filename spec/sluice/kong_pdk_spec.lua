@@ -65,7 +65,8 @@ describe("kong PDK", function()
             kg.route("probe", { { name = "kong-pdk-probe" } }),
             { name = "other", match = { paths = { "/other" } }, plugins = { { name = "kong-pdk-probe" } },
               upstream = "u" },
-        }, { listeners = { { name = "web", listen = "127.0.0.1:0", trusted_proxies = { "127.0.0.0/8" } } } })
+        }, { listeners = { { name = "web", listen = "127.0.0.1:0", trusted_proxies = { "127.0.0.0/8" } },
+                           { name = "direct", listen = "127.0.0.1:0" } } }) -- no trusted proxy
     end)
     teardown(function()
         gw:stop()
@@ -105,6 +106,45 @@ describe("kong PDK", function()
         assert.same({ a = { "1", "2" }, b = "x y", f = true }, r[1])
         assert.same({ a = "1" }, r[2]) -- max_args 1
     end)
+    it("kong.request.get_query reads 100 arguments unless told (1..1000), as Kong's; ngx's 0 is all", function()
+        local q = {}
+        for i = 1, 150 do q[i] = "k" .. i .. "=" .. i end
+        q[151] = "k1=again"
+        local r = call("get_query limits", { path = "/probe?" .. table.concat(q, "&") })
+        assert.same({ 100, "truncated", 151, 100, 151, "max_args must be >= 1", "max_args must be <= 1000",
+                      "max_args must be a number", false, "max_headers must be >= 1" }, r)
+    end)
+    -- behind a trusted proxy (the listener "web") the X-Forwarded-* headers say; from any
+    -- other peer ("direct") they are ignored, as in Kong
+    local FWD = { ["X-Forwarded-Proto"] = "HTTPS", ["X-Forwarded-Host"] = "user@Shop.Example.com:8443",
+                  ["X-Forwarded-Path"] = "/orig/p", ["X-Forwarded-Prefix"] = "/pre" }
+    local function fwd(name, headers, listener)
+        return call(name, { path = "/probe/x", host = "gw.local:81", headers = headers, listener = listener })
+    end
+    pdk("kong.request.get_forwarded_scheme", function()
+        assert.same({ "https" }, fwd("kong.request.get_forwarded_scheme", FWD))
+        assert.same({ "http" }, fwd("kong.request.get_forwarded_scheme", FWD, "direct"))
+        assert.same({ "http" }, fwd("kong.request.get_forwarded_scheme", {}))
+    end)
+    pdk("kong.request.get_forwarded_host", function()
+        assert.same({ "shop.example.com" }, fwd("kong.request.get_forwarded_host", FWD))
+        assert.same({ "gw.local" }, fwd("kong.request.get_forwarded_host", FWD, "direct"))
+    end)
+    pdk("kong.request.get_forwarded_port", function()
+        local port = tonumber(gw:address("direct"):match(":(%d+)$"))
+        assert.same({ 8443 }, fwd("kong.request.get_forwarded_port", FWD)) -- from X-Forwarded-Host
+        local h = { ["X-Forwarded-Port"] = "444", ["X-Forwarded-Host"] = "a:8443" }
+        assert.same({ 444 }, fwd("kong.request.get_forwarded_port", h))
+        assert.same({ port }, fwd("kong.request.get_forwarded_port", h, "direct"))
+    end)
+    pdk("kong.request.get_forwarded_path", function()
+        assert.same({ "/orig/p" }, fwd("kong.request.get_forwarded_path", FWD))
+        assert.same({ "/probe/x" }, fwd("kong.request.get_forwarded_path", FWD, "direct"))
+    end)
+    pdk("kong.request.get_forwarded_prefix", function()
+        assert.same({ "/pre" }, fwd("kong.request.get_forwarded_prefix", FWD))
+        assert.same({ cjson.null }, fwd("kong.request.get_forwarded_prefix", FWD, "direct"))
+    end)
     pdk("kong.request.get_header", function()
         assert.same({ "2", "2", cjson.null }, call("kong.request.get_header", { headers = { ["X-Two"] = "2" } }))
     end)
@@ -137,6 +177,38 @@ describe("kong PDK", function()
         assert.equal("1", res.headers["x-exit"])
         assert.equal("application/json; charset=utf-8", res.headers["content-type"])
         assert.is_nil(res.headers["x-after"]) -- the method ended at exit
+    end)
+    it("kong.response.exit in header_filter is a plugin error naming the plugin's line", function()
+        local _, res = hf("exit")
+        assert.equal(500, res.status)
+        local l = logged("kong.response.exit works in rewrite and access only")
+        assert.truthy(l, "no log line")
+        assert.matches("kong%-pdk%-probe/handler%.lua:%d+: kong%.response%.exit works", l.msg)
+    end)
+    pdk("kong.response.error", function()
+        local function err(status, accept, msg)
+            local res = assert(gw:request({ path = "/probe", headers = { ["X-Probe"] = "kong.response.error",
+                ["X-Err-Status"] = tostring(status), Accept = accept, ["X-Err-Msg"] = msg } }))
+            assert.equal(status, res.status)
+            assert.equal("1", res.headers["x-e"])
+            assert.is_nil(res.headers["x-after"]) -- the method ended at error
+            return res.headers["content-type"], res.body
+        end
+        -- JSON unless the client's Accept prefers another of Kong's formats; Kong's messages
+        local ct, body = err(401)
+        assert.equal("application/json; charset=utf-8", ct)
+        assert.same({ message = "Unauthorized" }, cjson.decode(body))
+        ct, body = err(429, "text/html;q=0.5, text/plain")
+        assert.equal("text/plain; charset=utf-8", ct)
+        assert.equal("Too many requests\n", body)
+        ct, body = err(403, "application/xml", "go away")
+        assert.equal("application/xml; charset=utf-8", ct)
+        assert.matches("<message>go away</message>", body, 1, true)
+        ct, body = err(503, "text/html")
+        assert.equal("text/html; charset=utf-8", ct)
+        assert.matches("<p>The upstream server is currently unavailable.</p>", body, 1, true)
+        ct, body = err(499, "*/*", 'a "quoted" word')
+        assert.same({ message = 'a "quoted" word' }, cjson.decode(body))
     end)
     pdk("kong.response.get_status", function()
         local r = hf("kong.response.get_status")
@@ -177,6 +249,23 @@ describe("kong PDK", function()
         assert.equal(#("[" .. n .. "]") + 9, #res.body)
     end)
 
+    it("kong.response.set_raw_body (or ngx.arg[2] = true) on a piece before the last ends the body there", function()
+        local big = string.rep("x", 400000)
+        local function req(mode)
+            return assert(gw:request({ method = "POST", path = "/probe/abc", body = big,
+                                       headers = { ["X-Probe-Body"] = mode } }))
+        end
+        local n = tonumber(req("count").body)
+        assert.is_true(n > 1, "the body came in one piece: nothing to test")
+        local res = req("first")
+        assert.equal(200, res.status)
+        assert.equal("replaced", res.body:sub(1, 40)) -- a short message when it is not
+        assert.equal(8, #res.body)
+        local cut = req("eof").body
+        assert.equal("cut", cut:sub(1, 40))
+        assert.equal(3, #cut)
+    end)
+
     -- ------------------------------------------------------------ kong.service
     pdk("kong.service.set_upstream", function()
         local r = call("kong.service.set_upstream")
@@ -187,6 +276,17 @@ describe("kong PDK", function()
         local seen, res = pass("kong.service.set_target", { headers = { ["X-Target"] = up2:address() } })
         assert.equal(200, res.status)
         assert.equal(up2:address(), seen.headers["x-target"])
+    end)
+    it("a refused kong.service.request call is logged at the plugin's file and line", function()
+        for _, case in ipairs({ "bad set_path", "bad clear_header" }) do
+            local res = assert(gw:request({ path = "/probe", headers = { ["X-Probe"] = case } }))
+            assert.equal(500, res.status)
+        end
+        for _, msg in ipairs({ "path must not contain spaces", "Host is required upstream" }) do
+            local l = logged(msg)
+            assert.truthy(l, "no log line " .. msg)
+            assert.matches("kong%-pdk%-probe/handler%.lua:%d+: ", l.msg)
+        end
     end)
     pdk("kong.service.request.set_header", function()
         assert.equal("v", pass("kong.service.request.set_header").headers["x-set"])
@@ -459,6 +559,12 @@ describe("kong PDK", function()
         assert.same({ "application/json" }, r)
         assert.equal("h", res.headers["x-ngx"])
         assert.equal("1, 2", res.headers["x-multi"])
+    end)
+    it("ngx.header: clearing Content-Length or Transfer-Encoding is a no-op, as kong.response.clear_header's", function()
+        local r, res = hf("ngx.header framing")
+        assert.equal(200, res.status)
+        assert.same({ true }, r)
+        assert.is_table(res.json())
     end)
     pdk("ngx.req", function()
         local r, res = call("ngx.req", { method = "PUT", path = "/probe?a=7", body = "b", headers = { ["X-Two"] = "2" } })

@@ -91,11 +91,12 @@ end
 _M.escape_uri, _M.unescape_uri = escape, unescape
 
 -- A query or form string as Kong's table: value, true for a bare name, a list for repeats.
+-- With max (> 0), the first max arguments and "truncated" when there were more (ngx's).
 local function decode_args(s, max)
     local out, n = {}, 0
     for pair in s:gmatch("[^&]+") do
         n = n + 1
-        if max and max > 0 and n > max then break end
+        if max and max > 0 and n > max then return out, "truncated" end
         local k, eq, v = pair:match("^([^=]*)(=?)(.*)$")
         k = unescape(k)
         base.args_put(out, k, eq == "" and true or unescape(v))
@@ -149,21 +150,102 @@ function kreq.get_path_with_query()
     return orig_path() .. "?" .. q
 end
 
-function kreq.get_query_arg(name) return request.get_query_arg(name) end
-
-function kreq.get_query(max_args)
-    if max_args == nil then return request.get_query_args() end
-    return decode_args(request.get_query(), max_args)
+-- The X-Forwarded-* of a request whose peer is one of the listener's trusted_proxies (Kong's
+-- trusted_ips), else what the request itself says. Host and port may come from
+-- X-Forwarded-Host ("user@host:port").
+local function forwarded(name)
+    if client.is_trusted(request.get_client_ip()) ~= true then return nil end
+    return request.get_header(name)
 end
 
+local function forwarded_host()
+    local h = forwarded("X-Forwarded-Host")
+    if not h then return nil end
+    local at = find(h, "@", 1, true)
+    if at then h = sub(h, at + 1) end
+    local colon = find(h, ":", 1, true)
+    if colon then return sub(h, 1, colon - 1), sub(h, colon + 1) end
+    return h
+end
+
+local function port_of(s)
+    local n = tonumber(s)
+    if n and n >= 1 and n <= 65535 and n % 1 == 0 then return n end
+    return nil
+end
+
+function kreq.get_forwarded_scheme()
+    local s = forwarded("X-Forwarded-Proto")
+    return s and lower(s) or request.get_scheme()
+end
+
+function kreq.get_forwarded_host()
+    local h = forwarded_host()
+    return h and lower(h) or request.get_host()
+end
+
+function kreq.get_forwarded_port()
+    local p = port_of(forwarded("X-Forwarded-Port"))
+    if p then return p end
+    local _, hp = forwarded_host()
+    return port_of(hp) or request.get_port()
+end
+
+function kreq.get_forwarded_path() return forwarded("X-Forwarded-Path") or orig_path() end
+function kreq.get_forwarded_prefix() return forwarded("X-Forwarded-Prefix") end
+
+function kreq.get_query_arg(name) return request.get_query_arg(name) end
+
+-- Kong's limits on the arguments and header fields a table holds: 100 unless told, 1..1000.
+local MAX_DEFAULT, MAX_MAX = 100, 1000
+local function limit(n, what)
+    if n == nil then return MAX_DEFAULT end
+    if type(n) ~= "number" then error(what .. " must be a number", 3) end
+    if n < 1 then error(what .. " must be >= 1", 3) end
+    if n > MAX_MAX then error(what .. " must be <= " .. MAX_MAX, 3) end
+    return n
+end
+_M.limit = limit
+
+-- The query's first max arguments (all when max is 0), and "truncated" when it had more.
+local function query_args(max)
+    local q = request.get_query()
+    if max == 0 then return request.get_query_args() end
+    -- fewer '&' than max: every argument fits, read by the core
+    local amps, at = 0, 0
+    while amps < max do
+        at = find(q, "&", at + 1, true)
+        if not at then return request.get_query_args() end
+        amps = amps + 1
+    end
+    return decode_args(q, max)
+end
+_M.query_args = query_args
+
+function kreq.get_query(max_args) return query_args(limit(max_args, "max_args")) end
+
 function kreq.get_header(name) return request.get_header(hname(name)) end
+
+-- A headers table's names read in any case, with `_` for `-` (ngx.req.get_headers' and
+-- ngx.resp.get_headers' metatable): h["Content-Type"] and h.content_type are h["content-type"].
+local HEADERS_MT = { __index = function(t, name)
+    if type(name) ~= "string" then return nil end
+    local n = lower(hname_of(name))
+    if n == name then return nil end
+    return rawget(t, n)
+end }
 
 -- { lower-case name = value }, a list of values for a repeated header (ngx.req.get_headers).
 -- max counts fields, as ngx does: a repeated header's values count one each.
 local function headers_of(side, max)
     local all = side.get_headers(true)
-    if not (max and max > 0) then return all end
-    local out = {}
+    if max and max > 0 then
+        local n = 0
+        for _, v in pairs(all) do n = n + (type(v) == "table" and #v or 1) end
+        if n <= max then max = nil end
+    end
+    if not (max and max > 0) then return setmetatable(all, HEADERS_MT) end
+    local out = setmetatable({}, HEADERS_MT)
     local n = 0
     for k, v in pairs(all) do
         if type(v) == "table" then
@@ -183,7 +265,8 @@ local function headers_of(side, max)
     return out
 end
 
-function kreq.get_headers(max_headers) return headers_of(request, max_headers) end
+function kreq.get_headers(max_headers) return headers_of(request, limit(max_headers, "max_headers")) end
+function _M.headers(max) return headers_of(request, max) end -- ngx.req.get_headers: 0 is all
 
 -- The body as a string ("" when there is none), or nil, err.
 function kreq.get_raw_body()
@@ -208,7 +291,7 @@ function kreq.get_body(mimetype, max_args)
         if type(t) ~= "table" then return nil, "invalid json body", "application/json" end
         return t, nil, "application/json"
     elseif find(ct, "application/x-www-form-urlencoded", 1, true) then
-        return decode_args(body, max_args), nil, "application/x-www-form-urlencoded"
+        return (decode_args(body, limit(max_args, "max_args"))), nil, "application/x-www-form-urlencoded"
     end
     return nil, "unsupported content type '" .. ct .. "'", ct
 end
@@ -222,7 +305,7 @@ kong.response = kresp
 -- sluice's own set_header/add_header/exit do (docs/plugins.md).
 function kresp.get_status() return response.get_status() end
 function kresp.get_header(name) return response.get_header(hname(name)) end
-function kresp.get_headers(max_headers) return headers_of(response, max_headers) end
+function kresp.get_headers(max_headers) return headers_of(response, limit(max_headers, "max_headers")) end
 kresp.set_header = response.set_header -- the same function: no call in between, and an
 kresp.add_header = response.add_header -- error is reported at the plugin's line
 -- Content-Length and Transfer-Encoding are the gateway's: it frames a body a body_filter
@@ -230,7 +313,7 @@ kresp.add_header = response.add_header -- error is reported at the plugin's line
 local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
 function kresp.clear_header(name)
     if type(name) == "string" and FRAMING[lower(name)] then return end
-    response.clear_header(name)
+    return response.clear_header(name)
 end
 function kresp.set_headers(headers)
     for k, v in pairs(headers) do response.set_header(k, v) end
@@ -240,6 +323,11 @@ end
 -- ends here too, as in Kong. A table body is JSON.
 local EXIT = _M.EXIT
 function kresp.exit(status, body, headers)
+    -- Kong also takes it in header_filter (no body: a new status); sluice's answer is
+    -- decided by then. Said at the plugin's line, not at this file's.
+    if not ends_method() then
+        error("kong.response.exit works in rewrite and access only in sluice's Kong layer (docs/plugins.md, \"Kong plugins\")", 2)
+    end
     if type(status) ~= "number" then error("code must be a number", 2) end
     if type(body) == "table" then
         headers = headers or {}
@@ -252,6 +340,85 @@ function kresp.exit(status, body, headers)
     end
     response.exit(status, body, headers) -- a list value is one field per element there too
     if ends_method() then error(EXIT, 0) end
+end
+
+-- kong.response.error(status, message?, headers?): an error answer in the format the
+-- client's Accept prefers (JSON, HTML, XML or plain text, JSON by default), with Kong's
+-- message for the status when none is given; Kong 3.4's templates.
+local ERROR_MESSAGES = {
+    [400] = "Bad request", [401] = "Unauthorized", [402] = "Payment required", [403] = "Forbidden",
+    [404] = "Not found", [405] = "Method not allowed", [406] = "Not acceptable",
+    [407] = "Proxy authentication required", [408] = "Request timeout", [409] = "Conflict", [410] = "Gone",
+    [411] = "Length required", [412] = "Precondition failed", [413] = "Payload too large",
+    [414] = "URI too long", [415] = "Unsupported media type", [416] = "Range not satisfiable",
+    [417] = "Expectation failed", [418] = "I'm a teapot", [421] = "Misdirected request",
+    [422] = "Unprocessable entity", [423] = "Locked", [424] = "Failed dependency", [425] = "Too early",
+    [426] = "Upgrade required", [428] = "Precondition required", [429] = "Too many requests",
+    [431] = "Request header fields too large", [451] = "Unavailable for legal reasons",
+    [494] = "Request header or cookie too large", [500] = "An unexpected error occurred",
+    [501] = "Not implemented", [502] = "An invalid response was received from the upstream server",
+    [503] = "The upstream server is currently unavailable", [504] = "The upstream server is timing out",
+    [505] = "HTTP version not supported", [506] = "Variant also negotiates", [507] = "Insufficient storage",
+    [508] = "Loop detected", [510] = "Not extended", [511] = "Network authentication required",
+}
+local JSON_CT, HTML_CT = "application/json; charset=utf-8", "text/html; charset=utf-8"
+local XML_CT, PLAIN_CT = "application/xml; charset=utf-8", "text/plain; charset=utf-8"
+local MEDIA = { ["application/json"] = JSON_CT, ["text/html"] = HTML_CT, ["application/xml"] = XML_CT,
+                ["text/plain"] = PLAIN_CT, ["application/*"] = JSON_CT, ["text/*"] = PLAIN_CT }
+local function xml_escape(m)
+    return (gsub(m, "[<>&\"']", { ["<"] = "&lt;", [">"] = "&gt;", ["&"] = "&amp;", ['"'] = "&quot;", ["'"] = "&apos;" }))
+end
+local TEMPLATES = {
+    [JSON_CT] = function(m) return '{\n  "message":' .. cjson.encode(m) .. '\n}' end,
+    [HTML_CT] = function(m)
+        return "<!doctype html>\n<html>\n  <head>\n    <meta charset=\"utf-8\">\n    <title>Error</title>\n"
+            .. "  </head>\n  <body>\n    <h1>Error</h1>\n    <p>" .. xml_escape(m) .. ".</p>\n  </body>\n</html>\n"
+    end,
+    [XML_CT] = function(m)
+        return '<?xml version="1.0" encoding="UTF-8"?>\n<error>\n  <message>' .. xml_escape(m) .. "</message>\n</error>\n"
+    end,
+    [PLAIN_CT] = function(m) return m .. "\n" end,
+}
+
+-- The media type of the highest q in Accept (the first of equals); an unknown type counts
+-- as JSON, as Kong's get_response_type does.
+local function response_type(accept)
+    local ct, best = JSON_CT, 0
+    if type(accept) ~= "string" then return ct end
+    for item in accept:gmatch("[^,]+") do
+        local media = item:match("^%s*([^;%s]+)")
+        if media then
+            local q = tonumber(item:match(";%s*[qQ]%s*=%s*([%d.]+)")) or 1
+            if q > best then
+                best = q
+                ct = MEDIA[lower(media)] or JSON_CT
+            end
+        end
+    end
+    return ct
+end
+
+function kresp.error(status, message, headers)
+    if not ends_method() then
+        error("kong.response.error works in rewrite and access only in sluice's Kong layer (docs/plugins.md, \"Kong plugins\")", 2)
+    end
+    if type(status) ~= "number" or status < 400 or status > 599 then
+        error("code must be a number between 400 and 599", 2)
+    end
+    if message ~= nil and type(message) ~= "string" then error("message must be a nil or a string", 2) end
+    if headers ~= nil and type(headers) ~= "table" then error("headers must be a nil or table", 2) end
+    local out, ct = {}, nil
+    for k, v in pairs(headers or {}) do
+        out[k] = v
+        if type(k) == "string" and lower(k) == "content-type" then ct = type(v) == "table" and v[1] or v end
+    end
+    if not ct then
+        ct = response_type(request.get_header("Accept"))
+        out["Content-Type"] = ct
+    end
+    local render = TEMPLATES[ct] or TEMPLATES[MEDIA[lower(ct:match("^[^;%s]+") or "")] or JSON_CT]
+    local msg = message or ERROR_MESSAGES[status] or ("The upstream server responded with " .. status)
+    return kresp.exit(status, render(msg), out)
 end
 
 -- body_filter only: the whole response body once its last piece is here (nil before).
@@ -269,12 +436,14 @@ function kresp.get_raw_body()
     return body
 end
 
--- body_filter only: replaces the whole body (call it on the last piece).
+-- body_filter only: the body is this and ends here, as Kong's (ngx.arg[1] = body,
+-- ngx.arg[2] = true): on a piece before the last, the rest of the upstream's body is
+-- dropped (sluice.kong.plugin stops calling the method for it).
 function kresp.set_raw_body(body)
     if type(body) ~= "string" then error("body must be a string", 2) end
     local arg = _M.arg
-    arg[1] = arg[2] and body or ""
-    if not arg[2] then base.ctx[BODY_BUF] = { body } end
+    arg[1], arg[2] = body, true
+    base.ctx[BODY_BUF] = nil
 end
 
 -- ---------------------------------------------------------------- kong.service
@@ -296,23 +465,25 @@ function service.set_target(host, port)
     return true
 end
 
+-- sluice's own functions where nothing is added: a refused call is reported at the
+-- plugin's line, not at a line of this file (so are the tail calls below)
 sreq.set_header = request.set_header
 sreq.add_header = request.add_header
-function sreq.clear_header(name) request.clear_header(name) end
+sreq.clear_header = request.clear_header
 function sreq.set_headers(headers)
     for k, v in pairs(headers) do request.set_header(k, v) end
 end
-function sreq.set_path(path) request.set_path(path) end
-function sreq.set_raw_query(query) request.set_query(query) end
+sreq.set_path = request.set_path
+sreq.set_raw_query = request.set_query
 function sreq.set_query(args)
     if type(args) ~= "table" then error("args must be a table", 2) end
-    request.set_query(encode_args(args))
+    return request.set_query(encode_args(args))
 end
 
 function sreq.set_raw_body(body)
     if type(body) ~= "string" then error("body must be a string", 2) end
     request.get_body() -- the body is read before it is replaced
-    request.set_body(body)
+    return request.set_body(body)
 end
 
 -- Encodes args by mimetype (or the request's Content-Type; JSON when there is none) and
@@ -338,7 +509,7 @@ end
 -- Kong: nil when no upstream answered (kong.response.exit, an error of the gateway's).
 function sresp.get_status() return response.get_upstream_status() end
 function sresp.get_header(name) return response.get_header(hname(name)) end
-function sresp.get_headers(max_headers) return headers_of(response, max_headers) end
+function sresp.get_headers(max_headers) return headers_of(response, limit(max_headers, "max_headers")) end
 
 -- ---------------------------------------------------------------- kong.ctx
 

@@ -96,7 +96,7 @@ ngx.crc32_long = ngx.crc32_short
 function ngx.escape_uri(s) return kmod.escape_uri(s) end
 function ngx.unescape_uri(s) return kmod.unescape_uri(tostring(s)) end
 function ngx.encode_args(t) return kmod.encode_args(t) end
-function ngx.decode_args(s, max) return kmod.decode_args(s, max) end
+function ngx.decode_args(s, max) return (kmod.decode_args(s, max or 100)) end
 function ngx.quote_sql_str(s) return "'" .. gsub(tostring(s), "['\\]", "\\%0") .. "'" end
 
 ngx.re = strict(require("sluice.kong.re"), "ngx.re")
@@ -133,11 +133,16 @@ end
 -- ngx.arg: body_filter's [1] chunk and [2] eof (sluice.kong.plugin sets and reads them).
 ngx.arg = kmod.arg
 
--- ngx.header: the response headers (read and set), as in header_filter.
+-- ngx.header: the response headers (read and set), as in header_filter. Content-Length and
+-- Transfer-Encoding are the gateway's (it frames a body a body_filter changed): writing
+-- them is a no-op, as kong.response.clear_header of them is, so the usual
+-- `ngx.header["Content-Length"] = nil` before a body_filter works.
+local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true }
 ngx.header = setmetatable({}, {
     __index = function(_, k) return response.get_header((gsub(k, "_", "-"))) end,
     __newindex = function(_, k, v)
         k = gsub(k, "_", "-")
+        if FRAMING[k:lower()] then return end
         if v == nil then
             response.clear_header(k)
         elseif type(v) == "table" then
@@ -218,8 +223,9 @@ ngx.var = setmetatable({}, {
 local kreq = kmod.kong.request
 ngx.req = strict({
     get_method = function() return request.get_method() end,
-    get_headers = function(max) return kreq.get_headers(max) end,
-    get_uri_args = function(max) return kreq.get_query(max) end,
+    -- ngx's: 100 unless told, 0 for all
+    get_headers = function(max) return kmod.headers(max or 100) end,
+    get_uri_args = function(max) return kmod.query_args(max or 100) end,
     set_header = function(k, v)
         if v == nil then request.clear_header(k) else request.set_header(k, v) end
     end,

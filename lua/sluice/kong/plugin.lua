@@ -233,13 +233,18 @@ local function plain(h, fn)
 end
 
 -- body_filter: the piece is ngx.arg[1] (eof ngx.arg[2]); what the method leaves in
--- ngx.arg[1] replaces it.
-local function body(h, fn)
-    return function(conf, _, chunk, eof)
+-- ngx.arg[1] replaces it. A method that sets ngx.arg[2] on a piece before the last
+-- (kong.response.set_raw_body does) ends the body there, as in nginx: the pieces after it
+-- are dropped without calling the method again.
+local function body(h, fn, name)
+    local ENDED = "kong.body.ended." .. name -- in the request's ctx
+    return function(conf, ctx, chunk, eof)
+        if ctx[ENDED] then return "" end
         ARG[1], ARG[2] = chunk, eof
         fn(h, conf)
-        local out = ARG[1]
+        local out, ended = ARG[1], ARG[2]
         ARG[1], ARG[2] = nil, nil
+        if ended and not eof then ctx[ENDED] = true end
         if out == chunk then return nil end
         return out or ""
     end
@@ -266,7 +271,7 @@ function _M.load(paths, dir, name)
     state.modules["kong.plugins." .. name .. ".handler"] = handler
 
     local mod = { name = name, version = tostring(handler.VERSION or "0"), priority = handler.PRIORITY,
-                  schema = conv.schema, check = conv.check, kong = true }
+                  schema = conv.schema, check = conv.check, expand = conv.expand, kong = true }
     for _, ph in ipairs(KONG_PHASES) do
         local fn = handler[ph]
         if fn ~= nil then
@@ -280,7 +285,7 @@ function _M.load(paths, dir, name)
     if handler.rewrite then mod.rewrite = protected(state, handler, handler.rewrite) end
     if handler.access then mod.access = protected(state, handler, handler.access) end
     if handler.header_filter then mod.header_filter = plain(handler, handler.header_filter) end
-    if handler.body_filter then mod.body_filter = body(handler, handler.body_filter) end
+    if handler.body_filter then mod.body_filter = body(handler, handler.body_filter, name) end
     if handler.log then mod.log = plain(handler, handler.log) end
     if handler.init_worker then
         local done = false

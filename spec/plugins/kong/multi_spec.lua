@@ -37,6 +37,15 @@ describe("Kong PDK: repeated header fields", function()
         assert.equal(2, n)
     end)
 
+    it("get_headers tables read any case, and `_` for `-`, as Kong's (ngx.req/resp.get_headers)", function()
+        local res = assert(gw:request({ raw = raw({ "GET /m HTTP/1.1", "Host: localhost", "X-Mode: names",
+                                                    "X-M: 1", "X-M: 2", "Connection: close" }) }))
+        assert.equal(200, res.status, res.body)
+        assert.same({ "names", "names", { "1", "2" }, { "1", "2" }, "names" }, res.json())
+        local ct = res.headers["content-type"]
+        assert.same({ ct, ct, ct }, cjson.decode(res.headers["x-names"]))
+    end)
+
     it("kong.response.exit sends a list value as one field per element", function()
         local res = assert(gw:request({ path = "/m", headers = { ["X-Mode"] = "exit" } }))
         assert.equal(200, res.status)
