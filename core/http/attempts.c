@@ -118,6 +118,14 @@ static bool retry_condition(const sl_retry_conf_t *rc, int kind, int status) {
 
 static void backoff_done(sl_req_t *r) { sl__proxy_connect(r); }
 
+/* The request's grpc-timeout passed during the backoff: DEADLINE_EXCEEDED now (the
+ * answer gives back the retry target's admission), never a late attempt. */
+static void backoff_deadline(sl_req_t *r) {
+    sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid, "upstream", sl__req_upstream_conf(r)->name}, 2,
+              "grpc-timeout passed during a retry's backoff: DEADLINE_EXCEEDED");
+    sl__req_respond_error(r, 504, "deadline exceeded", false);
+}
+
 /* True when a retry took over: the failed attempt is recorded, its connection and
  * response are dropped, and the next attempt starts after a full-jitter backoff. False
  * leaves everything to the caller (the failure goes to the client as it is). */
@@ -158,7 +166,16 @@ bool sl__attempt_retry(sl_req_t *r, int kind, int status) {
     uint64_t cap = rc->backoff_ms << SL_MIN(r->at.tries.attempts - 1, 20);
     cap = SL_MIN(cap, rc->max_backoff_ms);
     uint64_t delay = cap ? sl_rand64() % (cap + 1) : 0;
-    if (delay == 0 || sl__req_wait_ms(r, delay, SL_WAIT_BACKOFF, backoff_done) != SL_OK) sl__proxy_connect(r);
+    if (delay) {
+        uv_update_time(&r->w->loop);
+        uint64_t now = uv_now(&r->w->loop), due = sl__req_grpc_due(r, now);
+        if (due && due - now <= delay) {
+            if (sl__req_wait_ms(r, due - now, SL_WAIT_BACKOFF, backoff_deadline) == SL_OK) return true;
+        } else if (sl__req_wait_ms(r, delay, SL_WAIT_BACKOFF, backoff_done) == SL_OK) {
+            return true;
+        }
+    }
+    sl__proxy_connect(r);
     return true;
 }
 

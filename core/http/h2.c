@@ -832,6 +832,11 @@ static void stream_run(sl_h2_stream_t *st) {
     sl_req_t *r = st->ds.req;
     if (ev & EV_WRITTEN) {
         if (ev & ~EV_WRITTEN) ev_push(st, ev & ~EV_WRITTEN);
+        /* The client took everything written: the timer a pending write armed (a client
+         * that stops reading) is over, as over HTTP/1.1 (h1_on_written). A stream waiting on
+         * its upstream (a server stream quiet between messages) is then timeouts.read's to
+         * bound; one still receiving its body times the client's sending from now. */
+        stream_set_due(st, st->remote_done ? 0 : st->ds.lc->idle_timeout_ms);
         if (r) sl__req_on_written(r, 0);
         return;
     }

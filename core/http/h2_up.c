@@ -35,7 +35,6 @@
 #include "client/h2_client.h"
 #include "http/h2.h"
 #include "http/request.h"
-#include "proto/grpc_timeout.h"
 
 /* A stream's window: its response body block. */
 #define H2UP_STREAM_WINDOW (SL_BLOCK_SIZE - 1)
@@ -788,16 +787,6 @@ static sl_h2up_t *conn_pick(sl_worker_t *w, uint32_t upstream, uint32_t t) {
     return NULL;
 }
 
-/* The request's grpc-timeout as a loop time, counted from when the request arrived, not
- * from this attempt; 0 when absent or malformed. */
-static uint64_t grpc_due(sl_req_t *r, uint64_t now) {
-    const sl_h1_header_t *x = sl_h1_find(&r->head, "grpc-timeout", 12);
-    uint64_t ms;
-    if (!x || !sl_grpc_timeout_ms(x->value, &ms)) return 0;
-    uint64_t spent = (sl_now_ns() - r->start_ns) / 1000000;
-    return now + (ms > spent ? ms - spent : 1);
-}
-
 /* ---- the exchange (exchange.h) over a stream ---- */
 
 /* The exchange leaves its stream: a stream still open is reset (CANCEL), its connection
@@ -856,7 +845,7 @@ static int h2_start(sl_exchange_t *x) {
         st->due = loop_now(c) + sl__req_upstream_conf(r)->read_timeout_ms;
         conn_schedule(c, st->due);
     }
-    if (!r->grpc.due && sl_h1_find(&r->head, "grpc-timeout", 12)) r->grpc.due = grpc_due(r, loop_now(c));
+    if (!r->grpc.due && sl_h1_find(&r->head, "grpc-timeout", 12)) r->grpc.due = sl__req_grpc_due(r, loop_now(c));
     if (r->grpc.due) conn_schedule(c, r->grpc.due);
     if (c->state == C_READY) {
         if (!stream_submit(st)) {

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "config/router.h"
 #include "http/request.h"
+#include "proto/grpc_timeout.h"
 #include "proto/compress.h"
 #include "upstream/conn_limit.h"
 
@@ -425,6 +426,32 @@ int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r
     uv_update_time(&r->w->loop);
     uv_timer_start(&tw->timer, timed_wait_fired, ms, 0);
     return SL_OK;
+}
+
+uint64_t sl__req_grpc_due(const sl_req_t *r, uint64_t now) {
+    const sl_h1_header_t *x = sl_h1_find(&r->head, "grpc-timeout", 12);
+    uint64_t ms;
+    if (!x || !sl_grpc_timeout_ms(x->value, &ms)) return 0;
+    uint64_t spent = (sl_now_ns() - r->start_ns) / 1000000;
+    return now + (ms > spent ? ms - spent : 1);
+}
+
+/* The grpc-timeout passed while a plugin slept: the client gets DEADLINE_EXCEEDED now (a
+ * trailers-only answer to a gRPC request, as when it passes waiting on the upstream); the
+ * rest of the chain's rewrite/access never runs, its later phases do. */
+static void sleep_deadline(sl_req_t *r) {
+    sl_log_kv(SL_LOG_INFO, (const char *[]){"request_id", r->rid}, 1,
+              "grpc-timeout passed during a plugin's sleep: DEADLINE_EXCEEDED");
+    sl_lua_task_abandon(r->w, &r->lua);
+    r->stage = SL_STAGE_RESPONSE;
+    sl__req_respond_error(r, 504, "deadline exceeded", false);
+}
+
+int sl__req_sleep(sl_req_t *r, uint64_t ms) {
+    uv_update_time(&r->w->loop);
+    uint64_t now = uv_now(&r->w->loop), due = sl__req_grpc_due(r, now);
+    if (due && due - now < ms) return sl__req_wait_ms(r, due - now, SL_WAIT_SLEEP, sleep_deadline);
+    return sl__req_wait_ms(r, ms, SL_WAIT_SLEEP, sl__req_wakeup);
 }
 
 void sl__req_cancel_wait(sl_req_t *r) {

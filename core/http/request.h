@@ -250,6 +250,13 @@ void sl__req_abort(sl_req_t *r);
 int sl__req_wait_ms(sl_req_t *r, uint64_t ms, int kind, void (*fire)(sl_req_t *r));
 /** Cancels what r waits for, if anything. */
 void sl__req_cancel_wait(sl_req_t *r);
+/** A plugin's sleep of ms: the coroutine continues after it, unless the request's
+ *  grpc-timeout passes first, which answers DEADLINE_EXCEEDED then (the sleep abandoned).
+ *  SL_OK, or SL_ERROR when out of memory. */
+int sl__req_sleep(sl_req_t *r, uint64_t ms);
+/** When the request's grpc-timeout passes, as a time of the worker's loop (`now` is its
+ *  current one), counted from the request's arrival; 0 when it has none or it is malformed. */
+uint64_t sl__req_grpc_due(const sl_req_t *r, uint64_t now);
 /** The request's coroutine may continue (a sleep ended, its body arrived). */
 void sl__req_wakeup(sl_req_t *r);
 /** Starts buffering the request body for a plugin; SL_OK when already whole. */

@@ -630,7 +630,7 @@ int sl_ffi_sleep(sl_req_t *r, uint64_t ms, const char **err) {
         *err = "already waiting";
         return SL_ERROR;
     }
-    if (sl__req_wait_ms(r, ms, SL_WAIT_SLEEP, sl__req_wakeup) != SL_OK) {
+    if (sl__req_sleep(r, ms) != SL_OK) {
         *err = "out of memory";
         return SL_ERROR;
     }

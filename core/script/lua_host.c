@@ -524,6 +524,11 @@ static void clear_table(lua_State *L, int idx) {
     lua_setmetatable(L, idx);
 }
 
+void sl_lua_task_abandon(sl_worker_t *w, sl_lua_task_t *t) {
+    t->waiting = 0;
+    drop_coroutine(w, t);
+}
+
 void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t) {
     lua_State *L = w->L;
     if (!L || (!t->co && !t->ctx_ref)) return; /* no phase ran: a route without plugins */

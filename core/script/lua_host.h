@@ -69,6 +69,10 @@ int sl_lua_resume(sl_worker_t *w, sl_lua_task_t *t, sl_lua_who_t who);
 void *sl_lua_current(void);
 /** Releases a request's coroutine and ctx. */
 void sl_lua_task_end(sl_worker_t *w, sl_lua_task_t *t);
+/** The request answers while its coroutine waits (its gRPC deadline passed in a plugin's
+ *  sleep): the suspended coroutine is dropped, never resumed; the request's later phases
+ *  (header_filter, log) get a new one with the same ctx, as after a failed phase. */
+void sl_lua_task_abandon(sl_worker_t *w, sl_lua_task_t *t);
 
 /**
  * Runs tcp listener `lidx`'s preread chain (its `plugins:`) for one session (an opaque FFI

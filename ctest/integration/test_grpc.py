@@ -272,6 +272,29 @@ routes:
     sl.stop()
 
 
+def test_quiet_stream(t):
+    """A server stream whose server is quiet between messages for longer than the
+    listener's idle_timeout: the client reads everything it was sent, so nothing of it is
+    idle; waiting on the upstream is timeouts.read's to bound (3 s here)."""
+    _, port = spawn("server.py")
+    sl = h.start_sluice(f"""
+workers: 1
+admin: {{ listen: 127.0.0.1:0 }}
+listeners: [ {{ name: web, listen: 127.0.0.1:0, idle_timeout: 1s }} ]
+upstreams: [ {{ name: g, protocol: h2c, timeouts: {{ read: 3s }}, targets: [ {{ address: 127.0.0.1:{port} }} ] }} ]
+routes: [ {{ name: g, match: {{ paths: [/] }}, upstream: g }} ]
+""", suite=t)
+    hdrs = ["content-type: application/grpc", "te: trailers"]
+    msg = b"3:16:1500"
+    err, body, took = curl_h2(sl.port(), "/t.S/Spray", hdrs, b"\x00" + len(msg).to_bytes(4, "big") + msg)
+    got = [body[i + 5:i + 13] for i in range(0, len(body), 21)]  # 5-byte prefix, 16-byte messages
+    t.check("HTTP/2 client, idle_timeout 1s: a server stream 1.5 s between messages gets all three and "
+            "grpc-status 0 (not a reset at the idle timeout after the first)",
+            got == [b"00000000", b"00000001", b"00000002"] and "< grpc-status: 0" in err and
+            "INTERNAL_ERROR" not in err, "3 messages, grpc-status 0", (took, got, err[-400:]))
+    sl.stop()
+
+
 def test_goaway(t):
     p, port = spawn("h2_upstream.py", "--mode", "goaway", "--serve", 20)
     sl = h.start_sluice(one_upstream(port, "g"), suite=t)
@@ -492,8 +515,8 @@ def test_example(t):
 
 
 try:
-    t.run(test_kinds, test_deadline, test_goaway, test_multiplex, test_attempts, test_no_h2_and_config,
-          test_alloc_free, test_example)
+    t.run(test_kinds, test_deadline, test_quiet_stream, test_goaway, test_multiplex, test_attempts,
+          test_no_h2_and_config, test_alloc_free, test_example)
 finally:
     for p in PROCS:
         stop(p)

@@ -15,6 +15,9 @@ UNAUTHENTICATED without (or with an expired token); the rate-limited call is UNA
 Over HTTP/2 the answer is one HEADERS frame with END_STREAM (h2 library); over HTTP/1.1
 (grpc-web clients) a 200 head with grpc-status, Content-Length 0. A non-gRPC request on
 the same route still gets its HTTP error. sluice_grpc_responses_total counts them.
+A grpc-timeout that passes while a plugin sleeps (fault-injection's delay) or in a retry's
+backoff is answered DEADLINE_EXCEEDED at the deadline (the route's header_filter still
+running on it).
 """
 
 import os
@@ -78,7 +81,7 @@ def grpc_counts(samples):
             if n == "sluice_grpc_responses_total"}
 
 
-def h2_frames(port, path, ctype="application/grpc"):
+def h2_frames(port, path, ctype="application/grpc", extra=()):
     """Sends one request over h2c and returns the events of its stream, to see the frame
     shape of the answer: [(event class name, headers or None, stream_ended)]."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -86,7 +89,7 @@ def h2_frames(port, path, ctype="application/grpc"):
     conn.initiate_connection()
     sid = conn.get_next_available_stream_id()
     conn.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":authority", "x"), (":path", path),
-                            ("content-type", ctype), ("te", "trailers")])
+                            ("content-type", ctype), ("te", "trailers")] + list(extra))
     conn.send_data(sid, g.frame(b""), end_stream=True)
     sock.sendall(conn.data_to_send())
     evs, done = [], False
@@ -258,4 +261,56 @@ def test_auth_metadata(t):
         svc.stop()
 
 
-t.run(test_errors, test_auth_metadata)
+def test_deadline_in_plugin_wait(t):
+    """grpc-timeout counts from the request's arrival, plugins' time included: a deadline
+    that passes while a plugin sleeps (fault-injection's delay) is answered at once."""
+    svc = Service()
+    dead_sock, dead = h.refused_port()
+    s = h.start_sluice(f"""
+workers: 1
+admin: {{ listen: 127.0.0.1:0 }}
+listeners: [ {{ name: web, listen: 127.0.0.1:0 }} ]
+upstreams:
+  - {{ name: svc, protocol: h2c, targets: [ {{ address: 127.0.0.1:{svc.port} }} ] }}
+  - {{ name: flaky, protocol: h2c, balancer: round-robin, retry: {{ attempts: 2, backoff: 5s, max_backoff: 5s }},
+      targets: [ {{ address: 127.0.0.1:{dead} }}, {{ address: 127.0.0.1:{svc.port} }} ] }}
+routes:
+  - {{ name: slow, match: {{ paths: [/w.S/] }}, upstream: svc,
+      plugins: [ {{ name: cors }}, {{ name: fault-injection, config: {{ delay: {{ duration: 5s }} }} }} ] }}
+  - {{ name: flaky, match: {{ paths: [/f.S/] }}, upstream: flaky }}
+""", suite=t, name="grpc-deadline-wait")
+    try:
+        t0 = time.monotonic()
+        evs = h2_frames(s.port(), "/w.S/Unary", extra=[("grpc-timeout", "300m"), ("origin", "https://a.example")])
+        took = time.monotonic() - t0
+        hd = (evs[0][1] if evs else None) or {}
+        t.check("grpc-timeout 300m, a 5 s fault-injection delay: trailers-only DEADLINE_EXCEEDED at the deadline, "
+                "not after the delay", hd.get(":status") == "200" and hd.get("grpc-status") == "4" and
+                [e[0] for e in evs] == ["ResponseReceived", "StreamEnded"] and took < 3.0, ("4", "< 3 s"),
+                (round(took, 2), evs))
+        t.check("... the route's header_filter ran on it (cors: access-control-allow-origin)",
+                hd.get("access-control-allow-origin") == "*", "*", hd)
+        code, _, reply, _ = g.unary(s.port(), "/w.S/Unary", b"hi", timeout=10)
+        t.check("a call without grpc-timeout waits out the delay and is answered", code == "OK" and reply == b"hi",
+                "OK", code)
+        got = grpc_counts(s.metrics_until(lambda m: grpc_counts(m).get(("slow", "4")) == 1))
+        t.check("counted as grpc_status 4", got.get(("slow", "4")) == 1, 1, got)
+        # a retry's backoff: the refused target first (round-robin), then up to 5 s of backoff
+        # (full jitter: a backoff drawn under the 300 ms left goes on to the target, answered
+        # UNIMPLEMENTED at once; 4 calls all drawing one is a chance of about 1 in 10^5)
+        shapes = []
+        while len(shapes) < 4 and not any(took < 3.0 and sh[0] == ("ResponseReceived", "4") for took, sh in shapes):
+            t0 = time.monotonic()
+            evs = h2_frames(s.port(), "/f.S/M", extra=[("grpc-timeout", "300m")])
+            shapes.append((round(time.monotonic() - t0, 2), [(e[0], (e[1] or {}).get("grpc-status")) for e in evs]))
+        t.check("a deadline passing in a retry's backoff: trailers-only DEADLINE_EXCEEDED at the deadline, the "
+                "upstream never asked",
+                any(sh == [("ResponseReceived", "4"), ("StreamEnded", None)] and took < 3.0 for took, sh in shapes),
+                "a trailers-only grpc-status 4 in < 3 s", shapes)
+    finally:
+        s.stop()
+        svc.stop()
+        dead_sock.close()
+
+
+t.run(test_errors, test_auth_metadata, test_deadline_in_plugin_wait)

@@ -8,7 +8,8 @@ HTTP/1.1 (raw sockets) and HTTP/2 (python3-h2), through sluice to a real grpcio 
      decodes to the same frames.
   3. An RPC that fails before any message (trailers-only): grpc-status 5 in the head.
   4. Server streaming streams: the first message reaches the HTTP/1.1 client while the
-     server still holds the second; then the second and the trailer frame.
+     server still holds the second; then the second and the trailer frame. The same in
+     -text: the first message's base64 is whole (padded) before the second exists.
   5. Over HTTP/2: the trailer frame is in the body and no HTTP trailers follow it.
   6. CORS: the cors plugin answers the browser's preflight for the route.
   7. sluice_grpc_responses_total counts the statuses of the trailers that went into bodies.
@@ -104,6 +105,12 @@ class H1Stream:
         return self.body
 
 
+def b64_segments(text):
+    """Decodes a -text body: base64 groups of 4, padded segments one after another (each piece
+    the gateway flushed is padded on its own, as PROTOCOL-WEB allows)."""
+    return b"".join(base64.b64decode(text[i:i + 4]) for i in range(0, len(text) - len(text) % 4, 4))
+
+
 def split_frames(data):
     return [(f, m) for f, m in g.unframe(data)]
 
@@ -141,7 +148,7 @@ def test_grpc_web(t):
         # 2. unary, text
         c = H1Stream(p, "/w.S/Unary", base64.b64encode(g.frame(b"texty")), "application/grpc-web-text")
         body = c.read_all()
-        frames = split_frames(base64.b64decode(body)) if body else []
+        frames = split_frames(b64_segments(body)) if body else []
         t.check("grpc-web-text: content type back, the body base64 of [message, trailers]",
                 c.headers.get("content-type") == "application/grpc-web-text" and len(frames) == 2 and
                 frames[0] == (0, b"texty") and (trailers_of(frames) or {}).get("grpc-status") == "0",
@@ -165,6 +172,27 @@ def test_grpc_web(t):
         svc.release()
         frames = split_frames(c.read_all())
         t.check("then the second message and the trailer frame",
+                [m for f, m in frames if not f & 0x80] == [b"tick-1", b"tick-2"] and
+                (trailers_of(frames) or {}).get("x-custom") == "tick", "tick-1, tick-2, trailers", frames)
+
+        # 4b. the same as -text: each message decodes whole as soon as it arrived (base64 is
+        # flushed with the message, never holding back its last one or two bytes)
+        svc.gate.clear()
+        c = H1Stream(p, "/w.S/Tick", base64.b64encode(g.frame(b"")), "application/grpc-web-text")
+        end = time.monotonic() + 3
+        while not c.done and len(split_frames(b64_segments(c.body))) < 1 and time.monotonic() < end:
+            c.sock.settimeout(max(0.05, end - time.monotonic()))
+            try:
+                c.read_some()
+            except socket.timeout:
+                break
+        first = split_frames(b64_segments(c.body))
+        t.check("server streaming, -text: the first message decodes whole while the server holds the second",
+                first == [(0, b"tick-1")] and not svc.gate.is_set(), [(0, b"tick-1")], (c.body, first))
+        svc.release()
+        c.sock.settimeout(5)
+        frames = split_frames(b64_segments(c.read_all()))
+        t.check("-text: then the second message and the trailer frame",
                 [m for f, m in frames if not f & 0x80] == [b"tick-1", b"tick-2"] and
                 (trailers_of(frames) or {}).get("x-custom") == "tick", "tick-1, tick-2, trailers", frames)
 
@@ -209,11 +237,13 @@ def test_grpc_web(t):
                 r.header("access-control-allow-headers") == "content-type,x-grpc-web,x-user-agent", 204,
                 (r.status, r.header("access-control-allow-origin"), r.header("access-control-allow-headers")))
 
-        _, samples = s.metrics()
-        got = {lab.get("grpc_status"): float(v) for n, lab, v in samples
-               if n == "sluice_grpc_responses_total" and lab.get("route") == "web"}
-        t.check("sluice_grpc_responses_total{route=web}: 0 x4 (statuses taken into bodies), 5 x1 (trailers-only head)",
-                got.get("0") == 4 and got.get("5") == 1, {"0": 4, "5": 1}, got)
+        def by_status(samples):
+            return {lab.get("grpc_status"): float(v) for n, lab, v in samples
+                    if n == "sluice_grpc_responses_total" and lab.get("route") == "web"}
+        # a response is counted after its last byte is written: polled
+        got = by_status(s.metrics_until(lambda m: by_status(m).get("0") == 5 and by_status(m).get("5") == 1))
+        t.check("sluice_grpc_responses_total{route=web}: 0 x5 (statuses taken into bodies), 5 x1 (trailers-only head)",
+                got.get("0") == 5 and got.get("5") == 1, {"0": 5, "5": 1}, got)
     finally:
         s.stop()
         svc.stop()

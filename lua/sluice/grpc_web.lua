@@ -2,7 +2,7 @@
 --
 --   local gw = require("sluice.grpc_web")
 --   gw.b64_encode(s), gw.b64_decode(s)       -- base64 (decode takes padded segments in a row)
---   local enc = gw.encoder(); enc:push(piece, eof)  -- a streamed body as base64, 3-byte aligned
+--   local enc = gw.encoder(); enc:push(piece, eof)  -- a streamed body as base64, each piece padded
 --   gw.trailer_frame({ {name, value}, ... })  -- the final frame: flag 0x80, length, "k:v\r\n"...
 --   gw.trailers(take)                         -- the upstream response's trailers (body_filter)
 --
@@ -21,7 +21,7 @@ void sl_ffi_grpcweb_trailers_drop(sl_req_t *r);
 
 local C = ffi.C
 local ffi_string, ffi_new = ffi.string, ffi.new
-local char, concat, lower, sub = string.char, table.concat, string.lower, string.sub
+local char, concat, lower = string.char, table.concat, string.lower
 local floor, setmetatable, error, type = math.floor, setmetatable, error, type
 local bit = require("bit")
 local band, rshift = bit.band, bit.rshift
@@ -56,22 +56,20 @@ function _M.b64_decode(s)
     return ffi_string(out, got)
 end
 
--- A streamed body as base64: each push encodes what completes 3-byte groups and keeps the
--- rest (0-2 bytes) for the next, so the pieces concatenate to one unpadded-until-the-end
--- base64 text; the last push (eof) pads.
+-- A streamed body as base64: each push encodes its whole piece, padded. The pieces follow
+-- one another as padded segments (PROTOCOL-WEB lets a server pad wherever it flushes, and
+-- clients decode them in groups of 4), so each message the upstream sent is readable by the
+-- client as soon as its piece arrives: 3-byte aligned pieces would hold a message's last
+-- one or two bytes back until the next message (a server stream's message one behind).
 local Encoder = {}
 Encoder.__index = Encoder
 
-function Encoder:push(piece, eof)
-    local s = self.carry .. piece
-    local n = #s
-    local whole = eof and n or n - n % 3
-    self.carry = sub(s, whole + 1)
-    return _M.b64_encode(sub(s, 1, whole))
+function Encoder:push(piece)
+    return _M.b64_encode(piece)
 end
 
 function _M.encoder()
-    return setmetatable({ carry = "" }, Encoder)
+    return setmetatable({}, Encoder)
 end
 
 local function be32(n)
