@@ -14,7 +14,9 @@ A real redis-server on a free loopback port, real gateways sharing it:
   4. the rate-limit plugin's answers (status, RateLimit, RateLimit-Policy, Retry-After)
      are the same, request for request, in both stores;
   5. redis-server restarted mid-run: requests pass while it is down (fail open), then
-     the count is exact again.
+     the count is exact again;
+  6. sluice.limit.window with store redis counts a fractional cost as the local store
+     does (it used INCRBY, which Redis refuses for 0.5: every such call failed open).
 """
 
 import json
@@ -50,6 +52,25 @@ return {
 }
 """
 
+# The same for sluice.limit.window: limit, window (seconds), cost, store, key.
+WINDOW_PLUGIN = """\
+local sluice = require("sluice")
+return {
+    name = "window", version = "1.0",
+    schema = {
+        limit = { type = "number", required = true }, window = { type = "number", required = true },
+        cost = { type = "number", default = 1 }, store = { type = "string", default = "local" },
+        key = { type = "string", required = true },
+    },
+    access = function(conf)
+        local ok, remaining, reset, retry, failopen =
+            sluice.limit.window(conf.key, conf.limit, conf.window, conf.store, conf.cost)
+        return sluice.response.exit(ok and 200 or 429, { ok = ok, remaining = remaining,
+            reset = reset, retry = retry, failopen = failopen or false })
+    end,
+}
+"""
+
 CONF = """\
 workers: 2
 admin: { listen: 127.0.0.1:0 }
@@ -72,6 +93,10 @@ routes:
       plugins: [ { name: take, config: { rate: 2, burst: 9, cost: 5, store: local, key: cost } } ] }
   - { name: cr, match: { paths: [/cost/redis] }, upstream: up,
       plugins: [ { name: take, config: { rate: 2, burst: 9, cost: 5, store: redis, key: cost } } ] }
+  - { name: wfl, match: { paths: [/wfrac/local] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 2, window: 60, cost: 0.5, store: local, key: wfrac } } ] }
+  - { name: wfr, match: { paths: [/wfrac/redis] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 2, window: 60, cost: 0.5, store: redis, key: wfrac } } ] }
 """
 
 env = {}
@@ -200,6 +225,8 @@ def setup(t):
     fx = h.new_tmpdir("fx")
     with open(os.path.join(fx, "take.lua"), "w") as f:
         f.write(TAKE_PLUGIN)
+    with open(os.path.join(fx, "window.lua"), "w") as f:
+        f.write(WINDOW_PLUGIN)
     env["up"] = h.MockUpstream(ok_handler, name="up")
     env["rport"] = free_port()
     env["redis"] = Redis(env["rport"])
@@ -241,6 +268,17 @@ def test_cost(t):
         t.check("cost 5 (%s): the refused take waits ~2.5 s for 5 tokens, reset ~5 s (2.5 s apart)" % store,
                 1.5 <= last["retry"] <= 2.5 and abs(last["reset"] - last["retry"] - 2.5) < 0.002,
                 "retry ~2.5, reset = retry + 2.5", last)
+
+
+def test_window_fractional_cost(t):
+    # limit 2 a minute, cost 0.5: four calls fit, the fifth does not (across a window
+    # boundary too: the previous window then still weighs almost fully)
+    p = env["g"][0].port()
+    for store in ("local", "redis"):
+        got = [json.loads(h.request(p, "GET", "/wfrac/" + store).body) for _ in range(5)]
+        t.check("window limit 2, cost 0.5 (%s): four admitted, the fifth refused, none failed open" % store,
+                [x["ok"] for x in got] == [True] * 4 + [False] and not any(x["failopen"] for x in got),
+                "4 admitted, no failopen", got)
 
 
 def test_headers_agree(t):
@@ -290,4 +328,4 @@ def teardown(t):
 
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
-      test_headers_agree, test_redis_restart, teardown)
+      test_window_fractional_cost, test_headers_agree, test_redis_restart, teardown)

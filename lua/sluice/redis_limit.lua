@@ -75,7 +75,7 @@ if count + cost > limit then
   end
   return {0, math.max(0, math.floor(limit - count)), reset, retry}
 end
-redis.call("INCRBY", ck, cost)
+redis.call("INCRBYFLOAT", ck, ARGV[3])
 redis.call("PEXPIRE", ck, window * 2)
 return {1, math.max(0, math.floor(limit - count - cost)), reset, 0}
 ]]
@@ -108,6 +108,10 @@ end
 -- Whole microseconds as the script's argument: exact integers, never "1e+15".
 local function us(x) return format("%.0f", floor(x)) end
 
+-- A number as the script's argument, exactly (17 significant digits read back as the same
+-- double): the window's limit and cost may be fractional, as in the local store.
+local function num(x) return format("%.17g", x) end
+
 -- take(key, rate, burst, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
 -- Arguments as sluice.limit.take checked them.
 function _M.take(key, rate, burst, cost)
@@ -119,8 +123,7 @@ end
 -- window(key, limit, window_s, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
 function _M.window(key, limit, window_s, cost)
     local window_ms = floor(window_s * 1000 + 0.5)
-    return run(_M.WINDOW, "sluice:rl:" .. key, 1000, tostring(limit), tostring(window_ms),
-               tostring(cost or 1), "")
+    return run(_M.WINDOW, "sluice:rl:" .. key, 1000, num(limit), tostring(window_ms), num(cost or 1), "")
 end
 
 return _M
