@@ -16,7 +16,9 @@ A real redis-server on a free loopback port, real gateways sharing it:
   5. redis-server restarted mid-run: requests pass while it is down (fail open), then
      the count is exact again;
   6. sluice.limit.window with store redis counts a fractional cost as the local store
-     does (it used INCRBY, which Redis refuses for 0.5: every such call failed open).
+     does (it used INCRBY, which Redis refuses for 0.5: every such call failed open);
+     a window filled by its own calls gives the same retry as the local store (it
+     said "when this window ends", when the full previous window still refuses).
 """
 
 import json
@@ -97,6 +99,10 @@ routes:
       plugins: [ { name: window, config: { limit: 2, window: 60, cost: 0.5, store: local, key: wfrac } } ] }
   - { name: wfr, match: { paths: [/wfrac/redis] }, upstream: up,
       plugins: [ { name: window, config: { limit: 2, window: 60, cost: 0.5, store: redis, key: wfrac } } ] }
+  - { name: wol, match: { paths: [/wover/local] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 3, window: 3600, store: local, key: wover } } ] }
+  - { name: wor, match: { paths: [/wover/redis] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 3, window: 3600, store: redis, key: wover } } ] }
 """
 
 env = {}
@@ -281,6 +287,20 @@ def test_window_fractional_cost(t):
                 "4 admitted, no failopen", got)
 
 
+def test_window_retry(t):
+    # limit 3 an hour, three calls: the window itself is full, so a fourth must wait past
+    # its end, until the three, weighed as the previous window, fall to 2: a third of the
+    # next window later (not when this one ends: the full previous window refuses then)
+    p = env["g"][0].port()
+    for store in ("local", "redis"):
+        got = [json.loads(h.request(p, "GET", "/wover/" + store).body) for _ in range(4)]
+        last = got[3]
+        t.check("window limit 3/h (%s): three admitted, the fourth refused" % store,
+                [x["ok"] for x in got] == [True] * 3 + [False] and not last["failopen"], "3 admitted", got)
+        t.check("window limit 3/h (%s): retry is 1,200 s past the window's end (reset)" % store,
+                abs(last["retry"] - last["reset"] - 1200) < 0.01, "retry = reset + 1200", last)
+
+
 def test_headers_agree(t):
     p = env["g"][0].port()
     out = {}
@@ -328,4 +348,4 @@ def teardown(t):
 
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
-      test_window_fractional_cost, test_headers_agree, test_redis_restart, teardown)
+      test_window_fractional_cost, test_window_retry, test_headers_agree, test_redis_restart, teardown)

@@ -67,17 +67,20 @@ local p = tonumber(redis.call("GET", pk) or "0")
 local elapsed = now - cur * window
 local count = p * (window - elapsed) / window + c
 local reset = window - elapsed
-if count + cost > limit then
-  local retry = reset
-  if p > 0 and limit - c - cost >= 0 then
-    retry = math.ceil(window * (1 - (limit - c - cost) / p)) - elapsed
-    if retry < 1 then retry = 1 end
+if count + cost > limit + 1e-9 then
+  -- sl_limiter_window_at's wait: the previous window's weight falls through this one;
+  -- when this one alone is too full, its count falls through the next one
+  local retry
+  if c + cost <= limit + 1e-9 then
+    retry = window * (1 - (limit - c - cost) / p) - elapsed
+  else
+    retry = reset + window * (1 - (limit - cost) / c)
   end
-  return {0, math.max(0, math.floor(limit - count)), reset, retry}
+  return {0, math.max(0, math.floor(limit - count + 1e-9)), reset, math.max(math.ceil(retry), 1)}
 end
 redis.call("INCRBYFLOAT", ck, ARGV[3])
 redis.call("PEXPIRE", ck, window * 2)
-return {1, math.max(0, math.floor(limit - count - cost)), reset, 0}
+return {1, math.max(0, math.floor(limit - count - cost + 1e-9)), reset, 0}
 ]]
 
 local shas = {}
