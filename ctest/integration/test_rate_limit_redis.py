@@ -18,7 +18,8 @@ A real redis-server on a free loopback port, real gateways sharing it:
   6. sluice.limit.window with store redis counts a fractional cost as the local store
      does (it used INCRBY, which Redis refuses for 0.5: every such call failed open);
      a window filled by its own calls gives the same retry as the local store (it
-     said "when this window ends", when the full previous window still refuses).
+     said "when this window ends", when the full previous window still refuses); a
+     window under a millisecond works as locally (it was 0 ms: a division by zero).
 """
 
 import json
@@ -103,6 +104,10 @@ routes:
       plugins: [ { name: window, config: { limit: 3, window: 3600, store: local, key: wover } } ] }
   - { name: wor, match: { paths: [/wover/redis] }, upstream: up,
       plugins: [ { name: window, config: { limit: 3, window: 3600, store: redis, key: wover } } ] }
+  - { name: wtl, match: { paths: [/wtiny/local] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: local, key: wtiny } } ] }
+  - { name: wtr, match: { paths: [/wtiny/redis] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: redis, key: wtiny } } ] }
 """
 
 env = {}
@@ -301,6 +306,16 @@ def test_window_retry(t):
                 abs(last["retry"] - last["reset"] - 1200) < 0.01, "retry = reset + 1200", last)
 
 
+def test_window_under_a_millisecond(t):
+    # a window of 0.4 ms (the local store keeps nanoseconds): calls a millisecond apart
+    # each find a new window; reset is within the window, never negative
+    p = env["g"][0].port()
+    for store in ("local", "redis"):
+        got = [json.loads(h.request(p, "GET", "/wtiny/" + store).body) for _ in range(3)]
+        t.check("window of 0.4 ms (%s): counted (no failopen), reset within the window" % store,
+                all(not x["failopen"] and 0 <= x["reset"] <= 0.0004 for x in got), "0 <= reset <= 0.0004", got)
+
+
 def test_headers_agree(t):
     p = env["g"][0].port()
     out = {}
@@ -348,4 +363,5 @@ def teardown(t):
 
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
-      test_window_fractional_cost, test_window_retry, test_headers_agree, test_redis_restart, teardown)
+      test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
+      test_headers_agree, test_redis_restart, teardown)

@@ -18,7 +18,8 @@
 -- requests had been spread evenly. A burst at the end of one window still weighs almost
 -- fully at the start of the next, but one early in a window lets up to twice the limit
 -- through across the boundary in less than a window: callers who need "at most N in any
--- window" want take.
+-- window" want take. Its times are whole microseconds of the server's clock (a window of
+-- at least 1 us); its counts may be fractional, as the local store's.
 --
 -- Scripts are sent by EVALSHA; a NOSCRIPT error (a restarted or flushed Redis) sends the
 -- script again with EVAL, which loads it. When Redis is down or slower than
@@ -56,10 +57,12 @@ if ok then return {1, remaining, lacks, 0} end
 return {0, remaining, lacks, debt - cap}
 ]]
 
+-- ARGV: the limit, the window (whole us), the cost. Returns allowed, remaining, reset (us),
+-- retry (us), as sl_limiter_window_at.
 _M.WINDOW = [[
 local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local cur = math.floor(now / window)
 local ck, pk = KEYS[1] .. ":" .. cur, KEYS[1] .. ":" .. (cur - 1)
 local c = tonumber(redis.call("GET", ck) or "0")
@@ -79,7 +82,7 @@ if count + cost > limit + 1e-9 then
   return {0, math.max(0, math.floor(limit - count + 1e-9)), reset, math.max(math.ceil(retry), 1)}
 end
 redis.call("INCRBYFLOAT", ck, ARGV[3])
-redis.call("PEXPIRE", ck, window * 2)
+redis.call("PEXPIRE", ck, math.ceil(window / 500))
 return {1, math.max(0, math.floor(limit - count - cost + 1e-9)), reset, 0}
 ]]
 
@@ -125,8 +128,9 @@ end
 
 -- window(key, limit, window_s, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
 function _M.window(key, limit, window_s, cost)
-    local window_ms = floor(window_s * 1000 + 0.5)
-    return run(_M.WINDOW, "sluice:rl:" .. key, 1000, num(limit), tostring(window_ms), num(cost or 1), "")
+    -- whole microseconds, at least one (the local store keeps nanoseconds)
+    return run(_M.WINDOW, "sluice:rl:" .. key, 1e6, num(limit), us(max(window_s * 1e6 + 0.5, 1)),
+               num(cost or 1), "")
 end
 
 return _M
