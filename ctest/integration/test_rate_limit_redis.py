@@ -19,13 +19,16 @@ A real redis-server on a free loopback port, real gateways sharing it:
      does (it used INCRBY, which Redis refuses for 0.5: every such call failed open);
      a window filled by its own calls gives the same retry as the local store (it
      said "when this window ends", when the full previous window still refuses); a
-     window under a millisecond works as locally (it was 0 ms: a division by zero).
+     window under a millisecond works as locally (it was 0 ms: a division by zero);
+  7. Redis answering an error (a read-only replica: READONLY): requests pass (fail
+     open) and the log says why (it said nothing: only the failopen counter moved).
 """
 
 import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -108,6 +111,8 @@ routes:
       plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: local, key: wtiny } } ] }
   - { name: wtr, match: { paths: [/wtiny/redis] }, upstream: up,
       plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: redis, key: wtiny } } ] }
+  - { name: ro, match: { paths: [/ro] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, store: redis, key: route } } ] }
 """
 
 env = {}
@@ -178,6 +183,11 @@ class Monitor:
         self.th.join(5)
         self.sock.close()
         return self.limiter_calls()
+
+
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True, text=True,
+                          timeout=10).stdout.strip()
 
 
 def failopens(route):
@@ -333,6 +343,28 @@ def test_headers_agree(t):
             out["local"] == out["redis"], out["local"], out["redis"])
 
 
+def test_readonly_replica(t):
+    # Redis answers, but with an error: a replica refuses the script's write (READONLY);
+    # a Redis that wants a password answers NOAUTH. The request is admitted (fail open),
+    # and the operator is told why in the log, not only by a counter.
+    g1 = env["g"][0]
+    port = env["rport"]
+    f0 = failopens("ro")
+    t.check("redis becomes a read-only replica (of a master that is not there)",
+            redis_cli(port, "REPLICAOF", "127.0.0.1", "1") == "OK", "OK", None)
+    try:
+        st = [h.request(g1.port(), "GET", "/ro").status for _ in range(3)]
+        t.check("read-only redis: requests are admitted (fail open)", st == [200] * 3, [200] * 3, st)
+        t.check("counted as failopen", h.wait_until(lambda: failopens("ro") - f0 >= 3), ">= 3", failopens("ro") - f0)
+        t.check("the gateway logs the error Redis answered (READONLY)",
+                h.wait_until(lambda: "READONLY" in g1.log()), "a log line with READONLY",
+                [ln for ln in g1.log().splitlines() if "redis" in ln.lower()][-3:])
+    finally:
+        redis_cli(port, "REPLICAOF", "NO", "ONE")
+    st = [h.request(g1.port(), "GET", "/ro").status for _ in range(2)]
+    t.check("a primary again: limiting resumes (rate 1/min: 200 then 429)", st == [200, 429], [200, 429], st)
+
+
 def test_redis_restart(t):
     g1 = env["g"][0]
     redis = env["redis"]
@@ -364,4 +396,4 @@ def teardown(t):
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
       test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
-      test_headers_agree, test_redis_restart, teardown)
+      test_headers_agree, test_readonly_replica, test_redis_restart, teardown)

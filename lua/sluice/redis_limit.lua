@@ -96,6 +96,19 @@ local function sha_of(script)
     return sha
 end
 
+-- The core logs Redis down or slow (its errors all start "redis "); an answer that is
+-- an error (READONLY from a replica, NOAUTH, OOM, a key of another type) is logged here,
+-- as often: at most once per LOG_EVERY seconds in each worker's config generation.
+local LOG_EVERY = 10
+local logged_at
+local function logged_failopen(err)
+    local sluice = require("sluice")
+    local now = sluice.time.now()
+    if logged_at and now >= logged_at and now - logged_at < LOG_EVERY then return end
+    logged_at = now
+    sluice.log.warn(format("redis limiter: %s (callers fail open; logged once per %ds)", err, LOG_EVERY))
+end
+
 -- Runs a script on one key with four arguments; returns its reply with its times in
 -- seconds (`per_s` of its units to a second), or fail open. sluice.limit and take/window
 -- reach run by tail calls, so its caller is the plugin's: a misuse (a phase without
@@ -106,7 +119,9 @@ local function run(script, key, per_s, a1, a2, a3, a4)
         res, err = redis.command_at(2, "EVAL", script, "1", key, a1, a2, a3, a4)
     end
     if type(res) ~= "table" or #res < 4 then
-        return true, 0, 0, 0, err or "unexpected reply from the limiter script"
+        err = err or "unexpected reply from the limiter script"
+        if err:sub(1, 6) ~= "redis " then logged_failopen(err) end
+        return true, 0, 0, 0, err
     end
     return res[1] == 1, res[2], res[3] / per_s, res[4] / per_s, nil
 end
