@@ -19,7 +19,7 @@ local M = {
     schema = {
         rate = { type = "number", required = true, min = 0.001 },
         per = { type = "duration", default = "1s", min = 0.001 }, -- seconds once validated
-        burst = { type = "integer", default = 0, min = 0 },
+        burst = { type = "integer", default = 0, min = 0, max = 1e9 },
         store = { type = "enum", one_of = { "local", "redis" }, default = "local" },
         policy = { type = "string", default = "default" },
         headers = { type = "boolean", default = true },
@@ -28,7 +28,13 @@ local M = {
     },
 }
 
+-- The core's limiter takes at most 1e9 tokens a second (a token's period is >= 1 ns).
+local RATE_MAX = 1e9
+
 function M.check(conf)
+    if conf.rate / conf.per > RATE_MAX then
+        return nil, ("rate / per must be at most 1e9 a second (here %g)"):format(conf.rate / conf.per)
+    end
     local ok, err = limit_key.check(conf)
     if not ok then return nil, err end
     if not conf.policy:match("^[%w_.%-]+$") then return nil, "policy must be letters, digits, '.', '-' or '_'" end
