@@ -48,9 +48,12 @@ function M.prepare(conf)
     local c = {
         key = limit_key.prepare(conf), per = per,
         rate_per_s = conf.rate / per,
-        quota = floor(conf.rate + conf.burst),
-        window = max(1, ceil(per)),
     }
+    -- The policy's window is whole seconds, long enough for one request at the rate: a
+    -- `per` under a second, or a rate under one a window, is said as the quota of that
+    -- window (10 per 500ms: q=20;w=1; 0.5 per 1s: q=1;w=2), not as q=10;w=1 or q=0.
+    c.window = max(1, ceil(per - 1e-9), ceil(per / conf.rate - 1e-9))
+    c.quota = floor(conf.rate * c.window / per + 1e-9) + conf.burst
     c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
     return c
 end

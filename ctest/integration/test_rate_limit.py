@@ -38,6 +38,10 @@ routes:
       plugins: [ { name: rate-limit, config: { rate: 2, per: 1m, burst: 0, key: "header:X-Api-User" } } ] }
   - { name: proxied, match: { paths: [/proxied] }, upstream: up,
       plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, trusted_proxies: [127.0.0.0/8] } } ] }
+  - { name: half, match: { paths: [/half] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 0.5, per: 1s } } ] }
+  - { name: fast, match: { paths: [/fast] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 10, per: 500ms, burst: 2 } } ] }
 """ % {"up": up.address}
     s = h.start_sluice(conf, suite=t, name="rl-local")
     try:
@@ -92,6 +96,12 @@ routes:
               for i in range(3)]
         t.check("trusted_proxies: X-Forwarded-For over every field (a proxy's own field last), "
                 "a client's forged first field changes nothing", x4 == [200, 429, 429], [200, 429, 429], x4)
+        # The policy's window is whole seconds: a rate under one a window, or a `per` under
+        # a second, is said as the quota of a whole-second window that holds at least one
+        pol = {path: h.request(p, "GET", path).header("RateLimit-Policy") for path in ("/half", "/fast")}
+        want = {"/half": '"default";q=1;w=2', "/fast": '"default";q=22;w=1'}
+        t.check("RateLimit-Policy of 0.5 a second: 1 per 2 s; of 10 per 500 ms, burst 2: 22 per 1 s",
+                pol == want, want, pol)
     finally:
         s.stop()
         up.stop()
