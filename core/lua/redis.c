@@ -176,6 +176,40 @@ static sl_redis_cmd_t *cmd_of(sl_req_t *r) {
     return r->wait && r->wait->kind == SL_WAIT_REDIS ? SL_CONTAINER_OF(r->wait, sl_redis_cmd_t, base) : NULL;
 }
 
+/* The answer to AUTH or SELECT: an error is logged (as Redis down is, at most once per
+ * REDIS_LOG_EVERY_MS). The connection stays: the commands behind it get Redis' own error
+ * (NOAUTH, ...), which their callers see and the limiter logs, until a reload with the
+ * right settings makes new workers and connections. */
+static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata) {
+    const redisReply *rp = reply;
+    if (!rp || rp->type != REDIS_REPLY_ERROR) return;
+    char why[160];
+    snprintf(why, sizeof why, "%s refused: %.*s", (const char *)privdata, (int)SL_MIN(rp->len, 120), rp->str);
+    log_unavailable(ac->data, why);
+}
+
+/* AUTH and SELECT as the first commands of a new connection (config `redis:` password_env,
+ * username_env, database): hiredis sends commands in order once connected, so every
+ * command after them runs authenticated, in that database. */
+static void setup_connection(sl_worker_t *w, redisAsyncContext *ac) {
+    const sl_config_t *cfg = w->cfg;
+    if (cfg->redis_password) {
+        const char *argv[3] = {"AUTH", cfg->redis_username, cfg->redis_password};
+        size_t len[3] = {4, cfg->redis_username ? strlen(cfg->redis_username) : 0, strlen(cfg->redis_password)};
+        if (cfg->redis_username)
+            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, argv, len);
+        else
+            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, (const char *[]){"AUTH", argv[2]},
+                                  (size_t[]){4, len[2]});
+    }
+    if (cfg->redis_database > 0) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", cfg->redis_database);
+        redisAsyncCommandArgv(ac, on_setup_reply, "SELECT", 2, (const char *[]){"SELECT", db},
+                              (size_t[]){6, (size_t)n});
+    }
+}
+
 /* The worker's connection, opened when needed; NULL while it is down. */
 static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
     sl_redis_t *rd = w->redis;
@@ -215,6 +249,7 @@ static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     rd->ac = ac;
+    setup_connection(w, ac);
     return ac;
 }
 

@@ -150,6 +150,20 @@ def test_rate_limit_bounds(t):
     t.check("rate-limit over 1e9 a second, or a burst over 1e9: the errors", lines == want, want, lines)
 
 
+REDIS_AUTH = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { username_env: SLUICE_IT_UNSET_USER, database: -1 }
+"""
+
+
+def test_redis_auth_keys(t):
+    r, lines = check_file({"gw.yaml": REDIS_AUTH})
+    want = ["gw.yaml:2:10: redis: username_env needs password_env (AUTH takes both)",
+            "gw.yaml:2:24: username_env: the environment variable SLUICE_IT_UNSET_USER is not set",
+            "gw.yaml:2:56: 'database' must be between 0 and 2147483647"]
+    t.check("redis: a username without a password, an unset variable, a negative database: the errors",
+            r.returncode == 1 and lines == want, want, lines)
+
+
 NESTED = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
 upstreams:
   - name: u
@@ -199,5 +213,5 @@ def test_retry_attempts_out_of_range(t):
 
 
 
-t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted, test_rate_limit_bounds,
+t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted, test_rate_limit_bounds, test_redis_auth_keys,
       test_nested_and_non_mapping, test_retry_attempts_out_of_range)

@@ -21,7 +21,9 @@ A real redis-server on a free loopback port, real gateways sharing it:
      said "when this window ends", when the full previous window still refuses); a
      window under a millisecond works as locally (it was 0 ms: a division by zero);
   7. Redis answering an error (a read-only replica: READONLY): requests pass (fail
-     open) and the log says why (it said nothing: only the failopen counter moved).
+     open) and the log says why (it said nothing: only the failopen counter moved);
+  8. a Redis with a password (redis.password_env) and a database (redis.database):
+     counted there; a wrong password fails open and is logged.
 """
 
 import json
@@ -365,6 +367,52 @@ def test_readonly_replica(t):
     t.check("a primary again: limiting resumes (rate 1/min: 200 then 429)", st == [200, 429], [200, 429], st)
 
 
+AUTH_CONF = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { address: 127.0.0.1:%(port)d, timeout: 2s, password_env: SLUICE_IT_REDIS_PW, database: 3 }
+upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+routes:
+  - { name: auth, match: { paths: [/auth] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, store: redis, key: route } } ] }
+"""
+
+
+def test_password_and_database(t):
+    # A Redis that wants a password (requirepass; the password has a space) and a
+    # database other than 0, as Kong's redis_password / redis_database
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--requirepass", "s3cret word"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gws = []
+    try:
+        h.wait_port(port, timeout=10)
+        conf = AUTH_CONF % {"port": port, "up": env["up"].address}
+        for pw in ("s3cret word", "wrong"):
+            gws.append(h.start_sluice(conf, suite=t, name="rlr-auth",
+                                      env=dict(os.environ, SLUICE_IT_REDIS_PW=pw)))
+        good, bad = gws
+        st = [h.request(good.port(), "GET", "/auth").status for _ in range(3)]
+        t.check("password_env: the limit is counted in Redis (rate 1/min: 200, 429, 429)", st == [200, 429, 429],
+                [200, 429, 429], (st, good.log()[-400:]))
+        keys = redis_cli(port, "--no-auth-warning", "-a", "s3cret word", "-n", "3", "--scan")
+        keys0 = redis_cli(port, "--no-auth-warning", "-a", "s3cret word", "-n", "0", "--scan")
+        t.check("database: 3: the key is in database 3, not 0", keys == "sluice:tb:auth|route" and not keys0,
+                ("sluice:tb:auth|route", ""), (keys, keys0))
+        st = [h.request(bad.port(), "GET", "/auth").status for _ in range(3)]
+        t.check("a wrong password: requests pass (fail open)", st == [200] * 3, [200] * 3, st)
+        t.check("... and the log says Redis refused the password",
+                h.wait_until(lambda: "WRONGPASS" in bad.log()), "WRONGPASS in the log",
+                [ln for ln in bad.log().splitlines() if "redis" in ln.lower()][-3:])
+    finally:
+        for g in gws:
+            g.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_redis_restart(t):
     g1 = env["g"][0]
     redis = env["redis"]
@@ -396,4 +444,4 @@ def teardown(t):
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
       test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
-      test_headers_agree, test_readonly_replica, test_redis_restart, teardown)
+      test_headers_agree, test_readonly_replica, test_password_and_database, test_redis_restart, teardown)
