@@ -15,8 +15,8 @@ local M = {
     name = "limit-conn",
     version = "1.0",
     schema = {
-        max = { type = "integer", required = true, min = 1 },
-        burst = { type = "integer", default = 0, min = 0 },
+        max = { type = "integer", required = true, min = 1, max = 2147483647 }, -- the core counts in 32 bits
+        burst = { type = "integer", default = 0, min = 0, max = 2147483647 },
         status = { type = "integer", default = 503, min = 200, max = 599 },
         key = { type = "string", default = "ip" }, -- sluice.limit_key
         trusted_proxies = { type = "array", items = { type = "string" }, default = {} },

@@ -150,6 +150,25 @@ def test_rate_limit_bounds(t):
     t.check("rate-limit over 1e9 a second, or a burst over 1e9: the errors", lines == want, want, lines)
 
 
+LIMIT_CONN_BOUNDS = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+routes:
+  - name: r
+    plugins:
+      - { name: limit-conn, config: { max: 3000000000 } }
+      - { name: limit-conn, config: { max: 1, burst: 4294967296 } }
+      - { name: echo }
+"""
+
+
+def test_limit_conn_bounds(t):
+    # both were accepted and then answered every request 500: the core counts in 32 bits
+    r, lines = check_file({"gw.yaml": LIMIT_CONN_BOUNDS})
+    want = ["gw.yaml:5:44: route 'r', plugin 'limit-conn': max: must be <= 2147483647",
+            "gw.yaml:6:54: route 'r', plugin 'limit-conn': burst: must be <= 2147483647"]
+    t.check("limit-conn max or burst over 2^31 - 1: config errors", r.returncode == 1 and lines == want,
+            want, lines)
+
+
 REDIS_AUTH = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
 redis: { username_env: SLUICE_IT_UNSET_USER, database: -1 }
 """
@@ -213,5 +232,5 @@ def test_retry_attempts_out_of_range(t):
 
 
 
-t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted, test_rate_limit_bounds, test_redis_auth_keys,
+t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted, test_rate_limit_bounds, test_redis_auth_keys, test_limit_conn_bounds,
       test_nested_and_non_mapping, test_retry_attempts_out_of_range)
