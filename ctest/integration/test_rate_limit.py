@@ -96,6 +96,11 @@ routes:
               for i in range(3)]
         t.check("trusted_proxies: X-Forwarded-For over every field (a proxy's own field last), "
                 "a client's forged first field changes nothing", x4 == [200, 429, 429], [200, 429, 429], x4)
+        # A reload keeps the counts: the key's state lives in the core, not in a generation
+        st, body = s.reload()
+        again = h.request(p, "GET", "/byheader", headers=[("X-Api-User", "alice")]).status
+        t.check("after a reload, a drained key is still limited (the counts are kept)",
+                st == 200 and again == 429, (200, 429), (st, again, body))
         # The policy's window is whole seconds: a rate under one a window, or a `per` under
         # a second, is said as the quota of a whole-second window that holds at least one
         pol = {path: h.request(p, "GET", path).header("RateLimit-Policy") for path in ("/half", "/fast")}
