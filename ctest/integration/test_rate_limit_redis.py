@@ -23,7 +23,9 @@ A real redis-server on a free loopback port, real gateways sharing it:
   7. Redis answering an error (a read-only replica: READONLY): requests pass (fail
      open) and the log says why (it said nothing: only the failopen counter moved);
   8. a Redis with a password (redis.password_env) and a database (redis.database):
-     counted there; a wrong password fails open and is logged.
+     counted there; a wrong password fails open and is logged;
+  9. sluice.redis.command sends a number argument exactly (a 15-digit integer went as
+     "1.2345678901235e+14").
 """
 
 import json
@@ -79,6 +81,27 @@ return {
 }
 """
 
+# sluice.redis.command with number arguments: SETs a 15-digit integer and a fraction, adds
+# to the integer with INCRBY, and answers what Redis holds.
+NUMBERS_PLUGIN = """\
+local sluice = require("sluice")
+local redis = sluice.redis
+return {
+    name = "numbers", version = "1.0",
+    access = function()
+        local out = {}
+        out[1] = { redis.command("SET", "num:int", 123456789012345) }
+        local n, err = redis.command("INCRBY", "num:int", 1000000000000001)
+        out[2] = { n and string.format("%d", n) or err } -- (sluice.json writes 14 digits)
+        out[3] = { redis.command("SET", "num:frac", 0.1) }
+        out[4] = { redis.command("GET", "num:frac") }
+        out[5] = { redis.command("SET", "num:us", 1796143295123456) }
+        out[6] = { redis.command("GET", "num:us") }
+        return sluice.response.exit(200, out)
+    end,
+}
+"""
+
 CONF = """\
 workers: 2
 admin: { listen: 127.0.0.1:0 }
@@ -113,6 +136,7 @@ routes:
       plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: local, key: wtiny } } ] }
   - { name: wtr, match: { paths: [/wtiny/redis] }, upstream: up,
       plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: redis, key: wtiny } } ] }
+  - { name: numbers, match: { paths: [/numbers] }, plugins: [ { name: numbers } ] }
   - { name: ro, match: { paths: [/ro] }, upstream: up,
       plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, store: redis, key: route } } ] }
 """
@@ -250,6 +274,8 @@ def setup(t):
         f.write(TAKE_PLUGIN)
     with open(os.path.join(fx, "window.lua"), "w") as f:
         f.write(WINDOW_PLUGIN)
+    with open(os.path.join(fx, "numbers.lua"), "w") as f:
+        f.write(NUMBERS_PLUGIN)
     env["up"] = h.MockUpstream(ok_handler, name="up")
     env["rport"] = free_port()
     env["redis"] = Redis(env["rport"])
@@ -326,6 +352,15 @@ def test_window_under_a_millisecond(t):
         got = [json.loads(h.request(p, "GET", "/wtiny/" + store).body) for _ in range(3)]
         t.check("window of 0.4 ms (%s): counted (no failopen), reset within the window" % store,
                 all(not x["failopen"] and 0 <= x["reset"] <= 0.0004 for x in got), "0 <= reset <= 0.0004", got)
+
+
+def test_number_arguments(t):
+    # a number argument reaches Redis as its exact decimal form, not LuaJIT's %.14g
+    # ("1.2345678901235e+14", which INCRBY refuses and SET stores rounded)
+    got = json.loads(h.request(env["g"][0].port(), "GET", "/numbers").body)
+    want = [["OK"], ["1123456789012346"], ["OK"], ["0.1"], ["OK"], ["1796143295123456"]]
+    t.check("sluice.redis.command: 15- and 16-digit integers and 0.1 reach Redis exactly", got == want,
+            want, got)
 
 
 def test_headers_agree(t):
@@ -444,4 +479,4 @@ def teardown(t):
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
       test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
-      test_headers_agree, test_readonly_replica, test_password_and_database, test_redis_restart, teardown)
+      test_number_arguments, test_headers_agree, test_readonly_replica, test_password_and_database, test_redis_restart, teardown)
