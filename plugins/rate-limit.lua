@@ -55,12 +55,17 @@ function M.prepare(conf)
     c.window = max(1, ceil(per - 1e-9), ceil(per / conf.rate - 1e-9))
     c.quota = floor(conf.rate * c.window / per + 1e-9) + conf.burst
     c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
+    -- a named policy's keys start with its name (the client's part of a key comes last,
+    -- so no header value can reach another policy's bucket); "default" keeps the plain key
+    if conf.policy ~= "default" then c.scope = conf.policy .. "@" end
     return c
 end
 
 function M.access(conf, ctx, c)
-    -- a limit belongs to its route: two routes with the same config count apart
+    -- a limit belongs to its route: two routes with the same config count apart; and to
+    -- its policy: two limits on one route (per second and per minute) count apart
     local key = limit_key.of(c.key, ctx)
+    if c.scope then key = c.scope .. key end
     -- one token bucket in either store: the same config admits the same requests
     local allowed, remaining, reset, retry, failopen = limit.take(key, c.rate_per_s, conf.burst, conf.store)
     if allowed == nil then failopen = remaining end -- the local table is out of memory

@@ -42,6 +42,9 @@ routes:
       plugins: [ { name: rate-limit, config: { rate: 0.5, per: 1s } } ] }
   - { name: fast, match: { paths: [/fast] }, upstream: up,
       plugins: [ { name: rate-limit, config: { rate: 10, per: 500ms, burst: 2 } } ] }
+  - { name: two, match: { paths: [/two] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 100, per: 1s, burst: 4, policy: per-second } },
+                 { name: rate-limit, config: { rate: 2, per: 1m, burst: 1, policy: per-minute } } ] }
 """ % {"up": up.address}
     s = h.start_sluice(conf, suite=t, name="rl-local")
     try:
@@ -96,6 +99,12 @@ routes:
               for i in range(3)]
         t.check("trusted_proxies: X-Forwarded-For over every field (a proxy's own field last), "
                 "a client's forged first field changes nothing", x4 == [200, 429, 429], [200, 429, 429], x4)
+        # Two limits on one route (Kong's `second` and `minute`), each with its own policy
+        # name, count apart: they shared one bucket, and the per-minute take emptied the
+        # per-second limit for 30 s (the second request was refused by "per-second")
+        two = [h.request(p, "GET", "/two").status for _ in range(3)]
+        t.check("two rate-limits on one route, distinct policies: separate buckets (the per-minute one refuses "
+                "the third)", two == [200, 200, 429], [200, 200, 429], two)
         # A reload keeps the counts: the key's state lives in the core, not in a generation
         st, body = s.reload()
         again = h.request(p, "GET", "/byheader", headers=[("X-Api-User", "alice")]).status
