@@ -36,6 +36,7 @@ typedef struct {
 typedef struct sl_redis_cmd_s {
     sl_wait_t base;
     sl_worker_t *w;
+    redisAsyncContext *ac;   /* the connection it was sent on (alive until it settles) */
     uv_timer_t timer;
     uint8_t replied, settled, timer_open, held;
     const char *err;         /* static text, or errbuf */
@@ -155,10 +156,26 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     cmd_maybe_free(c);
 }
 
+/* A command outlived redis.timeout: it fails (its caller fails open), and the connection
+ * it waits on is closed, as lua-resty-redis closes a socket that timed out. Kept, a hung
+ * Redis would make every later command wait the whole timeout and stay queued (with its
+ * arguments) until Redis answered, if ever. Closing it answers every other command on it
+ * ("redis connection lost": they fail open at once), and the worker reconnects at most
+ * once a second as after any failure. Every command of a connection settles when it
+ * ends, so a timer that fires has its connection still open: it is the worker's. */
 static void on_timeout(uv_timer_t *t) {
     sl_redis_cmd_t *c = t->data;
-    log_unavailable(c->w, "timeout");
+    sl_worker_t *w = c->w;
+    sl_redis_t *rd = w->redis;
+    redisAsyncContext *ac = c->ac;
+    log_unavailable(w, "timeout");
     cmd_settle(c, "redis timeout");
+    if (ac && rd->ac == ac) {
+        rd->ac = NULL; /* first: a command sent while the others are answered finds it down */
+        rd->connected = 0;
+        rd->retry_at_ms = sl_now_ms() + REDIS_RETRY_MS;
+        redisAsyncFree(ac); /* answers each pending command with NULL, then on_disconnect */
+    }
 }
 
 static void cmd_cancel(sl_wait_t *wt) {
@@ -279,6 +296,7 @@ int sl_ffi_redis_command(sl_req_t *r, int argc, const char **argv, const size_t 
         return SL_ERROR;
     }
     c->w = w;
+    c->ac = ac;
     c->base = (sl_wait_t){.r = r, .kind = SL_WAIT_REDIS, .cancel = cmd_cancel};
     c->held = 1;
     if (redisAsyncCommandArgv(ac, on_reply, c, argc, argv, argvlen) != REDIS_OK) {

@@ -25,12 +25,15 @@ A real redis-server on a free loopback port, real gateways sharing it:
   8. a Redis with a password (redis.password_env) and a database (redis.database):
      counted there; a wrong password fails open and is logged;
   9. sluice.redis.command sends a number argument exactly (a 15-digit integer went as
-     "1.2345678901235e+14").
+     "1.2345678901235e+14");
+ 10. Redis hung (SIGSTOP): a timeout closes the connection, so only the first request
+     waits redis.timeout and the next ones fail open at once (each used to wait).
 """
 
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -448,6 +451,45 @@ def test_password_and_database(t):
         proc.wait(10)
 
 
+HUNG_CONF = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { address: 127.0.0.1:%(port)d, timeout: 500ms }
+upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+routes:
+  - { name: hung, match: { paths: [/hung] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1000, per: 1s, store: redis, key: route } } ] }
+"""
+
+
+def test_redis_hangs(t):
+    # Redis stops answering (SIGSTOP) with its connection open. A command slower than
+    # redis.timeout fails open; the connection it waited on is closed then, and the
+    # worker's next calls fail open at once until its reconnect a second later. It used
+    # to keep the connection: every request waited the whole timeout, and each left its
+    # command queued (about a kilobyte each) until Redis answered, if ever.
+    g = h.start_sluice(HUNG_CONF % {"port": env["rport"], "up": env["up"].address}, suite=t, name="rlr-hung")
+    redis = env["redis"]
+    try:
+        t.check("a request while Redis answers", h.request(g.port(), "GET", "/hung").status == 200, 200, None)
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        took = []
+        try:
+            for _ in range(10):
+                t0 = time.monotonic()
+                st = h.request(g.port(), "GET", "/hung", timeout=10).status
+                took.append((st, round(time.monotonic() - t0, 3)))
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        t.check("Redis hung: every request is admitted (fail open)", all(x[0] == 200 for x in took), "all 200", took)
+        slow = sum(1 for x in took if x[1] >= 0.5)
+        t.check("Redis hung: the first request waits redis.timeout (500 ms), the next ones fail open at once "
+                "(at most 2 of 10 wait)", 1 <= slow <= 2, "1..2 of 10 >= 0.5 s", took)
+    finally:
+        g.stop()
+
+
 def test_redis_restart(t):
     g1 = env["g"][0]
     redis = env["redis"]
@@ -479,4 +521,5 @@ def teardown(t):
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
       test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
-      test_number_arguments, test_headers_agree, test_readonly_replica, test_password_and_database, test_redis_restart, teardown)
+      test_number_arguments, test_headers_agree, test_readonly_replica, test_password_and_database,
+      test_redis_hangs, test_redis_restart, teardown)
