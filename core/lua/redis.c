@@ -162,20 +162,25 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
  * arguments) until Redis answered, if ever. Closing it answers every other command on it
  * ("redis connection lost": they fail open at once), and the worker reconnects at most
  * once a second as after any failure. Every command of a connection settles when it
- * ends, so a timer that fires has its connection still open: it is the worker's. */
+ * ends, so a timer that fires has its connection still open: the worker's, or the one
+ * a drain is closing. */
 static void on_timeout(uv_timer_t *t) {
     sl_redis_cmd_t *c = t->data;
     sl_worker_t *w = c->w;
     sl_redis_t *rd = w->redis;
     redisAsyncContext *ac = c->ac;
     log_unavailable(w, "timeout");
-    cmd_settle(c, "redis timeout");
     if (ac && rd->ac == ac) {
-        rd->ac = NULL; /* first: a command sent while the others are answered finds it down */
+        /* first: a command its waking callers send finds the connection down */
+        rd->ac = NULL;
         rd->connected = 0;
         rd->retry_at_ms = sl_now_ms() + REDIS_RETRY_MS;
-        redisAsyncFree(ac); /* answers each pending command with NULL, then on_disconnect */
     }
+    cmd_settle(c, "redis timeout");
+    /* Also a draining worker's connection (sl__redis_close let go of it): its disconnect
+     * waits for the replies, which a hung Redis never sends, and the loop cannot end
+     * with it. Freeing answers each pending command with NULL, then on_disconnect. */
+    if (ac) redisAsyncFree(ac);
 }
 
 static void cmd_cancel(sl_wait_t *wt) {

@@ -27,7 +27,8 @@ A real redis-server on a free loopback port, real gateways sharing it:
   9. sluice.redis.command sends a number argument exactly (a 15-digit integer went as
      "1.2345678901235e+14");
  10. Redis hung (SIGSTOP): a timeout closes the connection, so only the first request
-     waits redis.timeout and the next ones fail open at once (each used to wait).
+     waits redis.timeout and the next ones fail open at once (each used to wait); a
+     reload then retires the old worker (it waited for Redis' reply for good).
 """
 
 import json
@@ -474,18 +475,30 @@ def test_redis_hangs(t):
     try:
         t.check("a request while Redis answers", h.request(g.port(), "GET", "/hung").status == 200, 200, None)
         os.kill(redis.proc.pid, signal.SIGSTOP)
-        took = []
+        took, retiring = [], None
         try:
             for _ in range(10):
                 t0 = time.monotonic()
                 st = h.request(g.port(), "GET", "/hung", timeout=10).status
                 took.append((st, round(time.monotonic() - t0, 3)))
+            # a reload while a request waits on the hung Redis: the retired worker ends
+            # once that command times out (its connection was closing, waiting for a
+            # reply that never came: the old generation stayed for good)
+            time.sleep(1.1)  # past the reconnect pause: the next request waits on Redis
+            waiter = threading.Thread(target=lambda: h.request(g.port(), "GET", "/hung", timeout=10))
+            waiter.start()
+            time.sleep(0.2)
+            g.reload()
+            waiter.join(10)
+            retiring = h.poll(lambda: g.status().get("retiring_generations"), lambda v: v == 0, timeout=5)
         finally:
             os.kill(redis.proc.pid, signal.SIGCONT)
         t.check("Redis hung: every request is admitted (fail open)", all(x[0] == 200 for x in took), "all 200", took)
         slow = sum(1 for x in took if x[1] >= 0.5)
         t.check("Redis hung: the first request waits redis.timeout (500 ms), the next ones fail open at once "
                 "(at most 2 of 10 wait)", 1 <= slow <= 2, "1..2 of 10 >= 0.5 s", took)
+        t.check("a reload with a command waiting on the hung Redis: the old generation ends (redis.timeout)",
+                retiring == 0, 0, retiring)
     finally:
         g.stop()
 
