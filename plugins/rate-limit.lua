@@ -11,7 +11,7 @@ local sluice = require("sluice")
 local limit_key = require("sluice.limit_key")
 
 local request, response, limit = sluice.request, sluice.response, sluice.limit
-local ceil, floor, max, tostring, concat = math.ceil, math.floor, math.max, tostring, table.concat
+local ceil, floor, max, tostring = math.ceil, math.floor, math.max, tostring
 
 local M = {
     name = "rate-limit",
@@ -61,14 +61,13 @@ function M.prepare(conf)
     return c
 end
 
+-- The fields so far with this plugin's policy added (two limits on a route, or the global
+-- chain's and the route's, are both named: the fields are lists), kept in ctx.
 local function add_state(ctx, policy, state)
-    local rl = ctx.rate_limit_fields
-    if not rl then
-        rl = { policies = {}, states = {} }
-        ctx.rate_limit_fields = rl
-    end
-    rl.policies[#rl.policies + 1], rl.states[#rl.states + 1] = policy, state
-    return rl
+    local p = ctx.rate_limit_policy
+    if p then policy, state = p .. ", " .. policy, ctx.rate_limit_state .. ", " .. state end
+    ctx.rate_limit_policy, ctx.rate_limit_state = policy, state
+    return policy, state
 end
 
 function M.access(conf, ctx, c)
@@ -86,25 +85,23 @@ function M.access(conf, ctx, c)
     local state = ('"%s";r=%d;t=%d'):format(conf.policy, floor(remaining), ceil(allowed and reset or retry))
     if not allowed then
         limit.count("limited")
-        local rl = add_state(ctx, c.policy, state)
+        local policies, states = add_state(ctx, c.policy, state)
         return response.exit(429, { error = "rate limited" }, {
             ["Retry-After"] = tostring(max(1, ceil(retry))),
-            ["RateLimit-Policy"] = concat(rl.policies, ", "),
-            ["RateLimit"] = concat(rl.states, ", "),
+            ["RateLimit-Policy"] = policies,
+            ["RateLimit"] = states,
         })
     end
     limit.count("allowed")
     if conf.headers then add_state(ctx, c.policy, state) end
 end
 
--- Every rate-limit plugin of the chain that decided adds its policy: the fields are lists
--- (two limits on a route, or the global chain's and the route's, are both named), and
--- whichever plugin's header_filter runs writes the same lists, the 429's included.
+-- Every rate-limit plugin of the chain that decided added its policy; whichever plugin's
+-- header_filter runs writes the same lists, the 429's included.
 function M.header_filter(conf, ctx)
-    local rl = ctx.rate_limit_fields
-    if rl then
-        response.set_header("RateLimit-Policy", concat(rl.policies, ", "))
-        response.set_header("RateLimit", concat(rl.states, ", "))
+    if ctx.rate_limit_policy then
+        response.set_header("RateLimit-Policy", ctx.rate_limit_policy)
+        response.set_header("RateLimit", ctx.rate_limit_state)
     end
 end
 
