@@ -15,8 +15,8 @@ local M = {
     name = "limit-conn",
     version = "1.0",
     schema = {
-        max = { type = "integer", required = true, min = 1 },
-        burst = { type = "integer", default = 0, min = 0 },
+        max = { type = "integer", required = true, min = 1, max = 2147483647 }, -- the core counts in 32 bits
+        burst = { type = "integer", default = 0, min = 0, max = 2147483647 },
         status = { type = "integer", default = 503, min = 200, max = 599 },
         key = { type = "string", default = "ip" }, -- sluice.limit_key
         trusted_proxies = { type = "array", items = { type = "string" }, default = {} },
@@ -29,7 +29,10 @@ end
 
 -- Once per config generation and worker: the key's parts and a cache of route indexes.
 function M.prepare(conf)
-    return { key = limit_key.prepare(conf), routes = {} }
+    -- Each use counts its own requests: the global chain's limit-conn and a route's (by
+    -- the same key) must not take from one count. A use is told apart by its bounds,
+    -- which are the same on every worker and across a reload that keeps them.
+    return { key = limit_key.prepare(conf), routes = {}, scope = ("%d+%d@"):format(conf.max, conf.burst) }
 end
 
 function M.access(conf, ctx, c)
@@ -39,7 +42,7 @@ function M.access(conf, ctx, c)
         route = limit.conn_route(rname)
         c.routes[rname] = route
     end
-    local result = limit.conn_acquire(route, limit_key.of(c.key, ctx), conf.max, conf.burst)
+    local result = limit.conn_acquire(route, c.scope .. limit_key.of(c.key, ctx), conf.max, conf.burst)
     if result == "rejected" then
         return response.exit(conf.status, { error = "too many requests in flight" })
     end

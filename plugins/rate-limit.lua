@@ -19,7 +19,7 @@ local M = {
     schema = {
         rate = { type = "number", required = true, min = 0.001 },
         per = { type = "duration", default = "1s", min = 0.001 }, -- seconds once validated
-        burst = { type = "integer", default = 0, min = 0 },
+        burst = { type = "integer", default = 0, min = 0, max = 1e9 },
         store = { type = "enum", one_of = { "local", "redis" }, default = "local" },
         policy = { type = "string", default = "default" },
         headers = { type = "boolean", default = true },
@@ -28,7 +28,13 @@ local M = {
     },
 }
 
+-- The core's limiter takes at most 1e9 tokens a second (a token's period is >= 1 ns).
+local RATE_MAX = 1e9
+
 function M.check(conf)
+    if conf.rate / conf.per > RATE_MAX then
+        return nil, ("rate / per must be at most 1e9 a second (here %g)"):format(conf.rate / conf.per)
+    end
     local ok, err = limit_key.check(conf)
     if not ok then return nil, err end
     if not conf.policy:match("^[%w_.%-]+$") then return nil, "policy must be letters, digits, '.', '-' or '_'" end
@@ -42,16 +48,33 @@ function M.prepare(conf)
     local c = {
         key = limit_key.prepare(conf), per = per,
         rate_per_s = conf.rate / per,
-        quota = floor(conf.rate + conf.burst),
-        window = max(1, ceil(per)),
     }
+    -- The policy's window is whole seconds, long enough for one request at the rate: a
+    -- `per` under a second, or a rate under one a window, is said as the quota of that
+    -- window (10 per 500ms: q=20;w=1; 0.5 per 1s: q=1;w=2), not as q=10;w=1 or q=0.
+    c.window = max(1, ceil(per - 1e-9), ceil(per / conf.rate - 1e-9))
+    c.quota = floor(conf.rate * c.window / per + 1e-9) + conf.burst
     c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
+    -- a named policy's keys start with its name (the client's part of a key comes last,
+    -- so no header value can reach another policy's bucket); "default" keeps the plain key
+    if conf.policy ~= "default" then c.scope = conf.policy .. "@" end
     return c
 end
 
+-- The fields so far with this plugin's policy added (two limits on a route, or the global
+-- chain's and the route's, are both named: the fields are lists), kept in ctx.
+local function add_state(ctx, policy, state)
+    local p = ctx.rate_limit_policy
+    if p then policy, state = p .. ", " .. policy, ctx.rate_limit_state .. ", " .. state end
+    ctx.rate_limit_policy, ctx.rate_limit_state = policy, state
+    return policy, state
+end
+
 function M.access(conf, ctx, c)
-    -- a limit belongs to its route: two routes with the same config count apart
+    -- a limit belongs to its route: two routes with the same config count apart; and to
+    -- its policy: two limits on one route (per second and per minute) count apart
     local key = limit_key.of(c.key, ctx)
+    if c.scope then key = c.scope .. key end
     -- one token bucket in either store: the same config admits the same requests
     local allowed, remaining, reset, retry, failopen = limit.take(key, c.rate_per_s, conf.burst, conf.store)
     if allowed == nil then failopen = remaining end -- the local table is out of memory
@@ -62,20 +85,23 @@ function M.access(conf, ctx, c)
     local state = ('"%s";r=%d;t=%d'):format(conf.policy, floor(remaining), ceil(allowed and reset or retry))
     if not allowed then
         limit.count("limited")
+        local policies, states = add_state(ctx, c.policy, state)
         return response.exit(429, { error = "rate limited" }, {
             ["Retry-After"] = tostring(max(1, ceil(retry))),
-            ["RateLimit-Policy"] = c.policy,
-            ["RateLimit"] = state,
+            ["RateLimit-Policy"] = policies,
+            ["RateLimit"] = states,
         })
     end
     limit.count("allowed")
-    if conf.headers then ctx.ratelimit_state, ctx.ratelimit_policy = state, c.policy end
+    if conf.headers then add_state(ctx, c.policy, state) end
 end
 
+-- Every rate-limit plugin of the chain that decided added its policy; whichever plugin's
+-- header_filter runs writes the same lists, the 429's included.
 function M.header_filter(conf, ctx)
-    if ctx.ratelimit_state then
-        response.set_header("RateLimit-Policy", ctx.ratelimit_policy)
-        response.set_header("RateLimit", ctx.ratelimit_state)
+    if ctx.rate_limit_policy then
+        response.set_header("RateLimit-Policy", ctx.rate_limit_policy)
+        response.set_header("RateLimit", ctx.rate_limit_state)
     end
 end
 

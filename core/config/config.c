@@ -203,6 +203,9 @@ void sl_config_free(sl_config_t *cfg) {
     free(cfg->telemetry.headers);
     free(cfg->run_user);
     addr_free(&cfg->redis_address);
+    free(cfg->redis_username);
+    if (cfg->redis_password) explicit_bzero(cfg->redis_password, strlen(cfg->redis_password));
+    free(cfg->redis_password);
     for (size_t i = 0; cfg->consumers && i < cfg->nconsumers; i++) {
         free(cfg->consumers[i].name);
         free(cfg->consumers[i].credentials_json);

@@ -288,6 +288,9 @@ typedef struct {
     bool redis_enabled;          /**< `redis:` present */
     sl_addr_t redis_address;     /**< default 127.0.0.1:6379 */
     uint64_t redis_timeout_ms;   /**< default 50ms */
+    char *redis_username;        /**< `username_env`'s value (ACL user), or NULL */
+    char *redis_password;        /**< `password_env`'s value, or NULL (no AUTH) */
+    int redis_database;          /**< SELECTed after connecting when > 0 */
     uint64_t cache_size;         /**< `cache.size`: the proxy-cache store's bytes (default 64 MiB) */
     sl_resolver_conf_t resolver; /**< `resolver:` */
     /** `user:` / `group:`: started as root, sluice binds its sockets then switches to

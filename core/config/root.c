@@ -71,8 +71,8 @@ static const char *const top_keys[G_N] = {
     [G_WORKER_CPUS] = "worker_cpus",
 };
 static const char *const top_later[] = {NULL};
-enum { RD_ADDRESS, RD_TIMEOUT, RD_N };
-static const char *const redis_keys[RD_N] = {"address", "timeout"};
+enum { RD_ADDRESS, RD_TIMEOUT, RD_USER_ENV, RD_PASS_ENV, RD_DATABASE, RD_N };
+static const char *const redis_keys[RD_N] = {"address", "timeout", "username_env", "password_env", "database"};
 enum { RS_NAMESERVERS, RS_TIMEOUT, RS_ATTEMPTS, RS_MIN_TTL, RS_MAX_TTL, RS_IPV6, RS_N };
 static const char *const resolver_keys[RS_N] = {"nameservers", "timeout", "attempts",
                                                 "min_ttl",     "max_ttl", "ipv6"};
@@ -527,6 +527,13 @@ void sl__cfg_parse_root(sl__cx_t *cx, const yaml_node_t *root) {
             cfg->redis_address.text = sl__cx_strdup(cx, "127.0.0.1:6379");
         if (rf[RD_TIMEOUT].val)
             sl__cfg_get_duration(cx, rf[RD_TIMEOUT].val, "timeout", false, &cfg->redis_timeout_ms);
+        if (rf[RD_USER_ENV].val) cfg->redis_username = env_secret(cx, rf[RD_USER_ENV].val, "username_env");
+        if (rf[RD_PASS_ENV].val) cfg->redis_password = env_secret(cx, rf[RD_PASS_ENV].val, "password_env");
+        if (rf[RD_USER_ENV].val && !rf[RD_PASS_ENV].val)
+            sl__cx_err(cx, rf[RD_USER_ENV].key, "redis: username_env needs password_env (AUTH takes both)");
+        int64_t db;
+        if (rf[RD_DATABASE].val && sl__cfg_get_int(cx, rf[RD_DATABASE].val, "database", 0, INT32_MAX, &db))
+            cfg->redis_database = (int)db;
     }
     if (f[G_CONSUMERS].val) {
         size_t n;

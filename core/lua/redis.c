@@ -36,6 +36,7 @@ typedef struct {
 typedef struct sl_redis_cmd_s {
     sl_wait_t base;
     sl_worker_t *w;
+    redisAsyncContext *ac;   /* the connection it was sent on (alive until it settles) */
     uv_timer_t timer;
     uint8_t replied, settled, timer_open, held;
     const char *err;         /* static text, or errbuf */
@@ -155,10 +156,31 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     cmd_maybe_free(c);
 }
 
+/* A command outlived redis.timeout: it fails (its caller fails open), and the connection
+ * it waits on is closed, as lua-resty-redis closes a socket that timed out. Kept, a hung
+ * Redis would make every later command wait the whole timeout and stay queued (with its
+ * arguments) until Redis answered, if ever. Closing it answers every other command on it
+ * ("redis connection lost": they fail open at once), and the worker reconnects at most
+ * once a second as after any failure. Every command of a connection settles when it
+ * ends, so a timer that fires has its connection still open: the worker's, or the one
+ * a drain is closing. */
 static void on_timeout(uv_timer_t *t) {
     sl_redis_cmd_t *c = t->data;
-    log_unavailable(c->w, "timeout");
+    sl_worker_t *w = c->w;
+    sl_redis_t *rd = w->redis;
+    redisAsyncContext *ac = c->ac;
+    log_unavailable(w, "timeout");
+    if (ac && rd->ac == ac) {
+        /* first: a command its waking callers send finds the connection down */
+        rd->ac = NULL;
+        rd->connected = 0;
+        rd->retry_at_ms = sl_now_ms() + REDIS_RETRY_MS;
+    }
     cmd_settle(c, "redis timeout");
+    /* Also a draining worker's connection (sl__redis_close let go of it): its disconnect
+     * waits for the replies, which a hung Redis never sends, and the loop cannot end
+     * with it. Freeing answers each pending command with NULL, then on_disconnect. */
+    if (ac) redisAsyncFree(ac);
 }
 
 static void cmd_cancel(sl_wait_t *wt) {
@@ -174,6 +196,40 @@ static void cmd_cancel(sl_wait_t *wt) {
 
 static sl_redis_cmd_t *cmd_of(sl_req_t *r) {
     return r->wait && r->wait->kind == SL_WAIT_REDIS ? SL_CONTAINER_OF(r->wait, sl_redis_cmd_t, base) : NULL;
+}
+
+/* The answer to AUTH or SELECT: an error is logged (as Redis down is, at most once per
+ * REDIS_LOG_EVERY_MS). The connection stays: the commands behind it get Redis' own error
+ * (NOAUTH, ...), which their callers see and the limiter logs, until a reload with the
+ * right settings makes new workers and connections. */
+static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata) {
+    const redisReply *rp = reply;
+    if (!rp || rp->type != REDIS_REPLY_ERROR) return;
+    char why[160];
+    snprintf(why, sizeof why, "%s refused: %.*s", (const char *)privdata, (int)SL_MIN(rp->len, 120), rp->str);
+    log_unavailable(ac->data, why);
+}
+
+/* AUTH and SELECT as the first commands of a new connection (config `redis:` password_env,
+ * username_env, database): hiredis sends commands in order once connected, so every
+ * command after them runs authenticated, in that database. */
+static void setup_connection(sl_worker_t *w, redisAsyncContext *ac) {
+    const sl_config_t *cfg = w->cfg;
+    if (cfg->redis_password) {
+        const char *argv[3] = {"AUTH", cfg->redis_username, cfg->redis_password};
+        size_t len[3] = {4, cfg->redis_username ? strlen(cfg->redis_username) : 0, strlen(cfg->redis_password)};
+        if (cfg->redis_username)
+            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, argv, len);
+        else
+            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, (const char *[]){"AUTH", argv[2]},
+                                  (size_t[]){4, len[2]});
+    }
+    if (cfg->redis_database > 0) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", cfg->redis_database);
+        redisAsyncCommandArgv(ac, on_setup_reply, "SELECT", 2, (const char *[]){"SELECT", db},
+                              (size_t[]){6, (size_t)n});
+    }
 }
 
 /* The worker's connection, opened when needed; NULL while it is down. */
@@ -215,6 +271,7 @@ static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     rd->ac = ac;
+    setup_connection(w, ac);
     return ac;
 }
 
@@ -244,6 +301,7 @@ int sl_ffi_redis_command(sl_req_t *r, int argc, const char **argv, const size_t 
         return SL_ERROR;
     }
     c->w = w;
+    c->ac = ac;
     c->base = (sl_wait_t){.r = r, .kind = SL_WAIT_REDIS, .cancel = cmd_cancel};
     c->held = 1;
     if (redisAsyncCommandArgv(ac, on_reply, c, argc, argv, argvlen) != REDIS_OK) {

@@ -393,9 +393,10 @@ static uint64_t sig_resolver(const sl_config_t *c) {
     return h_str(sl_fnv1a64(SL_FNV64_INIT, v, sizeof v), r->nameservers);
 }
 
-static uint64_t sig_redis(const sl_config_t *c) {
-    uint64_t v[2] = {c->redis_enabled, c->redis_timeout_ms};
-    return h_str(sl_fnv1a64(SL_FNV64_INIT, v, sizeof v), c->redis_address.text);
+static uint64_t sig_redis(const sl_config_t *c) { /* credentials: read from the environment */
+    uint64_t v[3] = {c->redis_enabled, c->redis_timeout_ms, (uint64_t)c->redis_database};
+    uint64_t h = h_str(sl_fnv1a64(SL_FNV64_INIT, v, sizeof v), c->redis_address.text);
+    return h_str(h_str(h, c->redis_username), c->redis_password);
 }
 
 static uint64_t sig_admin(const sl_config_t *c) { /* the tokens: read from the environment */

@@ -129,6 +129,60 @@ def test_limit_key_route_trusted(t):
         t.check("%s: key route with trusted_proxies: the error" % plugin, lines == [want], [want], lines)
 
 
+RATE_BOUNDS = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+routes:
+  - name: r
+    plugins:
+      - { name: rate-limit, config: { rate: 2000000, per: 1ms } }
+      - { name: rate-limit, config: { rate: 10, burst: 1e300 } }
+      - { name: echo }
+"""
+
+
+def test_rate_limit_bounds(t):
+    # both were accepted: the first answered every request 500 (the core's limiter refuses
+    # more than 1e9 tokens a second), the second sent RateLimit-Policy q=-9223372036854775808
+    r, lines = check_file({"gw.yaml": RATE_BOUNDS})
+    want = ["gw.yaml:5:37: route 'r', plugin 'rate-limit': rate / per must be at most 1e9 a second "
+            "(here 2e+09)",
+            "gw.yaml:6:56: route 'r', plugin 'rate-limit': burst: must be <= 1000000000"]
+    t.check("rate-limit over 1e9 a second, or a burst over 1e9: exit 1", r.returncode == 1, 1, r.returncode)
+    t.check("rate-limit over 1e9 a second, or a burst over 1e9: the errors", lines == want, want, lines)
+
+
+LIMIT_CONN_BOUNDS = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+routes:
+  - name: r
+    plugins:
+      - { name: limit-conn, config: { max: 3000000000 } }
+      - { name: limit-conn, config: { max: 1, burst: 4294967296 } }
+      - { name: echo }
+"""
+
+
+def test_limit_conn_bounds(t):
+    # both were accepted and then answered every request 500: the core counts in 32 bits
+    r, lines = check_file({"gw.yaml": LIMIT_CONN_BOUNDS})
+    want = ["gw.yaml:5:44: route 'r', plugin 'limit-conn': max: must be <= 2147483647",
+            "gw.yaml:6:54: route 'r', plugin 'limit-conn': burst: must be <= 2147483647"]
+    t.check("limit-conn max or burst over 2^31 - 1: config errors", r.returncode == 1 and lines == want,
+            want, lines)
+
+
+REDIS_AUTH = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { username_env: SLUICE_IT_UNSET_USER, database: -1 }
+"""
+
+
+def test_redis_auth_keys(t):
+    r, lines = check_file({"gw.yaml": REDIS_AUTH})
+    want = ["gw.yaml:2:10: redis: username_env needs password_env (AUTH takes both)",
+            "gw.yaml:2:24: username_env: the environment variable SLUICE_IT_UNSET_USER is not set",
+            "gw.yaml:2:56: 'database' must be between 0 and 2147483647"]
+    t.check("redis: a username without a password, an unset variable, a negative database: the errors",
+            r.returncode == 1 and lines == want, want, lines)
+
+
 NESTED = """listeners: [ { name: web, listen: 127.0.0.1:0 } ]
 upstreams:
   - name: u
@@ -178,5 +232,5 @@ def test_retry_attempts_out_of_range(t):
 
 
 
-t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted,
+t.run(test_all_at_once, test_hedge_after_h2c, test_upgrade_lua_route_h2c, test_limit_key_route_trusted, test_rate_limit_bounds, test_redis_auth_keys, test_limit_conn_bounds,
       test_nested_and_non_mapping, test_retry_attempts_out_of_range)

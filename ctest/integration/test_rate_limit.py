@@ -38,6 +38,13 @@ routes:
       plugins: [ { name: rate-limit, config: { rate: 2, per: 1m, burst: 0, key: "header:X-Api-User" } } ] }
   - { name: proxied, match: { paths: [/proxied] }, upstream: up,
       plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, trusted_proxies: [127.0.0.0/8] } } ] }
+  - { name: half, match: { paths: [/half] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 0.5, per: 1s } } ] }
+  - { name: fast, match: { paths: [/fast] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 10, per: 500ms, burst: 2 } } ] }
+  - { name: two, match: { paths: [/two] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 100, per: 1s, burst: 4, policy: per-second } },
+                 { name: rate-limit, config: { rate: 2, per: 1m, burst: 1, policy: per-minute } } ] }
 """ % {"up": up.address}
     s = h.start_sluice(conf, suite=t, name="rl-local")
     try:
@@ -92,6 +99,32 @@ routes:
               for i in range(3)]
         t.check("trusted_proxies: X-Forwarded-For over every field (a proxy's own field last), "
                 "a client's forged first field changes nothing", x4 == [200, 429, 429], [200, 429, 429], x4)
+        # Two limits on one route (Kong's `second` and `minute`), each with its own policy
+        # name, count apart: they shared one bucket, and the per-minute take emptied the
+        # per-second limit for 30 s (the second request was refused by "per-second")
+        two = [h.request(p, "GET", "/two") for _ in range(3)]
+        t.check("two rate-limits on one route, distinct policies: separate buckets (the per-minute one refuses "
+                "the third)", [r.status for r in two] == [200, 200, 429], [200, 200, 429], [r.status for r in two])
+        # The headers name both policies (a list, as the draft's fields are); the 429 of the
+        # per-minute limit keeps its own: the other plugin's header_filter wrote over it
+        pol = [r.header("RateLimit-Policy") for r in two]
+        want = ['"per-second";q=104;w=1, "per-minute";q=3;w=60'] * 3
+        t.check("RateLimit-Policy lists both policies, on admitted answers and on the 429", pol == want, want, pol)
+        rl = [r.header("RateLimit") or "" for r in two]
+        t.check("RateLimit lists both too, the per-minute one at r=0 on the 429",
+                re.fullmatch(r'"per-second";r=\d+;t=\d+, "per-minute";r=0;t=\d+', rl[2]) is not None
+                and all(x.count(", ") == 1 for x in rl), '"per-second";r=N;t=N, "per-minute";r=0;t=N', rl)
+        # A reload keeps the counts: the key's state lives in the core, not in a generation
+        st, body = s.reload()
+        again = h.request(p, "GET", "/byheader", headers=[("X-Api-User", "alice")]).status
+        t.check("after a reload, a drained key is still limited (the counts are kept)",
+                st == 200 and again == 429, (200, 429), (st, again, body))
+        # The policy's window is whole seconds: a rate under one a window, or a `per` under
+        # a second, is said as the quota of a whole-second window that holds at least one
+        pol = {path: h.request(p, "GET", path).header("RateLimit-Policy") for path in ("/half", "/fast")}
+        want = {"/half": '"default";q=1;w=2', "/fast": '"default";q=22;w=1'}
+        t.check("RateLimit-Policy of 0.5 a second: 1 per 2 s; of 10 per 500 ms, burst 2: 22 per 1 s",
+                pol == want, want, pol)
     finally:
         s.stop()
         up.stop()

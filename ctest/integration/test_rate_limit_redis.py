@@ -14,13 +14,29 @@ A real redis-server on a free loopback port, real gateways sharing it:
   4. the rate-limit plugin's answers (status, RateLimit, RateLimit-Policy, Retry-After)
      are the same, request for request, in both stores;
   5. redis-server restarted mid-run: requests pass while it is down (fail open), then
-     the count is exact again.
+     the count is exact again;
+  6. sluice.limit.window with store redis counts a fractional cost as the local store
+     does (it used INCRBY, which Redis refuses for 0.5: every such call failed open);
+     a window filled by its own calls gives the same retry as the local store (it
+     said "when this window ends", when the full previous window still refuses); a
+     window under a millisecond works as locally (it was 0 ms: a division by zero);
+  7. Redis answering an error (a read-only replica: READONLY): requests pass (fail
+     open) and the log says why (it said nothing: only the failopen counter moved);
+  8. a Redis with a password (redis.password_env) and a database (redis.database):
+     counted there; a wrong password fails open and is logged;
+  9. sluice.redis.command sends a number argument exactly (a 15-digit integer went as
+     "1.2345678901235e+14");
+ 10. Redis hung (SIGSTOP): a timeout closes the connection, so only the first request
+     waits redis.timeout and the next ones fail open at once (each used to wait); a
+     reload then retires the old worker (it waited for Redis' reply for good).
 """
 
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -50,6 +66,46 @@ return {
 }
 """
 
+# The same for sluice.limit.window: limit, window (seconds), cost, store, key.
+WINDOW_PLUGIN = """\
+local sluice = require("sluice")
+return {
+    name = "window", version = "1.0",
+    schema = {
+        limit = { type = "number", required = true }, window = { type = "number", required = true },
+        cost = { type = "number", default = 1 }, store = { type = "string", default = "local" },
+        key = { type = "string", required = true },
+    },
+    access = function(conf)
+        local ok, remaining, reset, retry, failopen =
+            sluice.limit.window(conf.key, conf.limit, conf.window, conf.store, conf.cost)
+        return sluice.response.exit(ok and 200 or 429, { ok = ok, remaining = remaining,
+            reset = reset, retry = retry, failopen = failopen or false })
+    end,
+}
+"""
+
+# sluice.redis.command with number arguments: SETs a 15-digit integer and a fraction, adds
+# to the integer with INCRBY, and answers what Redis holds.
+NUMBERS_PLUGIN = """\
+local sluice = require("sluice")
+local redis = sluice.redis
+return {
+    name = "numbers", version = "1.0",
+    access = function()
+        local out = {}
+        out[1] = { redis.command("SET", "num:int", 123456789012345) }
+        local n, err = redis.command("INCRBY", "num:int", 1000000000000001)
+        out[2] = { n and string.format("%d", n) or err } -- (sluice.json writes 14 digits)
+        out[3] = { redis.command("SET", "num:frac", 0.1) }
+        out[4] = { redis.command("GET", "num:frac") }
+        out[5] = { redis.command("SET", "num:us", 1796143295123456) }
+        out[6] = { redis.command("GET", "num:us") }
+        return sluice.response.exit(200, out)
+    end,
+}
+"""
+
 CONF = """\
 workers: 2
 admin: { listen: 127.0.0.1:0 }
@@ -72,6 +128,21 @@ routes:
       plugins: [ { name: take, config: { rate: 2, burst: 9, cost: 5, store: local, key: cost } } ] }
   - { name: cr, match: { paths: [/cost/redis] }, upstream: up,
       plugins: [ { name: take, config: { rate: 2, burst: 9, cost: 5, store: redis, key: cost } } ] }
+  - { name: wfl, match: { paths: [/wfrac/local] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 2, window: 60, cost: 0.5, store: local, key: wfrac } } ] }
+  - { name: wfr, match: { paths: [/wfrac/redis] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 2, window: 60, cost: 0.5, store: redis, key: wfrac } } ] }
+  - { name: wol, match: { paths: [/wover/local] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 3, window: 3600, store: local, key: wover } } ] }
+  - { name: wor, match: { paths: [/wover/redis] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 3, window: 3600, store: redis, key: wover } } ] }
+  - { name: wtl, match: { paths: [/wtiny/local] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: local, key: wtiny } } ] }
+  - { name: wtr, match: { paths: [/wtiny/redis] }, upstream: up,
+      plugins: [ { name: window, config: { limit: 1, window: 0.0004, store: redis, key: wtiny } } ] }
+  - { name: numbers, match: { paths: [/numbers] }, plugins: [ { name: numbers } ] }
+  - { name: ro, match: { paths: [/ro] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, store: redis, key: route } } ] }
 """
 
 env = {}
@@ -144,6 +215,11 @@ class Monitor:
         return self.limiter_calls()
 
 
+def redis_cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True, text=True,
+                          timeout=10).stdout.strip()
+
+
 def failopens(route):
     """sluice_ratelimit_total{route, result=failopen} over both gateways."""
     return sum(sum(h.metric_values(g.metrics()[1], "sluice_ratelimit_total", route=route, result="failopen"))
@@ -200,6 +276,10 @@ def setup(t):
     fx = h.new_tmpdir("fx")
     with open(os.path.join(fx, "take.lua"), "w") as f:
         f.write(TAKE_PLUGIN)
+    with open(os.path.join(fx, "window.lua"), "w") as f:
+        f.write(WINDOW_PLUGIN)
+    with open(os.path.join(fx, "numbers.lua"), "w") as f:
+        f.write(NUMBERS_PLUGIN)
     env["up"] = h.MockUpstream(ok_handler, name="up")
     env["rport"] = free_port()
     env["redis"] = Redis(env["rport"])
@@ -243,6 +323,50 @@ def test_cost(t):
                 "retry ~2.5, reset = retry + 2.5", last)
 
 
+def test_window_fractional_cost(t):
+    # limit 2 a minute, cost 0.5: four calls fit, the fifth does not (across a window
+    # boundary too: the previous window then still weighs almost fully)
+    p = env["g"][0].port()
+    for store in ("local", "redis"):
+        got = [json.loads(h.request(p, "GET", "/wfrac/" + store).body) for _ in range(5)]
+        t.check("window limit 2, cost 0.5 (%s): four admitted, the fifth refused, none failed open" % store,
+                [x["ok"] for x in got] == [True] * 4 + [False] and not any(x["failopen"] for x in got),
+                "4 admitted, no failopen", got)
+
+
+def test_window_retry(t):
+    # limit 3 an hour, three calls: the window itself is full, so a fourth must wait past
+    # its end, until the three, weighed as the previous window, fall to 2: a third of the
+    # next window later (not when this one ends: the full previous window refuses then)
+    p = env["g"][0].port()
+    for store in ("local", "redis"):
+        got = [json.loads(h.request(p, "GET", "/wover/" + store).body) for _ in range(4)]
+        last = got[3]
+        t.check("window limit 3/h (%s): three admitted, the fourth refused" % store,
+                [x["ok"] for x in got] == [True] * 3 + [False] and not last["failopen"], "3 admitted", got)
+        t.check("window limit 3/h (%s): retry is 1,200 s past the window's end (reset)" % store,
+                abs(last["retry"] - last["reset"] - 1200) < 0.01, "retry = reset + 1200", last)
+
+
+def test_window_under_a_millisecond(t):
+    # a window of 0.4 ms (the local store keeps nanoseconds): calls a millisecond apart
+    # each find a new window; reset is within the window, never negative
+    p = env["g"][0].port()
+    for store in ("local", "redis"):
+        got = [json.loads(h.request(p, "GET", "/wtiny/" + store).body) for _ in range(3)]
+        t.check("window of 0.4 ms (%s): counted (no failopen), reset within the window" % store,
+                all(not x["failopen"] and 0 <= x["reset"] <= 0.0004 for x in got), "0 <= reset <= 0.0004", got)
+
+
+def test_number_arguments(t):
+    # a number argument reaches Redis as its exact decimal form, not LuaJIT's %.14g
+    # ("1.2345678901235e+14", which INCRBY refuses and SET stores rounded)
+    got = json.loads(h.request(env["g"][0].port(), "GET", "/numbers").body)
+    want = [["OK"], ["1123456789012346"], ["OK"], ["0.1"], ["OK"], ["1796143295123456"]]
+    t.check("sluice.redis.command: 15- and 16-digit integers and 0.1 reach Redis exactly", got == want,
+            want, got)
+
+
 def test_headers_agree(t):
     p = env["g"][0].port()
     out = {}
@@ -258,6 +382,125 @@ def test_headers_agree(t):
             out["redis"])
     t.check("RateLimit, RateLimit-Policy and Retry-After are the same in both stores",
             out["local"] == out["redis"], out["local"], out["redis"])
+
+
+def test_readonly_replica(t):
+    # Redis answers, but with an error: a replica refuses the script's write (READONLY);
+    # a Redis that wants a password answers NOAUTH. The request is admitted (fail open),
+    # and the operator is told why in the log, not only by a counter.
+    g1 = env["g"][0]
+    port = env["rport"]
+    f0 = failopens("ro")
+    t.check("redis becomes a read-only replica (of a master that is not there)",
+            redis_cli(port, "REPLICAOF", "127.0.0.1", "1") == "OK", "OK", None)
+    try:
+        st = [h.request(g1.port(), "GET", "/ro").status for _ in range(3)]
+        t.check("read-only redis: requests are admitted (fail open)", st == [200] * 3, [200] * 3, st)
+        t.check("counted as failopen", h.wait_until(lambda: failopens("ro") - f0 >= 3), ">= 3", failopens("ro") - f0)
+        t.check("the gateway logs the error Redis answered (READONLY)",
+                h.wait_until(lambda: "READONLY" in g1.log()), "a log line with READONLY",
+                [ln for ln in g1.log().splitlines() if "redis" in ln.lower()][-3:])
+    finally:
+        redis_cli(port, "REPLICAOF", "NO", "ONE")
+    st = [h.request(g1.port(), "GET", "/ro").status for _ in range(2)]
+    t.check("a primary again: limiting resumes (rate 1/min: 200 then 429)", st == [200, 429], [200, 429], st)
+
+
+AUTH_CONF = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { address: 127.0.0.1:%(port)d, timeout: 2s, password_env: SLUICE_IT_REDIS_PW, database: 3 }
+upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+routes:
+  - { name: auth, match: { paths: [/auth] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1, per: 1m, store: redis, key: route } } ] }
+"""
+
+
+def test_password_and_database(t):
+    # A Redis that wants a password (requirepass; the password has a space) and a
+    # database other than 0, as Kong's redis_password / redis_database
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--requirepass", "s3cret word"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gws = []
+    try:
+        h.wait_port(port, timeout=10)
+        conf = AUTH_CONF % {"port": port, "up": env["up"].address}
+        for pw in ("s3cret word", "wrong"):
+            gws.append(h.start_sluice(conf, suite=t, name="rlr-auth",
+                                      env=dict(os.environ, SLUICE_IT_REDIS_PW=pw)))
+        good, bad = gws
+        st = [h.request(good.port(), "GET", "/auth").status for _ in range(3)]
+        t.check("password_env: the limit is counted in Redis (rate 1/min: 200, 429, 429)", st == [200, 429, 429],
+                [200, 429, 429], (st, good.log()[-400:]))
+        keys = redis_cli(port, "--no-auth-warning", "-a", "s3cret word", "-n", "3", "--scan")
+        keys0 = redis_cli(port, "--no-auth-warning", "-a", "s3cret word", "-n", "0", "--scan")
+        t.check("database: 3: the key is in database 3, not 0", keys == "sluice:tb:auth|route" and not keys0,
+                ("sluice:tb:auth|route", ""), (keys, keys0))
+        st = [h.request(bad.port(), "GET", "/auth").status for _ in range(3)]
+        t.check("a wrong password: requests pass (fail open)", st == [200] * 3, [200] * 3, st)
+        t.check("... and the log says Redis refused the password",
+                h.wait_until(lambda: "WRONGPASS" in bad.log()), "WRONGPASS in the log",
+                [ln for ln in bad.log().splitlines() if "redis" in ln.lower()][-3:])
+    finally:
+        for g in gws:
+            g.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
+HUNG_CONF = """\
+workers: 1
+admin: { listen: 127.0.0.1:0 }
+listeners: [ { name: web, listen: 127.0.0.1:0 } ]
+redis: { address: 127.0.0.1:%(port)d, timeout: 500ms }
+upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+routes:
+  - { name: hung, match: { paths: [/hung] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 1000, per: 1s, store: redis, key: route } } ] }
+"""
+
+
+def test_redis_hangs(t):
+    # Redis stops answering (SIGSTOP) with its connection open. A command slower than
+    # redis.timeout fails open; the connection it waited on is closed then, and the
+    # worker's next calls fail open at once until its reconnect a second later. It used
+    # to keep the connection: every request waited the whole timeout, and each left its
+    # command queued (about a kilobyte each) until Redis answered, if ever.
+    g = h.start_sluice(HUNG_CONF % {"port": env["rport"], "up": env["up"].address}, suite=t, name="rlr-hung")
+    redis = env["redis"]
+    try:
+        t.check("a request while Redis answers", h.request(g.port(), "GET", "/hung").status == 200, 200, None)
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        took, retiring = [], None
+        try:
+            for _ in range(10):
+                t0 = time.monotonic()
+                st = h.request(g.port(), "GET", "/hung", timeout=10).status
+                took.append((st, round(time.monotonic() - t0, 3)))
+            # a reload while a request waits on the hung Redis: the retired worker ends
+            # once that command times out (its connection was closing, waiting for a
+            # reply that never came: the old generation stayed for good)
+            time.sleep(1.1)  # past the reconnect pause: the next request waits on Redis
+            waiter = threading.Thread(target=lambda: h.request(g.port(), "GET", "/hung", timeout=10))
+            waiter.start()
+            time.sleep(0.2)
+            g.reload()
+            waiter.join(10)
+            retiring = h.poll(lambda: g.status().get("retiring_generations"), lambda v: v == 0, timeout=5)
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        t.check("Redis hung: every request is admitted (fail open)", all(x[0] == 200 for x in took), "all 200", took)
+        slow = sum(1 for x in took if x[1] >= 0.5)
+        t.check("Redis hung: the first request waits redis.timeout (500 ms), the next ones fail open at once "
+                "(at most 2 of 10 wait)", 1 <= slow <= 2, "1..2 of 10 >= 0.5 s", took)
+        t.check("a reload with a command waiting on the hung Redis: the old generation ends (redis.timeout)",
+                retiring == 0, 0, retiring)
+    finally:
+        g.stop()
 
 
 def test_redis_restart(t):
@@ -290,4 +533,6 @@ def teardown(t):
 
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
-      test_headers_agree, test_redis_restart, teardown)
+      test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
+      test_number_arguments, test_headers_agree, test_readonly_replica, test_password_and_database,
+      test_redis_hangs, test_redis_restart, teardown)

@@ -81,7 +81,7 @@ shutil.rmtree(d)
 
 # a key added to the code, not to the docs
 d = copy_tree()
-edit(d, 'core/config/root.c', r'\{"address", "timeout"\}', '{"address", "timeout", "pool_size"}')
+edit(d, 'core/config/root.c', r'\{"address", "timeout", ', '{"address", "timeout", "pool_size", ')
 rc, out = run(d)
 check(rc == 1 and 'config key `pool_size` (core/config/*.c) is not documented' in out,
       'an undocumented key in the code fails', out)

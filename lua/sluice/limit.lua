@@ -152,8 +152,18 @@ function _M.conn_route(name)
 end
 
 -- One more request in flight for key, when there is room (max + burst).
+-- The core counts in 32 bits: a larger or fractional count would reach it changed.
+local COUNT_MAX = 2147483647
+local function check_count(v, min, what)
+    if type(v) ~= "number" or not (v >= min and v <= COUNT_MAX) or v % 1 ~= 0 then
+        error(what .. " must be an integer " .. min .. " .. 2147483647", 3)
+    end
+end
+
 function _M.conn_acquire(route, key, max, burst)
     check_key(key)
+    check_count(max, 1, "max")
+    check_count(burst or 0, 0, "burst")
     local r = base.reqp()
     if r == nil then error("no request is being served here (sluice API used outside a phase)", 2) end
     local rc = C.sl_ffi_limit_conn_acquire(r, route, key, #key, max, burst or 0, in_flight_p, err_p)

@@ -45,6 +45,18 @@ local function item(r, i)
     return nil
 end
 
+-- A number as Redis reads it back exactly: an integer in full ("%d", not LuaJIT's
+-- "%.14g", which wrote 123456789012345 as "1.2345678901235e+14"), a fraction in its
+-- shortest form that reads back as the same double.
+local format, floor, huge = string.format, math.floor, math.huge
+local function number_arg(x)
+    if x == floor(x) and x > -2 ^ 63 and x < 2 ^ 63 then return format("%d", x) end
+    if x ~= x or x == huge or x == -huge then return tostring(x) end
+    local s = format("%.14g", x)
+    if tonumber(s) == x then return s end
+    return format("%.17g", x)
+end
+
 -- Sends one command (its name and arguments: strings or numbers) and waits for the reply.
 -- A misuse raises at `level`, as error() counts from command_at's caller (1: that caller):
 -- sluice.redis_limit names the plugin that called sluice.limit, not its own line.
@@ -57,7 +69,7 @@ local function command_at(level, ...)
     local keep = {} -- the Lua strings argv points into, alive until the command is sent
     for i = 1, n do
         local a = select(i, ...)
-        if type(a) == "number" then a = tostring(a) end
+        if type(a) == "number" then a = number_arg(a) end
         if type(a) ~= "string" then error("redis arguments must be strings or numbers", level) end
         keep[i] = a
         argv[i - 1], argvlen[i - 1] = a, #a

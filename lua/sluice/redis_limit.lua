@@ -18,7 +18,8 @@
 -- requests had been spread evenly. A burst at the end of one window still weighs almost
 -- fully at the start of the next, but one early in a window lets up to twice the limit
 -- through across the boundary in less than a window: callers who need "at most N in any
--- window" want take.
+-- window" want take. Its times are whole microseconds of the server's clock (a window of
+-- at least 1 us); its counts may be fractional, as the local store's.
 --
 -- Scripts are sent by EVALSHA; a NOSCRIPT error (a restarted or flushed Redis) sends the
 -- script again with EVAL, which loads it. When Redis is down or slower than
@@ -56,10 +57,12 @@ if ok then return {1, remaining, lacks, 0} end
 return {0, remaining, lacks, debt - cap}
 ]]
 
+-- ARGV: the limit, the window (whole us), the cost. Returns allowed, remaining, reset (us),
+-- retry (us), as sl_limiter_window_at.
 _M.WINDOW = [[
 local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local cur = math.floor(now / window)
 local ck, pk = KEYS[1] .. ":" .. cur, KEYS[1] .. ":" .. (cur - 1)
 local c = tonumber(redis.call("GET", ck) or "0")
@@ -67,17 +70,20 @@ local p = tonumber(redis.call("GET", pk) or "0")
 local elapsed = now - cur * window
 local count = p * (window - elapsed) / window + c
 local reset = window - elapsed
-if count + cost > limit then
-  local retry = reset
-  if p > 0 and limit - c - cost >= 0 then
-    retry = math.ceil(window * (1 - (limit - c - cost) / p)) - elapsed
-    if retry < 1 then retry = 1 end
+if count + cost > limit + 1e-9 then
+  -- sl_limiter_window_at's wait: the previous window's weight falls through this one;
+  -- when this one alone is too full, its count falls through the next one
+  local retry
+  if c + cost <= limit + 1e-9 then
+    retry = window * (1 - (limit - c - cost) / p) - elapsed
+  else
+    retry = reset + window * (1 - (limit - cost) / c)
   end
-  return {0, math.max(0, math.floor(limit - count)), reset, retry}
+  return {0, math.max(0, math.floor(limit - count + 1e-9)), reset, math.max(math.ceil(retry), 1)}
 end
-redis.call("INCRBY", ck, cost)
-redis.call("PEXPIRE", ck, window * 2)
-return {1, math.max(0, math.floor(limit - count - cost)), reset, 0}
+redis.call("INCRBYFLOAT", ck, ARGV[3])
+redis.call("PEXPIRE", ck, math.ceil(window / 500))
+return {1, math.max(0, math.floor(limit - count - cost + 1e-9)), reset, 0}
 ]]
 
 local shas = {}
@@ -90,6 +96,19 @@ local function sha_of(script)
     return sha
 end
 
+-- The core logs Redis down or slow (its errors all start "redis "); an answer that is
+-- an error (READONLY from a replica, NOAUTH, OOM, a key of another type) is logged here,
+-- as often: at most once per LOG_EVERY seconds in each worker's config generation.
+local LOG_EVERY = 10
+local logged_at
+local function logged_failopen(err)
+    local sluice = require("sluice")
+    local now = sluice.time.now()
+    if logged_at and now >= logged_at and now - logged_at < LOG_EVERY then return end
+    logged_at = now
+    sluice.log.warn(format("redis limiter: %s (callers fail open; logged once per %ds)", err, LOG_EVERY))
+end
+
 -- Runs a script on one key with four arguments; returns its reply with its times in
 -- seconds (`per_s` of its units to a second), or fail open. sluice.limit and take/window
 -- reach run by tail calls, so its caller is the plugin's: a misuse (a phase without
@@ -100,13 +119,19 @@ local function run(script, key, per_s, a1, a2, a3, a4)
         res, err = redis.command_at(2, "EVAL", script, "1", key, a1, a2, a3, a4)
     end
     if type(res) ~= "table" or #res < 4 then
-        return true, 0, 0, 0, err or "unexpected reply from the limiter script"
+        err = err or "unexpected reply from the limiter script"
+        if err:sub(1, 6) ~= "redis " then logged_failopen(err) end
+        return true, 0, 0, 0, err
     end
     return res[1] == 1, res[2], res[3] / per_s, res[4] / per_s, nil
 end
 
 -- Whole microseconds as the script's argument: exact integers, never "1e+15".
 local function us(x) return format("%.0f", floor(x)) end
+
+-- A number as the script's argument, exactly (17 significant digits read back as the same
+-- double): the window's limit and cost may be fractional, as in the local store.
+local function num(x) return format("%.17g", x) end
 
 -- take(key, rate, burst, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
 -- Arguments as sluice.limit.take checked them.
@@ -118,9 +143,9 @@ end
 
 -- window(key, limit, window_s, cost) -> allowed, remaining, reset_s, retry_after_s, failopen
 function _M.window(key, limit, window_s, cost)
-    local window_ms = floor(window_s * 1000 + 0.5)
-    return run(_M.WINDOW, "sluice:rl:" .. key, 1000, tostring(limit), tostring(window_ms),
-               tostring(cost or 1), "")
+    -- whole microseconds, at least one (the local store keeps nanoseconds)
+    return run(_M.WINDOW, "sluice:rl:" .. key, 1e6, num(limit), us(max(window_s * 1e6 + 0.5, 1)),
+               num(cost or 1), "")
 end
 
 return _M

@@ -103,6 +103,23 @@ describe("limit-conn", function()
         end))
     end)
 
+    it("counts each limit-conn of a chain apart (the global chain's and the route's)", function()
+        -- global max 100 and route max 2, both by ip: one request in flight leaves room for
+        -- a second (they shared one count, each request took two of it: max 2 admitted one)
+        local g2 = assert(test.start({ upstreams = { { name = "u", targets = { { address = slow:address() } } } },
+            plugins = { { name = "limit-conn", config = { max = 100 } } },
+            routes = { { name = "pair", match = { paths = { "/pair" } }, upstream = "u",
+                         plugins = { { name = "limit-conn", config = { max = 2 } } } } } }))
+        local a = hold(g2, "/pair")
+        assert.truthy(eventually(function()
+            return metric(g2, 'sluice_limit_conn_in_flight{route="pair"} (%d+)') == 2 -- a slot of each
+        end))
+        local res = assert(g2:request({ path = "/pair" }))
+        lib.sl_test_close(a)
+        g2:stop()
+        assert.equal(200, res.status)
+    end)
+
     it("releases the slot of a request a later plugin answered", function()
         for _ = 1, 5 do assert.equal(418, assert(gw_exit:request({ path = "/" })).status) end
         -- released when the request object goes, just after its answer's write completed

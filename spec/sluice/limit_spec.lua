@@ -140,6 +140,17 @@ describe("sluice.limit.window", function()
     end)
 end)
 
+describe("sluice.limit.conn_acquire", function()
+    it("raises on a max or burst the core's 32-bit counts would change", function()
+        for _, bad in ipairs({ 0, 1.5, 3e9, 2 ^ 32 + 1, 0 / 0, "3" }) do
+            assert.has_error(function() limit.conn_acquire(0, "k", bad, 0) end, "max must be an integer 1 .. 2147483647")
+        end
+        for _, bad in ipairs({ -1, 0.5, 5e9, 2 ^ 32 }) do
+            assert.has_error(function() limit.conn_acquire(0, "k", 1, bad) end, "burst must be an integer 0 .. 2147483647")
+        end
+    end)
+end)
+
 -- The JIT check of spec/sluice/jit_spec.lua for these two calls: a loop compiles without
 -- aborts other than LuaJIT choosing where a trace starts, and once compiled allocates
 -- nothing (the result struct is made once, the results come back as multiple values).
