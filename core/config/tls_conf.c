@@ -196,8 +196,8 @@ void sl__cfg_check_mtls_users(sl__cx_t *cx) {
     }
 }
 
-enum { TT_VERIFY, TT_CA, TT_SNI, TT_N };
-static const char *const target_tls_keys[TT_N] = {"verify", "ca", "sni"};
+enum { TT_VERIFY, TT_CA, TT_SNI, TT_CERT, TT_KEY, TT_N };
+static const char *const target_tls_keys[TT_N] = {"verify", "ca", "sni", "cert", "key"};
 
 /* A target's `tls:` (a mapping, or `true` for the defaults). */
 void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *where,
@@ -226,6 +226,13 @@ void sl__cfg_parse_target_tls(sl__cx_t *cx, const yaml_node_t *v, const char *wh
             check_sni_name(cx, x, c->sni);
         if (f[TT_CA].val && !c->verify)
             sl__cx_err(cx, f[TT_CA].key, "'ca' has no use with verify: false");
+        if ((x = f[TT_CERT].val) && sl__cfg_get_string(cx, x, "cert", &c->cert))
+            c->cert_path = sl__cfg_resolve_path(cx, c->cert);
+        if ((x = f[TT_KEY].val) && sl__cfg_get_string(cx, x, "key", &c->key))
+            c->key_path = sl__cfg_resolve_path(cx, c->key);
+        if (!f[TT_CERT].val != !f[TT_KEY].val)
+            sl__cx_err(cx, f[TT_CERT].val ? f[TT_CERT].key : f[TT_KEY].key,
+                       "a client certificate needs both 'cert' and 'key'");
     }
     if ((int)cx->nerrs != errs_before || cx->oom || !t->addr.text) return;
     /* the address's host part: what is verified when no sni is given */

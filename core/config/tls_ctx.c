@@ -161,6 +161,46 @@ static int no_passphrase(char *buf, int size, int rwflag, void *asked) {
     return -1;
 }
 
+/* A certificate chain and its key into ctx (a listener's certificate, a target's client
+ * certificate), as written (cert, key) and resolved (the paths). An encrypted key is an
+ * error, never a prompt on the terminal. */
+static bool load_pair(SSL_CTX *ctx, const char *cert, const char *cert_path, const char *key, const char *key_path,
+                      char *err, size_t errlen) {
+    if (!readable(cert_path, "certificate", cert, err, errlen) || !readable(key_path, "key", key, err, errlen))
+        return false;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1) {
+        char what[600];
+        snprintf(what, sizeof what, "cannot load certificate %s", cert);
+        ssl_err_text(err, errlen, what);
+        return false;
+    }
+    bool encrypted = false;
+    SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, &encrypted);
+    int key_ok = SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    if (key_ok != 1 && encrypted) {
+        ERR_clear_error();
+        snprintf(err, errlen,
+                 "key %s is encrypted: sluice reads no passphrase; store the key decrypted "
+                 "(openssl pkey -in KEY -out PLAIN.key), readable only by sluice's user",
+                 key);
+        return false;
+    }
+    if (key_ok != 1) {
+        char what[600];
+        snprintf(what, sizeof what, "cannot load key %s", key);
+        ssl_err_text(err, errlen, what);
+        return false;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        ERR_clear_error();
+        snprintf(err, errlen, "key %s does not match certificate %s", key, cert);
+        return false;
+    }
+    return true;
+}
+
 /* The client's ALPN list: h2 when the listener speaks HTTP/2 and the client offers it
  * (whatever the client's order: RFC 7301 lets the server choose), else http/1.1. */
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
@@ -561,39 +601,7 @@ sl_tls_server_t *sl_tls_server_build(const sl_tls_listener_conf_t *c, char *err,
         SSL_CTX_set_alpn_select_cb(ctx, alpn_select, s);
         SSL_CTX_set_client_hello_cb(ctx, client_hello_cb, s);
         SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
-        if (!readable(cc->cert_path, "certificate", cc->cert, err, errlen) ||
-            !readable(cc->key_path, "key", cc->key, err, errlen))
-            goto fail;
-        if (SSL_CTX_use_certificate_chain_file(ctx, cc->cert_path) != 1) {
-            char what[600];
-            snprintf(what, sizeof what, "cannot load certificate %s", cc->cert);
-            ssl_err_text(err, errlen, what);
-            goto fail;
-        }
-        bool encrypted = false;
-        SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
-        SSL_CTX_set_default_passwd_cb_userdata(ctx, &encrypted);
-        int key_ok = SSL_CTX_use_PrivateKey_file(ctx, cc->key_path, SSL_FILETYPE_PEM);
-        SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
-        if (key_ok != 1 && encrypted) {
-            ERR_clear_error();
-            snprintf(err, errlen,
-                     "key %s is encrypted: sluice reads no passphrase; store the key decrypted "
-                     "(openssl pkey -in KEY -out PLAIN.key), readable only by sluice's user",
-                     cc->key);
-            goto fail;
-        }
-        if (key_ok != 1) {
-            char what[600];
-            snprintf(what, sizeof what, "cannot load key %s", cc->key);
-            ssl_err_text(err, errlen, what);
-            goto fail;
-        }
-        if (SSL_CTX_check_private_key(ctx) != 1) {
-            ERR_clear_error();
-            snprintf(err, errlen, "key %s does not match certificate %s", cc->key, cc->cert);
-            goto fail;
-        }
+        if (!load_pair(ctx, cc->cert, cc->cert_path, cc->key, cc->key_path, err, errlen)) goto fail;
         s->kind[i] = (unsigned char)key_kind(ctx);
         size_t first_name = s->nnames;
         bool ok = true;
@@ -698,6 +706,8 @@ sl_tls_client_t *sl_tls_client_build(const sl_tls_target_conf_t *tc, const char 
             goto fail;
         }
     }
+    /* a client certificate for upstreams that ask for one (nginx's proxy_ssl_certificate) */
+    if (tc->cert_path && !load_pair(c->ctx, tc->cert, tc->cert_path, tc->key, tc->key_path, err, errlen)) goto fail;
     if ((tc->sni && !(c->sni = strdup(tc->sni))) || (ip && !(c->ip = strdup(ip)))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -737,6 +747,10 @@ void sl_tls_target_conf_free(sl_tls_target_conf_t *c) {
     sl_tls_client_free(c->rt);
     free(c->ca);
     free(c->ca_path);
+    free(c->cert);
+    free(c->cert_path);
+    free(c->key);
+    free(c->key_path);
     free(c->sni);
     free(c);
 }

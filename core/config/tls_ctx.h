@@ -63,6 +63,8 @@ typedef struct {
 typedef struct {
     bool verify;               /**< default true */
     char *ca, *ca_path;        /**< NULL: the system's trust store */
+    char *cert, *cert_path;    /**< client certificate chain offered to the target; NULL: none */
+    char *key, *key_path;      /**< its key (set with cert) */
     char *sni; /**< server name sent and verified; NULL: the address's IP is verified */
     sl_tls_client_t *rt;       /**< built context, owned */
     int line, col;

@@ -134,6 +134,8 @@ static sl_gen_files_t *gen_files(const sl_config_t *cfg) {
         for (size_t j = 0; j < cfg->upstreams[u].ntargets; j++) {
             const sl_tls_target_conf_t *t = cfg->upstreams[u].targets[j].tls;
             if (t) files_add(f, "cert", t->ca_path);
+            if (t) files_add(f, "cert", t->cert_path);
+            if (t) files_add(f, "cert", t->key_path);
         }
     for (size_t i = 0; i < cfg->nplugin_files; i++) files_add(f, "file", cfg->plugin_files[i]);
     return f;

@@ -43,21 +43,10 @@ def start_nginx(root, d):
     sk2, p_off = h.refused_port()
     sk1.close()
     sk2.close()
-    conf = os.path.join(d, "nginx.conf")
-    with open(conf, "w") as f:
-        # as root nginx's workers run as nobody, who cannot enter the test's 0700 folders
-        f.write(("user root;\n" if os.geteuid() == 0 else "") +
-                "worker_processes 1;\nmaster_process off;\ndaemon off;\npid %s/nginx.pid;\nerror_log %s/nginx.err warn;\n"
-                "events { worker_connections 512; }\n"
-                "http {\n    access_log off;\n    keepalive_requests 1000;\n"
-                "    server { listen 127.0.0.1:%d; root %s; sendfile on; }\n"
-                "    server { listen 127.0.0.1:%d; root %s; sendfile off; }\n}\n"
-                % (d, d, p_on, root, p_off, root))
-    proc = subprocess.Popen(["nginx", "-p", d, "-c", conf], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, preexec_fn=h._die_with_parent)
-    h._register(proc)
-    h.wait_port(p_on)
-    h.wait_port(p_off)
+    proc = h.start_nginx(d, "    keepalive_requests 1000;\n"
+                            "    server { listen 127.0.0.1:%d; root %s; sendfile on; }\n"
+                            "    server { listen 127.0.0.1:%d; root %s; sendfile off; }\n" % (p_on, root, p_off, root),
+                         [p_on, p_off])
     return proc, p_on, p_off
 
 

@@ -55,6 +55,7 @@ import pty
 import random
 import re
 import select
+import shutil
 import socket
 import socketserver
 import ssl
@@ -90,8 +91,8 @@ def make_ca(name):
     return h.make_ca(DIR, name)
 
 
-def make_leaf(name, cn, san, ca="ca", rsa=False, curve="prime256v1"):
-    crt, key = h.make_leaf(DIR, name, cn, san, ca, rsa, curve)
+def make_leaf(name, cn, san, ca="ca", rsa=False, curve="prime256v1", eku="serverAuth"):
+    crt, key = h.make_leaf(DIR, name, cn, san, ca, rsa, curve, eku)
     CERTS[name] = crt
     CERTS[name + ".key"] = key
     return crt, key
@@ -876,6 +877,64 @@ def test_upstream_tls(t):
         nosan.stop()
 
 
+def test_upstream_client_cert(t):
+    """tls.cert/key on a target: sluice offers a client certificate to an upstream that
+    asks for one (real nginx, ssl_verify_client on); a reload takes a replaced pair."""
+    make_leaf("gw", "gw.test", "DNS:gw.test", eku="clientAuth")
+    make_leaf("gw2", "gw2.test", "DNS:gw2.test", eku="clientAuth")
+    make_leaf("stranger", "stranger.test", "DNS:stranger.test", ca="otherca", eku="clientAuth")
+    d = h.new_tmpdir("nginx-mtls")
+    sk, port = h.refused_port()
+    sk.close()
+    nginx = h.start_nginx(d, "    server { listen 127.0.0.1:%d ssl; ssl_certificate %s; ssl_certificate_key %s;\n"
+                             "             ssl_client_certificate %s; ssl_verify_client on;\n"
+                             "             location / { return 200 \"dn=$ssl_client_s_dn\\n\"; } }\n"
+                          % (port, CERTS["up"], CERTS["up.key"], CERTS["ca"]), [port])
+    live_crt, live_key = os.path.join(d, "client.crt"), os.path.join(d, "client.key")
+    shutil.copy(CERTS["gw"], live_crt)
+    shutil.copy(CERTS["gw.key"], live_key)
+    addr = "127.0.0.1:%d" % port
+    ca = CERTS["ca"]
+    targets = [("m", addr, "{ ca: %s, sni: up.test, cert: %s, key: %s }" % (ca, live_crt, live_key)),
+               ("none", addr, "{ ca: %s, sni: up.test }" % ca),
+               ("other", addr, "{ ca: %s, sni: up.test, cert: %s, key: %s }"
+                % (ca, CERTS["stranger"], CERTS["stranger.key"]))]
+    s = h.start_sluice(proxy_config(targets), suite=t, name="upstream-client-cert")
+    try:
+        r = tls_request(s.port(), path="/m/x")
+        t.check("tls.cert/key: nginx (ssl_verify_client on) verifies the gateway's certificate: 200, CN=gw.test",
+                r.status == 200 and b"CN=gw.test" in r.body, (200, "CN=gw.test"), (r.status, r.body[:200]))
+        r = tls_request(s.port(), path="/none/x")
+        t.check("no client certificate: nginx's own 400 (No required SSL certificate was sent) passes through",
+                r.status == 400 and b"No required SSL certificate" in r.body, 400, (r.status, r.body[:200]))
+        r = tls_request(s.port(), path="/other/x")
+        t.check("a certificate of another CA: nginx refuses it (400)", r.status == 400, 400, (r.status, r.body[:120]))
+        shutil.copy(CERTS["gw2"], live_crt + ".new")
+        shutil.copy(CERTS["gw2.key"], live_key + ".new")
+        os.rename(live_key + ".new", live_key)
+        os.rename(live_crt + ".new", live_crt)
+        code, ans = s.reload(new_content=False)
+        changed = ans.get("changed", []) if isinstance(ans, dict) else []
+        t.check("a reload after replacing the pair applies it (cert: files in changed)",
+                code == 200 and any(c.startswith("cert:") and c.endswith("client.crt") for c in changed),
+                "cert:.../client.crt", (code, ans))
+        r = tls_request(s.port(), path="/m/y")
+        t.check("... and the next connection offers the new certificate (CN=gw2.test)",
+                r.status == 200 and b"CN=gw2.test" in r.body, (200, "CN=gw2.test"), (r.status, r.body[:200]))
+    finally:
+        s.stop()
+        nginx.terminate()
+        nginx.wait(10)
+    cfg = os.path.join(d, "half.yaml")
+    with open(cfg, "w") as f:
+        f.write(proxy_config([("m", addr, "{ ca: %s, cert: %s }" % (ca, CERTS["gw"])),
+                              ("k", addr, "{ ca: %s, cert: %s, key: %s }" % (ca, CERTS["gw"], CERTS["mismatch.key"]))]))
+    r = h.run_cli(["check", "-c", cfg])
+    t.check("cert without key is a config error at the target's tls, and a key that does not match is one too",
+            r.returncode == 1 and "needs both 'cert' and 'key'" in r.stderr and "mismatch" in r.stderr,
+            "two errors, exit 1", (r.returncode, r.stderr[-400:]))
+
+
 def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
@@ -1074,4 +1133,5 @@ def test_bulk(t):
 
 
 t.run(setup, test_sni, test_rsa_and_ecdsa, test_versions_alpn_resumption, test_config_errors_and_reload, test_upstream_tls,
+      test_upstream_client_cert,
       test_robustness, test_bulk)

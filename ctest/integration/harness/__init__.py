@@ -37,7 +37,7 @@ The modules, one section each (lower ones never import higher ones):
   wire            raw sockets and bytes: Reader, HTTP/1.1 parsing, ports, TCPServer
   client          Client, build_request, request
   metrics         parse_prometheus, metric_values
-  process         Suite, start_sluice / Sluice, run_cli
+  process         Suite, start_sluice / Sluice, run_cli, start_nginx (a real nginx peer)
   mock_upstream   MockUpstream and its Response / Request
   fault_upstream  start_fault_upstream (the C fault_upstream)
   certs           make_ca, make_leaf (the openssl CLI)
@@ -61,7 +61,7 @@ from .mock_upstream import (CLOSE, HANG, REASONS, RESET, ConnRecord, MockUpstrea
                             Response, Stop, default_handler, json_response)
 from .relay import HoldingRelay
 from .process import (Sluice, SluiceStartError, Suite, read_alloc_count, run_cli, set_workers,
-                      start_sluice)
+                      start_nginx, start_sluice)
 from .wire import (HTTPResponse, Incomplete, ParseError, ReadTimeout, Reader, TCPServer,
                    bytes_reader, free_port, hall, hget, parse_headers, parse_responses, port_free,
                    read_chunked, read_response, recv_all, refused_port, short, tls_client_hello,

@@ -24,9 +24,10 @@ def make_ca(d, name="ca"):
     return key, crt
 
 
-def make_leaf(d, name, cn, san, ca="ca", rsa=False, curve="prime256v1"):
-    """A server certificate signed by CA `ca` of folder d, with subjectAltName `san`
-    ("DNS:a.test,IP:127.0.0.1"), its key EC on `curve` (rsa: RSA 2048): (cert path, key path)."""
+def make_leaf(d, name, cn, san, ca="ca", rsa=False, curve="prime256v1", eku="serverAuth"):
+    """A certificate signed by CA `ca` of folder d, with subjectAltName `san`
+    ("DNS:a.test,IP:127.0.0.1"), its key EC on `curve` (rsa: RSA 2048), for `eku`
+    (serverAuth; clientAuth for a client certificate): (cert path, key path)."""
     key, csr = os.path.join(d, name + ".key"), os.path.join(d, name + ".csr")
     crt, ext = os.path.join(d, name + ".crt"), os.path.join(d, name + ".ext")
     if rsa:
@@ -36,7 +37,7 @@ def make_leaf(d, name, cn, san, ca="ca", rsa=False, curve="prime256v1"):
     openssl("req", "-new", "-key", key, "-out", csr, "-subj", "/CN=" + cn)
     with open(ext, "w") as f:
         f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                "extendedKeyUsage=serverAuth\n" % san)
+                "extendedKeyUsage=%s\n" % (san, eku))
     openssl("x509", "-req", "-in", csr, "-CA", os.path.join(d, ca + ".crt"), "-CAkey", os.path.join(d, ca + ".key"),
             "-CAcreateserial", "-out", crt, "-days", "30", "-extfile", ext)
     return crt, key

@@ -16,7 +16,7 @@ from .client import request
 from .lifecycle import (BIN, _die_with_parent, _register, _unregister, cleanup_all, new_tmpdir,
                         poll, stop_process)
 from .metrics import parse_prometheus
-from .wire import short
+from .wire import short, wait_port
 
 
 # ---------------------------------------------------------------- checks / suite
@@ -326,6 +326,24 @@ def start_sluice(config_text, workers=None, name="sluice", suite=None, args=None
             raise SluiceStartError("no valid ready file after %.0f s; log:\n%s"
                                    % (ready_timeout, s.log()[-3000:]))
         time.sleep(0.02)
+
+
+def start_nginx(d, http_body, ports):
+    """A real nginx (one process: master off, daemon off) whose http block holds http_body,
+    its files in folder d; waits until each of `ports` listens; the Popen, stopped at exit."""
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        # as root nginx's workers run as nobody, who cannot enter the test's 0700 folders
+        f.write(("user root;\n" if os.geteuid() == 0 else "") +
+                "worker_processes 1;\nmaster_process off;\ndaemon off;\npid %s/nginx.pid;\n"
+                "error_log %s/nginx.err warn;\nevents { worker_connections 512; }\n"
+                "http {\n    access_log off;\n%s}\n" % (d, d, http_body))
+    proc = subprocess.Popen(["nginx", "-p", d, "-c", conf], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    _register(proc)
+    for p in ports:
+        wait_port(p)
+    return proc
 
 
 def run_cli(args, timeout=20.0, cwd=None):
