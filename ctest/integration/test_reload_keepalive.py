@@ -5,6 +5,9 @@ before a reload began; the old worker drains, and the connection is marked closi
 client, told it may reuse the connection, sends its next request right after the body
 ends. That request must be answered (with Connection: close), not met with EOF or a
 reset: the same grace an idle keep-alive connection gets at a reload.
+
+A request whose head had only partly arrived when the reload began is answered too (with
+Connection: close) once the rest of the head comes: it was dropped with an EOF.
 """
 
 import os
@@ -75,6 +78,29 @@ def test_promise_kept_across_reload(t):
     t.check("all five promises kept", ok == 5, 5, ok)
 
 
+def accepted(sl):
+    """The test's connection was accepted (the reload must find it open)."""
+    return sum(w["connections_active"] for w in sl.status()["workers"]) >= 1
+
+
+def test_head_begun_before_reload(t):
+    sl = S["sl"]
+    c = h.Client(sl.port(), timeout=10)
+    c.send(b"GET /fast HTTP/1.1\r\nHost: x\r\n")  # half a head
+    h.wait_until(lambda: accepted(sl))
+    st, _ = sl.reload()
+    t.check("the reload applied", st == 200, 200, st)
+    try:
+        c.send(b"X-Rest: of the head\r\n\r\n")
+        r = c.read_response()
+        got = (r.status, r.body, (r.header("Connection") or "").lower())
+    except Exception as e:  # EOF or reset: the request was dropped
+        got = repr(e)
+    t.check("a head begun before the reload is answered once it is whole, with Connection: close",
+            got == (200, b"fast", "close"), (200, b"fast", "close"), got)
+    c.close()
+
+
 def test_reload_reports_upstream_settings(t):
     """A reload that changes only an upstream's balancing, retries, breaker or health
     reports that upstream as changed (it once compared addresses and timeouts only)."""
@@ -92,4 +118,5 @@ def test_reload_reports_upstream_settings(t):
                 "upstream:up in changed", body)
 
 
-t.run(setup, test_promise_kept_across_reload, test_reload_reports_upstream_settings)
+t.run(setup, test_promise_kept_across_reload, test_head_begun_before_reload,
+      test_reload_reports_upstream_settings)
