@@ -389,6 +389,11 @@ static void conn_h2_start(sl_conn_t *c) {
     c->state = SL_CONN_ACTIVE;
     c->takeover = &h2_takeover;
     h2_on_read(c, 0);
+    if (c->state == SL_CONN_CLOSED) return;
+    /* The worker drains (a reload, SIGTERM) and this connection's preface came after the
+     * drain began: it is drained like those open then, GOAWAY once what the client sent
+     * first is taken. Else it would serve on this generation for as long as it lives. */
+    if (c->ds.closing || c->w->draining) h2_drain(c);
     sl__conn_start_reading(c);
 }
 
