@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -605,12 +606,37 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
     }
     for (size_t i = 0; i < n->nlisteners * (size_t)nw; i++) fds[i] = -1;
     const sl_config_t *o = srv->cfg;
+    /* The old listener whose sockets each new one takes over (-1: new sockets): the same
+     * name and address as written (port 0 included: it keeps the port it got), else the
+     * same bound address under another name (a renamed listener). Its own sockets, not new
+     * ones beside them in the SO_REUSEPORT group: the connections queued on the old
+     * sockets when the old workers close theirs would be reset. */
+    ssize_t *from = malloc((n->nlisteners + 1) * sizeof *from);
+    bool *taken = calloc(o->nlisteners + 1, sizeof *taken);
+    if (!from || !taken) {
+        free(from), free(taken), free(fds), free(texts);
+        snprintf(err, errlen, "out of memory");
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < n->nlisteners; i++) {
+        from[i] = -1;
+        for (size_t j = 0; j < o->nlisteners && from[i] < 0; j++)
+            if (!taken[j] && !strcmp(o->listeners[j].name, n->listeners[i].name) &&
+                !strcmp(o->listeners[j].listen.text, n->listeners[i].listen.text))
+                from[i] = (ssize_t)j, taken[j] = true;
+    }
+    for (size_t i = 0; i < n->nlisteners; i++) {
+        const struct sockaddr_storage *ss = &n->listeners[i].listen.ss;
+        in_port_t port = ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                                   : ((const struct sockaddr_in *)ss)->sin_port;
+        char bound[80];
+        sl__addr_text(ss, bound, sizeof bound);
+        for (size_t j = 0; j < o->nlisteners && from[i] < 0 && port; j++)
+            if (!taken[j] && !strcmp(srv->listen_text[j], bound)) from[i] = (ssize_t)j, taken[j] = true;
+    }
     for (size_t i = 0; i < n->nlisteners; i++) {
         const sl_listener_conf_t *nl = &n->listeners[i];
-        ssize_t same = -1;
-        for (size_t j = 0; j < o->nlisteners; j++)
-            if (!strcmp(o->listeners[j].name, nl->name) && !strcmp(o->listeners[j].listen.text, nl->listen.text))
-                same = (ssize_t)j;
+        ssize_t same = from[i];
         if (same >= 0) {
             for (int k = 0; k < nw; k++) fds[i * (size_t)nw + (size_t)k] = dup(srv->listen_fds[(size_t)same * (size_t)nw + (size_t)k]);
             memcpy(texts[i], srv->listen_text[same], sizeof(texts[i]));
@@ -621,9 +647,13 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
                 if (fds[q] >= 0) close(fds[q]);
             free(fds);
             free(texts);
+            free(from);
+            free(taken);
             return SL_ERROR;
         }
     }
+    free(from);
+    free(taken);
     *out_fds = fds;
     *out_text = texts;
     return SL_OK;
