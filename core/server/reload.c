@@ -34,7 +34,8 @@
 #include "ctx/telemetry.h"
 #include "server/notify.h"
 
-#define SL_WATCH_MAX 64 /* folders watched (config, plugin folders, the generation's files) */
+#define SL_WATCH_MAX 256 /* folders watched (config, plugin folders and their folder plugins, the
+                           generation's files) */
 
 extern const char sl_default_conf[];
 extern const size_t sl_default_conf_len;
@@ -1292,6 +1293,25 @@ static void watch_dir(sl_server_t *srv, const char *dir) {
     if (uv_fs_event_start(e, on_fs_event, dir, 0) != 0) uv_close((uv_handle_t *)e, watches_free_cb);
 }
 
+/* A plugin folder and the folders one down (a folder plugin: NAME/init.lua, a Kong
+ * plugin's NAME/handler.lua and schema.lua), whose .lua files are its code as much as
+ * NAME.lua is (plugin_code_hash reads them): inotify reports only a watched folder's own
+ * entries, so an edit in place of NAME/init.lua reloaded nothing. */
+static void watch_dir_and_subdirs(sl_server_t *srv, const char *dir) {
+    watch_dir(srv, dir);
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        if (ents[i]->d_name[0] != '.' && ents[i]->d_type == DT_DIR) {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/%s", dir, ents[i]->d_name);
+            watch_dir(srv, path);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
 /* The folder of path (a copy made in buf), for watch_dir. */
 static const char *dir_of(const char *path, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", path);
@@ -1319,7 +1339,7 @@ void sl_server_watch(sl_server_t *srv) {
      * content unchanged). */
     char buf[4096];
     watch_dir(srv, dir_of(srv->config_path, buf, sizeof buf));
-    for (size_t i = 0; i < srv->cfg->nplugin_search; i++) watch_dir(srv, srv->cfg->plugin_search[i]);
+    for (size_t i = 0; i < srv->cfg->nplugin_search; i++) watch_dir_and_subdirs(srv, srv->cfg->plugin_search[i]);
     for (size_t i = 0; srv->files && i < srv->files->n; i++)
         watch_dir(srv, dir_of(srv->files->v[i].path, buf, sizeof buf));
 }
