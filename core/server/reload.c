@@ -1332,14 +1332,16 @@ void sl_server_watch(sl_server_t *srv) {
         if (!srv->watches || !srv->watch_dirs) return;
     }
     if (!srv->watches || !srv->watch_dirs) return;
-    /* The config file's folder, the plugin folders, and the folders of the generation's
-     * files (certificates, files plugins read): a renewed certificate or a rotated JWKS
+    /* The config file's folder, the plugin folders, the lua_routes files' folders, and the
+     * folders of the generation's files (certificates, files plugins read): a renewed certificate or a rotated JWKS
      * reloads like an edited config. Folders a new generation adds are watched from then
      * on; none is dropped (a folder no longer used only costs a debounce that finds the
      * content unchanged). */
     char buf[4096];
     watch_dir(srv, dir_of(srv->config_path, buf, sizeof buf));
     for (size_t i = 0; i < srv->cfg->nplugin_search; i++) watch_dir_and_subdirs(srv, srv->cfg->plugin_search[i]);
+    for (size_t i = 0; i < srv->cfg->nlua_route_files; i++) /* in a folder of their own, maybe */
+        watch_dir(srv, dir_of(srv->cfg->lua_route_files[i], buf, sizeof buf));
     for (size_t i = 0; srv->files && i < srv->files->n; i++)
         watch_dir(srv, dir_of(srv->files->v[i].path, buf, sizeof buf));
 }
