@@ -556,10 +556,10 @@ void sl__conn_close_idle(sl_worker_t *w) {
                  * client may be sending on it right now (the client sees a reset). Give it a
                  * moment: its next request is served, with Connection: close. */
                 conn_arm_retiring(c);
-            } else if (w->retiring && c->state == SL_CONN_HEAD) {
-                /* A reload while a request head is arriving: that request was sent, so it is
-                 * served (with Connection: close) once whole, within header_timeout of its
-                 * first byte as always (its deadline is armed). */
+            } else if (c->state == SL_CONN_HEAD) {
+                /* A reload or SIGTERM while a request head is arriving: that request was
+                 * sent, so it is served (with Connection: close) once whole, within
+                 * header_timeout of its first byte as always (its deadline is armed). */
             } else {
                 conn_close(c);
             }
