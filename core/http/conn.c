@@ -389,6 +389,11 @@ static void conn_h2_start(sl_conn_t *c) {
     c->state = SL_CONN_ACTIVE;
     c->takeover = &h2_takeover;
     h2_on_read(c, 0);
+    if (c->state == SL_CONN_CLOSED) return;
+    /* The worker drains (a reload, SIGTERM) and this connection's preface came after the
+     * drain began: it is drained like those open then, GOAWAY once what the client sent
+     * first is taken. Else it would serve on this generation for as long as it lives. */
+    if (c->ds.closing || c->w->draining) h2_drain(c);
     sl__conn_start_reading(c);
 }
 
@@ -551,6 +556,10 @@ void sl__conn_close_idle(sl_worker_t *w) {
                  * client may be sending on it right now (the client sees a reset). Give it a
                  * moment: its next request is served, with Connection: close. */
                 conn_arm_retiring(c);
+            } else if (c->state == SL_CONN_HEAD) {
+                /* A reload or SIGTERM while a request head is arriving: that request was
+                 * sent, so it is served (with Connection: close) once whole, within
+                 * header_timeout of its first byte as always (its deadline is armed). */
             } else {
                 conn_close(c);
             }

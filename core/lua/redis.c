@@ -236,10 +236,6 @@ static void setup_connection(sl_worker_t *w, redisAsyncContext *ac) {
 static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
     sl_redis_t *rd = w->redis;
     if (rd->ac) return rd->ac;
-    if (w->draining) {
-        *err = "redis unavailable (draining)";
-        return NULL;
-    }
     if (sl_now_ms() < rd->retry_at_ms) {
         *err = "redis unavailable";
         return NULL;
@@ -270,6 +266,7 @@ static redisAsyncContext *connection(sl_worker_t *w, const char **err) {
     }
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    if (w->draining) sl_redis_uv_unref(ac); /* as at the drain (sl__redis_close) */
     rd->ac = ac;
     setup_connection(w, ac);
     return ac;
@@ -358,15 +355,18 @@ int sl__redis_init(sl_worker_t *w) {
     return w->redis ? SL_OK : SL_ERROR;
 }
 
-/* Drain: close the connection (pending commands get their NULL reply and settle). */
+/* Drain: the requests the worker still serves (a reload's last ones on keep-alive and
+ * HTTP/2 connections, those in flight) use the connection as before; it just no longer
+ * keeps the loop alive, which ends with the last of them (a command waiting holds it by
+ * its timer). Closed by sl__redis_free. */
 void sl__redis_close(sl_worker_t *w) {
-    if (w->redis && w->redis->ac) {
-        redisAsyncDisconnect(w->redis->ac);
-        w->redis->ac = NULL;
-    }
+    if (w->redis && w->redis->ac) sl_redis_uv_unref(w->redis->ac);
 }
 
+/* After the worker's loop ended (sl_worker_destroy runs it once more for the closes): a
+ * connection still open is freed (its poll closed), with no command waiting on it. */
 void sl__redis_free(sl_worker_t *w) {
+    if (w->redis && w->redis->ac) redisAsyncFree(w->redis->ac); /* on_disconnect clears ac */
     free(w->redis);
     w->redis = NULL;
 }

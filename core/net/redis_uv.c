@@ -67,3 +67,8 @@ int sl_redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop) {
     ac->ev.cleanup = cleanup;
     return REDIS_OK;
 }
+
+void sl_redis_uv_unref(redisAsyncContext *ac) {
+    redis_uv_t *p = ac->ev.data;
+    if (p) uv_unref((uv_handle_t *)&p->poll);
+}

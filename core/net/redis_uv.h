@@ -9,4 +9,8 @@
  *  or already attached). The poll goes when hiredis frees the context. */
 int sl_redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
 
+/** The connection no longer keeps its loop alive (a draining worker's loop ends with its
+ *  last request, the connection still open). */
+void sl_redis_uv_unref(redisAsyncContext *ac);
+
 #endif

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -33,7 +34,8 @@
 #include "ctx/telemetry.h"
 #include "server/notify.h"
 
-#define SL_WATCH_MAX 64 /* folders watched (config, plugin folders, the generation's files) */
+#define SL_WATCH_MAX 256 /* folders watched (config, plugin folders and their folder plugins, the
+                           generation's files) */
 
 extern const char sl_default_conf[];
 extern const size_t sl_default_conf_len;
@@ -608,12 +610,37 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
     }
     for (size_t i = 0; i < n->nlisteners * (size_t)nw; i++) fds[i] = -1;
     const sl_config_t *o = srv->cfg;
+    /* The old listener whose sockets each new one takes over (-1: new sockets): the same
+     * name and address as written (port 0 included: it keeps the port it got), else the
+     * same bound address under another name (a renamed listener). Its own sockets, not new
+     * ones beside them in the SO_REUSEPORT group: the connections queued on the old
+     * sockets when the old workers close theirs would be reset. */
+    ssize_t *from = malloc((n->nlisteners + 1) * sizeof *from);
+    bool *taken = calloc(o->nlisteners + 1, sizeof *taken);
+    if (!from || !taken) {
+        free(from), free(taken), free(fds), free(texts);
+        snprintf(err, errlen, "out of memory");
+        return SL_ERROR;
+    }
+    for (size_t i = 0; i < n->nlisteners; i++) {
+        from[i] = -1;
+        for (size_t j = 0; j < o->nlisteners && from[i] < 0; j++)
+            if (!taken[j] && !strcmp(o->listeners[j].name, n->listeners[i].name) &&
+                !strcmp(o->listeners[j].listen.text, n->listeners[i].listen.text))
+                from[i] = (ssize_t)j, taken[j] = true;
+    }
+    for (size_t i = 0; i < n->nlisteners; i++) {
+        const struct sockaddr_storage *ss = &n->listeners[i].listen.ss;
+        in_port_t port = ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                                   : ((const struct sockaddr_in *)ss)->sin_port;
+        char bound[80];
+        sl__addr_text(ss, bound, sizeof bound);
+        for (size_t j = 0; j < o->nlisteners && from[i] < 0 && port; j++)
+            if (!taken[j] && !strcmp(srv->listen_text[j], bound)) from[i] = (ssize_t)j, taken[j] = true;
+    }
     for (size_t i = 0; i < n->nlisteners; i++) {
         const sl_listener_conf_t *nl = &n->listeners[i];
-        ssize_t same = -1;
-        for (size_t j = 0; j < o->nlisteners; j++)
-            if (!strcmp(o->listeners[j].name, nl->name) && !strcmp(o->listeners[j].listen.text, nl->listen.text))
-                same = (ssize_t)j;
+        ssize_t same = from[i];
         if (same >= 0) {
             for (int k = 0; k < nw; k++) fds[i * (size_t)nw + (size_t)k] = dup(srv->listen_fds[(size_t)same * (size_t)nw + (size_t)k]);
             memcpy(texts[i], srv->listen_text[same], sizeof(texts[i]));
@@ -624,9 +651,13 @@ static int new_sockets(sl_server_t *srv, const sl_config_t *n, int **out_fds, ch
                 if (fds[q] >= 0) close(fds[q]);
             free(fds);
             free(texts);
+            free(from);
+            free(taken);
             return SL_ERROR;
         }
     }
+    free(from);
+    free(taken);
     *out_fds = fds;
     *out_text = texts;
     return SL_OK;
@@ -1265,6 +1296,25 @@ static void watch_dir(sl_server_t *srv, const char *dir) {
     if (uv_fs_event_start(e, on_fs_event, dir, 0) != 0) uv_close((uv_handle_t *)e, watches_free_cb);
 }
 
+/* A plugin folder and the folders one down (a folder plugin: NAME/init.lua, a Kong
+ * plugin's NAME/handler.lua and schema.lua), whose .lua files are its code as much as
+ * NAME.lua is (plugin_code_hash reads them): inotify reports only a watched folder's own
+ * entries, so an edit in place of NAME/init.lua reloaded nothing. */
+static void watch_dir_and_subdirs(sl_server_t *srv, const char *dir) {
+    watch_dir(srv, dir);
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        if (ents[i]->d_name[0] != '.' && ents[i]->d_type == DT_DIR) {
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/%s", dir, ents[i]->d_name);
+            watch_dir(srv, path);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
 /* The folder of path (a copy made in buf), for watch_dir. */
 static const char *dir_of(const char *path, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", path);
@@ -1285,14 +1335,16 @@ void sl_server_watch(sl_server_t *srv) {
         if (!srv->watches || !srv->watch_dirs) return;
     }
     if (!srv->watches || !srv->watch_dirs) return;
-    /* The config file's folder, the plugin folders, and the folders of the generation's
-     * files (certificates, files plugins read): a renewed certificate or a rotated JWKS
+    /* The config file's folder, the plugin folders, the lua_routes files' folders, and the
+     * folders of the generation's files (certificates, files plugins read): a renewed certificate or a rotated JWKS
      * reloads like an edited config. Folders a new generation adds are watched from then
      * on; none is dropped (a folder no longer used only costs a debounce that finds the
      * content unchanged). */
     char buf[4096];
     watch_dir(srv, dir_of(srv->config_path, buf, sizeof buf));
-    for (size_t i = 0; i < srv->cfg->nplugin_search; i++) watch_dir(srv, srv->cfg->plugin_search[i]);
+    for (size_t i = 0; i < srv->cfg->nplugin_search; i++) watch_dir_and_subdirs(srv, srv->cfg->plugin_search[i]);
+    for (size_t i = 0; i < srv->cfg->nlua_route_files; i++) /* in a folder of their own, maybe */
+        watch_dir(srv, dir_of(srv->cfg->lua_route_files[i], buf, sizeof buf));
     for (size_t i = 0; srv->files && i < srv->files->n; i++)
         watch_dir(srv, dir_of(srv->files->v[i].path, buf, sizeof buf));
 }

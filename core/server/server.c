@@ -154,29 +154,39 @@ static void close_rest(sl_server_t *srv) {
     uv_timer_start(&srv->drain_deadline, on_exit_poll, 0, 2);
 }
 
+/* Workers still running, of the served generation and of those a reload retired. */
 static int busy_workers(const sl_server_t *srv) {
     int busy = 0;
     for (int i = 0; i < srv->nworkers; i++) busy += !__atomic_load_n(&srv->workers[i].stopped, __ATOMIC_ACQUIRE);
+    for (const sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++) busy += !__atomic_load_n(&r->workers[i].stopped, __ATOMIC_ACQUIRE);
     return busy;
+}
+
+/* Every worker cuts its TCP sessions now (its own deadline timer, fired at once), then the
+ * process exits as past the deadline; once only (a worker is cut once). A retired
+ * generation's workers too: their deadline came from the reload that retired them, with
+ * that config's shutdown_timeout, and may be far later than this one. */
+static void cut_all(sl_server_t *srv) {
+    if (srv->cut) return;
+    srv->cut = true;
+    for (int i = 0; i < srv->nworkers; i++) sl_worker_cut(&srv->workers[i]);
+    for (sl_retired_t *r = srv->retired; r; r = r->next)
+        for (int i = 0; i < r->nworkers; i++) sl_worker_cut(&r->workers[i]);
+    close_rest(srv);
 }
 
 static void on_drain_deadline(uv_timer_t *t) {
     sl_server_t *srv = t->data;
     sl_log_warn("shutdown_timeout reached with %d worker(s) still busy: closing the rest", busy_workers(srv));
-    close_rest(srv);
+    cut_all(srv);
 }
 
-/* A second SIGTERM/SIGINT during the drain: shutdown_timeout now. Every worker cuts its
- * TCP sessions (its own deadline timer, fired at once) and the process exits as it does
- * past the deadline; once only (a worker is cut once). */
+/* A second SIGTERM/SIGINT during the drain: shutdown_timeout now. */
 static void cut_drain(sl_server_t *srv, const char *why) {
     if (srv->cut) return;
-    srv->cut = true;
     sl_log_warn("%s during the drain: closing what is left now (%d worker(s) still busy)", why, busy_workers(srv));
-    for (int i = 0; i < srv->nworkers; i++) sl_worker_cut(&srv->workers[i]);
-    for (sl_retired_t *r = srv->retired; r; r = r->next)
-        for (int i = 0; i < r->nworkers; i++) sl_worker_cut(&r->workers[i]);
-    close_rest(srv);
+    cut_all(srv);
 }
 
 static void start_drain(sl_server_t *srv, const char *why) {

@@ -23,6 +23,10 @@ closed right after.
      the new listeners' listening sockets carry the same options, and the socket a new tcp
      listener accepts has TCP_NODELAY (so does an accepted http socket, which the HTTP
      connection also sets itself).
+  3. a reload that renames a listener (same address) keeps its listening sockets: the
+     connections queued on them while the old worker was busy are served by it, none is
+     reset. It opened new sockets beside the old ones in the SO_REUSEPORT group and closed
+     the old ones at the drain, resetting what the kernel had queued on them.
 """
 
 import ctypes
@@ -169,4 +173,69 @@ def test_start_and_reload(t):
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, s.returncode)
 
 
-t.run(setup, test_start_and_reload)
+def inodes(pid, port):
+    """The inode numbers of the gateway's listening sockets on 127.0.0.1:port."""
+    found = set()
+    for s in gateway_sockets(pid):
+        with s:
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) and _name(s, "getsockname") == ("127.0.0.1", port):
+                found.add(os.fstat(s.fileno()).st_ino)
+    return found
+
+
+BLOCK = """local sluice = require("sluice")
+return { name = "block", version = "1", schema = {},
+  access = function()
+    local f = io.open("%(d)s/blocking", "w"); f:close()
+    local stop = os.time() + 5
+    while os.time() < stop do  -- busy until the test releases it: the worker accepts nothing
+      local r = io.open("%(d)s/release"); if r then r:close(); break end
+    end
+    return sluice.response.exit(200, "released\\n")
+  end }
+"""
+
+
+def test_rename_keeps_queue(t):
+    d = h.new_tmpdir("rename")
+    os.makedirs(os.path.join(d, "plugins"))
+    with open(os.path.join(d, "plugins", "block.lua"), "w") as f:
+        f.write(BLOCK % {"d": d})
+    port = h.free_port()
+    cfg = ("workers: 1\nwatch: false\nadmin: { listen: 127.0.0.1:0 }\nplugin_paths: [%s]\n"
+           "listeners:\n  - { name: NAME, listen: 127.0.0.1:%d }\n"
+           "upstreams:\n  - { name: up, targets: [ { address: %s } ] }\n"
+           "routes:\n  - { name: all, upstream: up }\n"
+           "  - { name: block, match: { paths: [/block] }, plugins: [ { name: block } ] }\n"
+           % (os.path.join(d, "plugins"), port, MOCK.address))
+    s = h.start_sluice(cfg.replace("NAME", "web"), suite=t, name="rename")
+    before = inodes(s.pid, port)
+    blocked = h.Client(port, timeout=10)
+    blocked.send(h.build_request("GET", "/block"))
+    h.wait_until(lambda: os.path.exists(os.path.join(d, "blocking")))
+    with open(s.config_path, "w") as f:
+        f.write(cfg.replace("NAME", "renamed"))
+    code, res = s.reload(new_content=False)
+    t.check("the reload renaming the listener applied", code == 200, 200, (code, res))
+    # the old worker is busy: what the kernel queues on its socket waits for it
+    clients = [h.Client(port, timeout=10) for _ in range(20)]
+    for c in clients:
+        c.send(h.build_request("GET", "/"))
+    with open(os.path.join(d, "release"), "w"):
+        pass
+    served = 0
+    for c in clients:
+        try:
+            served += c.read_response().status == 200
+        except Exception:  # EOF or reset: the connection was dropped
+            pass
+        c.close()
+    t.check("the busy request finished", blocked.read_response().status == 200, 200, None)
+    t.check("all 20 connections made right after the rename are served", served == 20, 20, served)
+    after = inodes(s.pid, port)
+    t.check("the renamed listener listens on the same sockets", after == before and len(before) == 1,
+            before, after)
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, s.returncode)
+
+
+t.run(setup, test_start_and_reload, test_rename_keeps_queue)

@@ -29,6 +29,10 @@ A real redis-server on a free loopback port, real gateways sharing it:
  10. Redis hung (SIGSTOP): a timeout closes the connection, so only the first request
      waits redis.timeout and the next ones fail open at once (each used to wait); a
      reload then retires the old worker (it waited for Redis' reply for good).
+11. a request a replaced worker serves after a reload (the next one on a keep-alive
+     connection) is still limited: the draining worker closed its Redis connection at
+     once and refused new ones, so such requests were admitted as failopen (and a plugin
+     using sluice.redis got "redis unavailable (draining)").
 """
 
 import json
@@ -503,6 +507,24 @@ def test_redis_hangs(t):
         g.stop()
 
 
+def test_reload(t):
+    g1 = env["g"][0]
+    f0 = failopens("hr")
+    c = h.Client(g1.port(), timeout=10)
+    c.send(h.build_request("GET", "/h/redis"))
+    first = c.read_response().status
+    t.check("the /h/redis bucket is empty (after the headers test): 429", first == 429, 429, first)
+    st, _ = g1.reload()
+    t.check("the reload applied", st == 200, 200, st)
+    c.send(h.build_request("GET", "/h/redis"))  # served by the replaced worker, draining
+    r = c.read_response()
+    c.close()
+    t.check("the next request on that connection is still limited (429), with Connection: close",
+            (r.status, (r.header("Connection") or "").lower()) == (429, "close"), (429, "close"),
+            (r.status, r.header("Connection")))
+    t.check("no request failed open", failopens("hr") == f0, f0, failopens("hr"))
+
+
 def test_redis_restart(t):
     g1 = env["g"][0]
     redis = env["redis"]
@@ -534,5 +556,5 @@ def teardown(t):
 
 t.run(setup, test_two_gateways_paced, test_burst_straddling_a_window_boundary, test_cost,
       test_window_fractional_cost, test_window_retry, test_window_under_a_millisecond,
-      test_number_arguments, test_headers_agree, test_readonly_replica, test_password_and_database,
+      test_number_arguments, test_headers_agree, test_reload, test_readonly_replica, test_password_and_database,
       test_redis_hangs, test_redis_restart, teardown)

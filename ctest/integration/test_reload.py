@@ -14,6 +14,11 @@
   accept_proxy_protocol, splice, a tcp listener's upstream, trusted_proxies, http2), which
   it named only for the address, limits, timeouts, certificates, sni_routes and plugins;
   and `upstream:NAME` for a change of its `protocol` or a target's `tls`.
+- The file watch sees an edit of a folder plugin (`plugins/NAME/init.lua`) made in place,
+  as it does for `plugins/NAME.lua`: only the plugin folders themselves were watched, so
+  such an edit (an editor writing in place, `>>`) reloaded nothing.
+- The file watch sees a `lua_routes` file in a folder of its own (`routes/r.lua`): that
+  folder was not watched, so replacing the file reloaded nothing.
 """
 
 import json
@@ -279,6 +284,41 @@ def test_reload_off_the_loop(t):
     t.check("the new plugin answers", body(s) == (200, b"slow\n"), (200, b"slow\n"), body(s))
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
+def test_watch_folder_plugin(t):
+    d, cfg = setup()
+    os.makedirs(os.path.join(d, "plugins", "folded"))
+    code = plugin("f1").replace('name = "hello"', 'name = "folded"')
+    init = os.path.join(d, "plugins", "folded", "init.lua")
+    write(init, code)
+    s = h.start_sluice(cfg.replace("{ name: hello }", "{ name: folded }"), suite=t)
+    t.check("the folder plugin answers f1", body(s) == (200, b"f1\n"), (200, b"f1\n"), body(s))
+    # past the debounce of the start's own writes (ready file, log) in the watched config
+    # folder, which would reload and so pick up the edit by chance
+    time.sleep(0.5)
+    with open(init, "w") as f:  # in place: no new file in any folder
+        f.write(code.replace("f1", "f2"))
+    seen = h.poll(lambda: body(s), lambda b: b == (200, b"f2\n"), timeout=2)
+    t.check("an in-place edit of plugins/folded/init.lua answers new requests within 2 s",
+            seen == (200, b"f2\n"), (200, b"f2\n"), seen)
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
+def test_watch_lua_routes_folder(t):
+    d = h.new_tmpdir("luaroutes")
+    os.makedirs(os.path.join(d, "routes"))
+    code = ('return { { name = "lr", match = { paths = { "/" } },\n'
+            '  plugins = { { name = "response", config = { body = "%s" } } } } }\n')
+    write(os.path.join(d, "routes", "r.lua"), code % "r1")
+    s = h.start_sluice("workers: 1\nwatch: true\nadmin: { listen: 127.0.0.1:0 }\nlua_routes: [routes/r.lua]\n"
+                       "listeners:\n  - { name: web, listen: 127.0.0.1:0 }\n", suite=t, config_dir=d)
+    t.check("the lua_routes route answers r1", body(s) == (200, b"r1"), (200, b"r1"), body(s))
+    time.sleep(0.5)  # past the debounce of the start's own writes in the config folder
+    write(os.path.join(d, "routes", "r.lua"), code % "r2")
+    seen = h.poll(lambda: body(s), lambda b: b == (200, b"r2"), timeout=2)
+    t.check("replacing routes/r.lua answers new requests within 2 s", seen == (200, b"r2"), (200, b"r2"), seen)
+    t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
+
+
 def test_consumers_changed(t):
     d, cfg = setup(watch="false")
     consumers = ("consumers:\n"
@@ -356,5 +396,5 @@ def test_upstream_keys_changed(t):
     t.check("exit 0 on SIGTERM", s.stop() == 0, 0, None)
 
 
-t.run(test_watch_and_reject, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop,
+t.run(test_watch_and_reject, test_watch_folder_plugin, test_watch_lua_routes_folder, test_reloads_under_load, test_rss_after_many_reloads, test_reload_off_the_loop,
       test_consumers_changed, test_settings_changed, test_listener_keys_changed, test_upstream_keys_changed)

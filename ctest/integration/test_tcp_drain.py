@@ -9,6 +9,11 @@
      are served by the new one; the old one closes it at shutdown_timeout. Meanwhile
      /metrics shows the old generation's counts (bytes, open sessions) with the new one's:
      no counter drops at the reload, none is counted twice once the old workers stop.
+  4. SIGTERM after a reload that shortened shutdown_timeout: the old generation's session
+     (its own deadline, from the old config, still far) is cut by its worker at the new
+     shutdown_timeout like the new generation's. It was not: the process waited its 1 s
+     grace, logged "a worker did not cut its TCP sessions", and exited, leaving the kernel to
+     close the session with a FIN whatever bytes still waited.
 """
 
 import os
@@ -168,6 +173,24 @@ def test_reload(t):
     t.check("and new sessions still are served", ok, True, detail)
 
 
+def test_sigterm_after_reload(t):
+    gw, c = held_session(t, "shortened", "60s", workers=2)
+    with open(gw.config_path) as f:
+        cfg = f.read().replace("shutdown_timeout: 60s", "shutdown_timeout: 1s")
+    with open(gw.config_path, "w") as f:
+        f.write(cfg)
+    st, _ = gw.reload(new_content=False)
+    t.check("the reload to shutdown_timeout 1s applied", st == 200, 200, st)
+    gw.signal(signal.SIGTERM)
+    data, how = c.read_until_close(10)
+    rc = gw.wait(5)
+    t.check("the old generation's session is closed and the process exits 0", how in ("eof", "reset") and rc == 0,
+            ("eof or reset", 0), (how, rc))
+    t.check("its worker cut it: no 'did not cut its TCP sessions' in the log",
+            "did not cut its TCP sessions" not in gw.log(), "absent", gw.log()[-400:])
+
+
 if __name__ == "__main__":
     t = h.Suite("tcp_drain", budget=58)
-    t.run(setup, test_sigterm_finishes_session, test_sigterm_deadline, test_second_sigterm, test_reload)
+    t.run(setup, test_sigterm_finishes_session, test_sigterm_deadline, test_second_sigterm, test_reload,
+          test_sigterm_after_reload)

@@ -5,7 +5,9 @@ workers, as /status shows. Then SIGTERM during a slow in-flight request (the
 upstream answers after 1.5 s): the request completes with 200, a connection
 attempted 0.3 s after the signal is refused (or never served), /ready answers
 503 while draining if the admin is still up, an idle keep-alive connection
-does not hold the exit up, and the process exits 0.
+does not hold the exit up, and the process exits 0. A request whose head had partly
+arrived at the SIGTERM is served (with Connection: close) once the rest comes: it was
+closed with an EOF, as if it had never been sent.
 """
 
 import os
@@ -122,6 +124,9 @@ def test_drain(t):
     th.start()
     got = up.wait_requests(nreq + 1, 3)
     t.check("the slow request reached the upstream", got, True, got)
+    half = h.Client(S["port"], timeout=10)
+    half.send(b"GET /half HTTP/1.1\r\nHost: a\r\n")  # half a head
+    h.wait_until(lambda: sum(w["connections_active"] for w in s.status()["workers"]) >= 3)
     t_sig = time.monotonic()
     s.signal(15)
 
@@ -148,6 +153,15 @@ def test_drain(t):
     t.check("the request sent after SIGTERM never reached the upstream",
             not any(r.path == "/after-term" for r in up.requests), "absent",
             [r.path for r in up.requests][-3:])
+    try:
+        half.send(b"X-Rest: of the head\r\n\r\n")
+        r = half.read_response()
+        got = (r.status, r.body, (r.header("Connection") or "").lower())
+    except Exception as e:  # EOF or reset: the request was dropped
+        got = repr(e)
+    t.check("a head begun before SIGTERM is answered once whole, with Connection: close",
+            got == (200, b"fast /half", "close"), (200, b"fast /half", "close"), got)
+    half.close()
 
     try:
         rr = s.admin_get("/ready", timeout=1)
