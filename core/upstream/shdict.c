@@ -3,8 +3,8 @@
  * 64 shards, each a chained hash table behind its own mutex: a worker holds one
  * shard lock for one short operation (no allocation of the lock-held path for
  * incr of an existing key). Expired entries are dropped lazily when touched, and
- * each shard is bounded: past SHARD_MAX entries a set evicts the oldest expired or,
- * failing that, refuses. Values are numbers (double) or strings up to 64 KiB.
+ * each shard is bounded: at SHARD_MAX entries a new key sweeps the shard's expired ones
+ * (at most once a second) or, failing that, is refused. Values are numbers (double) or strings up to 64 KiB.
  */
 #include <math.h>
 #include <pthread.h>
@@ -35,6 +35,7 @@ typedef struct {
     pthread_mutex_t mu;
     entry_t *buckets[NBUCKETS];
     uint32_t n;
+    double swept_at; /* the last sweep of a full shard (at most one a second) */
 } shard_t;
 
 static shard_t shards[NSHARDS];
@@ -95,6 +96,27 @@ int sl_ffi_shdict_get(const char *k, size_t kl, double *num, const char **str, s
     return rc;
 }
 
+/* Drops every expired entry of a full shard: an entry is otherwise dropped only when its
+ * own key is touched, so keys set with a ttl and never read again filled the shard for good
+ * ("full" for every new key, their memory kept). Caller holds the shard lock. */
+static void sweep(shard_t *s, double now) {
+    s->swept_at = now;
+    for (int b = 0; b < NBUCKETS; b++) {
+        entry_t **pp = &s->buckets[b];
+        while (*pp) {
+            entry_t *e = *pp;
+            if (e->expires && e->expires <= now) {
+                *pp = e->next;
+                free(e->str);
+                free(e);
+                s->n--;
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
+}
+
 static int store(shard_t *s, entry_t **slot, uint64_t h, const char *k, size_t kl, int is_num, double num,
                  const char *v, size_t vl, double ttl, double now, const char **err) {
     entry_t *e = *slot;
@@ -103,6 +125,10 @@ static int store(shard_t *s, entry_t **slot, uint64_t h, const char *k, size_t k
         copy = malloc(vl ? vl : 1);
         if (!copy) goto oom;
         memcpy(copy, v, vl);
+    }
+    if (!e && s->n >= SHARD_MAX && (s->swept_at == 0 || now - s->swept_at >= 1.0)) {
+        sweep(s, now);
+        slot = lookup(s, h, k, kl, now); /* the old slot may have been a swept entry's */
     }
     if (!e) {
         if (s->n >= SHARD_MAX) {
