@@ -23,7 +23,6 @@
 #include "sluice.h"
 
 #define REDIS_MAX_ITEMS 16   /* array elements kept from a reply */
-#define REDIS_MAX_PENDING 1024 /* unanswered commands per worker (sent, no reply yet) */
 #define REDIS_RETRY_MS 1000  /* a failed connection is tried again after this */
 #define REDIS_LOG_EVERY_MS 10000
 
@@ -293,15 +292,6 @@ int sl_ffi_redis_command(sl_req_t *r, int argc, const char **argv, const size_t 
     }
     redisAsyncContext *ac = connection(w, err);
     if (!ac) return SL_DECLINED; /* down: the caller decides (fail open) without waiting */
-    if (w->redis->pending >= REDIS_MAX_PENDING) {
-        /* A Redis that stalls (stopped, a network black hole) answers nothing: every command
-         * would wait the whole timeout, and its request buffer and callback would stay with
-         * hiredis until a reply or a disconnect, growing without bound. Past this many
-         * unanswered commands, the worker's Redis counts as down until replies come back. */
-        log_unavailable(w, "too many commands without a reply");
-        *err = "redis unavailable";
-        return SL_DECLINED;
-    }
     sl_redis_cmd_t *c = calloc(1, sizeof(*c));
     if (!c) {
         *err = "out of memory";
