@@ -48,7 +48,7 @@ The modules, one section each (lower ones never import higher ones):
 """
 
 from .certs import make_ca, make_leaf, openssl, s_client_request
-from .client import Client, build_request, request
+from .client import Client, build_request, finish_head, request
 from .data import pattern_blocks, pattern_sha256
 from .latency import keepalive_load, percentile
 from .jwt import b64u, ed25519_key, eddsa, hs256

@@ -118,6 +118,18 @@ def build_request(method, path, headers=None, body=None, host="127.0.0.1", chunk
     return out
 
 
+def finish_head(c, rest=b"X-Rest: of the head\r\n\r\n"):
+    """Sends the rest of a request head begun earlier on Client c and reads the answer:
+    (status, body, its Connection value lower-cased), or the error's repr when the request
+    was dropped (EOF, reset)."""
+    try:
+        c.send(rest)
+        r = c.read_response()
+        return r.status, r.body, (r.header("Connection") or "").lower()
+    except Exception as e:  # noqa: BLE001
+        return repr(e)
+
+
 def request(port, method="GET", path="/", headers=None, body=None, timeout=5.0, host="127.0.0.1"):
     """One request on a fresh connection; returns the HTTPResponse."""
     c = Client(port, timeout=timeout)
