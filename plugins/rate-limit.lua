@@ -43,7 +43,7 @@ end
 
 -- Once per config generation and worker: the parsed parts of a conf, which the phases
 -- receive.
-function M.prepare(conf)
+function M.prepare(conf, chain)
     local per = conf.per
     local c = {
         key = limit_key.prepare(conf), per = per,
@@ -56,8 +56,11 @@ function M.prepare(conf)
     c.quota = floor(conf.rate * c.window / per + 1e-9) + conf.burst
     c.policy = ('"%s";q=%d;w=%d'):format(conf.policy, c.quota, c.window)
     -- a named policy's keys start with its name (the client's part of a key comes last,
-    -- so no header value can reach another policy's bucket); "default" keeps the plain key
+    -- so no header value can reach another policy's bucket); "default" keeps the plain key.
+    -- The global chain's limits count apart from a route's own (a global 100 a minute and a
+    -- route's 2 a minute shared the route's bucket, and the route refused every request).
     if conf.policy ~= "default" then c.scope = conf.policy .. "@" end
+    if chain == "global" then c.scope = "global@" .. (c.scope or "") end
     return c
 end
 

@@ -24,13 +24,15 @@ from ratelimit_load import Redis, bucket_allows, fire, free_port, ok_handler  # 
 t = h.Suite("rate_limit", budget=90)
 
 
+def gateway(up, workers):
+    """The config's start: workers, admin, one listener and the upstream `up`."""
+    return ("workers: %d\nadmin: { listen: 127.0.0.1:0 }\nlisteners: [ { name: web, listen: 127.0.0.1:0 } ]\n"
+            "upstreams: [ { name: up, targets: [ { address: %s } ] } ]\n" % (workers, up.address))
+
+
 def test_local(t):
     up = h.MockUpstream(ok_handler, name="up")
-    conf = """\
-workers: 2
-admin: { listen: 127.0.0.1:0 }
-listeners: [ { name: web, listen: 127.0.0.1:0 } ]
-upstreams: [ { name: up, targets: [ { address: %(up)s } ] } ]
+    conf = gateway(up, 2) + """\
 routes:
   - { name: strict, match: { paths: [/strict] }, upstream: up,
       plugins: [ { name: rate-limit, config: { rate: 100, per: 1s, burst: 0 } } ] }
@@ -45,7 +47,7 @@ routes:
   - { name: two, match: { paths: [/two] }, upstream: up,
       plugins: [ { name: rate-limit, config: { rate: 100, per: 1s, burst: 4, policy: per-second } },
                  { name: rate-limit, config: { rate: 2, per: 1m, burst: 1, policy: per-minute } } ] }
-""" % {"up": up.address}
+"""
     s = h.start_sluice(conf, suite=t, name="rl-local")
     try:
         p = s.port()
@@ -195,4 +197,31 @@ routes:
         up.stop()
 
 
-t.run(test_local, test_redis)
+def test_global_and_route(t):
+    """A global rate-limit and a route's own, both with the default policy: each counts in
+    its own bucket, so the stricter one decides (they shared the route's bucket, and the
+    route's 2 a minute refused even the first request after the global take)."""
+    up = h.MockUpstream(ok_handler, name="up")
+    conf = gateway(up, 1) + """\
+plugins: [ { name: rate-limit, config: { rate: 100, per: 1m, burst: 99 } } ]
+routes:
+  - { name: strict, match: { paths: [/strict] }, upstream: up,
+      plugins: [ { name: rate-limit, config: { rate: 2, per: 1m, burst: 1 } } ] }
+  - { name: free, match: { paths: [/free] }, upstream: up }
+"""
+    s = h.start_sluice(conf, suite=t, name="rl-global")
+    try:
+        codes = [h.request(s.port(), "GET", "/strict").status for _ in range(4)]
+        t.check("global 100/min (burst 99) + route 2/min (burst 1): the route's 2 pass, then 429", codes == [200, 200, 429, 429],
+                [200, 200, 429, 429], codes)
+        codes = [h.request(s.port(), "GET", "/free").status for _ in range(5)]
+        t.check("a route with only the global limit is under it", codes == [200] * 5, [200] * 5, codes)
+        r = h.request(s.port(), "GET", "/free")
+        t.check("the global policy is in the headers", r.header("RateLimit-Policy") == '"default";q=199;w=60',
+                '"default";q=199;w=60', r.header("RateLimit-Policy"))
+    finally:
+        s.stop()
+        up.stop()
+
+
+t.run(test_local, test_redis, test_global_and_route)

@@ -34,7 +34,8 @@ local REQ_PTR = ffi.typeof("sl_req_t *")
 local SESS_PTR = ffi.typeof("sl_session_t *")
 local str_p, len_p, eof_p = base.str_p, base.len_p, ffi.new("int[1]")
 
-local function build(paths, src, first_pos, cache)
+-- chain: "global", "route" or "listener": where the instances run, prepare's second argument.
+local function build(paths, src, first_pos, cache, chain)
     local out = {}
     for i, use in ipairs(src) do
         local conf, errs, mod = loader.prepare(paths, use.name, use.config_json, cache)
@@ -43,7 +44,7 @@ local function build(paths, src, first_pos, cache)
         end
         -- one plugin instance: `ready` until its prepare (if any) has run in this generation
         out[#out + 1] = { mod = mod, conf = conf, name = use.name, pos = first_pos + i - 1,
-                          ready = mod.prepare == nil, prepared = nil }
+                          ready = mod.prepare == nil, prepared = nil, chain = chain }
     end
     return out
 end
@@ -61,7 +62,7 @@ local function entry(fn, p) return { fn, p.conf, p.name, p.pos, p } end
 local function prepare(p, serial)
     if p.failed_serial == serial then return nil end
     base.preparing = true
-    local ok, v = pcall(p.mod.prepare, p.conf)
+    local ok, v = pcall(p.mod.prepare, p.conf, p.chain)
     base.preparing = false
     if not ok then
         p.failed_serial = serial
@@ -77,12 +78,12 @@ function _M.new(gen)
     require("sluice.files").set_texts(gen.files)
     require("sluice.consumers").load(gen.consumers)
     local cache = {}
-    local global = build(gen.plugin_paths, gen.global, 0, cache)
+    local global = build(gen.plugin_paths, gen.global, 0, cache, "global")
     local chains, masks = {}, {}
     for _, r in ipairs(gen.routes) do
         local list = {}
         for _, p in ipairs(global) do list[#list + 1] = p end
-        for _, p in ipairs(build(gen.plugin_paths, r.plugins, #global, cache)) do list[#list + 1] = p end
+        for _, p in ipairs(build(gen.plugin_paths, r.plugins, #global, cache, "route")) do list[#list + 1] = p end
         local byphase, mask = {}, 0
         for id, ph in ipairs(PHASES) do
             local l = {}
@@ -240,7 +241,7 @@ function _M.new(gen)
     local lchains = {}
     for _, l in ipairs(gen.listeners or {}) do
         local list = {}
-        for _, p in ipairs(build(gen.plugin_paths, l.plugins, 0, cache)) do
+        for _, p in ipairs(build(gen.plugin_paths, l.plugins, 0, cache, "listener")) do
             if p.mod.preread then list[#list + 1] = entry(p.mod.preread, p) end
         end
         lchains[l.index] = list
