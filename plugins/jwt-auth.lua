@@ -271,9 +271,8 @@ end
 -- Is the key set older than jwks_max_age (a key withdrawn at the identity provider must
 -- stop verifying without a reload)? Then one request refetches it; the others go on with
 -- the keys there are meanwhile, and a failed refetch is retried after jwks_refresh.
-local function keys_stale(conf, st)
+local function keys_stale(conf, st, t)
     if not (st.keys and conf.jwks_uri) or st.fetching then return false end
-    local t = now()
     return t - st.keys_at >= conf.jwks_max_age and t - st.fetched_at >= min(conf.jwks_refresh, conf.jwks_max_age)
 end
 
@@ -397,7 +396,11 @@ function M.access(conf, ctx, st)
     if not raw then
         return response.exit(401, { error = "unauthorized", error_description = "no token" }, MISSING)
     end
-    if keys_stale(conf, st) then fetch_jwks(conf, st) end -- a changed set empties the cache
+    local t = now() -- one clock read for the key set's age and a cached token's expiry
+    if keys_stale(conf, st, t) then
+        fetch_jwks(conf, st) -- a changed set empties the cache
+        t = now()
+    end
     local e = st.cur[raw]
     if not e then
         e = st.old[raw]
@@ -405,7 +408,7 @@ function M.access(conf, ctx, st)
     end
     if e then
         -- a cached token was fully verified: only its time can run out
-        if now() > e[1] then return refuse("token expired") end
+        if t > e[1] then return refuse("token expired") end
     else
         local epoch, detail, status = st.epoch, nil, nil
         e, detail, status = check_token(conf, st, raw)

@@ -316,18 +316,18 @@ static int hash_pick(sl_balancer_t *b, sl_lb_eligible_fn eligible, void *ud, con
                      size_t key_len, uint64_t rnd) {
     uint64_t snap[SL_LB_SNAP_MAX / 64] = {0};
     bool snapped = b->n <= SL_LB_SNAP_MAX;
+    bool capped = isfinite(b->epsilon); /* infinite: no cap, the key's own point decides */
     uint64_t load = 0, wsum = 0;
     for (uint32_t t = 0; t < b->n; t++) {
         if (!lb_ok(eligible, ud, t)) continue;
         if (snapped) snap[t / 64] |= 1ull << (t % 64);
-        load += lb_load(b, t);
+        if (capped) load += lb_load(b, t);
         wsum += b->weights[t];
     }
     if (wsum == 0) return -1;
     /* (1 + eps) * (load + 1) * w is exact for eps like 0.25 and realistic loads, so the
      * one rounding is the division's and an exact quotient is never pushed up by ceil. */
     double scale = (1.0 + b->epsilon) * (double)(load + 1);
-    bool capped = isfinite(b->epsilon); /* infinite: no cap, the key's own point decides */
     uint32_t i = ring_find(b, key ? sl_balancer_hash(key, key_len) : rnd);
     int best = -1;
     double best_fill = INFINITY;
